@@ -1,0 +1,443 @@
+"""The stream node: streamz's ``Stream`` with a fast synchronous path.
+
+A node holds strong references to its downstreams (so a sink that nothing
+else references keeps receiving while its source feeds it) and to its
+upstreams.  ``destroy()`` unlinks a node, after which it can be freed.
+
+``update(x, who, metadata)`` receives a record and returns ``None`` or a list
+of awaitables (asynchronous work still running downstream).  ``_emit`` passes
+a record to every downstream and returns what they returned, so the caller
+can wait for the slowest branch (backpressure).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, ClassVar, TypeVar
+
+from ..errors import ConfigurationError, UserFunctionError
+from . import runtime
+from .refs import Metadata, release_refs, retain_refs
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Stream", "identity", "ErrorPolicy", "check_callable", "check_positive_int"]
+
+F = TypeVar("F")
+
+ErrorPolicy = str | Callable[[Any, BaseException], Any]
+
+_VALID_POLICIES = ("raise", "skip")
+
+
+def identity(x: F) -> F:
+    """Return ``x`` unchanged (the default ``register_api`` modifier)."""
+    return x
+
+
+class _GraphClock:
+    """A counter bumped on every change of any graph's shape (cheap cache keys)."""
+
+    version = 0
+
+
+def _bump() -> None:
+    _GraphClock.version += 1
+
+
+def check_callable(node_kind: str, arg: str, value: Any) -> None:
+    """Raise ConfigurationError unless ``value`` is callable."""
+    if not callable(value):
+        raise ConfigurationError(
+            f"{node_kind}: {arg} must be callable, got {value!r} of type "
+            f"{type(value).__name__}; pass a function, e.g. {node_kind}(lambda x: x)"
+        )
+
+
+def check_positive_int(node_kind: str, arg: str, value: Any, minimum: int = 1) -> None:
+    """Raise ConfigurationError unless ``value`` is an int >= ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigurationError(
+            f"{node_kind}: {arg} must be an integer >= {minimum}, got {value!r}; "
+            f"pass e.g. {arg}={max(minimum, 2)}"
+        )
+
+
+def _check_policy(policy: Any) -> None:
+    if policy is None or callable(policy) or policy in _VALID_POLICIES:
+        return
+    raise ConfigurationError(
+        f"on_error must be 'raise', 'skip' or a callable(record, exception), got {policy!r}"
+    )
+
+
+class Stream:
+    """A node in a stream graph; the root of every operator, source and sink.
+
+    Parameters follow streamz: ``upstream``/``upstreams`` connect the node,
+    ``stream_name`` labels it in reprs and graphs, ``loop`` pins the event
+    loop.  rivermark adds ``name`` (a stable identity for checkpoints) and
+    ``on_error`` (``"raise"`` (default), ``"skip"``, or a callable receiving
+    the record and the exception; nodes inherit their upstream's policy).
+
+    >>> source = Stream()
+    >>> out = source.map(lambda x: x + 1).sink_to_list()
+    >>> for i in range(3):
+    ...     source.emit(i)
+    >>> out
+    [1, 2, 3]
+    """
+
+    _graphviz_shape: ClassVar[str] = "ellipse"
+    _graphviz_style: ClassVar[str] = "rounded,filled"
+    _graphviz_fillcolor: ClassVar[str] = "white"
+    _graphviz_orientation: ClassVar[int] = 0
+    #: attributes shown in ``str(node)``
+    str_list: ClassVar[list[str]] = ["func", "predicate", "n", "interval"]
+    #: True for nodes whose ``update`` schedules work on an event loop
+    _is_async: ClassVar[bool] = False
+    #: names of attributes that make up the node's checkpointed state
+    _state_attrs: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(
+        self,
+        upstream: Stream | None = None,
+        upstreams: list[Stream] | None = None,
+        stream_name: str | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
+        asynchronous: bool | None = None,
+        ensure_io_loop: bool = False,
+        name: str | None = None,
+        on_error: ErrorPolicy | None = None,
+    ) -> None:
+        self.downstreams: list[Stream] = []
+        if upstreams is not None:
+            self.upstreams: list[Stream] = list(upstreams)
+        elif upstream is not None:
+            self.upstreams = [upstream]
+        else:
+            self.upstreams = []
+        self.stream_name = stream_name
+        if name is not None and (not isinstance(name, str) or not name):
+            raise ConfigurationError(f"name must be a non-empty string, got {name!r}")
+        self.name = name
+        _check_policy(on_error)
+        if on_error is None:
+            for up in self.upstreams:
+                if isinstance(up, Stream) and up.on_error is not None:
+                    on_error = up.on_error
+                    break
+        self.on_error: ErrorPolicy | None = on_error
+        self.error_count = 0
+        self.asynchronous = asynchronous
+        self._loop: asyncio.AbstractEventLoop | None = loop
+        if self._loop is None:
+            for up in self.upstreams:
+                if isinstance(up, Stream) and up._loop is not None:
+                    self._loop = up._loop
+                    break
+        if self._loop is None and (ensure_io_loop or self._is_async):
+            self._loop = runtime.current_loop()
+        self._loop_cache_version = -1
+        self._loop_needed: asyncio.AbstractEventLoop | None = None
+        for up in self.upstreams:
+            if isinstance(up, Stream):
+                up._add_downstream(self)
+        _bump()
+
+    # ------------------------------------------------------------------ API registry
+    @classmethod
+    def register_api(
+        cls, modifier: Callable[[Any], Any] = identity, attribute_name: str | None = None
+    ) -> Callable[[F], F]:
+        """Add a node class or function to the chaining API (as in streamz).
+
+        >>> @Stream.register_api(attribute_name="double")
+        ... class Double(Stream):
+        ...     def update(self, x, who=None, metadata=None):
+        ...         return self._emit(2 * x, metadata)
+        >>> s = Stream(); L = s.double().sink_to_list(); s.emit(4); L
+        [8]
+        """
+
+        def register(func: F) -> F:
+            @functools.wraps(func)  # type: ignore[arg-type]
+            def wrapped(*args: Any, **kwargs: Any) -> Any:
+                return func(*args, **kwargs)  # type: ignore[operator]
+
+            name = attribute_name or getattr(func, "__name__", None)
+            if not name:
+                raise ConfigurationError(f"register_api: cannot infer a name for {func!r}; pass attribute_name=")
+            setattr(cls, name, modifier(wrapped))
+            return func
+
+        return register
+
+    @classmethod
+    def register_plugin_entry_point(cls, entry_point: Any, modifier: Callable[[Any], Any] = identity) -> None:
+        """Register a lazily loaded plugin from an ``importlib.metadata`` entry point."""
+        from ..plugins import register_entry_point
+
+        register_entry_point(cls, entry_point, modifier)
+
+    # ------------------------------------------------------------------ graph shape
+    @property
+    def upstream(self) -> Stream | None:
+        """The single upstream (``None`` for a source)."""
+        if len(self.upstreams) > 1:
+            raise ValueError(f"{self!r} has more than one upstream; use .upstreams")
+        return self.upstreams[0] if self.upstreams else None
+
+    def _add_downstream(self, d: Stream) -> None:
+        if d not in self.downstreams:
+            self.downstreams.append(d)
+        _bump()
+
+    def connect(self, downstream: Stream) -> None:
+        """Connect this node to ``downstream`` (the same as creating it with ``upstream=self``)."""
+        self._add_downstream(downstream)
+        if self not in downstream.upstreams:
+            downstream.upstreams.append(self)
+        _bump()
+
+    def disconnect(self, downstream: Stream) -> None:
+        """Disconnect this node from ``downstream``."""
+        if downstream in self.downstreams:
+            self.downstreams.remove(downstream)
+        if self in downstream.upstreams:
+            downstream.upstreams.remove(self)
+        _bump()
+
+    def destroy(self, streams: list[Stream] | None = None) -> None:
+        """Unlink this node from its upstreams so it (and what only it feeds) can be freed."""
+        for up in list(streams if streams is not None else self.upstreams):
+            if self in up.downstreams:
+                up.downstreams.remove(self)
+            if self in self.upstreams:
+                self.upstreams.remove(up)
+        _bump()
+
+    def walk(self) -> Iterator[Stream]:
+        """Every node connected to this one (upstream or downstream), each once."""
+        seen: set[int] = set()
+        todo: list[Stream] = [self]
+        while todo:
+            n = todo.pop()
+            if id(n) in seen:
+                continue
+            seen.add(id(n))
+            yield n
+            todo.extend(reversed(n.downstreams))
+            todo.extend(reversed(n.upstreams))
+
+    # ------------------------------------------------------------------ loop
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop this node's asynchronous work runs on."""
+        if self._loop is None:
+            for n in self.walk():
+                if n._loop is not None:
+                    self._loop = n._loop
+                    break
+            else:
+                self._loop = runtime.current_loop() or runtime.background_loop()
+        return self._loop
+
+    def _downstream_loop(self) -> asyncio.AbstractEventLoop | None:
+        """The loop needed to run an emit from here, or None for a purely sync subgraph."""
+        if self._loop_cache_version == _GraphClock.version:
+            return self._loop_needed
+        found: Stream | None = None
+        seen: set[int] = set()
+        todo: list[Stream] = [self]
+        while todo:
+            n = todo.pop()
+            if id(n) in seen:
+                continue
+            seen.add(id(n))
+            if n._is_async:
+                found = n
+                break
+            todo.extend(n.downstreams)
+        self._loop_needed = found.loop if found is not None else None
+        self._loop_cache_version = _GraphClock.version
+        return self._loop_needed
+
+    # ------------------------------------------------------------------ data flow
+    def update(self, x: Any, who: Stream | None = None, metadata: Metadata | None = None) -> list[Awaitable[Any]] | None:
+        """Receive ``x`` from upstream ``who``; the base node passes it on."""
+        return self._emit(x, metadata)
+
+    def _emit(self, x: Any, metadata: Metadata | None = None) -> list[Awaitable[Any]] | None:
+        ds = self.downstreams
+        if len(ds) == 1:
+            return ds[0].update(x, self, metadata)
+        out: list[Awaitable[Any]] | None = None
+        for d in list(ds):
+            r = d.update(x, self, metadata)
+            if r:
+                if out is None:
+                    out = []
+                out.extend(r)
+        return out
+
+    def emit(self, x: Any, asynchronous: bool = False, metadata: Metadata | None = None) -> Any:
+        """Push ``x`` into the stream.
+
+        In a purely synchronous graph this runs every downstream function in the
+        calling thread and returns ``None``.  When the graph has asynchronous
+        nodes, the emit runs on the graph's event loop; with
+        ``asynchronous=True`` an awaitable is returned that finishes when all
+        downstream work (the slowest branch) has finished.
+        """
+        loop = self._downstream_loop()
+        if loop is None:
+            self._emit(x, metadata)
+            return _done() if asynchronous else None
+        if runtime.in_loop_thread(loop):
+            results = self._emit(x, metadata)
+            if asynchronous:
+                return runtime.gather_results(results)
+            return results
+        fut = asyncio.run_coroutine_threadsafe(self._emit_and_wait(x, metadata), loop)
+        if asynchronous:
+            return asyncio.wrap_future(fut)
+        return fut.result()
+
+    async def _emit_and_wait(self, x: Any, metadata: Metadata | None = None) -> None:
+        await runtime.gather_results(self._emit(x, metadata))
+
+    # ------------------------------------------------------------------ errors
+    def _user_error(self, x: Any, exc: BaseException, func: Any = None) -> None:
+        """Apply the node's error policy to ``exc`` raised by ``func`` on record ``x``.
+
+        Returns normally when the record is to be dropped (it then counts as
+        completed); raises :class:`UserFunctionError` otherwise.
+        """
+        self.error_count += 1
+        policy = self.on_error
+        if policy is None or policy == "raise":
+            fname = getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
+            rec = repr(x)
+            if len(rec) > 200:
+                rec = rec[:200] + "..."
+            raise UserFunctionError(
+                f"{self._display_name()}: user function {fname!r} raised "
+                f"{type(exc).__name__}: {exc} on record {rec}. Fix the function or the input, "
+                f"or set on_error='skip' (drop and count) or on_error=callable(record, exc) "
+                f"(e.g. send to a dead-letter sink) on this node or its source.",
+                node=self,
+                record=x,
+            ) from exc
+        if policy == "skip":
+            logger.debug("%s: skipped record after %r", self._display_name(), exc)
+            return
+        assert callable(policy)
+        policy(x, exc)
+
+    # ------------------------------------------------------------------ state (checkpoints)
+    def get_state(self) -> Any:
+        """The node's checkpointed state (``None`` for a stateless node).
+
+        The default collects :attr:`_state_attrs`.  The returned value must not
+        share mutable objects that the node changes later; the checkpoint
+        serialises it at once, during the barrier, so returning live
+        containers is fine.
+        """
+        if not self._state_attrs:
+            return None
+        return {a: getattr(self, a) for a in self._state_attrs}
+
+    def set_state(self, state: Any) -> None:
+        """Restore what :meth:`get_state` returned (in a fresh process)."""
+        if not self._state_attrs:
+            return
+        for a in self._state_attrs:
+            setattr(self, a, state[a])
+
+    @property
+    def is_stateful(self) -> bool:
+        """Whether this node takes part in checkpoints with state of its own."""
+        return bool(self._state_attrs) or type(self).get_state is not Stream.get_state
+
+    def state_signature(self) -> str:
+        """A short description of the node's configuration, compared on restore."""
+        return type(self).__name__
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """Start every source upstream of this node."""
+        for up in self.upstreams:
+            up.start()
+
+    def stop(self) -> None:
+        """Stop every source upstream of this node."""
+        for up in self.upstreams:
+            up.stop()
+
+    # ------------------------------------------------------------------ helpers for subclasses
+    def _retain_refs(self, metadata: Metadata | None, n: int = 1) -> None:
+        retain_refs(metadata, n)
+
+    def _release_refs(self, metadata: Metadata | None, n: int = 1) -> None:
+        release_refs(metadata, n)
+
+    def _release_after(self, results: list[Awaitable[Any]] | None, metadata: Metadata | None) -> list[Awaitable[Any]] | None:
+        """Release ``metadata`` now, or once the downstream awaitables finish."""
+        if not metadata:
+            return results
+        if not results:
+            release_refs(metadata)
+            return None
+
+        async def wait_then_release() -> None:
+            try:
+                await runtime.gather_results(results)
+            finally:
+                release_refs(metadata)
+
+        return [asyncio.ensure_future(wait_then_release())]
+
+    # ------------------------------------------------------------------ display
+    def _display_name(self) -> str:
+        label = self.name or self.stream_name
+        kind = type(self).__name__
+        return f"{kind}({label!r})" if label else kind
+
+    def __str__(self) -> str:
+        parts = []
+        for attr in self.str_list:
+            v = getattr(self, attr, None)
+            if v is not None:
+                parts.append(f"{attr}={getattr(v, '__name__', None) or v!r}")
+        label = f"{self.stream_name}; " if self.stream_name else ""
+        inner = label + ", ".join(parts)
+        return f"<{type(self).__name__}{': ' + inner if inner else ''}>"
+
+    __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        return str(self).replace("<", "&lt;").replace(">", "&gt;")
+
+    def visualize(self, filename: str = "mystream.png", **kwargs: Any) -> Any:
+        """Render the graph with graphviz (``pip install rivermark[viz]``)."""
+        from .graph import visualize
+
+        return visualize(self, filename, **kwargs)
+
+    def scatter(self, **kwargs: Any) -> Stream:
+        """Move records onto a Dask cluster (``pip install rivermark[dask]``)."""
+        from ..dask import scatter
+
+        return scatter(self, **kwargs)  # type: ignore[no-any-return]
+
+
+async def _done() -> None:
+    return None
+
+
+_thread_local = threading.local()

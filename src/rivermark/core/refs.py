@@ -1,0 +1,98 @@
+"""Completion tracking: knowing when a record has fully left the pipeline.
+
+A source that wants to know when a record is done attaches a
+:class:`RefCounter` to the record's metadata (a list of dicts, as in streamz:
+``[{"ref": counter, ...}]``).  The source holds one reference while it emits.
+Any node that keeps the record beyond the synchronous call (a buffer, a window,
+an asynchronous map, an asynchronous sink) retains the reference and releases
+it once the record (or what it became) has been passed on and the downstream
+work has finished.  When the count returns to zero the counter's callback runs,
+exactly once.
+
+Records without metadata cost nothing: every helper here returns at once when
+``metadata`` is empty.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+Metadata = list[dict[str, Any]]
+
+__all__ = ["RefCounter", "Metadata", "retain_refs", "release_refs", "merge_metadata"]
+
+
+class RefCounter:
+    """Count the places a record is still held; call ``callback`` when none remain.
+
+    >>> done = []
+    >>> ref = RefCounter(callback=lambda: done.append(True))
+    >>> ref.retain(); ref.retain(); ref.release()
+    >>> done
+    []
+    >>> ref.release(); done
+    [True]
+    >>> ref.release()  # a release after completion is ignored, never fires twice
+    >>> done
+    [True]
+    """
+
+    __slots__ = ("count", "callback", "done")
+
+    def __init__(self, initial: int = 0, callback: Callable[[], Any] | None = None) -> None:
+        self.count = initial
+        self.callback = callback
+        self.done = False
+
+    def retain(self, n: int = 1) -> None:
+        """Add ``n`` holders."""
+        self.count += n
+
+    def release(self, n: int = 1) -> None:
+        """Remove ``n`` holders; fire the callback when the last one leaves."""
+        if self.done:
+            return
+        self.count -= n
+        if self.count <= 0:
+            self.count = 0
+            self.done = True
+            cb = self.callback
+            if cb is not None:
+                cb()
+
+    def __repr__(self) -> str:
+        state = "done" if self.done else f"count={self.count}"
+        return f"<RefCounter {state}>"
+
+
+def retain_refs(metadata: Metadata | None, n: int = 1) -> None:
+    """Retain every reference counter found in ``metadata``."""
+    if not metadata:
+        return
+    for m in metadata:
+        ref = m.get("ref")
+        if ref is not None:
+            ref.retain(n)
+
+
+def release_refs(metadata: Metadata | None, n: int = 1) -> None:
+    """Release every reference counter found in ``metadata``."""
+    if not metadata:
+        return
+    for m in metadata:
+        ref = m.get("ref")
+        if ref is not None:
+            ref.release(n)
+
+
+def merge_metadata(parts: Iterable[Metadata | None]) -> Metadata | None:
+    """Concatenate metadata lists (for nodes that combine several records)."""
+    out: Metadata = []
+    for p in parts:
+        if p:
+            out.extend(p)
+    return out or None

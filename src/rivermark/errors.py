@@ -1,0 +1,40 @@
+"""Exceptions raised by rivermark.
+
+Every error derives from :class:`RivermarkError`, so ``except RivermarkError``
+catches anything the library raises on purpose.  Messages say what happened,
+quote the offending value, name the node, and say what to do.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "RivermarkError",
+    "ConfigurationError",
+    "UserFunctionError",
+    "GraphError",
+]
+
+
+class RivermarkError(Exception):
+    """Root of every exception raised by rivermark."""
+
+
+class ConfigurationError(RivermarkError, ValueError):
+    """A node, source, sink or job was constructed with invalid arguments."""
+
+
+class GraphError(RivermarkError):
+    """The stream graph is not in a shape that the requested action allows."""
+
+
+class UserFunctionError(RivermarkError):
+    """A user function raised while processing a record.
+
+    ``node`` is the node whose function raised, ``record`` the input it was
+    given; the original exception is chained as ``__cause__``.
+    """
+
+    def __init__(self, message: str, node: object, record: object) -> None:
+        super().__init__(message)
+        self.node = node
+        self.record = record

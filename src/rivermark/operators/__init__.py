@@ -1,0 +1,5 @@
+"""Operators, registered on :class:`rivermark.Stream` under streamz's method names."""
+
+from __future__ import annotations
+
+from . import transform as transform

@@ -1,0 +1,5 @@
+"""Sinks: where records leave the pipeline."""
+
+from __future__ import annotations
+
+from . import basic as basic

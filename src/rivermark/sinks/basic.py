@@ -1,0 +1,99 @@
+"""Synchronous sinks: ``sink(func)`` and ``sink_to_list()``.
+
+A synchronous sink completes a record when its call returns.  When ``func``
+returns an awaitable, the record completes only when it finishes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Any, ClassVar
+
+from ..core.node import Stream, check_callable
+from ..core.refs import Metadata, release_refs, retain_refs
+
+__all__ = ["Sink", "SinkToList"]
+
+
+@Stream.register_api(attribute_name="sink")
+class Sink(Stream):
+    """Call ``func(x, *args, **kwargs)`` on every record; nothing is emitted on.
+
+    Delivery through a user ``sink`` is at-least-once under checkpoints: after a
+    crash, records since the last checkpoint are passed to ``func`` again.
+
+    >>> s = Stream()
+    >>> seen = []
+    >>> _ = s.sink(seen.append)
+    >>> s.emit("a"); seen
+    ['a']
+    """
+
+    _graphviz_shape: ClassVar[str] = "trapezium"
+
+    def __init__(self, upstream: Stream, func: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        check_callable("sink", "func", func)
+        self.func = func
+        stream_name = kwargs.pop("stream_name", None)
+        name = kwargs.pop("name", None)
+        on_error = kwargs.pop("on_error", None)
+        self.args = args
+        self.kwargs = kwargs
+        Stream.__init__(self, upstream, stream_name=stream_name, name=name, on_error=on_error)
+
+    def update(self, x: Any, who: Stream | None = None, metadata: Metadata | None = None) -> list[Awaitable[Any]] | None:
+        try:
+            r = self.func(x, *self.args, **self.kwargs)
+        except Exception as e:
+            self._user_error(x, e, self.func)
+            return None
+        if r is not None and inspect.isawaitable(r):
+            retain_refs(metadata)
+            return [asyncio.ensure_future(self._finish(x, r, metadata))]
+        return None
+
+    async def _finish(self, x: Any, r: Awaitable[Any], metadata: Metadata | None) -> None:
+        try:
+            await r
+        except Exception as e:
+            self._user_error(x, e, self.func)
+        finally:
+            release_refs(metadata)
+
+
+@Stream.register_api(attribute_name="sink_to_list")
+class SinkToList(Stream):
+    """Append every record to the list ``L`` (returned by ``sink_to_list()``).
+
+    Under checkpoints the list is part of the job's state.
+
+    >>> s = Stream()
+    >>> L = s.sink_to_list()
+    >>> s.emit(1); s.emit(2); L
+    [1, 2]
+    """
+
+    _graphviz_shape: ClassVar[str] = "trapezium"
+    _state_attrs: ClassVar[tuple[str, ...]] = ("L",)
+
+    def __new__(cls, upstream: Stream, **kwargs: Any) -> Any:
+        node = super().__new__(cls)
+        node.__init__(upstream, **kwargs)
+        return node.L
+
+    def __init__(self, upstream: Stream, **kwargs: Any) -> None:
+        if getattr(self, "_initialised", False):
+            return
+        self._initialised = True
+        self.L: list[Any] = []
+        Stream.__init__(self, upstream, **kwargs)
+
+    def update(self, x: Any, who: Stream | None = None, metadata: Metadata | None = None) -> None:
+        self.L.append(x)
+        return None
+
+    def set_state(self, state: Any) -> None:
+        # keep the list object the user holds; replace its contents
+        self.L[:] = state["L"]

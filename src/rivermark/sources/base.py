@@ -1,0 +1,189 @@
+"""The source contract: how a source emits, pauses at a barrier, and resumes.
+
+A source is a node without upstreams that produces records on the event loop.
+Subclasses implement :meth:`Source.run` (an ``async`` loop) and pass every
+record through :meth:`Source._emit_record`, which
+
+* waits while a checkpoint barrier holds the source paused,
+* emits the record and awaits all asynchronous work downstream
+  (backpressure), and only then
+* moves the source's position past the record.
+
+Position: ``position()`` always names the *next* record the source would
+emit (for a file, the byte offset just after the last emitted record; for an
+iterable, the index of the next item; for Kafka, the next offset per
+partition).  A checkpoint stores it while the source is paused and no emit is
+in progress, so every record before the position has been emitted and every
+record at or after it has not.  ``seek(position)`` makes the next run resume
+there.  Sources that cannot replay (``replayable = False``) are reported by
+the job as at-most-once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, ClassVar
+
+from ..core import runtime
+from ..core.node import Stream
+from ..core.refs import Metadata
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Source"]
+
+
+class Source(Stream):
+    """Base class of every source node.
+
+    ``start()`` schedules :meth:`run` on the node's event loop and returns at
+    once; ``stop()`` asks it to end, cancels it if it is waiting, and releases
+    its resources (:meth:`close`).  ``finished`` becomes true when the source
+    is exhausted or stopped.
+    """
+
+    _is_async: ClassVar[bool] = True
+    _graphviz_shape: ClassVar[str] = "doubleoctagon"
+    #: whether ``seek`` can replay records after a restart
+    replayable: ClassVar[bool] = False
+
+    def __init__(self, start: bool = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.stopped = True
+        self.started = False
+        self.finished = False
+        self._task: asyncio.Task[None] | None = None
+        self._pause_requested = False
+        self._resume: asyncio.Event | None = None
+        self._emitting = False
+        self._position: Any = None
+        self._done_event: asyncio.Event | None = None
+        if start:
+            self.start()
+
+    # ---------------------------------------------------------------- contract
+    async def run(self) -> None:
+        """Produce records until exhausted or ``self.stopped``; override."""
+        raise NotImplementedError
+
+    def position(self) -> Any:
+        """JSON-serialisable position of the next record to emit."""
+        return self._position
+
+    def seek(self, position: Any) -> None:
+        """Resume from ``position`` (a value :meth:`position` returned)."""
+        self._position = position
+
+    def close(self) -> None:
+        """Release files, sockets, consumers; called once when the source ends."""
+
+    def state_signature(self) -> str:
+        return type(self).__name__
+
+    # ---------------------------------------------------------------- emitting
+    async def _emit_record(self, x: Any, next_position: Any = None, metadata: Metadata | None = None) -> None:
+        """Emit ``x``, wait for downstream, then advance to ``next_position``."""
+        if self._pause_requested:
+            await self._wait_resumed()
+        self._emitting = True
+        try:
+            results = self._emit(x, metadata)
+            if results:
+                await runtime.gather_results(results)
+            if next_position is not None:
+                self._position = next_position
+        finally:
+            self._emitting = False
+
+    async def _wait_resumed(self) -> None:
+        if self._resume is None:
+            self._resume = asyncio.Event()
+        while self._pause_requested:
+            await self._resume.wait()
+
+    # ---------------------------------------------------------------- barrier
+    def pause(self) -> None:
+        """Hold the source before its next emit (call on the loop thread)."""
+        self._pause_requested = True
+        if self._resume is None:
+            self._resume = asyncio.Event()
+        self._resume.clear()
+
+    async def wait_quiescent(self) -> None:
+        """Wait until the source is paused and no emit of it is in progress."""
+        while self._emitting:
+            await asyncio.sleep(0.0005)
+
+    def resume(self) -> None:
+        """Let a paused source go on."""
+        self._pause_requested = False
+        if self._resume is not None:
+            self._resume.set()
+
+    # ---------------------------------------------------------------- lifecycle
+    def start(self) -> None:
+        """Start producing on the event loop (returns at once)."""
+        if self.started and not self.finished:
+            return
+        self.started = True
+        self.stopped = False
+        self.finished = False
+        loop = self.loop
+        if runtime.in_loop_thread(loop):
+            self._launch()
+        else:
+            loop.call_soon_threadsafe(self._launch)
+
+    def _launch(self) -> None:
+        self._done_event = asyncio.Event()
+        self._task = asyncio.get_running_loop().create_task(self._main(), name=f"rivermark-source-{self._display_name()}")
+
+    async def _main(self) -> None:
+        try:
+            await self.run()
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            logger.exception("source %s failed", self._display_name())
+            self.error = True
+            raise
+        finally:
+            self.finished = True
+            self.stopped = True
+            try:
+                self.close()
+            finally:
+                if self._done_event is not None:
+                    self._done_event.set()
+
+    error: bool = False
+
+    def stop(self) -> None:
+        """Stop the source: no record is emitted after this returns on the loop thread."""
+        self.stopped = True
+        task = self._task
+        if task is None or task.done():
+            if not self.started:
+                self.close()
+            return
+        loop = task.get_loop()
+        if runtime.in_loop_thread(loop):
+            if not self._emitting:
+                task.cancel()
+        else:
+            loop.call_soon_threadsafe(self._cancel_if_idle)
+
+    def _cancel_if_idle(self) -> None:
+        if self._task is not None and not self._task.done() and not self._emitting:
+            self._task.cancel()
+
+    async def wait_finished(self) -> None:
+        """Wait until :meth:`run` has returned (exhausted or stopped)."""
+        while self._done_event is None:
+            await asyncio.sleep(0.001)
+        await self._done_event.wait()
+        if self._task is not None and self._task.done() and not self._task.cancelled():
+            exc = self._task.exception()
+            if exc is not None:
+                raise exc
