@@ -413,7 +413,8 @@ class Stream:
         for attr in self.str_list:
             v = getattr(self, attr, None)
             if v is not None:
-                parts.append(f"{attr}={getattr(v, '__name__', None) or v!r}")
+                fname = getattr(v, "__name__", None) if callable(v) else None
+                parts.append(f"{attr}={fname or repr(v)}")
         label = f"{self.stream_name}; " if self.stream_name else ""
         inner = label + ", ".join(parts)
         return f"<{type(self).__name__}{': ' + inner if inner else ''}>"

@@ -11,6 +11,7 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
+from ..core import runtime
 from ..core.node import Stream, check_callable
 from ..core.refs import Metadata, release_refs, retain_refs
 
@@ -41,6 +42,10 @@ class Sink(Stream):
         on_error = kwargs.pop("on_error", None)
         self.args = args
         self.kwargs = kwargs
+        # A coroutine function makes this an asynchronous node: emits then run
+        # on the event loop and wait for the awaitable (backpressure).
+        self._is_async = inspect.iscoroutinefunction(func)
+        self._inflight = 0
         Stream.__init__(self, upstream, stream_name=stream_name, name=name, on_error=on_error)
 
     def update(self, x: Any, who: Stream | None = None, metadata: Metadata | None = None) -> list[Awaitable[Any]] | None:
@@ -51,6 +56,11 @@ class Sink(Stream):
             return None
         if r is not None and inspect.isawaitable(r):
             retain_refs(metadata)
+            self._inflight += 1
+            if runtime.current_loop() is None:
+                # a plain function returned an awaitable in a synchronous graph
+                runtime.run_sync(self.loop, self._finish(x, r, metadata))
+                return None
             return [asyncio.ensure_future(self._finish(x, r, metadata))]
         return None
 
@@ -60,6 +70,7 @@ class Sink(Stream):
         except Exception as e:
             self._user_error(x, e, self.func)
         finally:
+            self._inflight -= 1
             release_refs(metadata)
 
 
