@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, ClassVar, TypeVar
 
 from ..errors import ConfigurationError, UserFunctionError
-from . import runtime
+from . import fusion, runtime
 from .refs import Metadata, release_refs, retain_refs
 
 logger = logging.getLogger(__name__)
@@ -99,7 +99,7 @@ class Stream:
     #: attributes shown in ``str(node)``
     str_list: ClassVar[list[str]] = ["func", "predicate", "n", "interval"]
     #: True for nodes whose ``update`` schedules work on an event loop
-    _is_async: ClassVar[bool] = False
+    _is_async: bool = False
     #: names of attributes that make up the node's checkpointed state
     _state_attrs: ClassVar[tuple[str, ...]] = ()
 
@@ -273,17 +273,28 @@ class Stream:
         return self._emit(x, metadata)
 
     def _emit(self, x: Any, metadata: Metadata | None = None) -> list[Awaitable[Any]] | None:
+        if self._push_version != _GraphClock.version:
+            self._downstream_push()
+        return self._push(x, metadata)  # type: ignore[no-any-return]
+
+    _push_version = -1
+    _sync_version = -1
+    _push: fusion.Push = fusion.no_downstream
+
+    def _downstream_push(self) -> fusion.Push:
+        """The (possibly fused) function that delivers a record to every downstream."""
+        if self._push_version == _GraphClock.version:
+            return self._push
         ds = self.downstreams
-        if len(ds) == 1:
-            return ds[0].update(x, self, metadata)
-        out: list[Awaitable[Any]] | None = None
-        for d in list(ds):
-            r = d.update(x, self, metadata)
-            if r:
-                if out is None:
-                    out = []
-                out.extend(r)
-        return out
+        if not ds:
+            push: fusion.Push = fusion.no_downstream
+        elif len(ds) == 1:
+            push = fusion.build_push(ds[0], self)
+        else:
+            push = fusion.fan_out([fusion.build_push(d, self) for d in ds])
+        self._push = push
+        self._push_version = _GraphClock.version
+        return push
 
     def emit(self, x: Any, asynchronous: bool = False, metadata: Metadata | None = None) -> Any:
         """Push ``x`` into the stream.
@@ -294,9 +305,14 @@ class Stream:
         ``asynchronous=True`` an awaitable is returned that finishes when all
         downstream work (the slowest branch) has finished.
         """
+        if self._sync_version == _GraphClock.version and not asynchronous:
+            # fast path: purely synchronous subgraph, push function built
+            self._push(x, metadata)
+            return None
         loop = self._downstream_loop()
         if loop is None:
             self._emit(x, metadata)
+            self._sync_version = self._push_version
             return _done() if asynchronous else None
         if runtime.in_loop_thread(loop):
             results = self._emit(x, metadata)

@@ -3,3 +3,4 @@
 from __future__ import annotations
 
 from . import transform as transform
+from . import fused as fused

@@ -54,7 +54,12 @@ class Sink(Stream):
         except Exception as e:
             self._user_error(x, e, self.func)
             return None
-        if r is not None and inspect.isawaitable(r):
+        if r is not None:
+            return self._after_call(x, r, metadata)
+        return None
+
+    def _after_call(self, x: Any, r: Any, metadata: Metadata | None) -> list[Awaitable[Any]] | None:
+        if inspect.isawaitable(r):
             retain_refs(metadata)
             self._inflight += 1
             if runtime.current_loop() is None:
@@ -91,7 +96,7 @@ class SinkToList(Stream):
 
     def __new__(cls, upstream: Stream, **kwargs: Any) -> Any:
         node = super().__new__(cls)
-        node.__init__(upstream, **kwargs)
+        node.__init__(upstream, **kwargs)  # type: ignore[misc]
         return node.L
 
     def __init__(self, upstream: Stream, **kwargs: Any) -> None:
