@@ -1,0 +1,25 @@
+"""Scale-out on a Dask cluster: ``Stream.scatter()``, ``DaskStream.gather()``.
+
+Importing this package registers ``scatter`` on :class:`rivermark.Stream` and
+the scattered operators on :class:`DaskStream` (see :mod:`rivermark.dask.core`).
+"""
+
+from __future__ import annotations
+
+from .. import operators as _operators  # noqa: F401  (local operators reused below)
+from .core import SCATTERED_OPERATORS as SCATTERED_OPERATORS
+from .core import DaskAccumulate as DaskAccumulate
+from .core import DaskGather as DaskGather
+from .core import DaskMap as DaskMap
+from .core import DaskScatter as DaskScatter
+from .core import DaskStarmap as DaskStarmap
+from .core import DaskStream as DaskStream
+from .core import Remote as Remote
+from .core import _register_scattered
+from .core import scatter as scatter
+from .errors import DaskConnectionError as DaskConnectionError
+from .errors import DaskError as DaskError
+from .errors import DaskWorkerLostError as DaskWorkerLostError
+
+#: streamz name -> scattered class, for the local operators available at import
+scattered_classes: dict[str, type] = _register_scattered()

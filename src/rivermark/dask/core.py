@@ -1,0 +1,764 @@
+"""Scattered streams: records as Dask futures, work submitted to a cluster.
+
+``Stream.scatter()`` turns a local stream into a :class:`DaskStream`, whose
+records are :class:`distributed.Future` objects.  On a ``DaskStream``,
+``map``, ``starmap`` and ``accumulate`` submit the user function to the
+cluster (``client.submit``) and pass the resulting futures on without
+waiting; the structural operators (``buffer``, ``zip``, ``combine_latest``,
+``union``, ``partition``, ``sliding_window``, ``timed_window``, ``delay``,
+``latest``, ``rate_limit``) are the local operators applied to futures.
+``gather()`` brings the results back as local values, in order, with up to
+``max_inflight`` futures outstanding at once (that is where the parallelism
+comes from; a full window pushes back on the source).
+
+Guarantees:
+
+* *Completion.*  ``gather`` holds a record's references from the moment the
+  future arrives until its value has been emitted downstream and the
+  downstream work has finished; it counts outstanding futures in
+  ``_inflight`` so a checkpoint barrier waits for them.
+* *State on the cluster.*  The scattered ``accumulate`` keeps its state as a
+  future; ``get_state()`` fetches the value (and restarts the task lineage
+  from it), ``set_state()`` puts a value back.  Scattered windows and joins
+  fetch the futures they hold in the same way.
+* *Worker failures.*  ``scatter`` sends each record inside its task (not with
+  ``client.scatter``), so every future can be recomputed from its lineage:
+  when a worker process dies, Dask reruns the lost tasks and the output is the
+  same.
+* *Scheduler loss.*  A lost scheduler connection fails the ``gather`` node with
+  :class:`~rivermark.dask.errors.DaskConnectionError`; nothing in flight is
+  marked complete, so the last checkpoint stays the one to resume from.
+
+The client is the ``client=`` given to ``scatter`` or else
+``distributed.default_client()``.  It must be a synchronous client (the
+default ``Client(...)``) or an asynchronous one running on the graph's loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+try:
+    import distributed
+    from distributed.client import FutureCancelledError
+    from distributed.scheduler import KilledWorker
+except ImportError as _e:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "rivermark.dask needs dask.distributed: pip install 'rivermark[dask]'"
+    ) from _e
+
+from ..core import runtime
+from ..core.node import Stream, check_callable, check_positive_int
+from ..core.refs import Metadata
+from ..errors import ConfigurationError
+from .errors import DaskConnectionError, DaskError, DaskWorkerLostError
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "DaskStream",
+    "DaskScatter",
+    "DaskGather",
+    "DaskMap",
+    "DaskStarmap",
+    "DaskAccumulate",
+    "Remote",
+    "scatter",
+    "SCATTERED_OPERATORS",
+]
+
+_NO_DEFAULT: Any = object()
+
+
+# ---------------------------------------------------------------------- worker-side helpers
+def _value(x: Any) -> Any:
+    """Identity run on a worker: makes a recomputable future out of a record."""
+    return x
+
+
+def _apply(func: Callable[..., Any], x: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    return func(x, *args, **kwargs)
+
+
+def _apply_star(
+    func: Callable[..., Any], x: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    return func(*x, *args, **kwargs)
+
+
+@dataclass(frozen=True)
+class _Step:
+    """What one scattered accumulate step produced (lives on the cluster)."""
+
+    state: Any
+    result: Any
+    error: BaseException | None
+
+
+def _accumulate_step(
+    func: Callable[..., Any],
+    state: Any,
+    x: Any,
+    returns_state: bool,
+    kwargs: dict[str, Any],
+) -> _Step:
+    # A failing step keeps the previous state (as the local accumulate does
+    # when the error policy drops the record); the error resurfaces in
+    # ``_step_result`` so ``gather`` applies the node's policy to it.
+    try:
+        out = func(state, x, **kwargs)
+        if returns_state:
+            new_state, result = out
+        else:
+            new_state = result = out
+    except Exception as e:
+        return _Step(state, None, e)
+    return _Step(new_state, result, None)
+
+
+def _step_state(step: _Step) -> Any:
+    return step.state
+
+
+def _step_result(step: _Step) -> Any:
+    if step.error is not None:
+        raise step.error
+    return step.result
+
+
+# ---------------------------------------------------------------------- futures in state
+@dataclass(frozen=True)
+class Remote:
+    """A value that was a Dask future when the checkpoint was taken.
+
+    Scattered nodes store ``Remote(value)`` in their checkpointed state in
+    place of each future, and turn it back into a future on restore.
+
+    >>> Remote(3)
+    Remote(value=3)
+    """
+
+    value: Any
+
+
+def _futures_in(obj: Any, out: list[Any]) -> list[Any]:
+    if isinstance(obj, distributed.Future):
+        out.append(obj)
+    elif isinstance(obj, (list, tuple, set, frozenset, deque)):
+        for v in obj:
+            _futures_in(v, out)
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            _futures_in(v, out)
+    return out
+
+
+def _rebuild(obj: Any, leaf: Callable[[Any], Any], kind: type) -> Any:
+    """Copy ``obj`` with every instance of ``kind`` replaced by ``leaf(instance)``."""
+    if isinstance(obj, kind):
+        return leaf(obj)
+    if isinstance(obj, deque):
+        return deque((_rebuild(v, leaf, kind) for v in obj), maxlen=obj.maxlen)
+    if isinstance(obj, list):
+        return [_rebuild(v, leaf, kind) for v in obj]
+    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
+        return tuple(_rebuild(v, leaf, kind) for v in obj)
+    if isinstance(obj, dict):
+        return {k: _rebuild(v, leaf, kind) for k, v in obj.items()}
+    return obj
+
+
+# ---------------------------------------------------------------------- client
+def _find_client(node: Stream) -> Any:
+    """The client given to an upstream ``scatter(client=...)``, else the default one."""
+    cached = node.__dict__.get("_client")
+    if cached is not None:
+        return cached
+    seen: set[int] = set()
+    todo = list(node.upstreams)
+    while todo:
+        n = todo.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        c = n.__dict__.get("_client")
+        if c is not None:
+            node._client = c  # type: ignore[attr-defined]
+            return c
+        todo.extend(n.upstreams)
+    try:
+        return distributed.default_client()
+    except ValueError:
+        raise ConfigurationError(
+            f"{node._display_name()}: no Dask client found; start one first "
+            f"(client = distributed.Client(cluster)) or pass scatter(client=client)"
+        ) from None
+
+
+def _check_client(node: Stream, client: Any) -> None:
+    status = getattr(client, "status", "running")
+    if status in ("closing", "closed", "failed"):
+        raise DaskConnectionError(
+            f"{node._display_name()}: the Dask client is {status!r} (the connection to the "
+            f"scheduler at {_address(client)!r} was lost or closed); the job stops here and "
+            f"resumes from its last checkpoint once a client is connected again"
+        )
+
+
+def _address(client: Any) -> str:
+    try:
+        return str(client.scheduler.address)
+    except Exception:
+        return "<unknown>"
+
+
+def _fetch_sync(node: Stream, obj: Any) -> Any:
+    """Gather the futures in ``obj`` from a thread that is not the client's loop."""
+    futures = _futures_in(obj, [])
+    if not futures:
+        return obj
+    client = futures[0].client
+    _check_client(node, client)
+    if client.loop.asyncio_loop is runtime.current_loop():
+        raise DaskError(
+            f"{node._display_name()}: cannot fetch state synchronously from an asynchronous "
+            f"Dask client running on the graph's own loop; use a synchronous "
+            f"distributed.Client(...) for checkpointed jobs"
+        )
+    values = client.gather(futures)
+    by_key = {f.key: v for f, v in zip(futures, values)}
+    return _rebuild(obj, lambda f: Remote(by_key[f.key]), distributed.Future)
+
+
+async def _guarded(coro: Awaitable[Any]) -> tuple[bool, Any]:
+    try:
+        return True, await coro
+    except BaseException as e:  # noqa: BLE001 - reported to the gather node
+        return False, e
+
+
+def _label(func: Any) -> str:
+    name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
+    return str(name or type(func).__name__).replace("<", "").replace(">", "").strip("_") or "task"
+
+
+def _start_fetch(client: Any, x: Any) -> asyncio.Future[tuple[bool, Any]]:
+    """Start gathering ``x`` on the client's loop; a future on the running loop."""
+    loop = asyncio.get_running_loop()
+    coro = _guarded(client.gather(x, asynchronous=True))
+    client_loop = client.loop.asyncio_loop
+    if client_loop is loop:
+        return asyncio.ensure_future(coro)
+    return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, client_loop), loop=loop)
+
+
+# ---------------------------------------------------------------------- nodes
+class DaskStream(Stream):
+    """A stream whose records are Dask futures (made by ``Stream.scatter()``).
+
+    ``map``, ``starmap`` and ``accumulate`` submit work to the cluster;
+    ``gather()`` returns to local values.
+
+    >>> from distributed import Client
+    >>> client = Client(processes=False, n_workers=1, dashboard_address=":0")
+    >>> source = Stream()
+    >>> total = source.scatter().map(lambda x: x * 10).accumulate(lambda a, b: a + b)
+    >>> out = total.gather()
+    >>> L = out.sink_to_list()
+    >>> for i in range(1, 4):
+    ...     source.emit(i)
+    >>> out.flush()
+    >>> L
+    [10, 30, 60]
+    >>> client.close()
+    """
+
+    _graphviz_fillcolor: ClassVar[str] = "lightblue"
+
+    @property
+    def client(self) -> Any:
+        """The Dask client this node submits to."""
+        return _find_client(self)
+
+    def _submit(self, func: Callable[..., Any], *args: Any, label: Any = None) -> Any:
+        client = self.client
+        _check_client(self, client)
+        # keys name the user's function, so errors and the dashboard say what ran
+        key = f"{_label(label if label is not None else func)}-{uuid.uuid4().hex}"
+        return client.submit(func, *args, key=key, pure=False)
+
+
+@Stream.register_api(attribute_name="scatter")
+@DaskStream.register_api(attribute_name="scatter")
+class DaskScatter(DaskStream):
+    """Send each record to the cluster; emit a Dask future of it.
+
+    The record travels inside a task, so its future can be recomputed if the
+    worker that holds it dies.  ``client=`` picks the client for this and
+    every scattered node downstream (default: ``distributed.default_client()``).
+
+    >>> s = Stream()
+    >>> type(s.scatter()).__name__
+    'DaskScatter'
+    """
+
+    def __init__(self, upstream: Stream, client: Any = None, **kwargs: Any) -> None:
+        if client is not None and not hasattr(client, "submit"):
+            raise ConfigurationError(
+                f"scatter: client must be a distributed.Client, got {client!r}; "
+                f"pass client=distributed.Client(...) or leave it out to use the default client"
+            )
+        if client is not None:
+            self._client = client
+        DaskStream.__init__(self, upstream, **kwargs)
+
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> list[Awaitable[Any]] | None:
+        ds = self.downstreams
+        if ds and all(type(d) in _INLINE_CONSUMERS for d in ds):
+            # Every consumer submits a task of its own: let the record travel
+            # inside that task instead of in one more (half the scheduler work).
+            return self._emit(_Inline(x), metadata)
+        return self._emit(self._submit(_value, x), metadata)
+
+
+class _Inline:
+    """A record on its way from ``scatter`` into the task of the node right after it."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+def _arg(x: Any) -> Any:
+    return x.value if type(x) is _Inline else x
+
+
+def scatter(upstream: Stream, **kwargs: Any) -> DaskScatter:
+    """``upstream.scatter(**kwargs)``: the entry point used by ``Stream.scatter``.
+
+    >>> s = Stream()
+    >>> isinstance(scatter(s), DaskStream)
+    True
+    """
+    return DaskScatter(upstream, **kwargs)
+
+
+@DaskStream.register_api(attribute_name="map")
+class DaskMap(DaskStream):
+    """Submit ``func(x, *args, **kwargs)`` for every future; emit the result's future.
+
+    >>> s = Stream()
+    >>> type(s.scatter().map(abs)).__name__
+    'DaskMap'
+    """
+
+    _worker_call: ClassVar[Callable[..., Any]] = staticmethod(_apply)
+
+    def __init__(
+        self, upstream: Stream, func: Callable[..., Any], *args: Any, **kwargs: Any
+    ) -> None:
+        check_callable("map", "func", func)
+        self.func = func
+        stream_name = kwargs.pop("stream_name", None)
+        name = kwargs.pop("name", None)
+        on_error = kwargs.pop("on_error", None)
+        self.args = args
+        self.kwargs = kwargs
+        DaskStream.__init__(self, upstream, stream_name=stream_name, name=name, on_error=on_error)
+
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> list[Awaitable[Any]] | None:
+        fut = self._submit(
+            type(self)._worker_call, self.func, _arg(x), self.args, self.kwargs, label=self.func
+        )
+        return self._emit(fut, metadata)
+
+
+@DaskStream.register_api(attribute_name="starmap")
+class DaskStarmap(DaskMap):
+    """Submit ``func(*x, *args, **kwargs)`` for every future of a tuple.
+
+    >>> s = Stream()
+    >>> type(s.scatter().starmap(max)).__name__
+    'DaskStarmap'
+    """
+
+    _worker_call: ClassVar[Callable[..., Any]] = staticmethod(_apply_star)
+
+
+@DaskStream.register_api(attribute_name="accumulate")
+class DaskAccumulate(DaskStream):
+    """A running ``state = func(state, x)`` computed on the cluster.
+
+    Parameters are those of the local ``accumulate``: ``start`` (the first
+    record is the initial state when omitted, and is emitted as it is),
+    ``returns_state`` (``func`` returns ``(state, result)``), ``with_state``
+    (emit ``(state, result)``).  The state is a future; ``get_state()``
+    fetches its value for a checkpoint and restarts the chain of tasks from
+    that value, so the scheduler can forget the steps before it (without
+    checkpoints the lineage, which makes worker failures recoverable, grows
+    by three small tasks per record).  A step whose ``func`` raises keeps the
+    previous state; ``gather`` applies the error policy to its result.
+
+    >>> s = Stream()
+    >>> acc = s.scatter().accumulate(lambda a, b: a + b, start=0)
+    >>> acc.get_state()
+    {'state': 0}
+    """
+
+    def __init__(
+        self,
+        upstream: Stream,
+        func: Callable[..., Any],
+        start: Any = _NO_DEFAULT,
+        returns_state: bool = False,
+        with_state: bool = False,
+        stream_name: str | None = None,
+        name: str | None = None,
+        on_error: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        check_callable("accumulate", "func", func)
+        self.func = func
+        self.state: Any = start
+        self.returns_state = returns_state
+        self.with_state = with_state
+        self.kwargs = kwargs
+        DaskStream.__init__(self, upstream, stream_name=stream_name, name=name, on_error=on_error)
+
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> list[Awaitable[Any]] | None:
+        if self.state is _NO_DEFAULT:
+            if type(x) is _Inline:
+                x = self._submit(_value, x.value)
+            self.state = x
+            out = (x, x) if self.with_state else x
+            return self._emit(out, metadata)
+        step = self._submit(
+            _accumulate_step,
+            self.func,
+            self.state,
+            _arg(x),
+            self.returns_state,
+            self.kwargs,
+            label=self.func,
+        )
+        self.state = self._submit(_step_state, step, label="accumulate-state")
+        result = self._submit(_step_result, step, label=self.func)
+        out = (self.state, result) if self.with_state else result
+        return self._emit(out, metadata)
+
+    def get_state(self) -> Any:
+        if self.state is _NO_DEFAULT:
+            return {"state": None, "started": False}
+        value = _fetch_sync(self, self.state)
+        if isinstance(value, Remote):
+            value = value.value
+            # Cut the task lineage: later steps depend on this fresh future,
+            # so the scheduler can forget the steps before the checkpoint.
+            self.state = self._submit(_value, value)
+        return {"state": value}
+
+    def set_state(self, state: Any) -> None:
+        if state.get("started", True):
+            # a plain value is a valid argument to client.submit
+            self.state = state["state"]
+        else:
+            self.state = _NO_DEFAULT
+
+    def state_signature(self) -> str:
+        return (
+            f"DaskAccumulate(func={getattr(self.func, '__qualname__', repr(self.func))}, "
+            f"returns_state={self.returns_state}, with_state={self.with_state})"
+        )
+
+
+#: node types that take a record from ``scatter`` as a plain value inside their own task
+_INLINE_CONSUMERS: frozenset[type] = frozenset({DaskMap, DaskStarmap, DaskAccumulate})
+
+
+@dataclass
+class _Pending:
+    record: Any
+    metadata: Metadata | None
+    fetch: asyncio.Future[tuple[bool, Any]]
+
+
+@DaskStream.register_api(attribute_name="gather")
+class DaskGather(Stream):
+    """Wait for the futures of a scattered stream and emit their values, in order.
+
+    Up to ``max_inflight`` futures are outstanding at once; while the window
+    is full, ``update`` returns an awaitable, so the source waits
+    (backpressure).  Values are emitted in arrival order of the futures.
+    A record is complete once its value has been emitted and the downstream
+    work has finished.  ``await node.wait_drained()`` (or ``node.flush()``
+    from another thread) waits until nothing is in flight and raises the
+    node's failure, if any.
+
+    >>> s = Stream()
+    >>> g = s.scatter().gather(max_inflight=4)
+    >>> g.max_inflight, g._inflight
+    (4, 0)
+    """
+
+    _is_async = True
+    _graphviz_fillcolor: ClassVar[str] = "lightblue"
+    str_list: ClassVar[list[str]] = ["max_inflight"]
+
+    def __init__(
+        self,
+        upstream: Stream,
+        max_inflight: int = 32,
+        stream_name: str | None = None,
+        name: str | None = None,
+        on_error: Any = None,
+    ) -> None:
+        check_positive_int("gather", "max_inflight", max_inflight)
+        self.max_inflight = max_inflight
+        self._inflight = 0
+        self._pending: deque[_Pending] = deque()
+        self._drainer: asyncio.Task[None] | None = None
+        self._changed: asyncio.Event | None = None
+        self.failure: BaseException | None = None
+        Stream.__init__(self, upstream, stream_name=stream_name, name=name, on_error=on_error)
+
+    # ------------------------------------------------------------ data flow
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> list[Awaitable[Any]] | None:
+        if self.failure is not None:
+            raise self.failure
+        if runtime.current_loop() is None:
+            # called outside any loop (a direct update() call): hop onto ours
+            runtime.run_sync(self.loop, self._update_and_wait(x, metadata))
+            return None
+        futures = _futures_in(x, [])
+        if futures:
+            # the futures know their client; a record without any passes through in order
+            _check_client(self, futures[0].client)
+        self._retain_refs(metadata)
+        self._inflight += 1
+        fetch: asyncio.Future[tuple[bool, Any]]
+        try:
+            if futures:
+                fetch = _start_fetch(futures[0].client, x)
+            else:
+                fetch = asyncio.get_running_loop().create_future()
+                fetch.set_result((True, x))
+        except Exception as e:
+            fetch = asyncio.get_running_loop().create_future()
+            fetch.set_result((False, e))
+        self._pending.append(_Pending(x, metadata, fetch))
+        if self._drainer is None or self._drainer.done():
+            self._drainer = asyncio.get_running_loop().create_task(self._drain())
+        if len(self._pending) >= self.max_inflight:
+            return [self._wait_room()]
+        return None
+
+    async def _update_and_wait(self, x: Any, metadata: Metadata | None) -> None:
+        await runtime.gather_results(self.update(x, None, metadata))
+
+    def _notify(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+
+    async def _wait_for(self, done: Callable[[], bool]) -> None:
+        while not done():
+            if self.failure is not None:
+                raise self.failure
+            if self._changed is None:
+                self._changed = asyncio.Event()
+            self._changed.clear()
+            await self._changed.wait()
+        if self.failure is not None:
+            raise self.failure
+
+    async def _wait_room(self) -> None:
+        await self._wait_for(lambda: len(self._pending) < self.max_inflight)
+
+    async def wait_drained(self) -> None:
+        """Wait until nothing is in flight here or in the asynchronous nodes upstream.
+
+        Upstream nodes (``buffer``, ``delay``, ...) count their held records in
+        ``_inflight``; they are polled, this node is awaited.
+        """
+        while True:
+            busy = [n for n in self._upstream_nodes() if getattr(n, "_inflight", 0)]
+            if not busy:
+                await self._wait_for(lambda: self._inflight == 0)
+                if not any(getattr(n, "_inflight", 0) for n in self._upstream_nodes()):
+                    return
+            else:
+                if self.failure is not None:
+                    raise self.failure
+                await asyncio.sleep(0.001)
+
+    def _upstream_nodes(self) -> list[Stream]:
+        seen: set[int] = set()
+        out: list[Stream] = []
+        todo = list(self.upstreams)
+        while todo:
+            n = todo.pop()
+            if id(n) in seen:
+                continue
+            seen.add(id(n))
+            out.append(n)
+            todo.extend(n.upstreams)
+        return out
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Block (from a thread other than the graph's loop) until drained."""
+        runtime.run_sync(self.loop, self.wait_drained(), timeout)
+
+    async def _drain(self) -> None:
+        while self._pending and self.failure is None:
+            p = self._pending[0]
+            try:
+                ok, value = await p.fetch
+                if ok:
+                    results = self._emit(value, p.metadata)
+                    if results:
+                        await runtime.gather_results(results)
+                else:
+                    self._fetch_failed(p, value)  # returns only if the record is dropped
+            except BaseException as e:  # noqa: BLE001 - the node fails, the job stops
+                self.failure = e
+                logger.error("%s failed: %s", self._display_name(), e)
+                self._notify()
+                if not isinstance(e, Exception):
+                    raise
+                return
+            self._pending.popleft()
+            self._inflight -= 1
+            self._release_refs(p.metadata)
+            self._notify()
+
+    def _fetch_failed(self, p: _Pending, exc: BaseException) -> None:
+        futures = _futures_in(p.record, [])
+        client = futures[0].client if futures else None
+        if isinstance(exc, KilledWorker):
+            raise DaskWorkerLostError(
+                f"{self._display_name()}: Dask gave up on a task after its workers died "
+                f"repeatedly ({exc}); check the workers' memory and logs, or raise "
+                f"distributed.scheduler.allowed-failures"
+            ) from exc
+        erred = [f for f in futures if f.status == "error"]
+        if erred and isinstance(exc, Exception):
+            self._user_error(p.record, exc, _TaskName(erred[0].key))
+            return
+        lost = isinstance(exc, (FutureCancelledError, OSError)) or (
+            client is not None and client.status != "running"
+        )
+        if lost:
+            reason = getattr(exc, "reason", None)
+            raise DaskConnectionError(
+                f"{self._display_name()}: lost the connection to the Dask scheduler at "
+                f"{_address(client)!r} while waiting for {p.record!r} "
+                f"({type(exc).__name__}: {exc}; reason {reason!r}); the job stops, its last "
+                f"checkpoint is intact; restart it once the scheduler is reachable"
+            ) from exc
+        raise DaskError(
+            f"{self._display_name()}: gathering {p.record!r} failed with "
+            f"{type(exc).__name__}: {exc}; the job stops, its last checkpoint is intact"
+        ) from exc
+
+    def state_signature(self) -> str:
+        return f"DaskGather(max_inflight={self.max_inflight})"
+
+
+class _TaskName:
+    """Names a Dask task in error messages (its key) where a function would be named."""
+
+    def __init__(self, key: Any) -> None:
+        self.__qualname__ = f"task {key!r}"
+
+
+# ---------------------------------------------------------------------- structural operators
+#: streamz names of the local operators that a scattered stream reuses as they are
+SCATTERED_OPERATORS: tuple[str, ...] = (
+    "buffer",
+    "zip",
+    "combine_latest",
+    "union",
+    "partition",
+    "sliding_window",
+    "timed_window",
+    "delay",
+    "latest",
+    "rate_limit",
+)
+
+
+class _RemoteState:
+    """Mixin for scattered versions of stateful local nodes: futures in state become values."""
+
+    def get_state(self) -> Any:
+        state = super().get_state()  # type: ignore[misc]
+        return _fetch_sync(self, state)  # type: ignore[arg-type]
+
+    def set_state(self, state: Any) -> None:
+        node: Any = self
+
+        def put_back(r: Remote) -> Any:
+            return node._submit(_value, r.value)
+
+        super().set_state(_rebuild(state, put_back, Remote))  # type: ignore[misc]
+
+    def state_signature(self) -> str:
+        return "Dask" + super().state_signature()  # type: ignore[misc]
+
+
+def _local_class(streamz_name: str) -> type[Stream] | None:
+    attr = Stream.__dict__.get(streamz_name)
+    cls = getattr(attr, "__wrapped__", None)
+    if isinstance(cls, type) and issubclass(cls, Stream) and not issubclass(cls, DaskStream):
+        return cls
+    return None
+
+
+def _camel(streamz_name: str) -> str:
+    return "".join(part.capitalize() for part in streamz_name.split("_"))
+
+
+def _register_scattered() -> dict[str, type]:
+    """Build ``DaskBuffer``, ``DaskZip``, ... from the local operators registered now."""
+    made: dict[str, type] = {}
+    for streamz_name in SCATTERED_OPERATORS:
+        base = _local_class(streamz_name)
+        if base is None:
+            logger.debug(
+                "no local %r operator registered; DaskStream.%s not added",
+                streamz_name,
+                streamz_name,
+            )
+            continue
+        stateful = bool(base._state_attrs) or base.get_state is not Stream.get_state
+        bases: tuple[type, ...] = (
+            (_RemoteState, DaskStream, base) if stateful else (DaskStream, base)
+        )
+        cls = type(
+            "Dask" + _camel(streamz_name),
+            bases,
+            {
+                "__module__": __name__,
+                "__doc__": (
+                    f"``{streamz_name}`` on a scattered stream: the local "
+                    f":class:`{base.__module__}.{base.__name__}` applied to Dask futures."
+                ),
+            },
+        )
+        DaskStream.register_api(attribute_name=streamz_name)(cls)
+        made[streamz_name] = cls
+    return made

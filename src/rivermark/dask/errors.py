@@ -1,0 +1,23 @@
+"""Failures of the Dask integration."""
+
+from __future__ import annotations
+
+from ..errors import RivermarkError
+
+__all__ = ["DaskError", "DaskConnectionError", "DaskWorkerLostError"]
+
+
+class DaskError(RivermarkError):
+    """Something went wrong on the Dask side of a scattered stream."""
+
+
+class DaskConnectionError(DaskError):
+    """The Dask client lost (or never had) its connection to the scheduler.
+
+    The job stops; its last checkpoint is left as it was, so the job can be
+    restarted from there once the scheduler is reachable again.
+    """
+
+
+class DaskWorkerLostError(DaskError):
+    """A task was retried on new workers until Dask gave up (``KilledWorker``)."""

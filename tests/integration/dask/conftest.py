@@ -1,0 +1,37 @@
+"""A real dask.distributed cluster of worker processes, started by the test session."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from distributed import Client, LocalCluster
+
+
+@pytest.fixture(scope="session")
+def dask_cluster() -> Iterator[LocalCluster]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cluster = LocalCluster(
+            n_workers=2,
+            processes=True,
+            threads_per_worker=1,
+            dashboard_address=":0",
+            scheduler_port=0,
+        )
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.fixture(scope="session")
+def client(dask_cluster: LocalCluster) -> Iterator[Any]:
+    c = Client(dask_cluster)
+    c.wait_for_workers(2)
+    try:
+        yield c
+    finally:
+        c.close()

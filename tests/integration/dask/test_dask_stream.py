@@ -1,0 +1,466 @@
+"""Scattered streams on a real LocalCluster of worker processes."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+import cloudpickle
+import pytest
+from distributed import Client
+
+from rivermark import RefCounter, Stream, UserFunctionError
+from rivermark.dask import (
+    SCATTERED_OPERATORS,
+    DaskAccumulate,
+    DaskConnectionError,
+    DaskGather,
+    DaskStream,
+    Remote,
+    scattered_classes,
+)
+from rivermark.errors import ConfigurationError
+
+# the workers cannot import this test module: ship its functions by value
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+pytestmark = pytest.mark.dask
+
+
+def inc(x: int) -> int:
+    return x + 1
+
+
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+def slow_square(x: int) -> int:
+    # later records finish first: results must still come back in order
+    time.sleep(0.002 * (20 - x % 20))
+    return x * x
+
+
+def fail_on_3(x: int) -> int:
+    if x == 3:
+        raise ValueError("three is bad")
+    return x
+
+
+def running_stats(state: tuple[int, int], x: int) -> tuple[tuple[int, int], float]:
+    n, total = state
+    n, total = n + 1, total + x
+    return (n, total), total / n
+
+
+def run(source: Stream, gathered: DaskGather, items: list[Any]) -> None:
+    for x in items:
+        source.emit(x)
+    gathered.flush(timeout=30)
+
+
+# ---------------------------------------------------------------- same output as local
+def test_map_accumulate_matches_local(client: Client) -> None:
+    items = list(range(30))
+    local = Stream()
+    mapped = local.map(inc).sink_to_list()
+    for x in items:
+        local.emit(x)
+    expected = list(itertools.accumulate(mapped, add))
+    source = Stream()
+    g = source.scatter().map(inc).accumulate(add, start=0).gather()
+    out = g.sink_to_list()
+    run(source, g, items)
+    assert out == expected
+    assert out[-1] == sum(range(1, 31))
+
+
+def test_starmap_and_map_args(client: Client) -> None:
+    source = Stream()
+    g = source.scatter().starmap(lambda a, b, k: (a - b) * k, 3).map(add, 100).gather()
+    out = g.sink_to_list()
+    run(source, g, [(5, 1), (2, 2), (0, 4)])
+    assert out == [112, 100, 88]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "first_is_passthrough"),
+    [({}, True), ({"start": 10}, False)],
+)
+def test_accumulate_start_like_local(
+    client: Client, kwargs: dict[str, Any], first_is_passthrough: bool
+) -> None:
+    source = Stream()
+    g = source.scatter().accumulate(add, **kwargs).gather()
+    out = g.sink_to_list()
+    run(source, g, [1, 2, 3])
+    assert out == ([1, 3, 6] if first_is_passthrough else [11, 13, 16])
+
+
+def test_accumulate_returns_state_and_with_state(client: Client) -> None:
+    source = Stream()
+    acc = source.scatter().accumulate(
+        running_stats, start=(0, 0), returns_state=True, with_state=True
+    )
+    g = acc.gather()
+    out = g.sink_to_list()
+    run(source, g, [2, 4, 9])
+    assert out == [((1, 2), 2.0), ((2, 6), 3.0), ((3, 15), 5.0)]
+
+
+def test_results_in_order_with_several_in_flight(client: Client) -> None:
+    source = Stream()
+    g = source.scatter().map(slow_square).gather(max_inflight=8)
+    seen_pending: list[int] = []
+    out: list[int] = []
+
+    def record(x: int) -> None:
+        seen_pending.append(len(g._pending))
+        out.append(x)
+
+    g.sink(record)
+    items = list(range(40))
+    run(source, g, items)
+    assert out == [x * x for x in items]
+    assert max(seen_pending) > 1, "futures were gathered one at a time"
+    assert max(seen_pending) <= 8, "more futures in flight than max_inflight"
+    assert g._inflight == 0
+
+
+def test_refs_released_only_after_downstream_received(client: Client) -> None:
+    source = Stream()
+    g = source.scatter().map(inc).gather(max_inflight=4)
+    out = g.sink_to_list()
+    seen_when_done: list[int] = []
+    refs = []
+    for x in range(10):
+        ref = RefCounter(initial=1, callback=lambda: seen_when_done.append(len(out)))
+        refs.append(ref)
+        source.emit(x, metadata=[{"ref": ref}])
+        ref.release()  # the emitter's own hold
+    g.flush(timeout=30)
+    assert out == list(range(1, 11))
+    assert all(r.done for r in refs)
+    # record i completed only once its result (the (i+1)-th output) had been emitted
+    assert seen_when_done == sorted(seen_when_done)
+    assert all(n >= i + 1 for i, n in enumerate(seen_when_done))
+
+
+# ---------------------------------------------------------------- errors
+def test_user_error_skip_drops_the_record(client: Client) -> None:
+    source = Stream()
+    g = source.scatter().map(fail_on_3).gather(on_error="skip")
+    out = g.sink_to_list()
+    run(source, g, [1, 2, 3, 4])
+    assert out == [1, 2, 4]
+    assert g.error_count == 1
+
+
+def test_user_error_raise_fails_gather_and_names_the_task(client: Client) -> None:
+    source = Stream()
+    g = source.scatter().map(fail_on_3).gather()
+    g.sink_to_list()
+    for x in [1, 2, 3]:
+        source.emit(x)
+    with pytest.raises(UserFunctionError, match="ValueError: three is bad") as info:
+        g.flush(timeout=30)
+    assert "task 'fail_on_3-" in str(info.value)
+    # the failed record is not completed: a checkpoint must not pass it
+    assert g._inflight == 1
+
+
+def test_accumulate_error_keeps_previous_state(client: Client) -> None:
+    def picky_add(a: int, b: int) -> int:
+        if b < 0:
+            raise ValueError("negative")
+        return a + b
+
+    source = Stream()
+    g = source.scatter().accumulate(picky_add, start=0).gather(on_error="skip")
+    out = g.sink_to_list()
+    run(source, g, [1, 2, -5, 3])
+    assert out == [1, 3, 6]
+
+
+def test_bad_arguments_are_configuration_errors() -> None:
+    with pytest.raises(ConfigurationError, match=re.escape("scatter: client must be")):
+        Stream().scatter(client="localhost:8786")
+    with pytest.raises(ConfigurationError, match=re.escape("max_inflight must be an integer")):
+        Stream().scatter().gather(max_inflight=0)
+    with pytest.raises(ConfigurationError, match=re.escape("map: func must be callable")):
+        Stream().scatter().map(3)
+
+
+# ---------------------------------------------------------------- checkpoint state
+def test_accumulate_state_is_fetched_and_restored(client: Client) -> None:
+    def build() -> tuple[Stream, DaskAccumulate, DaskGather, list[int]]:
+        source = Stream()
+        acc = source.scatter().accumulate(add, start=0)
+        g = acc.gather()
+        return source, acc, g, g.sink_to_list()
+
+    source, acc, g, out = build()
+    run(source, g, [1, 2, 3])
+    state = acc.get_state()
+    assert state == {"state": 6}
+    assert acc.is_stateful
+    assert "DaskAccumulate" in acc.state_signature()
+    # the lineage was cut but the stream goes on from the same value
+    run(source, g, [4])
+    assert out == [1, 3, 6, 10]
+
+    source2, acc2, g2, out2 = build()
+    acc2.set_state(state)
+    run(source2, g2, [4, 5])
+    assert out2 == [10, 15]
+
+
+def test_accumulate_state_before_first_record_round_trips(client: Client) -> None:
+    source = Stream()
+    acc = source.scatter().accumulate(add)
+    state = acc.get_state()
+    acc.set_state(state)
+    g = acc.gather()
+    out = g.sink_to_list()
+    run(source, g, [5, 6])
+    assert out == [5, 11]
+
+
+def test_remote_state_helpers_round_trip(client: Client) -> None:
+    from rivermark.dask.core import _fetch_sync, _rebuild
+
+    node = Stream().scatter()
+    futs = [client.submit(inc, i, pure=False) for i in range(3)]
+    state = {"buf": [futs[0], (futs[1], 7)], "last": futs[2]}
+    fetched = _fetch_sync(node, state)
+    assert fetched == {"buf": [Remote(1), (Remote(2), 7)], "last": Remote(3)}
+    back = _rebuild(fetched, lambda r: client.submit(inc, r.value, pure=False), Remote)
+    assert client.gather(back["buf"][1][0]) == 3
+
+
+# ---------------------------------------------------------------- structural operators
+def _builders() -> dict[str, Any]:
+    """streamz name -> function(stream, other) -> node, used with the same args locally."""
+    return {
+        "buffer": lambda s, o: s.buffer(4),
+        "zip": lambda s, o: s.zip(o),
+        "combine_latest": lambda s, o: s.combine_latest(o, emit_on=s),
+        "union": lambda s, o: s.union(o),
+        "partition": lambda s, o: s.partition(3),
+        "sliding_window": lambda s, o: s.sliding_window(3, return_partial=False),
+        "latest": lambda s, o: s.latest(),
+        "delay": lambda s, o: s.delay(0.001),
+        "rate_limit": lambda s, o: s.rate_limit(0.0005),
+        "timed_window": None,  # output depends on timing; checked separately for types only
+    }
+
+
+def test_every_local_structural_operator_has_a_scattered_twin() -> None:
+    for name in SCATTERED_OPERATORS:
+        local_attr = Stream.__dict__.get(name)
+        if local_attr is None:
+            assert name not in scattered_classes
+            continue
+        cls = scattered_classes[name]
+        assert issubclass(cls, DaskStream)
+        assert issubclass(cls, local_attr.__wrapped__)
+        assert DaskStream.__dict__[name].__wrapped__ is cls
+
+
+def test_structural_operators_match_local(client: Client) -> None:
+    """Each scattered operator gives the same output as the local one (those present)."""
+    checked = []
+    items = list(range(12))
+    for name, build in _builders().items():
+        if name not in scattered_classes or build is None:
+            continue
+        a, b = Stream(), Stream()
+        local_node = build(a, b)
+        expected = local_node.sink_to_list()
+        sa, sb = Stream(), Stream()
+        node = build(sa.scatter(), sb.scatter())
+        assert isinstance(node, DaskStream)
+        g = node.gather()
+        out = g.sink_to_list()
+        for x in items:
+            a.emit(x)
+            b.emit(-x)
+            sa.emit(x)
+            sb.emit(-x)
+        g.flush(timeout=30)
+        assert [_plain(v) for v in out] == [_plain(v) for v in expected], name
+        checked.append(name)
+    assert len(checked) == len(
+        [n for n, b in _builders().items() if b is not None and n in scattered_classes]
+    )
+
+
+def _plain(v: Any) -> Any:
+    return list(v) if isinstance(v, (list, tuple)) else v
+
+
+# ---------------------------------------------------------------- failures of the cluster
+def test_worker_killed_mid_run_does_not_change_output(client: Client) -> None:
+    before = client.run(os.getpid)
+    victim = next(iter(before.values()))
+    items = list(range(60))
+    expected = list(itertools.accumulate((x * x for x in items), add))
+
+    source = Stream()
+    g = source.scatter().map(slow_square).accumulate(add, start=0).gather(max_inflight=16)
+    out: list[int] = []
+    killed: list[int] = []
+
+    def collect(x: int) -> None:
+        out.append(x)
+        if len(out) == 10 and not killed:
+            os.kill(victim, signal.SIGKILL)
+            killed.append(victim)
+
+    g.sink(collect)
+    run(source, g, items)
+    assert killed == [victim]
+    assert out == expected
+    client.wait_for_workers(2, timeout=30)
+    assert victim not in client.run(os.getpid).values()
+
+
+def test_lost_scheduler_is_an_error_that_says_so(tmp_path: Any) -> None:
+    # a scheduler of our own in a separate process, killed with SIGKILL
+    scheduler_file = tmp_path / "scheduler.json"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "distributed.cli.dask_scheduler",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--no-dashboard",
+            "--scheduler-file",
+            str(scheduler_file),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        own = Client(scheduler_file=str(scheduler_file), set_as_default=False, timeout=20)
+        own._timeout = 1  # reconnect attempts after the loss: give up quickly
+        source = Stream()
+        # no worker: the task stays pending until the scheduler disappears
+        g = source.scatter(client=own).map(inc).gather()
+        out = g.sink_to_list()
+        ref = RefCounter(initial=1)
+        source.emit(1, metadata=[{"ref": ref}])
+        ref.release()
+        proc.kill()
+        proc.wait(timeout=10)
+        with pytest.raises(DaskConnectionError, match="lost the connection to the Dask scheduler"):
+            g.flush(timeout=30)
+        assert out == []
+        assert not ref.done, "a record lost with the scheduler must not count as complete"
+        with pytest.raises(DaskConnectionError, match="lost the connection"):
+            source.emit(2)
+        own.close(timeout=5)
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def test_scattered_buffer_state_holds_values_not_futures(client: Client) -> None:
+    source = Stream()
+    buf = source.scatter().map(inc).buffer(4)
+    assert type(buf).__name__ == "DaskBuffer"
+    assert buf.state_signature() == "DaskBuffer(n=4)"
+    # a record parked in the buffer, as a checkpoint barrier would find it
+    buf._items.append((client.submit(inc, 41, pure=False), None))
+    state = buf.get_state()
+    assert state == {"items": [Remote(42)]}
+    cloudpickle.loads(cloudpickle.dumps(state))
+
+    source2 = Stream()
+    buf2 = source2.scatter().map(inc).buffer(4)
+    g2 = buf2.gather()
+    out = g2.sink_to_list()
+    buf2.set_state(state)
+    run(source2, g2, [1])
+    assert out == [42, 2]
+
+
+# ---------------------------------------------------------------- the job process killed
+CRASH_JOB = os.path.join(os.path.dirname(__file__), "crash_job.py")
+
+
+def _run_job(address: str, workdir: Any, n: int) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, CRASH_JOB, address, str(workdir), str(n)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
+
+@pytest.mark.crash
+def test_checkpointed_job_killed_repeatedly_gives_identical_output(
+    client: Client, tmp_path: Any
+) -> None:
+    import random
+
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+    address = client.scheduler.address
+    n = 100
+
+    clean = tmp_path / "clean"
+    clean.mkdir()
+    proc = _run_job(address, clean, n)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err.decode()
+    expected = (clean / "result.txt").read_bytes()
+
+    crashed = tmp_path / "crashed"
+    crashed.mkdir()
+    ckpt = crashed / "checkpoint.pkl"
+    kills = 0
+    while True:
+        before = ckpt.stat().st_mtime_ns if ckpt.exists() else None
+        proc = _run_job(address, crashed, n)
+        if kills < 5:
+            # wait for progress past the restored checkpoint, then kill at a random moment
+            deadline = time.monotonic() + 60
+            while (ckpt.stat().st_mtime_ns if ckpt.exists() else None) == before:
+                assert proc.poll() is None, f"job ended early (seed {seed})"
+                assert time.monotonic() < deadline, f"job made no progress (seed {seed})"
+                time.sleep(0.01)
+            time.sleep(rng.uniform(0.0, 0.3))
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+                kills += 1
+                continue
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err.decode()
+        break
+    assert kills == 5, f"seed {seed}"
+    assert (crashed / "result.txt").read_bytes() == expected, f"seed {seed}"
+    assert expected.splitlines()[-1] == str(sum(x * x for x in range(n))).encode()
+
+
+def test_scattered_timed_window_gathers_lists_of_values(client: Client) -> None:
+    from rivermark.testing import wait_for
+
+    source = Stream()
+    g = source.scatter().map(inc).timed_window(0.01).gather()
+    out = g.sink_to_list()
+    for x in range(6):
+        source.emit(x)
+    wait_for(lambda: sum(len(w) for w in out) == 6, timeout=20)
+    g.flush(timeout=20)
+    assert [v for w in out for v in w] == [1, 2, 3, 4, 5, 6]
+    assert all(isinstance(w, list) for w in out)
