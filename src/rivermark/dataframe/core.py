@@ -1,0 +1,737 @@
+"""Streaming DataFrames and Series: pandas batches flowing through a stream.
+
+A :class:`DataFrame` wraps a :class:`~rivermark.core.node.Stream` whose
+records are ``pandas.DataFrame`` batches, together with an ``example`` (an
+empty frame with the right columns and dtypes).  Element-wise operations
+build ``map`` nodes; reductions and windows build stateful aggregation nodes
+(:mod:`rivermark.dataframe.aggregations`) that a checkpointing job saves and
+restores.  As in streamz, ``DataFrame``/``Series`` carry a batch per record
+("streaming"), ``DataFrames``/``Seriess`` the latest full result ("updating").
+
+Objects derived element-wise from the same DataFrame remember how they were
+computed from it, so ``sdf.x + sdf.y`` or ``sdf[sdf.x > 0]`` need no zip: they
+are computed together, from the same batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+from collections.abc import Callable
+from typing import Any
+
+import pandas as pd
+
+from ..core.node import Stream
+from ..errors import ConfigurationError, RivermarkError
+from . import aggregations as aggs
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "Streaming",
+    "Frame",
+    "Frames",
+    "DataFrame",
+    "Series",
+    "Index",
+    "DataFrames",
+    "Seriess",
+    "SchemaError",
+    "to_dataframe",
+]
+
+
+class SchemaError(RivermarkError, TypeError):
+    """A batch emitted into a streaming DataFrame does not match its example."""
+
+
+def _identity(x: Any) -> Any:
+    return x
+
+
+def _example_of(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    vals = [a.example if isinstance(a, Streaming) else a for a in args]
+    return func(*vals, **kwargs)
+
+
+class Streaming:
+    """A stream of values with an ``example`` of what flows; the base of every frame.
+
+    >>> s = Stream()
+    >>> sc = Streaming(s, example=0)
+    >>> L = (sc * 2).stream.sink_to_list()
+    >>> s.emit(3); L
+    [6]
+    """
+
+    _stream_type = "streaming"
+
+    def __init__(
+        self,
+        stream: Stream | None = None,
+        example: Any = None,
+        stream_type: str | None = None,
+    ) -> None:
+        self.stream = stream if stream is not None else Stream()
+        self.example = example
+        if stream_type is not None:
+            if stream_type not in ("streaming", "updating"):
+                raise ConfigurationError(
+                    f"{type(self).__name__}: stream_type must be 'streaming' or 'updating', "
+                    f"got {stream_type!r}"
+                )
+            self._stream_type = stream_type
+        # how this object is computed from a root stream's record (for combining)
+        self._root: Stream = self.stream
+        self._fn: Callable[[Any], Any] = _identity
+
+    # ---------------------------------------------------------------- building blocks
+    @staticmethod
+    def map_partitions(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Apply ``func`` to each record; streaming arguments are replaced by their records.
+
+        Arguments derived from the same root stream are evaluated on the same
+        record, so ``map_partitions(operator.add, sdf.x, sdf.y)`` works.
+        """
+        example = kwargs.pop("example", None)
+        stream_type = kwargs.pop("stream_type", None)
+        streams = [a for a in args if isinstance(a, Streaming)]
+        if not streams:
+            raise ConfigurationError(
+                "map_partitions: pass at least one streaming DataFrame/Series argument"
+            )
+        if example is None:
+            try:
+                example = _example_of(func, args, kwargs)
+            except Exception as e:  # the function may not work on empty examples
+                logger.debug("map_partitions: no example from %r: %r", func, e)
+                example = None
+        first = streams[0]
+        if stream_type is None:
+            stream_type = first._stream_type
+        distinct = {id(a.stream) for a in streams}
+        if len(distinct) == 1:
+            pos = [i for i, a in enumerate(args) if isinstance(a, Streaming)]
+            const = list(args)
+
+            def apply(x: Any) -> Any:
+                vals = list(const)
+                for i in pos:
+                    vals[i] = x
+                return func(*vals, **kwargs)
+
+            out_stream = first.stream.map(apply)  # type: ignore[attr-defined]
+            root, parent_fn = first._root, first._fn
+
+            def fn(v: Any) -> Any:
+                return apply(parent_fn(v))
+
+        else:
+            roots = {id(a._root) for a in streams}
+            if len(roots) != 1:
+                raise ConfigurationError(
+                    f"map_partitions({getattr(func, '__name__', func)!r}): the arguments come "
+                    "from different source streams; combine frames derived from the same "
+                    "DataFrame, or join their streams first (e.g. with zip) and build one "
+                    "DataFrame from the result"
+                )
+            root = first._root
+            fns = [(a._fn if isinstance(a, Streaming) else None) for a in args]
+
+            def fn(v: Any) -> Any:
+                vals = [f(v) if f is not None else a for f, a in zip(fns, args)]
+                return func(*vals, **kwargs)
+
+            out_stream = root.map(fn)  # type: ignore[attr-defined]
+        out = _wrap(out_stream, example, stream_type)
+        out._root = root
+        out._fn = fn
+        return out
+
+    def accumulate_node(self, node: Stream, example: Any, stream_type: str = "updating") -> Any:
+        """Wrap a stateful node built on ``self.stream`` (its output becomes a new root)."""
+        return _wrap(node, example, stream_type)
+
+    # ---------------------------------------------------------------- operators
+    def _binop(self, other: Any, op: Callable[[Any, Any], Any]) -> Any:
+        return self.map_partitions(op, self, other)
+
+    def _rbinop(self, other: Any, op: Callable[[Any, Any], Any]) -> Any:
+        return self.map_partitions(op, other, self)
+
+    def __add__(self, o: Any) -> Any:
+        return self._binop(o, operator.add)
+
+    def __radd__(self, o: Any) -> Any:
+        return self._rbinop(o, operator.add)
+
+    def __sub__(self, o: Any) -> Any:
+        return self._binop(o, operator.sub)
+
+    def __rsub__(self, o: Any) -> Any:
+        return self._rbinop(o, operator.sub)
+
+    def __mul__(self, o: Any) -> Any:
+        return self._binop(o, operator.mul)
+
+    def __rmul__(self, o: Any) -> Any:
+        return self._rbinop(o, operator.mul)
+
+    def __truediv__(self, o: Any) -> Any:
+        return self._binop(o, operator.truediv)
+
+    def __rtruediv__(self, o: Any) -> Any:
+        return self._rbinop(o, operator.truediv)
+
+    def __floordiv__(self, o: Any) -> Any:
+        return self._binop(o, operator.floordiv)
+
+    def __rfloordiv__(self, o: Any) -> Any:
+        return self._rbinop(o, operator.floordiv)
+
+    def __mod__(self, o: Any) -> Any:
+        return self._binop(o, operator.mod)
+
+    def __rmod__(self, o: Any) -> Any:
+        return self._rbinop(o, operator.mod)
+
+    def __pow__(self, o: Any) -> Any:
+        return self._binop(o, operator.pow)
+
+    def __rpow__(self, o: Any) -> Any:
+        return self._rbinop(o, operator.pow)
+
+    def __and__(self, o: Any) -> Any:
+        return self._binop(o, operator.and_)
+
+    def __rand__(self, o: Any) -> Any:
+        return self._rbinop(o, operator.and_)
+
+    def __or__(self, o: Any) -> Any:
+        return self._binop(o, operator.or_)
+
+    def __ror__(self, o: Any) -> Any:
+        return self._rbinop(o, operator.or_)
+
+    def __xor__(self, o: Any) -> Any:
+        return self._binop(o, operator.xor)
+
+    def __lt__(self, o: Any) -> Any:
+        return self._binop(o, operator.lt)
+
+    def __le__(self, o: Any) -> Any:
+        return self._binop(o, operator.le)
+
+    def __gt__(self, o: Any) -> Any:
+        return self._binop(o, operator.gt)
+
+    def __ge__(self, o: Any) -> Any:
+        return self._binop(o, operator.ge)
+
+    def __eq__(self, o: Any) -> Any:  # type: ignore[override]
+        return self._binop(o, operator.eq)
+
+    def __ne__(self, o: Any) -> Any:  # type: ignore[override]
+        return self._binop(o, operator.ne)
+
+    __hash__ = object.__hash__
+
+    def __neg__(self) -> Any:
+        return self.map_partitions(operator.neg, self)
+
+    def __abs__(self) -> Any:
+        return self.map_partitions(operator.abs, self)
+
+    def __invert__(self) -> Any:
+        return self.map_partitions(operator.invert, self)
+
+    # ---------------------------------------------------------------- misc
+    def emit(self, x: Any) -> Any:
+        """Push one batch into the underlying stream (checked against the example)."""
+        self.verify(x)
+        return self.stream.emit(x)
+
+    def verify(self, x: Any) -> None:
+        """Check that ``x`` is like the example (overridden by frames)."""
+
+    def start(self) -> None:
+        """Start the sources upstream."""
+        self.stream.start()
+
+    def stop(self) -> None:
+        """Stop the sources upstream."""
+        self.stream.stop()
+
+    def __repr__(self) -> str:
+        ex = self.example
+        if hasattr(ex, "head"):
+            ex = ex.head(2)
+        return f"{type(self).__name__} - elements like:\n{ex!r}"
+
+    def _repr_html_(self) -> str:
+        ex = self.example
+        body = ex.head(2)._repr_html_() if hasattr(ex, "_repr_html_") else repr(ex)
+        return f"<h5>{type(self).__name__} - elements like</h5>\n{body}"
+
+
+class BaseFrame(Streaming):
+    """Element-wise methods shared by every frame type.
+
+    >>> source = Stream()
+    >>> sdf = DataFrame(source, example=pd.DataFrame({"x": [0.0]}).iloc[:0])
+    >>> L = sdf.round(1).x.stream.sink_to_list()
+    >>> source.emit(pd.DataFrame({"x": [1.26]})); L[0].tolist()
+    [1.3]
+    """
+
+    def round(self, decimals: int = 0) -> Any:
+        """Round each batch to ``decimals`` places."""
+        return self.map_partitions(lambda x: x.round(decimals), self)
+
+    def reset_index(self, *args: Any, **kwargs: Any) -> Any:
+        """``reset_index`` on each batch."""
+        return self.map_partitions(lambda x: x.reset_index(*args, **kwargs), self)
+
+    def set_index(self, index: Any, **kwargs: Any) -> Any:
+        """``set_index`` on each batch."""
+        return self.map_partitions(lambda x: x.set_index(index, **kwargs), self)
+
+    def tail(self, n: int = 5) -> Any:
+        """The last ``n`` rows of each batch."""
+        return self.map_partitions(lambda x: x.tail(n), self)
+
+    def astype(self, dt: Any) -> Any:
+        """Cast each batch to ``dt``."""
+        return self.map_partitions(lambda x: x.astype(dt), self)
+
+    def map(self, func: Any, na_action: Any = None) -> Any:
+        """Element-wise ``map`` (``Series.map``, or ``DataFrame.map`` for frames)."""
+        return self.map_partitions(lambda x: x.map(func, na_action=na_action), self)
+
+    @property
+    def index(self) -> Any:
+        """The index of each batch."""
+        return self.map_partitions(lambda x: x.index, self)
+
+    @property
+    def size(self) -> Any:
+        """Number of elements: a running total for streaming frames."""
+        return self._reduce(aggs.Size())
+
+    def _reduce(self, agg: aggs.Aggregation) -> Any:
+        node = aggs.Aggregate(self.stream, agg, example=self.example)
+        example = agg.example_result(self.example)
+        return self.accumulate_node(node, example, "updating")
+
+
+class Frame(BaseFrame):
+    """Methods of streaming (batch-per-record) DataFrames and Series.
+
+    >>> source = Stream()
+    >>> s = Series(source, example=pd.Series([], dtype=float))
+    >>> L = s.mean().stream.sink_to_list()
+    >>> source.emit(pd.Series([1.0, 3.0])); [float(v) for v in L]
+    [2.0]
+    """
+
+    _stream_type = "streaming"
+
+    def groupby(self, other: Any) -> Any:
+        """Group by column label(s); then ``.sum()``, ``.mean()`` ... keep running results."""
+        from .groupby import GroupBy
+
+        return GroupBy(self, other)
+
+    def aggregate(self, aggregation: aggs.Aggregation, start: Any = None) -> Any:
+        """Run an :class:`~rivermark.dataframe.aggregations.Aggregation` over everything seen."""
+        node = aggs.Aggregate(self.stream, aggregation, start=start, example=self.example)
+        example = aggregation.example_result(self.example)
+        return self.accumulate_node(node, example, "updating")
+
+    def sum(self, start: Any = None) -> Any:
+        """Running sum (of each column for a DataFrame)."""
+        return self.aggregate(aggs.Sum(), start=start)
+
+    def count(self, start: Any = None) -> Any:
+        """Running count of non-null values."""
+        return self.aggregate(aggs.Count(), start=start)
+
+    def mean(self, start: Any = None) -> Any:
+        """Running mean."""
+        return self.aggregate(aggs.Mean(), start=start)
+
+    def var(self, ddof: int = 1, start: Any = None) -> Any:
+        """Running variance."""
+        return self.aggregate(aggs.Var(ddof=ddof), start=start)
+
+    def std(self, ddof: int = 1, start: Any = None) -> Any:
+        """Running standard deviation."""
+        return self.aggregate(aggs.Var(ddof=ddof, sqrt=True), start=start)
+
+    def rolling(
+        self, window: Any, min_periods: int = 1, with_state: bool = False, start: Any = None
+    ) -> Any:
+        """pandas-style rolling aggregations across batch boundaries (``window`` rows or a time)."""
+        from .windows import Rolling
+
+        return Rolling(self, window, min_periods, with_state, start)
+
+    def window(
+        self, n: Any = None, value: Any = None, with_state: bool = False, start: Any = None
+    ) -> Any:
+        """Aggregations over the last ``n`` rows, or the last ``value`` of time (``"10s"``)."""
+        from .windows import Window
+
+        return Window(self, n=n, value=value, with_state=with_state, start=start)
+
+    def expanding(self, with_state: bool = False, start: Any = None) -> Any:
+        """Aggregations over everything seen so far."""
+        from .windows import Expanding
+
+        return Expanding(self, with_state=with_state, start=start)
+
+    def ewm(
+        self,
+        com: float | None = None,
+        span: float | None = None,
+        halflife: float | None = None,
+        alpha: float | None = None,
+        with_state: bool = False,
+        start: Any = None,
+    ) -> Any:
+        """Exponentially weighted aggregations (``.mean()``)."""
+        from .windows import EWM
+
+        return EWM(self, com, span, halflife, alpha, with_state, start)
+
+    def _cumulative(self, op: str) -> Any:
+        node = aggs.Cumulative(self.stream, op)
+        return self.accumulate_node(node, self.example, "streaming")
+
+    def cumsum(self) -> Any:
+        """Cumulative sum across batches (each batch emitted with its cumulative values)."""
+        return self._cumulative("cumsum")
+
+    def cumprod(self) -> Any:
+        """Cumulative product across batches."""
+        return self._cumulative("cumprod")
+
+    def cummin(self) -> Any:
+        """Cumulative minimum across batches."""
+        return self._cumulative("cummin")
+
+    def cummax(self) -> Any:
+        """Cumulative maximum across batches."""
+        return self._cumulative("cummax")
+
+
+class Frames(BaseFrame):
+    """Methods of updating frames: each record is the latest full result.
+
+    >>> source = Stream()
+    >>> sdf = DataFrame(source, example=pd.DataFrame({"k": [], "v": []}))
+    >>> L = sdf.groupby("k").v.sum().sum().stream.sink_to_list()
+    >>> source.emit(pd.DataFrame({"k": ["a", "b"], "v": [1.0, 2.0]})); [float(v) for v in L]
+    [3.0]
+    """
+
+    _stream_type = "updating"
+
+    def sum(self, **kwargs: Any) -> Any:
+        """``sum`` of each latest result."""
+        return self.map_partitions(lambda x: x.sum(**kwargs), self)
+
+    def mean(self, **kwargs: Any) -> Any:
+        """``mean`` of each latest result."""
+        return self.map_partitions(lambda x: x.mean(**kwargs), self)
+
+    def std(self, **kwargs: Any) -> Any:
+        """``std`` of each latest result."""
+        return self.map_partitions(lambda x: x.std(**kwargs), self)
+
+    def var(self, **kwargs: Any) -> Any:
+        """``var`` of each latest result."""
+        return self.map_partitions(lambda x: x.var(**kwargs), self)
+
+    def count(self, **kwargs: Any) -> Any:
+        """``count`` of each latest result."""
+        return self.map_partitions(lambda x: x.count(**kwargs), self)
+
+    @property
+    def size(self) -> Any:
+        """``size`` of each latest result."""
+        return self.map_partitions(lambda x: x.size, self)
+
+    def nlargest(self, n: int, *args: Any, **kwargs: Any) -> Any:
+        """``nlargest`` of each latest result."""
+        return self.map_partitions(lambda x: x.nlargest(n, *args, **kwargs), self)
+
+
+class _DataFrameMixin:
+    example: Any
+    stream: Stream
+
+    @property
+    def columns(self) -> Any:
+        """The example's columns."""
+        return self.example.columns
+
+    @property
+    def dtypes(self) -> Any:
+        """The example's dtypes."""
+        return self.example.dtypes
+
+    def __getitem__(self, index: Any) -> Any:
+        return Streaming.map_partitions(operator.getitem, self, index)
+
+    def __getattr__(self, key: str) -> Any:
+        if key.startswith("_") or key in ("example", "stream"):
+            raise AttributeError(key)
+        example = self.__dict__.get("example")
+        if example is not None and key in getattr(example, "columns", ()):
+            return self[key]
+        raise AttributeError(f"{type(self).__name__} has no attribute or column {key!r}")
+
+    def __dir__(self) -> list[str]:
+        cols = [c for c in getattr(self.example, "columns", ()) if isinstance(c, str)]
+        return sorted(set(object.__dir__(self)) | set(cols))
+
+    def assign(self, **kwargs: Any) -> Any:
+        """``assign`` new columns: constants, or Series derived from this DataFrame."""
+        keys = list(kwargs)
+        values = [kwargs[k] for k in keys]
+
+        def _assign(df: Any, *vals: Any) -> Any:
+            return df.assign(**dict(zip(keys, vals)))
+
+        return Streaming.map_partitions(_assign, self, *values)
+
+    def to_frame(self) -> Any:
+        """The DataFrame itself (for symmetry with ``Series.to_frame``)."""
+        return self
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        if isinstance(value, Streaming):
+            new = self.assign(**{key: value}) if isinstance(key, str) else None
+        else:
+            new = Streaming.map_partitions(_set_item, self, key, value)
+        if new is None:
+            new = Streaming.map_partitions(_set_item, self, key, value)
+        self.example = new.example
+        self.stream = new.stream
+        self._root = new._root  # type: ignore[attr-defined]
+        self._fn = new._fn  # type: ignore[attr-defined]
+
+    def query(self, expr: str, **kwargs: Any) -> Any:
+        """Rows of each batch matching the pandas ``query`` expression."""
+        return Streaming.map_partitions(lambda x: x.query(expr, **kwargs), self)
+
+    def plot(self, backlog: int = 1000, **kwargs: Any) -> Any:
+        """A live hvplot of the last ``backlog`` rows (needs ``rivermark[plot]``)."""
+        from .plotting import plot
+
+        return plot(self, backlog=backlog, **kwargs)
+
+    hvplot = plot
+
+
+def _set_item(df: Any, key: Any, value: Any) -> Any:
+    out = df.copy()
+    out[key] = value
+    return out
+
+
+class _SeriesMixin:
+    example: Any
+
+    @property
+    def dtype(self) -> Any:
+        """The example's dtype."""
+        return self.example.dtype
+
+    def to_frame(self) -> Any:
+        """Each batch as a one-column DataFrame."""
+        return Streaming.map_partitions(lambda x: x.to_frame(), self)
+
+    def plot(self, backlog: int = 1000, **kwargs: Any) -> Any:
+        """A live hvplot of the last ``backlog`` values (needs ``rivermark[plot]``)."""
+        from .plotting import plot
+
+        return plot(self, backlog=backlog, **kwargs)
+
+    hvplot = plot
+
+
+def _check_example(kind: str, example: Any, cls: type) -> None:
+    if not isinstance(example, cls):
+        raise ConfigurationError(
+            f"{kind}: example must be a pandas.{cls.__name__} with the columns and dtypes of "
+            f"the batches, got {example!r}; pass e.g. example=pd.{cls.__name__}(...)"
+        )
+
+
+class DataFrame(Frame, _DataFrameMixin):
+    """A stream of pandas DataFrame batches.
+
+    ``DataFrame(stream, example=...)`` wraps a stream; ``DataFrame({"a": s1, "b": s2})``
+    builds one from Series derived from the same DataFrame.
+
+    >>> import pandas as pd
+    >>> source = Stream()
+    >>> sdf = DataFrame(source, example=pd.DataFrame({"x": [], "y": []}))
+    >>> L = (sdf.x + sdf.y).sum().stream.sink_to_list()
+    >>> source.emit(pd.DataFrame({"x": [1, 2], "y": [10, 20]}))
+    >>> source.emit(pd.DataFrame({"x": [3], "y": [30]}))
+    >>> [int(v) for v in L]
+    [33, 66]
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if len(args) == 1 and not kwargs and isinstance(args[0], dict):
+            parts = args[0]
+            if not parts or not all(isinstance(v, Streaming) for v in parts.values()):
+                raise ConfigurationError(
+                    f"DataFrame: a dict argument must map column names to streaming Series, "
+                    f"got {parts!r}"
+                )
+            keys = list(parts)
+
+            def _combine(*cols: Any) -> Any:
+                return pd.concat(dict(zip(keys, cols)), axis=1)
+
+            combined = Streaming.map_partitions(_combine, *parts.values())
+            Frame.__init__(self, combined.stream, combined.example)
+            self._root, self._fn = combined._root, combined._fn
+            return
+        stream = kwargs.pop("stream", None)
+        example = kwargs.pop("example", None)
+        stream_type = kwargs.pop("stream_type", None)
+        if args:
+            stream = args[0]
+        if len(args) > 1:
+            example = args[1]
+        if kwargs:
+            raise ConfigurationError(f"DataFrame: unexpected arguments {sorted(kwargs)!r}")
+        _check_example("DataFrame", example, pd.DataFrame)
+        Frame.__init__(self, stream, example, stream_type)
+
+    def verify(self, x: Any) -> None:
+        """Raise :class:`SchemaError` unless ``x`` is a DataFrame with the example's columns."""
+        if not isinstance(x, pd.DataFrame):
+            raise SchemaError(f"{type(self).__name__}: expected a pandas.DataFrame, got {x!r}")
+        if list(x.columns) != list(self.example.columns):
+            raise SchemaError(
+                f"{type(self).__name__}: batch columns {list(x.columns)!r} differ from the "
+                f"example's {list(self.example.columns)!r}; emit batches with the same columns"
+            )
+
+
+class Series(Frame, _SeriesMixin):
+    """A stream of pandas Series batches.
+
+    >>> import pandas as pd
+    >>> source = Stream()
+    >>> s = Series(source, example=pd.Series([], dtype=float))
+    >>> L = s.cumsum().stream.sink_to_list()
+    >>> source.emit(pd.Series([1.0, 2.0])); source.emit(pd.Series([3.0]))
+    >>> pd.concat(L).tolist()
+    [1.0, 3.0, 6.0]
+    """
+
+    def __init__(
+        self,
+        stream: Stream | None = None,
+        example: Any = None,
+        stream_type: str | None = None,
+    ) -> None:
+        if example is None:
+            example = pd.Series([], dtype=float)
+        _check_example(type(self).__name__, example, pd.Series)
+        Frame.__init__(self, stream, example, stream_type)
+
+    def value_counts(self) -> Any:
+        """Running counts of each value."""
+        return self.aggregate(aggs.ValueCounts())
+
+    def verify(self, x: Any) -> None:
+        """Raise :class:`SchemaError` unless ``x`` is a Series."""
+        if not isinstance(x, pd.Series):
+            raise SchemaError(f"{type(self).__name__}: expected a pandas.Series, got {x!r}")
+
+
+class Index(Streaming):
+    """A stream of pandas Index objects (``sdf.index``).
+
+    >>> import pandas as pd
+    >>> source = Stream()
+    >>> sdf = DataFrame(source, example=pd.DataFrame({"x": []}))
+    >>> L = sdf.index.stream.sink_to_list()
+    >>> source.emit(pd.DataFrame({"x": [1, 2]}, index=[5, 6])); list(L[0])
+    [5, 6]
+    """
+
+
+class DataFrames(Frames, _DataFrameMixin):
+    """A stream of DataFrames where each record replaces the previous (an updating result).
+
+    >>> import pandas as pd
+    >>> source = Stream()
+    >>> sdf = DataFrame(source, example=pd.DataFrame({"k": [], "v": []}))
+    >>> isinstance(sdf.groupby("k").sum(), DataFrames)
+    True
+    """
+
+    def __init__(
+        self, stream: Stream | None = None, example: Any = None, stream_type: str | None = None
+    ) -> None:
+        Frames.__init__(self, stream, example, stream_type)
+
+
+class Seriess(Frames, _SeriesMixin):
+    """A stream of Series where each record replaces the previous (an updating result).
+
+    >>> import pandas as pd
+    >>> source = Stream()
+    >>> sdf = DataFrame(source, example=pd.DataFrame({"x": [], "y": []}))
+    >>> totals = sdf.sum()
+    >>> isinstance(totals, Seriess)
+    True
+    >>> L = totals.stream.sink_to_list()
+    >>> source.emit(pd.DataFrame({"x": [1, 2], "y": [3, 4]})); L[-1].to_dict()
+    {'x': 3, 'y': 7}
+    """
+
+    def __init__(
+        self, stream: Stream | None = None, example: Any = None, stream_type: str | None = None
+    ) -> None:
+        Frames.__init__(self, stream, example, stream_type)
+
+
+def _wrap(stream: Stream, example: Any, stream_type: str) -> Any:
+    """The frame class for ``example`` (DataFrame, Series, Index, or generic Streaming)."""
+    if isinstance(example, pd.DataFrame):
+        return (DataFrame if stream_type == "streaming" else DataFrames)(
+            stream, example, stream_type=stream_type
+        )
+    if isinstance(example, pd.Series):
+        return (Series if stream_type == "streaming" else Seriess)(
+            stream, example, stream_type=stream_type
+        )
+    if isinstance(example, pd.Index):
+        return Index(stream, example, stream_type=stream_type)
+    return Streaming(stream, example, stream_type=stream_type)
+
+
+@Stream.register_api(attribute_name="to_dataframe")
+def to_dataframe(stream: Stream, example: Any) -> DataFrame:
+    """Treat a stream of pandas DataFrame batches as a streaming :class:`DataFrame`.
+
+    >>> import pandas as pd
+    >>> source = Stream()
+    >>> sdf = source.to_dataframe(example=pd.DataFrame({"x": []}))
+    >>> L = sdf.x.sum().stream.sink_to_list()
+    >>> source.emit(pd.DataFrame({"x": [1, 2]})); [int(v) for v in L]
+    [3]
+    """
+    return DataFrame(stream, example=example)

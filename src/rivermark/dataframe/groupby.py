@@ -1,0 +1,162 @@
+"""Grouped aggregations over streaming DataFrames, optionally windowed.
+
+``sdf.groupby("name").amount.sum()`` keeps a running per-key result: each
+batch is grouped once and its per-key partial added to the running one.
+Inside a window (``sdf.window(n=10_000).groupby("name")``) the partials of the
+batches in the window are kept and subtracted when their batch leaves; keys
+whose rows have all left the window disappear from the result.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pandas as pd
+
+from ..errors import ConfigurationError
+from . import aggregations as aggs
+from .core import Streaming
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["GroupBy"]
+
+_KEY = "__rivermark_groupby_key__"
+_NO_KEY: Any = object()
+
+
+def _with_key(df: pd.DataFrame, key: pd.Series) -> pd.DataFrame:
+    return df.assign(**{_KEY: key})
+
+
+class GroupBy:
+    """Grouped aggregations: ``sum``, ``count``, ``mean``, ``size``, ``var``, ``std``.
+
+    >>> import pandas as pd
+    >>> from rivermark import Stream
+    >>> from rivermark.dataframe import DataFrame
+    >>> source = Stream()
+    >>> sdf = DataFrame(source, example=pd.DataFrame({"name": [], "amount": []}))
+    >>> L = sdf.groupby("name").amount.sum().stream.sink_to_list()
+    >>> source.emit(pd.DataFrame({"name": ["a", "b", "a"], "amount": [1, 2, 3]}))
+    >>> source.emit(pd.DataFrame({"name": ["b"], "amount": [10]}))
+    >>> L[-1].to_dict()
+    {'a': 4, 'b': 12}
+
+    A streaming Series derived from the same DataFrame can be the key:
+
+    >>> odd = sdf.groupby(sdf.amount % 2).amount.count().stream.sink_to_list()
+    >>> source.emit(pd.DataFrame({"name": ["c", "d"], "amount": [1, 4]}))
+    >>> odd[-1].to_dict()
+    {0: 1, 1: 1}
+    """
+
+    def __init__(
+        self,
+        root: Any,
+        grouper: Any,
+        index: Any = None,
+        n: int | None = None,
+        value: pd.Timedelta | None = None,
+        with_state: bool = False,
+        start: Any = None,
+        windowed: bool = False,
+        key_name: Any = _NO_KEY,
+    ) -> None:
+        if isinstance(grouper, Streaming):
+            if not isinstance(grouper.example, pd.Series):
+                raise ConfigurationError(
+                    f"groupby: group by column label(s) or a streaming Series, got {grouper!r}"
+                )
+            # the key becomes a hidden column, computed from the same batch
+            key_name = grouper.example.name
+            root = Streaming.map_partitions(_with_key, root, grouper)
+            grouper = _KEY
+        cols = getattr(root.example, "columns", None)
+        if cols is None:
+            raise ConfigurationError(
+                "groupby: group a streaming DataFrame by column label(s), not a Series; "
+                "use sdf.groupby('key').column.sum()"
+            )
+        for key in grouper if isinstance(grouper, (list, tuple)) else [grouper]:
+            if key not in cols:
+                raise ConfigurationError(
+                    f"groupby: {key!r} is not a column of the DataFrame (columns: "
+                    f"{list(cols)!r}); pass a column label"
+                )
+        self.root = root
+        self.grouper = list(grouper) if isinstance(grouper, tuple) else grouper
+        self.index = index
+        self.n = n
+        self.value = value
+        self.with_state = with_state
+        self.start = start
+        self.windowed = windowed
+        self.key_name = key_name
+
+    def __getitem__(self, index: Any) -> GroupBy:
+        return GroupBy(
+            self.root,
+            self.grouper,
+            index,
+            self.n,
+            self.value,
+            self.with_state,
+            self.start,
+            self.windowed,
+            self.key_name,
+        )
+
+    def __getattr__(self, key: str) -> Any:
+        if key.startswith("_") or key == "root":
+            raise AttributeError(key)
+        if key in self.root.example.columns:
+            return self[key]
+        raise AttributeError(f"GroupBy has no attribute or column {key!r}")
+
+    def _accumulate(self, how: str, ddof: int = 1) -> Any:
+        agg = aggs.GroupbyAggregation(
+            how,
+            by=self.grouper,
+            selection=self.index,
+            ddof=ddof,
+            track_size=self.windowed,
+            index_name=None if self.key_name is _NO_KEY else self.key_name,
+            rename_index=self.key_name is not _NO_KEY,
+        )
+        node = aggs.Aggregate(
+            self.root.stream,
+            agg,
+            n=self.n,
+            value=self.value,
+            with_state=self.with_state,
+            start=self.start,
+            example=self.root.example,
+        )
+        example = agg.example_result(self.root.example)
+        return self.root.accumulate_node(node, example, "updating")
+
+    def sum(self) -> Any:
+        """Running (or windowed) sum per key."""
+        return self._accumulate("sum")
+
+    def count(self) -> Any:
+        """Running count of non-null values per key."""
+        return self._accumulate("count")
+
+    def mean(self) -> Any:
+        """Running mean per key."""
+        return self._accumulate("mean")
+
+    def size(self) -> Any:
+        """Running number of rows per key."""
+        return self._accumulate("size")
+
+    def var(self, ddof: int = 1) -> Any:
+        """Running variance per key."""
+        return self._accumulate("var", ddof)
+
+    def std(self, ddof: int = 1) -> Any:
+        """Running standard deviation per key."""
+        return self._accumulate("std", ddof)

@@ -1,0 +1,141 @@
+"""DataFrames produced on a timer: ``PeriodicDataFrame``, ``Random``, ``DataFrame.from_periodic``.
+
+Storing history: a periodic DataFrame emits only the newest block each
+interval.  To keep the last N rows, or the last T of time, use a window's
+``full()``, which is incremental, bounded and checkpointed::
+
+    sdf = DataFrame.random(freq="10ms", interval="100ms")
+    last_1000_rows = sdf.window(n=1000).full()       # a DataFrames of <= 1000 rows
+    last_minute = sdf.window(value="60s").full()     # rows within 60 s of the newest
+
+``last_1000_rows.stream.sink(...)`` then receives the whole history after each block.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..core.node import Stream, check_callable
+from ..errors import ConfigurationError
+from .core import DataFrame
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["PeriodicDataFrame", "Random", "random_datablock"]
+
+
+def random_datablock(last: pd.Timestamp, now: pd.Timestamp, freq: Any = "100ms") -> pd.DataFrame:
+    """Random rows at ``freq`` for the times in ``(last, now]``.
+
+    Columns: ``x`` uniform in [0, 1), ``y`` standard normal, ``z`` an integer 0..9.
+
+    >>> df = random_datablock(pd.Timestamp("2024-01-01"), pd.Timestamp("2024-01-01 00:00:01"))
+    >>> len(df), list(df.columns)
+    (10, ['x', 'y', 'z'])
+    """
+    index = pd.date_range(start=last, end=now, freq=freq, inclusive="right")
+    n = len(index)
+    rng = np.random.default_rng()
+    return pd.DataFrame(
+        {
+            "x": rng.random(n),
+            "y": rng.standard_normal(n),
+            "z": rng.integers(0, 10, n),
+        },
+        index=index,
+    )
+
+
+def _seconds(node: str, interval: Any) -> float:
+    try:
+        td = pd.Timedelta(interval) if not isinstance(interval, (int, float)) else None
+    except (TypeError, ValueError) as e:
+        raise ConfigurationError(
+            f"{node}: interval must be a time span, got {interval!r}; pass e.g. interval='500ms'"
+        ) from e
+    secs = td.total_seconds() if td is not None else float(interval)
+    if secs <= 0:
+        raise ConfigurationError(f"{node}: interval must be positive, got {interval!r}")
+    return secs
+
+
+class PeriodicDataFrame(DataFrame):
+    """A DataFrame whose batches come from ``datafn(last, now, **kwargs)`` every ``interval``.
+
+    ``datafn`` receives the previous and the current call's timestamps and
+    returns the rows for that span.  Call :meth:`start` to begin.
+
+    >>> from rivermark.testing import wait_for
+    >>> def block(last, now):
+    ...     return pd.DataFrame({"v": [1]}, index=[now])
+    >>> sdf = PeriodicDataFrame(block, interval="5ms")
+    >>> L = sdf.stream.sink_to_list()
+    >>> sdf.start(); wait_for(lambda: len(L) >= 2); sdf.stop()
+    >>> list(L[0].columns)
+    ['v']
+    """
+
+    def __init__(
+        self,
+        datafn: Callable[..., pd.DataFrame] = random_datablock,
+        interval: Any = "500ms",
+        **kwargs: Any,
+    ) -> None:
+        check_callable("PeriodicDataFrame", "datafn", datafn)
+        self.interval = interval
+        self.datafn = datafn
+        self.kwargs = kwargs
+        secs = _seconds("PeriodicDataFrame", interval)
+        now = pd.Timestamp.now()
+        self._last = now
+        example = datafn(now - pd.Timedelta(seconds=secs), now, **kwargs).iloc[:0]
+        source = Stream.from_periodic(self._tick, poll_interval=secs)  # type: ignore[attr-defined]
+        DataFrame.__init__(self, source, example=example)
+        self.source = source
+
+    def _tick(self) -> pd.DataFrame:
+        now = pd.Timestamp.now()
+        df = self.datafn(self._last, now, **self.kwargs)
+        self._last = now
+        return df
+
+    def start(self) -> None:
+        """Start calling ``datafn``."""
+        self.source.start()
+
+    def stop(self) -> None:
+        """Stop calling ``datafn``."""
+        self.source.stop()
+
+
+class Random(PeriodicDataFrame):
+    """Random data (``x``, ``y``, ``z`` columns) at ``freq``, emitted every ``interval``.
+
+    >>> sdf = Random(freq="10ms", interval="100ms")
+    >>> list(sdf.columns)
+    ['x', 'y', 'z']
+    """
+
+    def __init__(self, freq: Any = "100ms", interval: Any = "500ms", **kwargs: Any) -> None:
+        super().__init__(random_datablock, interval=interval, freq=freq, **kwargs)
+
+
+def _from_periodic(
+    datafn: Callable[..., pd.DataFrame] = random_datablock, interval: Any = "500ms", **kwargs: Any
+) -> PeriodicDataFrame:
+    """A :class:`PeriodicDataFrame` calling ``datafn(last, now, **kwargs)`` every ``interval``."""
+    return PeriodicDataFrame(datafn, interval=interval, **kwargs)
+
+
+def _random(freq: Any = "100ms", interval: Any = "500ms", **kwargs: Any) -> Random:
+    """A :class:`Random` DataFrame."""
+    return Random(freq=freq, interval=interval, **kwargs)
+
+
+DataFrame.from_periodic = staticmethod(_from_periodic)  # type: ignore[attr-defined]
+DataFrame.random = staticmethod(_random)  # type: ignore[attr-defined]

@@ -1,0 +1,427 @@
+"""Windowed, rolling, expanding and exponentially weighted aggregations.
+
+``sdf.window(n=1000)`` aggregates the last 1000 rows, ``sdf.window("10s")``
+the rows within ten seconds of the newest index (a DatetimeIndex).  Every
+aggregation is incremental: a batch is summarised once when it arrives and
+subtracted once when it leaves (see :mod:`rivermark.dataframe.aggregations`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from typing import Any
+
+import pandas as pd
+
+from ..errors import ConfigurationError
+from . import aggregations as aggs
+from .core import Streaming
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Window", "Expanding", "Rolling", "EWM"]
+
+
+def _parse_window(n: Any, value: Any) -> tuple[int | None, pd.Timedelta | None]:
+    if value is None and isinstance(n, (str, pd.Timedelta)):
+        n, value = None, n
+    if (n is None) == (value is None):
+        raise ConfigurationError(
+            f"window: pass exactly one of n= (a number of rows) or value= (a time span such "
+            f"as '10s'), got n={n!r}, value={value!r}"
+        )
+    if n is not None:
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ConfigurationError(
+                f"window: n must be a positive number of rows, got {n!r}; pass e.g. n=100"
+            )
+        return n, None
+    try:
+        td = pd.Timedelta(value)
+    except (TypeError, ValueError) as e:
+        raise ConfigurationError(
+            f"window: value must be a time span, got {value!r}; pass e.g. value='10s'"
+        ) from e
+    if td <= pd.Timedelta(0):
+        raise ConfigurationError(f"window: value must be positive, got {value!r}")
+    return None, td
+
+
+class Window:
+    """Aggregations over a sliding window of rows or of time.
+
+    ``with_state=True`` makes every aggregation emit ``(state, result)``;
+    ``start`` is such a state to resume from.  Without them the state is still
+    checkpointed by a job.
+
+    >>> import pandas as pd
+    >>> from rivermark import Stream
+    >>> from rivermark.dataframe import DataFrame
+    >>> source = Stream()
+    >>> sdf = DataFrame(source, example=pd.DataFrame({"x": []}))
+    >>> L = sdf.window(n=3).x.sum().stream.sink_to_list()
+    >>> for i in range(4):
+    ...     source.emit(pd.DataFrame({"x": [i]}))
+    >>> [int(v) for v in L]
+    [0, 1, 3, 6]
+    """
+
+    _windowed = True
+
+    def __init__(
+        self,
+        sdf: Any,
+        n: Any = None,
+        value: Any = None,
+        with_state: bool = False,
+        start: Any = None,
+    ) -> None:
+        self.root = sdf
+        self.n, self.value = self._spec(n, value)
+        self.with_state = with_state
+        self.start = start
+
+    def _spec(self, n: Any, value: Any) -> tuple[int | None, pd.Timedelta | None]:
+        return _parse_window(n, value)
+
+    def _like(self, root: Any) -> Any:
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        new.root = root
+        return new
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._like(self.root[key])
+
+    def __getattr__(self, key: str) -> Any:
+        if key.startswith("_") or key == "root":
+            raise AttributeError(key)
+        cols = getattr(self.root.example, "columns", ())
+        if key in cols:
+            return self[key]
+        raise AttributeError(f"{type(self).__name__} has no attribute or column {key!r}")
+
+    def map_partitions(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Apply ``func`` to each batch before it enters the window."""
+        args2 = [a.root if isinstance(a, Window) else a for a in args]
+        return self._like(Streaming.map_partitions(func, *args2, **kwargs))
+
+    @property
+    def index(self) -> Any:
+        return self.map_partitions(lambda x: x.index, self)
+
+    @property
+    def columns(self) -> Any:
+        return self.root.columns
+
+    @property
+    def dtypes(self) -> Any:
+        return self.root.dtypes
+
+    @property
+    def example(self) -> Any:
+        return self.root.example
+
+    def reset_index(self) -> Any:
+        """Reset the index of each batch before windowing."""
+        return self._like(self.root.reset_index())
+
+    # ---------------------------------------------------------------- aggregations
+    def _node(self, agg: aggs.Aggregation) -> aggs.Aggregate:
+        return aggs.Aggregate(
+            self.root.stream,
+            agg,
+            n=self.n,
+            value=self.value,
+            with_state=self.with_state,
+            start=self.start,
+            example=self.root.example,
+        )
+
+    def aggregate(self, agg: aggs.Aggregation) -> Any:
+        """Run an :class:`~rivermark.dataframe.aggregations.Aggregation` over the window."""
+        node = self._node(agg)
+        ex = self.root.example
+        example = ex if agg.full else agg.example_result(ex)
+        return self.root.accumulate_node(node, example, "updating")
+
+    def full(self) -> Any:
+        """The whole window's data after each batch."""
+        return self.aggregate(aggs.Full())
+
+    def apply(self, func: Callable[[Any], Any]) -> Any:
+        """Apply ``func`` to the whole window after each batch.
+
+        With ``with_state=True`` ``func`` receives ``(state, window)`` tuples.
+        """
+        result = self.full()
+        return Streaming.map_partitions(func, result)
+
+    def sum(self) -> Any:
+        """Sum within the window."""
+        return self.aggregate(aggs.Sum())
+
+    def count(self) -> Any:
+        """Count of non-null values within the window."""
+        return self.aggregate(aggs.Count())
+
+    def mean(self) -> Any:
+        """Mean within the window."""
+        return self.aggregate(aggs.Mean())
+
+    def var(self, ddof: int = 1) -> Any:
+        """Variance within the window."""
+        return self.aggregate(aggs.Var(ddof=ddof))
+
+    def std(self, ddof: int = 1) -> Any:
+        """Standard deviation within the window."""
+        return self.aggregate(aggs.Var(ddof=ddof, sqrt=True))
+
+    @property
+    def size(self) -> Any:
+        """Number of elements within the window."""
+        return self.aggregate(aggs.Size())
+
+    def value_counts(self) -> Any:
+        """Counts of each value within the window."""
+        return self.aggregate(aggs.ValueCounts())
+
+    def groupby(self, other: Any) -> Any:
+        """Grouped aggregations within the window."""
+        from .groupby import GroupBy
+
+        return GroupBy(
+            self.root,
+            other,
+            n=self.n,
+            value=self.value,
+            with_state=self.with_state,
+            start=self.start,
+            windowed=self._windowed,
+        )
+
+
+class Expanding(Window):
+    """Aggregations over everything seen so far (only the accumulator is kept).
+
+    >>> import pandas as pd
+    >>> from rivermark import Stream
+    >>> from rivermark.dataframe import DataFrame
+    >>> source = Stream()
+    >>> sdf = DataFrame(source, example=pd.DataFrame({"x": []}))
+    >>> L = sdf.expanding().x.mean().stream.sink_to_list()
+    >>> source.emit(pd.DataFrame({"x": [1.0, 3.0]})); source.emit(pd.DataFrame({"x": [5.0]}))
+    >>> [float(v) for v in L]
+    [2.0, 3.0]
+    """
+
+    _windowed = False
+
+    def __init__(self, sdf: Any, with_state: bool = False, start: Any = None, **_: Any) -> None:
+        super().__init__(sdf, with_state=with_state, start=start)
+
+    def _spec(self, n: Any, value: Any) -> tuple[int | None, pd.Timedelta | None]:
+        return None, None
+
+
+def _com_to_alpha(
+    com: float | None, span: float | None, halflife: float | None, alpha: float | None
+) -> float:
+    given = [
+        (k, v)
+        for k, v in (("com", com), ("span", span), ("halflife", halflife), ("alpha", alpha))
+        if v is not None
+    ]
+    if len(given) != 1:
+        raise ConfigurationError(
+            f"ewm: pass exactly one of com=, span=, halflife=, alpha=, got {dict(given)!r}"
+        )
+    kind, v = given[0]
+    if kind == "com":
+        if v < 0:
+            raise ConfigurationError(f"ewm: com must be >= 0, got {v!r}")
+        return 1.0 / (1.0 + v)
+    if kind == "span":
+        if v < 1:
+            raise ConfigurationError(f"ewm: span must be >= 1, got {v!r}")
+        return 2.0 / (v + 1.0)
+    if kind == "halflife":
+        if v <= 0:
+            raise ConfigurationError(f"ewm: halflife must be > 0, got {v!r}")
+        return 1.0 - math.exp(math.log(0.5) / v)
+    return float(v)
+
+
+class EWM:
+    """Exponentially weighted aggregations; ``.mean()`` is supported.
+
+    >>> import pandas as pd
+    >>> from rivermark import Stream
+    >>> from rivermark.dataframe import DataFrame
+    >>> source = Stream()
+    >>> sdf = DataFrame(source, example=pd.DataFrame({"x": []}))
+    >>> L = sdf.x.ewm(com=1).mean().stream.sink_to_list()
+    >>> source.emit(pd.DataFrame({"x": [1.0, 2.0]}))
+    >>> round(L[-1], 4)
+    1.6667
+    """
+
+    def __init__(
+        self,
+        sdf: Any,
+        com: float | None = None,
+        span: float | None = None,
+        halflife: float | None = None,
+        alpha: float | None = None,
+        with_state: bool = False,
+        start: Any = None,
+    ) -> None:
+        self.root = sdf
+        self.alpha = _com_to_alpha(com, span, halflife, alpha)
+        self.with_state = with_state
+        self.start = start
+
+    def __getitem__(self, key: Any) -> EWM:
+        return EWM(self.root[key], alpha=self.alpha, with_state=self.with_state, start=self.start)
+
+    def __getattr__(self, key: str) -> Any:
+        if key.startswith("_") or key == "root":
+            raise AttributeError(key)
+        if key in getattr(self.root.example, "columns", ()):
+            return self[key]
+        raise AttributeError(f"EWM has no attribute or column {key!r}")
+
+    def mean(self) -> Any:
+        """The exponentially weighted mean at the newest row, after each batch."""
+        node = aggs.EWMMean(
+            self.root.stream, self.alpha, with_state=self.with_state, start=self.start
+        )
+        ex = self.root.example
+        example: Any = (
+            pd.Series(math.nan, index=ex.columns) if isinstance(ex, pd.DataFrame) else math.nan
+        )
+        return self.root.accumulate_node(node, example, "updating")
+
+    def _unsupported(self, what: str) -> Any:
+        raise ConfigurationError(
+            f"ewm(...).{what}() is not supported on streams; use ewm(...).mean(), or "
+            f"window(...).apply(lambda df: df.ewm(...).{what}())"
+        )
+
+    def sum(self) -> Any:
+        return self._unsupported("sum")
+
+    def var(self, ddof: int = 1) -> Any:
+        return self._unsupported("var")
+
+    def std(self, ddof: int = 1) -> Any:
+        return self._unsupported("std")
+
+
+class Rolling:
+    """pandas ``rolling`` aggregations that carry the needed rows across batches.
+
+    >>> import pandas as pd
+    >>> from rivermark import Stream
+    >>> from rivermark.dataframe import DataFrame
+    >>> source = Stream()
+    >>> sdf = DataFrame(source, example=pd.DataFrame({"x": []}))
+    >>> L = sdf.x.rolling(2).sum().stream.sink_to_list()
+    >>> source.emit(pd.DataFrame({"x": [1.0, 2.0]}))
+    >>> source.emit(pd.DataFrame({"x": [4.0]}, index=[2]))
+    >>> pd.concat(L).tolist()
+    [1.0, 3.0, 6.0]
+    """
+
+    def __init__(
+        self,
+        sdf: Any,
+        window: Any,
+        min_periods: int = 1,
+        with_state: bool = False,
+        start: Any = None,
+    ) -> None:
+        if isinstance(window, bool) or not isinstance(window, (int, str, pd.Timedelta)):
+            raise ConfigurationError(
+                f"rolling: window must be a number of rows or a time span, got {window!r}; "
+                f"pass e.g. rolling(10) or rolling('10s')"
+            )
+        if isinstance(window, int) and window < 1:
+            raise ConfigurationError(f"rolling: window must be >= 1, got {window!r}")
+        self.root = sdf
+        self.window = window
+        self.min_periods = min_periods
+        self.with_state = with_state
+        self.start = start
+
+    def __getitem__(self, key: Any) -> Rolling:
+        return Rolling(self.root[key], self.window, self.min_periods, self.with_state, self.start)
+
+    def __getattr__(self, key: str) -> Any:
+        if key.startswith("_") or key == "root":
+            raise AttributeError(key)
+        if key in getattr(self.root.example, "columns", ()):
+            return self[key]
+        raise AttributeError(f"Rolling has no attribute or column {key!r}")
+
+    def _known(self, op: str, *args: Any, **kwargs: Any) -> Any:
+        node = aggs.RollingAggregate(
+            self.root.stream,
+            self.window,
+            op,
+            min_periods=self.min_periods,
+            args=args,
+            kwargs=kwargs,
+            with_state=self.with_state,
+            start=self.start,
+        )
+        ex = self.root.example
+        try:
+            example = getattr(ex.rolling(self.window, min_periods=self.min_periods), op)(
+                *args, **kwargs
+            )
+        except Exception:  # e.g. a time window over an example without a DatetimeIndex
+            example = ex
+        return self.root.accumulate_node(node, example, "streaming")
+
+    def sum(self) -> Any:
+        """Rolling sum."""
+        return self._known("sum")
+
+    def mean(self) -> Any:
+        """Rolling mean."""
+        return self._known("mean")
+
+    def min(self) -> Any:
+        """Rolling minimum."""
+        return self._known("min")
+
+    def max(self) -> Any:
+        """Rolling maximum."""
+        return self._known("max")
+
+    def median(self) -> Any:
+        """Rolling median."""
+        return self._known("median")
+
+    def std(self, *args: Any, **kwargs: Any) -> Any:
+        """Rolling standard deviation."""
+        return self._known("std", *args, **kwargs)
+
+    def var(self, *args: Any, **kwargs: Any) -> Any:
+        """Rolling variance."""
+        return self._known("var", *args, **kwargs)
+
+    def count(self, *args: Any, **kwargs: Any) -> Any:
+        """Rolling count."""
+        return self._known("count", *args, **kwargs)
+
+    def aggregate(self, *args: Any, **kwargs: Any) -> Any:
+        """Rolling ``aggregate``."""
+        return self._known("aggregate", *args, **kwargs)
+
+    def quantile(self, *args: Any, **kwargs: Any) -> Any:
+        """Rolling quantile."""
+        return self._known("quantile", *args, **kwargs)
