@@ -3,3 +3,4 @@
 from __future__ import annotations
 
 from . import basic as basic
+from . import textfile as textfile

@@ -43,7 +43,7 @@ class Source(Stream):
     is exhausted or stopped.
     """
 
-    _is_async: ClassVar[bool] = True
+    _is_async: bool = True
     _graphviz_shape: ClassVar[str] = "doubleoctagon"
     #: whether ``seek`` can replay records after a restart
     replayable: ClassVar[bool] = False

@@ -1,0 +1,141 @@
+"""Asynchronous operators: ``map_async``.
+
+``map_async(func)`` runs a coroutine function on every record, up to
+``parallelism`` calls at a time, and emits the results in input order.  A
+record completes only after its result was emitted and the downstream work
+finished; a record whose call raised completes when the error policy has
+dealt with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any, ClassVar
+
+from ..core import runtime
+from ..core.node import Stream, check_callable, check_positive_int
+from ..core.refs import Metadata, release_refs
+from ..errors import ConfigurationError
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["MapAsync"]
+
+
+@Stream.register_api(attribute_name="map_async")
+class MapAsync(Stream):
+    """Apply the coroutine function ``func(x, *args, **kwargs)`` to every record.
+
+    Up to ``parallelism`` calls run at once; results leave in the order the
+    records arrived.  When ``parallelism`` calls are running the upstream
+    waits (backpressure).  Calls still running count as in-flight work, so a
+    checkpoint waits for them; the node has no state of its own.
+
+    >>> import asyncio
+    >>> async def double(x):
+    ...     await asyncio.sleep(0.001 * (3 - x))
+    ...     return 2 * x
+    >>> async def main():
+    ...     s = Stream()
+    ...     L = s.map_async(double, parallelism=3).sink_to_list()
+    ...     for i in range(3):
+    ...         await s.emit(i, asynchronous=True)
+    ...     while len(L) < 3:
+    ...         await asyncio.sleep(0.001)
+    ...     return L
+    >>> asyncio.run(main())
+    [0, 2, 4]
+    """
+
+    _is_async = True
+    _graphviz_shape: ClassVar[str] = "ellipse"
+    str_list: ClassVar[list[str]] = ["func", "parallelism"]
+
+    def __init__(
+        self,
+        upstream: Stream,
+        func: Callable[..., Awaitable[Any]],
+        *args: Any,
+        parallelism: int = 1,
+        **kwargs: Any,
+    ) -> None:
+        check_callable("map_async", "func", func)
+        if not inspect.iscoroutinefunction(func) and not inspect.iscoroutinefunction(
+            getattr(func, "__call__", None)  # noqa: B004
+        ):
+            raise ConfigurationError(
+                f"map_async: func must be a coroutine function (async def), got {func!r}; "
+                "for a plain function use .map(func)"
+            )
+        check_positive_int("map_async", "parallelism", parallelism)
+        self.func = func
+        self.parallelism = parallelism
+        stream_name = kwargs.pop("stream_name", None)
+        name = kwargs.pop("name", None)
+        on_error = kwargs.pop("on_error", None)
+        self.args = args
+        self.kwargs = kwargs
+        self._inflight = 0
+        # calls started, in input order: (task, record, metadata)
+        self._running: deque[tuple[asyncio.Task[Any], Any, Metadata | None]] = deque()
+        # records waiting for a free slot, with the future their upstream awaits
+        self._waiting: deque[tuple[Any, Metadata | None, asyncio.Future[Any]]] = deque()
+        self._worker: asyncio.Task[Any] | None = None
+        Stream.__init__(self, upstream, stream_name=stream_name, name=name, on_error=on_error)
+
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> list[Awaitable[Any]] | None:
+        self._retain_refs(metadata)
+        self._inflight += 1
+        if len(self._running) < self.parallelism and not self._waiting:
+            self._start_call(x, metadata)
+            return None
+        slot: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiting.append((x, metadata, slot))
+        return [slot]
+
+    def _start_call(self, x: Any, metadata: Metadata | None) -> None:
+        try:
+            coro = self.func(x, *self.args, **self.kwargs)
+        except Exception as e:
+            coro = _raise(e)
+        task = asyncio.ensure_future(coro)
+        self._running.append((task, x, metadata))
+        if self._worker is None or self._worker.done():
+            self._worker = asyncio.ensure_future(self._emit_in_order())
+
+    async def _emit_in_order(self) -> None:
+        while self._running:
+            task, x, metadata = self._running[0]
+            try:
+                try:
+                    y = await task
+                except Exception as e:
+                    self._user_error(x, e, self.func)
+                else:
+                    results = self._emit(y, metadata)
+                    if results:
+                        await runtime.gather_results(results)
+            except Exception as e:  # a raise policy, or a failure downstream
+                logger.error("%s: %s", self._display_name(), e, exc_info=e)
+            finally:
+                self._running.popleft()
+                self._inflight -= 1
+                release_refs(metadata)
+                while self._waiting and len(self._running) < self.parallelism:
+                    wx, wmeta, slot = self._waiting.popleft()
+                    self._start_call(wx, wmeta)
+                    if not slot.done():
+                        slot.set_result(None)
+
+    def state_signature(self) -> str:
+        return f"MapAsync(parallelism={self.parallelism})"
+
+
+async def _raise(e: Exception) -> Any:
+    raise e

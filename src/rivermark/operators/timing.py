@@ -1,0 +1,519 @@
+"""Time-based and flow-control operators: delay, rate_limit, timed windows, buffer, latest.
+
+Every node here holds records beyond the synchronous ``update`` call, so each
+one retains the records' references when it parks them and releases them
+exactly once: after the record (or the window it joined) was emitted and the
+downstream work finished, or when the record is dropped (a duplicate in
+``timed_window_unique``, a superseded value in ``latest``).
+
+Parked records are checkpoint state (their values only; after a restore they
+come back without metadata).  Work that is being emitted right now counts in
+``_inflight``, which a checkpoint barrier waits to reach zero.
+
+Work started in the background (a delayed emit, a window flush) has no caller
+to raise into: an error downstream of it is logged and the node goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Any, ClassVar
+
+from ..core import runtime
+from ..core.node import Stream, check_positive_int, identity
+from ..core.refs import Metadata, merge_metadata, release_refs
+from ..core.timeutil import parse_interval
+from ..errors import ConfigurationError
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Delay", "RateLimit", "TimedWindow", "TimedWindowUnique", "Buffer", "Latest"]
+
+Results = list[Awaitable[Any]] | None
+
+
+class _Background(Stream):
+    """Shared helpers: run a callable on the node's loop, keep and log background tasks."""
+
+    _is_async = True
+
+    def _init_background(self) -> None:
+        self._inflight = 0
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def _on_loop(self, fn: Callable[[], Any]) -> None:
+        loop = self.loop
+        if runtime.in_loop_thread(loop):
+            fn()
+        else:
+            loop.call_soon_threadsafe(fn)
+
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
+        task: asyncio.Task[Any] = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            logger.error("%s: background emit failed: %r", self._display_name(), exc, exc_info=exc)
+
+    async def _emit_and_finish(self, x: Any, metadata: Metadata | None) -> None:
+        """Emit ``x``, await downstream, release ``metadata``; counts as in-flight work."""
+        self._inflight += 1
+        try:
+            results = self._emit(x, metadata)
+            if results:
+                await runtime.gather_results(results)
+        finally:
+            self._inflight -= 1
+            release_refs(metadata)
+
+
+@Stream.register_api(attribute_name="delay")
+class Delay(_Background):
+    """Pass on every record ``interval`` after it arrived (seconds or e.g. ``"20ms"``).
+
+    Records keep their order.  The upstream is not held up; pending records
+    are checkpoint state (with the time they still had to wait).
+
+    >>> from rivermark.testing import wait_for
+    >>> s = Stream()
+    >>> L = s.delay("10ms").sink_to_list()
+    >>> s.emit(1); s.emit(2)
+    >>> wait_for(lambda: len(L) == 2); L
+    [1, 2]
+    """
+
+    _graphviz_shape: ClassVar[str] = "octagon"
+
+    def __init__(self, upstream: Stream, interval: Any, **kwargs: Any) -> None:
+        self.interval = parse_interval(interval, "delay")
+        self._pending: deque[tuple[float, Any, Metadata | None]] = deque()
+        self._worker: asyncio.Task[Any] | None = None
+        self._init_background()
+        Stream.__init__(self, upstream, **kwargs)
+
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> Results:
+        self._retain_refs(metadata)
+        self._pending.append((self.loop.time() + self.interval, x, metadata))
+        self._ensure_worker()
+        return None
+
+    def _ensure_worker(self) -> None:
+        if self._pending and (self._worker is None or self._worker.done()):
+            self._worker = self._spawn(self._work())
+
+    async def _work(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._pending:
+            due, x, metadata = self._pending[0]
+            wait = due - loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+                continue
+            self._pending.popleft()
+            try:
+                await self._emit_and_finish(x, metadata)
+            except Exception as e:  # keep delivering the others
+                logger.error("%s: emit failed: %r", self._display_name(), e, exc_info=e)
+
+    def get_state(self) -> Any:
+        now = self.loop.time()
+        return {"pending": [(max(0.0, due - now), x) for due, x, _ in self._pending]}
+
+    def set_state(self, state: Any) -> None:
+        now = self.loop.time()
+        self._pending = deque((now + wait, x, None) for wait, x in state["pending"])
+        self._on_loop(self._ensure_worker)
+
+    def state_signature(self) -> str:
+        return f"Delay(interval={self.interval})"
+
+
+@Stream.register_api(attribute_name="rate_limit")
+class RateLimit(_Background):
+    """Let at most one record through per ``interval``; the upstream waits meanwhile.
+
+    A record held back completes only after it was emitted and the
+    downstream work finished.  Held records count as in-flight work, so a
+    checkpoint waits for them.
+
+    >>> from rivermark.testing import wait_for
+    >>> s = Stream()
+    >>> L = s.rate_limit("5ms").sink_to_list()
+    >>> for i in range(3):
+    ...     s.emit(i)
+    >>> L
+    [0, 1, 2]
+    """
+
+    _graphviz_shape: ClassVar[str] = "octagon"
+
+    def __init__(self, upstream: Stream, interval: Any, **kwargs: Any) -> None:
+        self.interval = parse_interval(interval, "rate_limit")
+        self._next = 0.0
+        self._init_background()
+        Stream.__init__(self, upstream, **kwargs)
+
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> Results:
+        now = self.loop.time()
+        slot = max(now, self._next)
+        self._next = slot + self.interval
+        if slot <= now:
+            return self._emit(x, metadata)
+        self._retain_refs(metadata)
+        self._inflight += 1
+        return [self._spawn(self._later(slot - now, x, metadata))]
+
+    async def _later(self, wait: float, x: Any, metadata: Metadata | None) -> None:
+        try:
+            await asyncio.sleep(wait)
+        except BaseException:
+            self._inflight -= 1
+            release_refs(metadata)
+            raise
+        self._inflight -= 1  # _emit_and_finish counts it again while it emits
+        await self._emit_and_finish(x, metadata)
+
+    def state_signature(self) -> str:
+        return f"RateLimit(interval={self.interval})"
+
+
+class _Ticker(_Background):
+    """A node that flushes its buffer every ``interval`` seconds, empty or not (as streamz)."""
+
+    def _start_ticker(self) -> None:
+        self._ticker: asyncio.Task[Any] | None = None
+        self._last: asyncio.Future[Any] | None = None
+        self._on_loop(self._launch_ticker)
+
+    def _launch_ticker(self) -> None:
+        if self._ticker is None or self._ticker.done():
+            self._ticker = self._spawn(self._tick())
+            # The ticker runs for the node's lifetime (as in streamz); on the shared
+            # background loop it is still pending at interpreter exit, which is fine.
+            self._ticker._log_destroy_pending = False  # type: ignore[attr-defined]
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            value, metas = self._take()
+            done = asyncio.get_running_loop().create_future()
+            self._last = done
+            try:
+                await self._emit_and_finish(value, merge_metadata(metas))
+            except Exception as e:
+                logger.error("%s: window emit failed: %r", self._display_name(), e, exc_info=e)
+            finally:
+                done.set_result(None)
+
+    def _take(self) -> tuple[Any, list[Metadata | None]]:
+        raise NotImplementedError
+
+    def _backpressure(self) -> Results:
+        last = self._last
+        if last is not None and not last.done():
+            return [last]
+        return None
+
+    interval: float
+
+
+@Stream.register_api(attribute_name="timed_window")
+class TimedWindow(_Ticker):
+    """Every ``interval``, emit a list of the records that arrived since the last emit.
+
+    As in streamz an empty list is emitted when nothing arrived.  The records
+    of the open window are checkpoint state.
+
+    >>> from rivermark.testing import wait_for
+    >>> s = Stream()
+    >>> L = s.timed_window("10ms").sink_to_list()
+    >>> s.emit(1); s.emit(2)
+    >>> wait_for(lambda: [1, 2] in L)
+    >>> [w for w in L if w]
+    [[1, 2]]
+    """
+
+    _graphviz_shape: ClassVar[str] = "octagon"
+
+    def __init__(self, upstream: Stream, interval: Any, **kwargs: Any) -> None:
+        self.interval = parse_interval(interval, "timed_window")
+        self._buffer: list[Any] = []
+        self._metadata_buffer: list[Metadata | None] = []
+        self._init_background()
+        Stream.__init__(self, upstream, **kwargs)
+        self._start_ticker()
+
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> Results:
+        self._retain_refs(metadata)
+        self._buffer.append(x)
+        self._metadata_buffer.append(metadata)
+        return self._backpressure()
+
+    def _take(self) -> tuple[Any, list[Metadata | None]]:
+        window, self._buffer = self._buffer, []
+        metas, self._metadata_buffer = self._metadata_buffer, []
+        return window, metas
+
+    def get_state(self) -> Any:
+        return {"buffer": list(self._buffer)}
+
+    def set_state(self, state: Any) -> None:
+        self._buffer = list(state["buffer"])
+        self._metadata_buffer = [None] * len(self._buffer)
+
+    def state_signature(self) -> str:
+        return f"TimedWindow(interval={self.interval})"
+
+
+@Stream.register_api(attribute_name="timed_window_unique")
+class TimedWindowUnique(_Ticker):
+    """Every ``interval``, emit a tuple of the records with distinct keys seen since the last emit.
+
+    ``key`` is a callable (``key(x)``) or an item to look up (``x[key]``);
+    ``keep="first"`` keeps the first record of a key, ``keep="last"`` the
+    latest one (placed where it arrived).  A record that is dropped as a
+    duplicate completes at once.
+
+    >>> from rivermark.testing import wait_for
+    >>> s = Stream()
+    >>> L = s.timed_window_unique("10ms", key=len, keep="last").sink_to_list()
+    >>> for word in ["a", "b", "cc", "d"]:
+    ...     s.emit(word)
+    >>> wait_for(lambda: any(L))
+    >>> [w for w in L if w]
+    [('cc', 'd')]
+    """
+
+    _graphviz_shape: ClassVar[str] = "octagon"
+
+    def __init__(
+        self,
+        upstream: Stream,
+        interval: Any,
+        key: Hashable | Callable[[Any], Hashable] = identity,
+        keep: str = "first",
+        **kwargs: Any,
+    ) -> None:
+        self.interval = parse_interval(interval, "timed_window_unique")
+        if keep not in ("first", "last"):
+            raise ConfigurationError(
+                f"timed_window_unique: keep must be 'first' or 'last', got {keep!r}; "
+                "pass keep='first' or keep='last'"
+            )
+        self.key = key
+        self.keep = keep
+        self._buffer: dict[Hashable, tuple[Any, Metadata | None]] = {}
+        self._init_background()
+        Stream.__init__(self, upstream, **kwargs)
+        self._start_ticker()
+
+    def _get_key(self, x: Any) -> Hashable:
+        if callable(self.key):
+            return self.key(x)
+        return x[self.key]  # type: ignore[no-any-return]
+
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> Results:
+        try:
+            k = self._get_key(x)
+            hash(k)
+        except Exception as e:
+            self._user_error(x, e, self.key)
+            return None
+        if k in self._buffer:
+            if self.keep == "first":
+                return self._backpressure()
+            _, old = self._buffer.pop(k)
+            release_refs(old)
+        self._retain_refs(metadata)
+        self._buffer[k] = (x, metadata)
+        return self._backpressure()
+
+    def _take(self) -> tuple[Any, list[Metadata | None]]:
+        items, self._buffer = self._buffer, {}
+        return tuple(x for x, _ in items.values()), [m for _, m in items.values()]
+
+    def get_state(self) -> Any:
+        return {"buffer": [x for x, _ in self._buffer.values()]}
+
+    def set_state(self, state: Any) -> None:
+        self._buffer = {self._get_key(x): (x, None) for x in state["buffer"]}
+
+    def state_signature(self) -> str:
+        return f"TimedWindowUnique(interval={self.interval}, keep={self.keep!r})"
+
+
+@Stream.register_api(attribute_name="buffer")
+class Buffer(_Background):
+    """Hold up to ``n`` records between upstream and downstream.
+
+    The upstream goes on while the buffer has room and waits when it is full
+    (backpressure); the downstream receives records in order, one at a time.
+    Buffered records are checkpoint state.
+
+    >>> from rivermark.testing import wait_for
+    >>> s = Stream()
+    >>> L = s.buffer(10).sink_to_list()
+    >>> for i in range(3):
+    ...     s.emit(i)
+    >>> wait_for(lambda: len(L) == 3); L
+    [0, 1, 2]
+    """
+
+    _graphviz_shape: ClassVar[str] = "diamond"
+    str_list: ClassVar[list[str]] = ["n"]
+
+    def __init__(self, upstream: Stream, n: int, **kwargs: Any) -> None:
+        check_positive_int("buffer", "n", n)
+        self.n = n
+        self._items: deque[tuple[Any, Metadata | None]] = deque()
+        self._waiting: deque[tuple[Any, Metadata | None, asyncio.Future[Any]]] = deque()
+        self._worker: asyncio.Task[Any] | None = None
+        self._init_background()
+        Stream.__init__(self, upstream, **kwargs)
+
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> Results:
+        self._retain_refs(metadata)
+        if len(self._items) < self.n and not self._waiting:
+            self._items.append((x, metadata))
+            self._ensure_worker()
+            return None
+        room: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiting.append((x, metadata, room))
+        self._ensure_worker()
+        return [room]
+
+    def _ensure_worker(self) -> None:
+        if self._items and (self._worker is None or self._worker.done()):
+            self._worker = self._spawn(self._work())
+
+    def _refill(self) -> None:
+        while self._waiting and len(self._items) < self.n:
+            x, metadata, room = self._waiting.popleft()
+            self._items.append((x, metadata))
+            if not room.done():
+                room.set_result(None)
+
+    async def _work(self) -> None:
+        while self._items:
+            x, metadata = self._items.popleft()
+            self._refill()
+            try:
+                await self._emit_and_finish(x, metadata)
+            except Exception as e:
+                logger.error("%s: emit failed: %r", self._display_name(), e, exc_info=e)
+            await asyncio.sleep(0)
+
+    def get_state(self) -> Any:
+        return {"items": [x for x, _ in self._items] + [x for x, _, _ in self._waiting]}
+
+    def set_state(self, state: Any) -> None:
+        self._items = deque((x, None) for x in state["items"])
+        self._on_loop(self._ensure_worker)
+
+    def state_signature(self) -> str:
+        return f"Buffer(n={self.n})"
+
+
+@Stream.register_api(attribute_name="latest")
+class Latest(_Background):
+    """Pass records on as fast as downstream takes them, dropping all but the newest.
+
+    While downstream is busy only the most recent record is kept; a record
+    superseded by a newer one is dropped and completes at once.  The upstream
+    never waits.  The kept record is checkpoint state.
+
+    >>> s = Stream()
+    >>> L = s.latest().sink_to_list()
+    >>> s.emit(1); s.emit(2); L
+    [1, 2]
+    """
+
+    _graphviz_shape: ClassVar[str] = "octagon"
+
+    def __init__(self, upstream: Stream, **kwargs: Any) -> None:
+        self._next: list[Any] = []
+        self._next_metadata: Metadata | None = None
+        self._busy = False
+        self._init_background()
+        Stream.__init__(self, upstream, **kwargs)
+
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> Results:
+        if self._busy:
+            release_refs(self._next_metadata)
+            self._retain_refs(metadata)
+            self._next = [x]
+            self._next_metadata = metadata
+            return None
+        self._busy = True
+        self._inflight += 1
+        try:
+            results = self._emit(x, metadata)
+        except BaseException:
+            self._busy = False
+            raise
+        finally:
+            self._inflight -= 1
+        if not results:
+            self._busy = False
+            return None
+        self._retain_refs(metadata)
+        self._spawn(self._drain(results, metadata))
+        return None
+
+    async def _drain(self, results: Results, metadata: Metadata | None) -> None:
+        self._inflight += 1
+        try:
+            await runtime.gather_results(results)
+        except Exception as e:
+            logger.error("%s: emit failed: %r", self._display_name(), e, exc_info=e)
+        finally:
+            self._inflight -= 1
+            release_refs(metadata)
+        try:
+            while self._next:
+                (x,), self._next = self._next, []
+                metadata, self._next_metadata = self._next_metadata, None
+                try:
+                    await self._emit_and_finish(x, metadata)
+                except Exception as e:
+                    logger.error("%s: emit failed: %r", self._display_name(), e, exc_info=e)
+        finally:
+            self._busy = False
+
+    def _resume_pending(self) -> None:
+        if self._next and not self._busy:
+            self._busy = True
+            self._spawn(self._drain(None, None))
+
+    def get_state(self) -> Any:
+        return {"next": list(self._next)}
+
+    def set_state(self, state: Any) -> None:
+        self._next = list(state["next"])
+        self._next_metadata = None
+        self._on_loop(self._resume_pending)
+
+    def state_signature(self) -> str:
+        return "Latest()"

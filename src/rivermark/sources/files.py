@@ -1,0 +1,214 @@
+"""File sources: ``Stream.from_textfile`` (tail a file) and ``Stream.filenames`` (watch a glob)."""
+
+from __future__ import annotations
+
+import asyncio
+import glob
+import logging
+import os
+from typing import IO, Any
+
+from ..core.node import Stream
+from ..core.timeutil import parse_interval
+from ..errors import ConfigurationError
+from .base import Source
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["FromTextfile", "Filenames"]
+
+_CHUNK = 1 << 16
+
+
+@Stream.register_api(staticmethod, attribute_name="from_textfile")
+class FromTextfile(Source):
+    """Emit the lines of a text file, and go on with the lines appended to it.
+
+    ``f`` is a path or an open file.  Each record is one part of the file up
+    to and including ``delimiter`` (as in streamz, the delimiter stays on the
+    record).  A partial line at the end of the file is emitted only once its
+    delimiter has arrived.  ``from_end=True`` skips what the file holds when
+    the source is created.
+
+    Position: the byte offset just *after* the last emitted record, i.e. where
+    the next record starts.  The source is replayable: ``seek(offset)`` makes
+    the next run read from ``offset``.
+
+    >>> import os, tempfile
+    >>> from rivermark.testing import wait_for
+    >>> path = os.path.join(tempfile.mkdtemp(), "in.txt")
+    >>> _ = open(path, "w").write("a\\nbb\\nc")
+    >>> source = Stream.from_textfile(path, poll_interval="1ms")
+    >>> L = source.sink_to_list()
+    >>> source.start()
+    >>> wait_for(lambda: len(L) == 2); source.stop()
+    >>> L, source.position()
+    (['a\\n', 'bb\\n'], 5)
+    """
+
+    replayable = True
+
+    def __init__(
+        self,
+        f: Any,
+        poll_interval: Any = 0.1,
+        delimiter: str = "\n",
+        from_end: bool = False,
+        start: bool = False,
+        encoding: str = "utf-8",
+        **kwargs: Any,
+    ) -> None:
+        if not isinstance(delimiter, str) or not delimiter:
+            raise ConfigurationError(
+                f"from_textfile: delimiter must be a non-empty string, got {delimiter!r}; "
+                "pass e.g. delimiter='\\n'"
+            )
+        self._given: IO[Any] | None = None
+        if isinstance(f, (str, os.PathLike)):
+            self.path: str | None = os.fspath(f)
+        elif hasattr(f, "read"):
+            self._given = f
+            name = getattr(f, "name", None)
+            self.path = name if isinstance(name, str) else None
+        else:
+            raise ConfigurationError(
+                f"from_textfile: f must be a path or an open file, got {f!r}; pass e.g. 'log.txt'"
+            )
+        self.poll_interval = parse_interval(poll_interval, "from_textfile", "poll_interval")
+        self.delimiter = delimiter
+        self.encoding = encoding
+        self.from_end = from_end
+        self._raw: IO[bytes] | None = None
+        super().__init__(start=False, **kwargs)
+        offset = 0
+        if from_end:
+            if self.path is not None:
+                offset = os.path.getsize(self.path)
+            elif self._given is not None:
+                offset = self._given.seek(0, os.SEEK_END)
+        elif self._given is not None:
+            offset = self._given.tell()
+        self._position = offset
+        if start:
+            self.start()
+
+    def seek(self, position: Any) -> None:
+        """Resume reading at byte ``position`` (a value :meth:`position` returned)."""
+        if isinstance(position, bool) or not isinstance(position, int) or position < 0:
+            raise ConfigurationError(
+                f"from_textfile: position must be a byte offset >= 0, got {position!r}; "
+                "pass a value that position() returned"
+            )
+        self._position = position
+
+    def _open(self) -> IO[bytes]:
+        if self.path is not None:
+            raw: IO[bytes] = open(self.path, "rb")  # noqa: SIM115
+        else:
+            assert self._given is not None
+            raw = getattr(self._given, "buffer", self._given)
+        raw.seek(self._position or 0)
+        return raw
+
+    async def run(self) -> None:
+        self._raw = raw = self._open()
+        delim = self.delimiter.encode(self.encoding)
+        offset = self._position or 0
+        pending = b""
+        while not self.stopped:
+            chunk = raw.read(_CHUNK)
+            if not chunk:
+                await asyncio.sleep(self.poll_interval)
+                continue
+            pending += chunk
+            start = 0
+            while not self.stopped:
+                i = pending.find(delim, start)
+                if i < 0:
+                    break
+                end = i + len(delim)
+                offset += end - start
+                record = pending[start:end].decode(self.encoding)
+                start = end
+                await self._emit_record(record, next_position=offset)
+            pending = pending[start:]
+            await asyncio.sleep(0)
+
+    def close(self) -> None:
+        raw, self._raw = self._raw, None
+        if raw is not None and self.path is not None:
+            raw.close()
+
+    def state_signature(self) -> str:
+        return f"FromTextfile(path={self.path!r}, delimiter={self.delimiter!r})"
+
+
+@Stream.register_api(staticmethod, attribute_name="filenames")
+class Filenames(Source):
+    """Emit the name of every file matching ``path``, and of each new one as it appears.
+
+    ``path`` is a directory (all files in it) or a glob pattern.  Names are
+    emitted in sorted order per poll.
+
+    Position: the sorted list of the names already emitted; after
+    ``seek(names)`` those are not emitted again.  The source is replayable
+    (files that were not yet emitted are found again).
+
+    >>> import os, tempfile
+    >>> from rivermark.testing import wait_for
+    >>> d = tempfile.mkdtemp()
+    >>> for n in ("b.csv", "a.csv"):
+    ...     _ = open(os.path.join(d, n), "w").write("x")
+    >>> source = Stream.filenames(os.path.join(d, "*.csv"), poll_interval="5ms")
+    >>> L = source.map(os.path.basename).sink_to_list()
+    >>> source.start()
+    >>> wait_for(lambda: len(L) == 2); source.stop(); L
+    ['a.csv', 'b.csv']
+    """
+
+    replayable = True
+
+    def __init__(self, path: Any, poll_interval: Any = 0.1, **kwargs: Any) -> None:
+        if not isinstance(path, (str, os.PathLike)):
+            raise ConfigurationError(
+                f"filenames: path must be a directory or a glob pattern, got {path!r}; "
+                "pass e.g. 'data/*.csv'"
+            )
+        path = os.fspath(path)
+        if "*" not in path and os.path.isdir(path):
+            path = os.path.join(path, "*")
+        self.path = path
+        self.poll_interval = parse_interval(poll_interval, "filenames", "poll_interval")
+        self.seen: set[str] = set()
+        super().__init__(**kwargs)
+        self._position = []
+
+    def position(self) -> Any:
+        return sorted(self.seen)
+
+    def seek(self, position: Any) -> None:
+        """Treat the names in ``position`` as already emitted."""
+        if not isinstance(position, (list, tuple)):
+            raise ConfigurationError(
+                f"filenames: position must be a list of file names, got {position!r}; "
+                "pass a value that position() returned"
+            )
+        self.seen = set(position)
+
+    async def _emit_name(self, fn: str) -> None:
+        # the position moves past ``fn`` only once it has been emitted
+        await self._emit_record(fn)
+        self.seen.add(fn)
+
+    async def run(self) -> None:
+        while not self.stopped:
+            for fn in sorted(set(glob.glob(self.path)) - self.seen):
+                if self.stopped:
+                    break
+                await self._emit_name(fn)
+            if self.stopped:
+                break
+            await asyncio.sleep(self.poll_interval)
+
+    def state_signature(self) -> str:
+        return f"Filenames(path={self.path!r})"

@@ -1,0 +1,146 @@
+"""Tests of sink_to_textfile and its checkpoint sink contract."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from rivermark import ConfigurationError, Stream
+from rivermark.sinks.base import CheckpointedSink
+from rivermark.sinks.textfile import SinkToTextfile
+
+
+def test_writes_str_plus_end(tmp_path: Path) -> None:
+    path = tmp_path / "out.txt"
+    s = Stream()
+    sink = s.sink_to_textfile(path, end=";", mode="w")
+    assert isinstance(sink, SinkToTextfile) and isinstance(sink, CheckpointedSink)
+    for x in ["a", 1, None]:
+        s.emit(x)
+    sink.close()
+    assert path.read_text() == "a;1;None;"
+
+
+def test_mode_a_appends_and_w_truncates(tmp_path: Path) -> None:
+    path = tmp_path / "out.txt"
+    path.write_text("old\n")
+    s = Stream()
+    sink = s.sink_to_textfile(str(path))
+    s.emit("new")
+    sink.close()
+    assert path.read_text() == "old\nnew\n"
+    s2 = Stream()
+    sink2 = s2.sink_to_textfile(str(path), mode="w")
+    s2.emit("only")
+    sink2.close()
+    assert path.read_text() == "only\n"
+
+
+def test_open_kwargs_are_passed_to_open(tmp_path: Path) -> None:
+    path = tmp_path / "out.txt"
+    s = Stream()
+    sink = s.sink_to_textfile(path, mode="w", encoding="utf-16")
+    s.emit("é")
+    sink.close()
+    assert path.read_text(encoding="utf-16") == "é\n"
+
+
+def test_pre_commit_then_restore_is_byte_exact(tmp_path: Path) -> None:
+    path = tmp_path / "out.txt"
+    s = Stream()
+    sink = s.sink_to_textfile(path, mode="w")
+    for i in range(3):
+        s.emit(f"line-{i}-é")
+    handle = sink.pre_commit(1)
+    snapshot = path.read_bytes()
+    assert handle == {"path": str(path), "length": len(snapshot)}
+    assert snapshot.decode() == "line-0-é\nline-1-é\nline-2-é\n"
+    sink.commit(1, handle)
+    for i in range(3, 6):
+        s.emit(f"after-{i}")
+    sink.pre_commit(2)  # flushed: the later lines are on disk
+    assert path.read_bytes() != snapshot
+
+    sink.restore(handle)
+    assert path.read_bytes() == snapshot
+    s.emit("resumed")  # the sink appends after the restored point
+    sink.close()
+    assert path.read_bytes() == snapshot + b"resumed\n"
+
+
+def test_restore_in_a_fresh_sink_as_after_a_crash(tmp_path: Path) -> None:
+    path = tmp_path / "out.txt"
+    s = Stream()
+    sink = s.sink_to_textfile(path, mode="w")
+    s.emit("kept")
+    handle = sink.pre_commit(7)
+    s.emit("lost")
+    sink.close()
+    # the new run opens the file again, then the job restores it
+    s2 = Stream()
+    sink2 = s2.sink_to_textfile(path, mode="a")
+    sink2.restore(handle)
+    s2.emit("again")
+    sink2.close()
+    assert path.read_text() == "kept\nagain\n"
+
+
+def test_restore_without_checkpoint(tmp_path: Path) -> None:
+    path = tmp_path / "out.txt"
+    s = Stream()
+    sink_w = s.sink_to_textfile(path, mode="w")
+    s.emit("x")
+    sink_w.restore(None)
+    assert path.read_bytes() == b""
+    sink_w.close()
+
+    path.write_text("keep\n")
+    s2 = Stream()
+    sink_a = s2.sink_to_textfile(path, mode="a")
+    sink_a.restore(None)
+    s2.emit("more")
+    sink_a.close()
+    assert path.read_text() == "keep\nmore\n"
+
+
+def test_restore_refuses_a_file_shorter_than_the_handle(tmp_path: Path) -> None:
+    path = tmp_path / "out.txt"
+    sink = Stream().sink_to_textfile(path, mode="w")
+    with pytest.raises(ConfigurationError, match=re.escape("fewer than the 100 the checkpoint")):
+        sink.restore({"path": str(path), "length": 100})
+
+
+def test_emit_after_close_is_a_clear_error(tmp_path: Path) -> None:
+    s = Stream()
+    sink = s.sink_to_textfile(tmp_path / "o.txt")
+    sink.close()
+    sink.close()  # idempotent
+    with pytest.raises(ConfigurationError, match=re.escape("received 'late' after close()")):
+        s.emit("late")
+
+
+def test_accepts_an_open_file(tmp_path: Path) -> None:
+    path = tmp_path / "o.txt"
+    with open(path, "w") as f:
+        s = Stream()
+        sink = s.sink_to_textfile(f)
+        s.emit("in")
+        assert sink.pre_commit(0) == {"path": str(path), "length": 3}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "text"),
+    [
+        ({"file": 3.5}, "sink_to_textfile: file must be a path or an open text file, got 3.5"),
+        ({"file": "x.txt", "mode": "r"}, "sink_to_textfile: mode must be 'a' or 'w', got 'r'"),
+        ({"file": "x.txt", "end": 1}, "sink_to_textfile: end must be a string, got 1"),
+    ],
+)
+def test_bad_arguments(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kwargs: dict, text: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigurationError, match=re.escape(text)):
+        Stream().sink_to_textfile(**kwargs)
