@@ -2,5 +2,10 @@
 
 from __future__ import annotations
 
+from . import asyncops as asyncops
 from . import transform as transform
 from . import fused as fused
+from . import timing as timing
+from . import joins as joins
+from . import stateful as stateful
+from . import windows as windows

@@ -1,17 +1,22 @@
-"""Record-by-record operators: map, starmap, filter, remove, pluck, flatten.
+"""Record-by-record operators: map, starmap, filter, remove, pluck, flatten (concat).
 
 None of these holds a record past the synchronous call, so completion
-tracking needs nothing from them: a record dropped by a filter is complete
-when the call returns.
+tracking needs little from them: a record dropped by a filter is complete
+when the call returns; ``flatten`` holds the incoming record's reference
+while it emits the items (and until their downstream work is finished).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from ..core.fusion import Push, register_fuser
 from ..core.node import Stream, check_callable
 from ..core.refs import Metadata
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["Map", "Starmap", "Filter", "Remove", "Pluck", "Flatten"]
 
@@ -26,7 +31,9 @@ class Map(Stream):
     [10, 20]
     """
 
-    def __init__(self, upstream: Stream, func: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+    def __init__(
+        self, upstream: Stream, func: Callable[..., Any], *args: Any, **kwargs: Any
+    ) -> None:
         check_callable("map", "func", func)
         self.func = func
         stream_name = kwargs.pop("stream_name", None)
@@ -36,7 +43,9 @@ class Map(Stream):
         self.args = args
         Stream.__init__(self, upstream, stream_name=stream_name, name=name, on_error=on_error)
 
-    def update(self, x: Any, who: Stream | None = None, metadata: Metadata | None = None) -> list[Awaitable[Any]] | None:
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> list[Awaitable[Any]] | None:
         try:
             y = self.func(x, *self.args, **self.kwargs)
         except Exception as e:
@@ -55,10 +64,241 @@ class Starmap(Map):
     [3]
     """
 
-    def update(self, x: Any, who: Stream | None = None, metadata: Metadata | None = None) -> list[Awaitable[Any]] | None:
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> list[Awaitable[Any]] | None:
         try:
             y = self.func(*x, *self.args, **self.kwargs)
         except Exception as e:
             self._user_error(x, e, self.func)
             return None
         return self._emit(y, metadata)
+
+
+def _node_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Pop the keyword arguments that belong to :class:`Stream` (not to the user function)."""
+    return {k: kwargs.pop(k) for k in ("stream_name", "name", "on_error") if k in kwargs}
+
+
+def _truthy(x: Any) -> bool:
+    return bool(x)
+
+
+@Stream.register_api(attribute_name="filter")
+class Filter(Stream):
+    """Pass on only the records for which ``predicate(x, *args, **kwargs)`` is true.
+
+    ``predicate=None`` keeps the truthy records.  A dropped record is complete
+    when the call returns.
+
+    >>> s = Stream()
+    >>> L = s.filter(lambda x: x % 2 == 0).sink_to_list()
+    >>> for i in range(5):
+    ...     s.emit(i)
+    >>> L
+    [0, 2, 4]
+    >>> s2 = Stream(); L2 = s2.filter(None).sink_to_list()
+    >>> for v in [0, 1, "", "a"]:
+    ...     s2.emit(v)
+    >>> L2
+    [1, 'a']
+    """
+
+    _invert = False
+
+    def __init__(
+        self, upstream: Stream, predicate: Callable[..., Any] | None, *args: Any, **kwargs: Any
+    ) -> None:
+        if predicate is None:
+            predicate = _truthy
+        check_callable(type(self).__name__.lower(), "predicate", predicate)
+        self.predicate = predicate
+        node_kwargs = _node_kwargs(kwargs)
+        self.args = args
+        self.kwargs = kwargs
+        Stream.__init__(self, upstream, **node_kwargs)
+
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> list[Awaitable[Any]] | None:
+        try:
+            keep = self.predicate(x, *self.args, **self.kwargs)
+        except Exception as e:
+            self._user_error(x, e, self.predicate)
+            return None
+        if bool(keep) is not self._invert:
+            return self._emit(x, metadata)
+        return None
+
+
+@Stream.register_api(attribute_name="remove")
+class Remove(Filter):
+    """Drop the records for which ``predicate(x, *args, **kwargs)`` is true.
+
+    >>> s = Stream()
+    >>> L = s.remove(lambda x: x % 2 == 0).sink_to_list()
+    >>> for i in range(5):
+    ...     s.emit(i)
+    >>> L
+    [1, 3]
+    """
+
+    _invert = True
+
+    def __init__(
+        self, upstream: Stream, predicate: Callable[..., Any], *args: Any, **kwargs: Any
+    ) -> None:
+        check_callable("remove", "predicate", predicate)
+        Filter.__init__(self, upstream, predicate, *args, **kwargs)
+
+
+@Stream.register_api(attribute_name="pluck")
+class Pluck(Stream):
+    """Pick ``x[pick]`` from every record; a list of picks gives a tuple.
+
+    >>> s = Stream()
+    >>> L = s.pluck([0, 2]).sink_to_list()
+    >>> s.emit((1, 2, 3)); L
+    [(1, 3)]
+    >>> s2 = Stream(); L2 = s2.pluck("name").sink_to_list()
+    >>> s2.emit({"name": "Alice"}); L2
+    ['Alice']
+    """
+
+    str_list = ["pick"]
+
+    def __init__(self, upstream: Stream, pick: Any, **kwargs: Any) -> None:
+        self.pick = pick
+        self._many = isinstance(pick, list)
+        Stream.__init__(self, upstream, **kwargs)
+
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> list[Awaitable[Any]] | None:
+        try:
+            if self._many:
+                y: Any = tuple([x[i] for i in self.pick])
+            else:
+                y = x[self.pick]
+        except Exception as e:
+            self._user_error(x, e, f"pluck({self.pick!r})")
+            return None
+        return self._emit(y, metadata)
+
+
+@Stream.register_api(attribute_name="flatten")
+class Flatten(Stream):
+    """Emit every item of each (iterable) record as a record of its own.
+
+    The incoming record's reference is held until every item has been
+    passed on and the downstream work of all of them has finished.
+    Also available as ``concat``.
+
+    >>> s = Stream()
+    >>> L = s.flatten().sink_to_list()
+    >>> s.emit([1, 2]); s.emit((3,)); s.emit([]); L
+    [1, 2, 3]
+    """
+
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> list[Awaitable[Any]] | None:
+        try:
+            items = iter(x)
+        except TypeError as e:
+            self._user_error(x, e, "flatten")
+            return None
+        out: list[Awaitable[Any]] | None = None
+        emit = self._emit
+        if not metadata:
+            for item in items:
+                r = emit(item, None)
+                if r:
+                    if out is None:
+                        out = []
+                    out.extend(r)
+            return out
+        self._retain_refs(metadata)
+        try:
+            for item in items:
+                r = emit(item, metadata)
+                if r:
+                    if out is None:
+                        out = []
+                    out.extend(r)
+        except BaseException:
+            self._release_refs(metadata)
+            raise
+        return self._release_after(out, metadata)
+
+
+Stream.register_api(attribute_name="concat")(Flatten)
+
+
+# ---------------------------------------------------------------------- fused fast paths
+def _fuse_filter(node: Stream, who: Stream, nxt: Push) -> Push:
+    assert isinstance(node, Filter)
+    pred, args, kwargs, on_err = node.predicate, node.args, node.kwargs, node._user_error
+    keep_if = not node._invert
+    if args or kwargs:
+
+        def push_args(x: Any, metadata: Any) -> Any:
+            try:
+                keep = pred(x, *args, **kwargs)
+            except Exception as e:
+                on_err(x, e, pred)
+                return None
+            if bool(keep) is keep_if:
+                return nxt(x, metadata)
+            return None
+
+        return push_args
+
+    if keep_if:
+
+        def push(x: Any, metadata: Any) -> Any:
+            try:
+                keep = pred(x)
+            except Exception as e:
+                on_err(x, e, pred)
+                return None
+            if keep:
+                return nxt(x, metadata)
+            return None
+
+        return push
+
+    def push_not(x: Any, metadata: Any) -> Any:
+        try:
+            drop = pred(x)
+        except Exception as e:
+            on_err(x, e, pred)
+            return None
+        if drop:
+            return None
+        return nxt(x, metadata)
+
+    return push_not
+
+
+def _fuse_pluck(node: Stream, who: Stream, nxt: Push) -> Push:
+    assert isinstance(node, Pluck)
+    update = node.update
+    if node._many:
+        return lambda x, metadata: update(x, who, metadata)
+    pick, on_err = node.pick, node._user_error
+
+    def push(x: Any, metadata: Any) -> Any:
+        try:
+            y = x[pick]
+        except Exception as e:
+            on_err(x, e, f"pluck({pick!r})")
+            return None
+        return nxt(y, metadata)
+
+    return push
+
+
+register_fuser(Filter, _fuse_filter)
+register_fuser(Remove, _fuse_filter)
+register_fuser(Pluck, _fuse_pluck)

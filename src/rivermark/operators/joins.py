@@ -1,0 +1,404 @@
+"""Operators joining several streams: zip, zip_latest, combine_latest, union.
+
+Completion tracking: a record waiting in a ``zip`` buffer, and the latest
+value of each side of ``combine_latest``/``zip_latest``, keep their
+references (until emitted, or until replaced).  Buffers and latest values
+(without metadata) are checkpoint state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Awaitable, Iterable
+from typing import Any
+
+from ..core.node import Stream, check_positive_int
+from ..core.refs import Metadata, merge_metadata, release_refs
+from ..errors import ConfigurationError, GraphError
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Zip", "ZipLatest", "CombineLatest", "Union"]
+
+Results = list[Awaitable[Any]] | None
+
+
+def _index_of(node: Stream, who: Stream | None) -> int:
+    for i, up in enumerate(node.upstreams):
+        if up is who:
+            return i
+    raise GraphError(
+        f"{node._display_name()}: update() from {who!r}, which is not one of its upstreams; "
+        "connect the stream first (or pass who=<upstream>)"
+    )
+
+
+@Stream.register_api(attribute_name="zip")
+class Zip(Stream):
+    """Emit a tuple once every upstream has produced its next record.
+
+    Arguments that are not streams are literals, placed at their position in
+    every tuple.  A record waits in its upstream's buffer (keeping its
+    reference) until its tuple is emitted.  When a buffer holds more than
+    ``maxsize`` records and the caller runs on an event loop, the returned
+    awaitable finishes only once that buffer shrinks (backpressure); a
+    purely synchronous caller is never blocked.
+
+    >>> a, b = Stream(), Stream()
+    >>> L = a.zip(b, "lit").sink_to_list()
+    >>> a.emit(1); a.emit(2); b.emit("x"); L
+    [(1, 'x', 'lit')]
+    >>> b.emit("y"); L
+    [(1, 'x', 'lit'), (2, 'y', 'lit')]
+    """
+
+    _graphviz_orientation = 270
+    _graphviz_shape = "triangle"
+
+    def __init__(self, *upstreams: Any, maxsize: int = 10, **kwargs: Any) -> None:
+        check_positive_int("zip", "maxsize", maxsize)
+        self.maxsize = maxsize
+        self.literals = [(i, v) for i, v in enumerate(upstreams) if not isinstance(v, Stream)]
+        streams = [u for u in upstreams if isinstance(u, Stream)]
+        if not streams:
+            raise ConfigurationError(
+                f"zip: needs at least one upstream stream, got only literals {upstreams!r}; "
+                "pass streams, e.g. a.zip(b)"
+            )
+        self._buffers: list[deque[tuple[Any, Metadata | None]]] = [deque() for _ in streams]
+        self._waiters: list[asyncio.Future[Any]] = []
+        Stream.__init__(self, upstreams=streams, **kwargs)
+
+    def _pack(self, values: list[Any]) -> tuple[Any, ...]:
+        for i, v in self.literals:
+            values.insert(i, v)
+        return tuple(values)
+
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> Results:
+        buffers = self._buffers
+        ups = self.upstreams
+        if len(buffers) != len(ups):  # an upstream was connected later
+            buffers.extend(deque() for _ in range(len(ups) - len(buffers)))
+        filled = over = matched = False
+        for i, up in enumerate(ups):
+            if up is who:  # the same stream may be zipped more than once
+                buf = buffers[i]
+                if metadata:
+                    self._retain_refs(metadata)
+                buf.append((x, metadata))
+                if len(buf) == 1:
+                    filled = True
+                elif len(buf) > self.maxsize:
+                    over = True
+                matched = True
+        if filled and all(buffers):
+            return self._emit_heads()
+        if over:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                return None
+            fut = loop.create_future()
+            self._waiters.append(fut)
+            return [fut]
+        if not matched:
+            _index_of(self, who)  # raises: not an upstream
+        return None
+
+    def _emit_heads(self) -> Results:
+        heads = [b.popleft() for b in self._buffers]
+        if self._waiters:
+            waiters, self._waiters = self._waiters, []
+            for w in waiters:
+                if not w.done():
+                    w.set_result(None)
+        values = [h[0] for h in heads]
+        out = self._pack(values) if self.literals else tuple(values)
+        meta = merge_metadata(h[1] for h in heads)
+        try:
+            results = self._emit(out, meta)
+        except BaseException:
+            release_refs(meta)
+            raise
+        return self._release_after(results, meta)
+
+    def get_state(self) -> Any:
+        return {"buffers": [[v for v, _ in b] for b in self._buffers]}
+
+    def set_state(self, state: Any) -> None:
+        self._buffers = [deque((v, None) for v in b) for b in state["buffers"]]
+
+    def state_signature(self) -> str:
+        lits = [i for i, _ in self.literals]
+        return f"Zip(upstreams={len(self._buffers)}, literals_at={lits}, maxsize={self.maxsize})"
+
+
+@Stream.register_api(attribute_name="zip_latest")
+class ZipLatest(Stream):
+    """Pair every record of the first (lossless) stream with the latest of the others.
+
+    Records of the lossless stream that arrive before every other stream has
+    produced a value wait (keeping their references) and are emitted, in
+    order, as soon as it has.  The latest value of each other stream keeps
+    its reference until it is replaced.
+
+    >>> a, b = Stream(), Stream()
+    >>> L = a.zip_latest(b).sink_to_list()
+    >>> a.emit(1); a.emit(2); b.emit("x"); L
+    [(1, 'x'), (2, 'x')]
+    >>> a.emit(3); b.emit("y"); a.emit(4); L[2:]
+    [(3, 'x'), (4, 'y')]
+    """
+
+    _graphviz_orientation = 270
+    _graphviz_shape = "triangle"
+
+    def __init__(self, lossless: Stream, *upstreams: Stream, **kwargs: Any) -> None:
+        streams = (lossless, *upstreams)
+        for u in streams:
+            if not isinstance(u, Stream):
+                raise ConfigurationError(
+                    f"zip_latest: every argument must be a stream, got {u!r}; pass streams"
+                )
+        self.lossless = lossless
+        self.last: list[Any] = [None] * len(streams)
+        self._have = [False] * len(streams)
+        self._meta: list[Metadata | None] = [None] * len(streams)
+        self._pending: deque[tuple[Any, Metadata | None]] = deque()
+        self._missing = len(streams) - 1
+        Stream.__init__(self, upstreams=list(streams), **kwargs)
+
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> Results:
+        idx = _index_of(self, who)
+        if len(self.last) != len(self.upstreams):
+            self._grow()
+        if metadata:
+            self._retain_refs(metadata)
+        if idx == 0:
+            self._pending.append((x, metadata))
+        else:
+            release_refs(self._meta[idx])
+            self._meta[idx] = metadata
+            self.last[idx] = x
+            if not self._have[idx]:
+                self._have[idx] = True
+                self._missing -= 1
+        if self._missing:
+            return None
+        out: list[Awaitable[Any]] | None = None
+        others = self.last[1:]
+        pending = self._pending
+        while pending:
+            v, md = pending.popleft()
+            meta = merge_metadata([md, *self._meta[1:]]) if (md or any(self._meta)) else None
+            try:
+                r = self._emit((v, *others), meta)
+            except BaseException:
+                release_refs(md)
+                raise
+            r = self._release_after(r, md)
+            if r:
+                if out is None:
+                    out = []
+                out.extend(r)
+        return out
+
+    def _grow(self) -> None:
+        """Make room for upstreams connected after construction."""
+        extra = len(self.upstreams) - len(self.last)
+        if extra < 0:
+            raise GraphError(
+                f"{self._display_name()}: an upstream was disconnected; "
+                "build a new node instead of removing inputs from a join"
+            )
+        self.last.extend([None] * extra)
+        self._have.extend([False] * extra)
+        self._meta.extend([None] * extra)
+        self._missing += extra
+
+    def get_state(self) -> Any:
+        return {
+            "last": list(self.last[1:]),
+            "have": list(self._have[1:]),
+            "pending": [v for v, _ in self._pending],
+        }
+
+    def set_state(self, state: Any) -> None:
+        self.last = [None, *state["last"]]
+        self._have = [False, *state["have"]]
+        self._missing = sum(1 for h in self._have[1:] if not h)
+        self._meta = [None] * len(self.last)
+        self._pending = deque((v, None) for v in state["pending"])
+
+    def state_signature(self) -> str:
+        return f"ZipLatest(upstreams={len(self.last)})"
+
+
+@Stream.register_api(attribute_name="combine_latest")
+class CombineLatest(Stream):
+    """Emit a tuple of the latest value of every upstream whenever one of them updates.
+
+    ``emit_on`` (a stream, an upstream index, or a list of these) limits
+    emission to updates of those upstreams; the default is every upstream.
+    Nothing is emitted until every upstream has produced a value.
+
+    Completion tracking: the latest value of each upstream keeps its
+    reference until it is replaced.  A record of an ``emit_on`` upstream that
+    arrives before every upstream has produced a value is not buffered for a
+    later emission: its value becomes that upstream's latest (it appears in
+    later tuples) but its reference is released at once, so it counts as
+    completed.
+
+    >>> a, b = Stream(), Stream()
+    >>> L = a.combine_latest(b).sink_to_list()
+    >>> a.emit(1); b.emit("x"); a.emit(2); b.emit("y"); L
+    [(1, 'x'), (2, 'x'), (2, 'y')]
+    >>> c, d = Stream(), Stream()
+    >>> L2 = c.combine_latest(d, emit_on=0).sink_to_list()
+    >>> c.emit(1); d.emit("x"); d.emit("y"); c.emit(2); L2
+    [(2, 'y')]
+    """
+
+    _graphviz_orientation = 270
+    _graphviz_shape = "triangle"
+
+    def __init__(self, *upstreams: Stream, emit_on: Any = None, **kwargs: Any) -> None:
+        if not upstreams:
+            raise ConfigurationError("combine_latest: needs at least one upstream; pass streams")
+        for u in upstreams:
+            if not isinstance(u, Stream):
+                raise ConfigurationError(
+                    f"combine_latest: every upstream must be a stream, got {u!r}; pass streams"
+                )
+        self._emit_all = emit_on is None
+        self._emit_on_idx = self._resolve_emit_on(upstreams, emit_on)
+        self._emits = [i in self._emit_on_idx for i in range(len(upstreams))]
+        self.last: list[Any] = [None] * len(upstreams)
+        self._have = [False] * len(upstreams)
+        self._meta: list[Metadata | None] = [None] * len(upstreams)
+        self._missing = len(upstreams)
+        Stream.__init__(self, upstreams=list(upstreams), **kwargs)
+
+    @staticmethod
+    def _resolve_emit_on(upstreams: tuple[Stream, ...], emit_on: Any) -> tuple[int, ...]:
+        if emit_on is None:
+            return tuple(range(len(upstreams)))
+        items = list(emit_on) if isinstance(emit_on, Iterable) else [emit_on]
+        if not items:
+            raise ConfigurationError(
+                "combine_latest: emit_on is an empty list, so nothing would ever be emitted; "
+                "pass None (emit on every upstream), a stream, an index, or a list of them"
+            )
+        out: list[int] = []
+        for item in items:
+            if isinstance(item, Stream):
+                idx = next((i for i, u in enumerate(upstreams) if u is item), None)
+                if idx is None:
+                    raise ConfigurationError(
+                        f"combine_latest: emit_on stream {item!r} is not one of the upstreams; "
+                        "pass one of the combined streams or its index"
+                    )
+            elif isinstance(item, int) and not isinstance(item, bool):
+                if not 0 <= item < len(upstreams):
+                    raise ConfigurationError(
+                        f"combine_latest: emit_on index {item!r} is out of range for "
+                        f"{len(upstreams)} upstreams; pass an index from 0 to {len(upstreams) - 1}"
+                    )
+                idx = item
+            else:
+                raise ConfigurationError(
+                    f"combine_latest: emit_on must be a stream, an index or a list of them, "
+                    f"got {item!r}; pass e.g. emit_on=0 or emit_on=[source]"
+                )
+            if idx not in out:
+                out.append(idx)
+        return tuple(sorted(out))
+
+    @property
+    def emit_on(self) -> tuple[Stream, ...]:
+        """The upstreams whose updates cause an emission."""
+        return tuple(self.upstreams[i] for i in self._emit_on_idx)
+
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> Results:
+        idx = _index_of(self, who)
+        if len(self.last) != len(self.upstreams):
+            self._grow()
+        old = self._meta[idx]
+        self.last[idx] = x
+        if self._missing:
+            if not self._have[idx]:
+                self._have[idx] = True
+                self._missing -= 1
+            if self._missing and self._emits[idx]:
+                # early emit_on record: keep the value, do not hold the record
+                self._meta[idx] = None
+                release_refs(old)
+                return None
+        if metadata:
+            self._retain_refs(metadata)
+        self._meta[idx] = metadata
+        release_refs(old)
+        if self._missing or not self._emits[idx]:
+            return None
+        meta = merge_metadata(self._meta) if any(self._meta) else None
+        return self._emit(tuple(self.last), meta)
+
+    def _grow(self) -> None:
+        """Make room for upstreams connected after construction."""
+        extra = len(self.upstreams) - len(self.last)
+        if extra < 0:
+            raise GraphError(
+                f"{self._display_name()}: an upstream was disconnected; "
+                "build a new node instead of removing inputs from a join"
+            )
+        self.last.extend([None] * extra)
+        self._have.extend([False] * extra)
+        self._meta.extend([None] * extra)
+        self._missing += extra
+        self._emits.extend([self._emit_all] * extra)
+        if self._emit_all:
+            self._emit_on_idx = tuple(range(len(self.last)))
+
+    def get_state(self) -> Any:
+        return {"last": list(self.last), "have": list(self._have)}
+
+    def set_state(self, state: Any) -> None:
+        self.last = list(state["last"])
+        self._have = list(state["have"])
+        self._missing = sum(1 for h in self._have if not h)
+        self._meta = [None] * len(self.last)
+
+    def state_signature(self) -> str:
+        return f"CombineLatest(upstreams={len(self.last)}, emit_on={list(self._emit_on_idx)})"
+
+
+@Stream.register_api(attribute_name="union")
+class Union(Stream):
+    """Pass on every record of any upstream, as it arrives.
+
+    >>> a, b = Stream(), Stream()
+    >>> L = a.union(b).sink_to_list()
+    >>> a.emit(1); b.emit(2); a.emit(3); L
+    [1, 2, 3]
+    """
+
+    def __init__(self, *upstreams: Stream, **kwargs: Any) -> None:
+        for u in upstreams:
+            if not isinstance(u, Stream):
+                raise ConfigurationError(
+                    f"union: every upstream must be a stream, got {u!r}; pass streams"
+                )
+        Stream.__init__(self, upstreams=list(upstreams), **kwargs)
+
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> Results:
+        return self._emit(x, metadata)

@@ -1,0 +1,396 @@
+"""Stateful record operators: accumulate (scan), frequencies, slice, unique, collect.
+
+Each node's state is checkpointed (``get_state``/``set_state``); the state is
+made of plain values only.  ``collect`` holds records until ``flush()`` and
+therefore retains their references while they wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict, deque
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ..core.fusion import Push, register_fuser
+from ..core.node import Stream, check_callable, check_positive_int, identity
+from ..core.refs import Metadata, merge_metadata
+from ..errors import ConfigurationError
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Accumulate", "Frequencies", "Slice", "Unique", "Collect", "no_default"]
+
+Results = list[Awaitable[Any]] | None
+
+
+class _NoDefault:
+    """The "no start value given" marker; pickles to the same object."""
+
+    def __repr__(self) -> str:
+        return "no_default"
+
+    def __reduce__(self) -> str:
+        return "no_default"
+
+
+#: marker for "take the first record as the start state" in ``accumulate``
+no_default = _NoDefault()
+
+
+def _fname(func: Any) -> str:
+    return getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
+
+
+def _node_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {k: kwargs.pop(k) for k in ("stream_name", "name", "on_error", "loop") if k in kwargs}
+
+
+@Stream.register_api(attribute_name="accumulate")
+class Accumulate(Stream):
+    """Running reduction: ``state = func(state, x, **kwargs)``, emitting each new state.
+
+    ``start`` is the first state (default: the first record, which is emitted
+    as it is).  With ``returns_state=True`` ``func`` returns
+    ``(state, result)`` and ``result`` is emitted; ``with_state=True`` emits
+    ``(state, result)`` pairs.  If ``func`` raises and the error policy drops
+    the record, the state stays as it was.  Also available as ``scan``.
+
+    >>> s = Stream()
+    >>> L = s.accumulate(lambda acc, x: acc + x).sink_to_list()
+    >>> for i in range(5):
+    ...     s.emit(i)
+    >>> L
+    [0, 1, 3, 6, 10]
+    >>> s2 = Stream()
+    >>> L2 = s2.scan(lambda n, x: (n + 1, (n, x)), start=0, returns_state=True).sink_to_list()
+    >>> s2.emit("a"); s2.emit("b"); L2
+    [(0, 'a'), (1, 'b')]
+    """
+
+    _graphviz_shape = "box"
+    _state_attrs = ("state",)
+
+    def __init__(
+        self,
+        upstream: Stream,
+        func: Callable[..., Any],
+        start: Any = no_default,
+        returns_state: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        check_callable("accumulate", "func", func)
+        self.func = func
+        self.state = start
+        self.returns_state = returns_state
+        self.with_state = bool(kwargs.pop("with_state", False))
+        node_kwargs = _node_kwargs(kwargs)
+        self.kwargs = kwargs
+        Stream.__init__(self, upstream, **node_kwargs)
+
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> Results:
+        if self.state is no_default:
+            self.state = x
+            return self._emit((x, x) if self.with_state else x, metadata)
+        try:
+            result = self.func(self.state, x, **self.kwargs)
+            if self.returns_state:
+                state, result = result
+            else:
+                state = result
+        except Exception as e:
+            self._user_error(x, e, self.func)
+            return None
+        self.state = state
+        return self._emit((state, result) if self.with_state else result, metadata)
+
+    def state_signature(self) -> str:
+        return (
+            f"Accumulate(func={_fname(self.func)}, returns_state={self.returns_state}, "
+            f"with_state={self.with_state})"
+        )
+
+
+Stream.register_api(attribute_name="scan")(Accumulate)
+
+
+@Stream.register_api(attribute_name="frequencies")
+class Frequencies(Stream):
+    """Count occurrences of each record; emit a new ``{record: count}`` dict each time.
+
+    >>> s = Stream()
+    >>> L = s.frequencies().sink_to_list()
+    >>> for v in "aba":
+    ...     s.emit(v)
+    >>> L[-1]
+    {'a': 2, 'b': 1}
+    >>> L[0]
+    {'a': 1}
+    """
+
+    _state_attrs = ("counts",)
+
+    def __init__(self, upstream: Stream, **kwargs: Any) -> None:
+        self.counts: dict[Any, int] = {}
+        Stream.__init__(self, upstream, **kwargs)
+
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> Results:
+        counts = self.counts
+        try:
+            counts[x] = counts.get(x, 0) + 1
+        except TypeError as e:  # unhashable record
+            self._user_error(x, e, "frequencies")
+            return None
+        return self._emit(dict(counts), metadata)
+
+    def get_state(self) -> Any:
+        return {"counts": dict(self.counts)}
+
+    def set_state(self, state: Any) -> None:
+        self.counts = dict(state["counts"])
+
+
+@Stream.register_api(attribute_name="slice")
+class Slice(Stream):
+    """Pass on only the records at some positions, like ``list[start:end:step]``.
+
+    Positions count from 0; negative values are not supported.  Unlike
+    streamz (which tests ``position % step``), the step counts from
+    ``start``, exactly as a Python slice does.  After ``end`` nothing more
+    is passed on (records are dropped and complete at once).
+
+    >>> s = Stream()
+    >>> L = s.slice(1, 7, 2).sink_to_list()
+    >>> for i in range(10):
+    ...     s.emit(i)
+    >>> L
+    [1, 3, 5]
+    """
+
+    _state_attrs = ("state",)
+    str_list = ["begin", "end", "step"]
+
+    def __init__(
+        self,
+        upstream: Stream,
+        start: int | None = None,
+        end: int | None = None,
+        step: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        for arg, v in (("start", start), ("end", end)):
+            if v is not None:
+                check_positive_int("slice", arg, v, minimum=0)
+        if step is not None:
+            check_positive_int("slice", "step", step)
+        self.begin = start or 0  # not "start": that is Stream.start()
+        self.end = end
+        self.step = step or 1
+        self.state = 0
+        Stream.__init__(self, upstream, **kwargs)
+
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> Results:
+        i = self.state
+        self.state = i + 1
+        if i < self.begin or (self.end is not None and i >= self.end):
+            return None
+        if (i - self.begin) % self.step:
+            return None
+        return self._emit(x, metadata)
+
+    def state_signature(self) -> str:
+        return f"Slice(start={self.begin}, end={self.end}, step={self.step})"
+
+
+@Stream.register_api(attribute_name="unique")
+class Unique(Stream):
+    """Drop records whose ``key(x)`` was seen before (among the last ``maxsize`` keys).
+
+    With ``hashable=True`` (default) seen keys live in a dict; with
+    ``maxsize`` it is a least-recently-used cache (a repeat refreshes the
+    key).  ``hashable=False`` keeps a list (most recent first) for keys that
+    cannot be hashed.  A dropped duplicate completes at once.
+
+    >>> s = Stream()
+    >>> L = s.unique().sink_to_list()
+    >>> for v in [1, 2, 1, 3]:
+    ...     s.emit(v)
+    >>> L
+    [1, 2, 3]
+    >>> s2 = Stream(); L2 = s2.unique(maxsize=1).sink_to_list()
+    >>> for v in [1, 1, 2, 1]:
+    ...     s2.emit(v)
+    >>> L2
+    [1, 2, 1]
+    """
+
+    def __init__(
+        self,
+        upstream: Stream,
+        maxsize: int | None = None,
+        key: Callable[[Any], Any] = identity,
+        hashable: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        if maxsize is not None:
+            check_positive_int("unique", "maxsize", maxsize)
+        check_callable("unique", "key", key)
+        self.maxsize = maxsize
+        self.key = key
+        self.hashable = hashable
+        self._seen_od: OrderedDict[Any, None] = OrderedDict()
+        self._seen_list: list[Any] = []
+        Stream.__init__(self, upstream, **kwargs)
+
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> Results:
+        try:
+            y = self.key(x)
+            if self.hashable:
+                seen = self._seen_od
+                if y in seen:
+                    if self.maxsize:
+                        seen.move_to_end(y)
+                    return None
+                seen[y] = None
+                if self.maxsize and len(seen) > self.maxsize:
+                    seen.popitem(last=False)
+            else:
+                lst = self._seen_list
+                if y in lst:
+                    lst.remove(y)
+                    lst.insert(0, y)
+                    return None
+                lst.insert(0, y)
+                if self.maxsize:
+                    del lst[self.maxsize :]
+        except Exception as e:
+            self._user_error(x, e, self.key)
+            return None
+        return self._emit(x, metadata)
+
+    def get_state(self) -> Any:
+        return {"seen": list(self._seen_od) if self.hashable else list(self._seen_list)}
+
+    def set_state(self, state: Any) -> None:
+        if self.hashable:
+            self._seen_od = OrderedDict.fromkeys(state["seen"])
+        else:
+            self._seen_list = list(state["seen"])
+
+    def state_signature(self) -> str:
+        return f"Unique(maxsize={self.maxsize}, key={_fname(self.key)}, hashable={self.hashable})"
+
+
+@Stream.register_api(attribute_name="collect")
+class Collect(Stream):
+    """Hold records until :meth:`flush` is called, then emit them as one tuple.
+
+    Held records keep their references until the tuple has been emitted and
+    its downstream work has finished.  ``cache`` may be a ``deque`` (with a
+    ``maxlen``: a record pushed out of it is dropped and completes).
+
+    >>> s = Stream()
+    >>> c = s.collect()
+    >>> L = c.sink_to_list()
+    >>> s.emit(1); s.emit(2); L
+    []
+    >>> c.flush(); L
+    [(1, 2)]
+    >>> c.flush(); L
+    [(1, 2), ()]
+    """
+
+    def __init__(self, upstream: Stream, cache: deque[Any] | None = None, **kwargs: Any) -> None:
+        if cache is None:
+            cache = deque()
+        elif not isinstance(cache, deque):
+            raise ConfigurationError(
+                f"collect: cache must be a collections.deque, got {cache!r}; "
+                "pass e.g. cache=deque(maxlen=100) or leave it out"
+            )
+        self.cache = cache
+        self._meta: deque[Metadata | None] = deque()
+        self._tasks: set[asyncio.Future[Any]] = set()
+        Stream.__init__(self, upstream, **kwargs)
+
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> Results:
+        cache = self.cache
+        if cache.maxlen is not None and len(cache) >= cache.maxlen:
+            if not cache.maxlen:
+                return None  # a zero-length cache drops everything at once
+            self._release_refs(self._meta.popleft())
+        if metadata:
+            self._retain_refs(metadata)
+        cache.append(x)
+        self._meta.append(metadata)
+        return None
+
+    def flush(self, _: Any = None) -> None:
+        """Emit everything held so far as one tuple (an empty tuple if nothing is held)."""
+        out = tuple(self.cache)
+        metadata = merge_metadata(self._meta)
+        self.cache.clear()
+        self._meta.clear()
+        try:
+            results = self._emit(out, metadata)
+        except BaseException:
+            self._release_refs(metadata)
+            raise
+        pending = self._release_after(results, metadata)
+        if pending:
+            for fut in pending:
+                f = asyncio.ensure_future(fut)
+                self._tasks.add(f)
+                f.add_done_callback(self._tasks.discard)
+
+    def get_state(self) -> Any:
+        return {"cache": list(self.cache)}
+
+    def set_state(self, state: Any) -> None:
+        self.cache.clear()
+        self._meta.clear()
+        for v in state["cache"]:
+            self.cache.append(v)
+            self._meta.append(None)
+
+    def state_signature(self) -> str:
+        return f"Collect(maxlen={self.cache.maxlen})"
+
+
+# ---------------------------------------------------------------------- fused fast path
+def _fuse_accumulate(node: Stream, who: Stream, nxt: Push) -> Push:
+    assert isinstance(node, Accumulate)
+    if node.returns_state or node.with_state or node.kwargs:
+        update = node.update
+        return lambda x, metadata: update(x, who, metadata)
+    func, on_err = node.func, node._user_error
+    acc = node
+
+    def push(x: Any, metadata: Any) -> Any:
+        state = acc.state
+        if state is no_default:
+            acc.state = x
+            return nxt(x, metadata)
+        try:
+            state = func(state, x)
+        except Exception as e:
+            on_err(x, e, func)
+            return None
+        acc.state = state
+        return nxt(state, metadata)
+
+    return push
+
+
+register_fuser(Accumulate, _fuse_accumulate)

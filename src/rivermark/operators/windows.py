@@ -1,0 +1,372 @@
+"""Count-based windows: partition, partition_unique, sliding_window.
+
+A record parked in a window keeps its reference (retained when it arrives)
+until the window it belongs to has been emitted and the downstream work has
+finished, or until it is dropped (a duplicate in ``partition_unique``).
+The parked values (without metadata) are checkpoint state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Any
+
+from ..core import runtime
+from ..core.node import Stream, check_positive_int, identity
+from ..core.refs import Metadata, merge_metadata, release_refs
+from ..errors import ConfigurationError
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Partition", "PartitionUnique", "SlidingWindow"]
+
+Results = list[Awaitable[Any]] | None
+
+
+def _key_name(key: Any) -> str:
+    if callable(key):
+        return getattr(key, "__qualname__", None) or repr(key)
+    return repr(key)
+
+
+@Stream.register_api(attribute_name="partition")
+class Partition(Stream):
+    """Group records into tuples of ``n``.
+
+    ``timeout`` (seconds): a partial tuple is emitted that long after its
+    first record arrived (the node then runs on the event loop).  ``key``
+    (a callable, or an index/field for ``x[key]``) keeps a separate group
+    per key, each emitted when it reaches ``n`` records.
+
+    >>> s = Stream()
+    >>> L = s.partition(3).sink_to_list()
+    >>> for i in range(7):
+    ...     s.emit(i)
+    >>> L
+    [(0, 1, 2), (3, 4, 5)]
+    >>> s2 = Stream(); L2 = s2.partition(2, key=lambda x: x % 2).sink_to_list()
+    >>> for i in range(5):
+    ...     s2.emit(i)
+    >>> L2
+    [(0, 2), (1, 3)]
+    """
+
+    _graphviz_shape = "diamond"
+
+    def __init__(
+        self,
+        upstream: Stream,
+        n: int,
+        timeout: float | None = None,
+        key: Hashable | Callable[[Any], Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        check_positive_int("partition", "n", n)
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0
+        ):
+            raise ConfigurationError(
+                f"partition: timeout must be a number of seconds > 0, got {timeout!r}; "
+                "pass e.g. timeout=1.5, or None to emit only full partitions"
+            )
+        self.n = n
+        self.timeout = timeout
+        self.key = key
+        self._buffers: dict[Any, list[Any]] = {}
+        self._metas: dict[Any, list[dict[str, Any]]] = {}
+        self._timers: dict[Any, asyncio.TimerHandle] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._inflight = 0
+        # asynchronous only when a timeout needs the event loop
+        self._is_async = timeout is not None
+        Stream.__init__(self, upstream, **kwargs)
+
+    def _get_key(self, x: Any) -> Any:
+        k = self.key
+        if k is None:
+            return None
+        if callable(k):
+            return k(x)
+        return x[k]
+
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> Results:
+        try:
+            k = self._get_key(x)
+        except Exception as e:
+            self._user_error(x, e, self.key)
+            return None
+        buf = self._buffers.get(k)
+        if buf is None:
+            try:
+                buf = self._buffers[k] = []
+            except TypeError as e:  # unhashable key
+                self._user_error(x, e, self.key)
+                return None
+            self._metas[k] = []
+        buf.append(x)
+        if metadata:
+            self._retain_refs(metadata)
+            self._metas[k].extend(metadata)
+        if len(buf) >= self.n:
+            timer = self._timers.pop(k, None)
+            if timer is not None:
+                timer.cancel()
+            return self._flush_now(k)
+        if self.timeout is not None and k not in self._timers:
+            self._arm(k)
+        return None
+
+    def _take(self, k: Any) -> tuple[tuple[Any, ...], Metadata | None]:
+        buf = self._buffers.pop(k, [])
+        meta = self._metas.pop(k, [])
+        return tuple(buf), (meta or None)
+
+    def _flush_now(self, k: Any) -> Results:
+        out, meta = self._take(k)
+        try:
+            results = self._emit(out, meta)
+        except BaseException:
+            release_refs(meta)
+            raise
+        return self._release_after(results, meta)
+
+    # ------------------------------------------------------------------ timeout
+    def _arm(self, k: Any) -> None:
+        loop = self.loop
+        assert self.timeout is not None
+        if runtime.in_loop_thread(loop):
+            self._timers[k] = loop.call_later(self.timeout, self._on_timeout, k)
+        else:  # called from another thread: arm it on the loop
+            loop.call_soon_threadsafe(self._arm_if_pending, k)
+
+    def _arm_if_pending(self, k: Any) -> None:
+        if k in self._buffers and k not in self._timers:
+            assert self.timeout is not None
+            self._timers[k] = self.loop.call_later(self.timeout, self._on_timeout, k)
+
+    def _on_timeout(self, k: Any) -> None:
+        self._timers.pop(k, None)
+        if not self._buffers.get(k):
+            return
+        out, meta = self._take(k)
+        # emit at once (so partitions keep their order); only the waiting is a task
+        self._inflight += 1
+        try:
+            results = self._emit(out, meta)
+        except Exception as e:
+            self._inflight -= 1
+            release_refs(meta)
+            logger.error(
+                "%s: timed-out partition emit failed: %r", self._display_name(), e, exc_info=e
+            )
+            return
+        if not results:
+            self._inflight -= 1
+            release_refs(meta)
+            return
+        task = asyncio.ensure_future(self._finish_later(results, meta))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _finish_later(self, results: Results, meta: Metadata | None) -> None:
+        try:
+            await runtime.gather_results(results)
+        except Exception as e:
+            logger.error(
+                "%s: timed-out partition emit failed: %r", self._display_name(), e, exc_info=e
+            )
+        finally:
+            self._inflight -= 1
+            release_refs(meta)
+
+    # ------------------------------------------------------------------ state
+    def get_state(self) -> Any:
+        return {"buffers": [(k, list(v)) for k, v in self._buffers.items() if v]}
+
+    def set_state(self, state: Any) -> None:
+        for t in self._timers.values():
+            t.cancel()
+        self._timers.clear()
+        self._buffers = {k: list(v) for k, v in state["buffers"]}
+        self._metas = {k: [] for k in self._buffers}
+        if self.timeout is not None:
+            # restored partial partitions get a fresh timeout (timers are not state)
+            for k in self._buffers:
+                self.loop.call_soon_threadsafe(self._arm_if_pending, k)
+
+    def state_signature(self) -> str:
+        return f"Partition(n={self.n}, timeout={self.timeout}, key={_key_name(self.key)})"
+
+
+@Stream.register_api(attribute_name="partition_unique")
+class PartitionUnique(Stream):
+    """Group records into tuples of ``n`` records with distinct keys.
+
+    ``key`` is a callable or an index/field (``x[key]``).  For a repeated key
+    ``keep="first"`` drops the new record, ``keep="last"`` replaces the old
+    one (moving it to the end).  A dropped or replaced record completes at
+    once (its reference is released).
+
+    >>> s = Stream()
+    >>> L = s.partition_unique(3).sink_to_list()
+    >>> for v in [1, 2, 1, 3, 1, 3, 3, 2]:
+    ...     s.emit(v)
+    >>> L
+    [(1, 2, 3), (1, 3, 2)]
+    >>> s2 = Stream(); L2 = s2.partition_unique(2, keep="last").sink_to_list()
+    >>> for v in [1, 1, 2]:
+    ...     s2.emit(v)
+    >>> L2
+    [(1, 2)]
+    """
+
+    _graphviz_shape = "diamond"
+
+    def __init__(
+        self,
+        upstream: Stream,
+        n: int,
+        key: Hashable | Callable[[Any], Any] = identity,
+        keep: str = "first",
+        **kwargs: Any,
+    ) -> None:
+        check_positive_int("partition_unique", "n", n)
+        if keep not in ("first", "last"):
+            raise ConfigurationError(
+                f"partition_unique: keep must be 'first' or 'last', got {keep!r}; "
+                "pass keep='first' (drop later duplicates) or keep='last' (replace)"
+            )
+        self.n = n
+        self.key = key
+        self.keep = keep
+        self._buffer: dict[Any, Any] = {}
+        self._meta: dict[Any, Metadata | None] = {}
+        Stream.__init__(self, upstream, **kwargs)
+
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> Results:
+        k = self.key
+        try:
+            y = k(x) if callable(k) else x[k]
+            present = y in self._buffer
+        except Exception as e:
+            self._user_error(x, e, self.key)
+            return None
+        if present:
+            if self.keep == "first":
+                return None  # dropped: never held, complete when this call returns
+            del self._buffer[y]
+            release_refs(self._meta.pop(y))
+        if metadata:
+            self._retain_refs(metadata)
+        self._buffer[y] = x
+        self._meta[y] = metadata
+        if len(self._buffer) < self.n:
+            return None
+        out = tuple(self._buffer.values())
+        meta = merge_metadata(self._meta.values())
+        self._buffer = {}
+        self._meta = {}
+        try:
+            results = self._emit(out, meta)
+        except BaseException:
+            release_refs(meta)
+            raise
+        return self._release_after(results, meta)
+
+    def get_state(self) -> Any:
+        return {"buffer": list(self._buffer.items())}
+
+    def set_state(self, state: Any) -> None:
+        self._buffer = dict(state["buffer"])
+        self._meta = dict.fromkeys(self._buffer)
+
+    def state_signature(self) -> str:
+        return f"PartitionUnique(n={self.n}, key={_key_name(self.key)}, keep={self.keep!r})"
+
+
+@Stream.register_api(attribute_name="sliding_window")
+class SlidingWindow(Stream):
+    """Emit overlapping tuples of the last ``n`` records.
+
+    With ``return_partial=True`` (default) the first ``n - 1`` records give
+    shorter tuples; with ``False`` output starts once ``n`` records arrived.
+    A record's reference is held while it is in the window and released
+    after the last window containing it has been emitted (and its
+    downstream work finished).
+
+    >>> s = Stream()
+    >>> L = s.sliding_window(3, return_partial=False).sink_to_list()
+    >>> for i in range(5):
+    ...     s.emit(i)
+    >>> L
+    [(0, 1, 2), (1, 2, 3), (2, 3, 4)]
+    >>> s2 = Stream(); L2 = s2.sliding_window(2).sink_to_list()
+    >>> for i in range(3):
+    ...     s2.emit(i)
+    >>> L2
+    [(0,), (0, 1), (1, 2)]
+    """
+
+    _graphviz_shape = "diamond"
+
+    def __init__(
+        self, upstream: Stream, n: int, return_partial: bool = True, **kwargs: Any
+    ) -> None:
+        check_positive_int("sliding_window", "n", n)
+        self.n = n
+        self.partial = bool(return_partial)
+        self._buffer: deque[Any] = deque(maxlen=n)
+        # metadata of the records still held (the oldest value may already be released)
+        self._meta: deque[Metadata | None] = deque()
+        self._n_meta = 0
+        Stream.__init__(self, upstream, **kwargs)
+
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> Results:
+        buf = self._buffer
+        buf.append(x)
+        if metadata:
+            self._retain_refs(metadata)
+            self._n_meta += 1
+        self._meta.append(metadata)
+        full = len(buf) == self.n
+        if not (full or self.partial):
+            return None
+        meta = merge_metadata(self._meta) if self._n_meta else None
+        try:
+            results = self._emit(tuple(buf), meta)
+        except BaseException:
+            if full:
+                self._evict(None)
+            raise
+        if full:
+            return self._evict(results)
+        return results
+
+    def _evict(self, results: Results) -> Results:
+        evicted = self._meta.popleft()
+        if not evicted:
+            return results
+        self._n_meta -= 1
+        return self._release_after(results, evicted)
+
+    def get_state(self) -> Any:
+        return {"buffer": list(self._buffer)}
+
+    def set_state(self, state: Any) -> None:
+        self._buffer = deque(state["buffer"], maxlen=self.n)
+        # the oldest of a full window was already released when it was emitted
+        held = len(self._buffer) - (1 if len(self._buffer) == self.n else 0)
+        self._meta = deque([None] * held)
+        self._n_meta = 0
+
+    def state_signature(self) -> str:
+        return f"SlidingWindow(n={self.n}, return_partial={self.partial})"
