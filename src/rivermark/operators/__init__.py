@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from . import asyncops as asyncops
-from . import transform as transform
 from . import fused as fused
-from . import timing as timing
 from . import joins as joins
 from . import stateful as stateful
+from . import timing as timing
+from . import transform as transform
 from . import windows as windows

@@ -1,0 +1,220 @@
+"""Third-party nodes, sources and sinks found through package entry points.
+
+A distribution advertises a plugin in one of three entry-point groups::
+
+    [rivermark.nodes]
+    my_op = my_package.ops:MyOp          # used as stream.my_op(...)
+
+    [rivermark.sinks]
+    to_thing = my_package.sinks:ToThing  # used as stream.to_thing(...)
+
+    [rivermark.sources]
+    from_thing = my_package.src:FromThing  # used as Stream.from_thing(...)
+
+:func:`register_all` (run when ``rivermark`` is imported) only reads the
+entry-point tables; nothing from a plugin is imported then.  Each name gets a
+lazy attribute on :class:`~rivermark.Stream` that imports the plugin on first
+access and registers it with :meth:`Stream.register_api` (sources as
+``staticmethod``), exactly as a built-in.  A plugin whose name is already
+taken by a built-in (or by an earlier plugin) is not installed: a warning
+names the distribution and the name, and the built-in stays.
+
+>>> from rivermark import Stream
+>>> from rivermark.plugins import GROUPS
+>>> sorted(GROUPS)
+['rivermark.nodes', 'rivermark.sinks', 'rivermark.sources']
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Callable
+from importlib import metadata
+from typing import Any
+
+from .core.node import Stream, identity
+from .errors import RivermarkError
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "GROUPS",
+    "PluginError",
+    "PluginWarning",
+    "register_entry_point",
+    "register_all",
+    "load_plugins",
+]
+
+#: entry-point group -> the ``register_api`` modifier for its members
+GROUPS: dict[str, Callable[[Any], Any]] = {
+    "rivermark.nodes": identity,
+    "rivermark.sources": staticmethod,
+    "rivermark.sinks": identity,
+}
+
+
+class PluginError(RivermarkError):
+    """A plugin entry point could not be loaded or is not a stream node."""
+
+
+class PluginWarning(UserWarning):
+    """A plugin was not installed (its name clashes with an existing attribute)."""
+
+
+#: every stub installed so far, by attribute name
+_REGISTERED: dict[str, _LazyPlugin] = {}
+
+
+def _dist_name(entry_point: Any) -> str:
+    dist = getattr(entry_point, "dist", None)
+    name = getattr(dist, "name", None) if dist is not None else None
+    return str(name) if name else "<unknown distribution>"
+
+
+def _class_attr(cls: type, name: str) -> Any:
+    """The raw class attribute ``name`` (without running descriptors), or None."""
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            return klass.__dict__[name]
+    return None
+
+
+class _LazyPlugin:
+    """A class attribute standing in for a plugin until it is first accessed."""
+
+    def __init__(self, cls: type, entry_point: Any, modifier: Callable[[Any], Any]) -> None:
+        self.cls = cls
+        self.entry_point = entry_point
+        self.modifier = modifier
+        self.name: str = entry_point.name
+        self.dist = _dist_name(entry_point)
+        self.__doc__ = f"Plugin {self.name!r} from {self.dist!r} (loaded on first use)."
+        self.plugin: type | None = None
+
+    def get_plugin(self) -> type:
+        """The plugin class, importing it first if needed."""
+        if self.plugin is None:
+            self.load()
+        assert self.plugin is not None
+        return self.plugin
+
+    def load(self) -> type:
+        """Import the plugin and register it on the class in place of this stub."""
+        ep = self.entry_point
+        try:
+            plugin = ep.load()
+        except Exception as e:
+            raise PluginError(
+                f"plugin {self.name!r} from distribution {self.dist!r}: cannot load "
+                f"entry point {ep.value!r}: {type(e).__name__}: {e}. Fix or uninstall "
+                f"the plugin distribution {self.dist!r}."
+            ) from e
+        if not (isinstance(plugin, type) and issubclass(plugin, Stream)):
+            raise PluginError(
+                f"plugin {self.name!r} from distribution {self.dist!r}: entry point "
+                f"{ep.value!r} is {plugin!r}, not a subclass of rivermark.Stream; point "
+                f"the entry point at a Stream subclass."
+            )
+        self.plugin = plugin
+        if self.cls.__dict__.get(self.name) is self:
+            # register_api replaces this stub on the class with the real attribute;
+            # if something else has taken the name since (a built-in imported
+            # later), that one stays
+            self.cls.register_api(self.modifier, attribute_name=self.name)(plugin)  # type: ignore[attr-defined]
+        logger.debug("loaded plugin %r from %r: %r", self.name, self.dist, plugin)
+        return plugin
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if self.cls.__dict__.get(self.name) is self:
+            self.get_plugin()
+        real = self.cls.__dict__[self.name]
+        if hasattr(real, "__get__"):
+            return real.__get__(obj, owner if owner is not None else type(obj))
+        return real
+
+
+def register_entry_point(
+    cls: type, entry_point: Any, modifier: Callable[[Any], Any] = identity
+) -> bool:
+    """Install a lazy attribute on ``cls`` for ``entry_point``; True if installed.
+
+    The plugin is imported on first access of ``cls.<entry_point.name>``.  When the
+    name is already taken (a built-in operator, a method of ``cls``, or another
+    plugin), a :class:`PluginWarning` names the distribution and the name, and the
+    existing attribute is kept.  Registering the same entry point twice is a no-op.
+
+    >>> from importlib.metadata import EntryPoint
+    >>> ep = EntryPoint("map", "somewhere:Thing", "rivermark.nodes")
+    >>> import warnings
+    >>> with warnings.catch_warnings(record=True) as w:
+    ...     warnings.simplefilter("always")
+    ...     register_entry_point(Stream, ep)
+    False
+    >>> "keeping the built-in" in str(w[0].message)
+    True
+    """
+    name = entry_point.name
+    dist = _dist_name(entry_point)
+    if not isinstance(name, str) or not name.isidentifier() or name.startswith("_"):
+        warnings.warn(
+            f"rivermark plugin {name!r} from distribution {dist!r} is not installed: "
+            f"an entry-point name must be a public Python identifier; rename it.",
+            PluginWarning,
+            stacklevel=2,
+        )
+        return False
+    earlier = _REGISTERED.get(name)
+    if earlier is not None and earlier.cls is cls and earlier.entry_point == entry_point:
+        return False  # already registered (loaded or not)
+    existing = _class_attr(cls, name)
+    if existing is not None:
+        if isinstance(existing, _LazyPlugin):
+            what = f"the plugin from {existing.dist!r}"
+        elif earlier is not None and earlier.cls is cls:
+            what = f"the plugin from {earlier.dist!r}"
+        else:
+            what = "the built-in"
+        warnings.warn(
+            f"rivermark plugin {name!r} from distribution {dist!r} "
+            f"({entry_point.value!r}) clashes with an existing {cls.__name__}.{name}; "
+            f"keeping {what}. Rename the entry point or uninstall {dist!r}.",
+            PluginWarning,
+            stacklevel=2,
+        )
+        return False
+    stub = _LazyPlugin(cls, entry_point, modifier)
+    setattr(cls, name, stub)
+    _REGISTERED[name] = stub
+    logger.debug("registered lazy plugin %r from %r", name, dist)
+    return True
+
+
+def register_all() -> list[str]:
+    """Install a lazy attribute for every plugin entry point; returns the new names.
+
+    Cheap: it reads the installed distributions' entry-point tables and imports
+    nothing.  Safe to call again (for example after installing a plugin).
+
+    >>> isinstance(register_all(), list)
+    True
+    """
+    added: list[str] = []
+    for group, modifier in GROUPS.items():
+        for ep in metadata.entry_points(group=group):
+            if register_entry_point(Stream, ep, modifier):
+                added.append(ep.name)
+    return added
+
+
+def load_plugins() -> dict[str, type]:
+    """Register and import every plugin now; returns ``{name: class}``.
+
+    Useful to surface a broken plugin at start-up rather than on first use.
+
+    >>> isinstance(load_plugins(), dict)
+    True
+    """
+    register_all()
+    return {name: stub.get_plugin() for name, stub in _REGISTERED.items()}
