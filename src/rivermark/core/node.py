@@ -303,8 +303,12 @@ class Stream:
         calling thread and returns ``None``.  When the graph has asynchronous
         nodes, the emit runs on the graph's event loop; with
         ``asynchronous=True`` an awaitable is returned that finishes when all
-        downstream work (the slowest branch) has finished.
+        downstream work (the slowest branch) has finished.  A node created
+        with ``asynchronous=True`` always returns such an awaitable (as in
+        streamz: ``await source.emit(x)``).
         """
+        if self.asynchronous:
+            asynchronous = True
         if self._sync_version == _GraphClock.version and not asynchronous:
             # fast path: purely synchronous subgraph, push function built
             self._push(x, metadata)
@@ -431,7 +435,7 @@ class Stream:
             if v is not None:
                 fname = getattr(v, "__name__", None) if callable(v) else None
                 parts.append(f"{attr}={fname or repr(v)}")
-        label = f"{self.stream_name}; " if self.stream_name else ""
+        label = f"{self.stream_name}; " if self.stream_name and parts else (self.stream_name or "")
         inner = label + ", ".join(parts)
         return f"<{type(self).__name__}{': ' + inner if inner else ''}>"
 
