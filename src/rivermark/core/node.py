@@ -307,16 +307,18 @@ class Stream:
         with ``asynchronous=True`` always returns such an awaitable (as in
         streamz: ``await source.emit(x)``).
         """
-        if self.asynchronous:
-            asynchronous = True
-        if self._sync_version == _GraphClock.version and not asynchronous:
-            # fast path: purely synchronous subgraph, push function built
+        if not asynchronous and self._sync_version == _GraphClock.version:
+            # fast path: purely synchronous subgraph, push function built,
+            # node not created with asynchronous=True
             self._push(x, metadata)
             return None
+        if self.asynchronous:
+            asynchronous = True
         loop = self._downstream_loop()
         if loop is None:
             self._emit(x, metadata)
-            self._sync_version = self._push_version
+            if not self.asynchronous:
+                self._sync_version = self._push_version
             return _done() if asynchronous else None
         if runtime.in_loop_thread(loop):
             results = self._emit(x, metadata)
