@@ -59,6 +59,8 @@ class Source(Stream):
         self._emitting = False
         self._position: Any = None
         self._done_event: asyncio.Event | None = None
+        #: records emitted so far (read by a Job for ``every_batches``)
+        self.emitted = 0
         if start:
             self.start()
 
@@ -87,6 +89,7 @@ class Source(Stream):
         if self._pause_requested:
             await self._wait_resumed()
         self._emitting = True
+        self.emitted += 1
         try:
             results = self._emit(x, metadata)
             if results:

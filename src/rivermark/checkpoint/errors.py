@@ -1,0 +1,33 @@
+"""Errors raised by checkpointing: a changed graph, a locked or damaged store."""
+
+from __future__ import annotations
+
+from ..errors import RivermarkError
+
+__all__ = [
+    "CheckpointError",
+    "CheckpointMismatchError",
+    "CheckpointLockedError",
+    "CheckpointCorruptError",
+    "JobFailedError",
+]
+
+
+class CheckpointError(RivermarkError):
+    """Root of the checkpoint errors."""
+
+
+class CheckpointMismatchError(CheckpointError):
+    """The graph differs from the one that wrote the checkpoint being restored."""
+
+
+class CheckpointLockedError(CheckpointError):
+    """Another job holds the checkpoint directory's lock."""
+
+
+class CheckpointCorruptError(CheckpointError):
+    """A checkpoint failed verification (missing file, wrong size or checksum)."""
+
+
+class JobFailedError(CheckpointError):
+    """A source of a running job failed; the job stopped without a final checkpoint."""

@@ -1,0 +1,163 @@
+"""A kill loop: run a job script, SIGKILL it at random moments, restart it.
+
+:func:`run_with_crashes` starts ``cmd`` in a subprocess, kills it with
+SIGKILL after a random delay (seeded), and restarts it until it exits 0 on
+its own.  Then, once per named fault point, it runs the command with
+``RIVERMARK_FAULT`` set (the process kills itself there, see
+:mod:`rivermark.testing.faults`) and restarts it without the variable until
+it finishes.  The caller compares the output with :func:`run_uncrashed`'s.
+
+A tiny real example (a command that finishes at once is never killed):
+
+>>> import sys
+>>> report = run_with_crashes([sys.executable, "-c", "pass"], kills=1, max_delay=5.0)
+>>> report.completed, report.kills
+(True, 0)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from ..errors import RivermarkError
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["CrashReport", "run_with_crashes", "run_uncrashed", "CrashHarnessError"]
+
+
+class CrashHarnessError(RivermarkError):
+    """The job under test failed (non-zero exit that was not our kill) or hung."""
+
+
+@dataclass
+class CrashReport:
+    """What :func:`run_with_crashes` did."""
+
+    kills: int = 0  #: random SIGKILLs that hit a running process
+    runs: int = 0  #: processes started
+    fault_kills: dict[str, int] = field(default_factory=dict)  #: fault point -> self-kills
+    completed: bool = False  #: the last run exited 0
+
+
+def _env(env: dict[str, str] | None, fault: str | None) -> dict[str, str]:
+    out = dict(os.environ if env is None else env)
+    out.pop("RIVERMARK_FAULT", None)
+    if fault:
+        out["RIVERMARK_FAULT"] = fault
+    return out
+
+
+def _check_failed(proc: subprocess.Popen[bytes], rc: int, cmd: Sequence[str]) -> None:
+    if rc not in (0, -signal.SIGKILL):
+        err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+        raise CrashHarnessError(f"run_with_crashes: {list(cmd)!r} exited with {rc}:\n{err[-3000:]}")
+
+
+def run_uncrashed(
+    cmd: Sequence[str], env: dict[str, str] | None = None, timeout: float = 300.0
+) -> None:
+    """Run ``cmd`` once to completion; raise :class:`CrashHarnessError` if it fails."""
+    res = subprocess.run(list(cmd), env=_env(env, None), capture_output=True, timeout=timeout)
+    if res.returncode != 0:
+        raise CrashHarnessError(
+            f"run_uncrashed: {list(cmd)!r} exited with {res.returncode}:\n"
+            f"{res.stderr.decode(errors='replace')[-3000:]}"
+        )
+
+
+def run_with_crashes(
+    cmd: Sequence[str],
+    *,
+    env: dict[str, str] | None = None,
+    kills: int = 20,
+    min_delay: float = 0.05,
+    max_delay: float = 1.0,
+    fault_points: Sequence[str] = (),
+    timeout: float = 300.0,
+    seed: int = 0,
+    on_kill: Callable[[int], None] | None = None,
+    ready: Callable[[int], bool] | None = None,
+) -> CrashReport:
+    """Kill ``cmd`` ``kills`` times at random, then once at each fault point.
+
+    Every phase restarts the command until it exits 0.  ``on_kill(n)`` is
+    called after the n-th random kill (e.g. to record how far the job got).
+    ``ready(pid)``, if given, is polled after each start and the random delay
+    counts from when it first returns true (e.g. "the job holds its lock"), so
+    slow interpreter start-up under load does not eat the delay.
+    Raises
+    :class:`CrashHarnessError` when a run fails on its own or ``timeout``
+    seconds pass.
+    """
+    rng = random.Random(seed)
+    report = CrashReport()
+    deadline = time.monotonic() + timeout
+
+    def start(fault: str | None) -> subprocess.Popen[bytes]:
+        report.runs += 1
+        return subprocess.Popen(
+            list(cmd), env=_env(env, fault), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+
+    def remaining() -> float:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise CrashHarnessError(
+                f"run_with_crashes: {list(cmd)!r} did not finish in {timeout} s"
+            )
+        return left
+
+    # phase 1: random kills (skipped when kills == 0)
+    done = kills <= 0
+    while not done:
+        proc = start(None)
+        if report.kills < kills:
+            delay = rng.uniform(min_delay, max_delay)
+            if ready is not None:
+                while proc.poll() is None and not ready(proc.pid):
+                    remaining()
+                    time.sleep(0.002)
+            try:
+                rc = proc.wait(timeout=min(delay, remaining()))
+            except subprocess.TimeoutExpired:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait()
+                report.kills += 1
+                if proc.stderr:
+                    proc.stderr.close()
+                if on_kill is not None:
+                    on_kill(report.kills)
+                continue
+        else:
+            try:
+                rc = proc.wait(timeout=remaining())
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                raise CrashHarnessError(
+                    f"run_with_crashes: {list(cmd)!r} did not finish in {timeout} s"
+                ) from None
+        _check_failed(proc, rc, cmd)
+        done = rc == 0
+    # phase 2: one self-kill per fault point, then run to completion
+    for point in fault_points:
+        proc = start(point)
+        rc = proc.wait(timeout=remaining())
+        _check_failed(proc, rc, cmd)
+        if rc == -signal.SIGKILL:
+            report.fault_kills[point] = report.fault_kills.get(point, 0) + 1
+        proc = start(None)
+        rc = proc.wait(timeout=remaining())
+        _check_failed(proc, rc, cmd)
+        if rc != 0:
+            raise CrashHarnessError(f"run_with_crashes: {list(cmd)!r} was killed unexpectedly")
+    report.completed = True
+    return report

@@ -1,0 +1,124 @@
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+from rivermark.checkpoint import (
+    CheckpointCorruptError,
+    CheckpointLockedError,
+    Job,
+    LocalDirectoryStore,
+    Manifest,
+)
+
+from .conftest import build
+
+
+def _write(store: LocalDirectoryStore, epoch: int, blob: bytes = b"abc") -> None:
+    store.write_checkpoint(
+        Manifest(epoch, 1.0, {"acc": "A()"}, positions={"s": epoch}), {"acc": blob}
+    )
+
+
+def test_layout_is_readable(tmp_path: Path) -> None:
+    store = LocalDirectoryStore(tmp_path)
+    _write(store, 42)
+    d = tmp_path / "checkpoints" / "000000000042"
+    assert (d / "state" / "acc.pkl").read_bytes() == b"abc"
+    m = json.loads((d / "manifest.json").read_text())
+    assert m["epoch"] == 42 and m["positions"] == {"s": 42}
+    assert m["state"]["acc"]["size"] == 3
+    assert store.verify(42).epoch == 42
+    assert store.read_state(42, "acc") == b"abc"
+
+
+def test_torn_write_is_no_checkpoint(tmp_path: Path) -> None:
+    store = LocalDirectoryStore(tmp_path)
+    _write(store, 1)
+    torn = tmp_path / "checkpoints" / "000000000002"
+    (torn / "state").mkdir(parents=True)
+    (torn / "state" / "acc.pkl").write_bytes(b"half")
+    (torn / "manifest.json.tmp").write_text("{")
+    assert store.list_epochs() == [1]
+    _write(store, 3)
+    store.prune(keep=10)
+    assert not torn.exists()
+    assert store.list_epochs() == [1, 3]
+
+
+@pytest.mark.parametrize("damage", ["checksum", "missing", "truncated", "manifest"])
+def test_damaged_newest_falls_back_with_warning(
+    tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    source, acc, results, _ = build(300)
+    Job(source, checkpoint=tmp_path, every=None).run()
+    store = LocalDirectoryStore(tmp_path)
+    epochs = store.list_epochs()
+    assert len(epochs) == 2  # the start checkpoint and the final one
+    newest = store.epoch_dir(epochs[-1])
+    state = newest / "state" / "sum.pkl"
+    if damage == "checksum":
+        data = bytearray(state.read_bytes())
+        data[-2] ^= 0xFF
+        state.write_bytes(bytes(data))
+    elif damage == "missing":
+        state.unlink()
+    elif damage == "truncated":
+        state.write_bytes(state.read_bytes()[:-1])
+    else:
+        (newest / "manifest.json").write_text('{"epoch": 2, "ti')
+    with pytest.raises(CheckpointCorruptError):
+        store.verify(epochs[-1])
+    source, acc, results, _ = build(300)
+    job = Job(source, checkpoint=tmp_path, every=None)
+    with caplog.at_level(logging.WARNING):
+        job.run()
+    assert job.restored_epoch == epochs[0]
+    assert any(
+        r.levelno == logging.WARNING and str(epochs[-1]) in r.getMessage() for r in caplog.records
+    )
+    # fell back to the start checkpoint: everything is replayed once
+    assert results[-1] == sum(range(300))
+    assert len(results) == 300
+
+
+def test_retention_keeps_newest(tmp_path: Path) -> None:
+    store = LocalDirectoryStore(tmp_path)
+    for e in range(1, 8):
+        _write(store, e)
+        store.prune(keep=3)
+    assert store.list_epochs() == [5, 6, 7]
+
+
+def test_job_keep_prunes(tmp_path: Path) -> None:
+    source, acc, results, _ = build(3000)
+    Job(source, checkpoint=tmp_path, every=None, every_batches=200, keep=2).run()
+    assert len(LocalDirectoryStore(tmp_path).list_epochs()) == 2
+
+
+def test_second_lock_names_holder(tmp_path: Path) -> None:
+    first = LocalDirectoryStore(tmp_path)
+    first.lock()
+    try:
+        with pytest.raises(CheckpointLockedError, match=f"pid={os.getpid()} host="):
+            LocalDirectoryStore(tmp_path).lock()
+    finally:
+        first.unlock()
+    second = LocalDirectoryStore(tmp_path)
+    second.lock()
+    second.unlock()
+
+
+def test_job_refuses_locked_directory(tmp_path: Path) -> None:
+    holder = LocalDirectoryStore(tmp_path)
+    holder.lock()
+    try:
+        source, *_ = build(10)
+        with pytest.raises(CheckpointLockedError, match="in use by another job"):
+            Job(source, checkpoint=tmp_path, every=None).run()
+    finally:
+        holder.unlock()
