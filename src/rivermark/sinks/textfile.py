@@ -69,9 +69,13 @@ class SinkToTextfile(Stream):
         self.mode = mode
         self.open_kwargs = dict(open_kwargs)
         self._file: IO[str] | None
+        self._truncate_pending = False
         if isinstance(file, (str, os.PathLike)):
             self.path: str | None = os.fspath(file)
-            self._file = open(self.path, mode, **self.open_kwargs)  # noqa: SIM115
+            # mode "w" truncates on the first write, not here: a job restoring
+            # from a checkpoint truncates to the checkpoint's length instead.
+            self._file = open(self.path, "a", **self.open_kwargs)  # noqa: SIM115
+            self._truncate_pending = mode == "w"
         elif hasattr(file, "write"):
             self._file = file
             self.path = getattr(file, "name", None)
@@ -95,6 +99,9 @@ class SinkToTextfile(Stream):
                 f"{self._display_name()}: received {x!r} after close(); "
                 "stop the sources before closing the sink"
             )
+        if self._truncate_pending:
+            self._truncate_pending = False
+            self._file.truncate(0)
         self._file.write(str(x) + self.end)
         return None
 
@@ -102,6 +109,9 @@ class SinkToTextfile(Stream):
     def pre_commit(self, epoch: int) -> dict[str, Any]:
         """Flush and fsync; return the file's path and length in bytes."""
         f = self._require_file("pre_commit")
+        if self._truncate_pending:
+            self._truncate_pending = False
+            f.truncate(0)
         f.flush()
         os.fsync(f.fileno())
         length = os.fstat(f.fileno()).st_size
@@ -137,6 +147,7 @@ class SinkToTextfile(Stream):
             raw.flush()
             os.fsync(raw.fileno())
         self._file = open(self.path, "a", **self.open_kwargs)  # noqa: SIM115
+        self._truncate_pending = False
         logger.info("%s: restored %r to %d bytes", self._display_name(), self.path, length)
 
     def _require_file(self, what: str) -> IO[str]:

@@ -28,7 +28,9 @@ class FromTextfile(Source):
     to and including ``delimiter`` (as in streamz, the delimiter stays on the
     record).  A partial line at the end of the file is emitted only once its
     delimiter has arrived.  ``from_end=True`` skips what the file holds when
-    the source is created.
+    the source is created.  ``stop_at_eof=True`` (a rivermark addition) ends
+    the source at the end of the file instead of waiting for more lines, so
+    a job over a finished file exits when it has read it.
 
     Position: the byte offset just *after* the last emitted record, i.e. where
     the next record starts.  The source is replayable: ``seek(offset)`` makes
@@ -56,8 +58,10 @@ class FromTextfile(Source):
         from_end: bool = False,
         start: bool = False,
         encoding: str = "utf-8",
+        stop_at_eof: bool = False,
         **kwargs: Any,
     ) -> None:
+        self.stop_at_eof = stop_at_eof
         if not isinstance(delimiter, str) or not delimiter:
             raise ConfigurationError(
                 f"from_textfile: delimiter must be a non-empty string, got {delimiter!r}; "
@@ -118,6 +122,8 @@ class FromTextfile(Source):
         while not self.stopped:
             chunk = raw.read(_CHUNK)
             if not chunk:
+                if self.stop_at_eof:
+                    break
                 await asyncio.sleep(self.poll_interval)
                 continue
             pending += chunk

@@ -27,8 +27,8 @@ class FromProcess(Source):
     ``cmd`` is a list of arguments or a shell-like string (split with
     :func:`shlex.split`, not run by a shell).  ``open_kwargs`` go to
     :func:`asyncio.create_subprocess_exec`; ``with_stderr=True`` merges
-    stderr into the stream; ``with_end=True`` also emits a last line without
-    a newline.  The source finishes when the process closes its stdout;
+    stderr into the stream; ``with_end=True`` (the default, as in streamz)
+    also emits a last line without a newline.  The source finishes when the process closes its stdout;
     ``stop()`` terminates the process (and kills it if it does not exit
     within 2 s).  It cannot replay (``replayable = False``).
 
@@ -46,7 +46,7 @@ class FromProcess(Source):
         cmd: list[str] | tuple[str, ...] | str,
         open_kwargs: dict[str, Any] | None = None,
         with_stderr: bool = False,
-        with_end: bool = False,
+        with_end: bool = True,
         **kwargs: Any,
     ) -> None:
         if isinstance(cmd, str):

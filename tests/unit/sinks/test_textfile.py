@@ -144,3 +144,26 @@ def test_bad_arguments(
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigurationError, match=re.escape(text)):
         Stream().sink_to_textfile(**kwargs)
+
+
+def test_mode_w_truncates_on_first_write_without_a_job(tmp_path):
+    path = tmp_path / "out.txt"
+    path.write_text("old\n")
+    s = Stream()
+    sink = s.sink_to_textfile(str(path), mode="w")
+    assert path.read_text() == "old\n"  # nothing written yet
+    s.emit("new")
+    sink.file.flush()
+    assert path.read_text() == "new\n"
+
+
+def test_mode_w_resumes_from_checkpoint_length(tmp_path):
+    # a previous run wrote "a\n" before its checkpoint and "b\n" after it
+    path = tmp_path / "out.txt"
+    path.write_text("a\nb\n")
+    s = Stream()
+    sink = s.sink_to_textfile(str(path), mode="w")
+    sink.restore({"path": str(path), "length": 2})
+    s.emit("c")
+    sink.file.flush()
+    assert path.read_text() == "a\nc\n"

@@ -155,3 +155,20 @@ def test_filenames_bad_arguments() -> None:
         ConfigurationError, match=re.escape("filenames: position must be a list of file names")
     ):
         Stream.filenames("*.x").seek("a")
+
+
+def test_from_textfile_stop_at_eof_finishes(tmp_path):
+    import asyncio
+
+    path = tmp_path / "in.txt"
+    path.write_text("a\nb\npartial")
+    source = Stream.from_textfile(str(path), stop_at_eof=True)
+    out = source.sink_to_list()
+
+    async def main():
+        source.start()
+        await asyncio.wait_for(source.wait_finished(), 5)
+
+    asyncio.run(main())
+    assert out == ["a\n", "b\n"]
+    assert source.position() == 4

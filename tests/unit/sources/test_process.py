@@ -21,12 +21,12 @@ PY = sys.executable
 
 
 def test_process_lines_and_finish() -> None:
-    source = Stream.from_process([PY, "-c", "print('a'); print('b', end='')"])
+    source = Stream.from_process([PY, "-c", "print('a'); print('b', end='')"], with_end=False)
     assert isinstance(source, FromProcess)
     out = source.sink_to_list()
     source.start()
     wait_for(lambda: source.finished)
-    assert out == [b"a\n"]  # a last line without newline needs with_end=True
+    assert out == [b"a\n"]  # with_end=False drops a last line without newline
     assert source.process is not None and source.process.returncode == 0
 
 
