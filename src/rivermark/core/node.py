@@ -452,6 +452,14 @@ class Stream:
 
         return visualize(self, filename, **kwargs)
 
+    def gather(self) -> Stream:
+        """Return this stream unchanged (as in streamz, so ``gather()`` works without Dask).
+
+        >>> s = Stream(); s.gather() is s
+        True
+        """
+        return self
+
     def scatter(self, **kwargs: Any) -> Stream:
         """Move records onto a Dask cluster (``pip install rivermark[dask]``)."""
         from ..dask import scatter

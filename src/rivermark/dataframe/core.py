@@ -217,6 +217,9 @@ class Streaming:
     def __xor__(self, o: Any) -> Any:
         return self._binop(o, operator.xor)
 
+    def __rxor__(self, o: Any) -> Any:
+        return self._rbinop(o, operator.xor)
+
     def __lt__(self, o: Any) -> Any:
         return self._binop(o, operator.lt)
 

@@ -65,9 +65,10 @@ class GroupBy:
         key_name: Any = _NO_KEY,
     ) -> None:
         if isinstance(grouper, Streaming):
-            if not isinstance(grouper.example, pd.Series):
+            if not isinstance(grouper.example, (pd.Series, pd.Index)):
                 raise ConfigurationError(
-                    f"groupby: group by column label(s) or a streaming Series, got {grouper!r}"
+                    "groupby: group by column label(s), a streaming Series or the index "
+                    f"(sdf.index), got {grouper!r}"
                 )
             # the key becomes a hidden column, computed from the same batch
             key_name = grouper.example.name

@@ -68,12 +68,15 @@ class PeriodicDataFrame(DataFrame):
     """A DataFrame whose batches come from ``datafn(last, now, **kwargs)`` every ``interval``.
 
     ``datafn`` receives the previous and the current call's timestamps and
-    returns the rows for that span.  Call :meth:`start` to begin.
+    returns the rows for that span.  As in streamz it starts at once
+    (``start=True``); pass ``start=False`` and call :meth:`start` later.
+    ``dask=True`` (streamz's Dask mode) is not supported: use
+    ``sdf.stream.scatter()``.
 
     >>> from rivermark.testing import wait_for
     >>> def block(last, now):
     ...     return pd.DataFrame({"v": [1]}, index=[now])
-    >>> sdf = PeriodicDataFrame(block, interval="5ms")
+    >>> sdf = PeriodicDataFrame(block, interval="5ms", start=False)
     >>> L = sdf.stream.sink_to_list()
     >>> sdf.start(); wait_for(lambda: len(L) >= 2); sdf.stop()
     >>> list(L[0].columns)
@@ -84,9 +87,16 @@ class PeriodicDataFrame(DataFrame):
         self,
         datafn: Callable[..., pd.DataFrame] = random_datablock,
         interval: Any = "500ms",
+        dask: bool = False,
+        start: bool = True,
         **kwargs: Any,
     ) -> None:
         check_callable("PeriodicDataFrame", "datafn", datafn)
+        if dask:
+            raise ConfigurationError(
+                f"PeriodicDataFrame: dask={dask!r} is not supported; pass dask=False and "
+                "move the batches to the cluster with sdf.stream.scatter()"
+            )
         self.interval = interval
         self.datafn = datafn
         self.kwargs = kwargs
@@ -97,6 +107,8 @@ class PeriodicDataFrame(DataFrame):
         source = Stream.from_periodic(self._tick, poll_interval=secs)  # type: ignore[attr-defined]
         DataFrame.__init__(self, source, example=example)
         self.source = source
+        if start:
+            self.start()
 
     def _tick(self) -> pd.DataFrame:
         now = pd.Timestamp.now()
@@ -116,7 +128,7 @@ class PeriodicDataFrame(DataFrame):
 class Random(PeriodicDataFrame):
     """Random data (``x``, ``y``, ``z`` columns) at ``freq``, emitted every ``interval``.
 
-    >>> sdf = Random(freq="10ms", interval="100ms")
+    >>> sdf = Random(freq="10ms", interval="100ms", start=False)
     >>> list(sdf.columns)
     ['x', 'y', 'z']
     """

@@ -192,6 +192,8 @@ class Window:
         """Grouped aggregations within the window."""
         from .groupby import GroupBy
 
+        if isinstance(other, Window):
+            other = other.root
         return GroupBy(
             self.root,
             other,
@@ -201,6 +203,20 @@ class Window:
             start=self.start,
             windowed=self._windowed,
         )
+
+
+# Elementwise operators on a window apply to each batch before it enters the
+# window (``sdf.window(n=3) + 10``, ``w.x % 4``), as in streamz.
+for _op in (
+    "add sub mul truediv floordiv mod pow and or xor".split()
+    + "radd rsub rmul rtruediv rfloordiv rmod rpow rand ror rxor".split()
+    + "lt le gt ge eq ne neg abs invert".split()
+):
+    setattr(Window, f"__{_op}__", getattr(Streaming, f"__{_op}__"))
+Window.__hash__ = object.__hash__  # type: ignore[method-assign]
+Window._binop = Streaming._binop  # type: ignore[attr-defined]
+Window._rbinop = Streaming._rbinop  # type: ignore[attr-defined]
+del _op
 
 
 class Expanding(Window):
