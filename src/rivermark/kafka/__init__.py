@@ -1,0 +1,30 @@
+"""Kafka connectors on confluent-kafka: sources, a sink and a dead-letter helper.
+
+``Stream.from_kafka``, ``Stream.from_kafka_batched`` and ``.to_kafka`` are
+registered when this package is imported (``import rivermark.kafka``).
+
+>>> import rivermark.kafka
+>>> from rivermark import Stream
+>>> hasattr(Stream, "from_kafka_batched") and hasattr(Stream, "to_kafka")
+True
+"""
+
+from __future__ import annotations
+
+from .dlq import dead_letter
+from .errors import KafkaConnectorError, KafkaDeliveryError
+from .offsets import OffsetTracker
+from .sink import ToKafka
+from .source import KafkaBatchedSource, KafkaSource, from_kafka, from_kafka_batched
+
+__all__ = [
+    "KafkaBatchedSource",
+    "KafkaConnectorError",
+    "KafkaDeliveryError",
+    "KafkaSource",
+    "OffsetTracker",
+    "ToKafka",
+    "dead_letter",
+    "from_kafka",
+    "from_kafka_batched",
+]

@@ -1,0 +1,87 @@
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import confluent_kafka as ck
+
+
+def produce(
+    bootstrap: str, topic: str, values: Iterable[Any], partition: int | None = None, key: Any = None
+) -> int:
+    p = ck.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    n = 0
+    for v in values:
+        kwargs: dict[str, Any] = {"value": v if isinstance(v, bytes) else str(v).encode()}
+        if partition is not None:
+            kwargs["partition"] = partition
+        if key is not None:
+            kwargs["key"] = key(v) if callable(key) else key
+        while True:
+            try:
+                p.produce(topic, **kwargs)
+                break
+            except BufferError:
+                p.poll(0.05)
+        n += 1
+    assert p.flush(30) == 0
+    return n
+
+
+def consume_all(
+    bootstrap: str,
+    topic: str,
+    expected: int | None = None,
+    timeout: float = 30.0,
+    committed_only: bool = False,
+) -> list[Any]:
+    conf = {
+        "bootstrap.servers": bootstrap,
+        "group.id": f"reader-{uuid.uuid4().hex[:8]}",
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+    }
+    if committed_only:
+        conf["isolation.level"] = "read_committed"
+    c = ck.Consumer(conf)
+    c.subscribe([topic])
+    out: list[Any] = []
+    deadline = time.monotonic() + timeout
+    idle = 0
+    try:
+        while time.monotonic() < deadline:
+            msgs = c.consume(1000, timeout=0.5)
+            real = [m for m in msgs if m.error() is None]
+            out.extend(m for m in real)
+            if expected is not None and len(out) >= expected:
+                # read a little more to catch duplicates
+                out.extend(m for m in c.consume(1000, timeout=1.0) if m.error() is None)
+                break
+            idle = idle + 1 if not real else 0
+            if expected is None and out and idle >= 4:
+                break
+    finally:
+        c.close()
+    return out
+
+
+def wait_for(cond: Callable[[], bool], timeout: float = 60.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    c = ck.Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False}
+    )
+    try:
+        tps = c.committed([ck.TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+        return {tp.partition: tp.offset for tp in tps}
+    finally:
+        c.close()

@@ -1,0 +1,88 @@
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from rivermark.testing.faults import FAULT_POINTS
+
+from .helpers import consume_all, produce
+
+pytestmark = pytest.mark.kafka
+
+SCRIPT = Path(__file__).with_name("eos_job.py")
+N = 20_000
+KEYS = 50
+
+
+def _start(args: list[str], fault: str | None, log: Path) -> subprocess.Popen[bytes]:
+    env = dict(os.environ)
+    env.pop("RIVERMARK_FAULT", None)
+    if fault:
+        env["RIVERMARK_FAULT"] = fault
+    with open(log, "ab") as f:
+        f.write(f"--- run fault={fault}\n".encode())
+    return subprocess.Popen(
+        [sys.executable, str(SCRIPT), *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=open(log, "ab"),
+    )
+
+
+def test_read_committed_sees_each_result_once_across_sigkills(
+    bootstrap: str, new_topic: Callable[..., str], group: str, tmp_path: Path
+) -> None:
+    inp, out = new_topic(partitions=4, prefix="in"), new_topic(partitions=1, prefix="out")
+    records = [json.dumps({"k": i % KEYS, "i": i}) for i in range(N)]
+    for p in range(4):
+        produce(bootstrap, inp, records[p::4], partition=p)
+    args = [bootstrap, inp, out, group, str(tmp_path / "ckpt")]
+    log = tmp_path / "runs.log"
+    rnd = random.Random(4)
+    # faults at every point of the protocol, then random SIGKILLs
+    for point in FAULT_POINTS:
+        proc = _start(args, f"{point}:3", log)
+        assert proc.wait(timeout=60) == -signal.SIGKILL, log.read_text()[-3000:]
+    for _ in range(10):
+        proc = _start(args, None, log)
+        time.sleep(rnd.uniform(1.2, 2.0))
+        assert proc.poll() is None, log.read_text()[-3000:]
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    # the last run goes until all output is committed
+    proc = _start(args, None, log)
+    try:
+        deadline = time.monotonic() + 60
+        got = 0
+        while time.monotonic() < deadline and got < N:
+            time.sleep(1.0)
+            assert proc.poll() is None, log.read_text()[-3000:]
+            got = len(consume_all(bootstrap, out, expected=N, timeout=10, committed_only=True))
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    text = log.read_text()
+    msgs = consume_all(bootstrap, out, expected=N, timeout=30, committed_only=True)
+    results = Counter(tuple(json.loads(m.value())) for m in msgs)
+    expected = Counter((str(k), c) for k in range(KEYS) for c in range(1, N // KEYS + 1))
+    dup = {r: n for r, n in results.items() if n > 1}
+    assert not dup, f"duplicates: {list(dup.items())[:5]}"
+    missing = expected - results
+    assert not missing, f"missing {sum(missing.values())}: {list(missing)[:5]}"
+    assert results == expected
+    # the crash between a durable manifest and the transaction's commit was rolled forward
+    rolled = [int(n) for n in re.findall(r"rolling forward: producing its (\d+) records", text)]
+    assert rolled and max(rolled) > 0, text[-3000:]
+    # and the kills landed in the middle of the work: the runs made progress one by one
+    assert "after-manifest" in text
