@@ -8,6 +8,7 @@ The public API is listed here explicitly (and guarded by
 
 from __future__ import annotations
 
+from . import kafka as kafka
 from . import operators as operators
 from . import plugins as plugins
 from . import sinks as sinks
@@ -38,6 +39,7 @@ __all__ = [
     "Source",
     "Stream",
     "UserFunctionError",
+    "kafka",
     "operators",
     "plugins",
     "sinks",

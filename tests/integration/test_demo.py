@@ -28,4 +28,5 @@ def test_demo_kills_and_resumes_exactly(tmp_path: Path) -> None:
     kills = int(proc.stdout.split("CrashReport(kills=")[1].split(",")[0])
     assert kills >= 1, proc.stdout
     reference = (tmp_path / "demo" / "reference.jsonl").read_bytes()
-    assert reference.count(b"\n") > 100_000
+    # about a sixth of the events have a negative amount and are filtered out
+    assert 90_000 < reference.count(b"\n") < 120_000

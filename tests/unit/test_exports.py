@@ -32,6 +32,7 @@ EXPECTED_API = frozenset(
         "ConfigurationError",
         "GraphError",
         "UserFunctionError",
+        "kafka",
         "operators",
         "plugins",
         "sinks",
