@@ -27,7 +27,9 @@ ones are skipped with a WARNING); ``set_state`` on stateful nodes,
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
+import os
 import pickle
 import threading
 import time
@@ -121,6 +123,11 @@ class Job:
         self.sinks = [
             n for n in self.nodes if isinstance(n, CheckpointedSink) and not isinstance(n, Source)
         ]
+        #: stable across restarts on the same store: names transactional ids
+        self.job_id = self._derive_job_id()
+        for sink in self.sinks:
+            if getattr(sink, "job_id", "") is None:
+                sink.job_id = self.job_id  # type: ignore[attr-defined]
         if exactly_once:
             self._check_exactly_once()
         #: roots fed by ``emit`` (not sources): the job runs until ``stop()``
@@ -138,6 +145,14 @@ class Job:
         self._done = threading.Event()
         self._ckpt_lock: asyncio.Lock | None = None
         self._requests: list[asyncio.Future[int]] = []
+
+    def _derive_job_id(self) -> str:
+        path = getattr(self.store, "path", None)
+        if path is None:
+            return "job"
+        resolved = str(os.path.abspath(os.fspath(path)))
+        digest = hashlib.sha1(resolved.encode()).hexdigest()[:10]
+        return f"{os.path.basename(resolved) or 'job'}-{digest}"
 
     def _check_exactly_once(self) -> None:
         weak = [

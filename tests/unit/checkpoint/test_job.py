@@ -268,3 +268,21 @@ def test_exactly_once_refuses_weak_sinks_and_sources(tmp_path: Path) -> None:
     ok.sink_to_textfile(str(tmp_path / "ok.txt"))
     Job(ok, checkpoint=tmp_path / "c", every=None, exactly_once=True).run()
     assert (tmp_path / "ok.txt").read_text() == "1\n2\n"
+
+
+def test_job_gives_sinks_a_stable_job_id(tmp_path):
+    from rivermark import Job, Stream
+
+    def build():
+        s = Stream.from_iterable([1, 2])
+        sink = s.sink_to_textfile(str(tmp_path / "out.txt"))
+        sink.job_id = None  # a sink that asks for the job's id (as to_kafka does)
+        return s, sink
+
+    s1, sink1 = build()
+    job1 = Job(s1, checkpoint=str(tmp_path / "ckpt"))
+    s2, sink2 = build()
+    job2 = Job(s2, checkpoint=str(tmp_path / "ckpt"))
+    assert sink1.job_id == sink2.job_id == job1.job_id == job2.job_id
+    assert job1.job_id.startswith("ckpt-")
+    assert Job(build()[0], checkpoint=str(tmp_path / "other")).job_id != job1.job_id
