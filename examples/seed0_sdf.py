@@ -13,8 +13,8 @@ node ids, exactly what a checkpointing job stores.  Run it with::
 
     .venv/bin/python examples/seed0_sdf.py
 
-TODO: switch the source to the Kafka batched source and the hand-carried
-state to a checkpointed Job once those land (issue 5, "Done when").
+The same pipeline on a real Kafka broker, run as a checkpointed Job and
+killed repeatedly, is ``examples/seed0_kafka.py``.
 """
 
 from __future__ import annotations

@@ -193,6 +193,10 @@ class KafkaBatchedSource(Source):
             )
         self._seek_position = {str(k): int(v) for k, v in position.items()}
         self._offsets = dict(self._seek_position)
+        # restored from a checkpoint: never commit uncheckpointed progress to the
+        # group (a restored job takes no checkpoint before its sources start, and
+        # a partition missing from ``position`` starts at the group's offset)
+        self.checkpointing = True
 
     def state_signature(self) -> str:
         return f"{type(self).__name__}(topics={sorted(self.topics)!r}, keys={self.keys!r})"
@@ -380,6 +384,9 @@ class KafkaBatchedSource(Source):
                 await self._emit_one(t, p, first, end, values if self.batched else values[0])
                 if self.stopped:
                     return
+                # let the loop run between batches (a job's checkpoint barrier would
+                # otherwise wait for the whole backlog when the graph is synchronous)
+                await asyncio.sleep(0)
 
     async def _emit_one(self, t: str, p: int, first: int, end: int, x: Any) -> None:
         if self._pause_requested:
