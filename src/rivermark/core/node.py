@@ -319,6 +319,8 @@ class Stream:
             self._emit(x, metadata)
             if not self.asynchronous:
                 self._sync_version = self._push_version
+                if self._sync_version == _GraphClock.version and type(self).emit is Stream.emit:
+                    self._install_fast_emit()
             return _done() if asynchronous else None
         if runtime.in_loop_thread(loop):
             results = self._emit(x, metadata)
@@ -329,6 +331,27 @@ class Stream:
         if asynchronous:
             return asyncio.wrap_future(fut)
         return fut.result()
+
+    def _install_fast_emit(self) -> None:
+        """Bind a per-instance ``emit`` for a purely synchronous graph.
+
+        It skips the method lookup and the loop checks; the first call after
+        any graph change removes it and takes the general path again.
+        """
+        clock = _GraphClock
+        version = clock.version
+        push = self._push
+        general = Stream.emit
+
+        def emit(x: Any, asynchronous: bool = False, metadata: Metadata | None = None) -> Any:
+            if asynchronous or clock.version != version:
+                self.__dict__.pop("emit", None)
+                return general(self, x, asynchronous, metadata)
+            push(x, metadata)
+            return None
+
+        emit.__doc__ = general.__doc__
+        self.__dict__["emit"] = emit
 
     async def _emit_and_wait(self, x: Any, metadata: Metadata | None = None) -> None:
         await runtime.gather_results(self._emit(x, metadata))

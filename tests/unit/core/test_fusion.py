@@ -65,3 +65,21 @@ def test_metadata_passes_through_fused_chain():
     md = [{"ref": ref}]
     s.emit(123, metadata=md)
     assert seen == [md]
+
+
+def test_fast_emit_still_honours_asynchronous_and_graph_changes():
+    import asyncio
+
+    s = Stream()
+    out = s.map(lambda x: x + 1).sink_to_list()
+    s.emit(1)
+    s.emit(2)  # the per-instance fast emit is in place now
+    assert "emit" in s.__dict__
+
+    async def main():
+        await s.emit(3, asynchronous=True)
+
+    asyncio.run(main())
+    other = s.map(str).sink_to_list()  # graph change: the fast emit steps aside
+    s.emit(4)
+    assert out == [2, 3, 4, 5] and other == ["4"]
