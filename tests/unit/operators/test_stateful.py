@@ -3,44 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import pickle
 from collections import deque
 from typing import Any
 
 import pytest
 
-from rivermark import ConfigurationError, RefCounter, Stream
+from rivermark import ConfigurationError, Stream
 from rivermark.errors import UserFunctionError
 from rivermark.operators.stateful import Accumulate, Collect, Slice, Unique, no_default
 
-
-class StrictRef(RefCounter):
-    """A RefCounter that also counts releases arriving after completion (double releases)."""
-
-    def __init__(self) -> None:
-        super().__init__(callback=self._fire)
-        self.fired = 0
-        self.late = 0
-
-    def _fire(self) -> None:
-        self.fired += 1
-
-    def release(self, n: int = 1) -> None:
-        if self.done:
-            self.late += 1
-        super().release(n)
-
-
-def send(s: Stream, x: Any) -> StrictRef:
-    ref = StrictRef()
-    ref.retain()
-    s.emit(x, metadata=[{"ref": ref}])
-    ref.release()
-    return ref
-
-
-def roundtrip(state: Any) -> Any:
-    return pickle.loads(pickle.dumps(state))
+from .conftest import emit_tracked as send
+from .conftest import roundtrip
 
 
 # ---------------------------------------------------------------------- accumulate

@@ -8,26 +8,11 @@ from typing import Any
 
 import pytest
 
-from rivermark import ConfigurationError, RefCounter, Stream
+from rivermark import ConfigurationError, Stream
 from rivermark.errors import UserFunctionError
 from rivermark.operators.transform import Filter, Flatten, Pluck, Remove
 
-
-class StrictRef(RefCounter):
-    """A RefCounter that also counts releases arriving after completion (double releases)."""
-
-    def __init__(self) -> None:
-        super().__init__(callback=self._fire)
-        self.fired = 0
-        self.late = 0
-
-    def _fire(self) -> None:
-        self.fired += 1
-
-    def release(self, n: int = 1) -> None:
-        if self.done:
-            self.late += 1
-        super().release(n)
+from .conftest import StrictRef
 
 
 def send(s: Stream, x: Any) -> tuple[StrictRef, Any]:

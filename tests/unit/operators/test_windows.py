@@ -3,32 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import pickle
 from typing import Any
 
 import pytest
 
-from rivermark import ConfigurationError, RefCounter, Stream
+from rivermark import ConfigurationError, Stream
 from rivermark.errors import UserFunctionError
 from rivermark.operators.windows import Partition, PartitionUnique, SlidingWindow
 from rivermark.testing import wait_for_async
 
-
-class StrictRef(RefCounter):
-    """A RefCounter that also counts releases arriving after completion (double releases)."""
-
-    def __init__(self) -> None:
-        super().__init__(callback=self._fire)
-        self.fired = 0
-        self.late = 0
-
-    def _fire(self) -> None:
-        self.fired += 1
-
-    def release(self, n: int = 1) -> None:
-        if self.done:
-            self.late += 1
-        super().release(n)
+from .conftest import StrictRef, roundtrip
 
 
 def send(node: Stream, x: Any, who: Stream | None = None) -> tuple[StrictRef, Any]:
@@ -38,10 +22,6 @@ def send(node: Stream, x: Any, who: Stream | None = None) -> tuple[StrictRef, An
     res = node.update(x, who, [{"ref": ref}])
     ref.release()
     return ref, res
-
-
-def roundtrip(state: Any) -> Any:
-    return pickle.loads(pickle.dumps(state))
 
 
 def run(coro: Any) -> Any:
