@@ -208,9 +208,13 @@ class Job:
             if self._stop_requested:
                 await self._finish()
                 return
+            for s in self.sources:
+                # concrete start positions (e.g. Kafka offsets for "latest")
+                await s.prepare()
             if self.restored_epoch is None:
                 # epoch of the configured start: a crash before the first interval
-                # checkpoint then rolls sinks back to where this run began
+                # checkpoint then rolls sinks back to where this run began and
+                # replays the sources from where it began
                 await self._checkpoint()
             for s in self.sources:
                 s.start()

@@ -11,9 +11,16 @@ Where a partition starts:
 
 * after ``seek(position)`` (a checkpoint restore): at the checkpointed
   offset; an offset no longer on the broker (retention) is replaced by the
-  consumer's ``auto.offset.reset`` policy with a loud WARNING;
+  consumer's ``auto.offset.reset`` policy with a loud WARNING; a partition the
+  checkpoint does not name appeared after it and starts at its first offset;
 * otherwise at the group's committed offset, else per ``auto.offset.reset``
   (``"earliest"`` unless the caller's config says otherwise).
+
+The start offset is resolved to a number when the partition is assigned
+(:meth:`KafkaBatchedSource.prepare`, which a job awaits before its first
+checkpoint), so ``position()`` names every assigned partition, including
+empty ones, and a crash before the first interval checkpoint replays from
+exactly where the run began.
 
 Offsets and completion.  Every emitted batch carries metadata
 ``[{"ref": RefCounter, "topic": t, "partition": p, "offset": first}]``.
@@ -168,6 +175,7 @@ class KafkaBatchedSource(Source):
         self._assigned: set[tuple[str, int]] = set()
         self._tracker = OffsetTracker()
         self._last_refresh = 0.0
+        self._listed = False
         self._barrier_position: dict[str, int] | None = None
         self.batches_emitted = 0
         self.records_emitted = 0
@@ -194,8 +202,9 @@ class KafkaBatchedSource(Source):
         self._seek_position = {str(k): int(v) for k, v in position.items()}
         self._offsets = dict(self._seek_position)
         # restored from a checkpoint: never commit uncheckpointed progress to the
-        # group (a restored job takes no checkpoint before its sources start, and
-        # a partition missing from ``position`` starts at the group's offset)
+        # group (a restored job takes no checkpoint before its sources start); a
+        # partition missing from ``position`` appeared after the checkpoint and
+        # is read from its first offset
         self.checkpointing = True
 
     def state_signature(self) -> str:
@@ -253,7 +262,7 @@ class KafkaBatchedSource(Source):
             found.extend((topic, p) for p in parts)
         return found
 
-    async def _refresh(self, initial: bool) -> None:
+    async def _refresh(self) -> None:
         import confluent_kafka as ck
 
         loop = asyncio.get_running_loop()
@@ -266,22 +275,20 @@ class KafkaBatchedSource(Source):
             return
         finally:
             self._last_refresh = time.monotonic()
+        # partitions of the first successful listing start at the configured
+        # start; those found later were added while running
+        initial, self._listed = not self._listed, True
         new = [tp for tp in parts if tp not in self._assigned]
         if not new:
             return
         assign = []
         for t, p in new:
-            key = f"{t}:{p}"
-            if self._seek_position is not None and key in self._seek_position:
-                off = self._seek_position[key]
-                off = await loop.run_in_executor(None, self._check_range, t, p, off)
-            elif initial:
-                off = ck.OFFSET_STORED  # group commit, else auto.offset.reset
-            else:
-                # found while running: from its first offset
-                off = ck.OFFSET_BEGINNING
+            off = await loop.run_in_executor(None, self._start_offset, t, p, initial)
             assign.append(ck.TopicPartition(t, p, off))
             if off >= 0:
+                # every assigned partition has a position from the start, so a
+                # checkpoint taken before its first record still pins it
+                self._offsets[f"{t}:{p}"] = off
                 self._tracker.reset(t, p, off)
             self._assigned.add((t, p))
         logger.info(
@@ -290,6 +297,47 @@ class KafkaBatchedSource(Source):
             [(a.topic, a.partition, a.offset) for a in assign],
         )
         self.consumer.incremental_assign(assign)
+
+    def _start_offset(self, topic: str, partition: int, initial: bool) -> int:
+        """The offset a newly assigned partition starts at (a concrete offset when possible).
+
+        * in the restored position: that offset (range-checked);
+        * restored, but not in the position: the partition appeared after the
+          checkpoint, so from its first offset;
+        * first run, at start: the group's committed offset, else
+          ``auto.offset.reset``;
+        * found while running: from its first offset.
+
+        Falls back to a symbolic offset (resolved by the consumer) when the
+        broker cannot be asked.
+        """
+        import confluent_kafka as ck
+
+        key = f"{topic}:{partition}"
+        if self._seek_position is not None and key in self._seek_position:
+            return self._check_range(topic, partition, self._seek_position[key])
+        tp = ck.TopicPartition(topic, partition)
+        try:
+            if initial and self._seek_position is None:
+                (found,) = self.consumer.committed([tp], timeout=5)
+                if found.error is None and found.offset >= 0:
+                    return self._check_range(topic, partition, found.offset)
+                low, high = self.consumer.get_watermark_offsets(tp, timeout=5)
+                reset = str(self.consumer_params.get("auto.offset.reset", "earliest")).lower()
+                return int(low if reset in _EARLIEST else high)
+            low, _ = self.consumer.get_watermark_offsets(tp, timeout=5)
+            return int(low)
+        except ck.KafkaException as e:
+            logger.warning(
+                "%s: cannot resolve the start offset of %s[%d] (%s); the consumer resolves it",
+                self._display_name(),
+                topic,
+                partition,
+                e,
+            )
+            if initial and self._seek_position is None:
+                return int(ck.OFFSET_STORED)
+            return int(ck.OFFSET_BEGINNING)
 
     def _check_range(self, topic: str, partition: int, offset: int) -> int:
         """Apply the reset policy with a WARNING when ``offset`` is no longer on the broker."""
@@ -345,13 +393,23 @@ class KafkaBatchedSource(Source):
             self._commit(self._tracker.committable())
 
     # ---------------------------------------------------------------- main loop
+    async def prepare(self) -> None:
+        """Create the consumer and resolve every partition's start offset.
+
+        Called by a job before its first checkpoint (so that checkpoint holds
+        concrete offsets even for ``auto.offset.reset="latest"`` or the group's
+        offsets), else by :meth:`run`.
+        """
+        if self.consumer is None:
+            self.consumer = self._make_consumer()
+            await self._refresh()
+
     async def run(self) -> None:
-        self.consumer = self._make_consumer()
-        await self._refresh(initial=True)
+        await self.prepare()
         while not self.stopped:
             every = self.poll_interval if self.refresh_partitions else self.metadata_refresh
             if time.monotonic() - self._last_refresh >= every:
-                await self._refresh(initial=False)
+                await self._refresh()
             msgs = self.consumer.consume(num_messages=max(self.max_batch_size, 500), timeout=0)
             if not msgs:
                 await asyncio.sleep(

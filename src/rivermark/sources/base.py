@@ -77,6 +77,16 @@ class Source(Stream):
         """Resume from ``position`` (a value :meth:`position` returned)."""
         self._position = position
 
+    async def prepare(self) -> None:
+        """Fix the concrete start position before the job's first checkpoint.
+
+        A job awaits this for every source before the checkpoint it writes
+        at start, so that checkpoint pins where the run began even when the
+        configured start is relative ("the group's offset", "latest").  The
+        default does nothing: most sources' configured start is already a
+        concrete position.
+        """
+
     def close(self) -> None:
         """Release files, sockets, consumers; called once when the source ends."""
 

@@ -1,6 +1,12 @@
 from __future__ import annotations
 
+import json
+import signal
+import subprocess
+import sys
+import textwrap
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,8 +40,11 @@ def test_two_topics_union_one_checkpoint_restart_resumes_exactly(
     bootstrap: str, new_topic: Callable[..., str], group: str, tmp_path: Path
 ) -> None:
     a, b = new_topic(partitions=3, prefix="a"), new_topic(partitions=2, prefix="b")
-    produce(bootstrap, a, [f"a{i}" for i in range(60)])
-    produce(bootstrap, b, [f"b{i}" for i in range(40)])
+    # every partition gets records (an unkeyed producer may put all in one)
+    for p in range(3):
+        produce(bootstrap, a, [f"a{i}" for i in range(p, 60, 3)], partition=p)
+    for p in range(2):
+        produce(bootstrap, b, [f"b{i}" for i in range(p, 40, 2)], partition=p)
     sa, _, seen = _graph(bootstrap, a, b, group)
     job = Job(sa, checkpoint=str(tmp_path / "ckpt"), every="0.3s")
     t = _run(job)
@@ -47,7 +56,7 @@ def test_two_topics_union_one_checkpoint_restart_resumes_exactly(
     )
     # under a job the group offsets are the checkpointed positions (for lag tools)
     pos_a = {int(k.rsplit(":", 1)[1]): v for k, v in sa.position().items()}
-    assert sum(pos_a.values()) == 60
+    assert pos_a == {0: 20, 1: 20, 2: 20}
     assert committed(bootstrap, group, a, 3) == pos_a
 
     produce(bootstrap, a, [f"a{i}" for i in range(60, 70)])
@@ -64,3 +73,67 @@ def test_two_topics_union_one_checkpoint_restart_resumes_exactly(
     )
     positions = sa2.position()
     assert sum(positions.values()) == 70 and set(positions) == {f"{a}:{p}" for p in range(3)}
+
+
+def test_crash_before_first_interval_checkpoint_replays_from_the_start_of_the_run(
+    bootstrap: str, new_topic: Callable[..., str], group: str, tmp_path: Path
+) -> None:
+    """auto.offset.reset="latest": the start checkpoint pins the offsets the run began at.
+
+    Records written after the job started and before its first interval
+    checkpoint must be read again after a SIGKILL, not skipped because
+    "latest" has moved on (and the empty partition is pinned too).
+    """
+    topic = new_topic(partitions=2)
+    produce(bootstrap, topic, [f"old{i}" for i in range(5)], partition=0)
+    ckpt = tmp_path / "ckpt"
+    script = textwrap.dedent(
+        f"""
+        import time
+        import rivermark.kafka
+        from rivermark import Stream, Job
+        params = {{"bootstrap.servers": {bootstrap!r}, "group.id": {group!r},
+                   "auto.offset.reset": "latest"}}
+        src = Stream.from_kafka_batched({topic!r}, params, poll_interval=0.02)
+        src.flatten().sink(lambda v: print("got", v.decode(), flush=True))
+        Job(src, checkpoint={str(ckpt)!r}, every=None).run()
+        """
+    )
+
+    def start() -> tuple[subprocess.Popen[str], list[str]]:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, bufsize=1
+        )
+        lines: list[str] = []
+        assert proc.stdout is not None
+        out = proc.stdout
+        threading.Thread(target=lambda: lines.extend(out), daemon=True).start()
+        return proc, lines
+
+    proc, lines = start()
+    try:
+        wait_for(
+            lambda: (ckpt / "checkpoints" / f"{1:012d}" / "manifest.json").exists(),
+            what="the start checkpoint",
+        )
+        manifest = json.loads((ckpt / "checkpoints" / f"{1:012d}" / "manifest.json").read_text())
+        (position,) = manifest["positions"].values()
+        assert position == {f"{topic}:0": 5, f"{topic}:1": 0}
+        produce(bootstrap, topic, [f"new{i}" for i in range(0, 20, 2)], partition=0)
+        produce(bootstrap, topic, [f"new{i}" for i in range(1, 20, 2)], partition=1)
+        wait_for(lambda: sum(1 for x in lines if x.startswith("got")) >= 20, what="20 records")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    first = sorted(x.split()[1] for x in lines if x.startswith("got"))
+    assert first == sorted(f"new{i}" for i in range(20))
+
+    proc, lines = start()
+    try:
+        wait_for(lambda: sum(1 for x in lines if x.startswith("got")) >= 20, what="the replay")
+        time.sleep(0.5)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    again = sorted(x.split()[1] for x in lines if x.startswith("got"))
+    assert again == first  # replayed from the start of the first run, old records never read
