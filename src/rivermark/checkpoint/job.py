@@ -230,6 +230,7 @@ class Job:
         emitted_at_last = self._emitted()
         tick = 0.002 if self.every_batches else None
         while True:
+            await self._fail_if_a_node_failed()
             failed = [s for s in self.sources if s.error]
             if failed:
                 await self._shutdown_sources()
@@ -273,6 +274,23 @@ class Job:
                 await asyncio.wait_for(self._wake.wait(), timeout)
             except asyncio.TimeoutError:
                 pass
+
+    async def _fail_if_a_node_failed(self) -> None:
+        """Stop the sources and raise if a node has failed for good (its ``failure``).
+
+        Such a node (e.g. a Dask ``gather`` that lost its scheduler) keeps its
+        records in flight, so a barrier waiting for them would wait forever;
+        no checkpoint is written after it failed.
+        """
+        for n in self.nodes:
+            exc = getattr(n, "failure", None)
+            if isinstance(exc, BaseException):
+                await self._shutdown_sources()
+                raise JobFailedError(
+                    f"Job: node {self.id_of(n)} {n!r} failed ({type(exc).__name__}: {exc}); "
+                    f"the job stopped, its last complete checkpoint in {self.store!r} is intact: "
+                    "fix the cause and run again to resume from it"
+                ) from exc
 
     def _emitted(self) -> int:
         return sum(getattr(s, "emitted", 0) for s in self.sources)
@@ -344,6 +362,7 @@ class Job:
                 for s in self.sources:
                     await s.wait_quiescent()
                 while any(getattr(n, "_inflight", 0) for n in self.nodes):
+                    await self._fail_if_a_node_failed()
                     await asyncio.sleep(_POLL)
                 # (3) snapshot, synchronously on the loop thread
                 states = {self.id_of(n): pickle.dumps(n.get_state()) for n in self.stateful}
@@ -430,7 +449,24 @@ class Job:
         lines += [f"  added: {k} {by_id[k]!r}" for k in added]
         lines += [f"  removed: {k} (was {old[k]})" for k in removed]
         lines += [f"  changed: {k} {by_id[k]!r} (was {old[k]}, now {new[k]})" for k in changed]
+        # a node without name= whose derived id moved (e.g. a map inserted
+        # above it) shows up as removed + added with the same configuration
+        moved = [
+            (r, a) for r in removed for a in added if old[r] == new[a] and by_id[a].name is None
+        ]
+        lines += [
+            f"  {r} and {a} look like the same node ({new[a]}): its id is derived from the "
+            f"graph's shape, which changed; to restore its state from this checkpoint, "
+            f"pass name={r!r} to {by_id[a]!r}"
+            for r, a in moved
+        ]
         hint = "use a new checkpoint directory to start from scratch"
+        if moved or any(by_id[k].name is None for k in added):
+            hint = (
+                "give stateful nodes and sources explicit names (e.g. "
+                ".accumulate(f, name='totals')) so that their state survives changes of "
+                "the graph around them; " + hint
+            )
         if added and not removed and not changed:
             hint = "pass Job(..., allow_new_nodes=True) to start the added nodes empty, or " + hint
         else:

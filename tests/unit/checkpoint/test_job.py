@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -121,6 +122,30 @@ def test_changed_graph_is_refused_with_diff(tmp_path: Path) -> None:
         Job(_graph_with("changed")[0], checkpoint=tmp_path, every=None, allow_new_nodes=True).run()
     # the refused jobs released the lock and did not write anything
     assert LocalDirectoryStore(tmp_path).list_epochs() == [1, 2]
+
+
+def test_node_whose_derived_id_moved_is_named_in_the_refusal(tmp_path: Path) -> None:
+    def graph(insert_map: bool) -> Stream:
+        source = Stream.from_iterable(list(range(5)), name="numbers")
+        upstream = source.map(lambda x: x) if insert_map else source
+        upstream.accumulate(total, start=0).sink_to_list()
+        return source
+
+    Job(graph(False), checkpoint=tmp_path, every=None).run()
+    with pytest.raises(CheckpointMismatchError) as info:
+        Job(graph(True), checkpoint=tmp_path, every=None).run()
+    msg = str(info.value)
+    assert re.search(r"accumulate-\w+ and accumulate-\w+ look like the same node", msg), msg
+    assert "explicit names (e.g. .accumulate(f, name='totals'))" in msg
+    # the remedy named in the message works: the old id as an explicit name
+    old_id = re.search(r"pass name='(accumulate-\w+)'", msg)
+    assert old_id is not None, msg
+    source = Stream.from_iterable(list(range(8)), name="numbers")
+    out = source.map(lambda x: x).accumulate(total, start=0, name=old_id.group(1)).sink_to_list()
+    job = Job(source, checkpoint=tmp_path, every=None, allow_new_nodes=True)
+    job.run()
+    # the list sink below it keeps its derived id, so it is restored as well
+    assert out == [0, 1, 3, 6, 10, 15, 21, 28]
 
 
 def test_allow_new_nodes_starts_them_empty(tmp_path: Path) -> None:
