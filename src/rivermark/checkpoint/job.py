@@ -307,7 +307,8 @@ class Job:
                 try:
                     await s.wait_finished()
                 except Exception:
-                    logger.exception("source %r failed while stopping", s)
+                    if s.failure is None:  # a known failure is reported by the caller
+                        logger.exception("source %r failed while stopping", s)
         for k in self.sinks:
             close = getattr(k, "close", None)
             if callable(close):

@@ -157,9 +157,11 @@ class Source(Stream):
             await self.run()
         except asyncio.CancelledError:
             pass
-        except Exception:
+        except Exception as e:
             logger.exception("source %s failed", self._display_name())
             self.error = True
+            #: the exception that ended the source (a job stops on it)
+            self.failure = e
             raise
         finally:
             self.finished = True
@@ -171,6 +173,7 @@ class Source(Stream):
                     self._done_event.set()
 
     error: bool = False
+    failure: BaseException | None = None
 
     def stop(self) -> None:
         """Stop the source: no record is emitted after this returns on the loop thread."""

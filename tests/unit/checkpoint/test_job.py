@@ -238,8 +238,13 @@ def test_failing_source_stops_job_and_releases_lock(tmp_path: Path) -> None:
     from rivermark.checkpoint import JobFailedError
 
     source, _ = _boom_graph(20)
-    with pytest.raises(JobFailedError, match="resumes from its last checkpoint"):
+    with pytest.raises(JobFailedError) as info:
         Job(source, checkpoint=tmp_path, every=None).run()
+    # the message carries the cause: node, function, record, and what to do
+    msg = str(info.value)
+    assert "Job: node numbers <FromIterable> failed (UserFunctionError: Map: user function" in msg
+    assert "'_boom_graph.<locals>.boom' raised ValueError: boom on record 5" in msg
+    assert "run again to resume from it" in msg
     # on_error="skip" for the job's nodes: the same directory can be reused
     source, out = _boom_graph(20)
     Job(source, checkpoint=tmp_path, every=None, on_error="skip").run()
