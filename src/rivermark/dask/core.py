@@ -103,14 +103,17 @@ class _Step:
 
 def _accumulate_step(
     func: Callable[..., Any],
-    state: Any,
+    previous: Any,
     x: Any,
     returns_state: bool,
     kwargs: dict[str, Any],
 ) -> _Step:
+    # ``previous`` is the step before (so a record costs one scheduler hop on
+    # the chain, not two) or, for the first step, the initial state itself.
     # A failing step keeps the previous state (as the local accumulate does
     # when the error policy drops the record); the error resurfaces in
     # ``_step_result`` so ``gather`` applies the node's policy to it.
+    state = previous.state if type(previous) is _Step else previous
     try:
         out = func(state, x, **kwargs)
         if returns_state:
@@ -407,7 +410,7 @@ class DaskAccumulate(DaskStream):
     fetches its value for a checkpoint and restarts the chain of tasks from
     that value, so the scheduler can forget the steps before it (without
     checkpoints the lineage, which makes worker failures recoverable, grows
-    by three small tasks per record).  A step whose ``func`` raises keeps the
+    by two small tasks per record).  A step whose ``func`` raises keeps the
     previous state; ``gather`` applies the error policy to its result.
 
     >>> s = Stream()
@@ -454,10 +457,12 @@ class DaskAccumulate(DaskStream):
             self.kwargs,
             label=self.func,
         )
-        self.state = self._submit(_step_state, step, label="accumulate-state")
+        self.state = step
         result = self._submit(_step_result, step, label=self.func)
-        out = (self.state, result) if self.with_state else result
-        return self._emit(out, metadata)
+        if self.with_state:
+            state = self._submit(_step_state, step, label="accumulate-state")
+            return self._emit((state, result), metadata)
+        return self._emit(result, metadata)
 
     def get_state(self) -> Any:
         if self.state is _NO_DEFAULT:
@@ -465,6 +470,8 @@ class DaskAccumulate(DaskStream):
         value = _fetch_sync(self, self.state)
         if isinstance(value, Remote):
             value = value.value
+            if type(value) is _Step:
+                value = value.state
             # Cut the task lineage: later steps depend on this fresh future,
             # so the scheduler can forget the steps before the checkpoint.
             self.state = self._submit(_value, value)
@@ -654,20 +661,35 @@ class DaskGather(Stream):
                 f"repeatedly ({exc}); check the workers' memory and logs, or raise "
                 f"distributed.scheduler.allowed-failures"
             ) from exc
+        if isinstance(exc, DaskError):
+            # raised by rivermark's own code on a worker (e.g. reading a Kafka
+            # range): not the user's function, so no error policy drops it
+            raise DaskError(
+                f"{self._display_name()}: a task of {p.record!r} failed on a worker: {exc}"
+            ) from exc
         erred = [f for f in futures if f.status == "error"]
         if erred and isinstance(exc, Exception):
             self._user_error(p.record, exc, _TaskName(erred[0].key))
             return
-        lost = isinstance(exc, (FutureCancelledError, OSError)) or (
-            client is not None and client.status != "running"
+        reason = getattr(exc, "reason", None)
+        lost = (
+            isinstance(exc, OSError)
+            or reason == "scheduler-connection-lost"
+            or (client is not None and client.status != "running")
         )
         if lost:
-            reason = getattr(exc, "reason", None)
             raise DaskConnectionError(
                 f"{self._display_name()}: lost the connection to the Dask scheduler at "
                 f"{_address(client)!r} while waiting for {p.record!r} "
                 f"({type(exc).__name__}: {exc}; reason {reason!r}); the job stops, its last "
                 f"checkpoint is intact; restart it once the scheduler is reachable"
+            ) from exc
+        if isinstance(exc, FutureCancelledError):
+            raise DaskError(
+                f"{self._display_name()}: the Dask future of {p.record!r} was cancelled "
+                f"(reason {reason!r}) while the scheduler at {_address(client)!r} is still "
+                f"connected; something cancelled it (client.cancel, client.restart); the job "
+                f"stops, its last checkpoint is intact; run it again to resume from there"
             ) from exc
         raise DaskError(
             f"{self._display_name()}: gathering {p.record!r} failed with "
