@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..errors import RivermarkError
 
-__all__ = ["DaskError", "DaskConnectionError", "DaskWorkerLostError"]
+__all__ = ["DaskError", "DaskConnectionError", "DaskWorkerLostError", "KafkaRangeReadError"]
 
 
 class DaskError(RivermarkError):
@@ -21,3 +21,12 @@ class DaskConnectionError(DaskError):
 
 class DaskWorkerLostError(DaskError):
     """A task was retried on new workers until Dask gave up (``KilledWorker``)."""
+
+
+class KafkaRangeReadError(DaskError):
+    """A worker could not read a Kafka offset range (``from_kafka_batched(..., dask=True)``).
+
+    Not a user error: ``gather`` fails (the job stops, its last checkpoint
+    intact) whatever the node's ``on_error`` policy, since dropping the range
+    would lose its records.
+    """

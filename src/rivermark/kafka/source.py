@@ -564,13 +564,29 @@ def from_kafka_batched(
     to its first n partitions (None: all, also those added later);
     ``refresh_partitions`` looks for new partitions at every poll;
     ``max_batch_size`` caps a batch; with ``keys=True`` each element is
-    ``{"key": key, "value": value}``; ``dask=True`` scatters the batches to a
-    Dask cluster.
+    ``{"key": key, "value": value}``; ``dask=True`` reads each partition's
+    batches on Dask workers and returns the scattered stream of them (this
+    process handles only offsets; see :mod:`rivermark.dask.kafka`).
 
     >>> src = Stream.from_kafka_batched("t", {"bootstrap.servers": "127.0.0.1:1", "group.id": "g"})
     >>> src.topics, src.poll_interval
     (['t'], 1.0)
     """
+    if dask:
+        from ..dask.kafka import from_kafka_batched_dask
+
+        return from_kafka_batched_dask(
+            topic,
+            consumer_params,
+            start=start,
+            poll_interval=poll_interval,
+            npartitions=npartitions,
+            refresh_partitions=refresh_partitions,
+            max_batch_size=max_batch_size,
+            keys=keys,
+            engine=engine,
+            **kwargs,
+        )
     source = KafkaBatchedSource(
         topic,
         consumer_params,
@@ -583,6 +599,4 @@ def from_kafka_batched(
         start=start,
         **kwargs,
     )
-    if dask:
-        return source.scatter()
     return source
