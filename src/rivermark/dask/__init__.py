@@ -2,6 +2,9 @@
 
 Importing this package registers ``scatter`` on :class:`rivermark.Stream` and
 the scattered operators on :class:`DaskStream` (see :mod:`rivermark.dask.core`).
+:class:`DaskDatasetStore` keeps a Job's checkpoints as Dask datasets
+(:mod:`rivermark.dask.store`); ``from_kafka_batched(..., dask=True)`` reads
+Kafka batches on the workers (:mod:`rivermark.dask.kafka`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from .core import scatter as scatter
 from .errors import DaskConnectionError as DaskConnectionError
 from .errors import DaskError as DaskError
 from .errors import DaskWorkerLostError as DaskWorkerLostError
+from .errors import KafkaRangeReadError as KafkaRangeReadError
+from .store import DaskDatasetStore as DaskDatasetStore
 
 #: streamz name -> scattered class, for the local operators available at import
 scattered_classes: dict[str, type] = _register_scattered()
