@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pragma: no cover
     from .node import Stream
 
-__all__ = ["Push", "Fuser", "register_fuser", "build_push", "fan_out"]
+__all__ = ["Push", "Fuser", "register_fuser", "build_push", "fan_out", "own_update"]
 
 Push = Callable[[Any, Any], Any]
 Fuser = Callable[["Stream", "Stream", Push], Push]
@@ -36,7 +36,7 @@ def register_fuser(cls: type, fuser: Fuser) -> None:
 def build_push(node: Stream, who: Stream) -> Push:
     """A function equivalent to ``node.update(x, who, metadata)``."""
     fuser = _FUSERS.get(type(node))
-    if fuser is not None and node.__dict__.get("update") is None:
+    if fuser is not None and own_update(node):
         return fuser(node, who, node._downstream_push())
     update = node.update
 
@@ -44,6 +44,16 @@ def build_push(node: Stream, who: Stream) -> Push:
         return update(x, who, metadata)
 
     return push
+
+
+def own_update(node: Stream) -> bool:
+    """True unless the instance has an ``update`` of its own (set on it after creation).
+
+    Checked through the bound method, not the instance ``__dict__``: on
+    CPython 3.11 touching ``__dict__`` makes every later attribute access on
+    the node slower.
+    """
+    return getattr(node.update, "__func__", None) is type(node).update
 
 
 def fan_out(pushes: list[Push]) -> Push:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.fusion import Push, register_fuser
+from ..core.fusion import Push, own_update, register_fuser
 from ..core.node import Stream
 from ..core.refs import merge_metadata, release_refs
 from ..sinks.basic import Sink
@@ -92,7 +92,7 @@ def _fuse_map_chain(node: Stream, who: Stream, nxt: Push) -> Push:
         if (
             len(ds) != 1
             or type(ds[0]) is not Map
-            or ds[0].__dict__.get("update") is not None
+            or not own_update(ds[0])
             or ds[0].args
             or ds[0].kwargs
         ):
@@ -107,7 +107,7 @@ def _fuse_map_chain(node: Stream, who: Stream, nxt: Push) -> Push:
     if (
         isinstance(sink, Sink)
         and type(sink) is Sink
-        and sink.__dict__.get("update") is None
+        and own_update(sink)
         and not sink._is_async
         and not sink.args
         and not sink.kwargs
