@@ -17,9 +17,11 @@ import functools
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Iterator
+from types import MethodType
 from typing import Any, ClassVar, TypeVar
 
 from ..errors import ConfigurationError, UserFunctionError
+from . import compile as codegen
 from . import fusion, runtime
 from .refs import Metadata, release_refs, retain_refs
 
@@ -40,13 +42,18 @@ def identity(x: F) -> F:
 
 
 class _GraphClock:
-    """A counter bumped on every change of any graph's shape (cheap cache keys)."""
+    """A counter bumped on every change of any graph's shape (cheap cache keys).
+
+    Change it only through :func:`_bump`, which also retires the generated
+    ``emit`` functions (:func:`rivermark.core.compile.invalidate_all`).
+    """
 
     version = 0
 
 
 def _bump() -> None:
     _GraphClock.version += 1
+    codegen.invalidate_all()
 
 
 def check_callable(node_kind: str, arg: str, value: Any) -> None:
@@ -171,14 +178,18 @@ class Stream:
 
             name = attribute_name or getattr(func, "__name__", None)
             if not name:
-                raise ConfigurationError(f"register_api: cannot infer a name for {func!r}; pass attribute_name=")
+                raise ConfigurationError(
+                    f"register_api: cannot infer a name for {func!r}; pass attribute_name="
+                )
             setattr(cls, name, modifier(wrapped))
             return func
 
         return register
 
     @classmethod
-    def register_plugin_entry_point(cls, entry_point: Any, modifier: Callable[[Any], Any] = identity) -> None:
+    def register_plugin_entry_point(
+        cls, entry_point: Any, modifier: Callable[[Any], Any] = identity
+    ) -> None:
         """Register a lazily loaded plugin from an ``importlib.metadata`` entry point."""
         from ..plugins import register_entry_point
 
@@ -268,7 +279,9 @@ class Stream:
         return self._loop_needed
 
     # ------------------------------------------------------------------ data flow
-    def update(self, x: Any, who: Stream | None = None, metadata: Metadata | None = None) -> list[Awaitable[Any]] | None:
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> list[Awaitable[Any]] | None:
         """Receive ``x`` from upstream ``who``; the base node passes it on."""
         return self._emit(x, metadata)
 
@@ -308,8 +321,8 @@ class Stream:
         streamz: ``await source.emit(x)``).
         """
         if not asynchronous and self._sync_version == _GraphClock.version:
-            # fast path: purely synchronous subgraph, push function built,
-            # node not created with asynchronous=True
+            # purely synchronous subgraph, push function built, node not
+            # created with asynchronous=True
             self._push(x, metadata)
             return None
         if self.asynchronous:
@@ -319,9 +332,12 @@ class Stream:
             self._emit(x, metadata)
             if not self.asynchronous:
                 self._sync_version = self._push_version
-                if self._sync_version == _GraphClock.version and type(self).emit is Stream.emit:
-                    self._install_fast_emit()
+                version = _GraphClock.version
+                if self._sync_version == version and self._emit_version != version:
+                    self._bind_emit()
             return _done() if asynchronous else None
+        if self._emit_version != _GraphClock.version:
+            self._bind_emit()
         if runtime.in_loop_thread(loop):
             results = self._emit(x, metadata)
             if asynchronous:
@@ -332,26 +348,45 @@ class Stream:
             return asyncio.wrap_future(fut)
         return fut.result()
 
-    def _install_fast_emit(self) -> None:
-        """Bind a per-instance ``emit`` for a purely synchronous graph.
+    _emit_version = -1
+    _emit_fn: Callable[..., Any] | None = None
 
-        It skips the method lookup and the loop checks; the first call after
-        any graph change removes it and takes the general path again.
+    def _bind_emit(self) -> Callable[..., Any]:
+        """What ``self.emit`` is for the graph as it is now; installed on the instance.
+
+        For a purely synchronous graph below a node whose class keeps
+        ``Stream.emit`` and that was not created with ``asynchronous=True``,
+        the generated function of :mod:`rivermark.core.compile` (one call
+        per record for the whole graph; it hands every call back to the
+        general ``emit`` after any graph change).  Otherwise the ordinary
+        bound method.  Set as an instance attribute, which attribute lookup
+        finds before the class's ``emit``; built at most once per graph
+        version.  (The instance ``__dict__`` is never touched: on CPython
+        3.11 that makes every later attribute access on the node slower.)
         """
-        clock = _GraphClock
-        version = clock.version
-        push = self._push
-        general = Stream.emit
-
-        def emit(x: Any, asynchronous: bool = False, metadata: Metadata | None = None) -> Any:
-            if asynchronous or clock.version != version:
-                self.__dict__.pop("emit", None)
-                return general(self, x, asynchronous, metadata)
-            push(x, metadata)
-            return None
-
-        emit.__doc__ = general.__doc__
-        self.__dict__["emit"] = emit
+        version = _GraphClock.version
+        fn = self._emit_fn
+        if fn is not None and self._emit_version == version:
+            return fn
+        if type(self).emit is not _general_emit:
+            # a class with its own emit calling super().emit(): never shadow it
+            return MethodType(_general_emit, self)
+        fn = None
+        if (
+            codegen.ENABLED
+            and not self.asynchronous
+            and type(self)._emit is Stream._emit  # the generated code passes records on itself
+            and self._downstream_loop() is None
+        ):
+            fn = codegen.compile_emit(self, _general_emit)
+            if fn is not None and _GraphClock.version != version:
+                codegen.retire(fn)  # the graph changed meanwhile (another thread)
+        if fn is None:
+            fn = MethodType(_general_emit, self)
+        self._emit_fn = fn
+        self._emit_version = version
+        object.__setattr__(self, "emit", fn)
+        return fn
 
     async def _emit_and_wait(self, x: Any, metadata: Metadata | None = None) -> None:
         await runtime.gather_results(self._emit(x, metadata))
@@ -366,7 +401,9 @@ class Stream:
         self.error_count += 1
         policy = self.on_error
         if policy is None or policy == "raise":
-            fname = getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
+            fname = (
+                getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
+            )
             rec = repr(x)
             if len(rec) > 200:
                 rec = rec[:200] + "..."
@@ -431,7 +468,9 @@ class Stream:
     def _release_refs(self, metadata: Metadata | None, n: int = 1) -> None:
         release_refs(metadata, n)
 
-    def _release_after(self, results: list[Awaitable[Any]] | None, metadata: Metadata | None) -> list[Awaitable[Any]] | None:
+    def _release_after(
+        self, results: list[Awaitable[Any]] | None, metadata: Metadata | None
+    ) -> list[Awaitable[Any]] | None:
         """Release ``metadata`` now, or once the downstream awaitables finish."""
         if not metadata:
             return results
@@ -492,6 +531,31 @@ class Stream:
 
 async def _done() -> None:
     return None
+
+
+class _EmitMethod:
+    """``Stream.emit``: on an instance, what :meth:`Stream._bind_emit` installs.
+
+    Looking ``emit`` up on a node that has nothing installed for the current
+    graph version builds it then, so ``emit = source.emit`` taken after
+    building a synchronous graph is its generated function.  On the class
+    it is the plain function.
+    """
+
+    def __init__(self, func: Callable[..., Any]) -> None:
+        self.func = func
+        self.__doc__ = func.__doc__
+        self.__name__ = func.__name__
+        self.__qualname__ = func.__qualname__
+
+    def __get__(self, obj: Stream | None, objtype: type | None = None) -> Any:
+        if obj is None:
+            return self.func
+        return obj._bind_emit()
+
+
+_general_emit: Callable[..., Any] = Stream.emit
+setattr(Stream, "emit", _EmitMethod(_general_emit))  # noqa: B010 - keeps mypy's view of a method
 
 
 _thread_local = threading.local()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from . import asyncops as asyncops
+from . import compiled as compiled
 from . import fused as fused
 from . import joins as joins
 from . import stateful as stateful

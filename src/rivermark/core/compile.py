@@ -1,0 +1,270 @@
+"""Compiling the synchronous graph below a node into one generated ``emit``.
+
+The fused pushes of :mod:`rivermark.core.fusion` still cost one Python call
+per node and record.  For a purely synchronous graph, :func:`compile_emit`
+writes the source code of one function that does, for an untracked record
+(``metadata`` is None), what the chain of pushes below the node would do,
+with the bodies of the common nodes written out in place: one ``try`` per
+user function (so each node keeps its own error policy and ``error_count``),
+the node's state read from and written back to the node itself at every
+record (so ``get_state()`` between two emits, and ``set_state`` replacing a
+node's containers, see and act on exactly what the unfused path would).
+
+A node class takes part by registering an *inliner* (exact classes only, as
+for fusers; a node whose instance overrides ``update`` is never inlined).
+Everything else, and every record whose node is not in its simple state (a
+tracked record parked in a window, a full zip buffer, ...), goes through the
+node's fused push, which is the node's full ``update`` path.
+
+Every generated function has its own globals, which hold the objects it
+uses (nodes, user functions, error handlers: a global costs nothing per
+call, whereas every closure variable is copied into the frame on every
+call) and a validity flag ``_valid`` that :func:`invalidate_all` clears on
+every change of any graph's shape (the graph clock calls it).  From then on
+the function hands every call to the general ``emit``, so it never outlives
+a ``connect``/``disconnect``/``destroy``, and the node compiles a new one.
+Records with metadata and ``asynchronous=True`` calls always take the
+general path.
+"""
+
+from __future__ import annotations
+
+import builtins
+import itertools
+import logging
+import weakref
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from . import fusion
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .node import Stream
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Codegen", "Inliner", "register_inliner", "compile_emit", "invalidate_all", "retire"]
+
+#: ``inliner(codegen, node, who, var) -> bool``: write the code that passes the
+#: untracked record held in the local variable ``var`` from ``who`` through
+#: ``node``; return False, before writing anything, to decline (the node's
+#: fused push is called instead)
+Inliner = Callable[["Codegen", "Stream", "Stream", str], bool]
+
+_INLINERS: dict[type, Inliner] = {}
+
+#: the generated functions compiled since the last graph change (weakly: a
+#: dropped graph must be freed)
+_LIVE: list[weakref.ref[Callable[..., Any]]] = []
+
+#: set to False to leave every graph on its fused path (for comparisons in tests)
+ENABLED = True
+
+#: at most this many nodes are written out per compiled function (a node
+#: reached by several paths is written once per path)
+MAX_INLINED = 400
+#: deepest indentation used; deeper parts call the fused push instead
+MAX_INDENT = 40
+#: longest path written out
+MAX_PATH = 200
+
+_serial = itertools.count()
+
+
+def invalidate_all() -> None:
+    """Send every generated function to the general path (called on any graph change)."""
+    if _LIVE:
+        for ref in _LIVE:
+            fn = ref()
+            if fn is not None:
+                retire(fn)
+        _LIVE.clear()
+
+
+def retire(fn: Callable[..., Any]) -> None:
+    """Send the generated function ``fn`` to the general path from now on."""
+    scope = getattr(fn, "__globals__", None)
+    if scope is not None and "_valid" in scope:
+        scope["_valid"] = False
+
+
+def register_inliner(cls: type, inliner: Inliner) -> None:
+    """Write nodes whose type is exactly ``cls`` out with ``inliner``."""
+    _INLINERS[cls] = inliner
+
+
+class Codegen:
+    """The source of one generated ``emit`` while it is being written.
+
+    An inliner writes statements with :meth:`line` and the helpers below.
+    Control flow is expressed with :meth:`call_user`, :meth:`only_if`,
+    :meth:`skip_if` and :meth:`open`: each of them either ends the path
+    (``return``) when nothing follows the current node in the function, or
+    nests what follows inside an ``else``/``if`` block when a sibling
+    branch still has to run after it.  Blocks opened by an inliner are
+    closed when it returns, so all statements an inliner writes after
+    opening one belong inside it.
+    """
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.indent = 1
+        #: True while nothing follows the current position in the function
+        self.tail = True
+        #: the generated function's globals
+        self.scope: dict[str, Any] = {"__builtins__": builtins}
+        self._bound: dict[int, str] = {}
+        self._tmp = 0
+        self._path: list[int] = []
+        self.inlined = 0
+
+    # ------------------------------------------------------------------ names
+    def bind(self, obj: Any, hint: str = "b") -> str:
+        """The name under which the generated code sees ``obj`` (one of its globals)."""
+        name = self._bound.get(id(obj))
+        if name is None:
+            name = f"_{hint}{len(self._bound)}"
+            self._bound[id(obj)] = name
+            self.scope[name] = obj
+        return name
+
+    def tmp(self, hint: str = "v") -> str:
+        """A fresh local variable name."""
+        self._tmp += 1
+        return f"{hint}{self._tmp}"
+
+    # ------------------------------------------------------------------ statements
+    def line(self, text: str) -> None:
+        self.lines.append("    " * self.indent + text)
+
+    def _stop(self) -> None:
+        self.line("    return None")
+
+    def open(self, header: str) -> None:
+        """Open ``header:`` (e.g. ``if cond``); it lasts until the inliner returns."""
+        self.line(header + ":")
+        self.indent += 1
+
+    def when(self, cond: str, *stmts: str) -> None:
+        """``if cond: stmts`` and go on after it either way."""
+        self.line(f"if {cond}:")
+        for s in stmts:
+            self.line("    " + s)
+
+    def skip_if(self, cond: str, *stmts: str) -> None:
+        """When ``cond``: run ``stmts`` and nothing more on this path."""
+        self.line(f"if {cond}:")
+        for s in stmts:
+            self.line("    " + s)
+        if self.tail:
+            self._stop()
+        else:
+            if not stmts:
+                self.line("    pass")
+            self.line("else:")
+            self.indent += 1
+
+    def only_if(self, cond: str) -> None:
+        """Go on along this path only when ``cond`` holds."""
+        if self.tail:
+            self.line(f"if not ({cond}):")
+            self._stop()
+        else:
+            self.open(f"if {cond}")
+
+    def call_user(self, target: str, call: str, record: str, node: Stream, func: str) -> None:
+        """``target = call`` guarded by the node's error policy.
+
+        When the call raises, ``node._user_error(record, exc, func)`` decides
+        (raise a :class:`UserFunctionError`, or drop the record) and nothing
+        more happens on this path.
+        """
+        err = self.bind(node._user_error, "err")
+        e = self.tmp("e")
+        self.line("try:")
+        self.line(f"    {target} = {call}")
+        self.line(f"except Exception as {e}:")
+        self.line(f"    {err}({record}, {e}, {func})")
+        if self.tail:
+            self._stop()
+        else:
+            self.line("else:")
+            self.indent += 1
+
+    # ------------------------------------------------------------------ graph
+    def fallback(self, node: Stream, who: Stream, var: str) -> str:
+        """An expression passing ``var`` through ``node``'s full (fused) path."""
+        return f"{self.bind(fusion.build_push(node, who), 'push')}({var}, None)"
+
+    def push_down(self, node: Stream, var: str) -> None:
+        """Pass the untracked record in ``var`` to every downstream of ``node``, in order."""
+        ds = list(node.downstreams)
+        tail = self.tail
+        base = self.indent
+        for i, d in enumerate(ds):
+            self.tail = tail and i == len(ds) - 1
+            self.push_edge(d, node, var)
+            self.indent = base
+        self.tail = tail
+
+    def push_edge(self, node: Stream, who: Stream, var: str) -> None:
+        """Pass the untracked record in ``var`` from ``who`` to ``node``."""
+        inliner = _INLINERS.get(type(node))
+        if (
+            inliner is not None
+            and fusion.own_update(node)
+            and id(node) not in self._path
+            and len(self._path) < MAX_PATH
+            and self.indent < MAX_INDENT
+            and self.inlined < MAX_INLINED
+        ):
+            before = len(self.lines)
+            self._path.append(id(node))
+            try:
+                done = inliner(self, node, who, var)
+            finally:
+                self._path.pop()
+            if done:
+                self.inlined += 1
+                return
+            assert len(self.lines) == before, f"{inliner!r} declined after writing code"
+        self.line(self.fallback(node, who, var))
+
+    # ------------------------------------------------------------------ output
+    def source(self) -> str:
+        head = [
+            "def emit(x, asynchronous=False, metadata=None):",
+            "    if asynchronous or metadata is not None or not _valid:",
+            "        return _general(_self, x, asynchronous, metadata)",
+        ]
+        return "\n".join([*head, *self.lines, "    return None", ""])
+
+
+def compile_emit(root: Stream, general: Callable[..., Any]) -> Callable[..., Any] | None:
+    """Generate ``emit(x, asynchronous=False, metadata=None)`` for ``root``'s graph.
+
+    ``general`` is the general ``Stream.emit`` (called as
+    ``general(root, x, asynchronous, metadata)``) that the generated
+    function hands tracked records, asynchronous calls and calls after a
+    graph change to.  The caller makes sure the graph below ``root`` is
+    purely synchronous, and retires the function (:func:`retire`) if the
+    graph changed while it was being compiled.  Returns None if the
+    generated code does not compile.
+    """
+    cg = Codegen()
+    cg.push_down(root, "x")
+    src = cg.source()
+    scope = cg.scope
+    scope.update(_self=root, _general=general, _valid=True)
+    filename = f"<rivermark emit {next(_serial)}: {type(root).__name__}>"
+    try:
+        exec(compile(src, filename, "exec"), scope)
+    except (SyntaxError, RecursionError, MemoryError) as e:  # pragma: no cover - a safety net
+        logger.debug("could not compile the emit of %r: %r", root, e)
+        return None
+    fn: Callable[..., Any] = scope["emit"]
+    fn.__qualname__ = f"{type(root).__name__}.emit"
+    fn.__doc__ = general.__doc__
+    fn._rivermark_source = src  # type: ignore[attr-defined]
+    _LIVE.append(weakref.ref(fn))
+    return fn
