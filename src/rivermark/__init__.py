@@ -4,9 +4,16 @@ The public API is listed here explicitly (and guarded by
 ``tests/unit/test_exports.py``).  Streaming DataFrames live in
 ``rivermark.dataframe`` (needs pandas), Kafka connectors in
 ``rivermark.kafka`` (confluent-kafka), Dask in ``rivermark.dask``.
+
+streamz's lowercase module-level names (``rivermark.zip``,
+``from rivermark import map``) are answered by :func:`__getattr__` from
+:mod:`rivermark.streamz_names`; they are not in ``__all__``, so a star
+import never shadows builtins.
 """
 
 from __future__ import annotations
+
+import typing as _typing
 
 from . import kafka as kafka
 from . import operators as operators
@@ -23,6 +30,7 @@ from .errors import ConfigurationError as ConfigurationError
 from .errors import GraphError as GraphError
 from .errors import RivermarkError as RivermarkError
 from .errors import UserFunctionError as UserFunctionError
+from .sinks.basic import Sink as Sink
 from .sources.base import Source as Source
 
 __version__ = "0.1.0"
@@ -36,6 +44,7 @@ __all__ = [
     "Job",
     "RefCounter",
     "RivermarkError",
+    "Sink",
     "Source",
     "Stream",
     "UserFunctionError",
@@ -47,3 +56,10 @@ __all__ = [
 ]
 
 plugins.register_all()
+
+
+def __getattr__(name: str) -> _typing.Any:
+    """streamz's lowercase names (``rivermark.map`` is :class:`~rivermark.operators.transform.Map`)."""
+    from .streamz_names import STREAMZ_NAMES, lookup
+
+    return lookup(STREAMZ_NAMES, __name__, name)

@@ -22,6 +22,7 @@ import rivermark
 EXPECTED_API = frozenset(
     {
         "Stream",
+        "Sink",
         "Source",
         "Job",
         "CheckpointError",
@@ -51,7 +52,7 @@ def declared_names() -> set[str]:
     for node in INIT_TREE.body:
         if isinstance(node, ast.ImportFrom | ast.Import):
             for alias in node.names:
-                if node.module == "__future__":
+                if getattr(node, "module", None) == "__future__":  # ``import x`` has no module
                     continue
                 bound = alias.asname or alias.name.split(".")[0]
                 names.add(bound)
@@ -154,3 +155,18 @@ def test_importing_rivermark_does_not_import_streamz() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, f"importing rivermark imported {proc.stdout.strip()}"
+
+
+def test_streamz_lowercase_names_resolve_but_are_not_exported() -> None:
+    """streamz's module-level names (``rivermark.map``) are answered lazily, never star-imported."""
+    from rivermark.streamz_names import STREAMZ_NAMES
+
+    for name in ("map", "filter", "zip", "slice", "accumulate", "sink", "from_textfile"):
+        assert name in STREAMZ_NAMES
+        assert name not in rivermark.__all__
+        assert isinstance(getattr(rivermark, name), type)
+    assert rivermark.map.__module__ == "rivermark.operators.transform"
+    assert rivermark.sink is rivermark.Sink
+    namespace: dict[str, object] = {}
+    exec("from rivermark import *", namespace)
+    assert not set(STREAMZ_NAMES) & set(namespace)

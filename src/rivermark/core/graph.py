@@ -17,7 +17,15 @@ from typing import Any
 from ..errors import GraphError
 from .node import Stream
 
-__all__ = ["nodes_of", "topological", "node_ids", "fingerprint", "sources_of", "visualize"]
+__all__ = [
+    "nodes_of",
+    "topological",
+    "node_ids",
+    "fingerprint",
+    "sources_of",
+    "visualize",
+    "create_graph",
+]
 
 
 def nodes_of(node: Stream) -> list[Stream]:
@@ -98,17 +106,79 @@ def fingerprint(node: Stream) -> dict[str, str]:
     return out
 
 
-def visualize(node: Stream, filename: str | None = "mystream.png", source_node: bool = False, **kwargs: Any) -> Any:
+def create_graph(node: Stream, graph: Any) -> Any:
+    """Add every node and edge of ``node``'s graph to ``graph`` (e.g. a ``networkx.DiGraph``).
+
+    As streamz's ``create_graph``: each node carries ``label`` (its ``str``),
+    ``shape``, ``orientation``, ``style`` and ``fillcolor``; an edge out of a
+    node with several downstreams is labelled with the downstream's position.
+    Nodes are keyed by their stable ids (see :func:`node_ids`).  ``graph``
+    needs only ``add_node(key, **attrs)`` and ``add_edge(a, b, **attrs)``;
+    it is returned.
+    """
+    ids = node_ids(node)
+    order = topological(node)
+    for n in order:
+        graph.add_node(
+            ids[id(n)],
+            label=str(n),
+            shape=n._graphviz_shape,
+            orientation=str(n._graphviz_orientation),
+            style=n._graphviz_style,
+            fillcolor=n._graphviz_fillcolor,
+        )
+    for n in order:
+        several = len(n.downstreams) > 1
+        for i, d in enumerate(n.downstreams):
+            if several:
+                graph.add_edge(ids[id(n)], ids[id(d)], label=str(i))
+            else:
+                graph.add_edge(ids[id(n)], ids[id(d)])
+    return graph
+
+
+#: keyword arguments of ``graphviz.Digraph`` itself; any others are graph attributes
+_DIGRAPH_KWARGS = frozenset(
+    {
+        "name",
+        "comment",
+        "filename",
+        "directory",
+        "format",
+        "engine",
+        "encoding",
+        "graph_attr",
+        "node_attr",
+        "edge_attr",
+        "body",
+        "strict",
+    }
+)
+
+
+def visualize(
+    node: Stream, filename: str | None = "mystream.png", source_node: bool = False, **kwargs: Any
+) -> Any:
     """Render the graph of ``node`` with graphviz; returns the ``graphviz.Digraph``.
 
-    With ``filename=None`` nothing is written.  ``kwargs`` go to ``graphviz.Digraph``.
+    With ``filename=None`` nothing is written.  As in streamz, keyword
+    arguments are graph attributes (``visualize(rankdir="LR")``) unless one
+    of them is an argument of ``graphviz.Digraph`` (``graph_attr=``,
+    ``engine=``, ...), in which case they all go to ``graphviz.Digraph``.
     """
     try:
         import graphviz
     except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError("visualize() needs the graphviz package: pip install 'rivermark[viz]'") from e
+        raise ImportError(
+            "visualize() needs the graphviz package: pip install 'rivermark[viz]'"
+        ) from e
+    if _DIGRAPH_KWARGS.intersection(kwargs):
+        digraph_kwargs = dict(kwargs)
+        digraph_kwargs["graph_attr"] = {"rankdir": "TB", **(kwargs.get("graph_attr") or {})}
+    else:
+        digraph_kwargs = {"graph_attr": {"rankdir": "TB", **{k: str(v) for k, v in kwargs.items()}}}
     ids = node_ids(node)
-    g = graphviz.Digraph(graph_attr={"rankdir": "TB"}, **kwargs)
+    g = graphviz.Digraph(**digraph_kwargs)
     for n in topological(node):
         g.node(
             ids[id(n)],

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Iterator
@@ -27,7 +28,14 @@ from .refs import Metadata, release_refs, retain_refs
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Stream", "identity", "ErrorPolicy", "check_callable", "check_positive_int"]
+__all__ = [
+    "Stream",
+    "identity",
+    "ErrorPolicy",
+    "check_callable",
+    "check_positive_int",
+    "is_coroutine_function",
+]
 
 F = TypeVar("F")
 
@@ -141,6 +149,10 @@ class Stream:
         self.on_error: ErrorPolicy | None = on_error
         self.error_count = 0
         self.asynchronous = asynchronous
+        if ensure_io_loop and not type(self).__module__.startswith("rivermark."):
+            # a node written for streamz asks for the loop when its update needs
+            # one (it schedules work there): its records are then passed on the loop
+            self._is_async = True
         self._loop: asyncio.AbstractEventLoop | None = loop
         if self._loop is None:
             for up in self.upstreams:
@@ -155,6 +167,53 @@ class Stream:
             if isinstance(up, Stream):
                 up._add_downstream(self)
         _bump()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Let node classes written for streamz return what streamz accepts from ``update``.
+
+        streamz lets ``update`` return a single awaitable (``async def update``,
+        a Tornado ``@gen.coroutine``, a future) instead of a list of them.  The
+        ``update`` of a class defined outside rivermark is wrapped so that
+        such a result becomes the list rivermark expects; a coroutine-function
+        ``update`` also marks the class as asynchronous (its records are
+        passed on the event loop, and a synchronous ``emit`` waits for them).
+        Its ``_emit`` always returns a list, as streamz's does (so
+        ``await asyncio.gather(*self._emit(x))`` works).
+        """
+        super().__init_subclass__(**kwargs)
+        if cls.__module__.startswith("rivermark."):
+            return
+        if "_emit" not in cls.__dict__:
+            cls._emit = _emit_list  # type: ignore[method-assign]
+        update = cls.__dict__.get("update")
+        if (
+            update is None
+            or isinstance(update, (staticmethod, classmethod))
+            or not callable(update)
+        ):
+            return
+        if is_coroutine_function(update):
+            cls._is_async = True
+        cls.update = _wrap_user_update(update)  # type: ignore[method-assign]
+
+    def _user_results(self, result: Any) -> list[Awaitable[Any]] | None:
+        """The awaitable a user ``update`` returned, as the list rivermark passes upstream.
+
+        A node that returns an awaitable needs the event loop: it is marked
+        asynchronous from then on, so later records are passed on the loop
+        and ``emit`` waits for them (the record at hand cannot wait anymore
+        when the graph was taken for a synchronous one).
+        """
+        if not inspect.isawaitable(result):
+            return None  # streamz ignores other return values as well
+        if not self._is_async:
+            self._is_async = True
+            _bump()
+        if runtime.current_loop() is not None:
+            return [asyncio.ensure_future(result)]
+        # called outside any event loop: run it to the end on the node's loop
+        runtime.run_sync(self.loop, _awaited(result))
+        return None
 
     # ------------------------------------------------------------------ API registry
     @classmethod
@@ -181,6 +240,12 @@ class Stream:
                 raise ConfigurationError(
                     f"register_api: cannot infer a name for {func!r}; pass attribute_name="
                 )
+            # as in streamz, the method carries its API name (Stream.map.__name__ == "map")
+            wrapped.__name__ = name
+            wrapped.__qualname__ = f"{cls.__name__}.{name}"
+            if isinstance(func, type) and "_api_name" not in func.__dict__:
+                # the first name a node class is registered under is shown by str(node)
+                func._api_name = name  # type: ignore[attr-defined]
             setattr(cls, name, modifier(wrapped))
             return func
 
@@ -208,11 +273,23 @@ class Stream:
             self.downstreams.append(d)
         _bump()
 
+    def _add_upstream(self, upstream: Stream) -> None:
+        """Record ``upstream`` as a new input (called by :meth:`connect`).
+
+        As in streamz, a node that keeps something per upstream (a buffer, a
+        latest value) overrides this and :meth:`_remove_upstream`.
+        """
+        self.upstreams.append(upstream)
+
+    def _remove_upstream(self, upstream: Stream) -> None:
+        """Forget the input ``upstream`` (called by :meth:`disconnect` and :meth:`destroy`)."""
+        self.upstreams.remove(upstream)
+
     def connect(self, downstream: Stream) -> None:
         """Connect this node to ``downstream`` (the same as creating it with ``upstream=self``)."""
         self._add_downstream(downstream)
         if self not in downstream.upstreams:
-            downstream.upstreams.append(self)
+            downstream._add_upstream(self)
         _bump()
 
     def disconnect(self, downstream: Stream) -> None:
@@ -220,7 +297,7 @@ class Stream:
         if downstream in self.downstreams:
             self.downstreams.remove(downstream)
         if self in downstream.upstreams:
-            downstream.upstreams.remove(self)
+            downstream._remove_upstream(self)
         _bump()
 
     def destroy(self, streams: list[Stream] | None = None) -> None:
@@ -228,8 +305,8 @@ class Stream:
         for up in list(streams if streams is not None else self.upstreams):
             if self in up.downstreams:
                 up.downstreams.remove(self)
-            if self in self.upstreams:
-                self.upstreams.remove(up)
+            if up in self.upstreams:
+                self._remove_upstream(up)
         _bump()
 
     def walk(self) -> Iterator[Stream]:
@@ -493,15 +570,27 @@ class Stream:
         return f"{kind}({label!r})" if label else kind
 
     def __str__(self) -> str:
-        parts = []
-        for attr in self.str_list:
-            v = getattr(self, attr, None)
-            if v is not None:
-                fname = getattr(v, "__name__", None) if callable(v) else None
-                parts.append(f"{attr}={fname or repr(v)}")
-        label = f"{self.stream_name}; " if self.stream_name and parts else (self.stream_name or "")
-        inner = label + ", ".join(parts)
-        return f"<{type(self).__name__}{': ' + inner if inner else ''}>"
+        """streamz's format: ``<map: inc>``, ``<name; partition: 3>``, ``<zip>``.
+
+        The node is named by its API name (the first name its class was
+        registered under, else the class name); the attributes of
+        :attr:`str_list` that are set follow, bare when there is only one.
+
+        >>> def inc(x): return x + 1
+        >>> s = Stream(stream_name="in")
+        >>> str(s), str(s.map(inc)), str(s.partition(3, stream_name="p")), str(s.zip(s))
+        ('<in; Stream>', '<map: inc>', '<p; partition: 3>', '<zip>')
+        """
+        cls = type(self)
+        kind = cls.__dict__.get("_api_name") or cls.__name__
+        head = f"{self.stream_name}; {kind}" if self.stream_name else kind
+        shown = [(attr, _attr_text(getattr(self, attr, None))) for attr in self.str_list]
+        shown = [(attr, text) for attr, text in shown if text]
+        if len(shown) == 1:
+            items = [shown[0][1]]
+        else:
+            items = [f"{attr}={text}" for attr, text in shown]
+        return f"<{head}: {', '.join(items)}>" if items else f"<{head}>"
 
     __repr__ = __str__
 
@@ -528,9 +617,64 @@ class Stream:
 
         return scatter(self, **kwargs)  # type: ignore[no-any-return]
 
+    def to_dataframe(self, example: Any) -> Any:
+        """Treat a stream of pandas DataFrames as a streaming DataFrame (``rivermark[dataframe]``).
+
+        Available without importing :mod:`rivermark.dataframe` first, as in streamz.
+        """
+        from ..dataframe import DataFrame
+
+        return DataFrame(self, example=example)
+
+    def to_batch(self, **kwargs: Any) -> Any:
+        """streamz's collections API (``streamz.batch``); not available in rivermark."""
+        raise ConfigurationError(
+            f"{self._display_name()}.to_batch({', '.join(f'{k}={v!r}' for k, v in kwargs.items())}): "
+            "streamz's batch collections (streamz.batch) are not available in rivermark; "
+            "map over the lists instead, e.g. .map(lambda batch: [f(x) for x in batch]), "
+            "or build pandas DataFrames and use .to_dataframe(example=...)"
+        )
+
 
 async def _done() -> None:
     return None
+
+
+def is_coroutine_function(func: Any) -> bool:
+    """True for ``async def`` functions and Tornado ``@gen.coroutine`` functions."""
+    return inspect.iscoroutinefunction(func) or bool(getattr(func, "__tornado_coroutine__", False))
+
+
+def _wrap_user_update(update: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(update)
+    def update_results(self: Stream, *args: Any, **kwargs: Any) -> Any:
+        result = update(self, *args, **kwargs)
+        if result is None or type(result) is list:
+            return result
+        return self._user_results(result)
+
+    return update_results
+
+
+def _emit_list(self: Stream, x: Any, metadata: Metadata | None = None) -> list[Awaitable[Any]]:
+    """``_emit`` of node classes written for streamz: a list, never ``None``."""
+    return Stream._emit(self, x, metadata) or []
+
+
+async def _awaited(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
+
+
+def _attr_text(value: Any) -> str:
+    """How ``str(node)`` shows an attribute: a function by name, other values with str()."""
+    try:
+        if not value:
+            return ""
+    except (TypeError, ValueError):  # no single truth value (an array, a frame)
+        pass
+    if callable(value):
+        return str(getattr(value, "__name__", "") or "")
+    return str(value)
 
 
 class _EmitMethod:

@@ -41,12 +41,34 @@ class RefCounter:
     [True]
     """
 
-    __slots__ = ("count", "callback", "done")
+    __slots__ = ("count", "callback", "done", "loop")
 
-    def __init__(self, initial: int = 0, callback: Callable[[], Any] | None = None) -> None:
+    def __init__(
+        self,
+        initial: int = 0,
+        callback: Callable[[], Any] | None = None,
+        loop: Any = None,
+        *,
+        cb: Callable[[], Any] | None = None,
+    ) -> None:
+        if cb is not None:
+            if callback is not None:
+                raise TypeError(
+                    f"RefCounter: got both callback={callback!r} and cb={cb!r}; pass one of them "
+                    "(cb= is streamz's name for callback=)"
+                )
+            callback = cb
         self.count = initial
         self.callback = callback
         self.done = False
+        #: as in streamz: when given (an asyncio loop or a Tornado IOLoop), the
+        #: callback is scheduled on it instead of being called at once
+        self.loop = loop
+
+    @property
+    def cb(self) -> Callable[[], Any] | None:
+        """streamz's name for :attr:`callback`."""
+        return self.callback
 
     def retain(self, n: int = 1) -> None:
         """Add ``n`` holders."""
@@ -62,7 +84,13 @@ class RefCounter:
             self.done = True
             cb = self.callback
             if cb is not None:
-                cb()
+                loop = self.loop
+                if loop is None:
+                    cb()
+                elif hasattr(loop, "add_callback"):  # a Tornado IOLoop
+                    loop.add_callback(cb)
+                else:
+                    loop.call_soon_threadsafe(cb)
 
     def __repr__(self) -> str:
         state = "done" if self.done else f"count={self.count}"

@@ -12,10 +12,18 @@ from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
 from ..core import runtime
-from ..core.node import Stream, check_callable
+from ..core.node import Stream, _bump, check_callable, is_coroutine_function
 from ..core.refs import Metadata, release_refs, retain_refs
 
 __all__ = ["Sink", "SinkToList"]
+
+
+def _no_call(x: Any, *args: Any, **kwargs: Any) -> None:
+    """The ``func`` of a custom sink subclass that was given none."""
+
+
+#: keyword arguments of a sink that configure the node, not the user function
+_NODE_KWARGS = ("stream_name", "name", "on_error", "loop", "asynchronous", "ensure_io_loop")
 
 
 @Stream.register_api(attribute_name="sink")
@@ -24,31 +32,48 @@ class Sink(Stream):
 
     Delivery through a user ``sink`` is at-least-once under checkpoints: after a
     crash, records since the last checkpoint are passed to ``func`` again.
+    ``func`` may be a coroutine function (``async def`` or Tornado's
+    ``@gen.coroutine``): the sink then runs on the event loop and an ``emit``
+    waits for the call to finish.
+
+    As streamz's ``Sink``, the class is also the base of custom sinks: a
+    subclass overrides ``update`` and calls ``super().__init__(upstream,
+    **kwargs)`` without ``func``.
 
     >>> s = Stream()
     >>> seen = []
     >>> _ = s.sink(seen.append)
     >>> s.emit("a"); seen
     ['a']
+    >>> class Doubled(Sink):
+    ...     def update(self, x, who=None, metadata=None):
+    ...         seen.append(2 * x)
+    >>> _ = Doubled(s)
+    >>> s.emit("b"); seen
+    ['a', 'b', 'bb']
     """
 
     _graphviz_shape: ClassVar[str] = "trapezium"
 
-    def __init__(self, upstream: Stream, func: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
-        check_callable("sink", "func", func)
-        self.func = func
-        stream_name = kwargs.pop("stream_name", None)
-        name = kwargs.pop("name", None)
-        on_error = kwargs.pop("on_error", None)
+    def __init__(
+        self, upstream: Stream, func: Callable[..., Any] | None = None, *args: Any, **kwargs: Any
+    ) -> None:
+        if func is not None or type(self) is Sink:
+            check_callable("sink", "func", func)
+        self.func: Callable[..., Any] = func if func is not None else _no_call
+        node_kwargs = {k: kwargs.pop(k) for k in _NODE_KWARGS if k in kwargs}
         self.args = args
         self.kwargs = kwargs
         # A coroutine function makes this an asynchronous node: emits then run
         # on the event loop and wait for the awaitable (backpressure).
-        self._is_async = inspect.iscoroutinefunction(func)
+        if func is not None and is_coroutine_function(func):
+            self._is_async = True
         self._inflight = 0
-        Stream.__init__(self, upstream, stream_name=stream_name, name=name, on_error=on_error)
+        Stream.__init__(self, upstream, **node_kwargs)
 
-    def update(self, x: Any, who: Stream | None = None, metadata: Metadata | None = None) -> list[Awaitable[Any]] | None:
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> list[Awaitable[Any]] | None:
         try:
             r = self.func(x, *self.args, **self.kwargs)
         except Exception as e:
@@ -66,6 +91,11 @@ class Sink(Stream):
                 # a plain function returned an awaitable in a synchronous graph
                 runtime.run_sync(self.loop, self._finish(x, r, metadata))
                 return None
+            if not self._is_async:
+                # e.g. sink(tornado_queue.put) called on a loop: from now on the
+                # sink is asynchronous, so ``emit`` waits for what it returns
+                self._is_async = True
+                _bump()
             return [asyncio.ensure_future(self._finish(x, r, metadata))]
         return None
 

@@ -66,7 +66,23 @@ class Source(Stream):
 
     # ---------------------------------------------------------------- contract
     async def run(self) -> None:
-        """Produce records until exhausted or ``self.stopped``; override."""
+        """Produce records until exhausted or ``self.stopped``; override.
+
+        As in streamz, a subclass may implement ``async def _run(self)``
+        instead: one step of work, awaited again and again until ``stopped``
+        is set (by :meth:`stop`, or by ``_run`` itself when it is done).
+        """
+        if type(self)._run is Source._run:
+            raise NotImplementedError(
+                f"{self._display_name()}: a Source subclass implements 'async def run(self)' "
+                "(the whole loop) or 'async def _run(self)' (one step, repeated until "
+                "self.stopped is set)"
+            )
+        while not self.stopped:
+            await self._run()
+
+    async def _run(self) -> None:
+        """One step of a streamz-style source (see :meth:`run`)."""
         raise NotImplementedError
 
     def position(self) -> Any:
@@ -94,7 +110,9 @@ class Source(Stream):
         return type(self).__name__
 
     # ---------------------------------------------------------------- emitting
-    async def _emit_record(self, x: Any, next_position: Any = None, metadata: Metadata | None = None) -> None:
+    async def _emit_record(
+        self, x: Any, next_position: Any = None, metadata: Metadata | None = None
+    ) -> None:
         """Emit ``x``, wait for downstream, then advance to ``next_position``."""
         if self._pause_requested:
             await self._wait_resumed()
@@ -150,7 +168,9 @@ class Source(Stream):
 
     def _launch(self) -> None:
         self._done_event = asyncio.Event()
-        self._task = asyncio.get_running_loop().create_task(self._main(), name=f"rivermark-source-{self._display_name()}")
+        self._task = asyncio.get_running_loop().create_task(
+            self._main(), name=f"rivermark-source-{self._display_name()}"
+        )
 
     async def _main(self) -> None:
         try:

@@ -242,7 +242,7 @@ def test_failing_source_stops_job_and_releases_lock(tmp_path: Path) -> None:
         Job(source, checkpoint=tmp_path, every=None).run()
     # the message carries the cause: node, function, record, and what to do
     msg = str(info.value)
-    assert "Job: node numbers <FromIterable> failed (UserFunctionError: Map: user function" in msg
+    assert "Job: node numbers <from_iterable> failed (UserFunctionError: Map: user function" in msg
     assert "'_boom_graph.<locals>.boom' raised ValueError: boom on record 5" in msg
     assert "run again to resume from it" in msg
     # on_error="skip" for the job's nodes: the same directory can be reused
@@ -288,7 +288,7 @@ def test_emit_fed_root_warns_and_runs_until_stop(
 def test_exactly_once_refuses_weak_sinks_and_sources(tmp_path: Path) -> None:
     source = Stream.from_iterable([1, 2], name="numbers")
     source.sink(print)
-    with pytest.raises(ConfigurationError, match="exactly_once=True.*Sink"):
+    with pytest.raises(ConfigurationError, match="exactly_once=True.*<sink: print>"):
         Job(source, checkpoint=tmp_path, exactly_once=True)
     gen = Stream.from_iterable(x for x in range(3))
     gen.sink_to_textfile(str(tmp_path / "out.txt"))

@@ -80,7 +80,12 @@ def test_user_function_error_names_node_and_function_and_chains():
 
     s = Stream()
     s.map(explode, stream_name="parse").sink_to_list()
-    with pytest.raises(UserFunctionError, match=re.escape("Map('parse'): user function 'test_user_function_error_names_node_and_function_and_chains.<locals>.explode' raised KeyError")) as info:
+    with pytest.raises(
+        UserFunctionError,
+        match=re.escape(
+            "Map('parse'): user function 'test_user_function_error_names_node_and_function_and_chains.<locals>.explode' raised KeyError"
+        ),
+    ) as info:
         s.emit({"a": 1})
     assert isinstance(info.value.__cause__, KeyError)
     assert info.value.record == {"a": 1}
@@ -128,7 +133,9 @@ def test_skipped_record_counts_as_completed():
 
 
 def test_bad_on_error_is_refused():
-    with pytest.raises(ConfigurationError, match=re.escape("on_error must be 'raise', 'skip' or a callable")):
+    with pytest.raises(
+        ConfigurationError, match=re.escape("on_error must be 'raise', 'skip' or a callable")
+    ):
         Stream(on_error="ignore")
 
 
@@ -151,7 +158,8 @@ def test_repr_names_function():
     def inc(x):
         return x + 1
 
-    assert repr(Stream().map(inc)) == "<Map: func=inc>"
+    # streamz's format: the API name, then the function
+    assert repr(Stream().map(inc)) == "<map: inc>"
 
 
 def test_async_sink_in_background_loop_gives_backpressure():
@@ -217,3 +225,157 @@ def test_topological_order_upstreams_first():
     z = a.map(str).union(b)
     order = topological(z)
     assert order.index(a) < order.index(z) and order.index(b) < order.index(z)
+
+
+# ---------------------------------------------------------------------- streamz-written nodes
+def test_register_api_names_the_method_and_the_class() -> None:
+    @Stream.register_api(attribute_name="halve")
+    class Halve(Stream):
+        def update(self, x, who=None, metadata=None):
+            return self._emit(x / 2, metadata)
+
+    assert Stream.halve.__name__ == "halve"
+    assert Stream.halve.__qualname__ == "Stream.halve"
+    assert Halve._api_name == "halve"
+    s = Stream(stream_name="in")
+    assert str(s.halve()) == "<halve>"
+    assert str(s.halve(stream_name="h")) == "<h; halve>"
+    assert str(s.map_async(_double, parallelism=2)) == "<map_async: func=_double, parallelism=2>"
+    # a subclass of a registered class is shown by its own name
+    assert str(type("Quarter", (Halve,), {})(s)) == "<Quarter>"
+
+
+async def _double(x):
+    return 2 * x
+
+
+def test_user_update_returning_a_coroutine_outside_any_loop_runs_to_the_end() -> None:
+    class slow_copy(Stream):
+        def update(self, x, who=None, metadata=None):
+            async def later():
+                await asyncio.sleep(0.001)
+                self._emit(x, metadata)
+
+            return later()
+
+    s = Stream()
+    L = slow_copy(s).sink_to_list()
+    assert slow_copy._is_async is False  # a plain def: only its results are wrapped
+    s.emit(1)
+    s.emit(2)
+    assert L == [1, 2]
+
+
+def test_user_update_returning_a_future_inside_a_loop_gives_backpressure() -> None:
+    seen: list[int] = []
+
+    class waits(Stream):
+        def update(self, x, who=None, metadata=None):
+            fut = asyncio.get_running_loop().create_future()
+            asyncio.get_running_loop().call_later(0.01, fut.set_result, None)
+            fut.add_done_callback(lambda _: seen.append(x))
+            return fut
+
+    async def main() -> list[int]:
+        s = Stream(asynchronous=True)
+        node = waits(s)
+        assert node._is_async is False  # nothing tells yet that it needs the loop
+        await s.emit(0)  # returns a future: the node is asynchronous from now on
+        assert node._is_async is True
+        await asyncio.sleep(0.02)
+        order = []
+        for i in range(1, 4):
+            await s.emit(i)
+            order.append(len(seen))
+        return order
+
+    assert asyncio.run(main()) == [2, 3, 4]
+
+
+def test_coroutine_update_marks_the_class_asynchronous() -> None:
+    class acopy(Stream):
+        async def update(self, x, who=None, metadata=None):
+            await asyncio.gather(*self._emit(x, metadata))
+
+    assert acopy._is_async is True
+    s = Stream()
+    L = acopy(s).sink_to_list()
+    s.emit(1)  # runs on the loop; the synchronous caller waits for it
+    assert L == [1]
+
+
+def test_ensure_io_loop_on_a_user_node_runs_it_on_the_loop() -> None:
+    threads: list[str] = []
+
+    class where(Stream):
+        def __init__(self, upstream, **kwargs):
+            super().__init__(upstream, ensure_io_loop=True, **kwargs)
+
+        def update(self, x, who=None, metadata=None):
+            import threading
+
+            threads.append(threading.current_thread().name)
+            return self._emit(x, metadata)
+
+    s = Stream()
+    node = where(s)
+    L = node.sink_to_list()
+    assert node._is_async is True and where._is_async is False
+    s.emit(1)
+    assert L == [1] and threads == ["rivermark-loop"]
+    assert Stream(ensure_io_loop=True)._is_async is False  # rivermark's own nodes unchanged
+
+
+def test_user_node_emit_returns_a_list() -> None:
+    class passthrough(Stream):
+        def update(self, x, who=None, metadata=None):
+            self.last = self._emit(x, metadata)
+            return self.last
+
+    s = Stream()
+    node = passthrough(s)
+    s.emit(1)
+    assert node.last == []
+    assert Stream()._emit(1) is None  # rivermark's own nodes keep None (no allocation)
+
+
+def test_upstream_hooks_are_called_on_connect_disconnect_destroy() -> None:
+    calls: list[tuple[str, str]] = []
+
+    class tracked(Stream):
+        def _add_upstream(self, upstream):
+            calls.append(("add", upstream.stream_name))
+            super()._add_upstream(upstream)
+
+        def _remove_upstream(self, upstream):
+            calls.append(("remove", upstream.stream_name))
+            super()._remove_upstream(upstream)
+
+    a, b = Stream(stream_name="a"), Stream(stream_name="b")
+    node = tracked(a)
+    b.connect(node)
+    b.disconnect(node)
+    node.destroy()
+    assert calls == [("add", "b"), ("remove", "b"), ("remove", "a")]
+    assert node.upstreams == [] and a.downstreams == [] and b.downstreams == []
+
+
+def test_refcounter_accepts_streamz_cb_and_loop() -> None:
+    fired: list[int] = []
+    ref = RefCounter(cb=lambda: fired.append(1))
+    assert ref.cb is ref.callback
+    ref.retain()
+    ref.release()
+    assert fired == [1]
+
+    class FakeIOLoop:
+        def __init__(self) -> None:
+            self.callbacks: list[object] = []
+
+        def add_callback(self, cb: object) -> None:
+            self.callbacks.append(cb)
+
+    loop = FakeIOLoop()
+    ref2 = RefCounter(1, lambda: fired.append(2), loop)
+    ref2.release()
+    assert fired == [1] and len(loop.callbacks) == 1  # scheduled, as streamz does
