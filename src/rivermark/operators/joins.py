@@ -25,6 +25,16 @@ __all__ = ["Zip", "ZipLatest", "CombineLatest", "Union"]
 Results = list[Awaitable[Any]] | None
 
 
+def _position(node: Stream, upstream: Stream) -> int:
+    """The index of ``upstream`` in ``node.upstreams`` (by identity)."""
+    for i, up in enumerate(node.upstreams):
+        if up is upstream:
+            return i
+    raise GraphError(
+        f"{node._display_name()}: {upstream!r} is not one of its upstreams; nothing to disconnect"
+    )
+
+
 def _index_of(node: Stream, who: Stream | None) -> int:
     for i, up in enumerate(node.upstreams):
         if up is who:
@@ -126,6 +136,23 @@ class Zip(Stream):
             raise
         return self._release_after(results, meta)
 
+    def _add_upstream(self, upstream: Stream) -> None:
+        super()._add_upstream(upstream)
+        self._buffers.extend(deque() for _ in range(len(self.upstreams) - len(self._buffers)))
+
+    def _remove_upstream(self, upstream: Stream) -> None:
+        # as in streamz, the input's buffer goes with it; its waiting records
+        # will never be part of a tuple, so they complete now
+        i = _position(self, upstream)
+        if i < len(self._buffers):
+            for _, metadata in self._buffers.pop(i):
+                release_refs(metadata)
+        del self.upstreams[i]
+        waiters, self._waiters = self._waiters, []
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
+
     def get_state(self) -> Any:
         return {"buffers": [[v for v, _ in b] for b in self._buffers]}
 
@@ -221,6 +248,28 @@ class ZipLatest(Stream):
         self._have.extend([False] * extra)
         self._meta.extend([None] * extra)
         self._missing += extra
+
+    def _add_upstream(self, upstream: Stream) -> None:
+        super()._add_upstream(upstream)
+        self._grow()
+
+    def _remove_upstream(self, upstream: Stream) -> None:
+        i = _position(self, upstream)
+        if i == 0:
+            raise GraphError(
+                f"{self._display_name()}: cannot disconnect {upstream!r}, the lossless stream "
+                "whose records it emits; build a new zip_latest instead"
+            )
+        if i < len(self.last):
+            self._forget(i)
+        del self.upstreams[i]
+
+    def _forget(self, i: int) -> None:
+        """Drop the latest value of input ``i`` (and release its record)."""
+        del self.last[i]
+        if not self._have.pop(i):
+            self._missing -= 1
+        release_refs(self._meta.pop(i))
 
     def get_state(self) -> Any:
         return {
@@ -366,6 +415,27 @@ class CombineLatest(Stream):
         self._emits.extend([self._emit_all] * extra)
         if self._emit_all:
             self._emit_on_idx = tuple(range(len(self.last)))
+
+    def _add_upstream(self, upstream: Stream) -> None:
+        super()._add_upstream(upstream)
+        self._grow()
+
+    def _remove_upstream(self, upstream: Stream) -> None:
+        i = _position(self, upstream)
+        if i < len(self.last):
+            if not self._emit_all and self._emit_on_idx == (i,):
+                raise GraphError(
+                    f"{self._display_name()}: cannot disconnect {upstream!r}, its only emit_on "
+                    "upstream: nothing would be emitted any more; build a new combine_latest "
+                    "with another emit_on"
+                )
+            del self.last[i]
+            if not self._have.pop(i):
+                self._missing -= 1
+            release_refs(self._meta.pop(i))
+            del self._emits[i]
+            self._emit_on_idx = tuple(j for j, e in enumerate(self._emits) if e)
+        del self.upstreams[i]
 
     def get_state(self) -> Any:
         return {"last": list(self.last), "have": list(self._have)}

@@ -318,3 +318,81 @@ def test_combine_latest_and_zip_latest_upstream_connected_later() -> None:
     assert L2 == []
     z.emit(3)
     assert L2 == [(1, 2, 3)]
+
+
+# ---------------------------------------------------------------------- connect / disconnect
+def test_zip_disconnect_drops_the_input_buffer_and_completes_its_records() -> None:
+    a, b, c = Stream(), Stream(), Stream()
+    node = a.zip(b, c)
+    L = node.sink_to_list()
+    held = send(b, "b1")
+    assert held.fired == 0
+    b.disconnect(node)
+    assert held.fired == 1 and held.late == 0  # never part of a tuple: complete
+    assert node.upstreams == [a, c] and len(node._buffers) == 2
+    ra, rc = send(a, 1), send(c, 3)
+    assert L == [(1, 3)] and ra.fired == rc.fired == 1
+    state = roundtrip(node.get_state())
+    assert state == {"buffers": [[], []]}
+    b.emit("not connected")
+    assert L == [(1, 3)]
+
+
+def test_zip_connect_later_keeps_buffers_aligned() -> None:
+    a, b, c = Stream(), Stream(), Stream()
+    node = a.zip(b)
+    L = node.sink_to_list()
+    c.connect(node)
+    assert len(node._buffers) == 3
+    for s, v in ((a, 1), (b, 2), (c, 3), (c, 4), (a, 5), (b, 6)):
+        s.emit(v)
+    assert L == [(1, 2, 3), (5, 6, 4)]
+
+
+def test_combine_latest_disconnect_releases_the_latest_value() -> None:
+    a, b, c = Stream(), Stream(), Stream()
+    node = a.combine_latest(b, c, emit_on=[a, b])
+    L = node.sink_to_list()
+    send(a, 1)
+    rc = send(c, 3)
+    rb = send(b, 2)
+    assert L == [(1, 2, 3)] and rb.fired == rc.fired == 0
+    c.disconnect(node)
+    assert rc.fired == 1 and rc.late == 0
+    assert node.emit_on == (a, b)
+    send(a, 4)
+    assert L == [(1, 2, 3), (4, 2)]
+    b.disconnect(node)
+    assert rb.fired == 1 and node.emit_on == (a,)
+    send(a, 5)
+    assert L[-1] == (5,)
+    with pytest.raises(GraphError, match="cannot disconnect"):
+        a.disconnect(node)
+
+
+def test_combine_latest_disconnect_of_a_missing_input_lets_it_emit() -> None:
+    a, b, c = Stream(), Stream(), Stream()
+    node = a.combine_latest(b, c)
+    L = node.sink_to_list()
+    a.emit(1)
+    b.emit(2)
+    assert L == []  # c has no value yet
+    c.disconnect(node)
+    a.emit(3)
+    assert L == [(3, 2)]
+
+
+def test_zip_latest_disconnect_of_a_lossy_input() -> None:
+    a, b, c = Stream(), Stream(), Stream()
+    node = a.zip_latest(b, c)
+    L = node.sink_to_list()
+    pending = send(a, 1)
+    rb = send(b, "b")
+    assert pending.fired == 0 and L == []  # c still missing: a's record waits
+    c.disconnect(node)
+    send(a, 2)
+    assert L == [(1, "b"), (2, "b")]
+    assert pending.fired == 1 and rb.fired == 0
+    assert roundtrip(node.get_state())["last"] == ["b"]
+    with pytest.raises(GraphError, match="lossless"):
+        a.disconnect(node)
