@@ -30,10 +30,14 @@ __all__ = ["MapAsync"]
 class MapAsync(Stream):
     """Apply the coroutine function ``func(x, *args, **kwargs)`` to every record.
 
-    Up to ``parallelism`` calls run at once; results leave in the order the
+    ``func`` is an ``async def`` function, a Tornado ``@gen.coroutine``, or
+    any function returning an awaitable (as in streamz).  Up to
+    ``parallelism`` calls run at once; results leave in the order the
     records arrived.  When ``parallelism`` calls are running the upstream
-    waits (backpressure).  Calls still running count as in-flight work, so a
-    checkpoint waits for them; the node has no state of its own.
+    waits (backpressure).  With ``stop_on_exception=True`` a failing call
+    also stops the sources upstream (as in streamz; ``start()`` goes on).
+    Calls still running count as in-flight work, so a checkpoint waits for
+    them; the node has no state of its own.
 
     >>> import asyncio
     >>> async def double(x):
@@ -61,12 +65,13 @@ class MapAsync(Stream):
         func: Callable[..., Awaitable[Any]],
         *args: Any,
         parallelism: int = 1,
+        stop_on_exception: bool = False,
         **kwargs: Any,
     ) -> None:
         check_callable("map_async", "func", func)
-        if not inspect.iscoroutinefunction(func) and not inspect.iscoroutinefunction(
-            getattr(func, "__call__", None)  # noqa: B004
-        ):
+        if isinstance(func, type) or inspect.isbuiltin(func):
+            # these never return an awaitable; any other callable may (a Tornado
+            # coroutine, a lambda returning a coroutine), which is checked per call
             raise ConfigurationError(
                 f"map_async: func must be a coroutine function (async def), got {func!r}; "
                 "for a plain function use .map(func)"
@@ -74,6 +79,9 @@ class MapAsync(Stream):
         check_positive_int("map_async", "parallelism", parallelism)
         self.func = func
         self.parallelism = parallelism
+        #: as in streamz: a failing call also stops the sources upstream
+        #: (``start()`` them again to go on)
+        self.stop_on_exception = bool(stop_on_exception)
         stream_name = kwargs.pop("stream_name", None)
         name = kwargs.pop("name", None)
         on_error = kwargs.pop("on_error", None)
@@ -104,6 +112,15 @@ class MapAsync(Stream):
             coro = self.func(x, *self.args, **self.kwargs)
         except Exception as e:
             coro = _raise(e)
+        else:
+            if not inspect.isawaitable(coro):
+                coro = _raise(
+                    TypeError(
+                        f"{self._display_name()}: func returned {coro!r}, not an awaitable; "
+                        "map_async needs a coroutine function (async def) or a function "
+                        "returning an awaitable; for a plain function use .map(func)"
+                    )
+                )
         task = asyncio.ensure_future(coro)
         self._running.append((task, x, metadata))
         if self._worker is None or self._worker.done():
@@ -116,6 +133,8 @@ class MapAsync(Stream):
                 try:
                     y = await task
                 except Exception as e:
+                    if self.stop_on_exception:
+                        self.stop()
                     self._user_error(x, e, self.func)
                 else:
                     results = self._emit(y, metadata)

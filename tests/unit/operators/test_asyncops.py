@@ -203,3 +203,52 @@ def test_runs_on_background_loop_from_sync_code() -> None:
 def test_bad_arguments(args: Any, kwargs: Any, text: str) -> None:
     with pytest.raises(ConfigurationError, match=re.escape(text)):
         Stream().map_async(*args, **kwargs)
+
+
+def test_func_returning_a_coroutine_is_accepted() -> None:
+    async def triple(x: int) -> int:
+        return 3 * x
+
+    async def main() -> None:
+        s = Stream()
+        out = s.map_async(lambda x: triple(x)).sink_to_list()
+        fired, _ = send(s, 2)
+        await wait_for_async(lambda: out == [6] and fired == [1])
+
+    run(main())
+
+
+def test_func_returning_no_awaitable_is_a_record_error() -> None:
+    async def main() -> None:
+        s = Stream()
+        bad: list[Any] = []
+        node = s.map_async(lambda x: x + 1, on_error=lambda rec, exc: bad.append((rec, exc)))
+        out = node.sink_to_list()
+        fired, _ = send(s, 1)
+        await wait_for_async(lambda: bool(bad) and fired == [1])
+        rec, exc = bad[0]
+        assert rec == 1 and out == []
+        assert isinstance(exc, TypeError) and "returned 2, not an awaitable" in str(exc)
+        assert node._inflight == 0
+
+    run(main())
+
+
+def test_stop_on_exception_stops_the_sources_and_completes_the_record() -> None:
+    async def boom(x: int) -> int:
+        if x == 1:
+            raise ValueError("one")
+        return x
+
+    async def main() -> None:
+        source = Stream.from_iterable([0, 1, 2, 3])
+        node = source.map_async(boom, stop_on_exception=True, on_error="skip")
+        out = node.sink_to_list()
+        assert node.stop_on_exception is True
+        source.start()
+        await wait_for_async(lambda: source.finished)
+        assert 1 not in out and out[:1] == [0] and node.error_count == 1
+        assert source.position() < 4  # stopped before the end
+        await wait_for_async(lambda: node._inflight == 0)
+
+    run(main())
