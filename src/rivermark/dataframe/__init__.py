@@ -8,6 +8,7 @@ from __future__ import annotations
 from . import aggregations as aggregations
 from .aggregations import Aggregate as Aggregate
 from .aggregations import Aggregation as Aggregation
+from .core import ColumnsError as ColumnsError
 from .core import DataFrame as DataFrame
 from .core import DataFrames as DataFrames
 from .core import Frame as Frame
@@ -29,6 +30,7 @@ from .windows import Window as Window
 __all__ = [
     "Aggregate",
     "Aggregation",
+    "ColumnsError",
     "DataFrame",
     "DataFrames",
     "EWM",

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from numbers import Number
@@ -43,6 +44,10 @@ __all__ = [
     "Full",
     "GroupbyAggregation",
     "Aggregate",
+    "StreamzAggregate",
+    "aggregate_node",
+    "aggregate_example",
+    "is_streamz_style",
     "Cumulative",
     "RollingAggregate",
     "EWMMean",
@@ -83,6 +88,11 @@ class Aggregation:
     :meth:`combine`/:meth:`remove` add and subtract partials component-wise
     (a partial is a tuple of numbers or pandas objects).
 
+    A subclass may instead implement streamz's protocol: ``initial(batch)``
+    (the first state), ``on_new(state, batch)`` and ``on_old(state, batch)``
+    (each returning ``(new_state, result)``); ``aggregate()`` then runs it
+    with :class:`StreamzAggregate`.
+
     >>> agg = Sum()
     >>> acc = agg.combine(None, agg.partial(pd.Series([1, 2])))
     >>> acc = agg.combine(acc, agg.partial(pd.Series([3])))
@@ -113,6 +123,62 @@ class Aggregation:
     def example_result(self, example: Any) -> Any:
         """What the aggregation emits for ``example`` (used to type the output)."""
         return self.result(self.combine(None, self.partial(example)))
+
+
+def is_streamz_style(agg: Any) -> bool:
+    """Whether ``agg`` implements streamz's ``initial``/``on_new``/``on_old`` instead of partials.
+
+    >>> class Count(Aggregation):
+    ...     def initial(self, new): return 0
+    ...     def on_new(self, state, new): return state + len(new), state + len(new)
+    ...     def on_old(self, state, old): return state - len(old), state - len(old)
+    >>> is_streamz_style(Count()), is_streamz_style(Sum())
+    (True, False)
+    """
+    return (
+        getattr(type(agg), "partial", None) is Aggregation.partial
+        and callable(getattr(agg, "on_new", None))
+        and callable(getattr(agg, "initial", None))
+    )
+
+
+def aggregate_node(
+    upstream: Stream,
+    agg: Any,
+    n: int | None = None,
+    value: pd.Timedelta | None = None,
+    with_state: bool = False,
+    start: Any = None,
+    example: Any = None,
+) -> Stream:
+    """The node running ``agg`` (either protocol) over ``upstream``, optionally windowed."""
+    if is_streamz_style(agg):
+        return StreamzAggregate(upstream, agg, n=n, value=value, with_state=with_state, start=start)
+    if not isinstance(agg, Aggregation):
+        raise ConfigurationError(
+            f"aggregate: {agg!r} is not an Aggregation; subclass "
+            "rivermark.dataframe.Aggregation and implement partial()/result(), or streamz's "
+            "initial()/on_new()/on_old()"
+        )
+    return Aggregate(
+        upstream, agg, n=n, value=value, with_state=with_state, start=start, example=example
+    )
+
+
+def aggregate_example(agg: Any, example: Any) -> Any:
+    """What ``agg`` emits for the (empty) ``example`` batch, to type the output."""
+    if is_streamz_style(agg):
+        try:
+            # an empty example makes e.g. a mean divide by zero: no warning for that
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                return agg.on_new(agg.initial(example), example)[1]
+        except Exception as e:  # the aggregation may not accept an empty batch
+            logger.debug("aggregate: no example result from %r: %r", agg, e)
+            return example
+    if agg.full:
+        return example
+    return agg.example_result(example)
 
 
 class Sum(Aggregation):
@@ -609,6 +675,123 @@ class Aggregate(Stream):
         return self._emit(result, metadata)
 
 
+class StreamzAggregate(Stream):
+    """Run an aggregation written for streamz (``initial``/``on_new``/``on_old``).
+
+    Without a window ``on_old`` is never called.  With ``n`` (rows) or
+    ``value`` (a ``pd.Timedelta`` of index) the batches in the window are
+    kept; after ``on_new(state, batch)`` every part that left the window is
+    passed to ``on_old``, as streamz does, and the last result is emitted.
+    The aggregation's state and the window's batches are the checkpoint
+    state; ``with_state=True`` emits ``(state, result)`` and ``start`` is such
+    a state.
+
+    >>> class Total(Aggregation):
+    ...     def initial(self, new): return 0
+    ...     def on_new(self, state, new): return state + new.sum(), state + new.sum()
+    ...     def on_old(self, state, old): return state - old.sum(), state - old.sum()
+    >>> s = Stream()
+    >>> L = StreamzAggregate(s, Total(), n=2).sink_to_list()
+    >>> s.emit(pd.Series([1, 2])); s.emit(pd.Series([3]))
+    >>> [int(v) for v in L]
+    [3, 5]
+    """
+
+    _graphviz_shape = "box"
+
+    def __init__(
+        self,
+        upstream: Stream,
+        agg: Any,
+        n: int | None = None,
+        value: pd.Timedelta | None = None,
+        with_state: bool = False,
+        start: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        self.agg = agg
+        self.n = n
+        self.value = value
+        self.with_state = with_state
+        self.state: Any = None
+        self.started = False
+        self.frames: deque[Any] = deque()
+        Stream.__init__(self, upstream, **kwargs)
+        if start is not None:
+            self.set_state(start)
+
+    def get_state(self) -> Any:
+        return {"state": self.state, "started": self.started, "frames": list(self.frames)}
+
+    def set_state(self, state: Any) -> None:
+        if not isinstance(state, dict) or "state" not in state:
+            raise ConfigurationError(
+                f"{self._display_name()}: start/state must be a state this node emitted "
+                f"(with_state=True) or checkpointed, got {state!r}; pass start=None to begin empty"
+            )
+        self.state = state["state"]
+        self.started = bool(state.get("started", True))
+        self.frames = deque(state.get("frames", ()))
+
+    def state_signature(self) -> str:
+        return f"StreamzAggregate({type(self.agg).__name__}, n={self.n}, value={self.value})"
+
+    def _leaving(self) -> list[Any]:
+        """Remove and return the parts of the kept batches that left the window."""
+        frames, old = self.frames, []
+        if self.n is not None:
+            excess = sum(len(f) for f in frames) - self.n
+            while excess > 0 and frames:
+                head = frames[0]
+                if len(head) <= excess:
+                    old.append(frames.popleft())
+                    excess -= len(head)
+                else:
+                    old.append(head.iloc[:excess])
+                    frames[0] = head.iloc[excess:]
+                    excess = 0
+        elif self.value is not None and frames:
+            cutoff = max(f.index.max() for f in frames) - self.value
+            while frames:
+                head = frames[0]
+                mask = np.asarray(head.index <= cutoff)
+                if not mask.any():
+                    break
+                old.append(head[mask])
+                if mask.all():
+                    frames.popleft()
+                else:
+                    frames[0] = head[~mask]
+                    break
+        return old
+
+    def _step(self, x: Any) -> Any:
+        agg = self.agg
+        if not self.started:
+            self.state = agg.initial(x)
+            self.started = True
+        self.state, result = agg.on_new(self.state, x)
+        if self.n is not None or self.value is not None:
+            if len(x):
+                self.frames.append(x)
+            for old in self._leaving():
+                if len(old):
+                    self.state, result = agg.on_old(self.state, old)
+        return result
+
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> list[Awaitable[Any]] | None:
+        try:
+            result = self._step(x)
+        except Exception as e:
+            self._user_error(x, e, self.agg.on_new)
+            return None
+        if self.with_state:
+            return self._emit((self.get_state(), result), metadata)
+        return self._emit(result, metadata)
+
+
 class Cumulative(Stream):
     """Cumulative ``op`` (cumsum, cumprod, cummin, cummax) across batches.
 
@@ -718,14 +901,16 @@ class RollingAggregate(Stream):
 class EWMMean(Stream):
     """Exponentially weighted mean (pandas ``ewm(alpha=...).mean()``, ``adjust=True``).
 
-    Emits, after each batch, the mean at the newest row; the state is the
-    weighted sum and the sum of weights, updated with one vectorised step per
-    batch.  Missing values are not supported.
+    Emits, after each batch, the mean at the batch's newest row, as streamz
+    does: a one-row DataFrame (a one-element Series for a Series), labelled
+    with that row's index; an empty batch gives an empty result.  The state
+    is the weighted sum and the sum of weights, updated with one vectorised
+    step per batch.  Missing values are not supported.
 
     >>> s = Stream()
     >>> L = EWMMean(s, alpha=0.5).sink_to_list()
-    >>> s.emit(pd.Series([1.0, 2.0])); s.emit(pd.Series([3.0]))
-    >>> bool(round(L[-1], 6) == round(pd.Series([1.0, 2.0, 3.0]).ewm(alpha=0.5).mean().iloc[-1], 6))
+    >>> s.emit(pd.Series([1.0, 2.0])); s.emit(pd.Series([3.0], index=[2]))
+    >>> L[-1].round(6).to_dict() == pd.Series([1.0, 2.0, 3.0]).ewm(alpha=0.5).mean().round(6)[2:].to_dict()
     True
     """
 
@@ -768,10 +953,12 @@ class EWMMean(Stream):
             den = self.den * carry + float(w.sum())
             self.num, self.den = num, den
             mean = num / den if den else num * math.nan
+            rows = x.index[-1:]
             if isinstance(x, pd.DataFrame):
-                result: Any = pd.Series(mean, index=x.columns)
+                values = np.reshape(np.asarray(mean, dtype=float), (1, -1))[: len(rows)]
+                result: Any = pd.DataFrame(values, index=rows, columns=x.columns)
             else:
-                result = float(mean)
+                result = pd.Series([float(mean)] * len(rows), index=rows, name=x.name, dtype=float)
         except Exception as e:
             self._user_error(x, e, "ewm.mean")
             return None

@@ -38,12 +38,17 @@ __all__ = [
     "DataFrames",
     "Seriess",
     "SchemaError",
+    "ColumnsError",
     "to_dataframe",
 ]
 
 
 class SchemaError(RivermarkError, TypeError):
     """A batch emitted into a streaming DataFrame does not match its example."""
+
+
+class ColumnsError(SchemaError, IndexError):
+    """A batch's columns differ from the example's (an ``IndexError`` as in streamz)."""
 
 
 def _identity(x: Any) -> Any:
@@ -127,15 +132,19 @@ class Streaming:
             def fn(v: Any) -> Any:
                 return apply(parent_fn(v))
 
-        else:
-            roots = {id(a._root) for a in streams}
-            if len(roots) != 1:
+        elif len({id(a._root) for a in streams}) != 1:
+            if not _share_a_source([a.stream for a in streams]):
                 raise ConfigurationError(
                     f"map_partitions({getattr(func, '__name__', func)!r}): the arguments come "
                     "from different source streams; combine frames derived from the same "
                     "DataFrame, or join their streams first (e.g. with zip) and build one "
                     "DataFrame from the result"
                 )
+            # results of different stateful nodes of the same source (e.g.
+            # ``sdf.x - sdf.x.rolling(3).mean()``): as streamz, zip their streams,
+            # which pairs their records in arrival order
+            return Streaming._zip_partitions(func, args, kwargs, example, stream_type)
+        else:
             root = first._root
             fns = [(a._fn if isinstance(a, Streaming) else None) for a in args]
 
@@ -148,6 +157,101 @@ class Streaming:
         out._root = root
         out._fn = fn
         return out
+
+    @staticmethod
+    def _zip_partitions(
+        func: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        example: Any,
+        stream_type: str,
+    ) -> Any:
+        """``map_partitions`` over arguments with different roots: zip their streams.
+
+        Each argument stream must emit one record per record of the source
+        they derive from (true for element-wise results, reductions, windows
+        and rolling aggregations of the same DataFrame); the records are
+        paired in arrival order.
+        """
+        streams: list[Stream] = []
+        slots: list[int | None] = []
+        for a in args:
+            if isinstance(a, Streaming):
+                pos = next((i for i, st in enumerate(streams) if st is a.stream), None)
+                if pos is None:
+                    streams.append(a.stream)
+                    pos = len(streams) - 1
+                slots.append(pos)
+            else:
+                slots.append(None)
+        consts = list(args)
+
+        def apply(records: tuple[Any, ...]) -> Any:
+            vals = [records[i] if i is not None else c for i, c in zip(slots, consts)]
+            return func(*vals, **kwargs)
+
+        zipped = Stream.zip(*streams)  # type: ignore[attr-defined]
+        return _wrap(zipped.map(apply), example, stream_type)
+
+    @classmethod
+    def register_api(
+        cls, modifier: Callable[[Any], Any] = _identity, attribute_name: str | None = None
+    ) -> Callable[[Any], Any]:
+        """Add a method to this frame class (and its subclasses), as streamz's ``register_api``.
+
+        >>> @DataFrame.register_api()
+        ... def double(self):
+        ...     return self * 2
+        >>> source = Stream()
+        >>> sdf = DataFrame(source, example=pd.DataFrame({"x": [1]}))
+        >>> L = sdf.double().x.stream.sink_to_list()
+        >>> source.emit(pd.DataFrame({"x": [4]})); L[0].tolist()
+        [8]
+        """
+
+        def register(func: Any) -> Any:
+            name = attribute_name or getattr(func, "__name__", None)
+            if not name:
+                raise ConfigurationError(
+                    f"register_api: cannot infer a name for {func!r}; pass attribute_name="
+                )
+            setattr(cls, name, modifier(func))
+            return func
+
+        return register
+
+    def accumulate_partitions(self, func: Callable[..., Any], **kwargs: Any) -> Any:
+        """A running ``state = func(state, batch, **kwargs)`` over the batches, as in streamz.
+
+        ``start``, ``returns_state`` and ``with_state`` are those of
+        :meth:`Stream.accumulate`; ``example`` (else ``func`` called on the
+        example) types the result and ``stream_type`` (default: this
+        object's) says whether it is streaming or updating.  The state is
+        checkpointed with the node.
+        """
+        from ..operators.stateful import no_default
+
+        start = kwargs.pop("start", no_default)
+        returns_state = kwargs.pop("returns_state", False)
+        example = kwargs.pop("example", None)
+        stream_type = kwargs.pop("stream_type", self._stream_type)
+        with_state = kwargs.get("with_state", False)
+        if example is None:
+            try:
+                example = func(
+                    start, self.example, **{k: v for k, v in kwargs.items() if k != "with_state"}
+                )
+                if returns_state:
+                    example = example[1]
+            except Exception as e:  # the function may not accept the start marker
+                logger.debug("accumulate_partitions: no example from %r: %r", func, e)
+                example = self.example
+            if with_state:
+                example = (start, example)
+        node = self.stream.accumulate(  # type: ignore[attr-defined]
+            func, start=start, returns_state=returns_state, **kwargs
+        )
+        return self.accumulate_node(node, example, stream_type)
 
     def accumulate_node(self, node: Stream, example: Any, stream_type: str = "updating") -> Any:
         """Wrap a stateful node built on ``self.stream`` (its output becomes a new root)."""
@@ -297,8 +401,12 @@ class BaseFrame(Streaming):
         return self.map_partitions(lambda x: x.reset_index(*args, **kwargs), self)
 
     def set_index(self, index: Any, **kwargs: Any) -> Any:
-        """``set_index`` on each batch."""
-        return self.map_partitions(lambda x: x.set_index(index, **kwargs), self)
+        """``set_index`` on each batch: column label(s), or a streaming Series of this DataFrame."""
+
+        def _set_index(x: Any, idx: Any) -> Any:
+            return x.set_index(idx, **kwargs)
+
+        return self.map_partitions(_set_index, self, index)
 
     def tail(self, n: int = 5) -> Any:
         """The last ``n`` rows of each batch."""
@@ -347,9 +455,13 @@ class Frame(BaseFrame):
         return GroupBy(self, other)
 
     def aggregate(self, aggregation: aggs.Aggregation, start: Any = None) -> Any:
-        """Run an :class:`~rivermark.dataframe.aggregations.Aggregation` over everything seen."""
-        node = aggs.Aggregate(self.stream, aggregation, start=start, example=self.example)
-        example = aggregation.example_result(self.example)
+        """Run an :class:`~rivermark.dataframe.aggregations.Aggregation` over everything seen.
+
+        ``aggregation`` implements rivermark's partials or streamz's
+        ``initial``/``on_new``/``on_old``.
+        """
+        node = aggs.aggregate_node(self.stream, aggregation, start=start, example=self.example)
+        example = aggs.aggregate_example(aggregation, self.example)
         return self.accumulate_node(node, example, "updating")
 
     def sum(self, start: Any = None) -> Any:
@@ -624,7 +736,7 @@ class DataFrame(Frame, _DataFrameMixin):
         if not isinstance(x, pd.DataFrame):
             raise SchemaError(f"{type(self).__name__}: expected a pandas.DataFrame, got {x!r}")
         if list(x.columns) != list(self.example.columns):
-            raise SchemaError(
+            raise ColumnsError(
                 f"{type(self).__name__}: batch columns {list(x.columns)!r} differ from the "
                 f"example's {list(self.example.columns)!r}; emit batches with the same columns"
             )
@@ -674,6 +786,11 @@ class Index(Streaming):
     [5, 6]
     """
 
+    @property
+    def dtype(self) -> Any:
+        """The example's dtype."""
+        return self.example.dtype
+
 
 class DataFrames(Frames, _DataFrameMixin):
     """A stream of DataFrames where each record replaces the previous (an updating result).
@@ -709,6 +826,31 @@ class Seriess(Frames, _SeriesMixin):
         self, stream: Stream | None = None, example: Any = None, stream_type: str | None = None
     ) -> None:
         Frames.__init__(self, stream, example, stream_type)
+
+
+def _sources_of(stream: Stream) -> set[int]:
+    """The ids of the nodes without upstreams that ``stream`` derives from."""
+    found: set[int] = set()
+    seen: set[int] = set()
+    todo = [stream]
+    while todo:
+        n = todo.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        if n.upstreams:
+            todo.extend(n.upstreams)
+        else:
+            found.add(id(n))
+    return found
+
+
+def _share_a_source(streams: list[Stream]) -> bool:
+    """Whether every stream derives from one same source node."""
+    common = _sources_of(streams[0])
+    for st in streams[1:]:
+        common &= _sources_of(st)
+    return bool(common)
 
 
 def _wrap(stream: Stream, example: Any, stream_type: str) -> Any:

@@ -116,7 +116,9 @@ class GroupBy:
             return self[key]
         raise AttributeError(f"GroupBy has no attribute or column {key!r}")
 
-    def _accumulate(self, how: str, ddof: int = 1) -> Any:
+    def _accumulate(
+        self, how: str, ddof: int = 1, with_state: bool | None = None, start: Any = None
+    ) -> Any:
         agg = aggs.GroupbyAggregation(
             how,
             by=self.grouper,
@@ -131,24 +133,26 @@ class GroupBy:
             agg,
             n=self.n,
             value=self.value,
-            with_state=self.with_state,
-            start=self.start,
+            with_state=self.with_state if with_state is None else with_state,
+            start=self.start if start is None else start,
             example=self.root.example,
         )
         example = agg.example_result(self.root.example)
         return self.root.accumulate_node(node, example, "updating")
 
-    def sum(self) -> Any:
+    # ``start`` and ``with_state`` as in streamz; ``start`` must be a state this
+    # node emitted (``with_state=True``) or None
+    def sum(self, start: Any = None) -> Any:
         """Running (or windowed) sum per key."""
-        return self._accumulate("sum")
+        return self._accumulate("sum", start=start)
 
-    def count(self) -> Any:
+    def count(self, start: Any = None) -> Any:
         """Running count of non-null values per key."""
-        return self._accumulate("count")
+        return self._accumulate("count", start=start)
 
-    def mean(self) -> Any:
+    def mean(self, with_state: bool = False, start: Any = None) -> Any:
         """Running mean per key."""
-        return self._accumulate("mean")
+        return self._accumulate("mean", with_state=with_state or None, start=start)
 
     def size(self) -> Any:
         """Running number of rows per key."""

@@ -32,11 +32,12 @@ __all__ = ["PeriodicDataFrame", "Random", "random_datablock"]
 def random_datablock(last: pd.Timestamp, now: pd.Timestamp, freq: Any = "100ms") -> pd.DataFrame:
     """Random rows at ``freq`` for the times in ``(last, now]``.
 
-    Columns: ``x`` uniform in [0, 1), ``y`` standard normal, ``z`` an integer 0..9.
+    Columns as streamz's: ``x`` uniform in [0, 1), ``y`` an integer drawn from
+    a Poisson distribution (mean 1), ``z`` standard normal.
 
     >>> df = random_datablock(pd.Timestamp("2024-01-01"), pd.Timestamp("2024-01-01 00:00:01"))
-    >>> len(df), list(df.columns)
-    (10, ['x', 'y', 'z'])
+    >>> len(df), list(df.columns), [str(t) for t in df.dtypes]
+    (10, ['x', 'y', 'z'], ['float64', 'int64', 'float64'])
     """
     index = pd.date_range(start=last, end=now, freq=freq, inclusive="right")
     n = len(index)
@@ -44,8 +45,8 @@ def random_datablock(last: pd.Timestamp, now: pd.Timestamp, freq: Any = "100ms")
     return pd.DataFrame(
         {
             "x": rng.random(n),
-            "y": rng.standard_normal(n),
-            "z": rng.integers(0, 10, n),
+            "y": rng.poisson(1.0, n).astype("int64"),
+            "z": rng.standard_normal(n),
         },
         index=index,
     )
@@ -65,11 +66,14 @@ def _seconds(node: str, interval: Any) -> float:
 
 
 class PeriodicDataFrame(DataFrame):
-    """A DataFrame whose batches come from ``datafn(last, now, **kwargs)`` every ``interval``.
+    """A DataFrame whose batches come from ``datafn(last=..., now=..., **kwargs)`` every ``interval``.
 
-    ``datafn`` receives the previous and the current call's timestamps and
-    returns the rows for that span.  As in streamz it starts at once
-    (``start=True``); pass ``start=False`` and call :meth:`start` later.
+    As in streamz, ``datafn`` is called with keyword arguments: ``last`` and
+    ``now`` (the previous and the current call's ``pd.Timestamp``) and the
+    extra ``kwargs``; it returns the rows for that span (a function taking
+    only ``**kwargs`` works too).  The first batch comes one ``interval``
+    after the start.  As in streamz it starts at once (``start=True``);
+    pass ``start=False`` and call :meth:`start` later.
     ``dask=True`` (streamz's Dask mode) is not supported: use
     ``sdf.stream.scatter()``.
 
@@ -103,8 +107,10 @@ class PeriodicDataFrame(DataFrame):
         secs = _seconds("PeriodicDataFrame", interval)
         now = pd.Timestamp.now()
         self._last = now
-        example = datafn(now - pd.Timedelta(seconds=secs), now, **kwargs).iloc[:0]
-        source = Stream.from_periodic(self._tick, poll_interval=secs)  # type: ignore[attr-defined]
+        example = datafn(last=now - pd.Timedelta(seconds=secs), now=now, **kwargs).iloc[:0]
+        source = Stream.from_periodic(  # type: ignore[attr-defined]
+            self._tick, poll_interval=secs, wait_first=True
+        )
         DataFrame.__init__(self, source, example=example)
         self.source = source
         if start:
@@ -112,12 +118,13 @@ class PeriodicDataFrame(DataFrame):
 
     def _tick(self) -> pd.DataFrame:
         now = pd.Timestamp.now()
-        df = self.datafn(self._last, now, **self.kwargs)
+        df = self.datafn(last=self._last, now=now, **self.kwargs)
         self._last = now
         return df
 
     def start(self) -> None:
-        """Start calling ``datafn``."""
+        """Start calling ``datafn`` (the first batch covers the time since this call)."""
+        self._last = pd.Timestamp.now()
         self.source.start()
 
     def stop(self) -> None:
@@ -133,8 +140,15 @@ class Random(PeriodicDataFrame):
     ['x', 'y', 'z']
     """
 
-    def __init__(self, freq: Any = "100ms", interval: Any = "500ms", **kwargs: Any) -> None:
-        super().__init__(random_datablock, interval=interval, freq=freq, **kwargs)
+    def __init__(
+        self,
+        freq: Any = "100ms",
+        interval: Any = "500ms",
+        dask: bool = False,
+        start: bool = True,
+        datafn: Callable[..., pd.DataFrame] = random_datablock,
+    ) -> None:
+        super().__init__(datafn, interval=interval, dask=dask, start=start, freq=pd.Timedelta(freq))
 
 
 def _from_periodic(
@@ -144,9 +158,15 @@ def _from_periodic(
     return PeriodicDataFrame(datafn, interval=interval, **kwargs)
 
 
-def _random(freq: Any = "100ms", interval: Any = "500ms", **kwargs: Any) -> Random:
+def _random(
+    freq: Any = "100ms",
+    interval: Any = "500ms",
+    dask: bool = False,
+    start: bool = True,
+    datafn: Callable[..., pd.DataFrame] = random_datablock,
+) -> Random:
     """A :class:`Random` DataFrame."""
-    return Random(freq=freq, interval=interval, **kwargs)
+    return Random(freq=freq, interval=interval, dask=dask, start=start, datafn=datafn)
 
 
 DataFrame.from_periodic = staticmethod(_from_periodic)  # type: ignore[attr-defined]

@@ -141,10 +141,21 @@ class Window:
         )
 
     def aggregate(self, agg: aggs.Aggregation) -> Any:
-        """Run an :class:`~rivermark.dataframe.aggregations.Aggregation` over the window."""
-        node = self._node(agg)
-        ex = self.root.example
-        example = ex if agg.full else agg.example_result(ex)
+        """Run an :class:`~rivermark.dataframe.aggregations.Aggregation` over the window.
+
+        ``agg`` implements either rivermark's partials or streamz's
+        ``initial``/``on_new``/``on_old``.
+        """
+        node = aggs.aggregate_node(
+            self.root.stream,
+            agg,
+            n=self.n,
+            value=self.value,
+            with_state=self.with_state,
+            start=self.start,
+            example=self.root.example,
+        )
+        example = aggs.aggregate_example(agg, self.root.example)
         return self.root.accumulate_node(node, example, "updating")
 
     def full(self) -> Any:
@@ -267,6 +278,8 @@ def _com_to_alpha(
         if v <= 0:
             raise ConfigurationError(f"ewm: halflife must be > 0, got {v!r}")
         return 1.0 - math.exp(math.log(0.5) / v)
+    if not 0 < v <= 1:
+        raise ConfigurationError(f"ewm: alpha must satisfy 0 < alpha <= 1, got {v!r}")
     return float(v)
 
 
@@ -280,8 +293,8 @@ class EWM:
     >>> sdf = DataFrame(source, example=pd.DataFrame({"x": []}))
     >>> L = sdf.x.ewm(com=1).mean().stream.sink_to_list()
     >>> source.emit(pd.DataFrame({"x": [1.0, 2.0]}))
-    >>> round(L[-1], 4)
-    1.6667
+    >>> L[-1].round(4).to_dict()
+    {1: 1.6667}
     """
 
     def __init__(
@@ -310,14 +323,12 @@ class EWM:
         raise AttributeError(f"EWM has no attribute or column {key!r}")
 
     def mean(self) -> Any:
-        """The exponentially weighted mean at the newest row, after each batch."""
+        """The exponentially weighted mean at each batch's newest row (a one-row frame)."""
         node = aggs.EWMMean(
             self.root.stream, self.alpha, with_state=self.with_state, start=self.start
         )
         ex = self.root.example
-        example: Any = (
-            pd.Series(math.nan, index=ex.columns) if isinstance(ex, pd.DataFrame) else math.nan
-        )
+        example: Any = ex.iloc[:0].astype(float)
         return self.root.accumulate_node(node, example, "updating")
 
     def _unsupported(self, what: str) -> Any:

@@ -21,8 +21,11 @@ __all__ = ["FromPeriodic"]
 class FromPeriodic(Source):
     """Call ``callback()`` every ``poll_interval`` and emit its return value.
 
-    ``callback`` may be a coroutine function.  The source cannot replay
-    (``replayable = False``); its position is the number of values emitted.
+    ``callback`` may be a coroutine function.  The first call happens at
+    once after ``start()``; with ``wait_first=True`` (a rivermark addition,
+    used by ``PeriodicDataFrame``) one ``poll_interval`` later.  The source
+    cannot replay (``replayable = False``); its position is the number of
+    values emitted.
 
     >>> from rivermark.testing import wait_for
     >>> count = iter(range(100))
@@ -35,15 +38,22 @@ class FromPeriodic(Source):
     """
 
     def __init__(
-        self, callback: Callable[[], Any], poll_interval: Any = 0.1, **kwargs: Any
+        self,
+        callback: Callable[[], Any],
+        poll_interval: Any = 0.1,
+        wait_first: bool = False,
+        **kwargs: Any,
     ) -> None:
         check_callable("from_periodic", "callback", callback)
         self.callback = callback
         self.poll_interval = parse_interval(poll_interval, "from_periodic", "poll_interval")
+        self.wait_first = bool(wait_first)
         super().__init__(**kwargs)
         self._position = 0
 
     async def run(self) -> None:
+        if self.wait_first:
+            await asyncio.sleep(self.poll_interval)
         while not self.stopped:
             try:
                 x = self.callback()

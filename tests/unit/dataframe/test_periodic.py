@@ -76,7 +76,9 @@ def test_random_datablock_spans_the_interval() -> None:
     )
     assert len(df) == 5
     assert df.index[0] == pd.Timestamp("2024-01-01 00:00:00.1")
-    assert df.z.between(0, 9).all()
+    # streamz's columns: x uniform, y an integer (Poisson), z normal
+    assert df.x.between(0, 1).all() and (df.y >= 0).all()
+    assert [str(t) for t in df.dtypes] == ["float64", "int64", "float64"]
 
 
 def test_bad_interval() -> None:

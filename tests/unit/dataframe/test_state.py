@@ -16,9 +16,25 @@ import pytest
 
 from rivermark import Stream
 from rivermark.core.graph import fingerprint, node_ids, topological
-from rivermark.dataframe import DataFrame
+from rivermark.dataframe import Aggregation, DataFrame
 
 from .helpers import batches, example, timed_batches
+
+
+class StreamzMean(Aggregation):
+    """An aggregation written for streamz (``initial``/``on_new``/``on_old``)."""
+
+    def initial(self, new: Any) -> Any:
+        return new.iloc[:0].sum(), new.iloc[:0].count()
+
+    def on_new(self, state: Any, new: Any) -> Any:
+        total, count = state[0] + new.sum(), state[1] + new.count()
+        return (total, count), total / count
+
+    def on_old(self, state: Any, old: Any) -> Any:
+        total, count = state[0] - old.sum(), state[1] - old.count()
+        return (total, count), total / count
+
 
 PIPELINES: dict[str, Callable[[DataFrame], Any]] = {
     "groupby_sum": lambda sdf: sdf.groupby("name").amount.sum(),
@@ -35,6 +51,13 @@ PIPELINES: dict[str, Callable[[DataFrame], Any]] = {
     "rolling_rows": lambda sdf: sdf.x.rolling(4).sum(),
     "rolling_time": lambda sdf: sdf.x.rolling("3s").mean(),
     "ewm": lambda sdf: sdf.x.ewm(span=3).mean(),
+    "streamz_aggregation": lambda sdf: sdf[["amount", "x"]].aggregate(StreamzMean()),
+    "streamz_aggregation_window_n": lambda sdf: (
+        sdf[["amount", "x"]].window(n=6).aggregate(StreamzMean())
+    ),
+    "streamz_aggregation_window_time": lambda sdf: sdf.x.window(value="4s").aggregate(
+        StreamzMean()
+    ),
 }
 
 

@@ -124,11 +124,13 @@ def test_ewm_mean(kw: dict[str, float]) -> None:
     s, sdf = source_and_sdf()
     L = run(s, sdf.x.ewm(**kw).mean(), DATA)
     for got, df in zip(L, PREFIXES):
-        assert got == pytest.approx(df.x.ewm(**kw).mean().iloc[-1], rel=1e-9)
+        # as streamz: the value at the batch's newest row, labelled with that row
+        want = df.x.ewm(**kw).mean().iloc[-1:]
+        tm.assert_series_equal(got, want, check_names=False, rtol=1e-9)
     s2, sdf2 = source_and_sdf()
     L2 = run(s2, sdf2[["amount", "x"]].ewm(**kw).mean(), DATA)
-    want = pd.concat(DATA)[["amount", "x"]].astype(float).ewm(**kw).mean().iloc[-1]
-    tm.assert_series_equal(L2[-1], want, check_names=False, rtol=1e-9)
+    want_frame = pd.concat(DATA)[["amount", "x"]].astype(float).ewm(**kw).mean().iloc[-1:]
+    tm.assert_frame_equal(L2[-1], want_frame, rtol=1e-9)
 
 
 def test_window_errors() -> None:
