@@ -579,3 +579,384 @@ def test_accumulate_with_state() -> None:
         return L
 
     assert both(snippet) == [(1, 1), (3, 3)]
+
+
+# ---------------------------------------------------------------------- module-level names
+def test_lowercase_node_names_at_module_level() -> None:
+    # streamz exports its node classes in lower case; users call them as functions
+    def snippet(sz: Any) -> tuple[Any, ...]:
+        a, b = sz.Stream(), sz.Stream()
+        zipped = sz.zip(a, b).sink_to_list()
+        latest = sz.combine_latest(a, b, emit_on=a).sink_to_list()
+        merged = sz.union(a, b).sink_to_list()
+        mapped = sz.map(a, inc).sink_to_list()
+        collector = sz.collect(a)  # the example in streamz's collect docstring
+        b.sink(collector.flush)
+        flushed = collector.sink_to_list()
+        a.emit(1)
+        b.emit("x")
+        a.emit(2)
+        return zipped, latest, merged, mapped, flushed
+
+    assert both(snippet) == (
+        [(1, "x")],
+        [(2, "x")],
+        [1, "x", 2],
+        [2, 3],
+        [(1,)],
+    )
+
+
+def test_isinstance_checks_against_streamz_class_names() -> None:
+    def snippet(sz: Any) -> list[bool]:
+        s = sz.Stream()
+        m, f, z = s.map(inc), s.filter(bool), s.zip(s)
+        acc = s.accumulate(operator.add)
+        return [
+            isinstance(m, sz.map),
+            isinstance(m, sz.core.map),
+            isinstance(f, sz.filter),
+            isinstance(z, sz.zip),
+            isinstance(acc, sz.core.accumulate),
+            isinstance(m, sz.filter),
+            isinstance(m, sz.Stream),
+            isinstance(s.sink(print), sz.sink),
+        ]
+
+    assert both(snippet) == [True, True, True, True, True, False, True, True]
+
+
+def test_import_paths_streamz_users_write() -> None:
+    from rivermark import Sink, Source, Stream, map, zip  # noqa: A004
+    from rivermark.core import RefCounter, identity
+    from rivermark.core import Stream as CoreStream
+    from rivermark.core import map as core_map
+    from rivermark.operators.joins import Zip
+    from rivermark.operators.transform import Map
+    from rivermark.sinks import Sink as SinksSink
+    from rivermark.sinks import sink, sink_to_textfile
+    from rivermark.sources import Source as SourcesSource
+    from rivermark.sources import from_iterable, from_textfile
+
+    assert CoreStream is Stream and map is core_map is Map and zip is Zip
+    assert Sink is SinksSink is sink and Source is SourcesSource
+    assert RefCounter is rivermark.RefCounter and identity(3) == 3
+    assert from_iterable.__name__ == "FromIterable" and from_textfile.__name__ == "FromTextfile"
+    assert sink_to_textfile.__name__ == "SinkToTextfile"
+    with pytest.raises(AttributeError, match="module 'rivermark' has no attribute 'no_such'"):
+        rivermark.no_such  # noqa: B018
+    with pytest.raises(AttributeError, match="module 'rivermark.core' has no attribute 'sink'"):
+        rivermark.core.sink  # noqa: B018
+
+
+def test_star_import_does_not_shadow_builtins() -> None:
+    namespace: dict[str, Any] = {}
+    exec("from rivermark import *", namespace)
+    for builtin in ("map", "filter", "zip", "slice"):
+        assert builtin not in namespace
+    assert namespace["Stream"] is rivermark.Stream and namespace["Sink"] is rivermark.Sink
+
+
+def test_registered_methods_carry_the_api_name() -> None:
+    def snippet(sz: Any) -> list[str]:
+        return [
+            sz.Stream.map.__name__,
+            sz.Stream().filter.__name__,
+            sz.Stream.sliding_window.__name__,
+            sz.Stream.from_iterable.__name__,
+        ]
+
+    assert both(snippet) == ["map", "filter", "sliding_window", "from_iterable"]
+
+
+def test_str_of_nodes_matches_streamz() -> None:
+    def add(x: int, y: int = 0) -> int:
+        return x + y
+
+    def iseven(x: int) -> bool:
+        return x % 2 == 0
+
+    def snippet(sz: Any) -> list[str]:
+        s = sz.Stream()
+        named = sz.Stream(stream_name="this is not a stream")
+        return [
+            str(s),
+            str(named),
+            str(s.map(add, y=10)),
+            str(s.filter(iseven)),
+            str(s.partition(2)),
+            str(s.sliding_window(3)),
+            str(s.accumulate(add)),
+            str(s.sink(print)),
+            str(s.zip(s)),
+            str(s.unique()),
+            str(s.collect()),
+            str(s.map(add, stream_name="adder")),
+            repr(s.starmap(add)),
+        ]
+
+    assert both(snippet) == [
+        "<Stream>",
+        "<this is not a stream; Stream>",
+        "<map: add>",
+        "<filter: iseven>",
+        "<partition: 2>",
+        "<sliding_window: 3>",
+        "<accumulate: add>",
+        "<sink: print>",
+        "<zip>",
+        "<unique>",
+        "<collect>",
+        "<adder; map: add>",
+        "<starmap: add>",
+    ]
+
+
+# ---------------------------------------------------------------------- graph changes
+def test_destroy_unlinks_both_ways() -> None:
+    def snippet(sz: Any) -> tuple[Any, ...]:
+        source = sz.Stream()
+        s = source.map(inc)
+        L = s.sink_to_list()
+        source.emit(1)
+        s.destroy()
+        source.emit(2)
+        return L, list(source.downstreams), list(s.upstreams)
+
+    assert both(snippet) == ([2], [], [])
+
+
+def test_disconnect_an_input_of_zip_and_combine_latest() -> None:
+    def snippet(sz: Any) -> tuple[list[Any], list[Any]]:
+        a, b, c = sz.Stream(), sz.Stream(), sz.Stream()
+        z = a.zip(b, c)
+        Lz = z.sink_to_list()
+        cl = a.combine_latest(b, c, emit_on=a)
+        Lc = cl.sink_to_list()
+        b.disconnect(z)
+        c.disconnect(cl)
+        a.emit(1)
+        b.emit(2)
+        c.emit(3)
+        a.emit(4)
+        return Lz, Lc
+
+    assert both(snippet) == ([(1, 3)], [(4, 2)])
+
+
+def test_connect_a_new_input_to_zip_and_combine_latest() -> None:
+    def snippet(sz: Any) -> tuple[list[Any], list[Any]]:
+        a, b, c = sz.Stream(), sz.Stream(), sz.Stream()
+        z = a.zip(b)
+        Lz = z.sink_to_list()
+        cl = a.combine_latest(b, emit_on=a)
+        Lc = cl.sink_to_list()
+        c.connect(z)
+        c.connect(cl)
+        b.emit(1)
+        c.emit(2)
+        a.emit(3)
+        return Lz, Lc
+
+    assert both(snippet) == ([(3, 1, 2)], [(3, 1, 2)])
+
+
+def test_disconnecting_the_only_emit_on_input_is_refused() -> None:
+    a, b = rivermark.Stream(), rivermark.Stream()
+    node = a.combine_latest(b, emit_on=a)
+    with pytest.raises(rivermark.GraphError, match="its only emit_on upstream"):
+        a.disconnect(node)
+    lossless = a.zip_latest(b)
+    with pytest.raises(rivermark.GraphError, match="the lossless stream"):
+        a.disconnect(lossless)
+
+
+# ---------------------------------------------------------------------- sinks, refs
+def test_custom_sink_subclass() -> None:
+    # streamz's Sink is the base class of custom sinks (no func)
+    def snippet(sz: Any) -> list[Any]:
+        written: list[Any] = []
+
+        class to_memory(sz.Sink):
+            def __init__(self, upstream: Any, prefix: str, **kwargs: Any) -> None:
+                self.prefix = prefix
+                super().__init__(upstream, **kwargs)
+
+            def update(self, x: Any, who: Any = None, metadata: Any = None) -> None:
+                written.append(f"{self.prefix}{x}")
+
+        source = sz.Stream()
+        node = to_memory(source.map(inc), "n=", stream_name="mem")
+        source.emit(1)
+        source.emit(2)
+        return [written, isinstance(node, sz.Sink), list(node.upstreams[0].downstreams) == [node]]
+
+    assert both(snippet) == [["n=2", "n=3"], True, True]
+
+
+def test_plain_sink_without_func_is_refused() -> None:
+    with pytest.raises(rivermark.ConfigurationError, match="sink: func must be callable, got None"):
+        rivermark.Stream().sink()
+
+
+def test_sink_passes_extra_arguments_to_func() -> None:
+    def snippet(sz: Any) -> dict[str, list[Any]]:
+        L: dict[str, list[Any]] = {}
+
+        def mycustomsink(elem: Any, key: str, prefix: str = "") -> None:
+            L.setdefault(prefix + key, []).append(elem)
+
+        s = sz.Stream()
+        s.sink(mycustomsink, "cat", "super", stream_name="test")
+        s.emit(1)
+        s.emit(2)
+        return L
+
+    assert both(snippet) == {"supercat": [1, 2]}
+
+
+def test_refcounter_streamz_signature() -> None:
+    def snippet(sz: Any) -> tuple[Any, ...]:
+        done: list[int] = []
+        ref = sz.RefCounter(cb=lambda: done.append(1))
+        source = sz.Stream()
+        source.sliding_window(2).sink_to_list()
+        source.emit(1, metadata=[{"ref": ref}])
+        held = ref.count
+        source.emit(2)
+        source.emit(3)
+        return held, ref.count, ref.cb is not None, str(sz.RefCounter())
+
+    # streamz fires the callback on its event loop, rivermark at once
+    assert both(snippet) == (1, 0, True, "<RefCounter count=0>")
+
+
+def test_refcounter_callback_on_a_loop() -> None:
+    import asyncio
+
+    async def main() -> list[str]:
+        fired: list[str] = []
+        ref = rivermark.RefCounter(0, lambda: fired.append("done"), asyncio.get_running_loop())
+        ref.retain()
+        ref.release()
+        before = list(fired)  # scheduled on the loop, not called in release()
+        await asyncio.sleep(0)
+        return before + fired
+
+    assert asyncio.run(main()) == ["done"]
+    with pytest.raises(TypeError, match="got both callback="):
+        rivermark.RefCounter(callback=print, cb=print)
+
+
+# ---------------------------------------------------------------------- misc idioms
+def test_slice_with_negative_index_raises_value_error() -> None:
+    for sz in (streamz, rivermark):
+        with pytest.raises(ValueError):
+            sz.Stream().slice(end=-1)
+
+
+def test_custom_node_returning_nothing_or_emit_results() -> None:
+    # streamz nodes often return the result of _emit, or nothing at all
+    def snippet(sz: Any) -> list[Any]:
+        class evens(sz.Stream):
+            def update(self, x: Any, who: Any = None, metadata: Any = None) -> Any:
+                if x % 2 == 0:
+                    return self._emit(x, metadata=metadata)
+
+        class as_list(sz.Stream):
+            def update(self, x: Any, who: Any = None, metadata: Any = None) -> Any:
+                # streamz's _emit always returns a list
+                results = self._emit([x], metadata=metadata)
+                assert isinstance(results, list)
+                return results
+
+        source = sz.Stream()
+        L = as_list(evens(source)).sink_to_list()
+        for i in range(5):
+            source.emit(i)
+        return L
+
+    assert both(snippet) == [[0], [2], [4]]
+
+
+def test_to_dataframe_without_importing_the_dataframe_module() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, pandas as pd, rivermark\n"
+        "assert 'rivermark.dataframe' not in sys.modules\n"
+        "s = rivermark.Stream()\n"
+        "sdf = s.to_dataframe(example=pd.DataFrame({'x': [1]}))\n"
+        "L = sdf.x.sum().stream.sink_to_list()\n"
+        "s.emit(pd.DataFrame({'x': [1, 2]}))\n"
+        "print(type(sdf).__name__, [int(v) for v in L])\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stdout.strip() == "DataFrame [3]"
+
+
+def test_to_batch_is_refused_with_a_clear_error() -> None:
+    with pytest.raises(rivermark.ConfigurationError, match=r"streamz's batch collections"):
+        rivermark.Stream(stream_name="lines").to_batch(example=[{"x": 1}])
+
+
+def test_visualize_keyword_arguments_are_graph_attributes() -> None:
+    source = rivermark.Stream()
+    b = source.map(lambda x: x - 1).sink(print)
+    g = b.visualize(filename=None, rankdir="LR")  # the call in streamz's "Core" docs
+    assert g.graph_attr["rankdir"] == "LR"
+    g2 = b.visualize(filename=None, graph_attr={"size": "4"}, engine="dot")
+    assert g2.graph_attr["size"] == "4" and g2.engine == "dot"
+
+
+def test_create_graph_fills_a_graph_object() -> None:
+    class Collector:
+        def __init__(self) -> None:
+            self.nodes: dict[str, dict[str, Any]] = {}
+            self.edges: list[tuple[str, str, dict[str, Any]]] = []
+
+        def add_node(self, key: str, **attrs: Any) -> None:
+            self.nodes[key] = attrs
+
+        def add_edge(self, a: str, b: str, **attrs: Any) -> None:
+            self.edges.append((a, b, attrs))
+
+    source = rivermark.Stream(stream_name="in")
+    source.map(inc).sink_to_list()
+    source.filter(bool).sink(print)
+    g = rivermark.create_graph(source, Collector())
+    labels = sorted(n["label"] for n in g.nodes.values())
+    assert labels == [
+        "<filter: bool>",
+        "<in; Stream>",
+        "<map: inc>",
+        "<sink: print>",
+        "<sink_to_list>",
+    ]
+    assert len(g.edges) == 4
+    assert sorted(e[2].get("label", "") for e in g.edges) == ["", "", "0", "1"]
+
+
+def test_combine_latest_early_record_completes_at_once() -> None:
+    # rivermark's documented decision (docs/operators.md): a record arriving
+    # before every input has a value completes at once, so its metadata is not
+    # part of the first tuple; streamz keeps it until replaced
+    def snippet(sz: Any) -> list[Any]:
+        class metadata_of(sz.Stream):
+            def update(self, x: Any, who: Any = None, metadata: Any = None) -> Any:
+                if metadata:
+                    return self._emit(metadata)
+
+        a, b = sz.Stream(), sz.Stream()
+        L = metadata_of(a.combine_latest(b)).sink_to_list()
+        a.emit(1, metadata=[{"v": 1}])
+        b.emit(2, metadata=[{"v": 2}])
+        b.emit(3)
+        b.emit(4, metadata=[{"v": 4}])
+        return L
+
+    assert snippet(streamz) == [[{"v": 1}, {"v": 2}], [{"v": 1}], [{"v": 1}, {"v": 4}]]
+    assert snippet(rivermark) == [[{"v": 2}], [{"v": 4}]]

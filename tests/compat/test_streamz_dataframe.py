@@ -261,3 +261,348 @@ def test_window_arithmetic_and_index_groupby_match_streamz(case: str) -> None:
             pd.testing.assert_series_equal(g, e, check_dtype=False, check_names=False)
         else:
             assert g == e
+
+
+# ---------------------------------------------------------------------- custom aggregations
+def streamz_docs_mean(aggregation_base: type) -> Any:
+    """The custom ``Mean`` of streamz's "DataFrames" documentation, on ``aggregation_base``."""
+
+    class Mean(aggregation_base):  # type: ignore[misc, valid-type]
+        def initial(self, new: Any) -> Any:
+            return new.iloc[:0].sum(), new.iloc[:0].count()
+
+        def on_new(self, state: Any, new: Any) -> Any:
+            total, count = state
+            total = total + new.sum()
+            count = count + new.count()
+            return (total, count), total / count
+
+        def on_old(self, state: Any, old: Any) -> Any:
+            total, count = state
+            total = total - old.sum()
+            count = count - old.count()
+            return (total, count), total / count
+
+    return Mean()
+
+
+def test_docs_custom_aggregation_in_every_windowing_scheme() -> None:
+    def snippet(sz: Any, sdfmod: Any) -> list[Any]:
+        source = sz.Stream()
+        sdf = sdfmod.DataFrame(source, example=timed_batches()[0].iloc[:0][["amount", "x"]])
+        outs = [
+            sdf.aggregate(streamz_docs_mean(sdfmod.Aggregation)),
+            sdf.window(n=3).aggregate(streamz_docs_mean(sdfmod.Aggregation)),
+            sdf.window(value="2h").aggregate(streamz_docs_mean(sdfmod.Aggregation)),
+        ]
+        Ls = [o.stream.sink_to_list() for o in outs]
+        for df in timed_batches():
+            source.emit(df[["amount", "x"]])
+        return [[s.to_dict() for s in L] for L in Ls]
+
+    expected = snippet(streamz, streamz.dataframe)
+    got = snippet(rivermark, rivermark.dataframe)
+    assert got == expected
+    assert got[1][-1] == {"amount": 5.0, "x": 5.0}
+
+
+def test_custom_aggregation_with_on_old_results() -> None:
+    # on_old's result is what is emitted once data leaves the window
+    def snippet(sdfmod: Any) -> tuple[list[Any], list[Any]]:
+        df = pd.DataFrame({"x": [float(i) for i in range(10)], "y": [1.0, 2.0] * 5})
+
+        class Custom(sdfmod.Aggregation):  # type: ignore[misc, name-defined]
+            def initial(self, new: Any) -> int:
+                return 0
+
+            def on_new(self, state: int, new: Any) -> tuple[int, int]:
+                return state + 1, state
+
+            def on_old(self, state: int, new: Any) -> tuple[int, int]:
+                return state - 100, state
+
+        sdf = sdfmod.DataFrame(example=df)
+        L = sdf.aggregate(Custom()).stream.sink_to_list()
+        sdf2 = sdfmod.DataFrame(example=df)
+        L2 = sdf2.window(n=5).aggregate(Custom()).stream.sink_to_list()
+        for _ in range(3):
+            sdf.emit(df)
+            sdf2.emit(df)
+        return L, L2
+
+    assert (
+        snippet(rivermark.dataframe) == snippet(streamz.dataframe) == ([0, 1, 2], [1, -198, -397])
+    )
+
+
+def test_custom_aggregation_state_is_checkpointed() -> None:
+    source = rivermark.Stream()
+    sdf = rivermark.dataframe.DataFrame(source, example=EXAMPLE[["amount", "x"]])
+    out = sdf.window(n=2).aggregate(streamz_docs_mean(rivermark.dataframe.Aggregation))
+    node = out.stream
+    for df in batches()[:2]:
+        source.emit(df[["amount", "x"]])
+    state = node.get_state()
+
+    source2 = rivermark.Stream()
+    sdf2 = rivermark.dataframe.DataFrame(source2, example=EXAMPLE[["amount", "x"]])
+    out2 = sdf2.window(n=2).aggregate(streamz_docs_mean(rivermark.dataframe.Aggregation))
+    out2.stream.set_state(state)
+    L = out.stream.sink_to_list()
+    L2 = out2.stream.sink_to_list()
+    last = batches()[2][["amount", "x"]]
+    source.emit(last)
+    source2.emit(last)
+    assert L[0].to_dict() == L2[0].to_dict() == {"amount": 155.0, "x": 4.5}
+
+
+# ---------------------------------------------------------------------- PeriodicDataFrame, Random
+def test_docs_periodic_dataframe_with_keyword_only_datafn() -> None:
+    import numpy as np
+
+    from rivermark.testing import wait_for
+
+    def snippet(sdfmod: Any) -> tuple[Any, ...]:
+        calls: list[list[str]] = []
+
+        def random_datapoint(**kwargs: Any) -> pd.DataFrame:
+            calls.append(sorted(kwargs))
+            return pd.DataFrame({"a": np.random.random(1)}, index=[pd.Timestamp.now()])
+
+        df = sdfmod.PeriodicDataFrame(interval="20ms", datafn=random_datapoint, tag="t")
+        L = df.stream.sink_to_list()
+        try:
+            wait_for(lambda: len(L) >= 2, timeout=10)
+        finally:
+            df.stop()
+        return list(df.columns), len(L[0]), calls[-1]
+
+    assert (
+        snippet(rivermark.dataframe)
+        == snippet(streamz.dataframe)
+        == (["a"], 1, ["last", "now", "tag"])
+    )
+
+
+def test_periodic_dataframe_first_batch_after_one_interval() -> None:
+    import time
+
+    from rivermark.testing import wait_for
+
+    seen: list[tuple[pd.Timestamp, pd.Timestamp]] = []
+
+    def block(last: pd.Timestamp, now: pd.Timestamp) -> pd.DataFrame:
+        seen.append((last, now))
+        return pd.DataFrame({"v": [1]}, index=[now])
+
+    started = time.monotonic()
+    df = rivermark.dataframe.PeriodicDataFrame(block, interval="200ms")
+    L = df.stream.sink_to_list()
+    try:
+        wait_for(lambda: len(L) >= 1, timeout=10)
+    finally:
+        df.stop()
+    assert time.monotonic() - started >= 0.19
+    last, now = seen[-1]
+    assert now - last >= pd.Timedelta("190ms")
+
+
+def test_random_columns_and_dtypes_match_streamz() -> None:
+    def snippet(sdfmod: Any) -> tuple[Any, ...]:
+        df = sdfmod.Random(freq="5ms", interval="50ms", start=False)
+        return list(df.columns), [str(t) for t in df.dtypes]
+
+    assert (
+        snippet(rivermark.dataframe)
+        == snippet(streamz.dataframe)
+        == (
+            ["x", "y", "z"],
+            ["float64", "int64", "float64"],
+        )
+    )
+
+
+# ---------------------------------------------------------------------- combining results
+def test_combining_a_series_with_its_rolling_result() -> None:
+    # the "plotting" documentation combines raw and smoothed columns of the same source
+    def build(sdf: Any) -> Any:
+        x = sdf.x
+        return sdfmod_frame(sdf)(
+            {"raw": x, "smooth": x.rolling(2, min_periods=2).mean(), "diff": x - x.cumsum()}
+        )
+
+    def sdfmod_frame(sdf: Any) -> Any:
+        return type(sdf)
+
+    got = run(rivermark, rivermark.dataframe, build)
+    expected = run(streamz, streamz.dataframe, build)
+    assert len(got) == len(expected) == 3
+    for g, e in zip(got, expected):
+        pd.testing.assert_frame_equal(g, e)
+    assert list(got[-1].columns) == ["raw", "smooth", "diff"]
+
+
+def test_volatility_example_with_window_results() -> None:
+    def build(sdf: Any) -> Any:
+        return sdf.x - sdf.window(n=2).x.mean()
+
+    compare(build)
+
+
+# ---------------------------------------------------------------------- smaller API points
+def test_ewm_mean_emits_the_newest_row() -> None:
+    def snippet(sdfmod: Any) -> list[Any]:
+        sdf = sdfmod.DataFrame(example=pd.DataFrame(columns=["x", "y"]))
+        L = sdf.ewm(1).mean().stream.sink_to_list()
+        sdf.emit(pd.DataFrame({"x": [1.0], "y": [2.0]}))
+        sdf.emit(pd.DataFrame({"x": [2.0], "y": [3.0]}))
+        sdf.emit(pd.DataFrame({"x": [3.0], "y": [4.0]}))
+        return L
+
+    got, expected = snippet(rivermark.dataframe), snippet(streamz.dataframe)
+    pd.testing.assert_frame_equal(
+        pd.concat(got, ignore_index=True), pd.concat(expected, ignore_index=True)
+    )
+    want = pd.DataFrame({"x": [1.0, 2.0, 3.0], "y": [2.0, 3.0, 4.0]}).ewm(1).mean()
+    pd.testing.assert_frame_equal(pd.concat(got, ignore_index=True), want)
+
+
+@pytest.mark.parametrize("arg", ["com", "halflife", "alpha", "span"])
+def test_ewm_refuses_invalid_arguments(arg: str) -> None:
+    for sdfmod in (streamz.dataframe, rivermark.dataframe):
+        sdf = sdfmod.DataFrame(example=pd.DataFrame(columns=["x", "y"]))
+        with pytest.raises(ValueError):
+            sdf.ewm(**{arg: -1})
+
+
+def test_dtypes_and_set_index_with_a_column_or_a_series() -> None:
+    def snippet(sz: Any, sdfmod: Any) -> list[Any]:
+        df = pd.DataFrame({"x": [1, 2, 3], "y": [4, 5, 6]})
+        a = sz.Stream()
+        sdf = sdfmod.DataFrame(example=df, stream=a)
+        by_name = sdf.set_index("x").stream.sink_to_list()
+        by_series = sdf.set_index(sdf.y + 1).stream.sink_to_list()
+        a.emit(df)
+        return [
+            str(sdf.index.dtype),
+            str(sdf.x.dtype),
+            by_name[0].to_dict(),
+            by_series[0].to_dict(),
+        ]
+
+    assert snippet(rivermark, rivermark.dataframe) == snippet(streamz, streamz.dataframe)
+
+
+def test_emitting_a_wrong_batch_raises_streamz_exception_types() -> None:
+    for sdfmod in (streamz.dataframe, rivermark.dataframe):
+        sdf = sdfmod.DataFrame(example=pd.DataFrame({"x": [1], "y": [2]}))
+        with pytest.raises(TypeError):
+            sdf.emit(1)
+        with pytest.raises(IndexError):
+            sdf.emit(pd.DataFrame())
+    with pytest.raises(rivermark.dataframe.SchemaError, match="differ from the example's"):
+        rivermark.dataframe.DataFrame(example=pd.DataFrame({"x": [1]})).emit(pd.DataFrame())
+
+
+def test_groupby_aggregations_accept_start_and_with_state() -> None:
+    def snippet(sz: Any, sdfmod: Any) -> tuple[Any, ...]:
+        source = sz.Stream()
+        g = sdfmod.DataFrame(source, example=pd.DataFrame({"name": [], "amount": []})).groupby(
+            ["name"]
+        )
+        sums = g.amount.sum(start=None).stream.sink_to_list()
+        counts = g.amount.count(start=None).stream.sink_to_list()
+        means = g.amount.mean(with_state=True, start=None).stream.sink_to_list()
+        for df in batches():
+            source.emit(df[["name", "amount"]].astype({"amount": float}))
+        return (
+            sums[-1].to_dict(),
+            counts[-1].to_dict(),
+            type(means[-1]).__name__,
+            means[-1][1].to_dict(),
+        )
+
+    assert snippet(rivermark, rivermark.dataframe) == snippet(streamz, streamz.dataframe)
+
+
+def test_groupby_mean_resumes_from_its_emitted_state() -> None:
+    source = rivermark.Stream()
+    g = rivermark.dataframe.DataFrame(source, example=EXAMPLE).groupby("name")
+    L = g.amount.mean(with_state=True).stream.sink_to_list()
+    for df in batches()[:2]:
+        source.emit(df)
+    state, _ = L[-1]
+    source2 = rivermark.Stream()
+    g2 = rivermark.dataframe.DataFrame(source2, example=EXAMPLE).groupby("name")
+    L2 = g2.amount.mean(start=state).stream.sink_to_list()
+    source2.emit(batches()[2])
+    assert L2[-1].to_dict() == {"Alice": 25.0, "Bob": 105.0, "Carol": 300.0}
+
+
+def test_accumulate_partitions() -> None:
+    def snippet(sz: Any, sdfmod: Any) -> list[Any]:
+        def running_max(acc: Any, df: Any) -> Any:
+            return max([acc, *df.amount.tolist()])
+
+        source = sz.Stream()
+        sdf = sdfmod.DataFrame(source, example=EXAMPLE)
+        out = sdf.accumulate_partitions(running_max, start=0, stream_type="updating")
+        L = out.stream.sink_to_list()
+        for df in batches():
+            source.emit(df)
+        return [int(v) for v in L]
+
+    assert snippet(rivermark, rivermark.dataframe) == snippet(streamz, streamz.dataframe)
+
+
+def test_register_api_on_dataframes() -> None:
+    def snippet(sz: Any, sdfmod: Any) -> list[Any]:
+        @sdfmod.DataFrame.register_api(attribute_name="positive")
+        def positive(self: Any) -> Any:
+            return self[self.amount > 0]
+
+        source = sz.Stream()
+        L = sdfmod.DataFrame(source, example=EXAMPLE).positive().amount.sum().stream.sink_to_list()
+        for df in batches():
+            source.emit(df)
+        return [int(v) for v in L]
+
+    assert snippet(rivermark, rivermark.dataframe) == snippet(streamz, streamz.dataframe)
+
+
+def test_frames_of_unrelated_sources_are_refused() -> None:
+    # streamz zips the two streams and pairs whatever batches arrive;
+    # rivermark's documented decision is to refuse (zip the streams yourself)
+    a = streamz.dataframe.DataFrame(example=EXAMPLE)
+    b = streamz.dataframe.DataFrame(example=EXAMPLE)
+    L = (a.x + b.x).stream.sink_to_list()
+    a.emit(batches()[0])
+    b.emit(batches()[1])
+    assert list(L[0]) == [4.0, 6.0]
+    ra = rivermark.dataframe.DataFrame(example=EXAMPLE)
+    rb = rivermark.dataframe.DataFrame(example=EXAMPLE)
+    with pytest.raises(rivermark.ConfigurationError, match="different source streams"):
+        ra.x + rb.x  # noqa: B018
+
+
+def test_docs_plotting_example_on_random_data() -> None:
+    from rivermark.dataframe import DataFrame, Random
+    from rivermark.testing import wait_for
+
+    source = Random(freq="5ms", interval="20ms")
+    try:
+        sdf = (source - 0.5).cumsum()
+        p = DataFrame(
+            {
+                "raw": sdf.x,
+                "smooth": sdf.x.rolling("100ms").mean(),
+                "very-smooth": sdf.x.rolling("500ms").mean(),
+            }
+        )
+        L = p.stream.sink_to_list()
+        wait_for(lambda: len(L) >= 3, timeout=10)
+    finally:
+        source.stop()
+    assert list(p.columns) == ["raw", "smooth", "very-smooth"]
+    assert all(list(df.columns) == ["raw", "smooth", "very-smooth"] for df in L)
+    assert all(len(df) > 0 for df in L[1:])
