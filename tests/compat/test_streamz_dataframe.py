@@ -606,3 +606,23 @@ def test_docs_plotting_example_on_random_data() -> None:
     assert list(p.columns) == ["raw", "smooth", "very-smooth"]
     assert all(list(df.columns) == ["raw", "smooth", "very-smooth"] for df in L)
     assert all(len(df) > 0 for df in L[1:])
+
+
+@pytest.mark.parametrize("op", ["sum", "count", "apply", "full", "var", "std"])
+def test_ewm_operations_other_than_mean_raise_not_implemented(op: str) -> None:
+    calls: dict[str, Callable[[Any], Any]] = {
+        "sum": lambda e: e.sum(),
+        "count": lambda e: e.count(),
+        "apply": lambda e: e.apply(lambda x: x),
+        "full": lambda e: e.full(),
+        "var": lambda e: e.var(),
+        "std": lambda e: e.std(),
+    }
+    for sdfmod in (streamz.dataframe, rivermark.dataframe):
+        sdf = sdfmod.DataFrame(example=pd.DataFrame(columns=["x", "y"]))
+        with pytest.raises(NotImplementedError):
+            calls[op](sdf.ewm(1))
+    with pytest.raises(
+        rivermark.ConfigurationError, match=r"ewm\(\.\.\.\)\.var\(\) is not supported"
+    ):
+        rivermark.dataframe.DataFrame(example=pd.DataFrame(columns=["x"])).ewm(com=1).var()

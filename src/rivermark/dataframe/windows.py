@@ -21,7 +21,7 @@ from .core import Streaming
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Window", "Expanding", "Rolling", "EWM"]
+__all__ = ["Window", "Expanding", "Rolling", "EWM", "EWMNotSupportedError"]
 
 
 def _parse_window(n: Any, value: Any) -> tuple[int | None, pd.Timedelta | None]:
@@ -283,6 +283,10 @@ def _com_to_alpha(
     return float(v)
 
 
+class EWMNotSupportedError(ConfigurationError, NotImplementedError):
+    """An ``ewm(...)`` aggregation other than ``mean()`` (streamz raises ``NotImplementedError``)."""
+
+
 class EWM:
     """Exponentially weighted aggregations; ``.mean()`` is supported.
 
@@ -332,11 +336,12 @@ class EWM:
         return self.root.accumulate_node(node, example, "updating")
 
     def _unsupported(self, what: str) -> Any:
-        raise ConfigurationError(
+        raise EWMNotSupportedError(
             f"ewm(...).{what}() is not supported on streams; use ewm(...).mean(), or "
             f"window(...).apply(lambda df: df.ewm(...).{what}())"
         )
 
+    # streamz raises NotImplementedError for these as well
     def sum(self) -> Any:
         return self._unsupported("sum")
 
@@ -345,6 +350,22 @@ class EWM:
 
     def std(self, ddof: int = 1) -> Any:
         return self._unsupported("std")
+
+    def count(self) -> Any:
+        return self._unsupported("count")
+
+    def apply(self, func: Callable[[Any], Any]) -> Any:
+        return self._unsupported("apply")
+
+    def full(self) -> Any:
+        return self._unsupported("full")
+
+    def value_counts(self) -> Any:
+        return self._unsupported("value_counts")
+
+    @property
+    def size(self) -> Any:
+        return self._unsupported("size")
 
 
 class Rolling:
