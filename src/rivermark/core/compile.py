@@ -19,21 +19,21 @@ node's fused push, which is the node's full ``update`` path.
 Every generated function has its own globals, which hold the objects it
 uses (nodes, user functions, error handlers: a global costs nothing per
 call, whereas every closure variable is copied into the frame on every
-call) and a validity flag ``_valid`` that :func:`invalidate_all` clears on
-every change of any graph's shape (the graph clock calls it).  From then on
-the function hands every call to the general ``emit``, so it never outlives
-a ``connect``/``disconnect``/``destroy``, and the node compiles a new one.
-Records with metadata and ``asynchronous=True`` calls always take the
-general path.
+call) and a validity flag ``_valid``.  The node installs the function as
+its ``emit`` and, on the next change of any graph's shape, takes it back
+and clears the flag (:func:`retire`); from then on the function hands every
+call to the node's current ``emit``, so it never runs a graph that has
+changed (``connect``/``disconnect``/``destroy``).  Records with metadata
+and ``asynchronous=True`` calls always take the general path.
 """
 
 from __future__ import annotations
 
 import builtins
-import itertools
+import functools
 import logging
-import weakref
 from collections.abc import Callable
+from types import CodeType
 from typing import TYPE_CHECKING, Any
 
 from . import fusion
@@ -43,7 +43,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Codegen", "Inliner", "register_inliner", "compile_emit", "invalidate_all", "retire"]
+__all__ = ["Codegen", "Inliner", "register_inliner", "compile_emit", "retire"]
 
 #: ``inliner(codegen, node, who, var) -> bool``: write the code that passes the
 #: untracked record held in the local variable ``var`` from ``who`` through
@@ -52,10 +52,6 @@ __all__ = ["Codegen", "Inliner", "register_inliner", "compile_emit", "invalidate
 Inliner = Callable[["Codegen", "Stream", "Stream", str], bool]
 
 _INLINERS: dict[type, Inliner] = {}
-
-#: the generated functions compiled since the last graph change (weakly: a
-#: dropped graph must be freed)
-_LIVE: list[weakref.ref[Callable[..., Any]]] = []
 
 #: set to False to leave every graph on its fused path (for comparisons in tests)
 ENABLED = True
@@ -68,24 +64,18 @@ MAX_INDENT = 40
 #: longest path written out
 MAX_PATH = 200
 
-_serial = itertools.count()
 
-
-def invalidate_all() -> None:
-    """Send every generated function to the general path (called on any graph change)."""
-    if _LIVE:
-        for ref in _LIVE:
-            fn = ref()
-            if fn is not None:
-                retire(fn)
-        _LIVE.clear()
+@functools.lru_cache(maxsize=128)
+def _code(src: str) -> CodeType:
+    # graphs of the same shape and configuration give the same source: compiling
+    # it (the costly part) once serves graphs rebuilt or changed back and forth
+    return compile(src, "<rivermark emit>", "exec")
 
 
 def retire(fn: Callable[..., Any]) -> None:
-    """Send the generated function ``fn`` to the general path from now on."""
-    scope = getattr(fn, "__globals__", None)
-    if scope is not None and "_valid" in scope:
-        scope["_valid"] = False
+    """Make the generated function ``fn`` hand every call to its node's current ``emit``."""
+    if hasattr(fn, "_rivermark_source"):
+        fn.__globals__["_valid"] = False  # type: ignore[attr-defined]
 
 
 def register_inliner(cls: type, inliner: Inliner) -> None:
@@ -235,7 +225,9 @@ class Codegen:
         head = [
             "def emit(x, asynchronous=False, metadata=None):",
             "    if asynchronous or metadata is not None or not _valid:",
-            "        return _general(_self, x, asynchronous, metadata)",
+            "        if _valid:",
+            "            return _general(_self, x, asynchronous, metadata)",
+            "        return _self.emit(x, asynchronous, metadata)",
         ]
         return "\n".join([*head, *self.lines, "    return None", ""])
 
@@ -245,20 +237,19 @@ def compile_emit(root: Stream, general: Callable[..., Any]) -> Callable[..., Any
 
     ``general`` is the general ``Stream.emit`` (called as
     ``general(root, x, asynchronous, metadata)``) that the generated
-    function hands tracked records, asynchronous calls and calls after a
-    graph change to.  The caller makes sure the graph below ``root`` is
-    purely synchronous, and retires the function (:func:`retire`) if the
-    graph changed while it was being compiled.  Returns None if the
-    generated code does not compile.
+    function hands tracked records and asynchronous calls to.  The caller
+    makes sure the graph below ``root`` is purely synchronous, and retires
+    the function (:func:`retire`) when the graph changes, after taking it
+    back from the node (``root.emit`` must then no longer be this
+    function).  Returns None if the generated code does not compile.
     """
     cg = Codegen()
     cg.push_down(root, "x")
     src = cg.source()
     scope = cg.scope
     scope.update(_self=root, _general=general, _valid=True)
-    filename = f"<rivermark emit {next(_serial)}: {type(root).__name__}>"
     try:
-        exec(compile(src, filename, "exec"), scope)
+        exec(_code(src), scope)
     except (SyntaxError, RecursionError, MemoryError) as e:  # pragma: no cover - a safety net
         logger.debug("could not compile the emit of %r: %r", root, e)
         return None
@@ -266,5 +257,4 @@ def compile_emit(root: Stream, general: Callable[..., Any]) -> Callable[..., Any
     fn.__qualname__ = f"{type(root).__name__}.emit"
     fn.__doc__ = general.__doc__
     fn._rivermark_source = src  # type: ignore[attr-defined]
-    _LIVE.append(weakref.ref(fn))
     return fn

@@ -17,6 +17,7 @@ import functools
 import inspect
 import logging
 import threading
+import weakref
 from collections.abc import Awaitable, Callable, Iterator
 from types import MethodType
 from typing import Any, ClassVar, TypeVar
@@ -52,16 +53,26 @@ def identity(x: F) -> F:
 class _GraphClock:
     """A counter bumped on every change of any graph's shape (cheap cache keys).
 
-    Change it only through :func:`_bump`, which also retires the generated
-    ``emit`` functions (:func:`rivermark.core.compile.invalidate_all`).
+    Change it only through :func:`_bump`, which also takes back every
+    ``emit`` installed on a node for the previous shape.
     """
 
     version = 0
 
 
+#: nodes with an ``emit`` of their own installed by ``Stream._bind_emit`` (weakly)
+_BOUND: list[weakref.ref[Stream]] = []
+
+
 def _bump() -> None:
     _GraphClock.version += 1
-    codegen.invalidate_all()
+    if _BOUND:
+        bound = list(_BOUND)
+        _BOUND.clear()
+        for ref in bound:
+            node = ref()
+            if node is not None:
+                node._unbind_emit()
 
 
 def check_callable(node_kind: str, arg: str, value: Any) -> None:
@@ -434,36 +445,53 @@ class Stream:
         For a purely synchronous graph below a node whose class keeps
         ``Stream.emit`` and that was not created with ``asynchronous=True``,
         the generated function of :mod:`rivermark.core.compile` (one call
-        per record for the whole graph; it hands every call back to the
-        general ``emit`` after any graph change).  Otherwise the ordinary
-        bound method.  Set as an instance attribute, which attribute lookup
-        finds before the class's ``emit``; built at most once per graph
-        version.  (The instance ``__dict__`` is never touched: on CPython
-        3.11 that makes every later attribute access on the node slower.)
+        per record for the whole graph).  Otherwise the ordinary bound
+        method.  It is set as an instance attribute, which attribute lookup
+        finds before the class's ``emit``, and taken back by the next graph
+        change (:func:`_bump`), after which a generated function that was
+        kept elsewhere hands its calls to the node's new ``emit``.  (The
+        instance ``__dict__`` is never touched: on CPython 3.11 that makes
+        every later attribute access on the node slower.)
         """
         version = _GraphClock.version
         fn = self._emit_fn
         if fn is not None and self._emit_version == version:
             return fn
+        general = MethodType(_general_emit, self)
         if type(self).emit is not _general_emit:
-            # a class with its own emit calling super().emit(): never shadow it
-            return MethodType(_general_emit, self)
-        fn = None
+            return general  # a class with its own emit calling super().emit(): never shadow it
+        fn = general
         if (
             codegen.ENABLED
             and not self.asynchronous
             and type(self)._emit is Stream._emit  # the generated code passes records on itself
             and self._downstream_loop() is None
         ):
-            fn = codegen.compile_emit(self, _general_emit)
-            if fn is not None and _GraphClock.version != version:
-                codegen.retire(fn)  # the graph changed meanwhile (another thread)
-        if fn is None:
-            fn = MethodType(_general_emit, self)
+            fn = codegen.compile_emit(self, _general_emit) or general
+        if _GraphClock.version != version:
+            # the graph changed meanwhile (another thread): use nothing built for the old shape
+            codegen.retire(fn)
+            return general
+        self._unbind_emit()
         self._emit_fn = fn
         self._emit_version = version
         object.__setattr__(self, "emit", fn)
+        _BOUND.append(weakref.ref(self))
+        if _GraphClock.version != version:  # changed before this node was listed
+            self._unbind_emit()
         return fn
+
+    def _unbind_emit(self) -> None:
+        """Take back the ``emit`` installed by :meth:`_bind_emit`, if any."""
+        fn = self._emit_fn
+        if fn is None:
+            return
+        self._emit_fn = None
+        codegen.retire(fn)
+        try:
+            object.__delattr__(self, "emit")
+        except AttributeError:
+            pass
 
     async def _emit_and_wait(self, x: Any, metadata: Metadata | None = None) -> None:
         await runtime.gather_results(self._emit(x, metadata))

@@ -91,7 +91,8 @@ def test_captured_emit_follows_graph_changes():
     emit = s.emit
     emit(1)
     second = a.map(lambda x: x * 10).sink_to_list()  # fan-out added after compiling
-    emit(2)
+    assert generated(s.emit) and s.emit is not emit  # taken back and compiled again
+    emit(2)  # the old function hands the call to the new one
     assert first == [2, 3] and second == [30]
     a.disconnect(a.downstreams[0])
     emit(3)
