@@ -8,6 +8,7 @@ streamz documentation ("Core API", "Collections", "Async").
 
 from __future__ import annotations
 
+import inspect
 import operator
 from collections.abc import Callable
 from typing import Any
@@ -960,3 +961,49 @@ def test_combine_latest_early_record_completes_at_once() -> None:
 
     assert snippet(streamz) == [[{"v": 1}, {"v": 2}], [{"v": 1}], [{"v": 1}, {"v": 4}]]
     assert snippet(rivermark) == [[{"v": 2}], [{"v": 4}]]
+
+
+def _positional(cls: type, name: str) -> list[str] | None:
+    """The positional parameters a user passes to ``cls.name`` (node: after the upstream)."""
+    func = getattr(cls, name)
+    func = getattr(func, "__wrapped__", func)  # register_api's wrapper of a node class
+    target = func.__init__ if isinstance(func, type) else func
+    try:
+        sig = inspect.signature(target)
+    except (TypeError, ValueError):
+        return None
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    params = [p.name for p in sig.parameters.values() if p.kind in kinds]
+    if isinstance(func, type):
+        return [p for p in params if p not in ("self", "upstream", "upstreams")]
+    if isinstance(inspect.getattr_static(cls, name), staticmethod):
+        return params
+    return params[1:]  # a method: the first parameter is the stream itself
+
+
+# streamz connectors for services rivermark does not ship, and collect's
+# metadata_cache (documented in docs/operators.md as not supported)
+_NOT_OFFERED = {"from_mqtt", "to_mqtt", "from_websocket", "to_websocket"}
+_KNOWN_PARAMETER_DIFFERENCES = {"collect": ["cache"]}
+
+
+def test_positional_parameters_match_streamz() -> None:
+    """Code passing arguments by position means the same on both (e.g. from_kafka_batched)."""
+    import streamz.dataframe  # noqa: F401  (registers streamz's to_dataframe)
+
+    import rivermark.dataframe  # noqa: F401
+
+    checked = 0
+    for name in sorted(dir(streamz.Stream)):
+        ref = getattr(streamz.Stream, name, None)
+        if name.startswith("_") or not callable(ref) or name in _NOT_OFFERED:
+            continue
+        ours = getattr(rivermark.Stream, name, None)
+        assert ours is not None, f"rivermark.Stream has no {name!r}"
+        expected, got = _positional(streamz.Stream, name), _positional(rivermark.Stream, name)
+        if expected is None or got is None:
+            continue
+        expected = _KNOWN_PARAMETER_DIFFERENCES.get(name, expected)
+        assert got[: len(expected)] == expected, (name, got, expected)
+        checked += 1
+    assert checked > 40

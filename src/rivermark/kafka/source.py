@@ -551,14 +551,14 @@ def from_kafka_batched(
     poll_interval: Any = "1s",
     npartitions: int | None = None,
     refresh_partitions: bool = False,
+    start: bool = False,
+    dask: bool = False,
     max_batch_size: int = 10000,
     keys: bool = False,
     engine: str | None = None,
-    start: bool = False,
-    dask: bool = False,
     **kwargs: Any,
 ) -> Stream:
-    """Emit lists of record values per partition (streamz's signature).
+    """Emit lists of record values per partition (streamz's signature and argument order).
 
     ``topic`` is a name or a list of names; ``npartitions`` limits each topic
     to its first n partitions (None: all, also those added later);
