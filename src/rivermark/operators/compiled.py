@@ -28,7 +28,7 @@ __all__: list[str] = []
 
 
 def emit_tracked(node: Stream, out: Any, meta: Metadata) -> Any:
-    """Emit a record that took over parked records' references (zip, partition)."""
+    """Emit a tuple that took over the references of the records it was made of (zip)."""
     try:
         results = node._emit(out, meta)
     except BaseException:

@@ -341,3 +341,33 @@ def test_same_results_as_node_by_node_path() -> None:
     with node_by_node():
         expected = run()
     assert run() == expected
+
+
+def test_reentrant_emit_matches_node_by_node() -> None:
+    # a sink feeding records back into the source while a zip waits for its other side
+    def run() -> tuple[list[Any], list[Any]]:
+        s = Stream()
+        seen: list[Any] = []
+
+        def feed_back(pair: Any) -> None:
+            seen.append(pair)
+            if pair[0] % 3 == 0 and pair[0] < 30:
+                s.emit(pair[0] + 10)
+
+        left = s.map(lambda x: x + 1)
+        right = s.filter(lambda x: x % 2).map(lambda x: -x)
+        z = left.zip(right, maxsize=50)
+        z.sink(feed_back)
+        w = s.sliding_window(3).map(sum)
+        w.sink(lambda v: s.emit(v) if v == 12 else None)
+        out = w.sink_to_list()
+        emit = s.emit
+        states = []
+        for x in range(12):
+            emit(x)
+            states.append((z.get_state(), w.upstreams[0].get_state()))
+        return [seen, out], states
+
+    with node_by_node():
+        expected = run()
+    assert run() == expected
