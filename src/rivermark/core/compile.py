@@ -87,8 +87,8 @@ class Codegen:
     """The source of one generated ``emit`` while it is being written.
 
     An inliner writes statements with :meth:`line` and the helpers below.
-    Control flow is expressed with :meth:`call_user`, :meth:`only_if`,
-    :meth:`skip_if` and :meth:`open`: each of them either ends the path
+    Control flow is expressed with :meth:`call_user`, :meth:`attempt`,
+    :meth:`only_if`, :meth:`skip_if` and :meth:`open`: each of them either ends the path
     (``return``) when nothing follows the current node in the function, or
     nests what follows inside an ``else``/``if`` block when a sibling
     branch still has to run after it.  Blocks opened by an inliner are
@@ -171,10 +171,15 @@ class Codegen:
         """
         err = self.bind(node._user_error, "err")
         e = self.tmp("e")
+        self.attempt(f"{target} = {call}", f"Exception as {e}", f"{err}({record}, {e}, {func})")
+
+    def attempt(self, stmt: str, exc: str, *handler: str) -> None:
+        """``try: stmt`` and, on ``except exc``, run ``handler`` and nothing more on this path."""
         self.line("try:")
-        self.line(f"    {target} = {call}")
-        self.line(f"except Exception as {e}:")
-        self.line(f"    {err}({record}, {e}, {func})")
+        self.line(f"    {stmt}")
+        self.line(f"except {exc}:")
+        for s in handler:
+            self.line("    " + s)
         if self.tail:
             self._stop()
         else:

@@ -190,16 +190,11 @@ def _inline_zip(cg: Codegen, node: Stream, who: Stream, var: str) -> bool:
     index = 0 if ups[0] is who else 1
     n = cg.bind(node, "node")
     fallback = cg.fallback(node, who, var)
-    bufs, buf, other, y, meta, out = (
-        cg.tmp("bufs"),
-        cg.tmp("buf"),
-        cg.tmp("other"),
-        cg.tmp(),
-        cg.tmp("m"),
-        cg.tmp(),
-    )
-    cg.line(f"{bufs} = {n}._buffers")
-    cg.line(f"{buf} = {bufs}[{index}]")
+    buf, other, y, meta, out = cg.tmp("buf"), cg.tmp("other"), cg.tmp(), cg.tmp("m"), cg.tmp()
+    # one unpacking for both buffers; a node whose buffers are not two any
+    # more (they are replaced by set_state) takes its own path
+    pair = f"{buf}, {other}" if index == 0 else f"{other}, {buf}"
+    cg.attempt(f"{pair} = {n}._buffers", "ValueError", fallback)
     # records already wait on this side: this one waits too (a full buffer
     # takes the node's own path, which applies backpressure)
     cg.skip_if(
@@ -209,7 +204,6 @@ def _inline_zip(cg: Codegen, node: Stream, who: Stream, var: str) -> bool:
         "else:",
         f"    {fallback}",
     )
-    cg.line(f"{other} = {bufs}[{1 - index}]")
     cg.skip_if(f"not {other}", f"{buf}.append(({var}, None))")
     # a tuple is complete; an asynchronous caller waiting for room: own path
     cg.skip_if(f"{n}._waiters", fallback)
