@@ -1,29 +1,52 @@
 """Scale-out benchmark: a CPU-bound map, local versus a LocalCluster of worker processes.
 
 Run:  .venv/bin/python benchmarks/bench_dask.py [--batches 200] [--ms 20] [--workers 2]
+                                               [--repeat 3] [--max-inflight 8]
 
-1. A CPU-bound function of about ``--ms`` milliseconds per batch over ``--batches``
-   batches, through ``Stream().map(f)`` locally and through
-   ``scatter().map(f).gather()`` on ``--workers`` worker processes; the speed-up is
-   the ratio of the two wall-clock times measured in the same run.
-2. The overhead per element of the scatter/gather round trip: a trivial function
-   over ``--elements`` records, Dask minus local, divided by the count.
+1. A CPU-bound function (pure Python, holds the GIL) of about ``--ms``
+   milliseconds per batch over ``--batches`` batches, three ways, each round in
+   the same process:
 
-Not a test: it prints a table and exits.
+   * local: ``Stream.from_iterable(batches).map(f)``;
+   * rivermark on Dask: ``from_iterable(batches).scatter().map(f).gather()``
+     with up to ``--max-inflight`` futures in flight, on ``--workers`` worker
+     processes (one thread each) of a ``LocalCluster``;
+   * plain Dask, for reference: ``client.submit(f, batch)`` with the same
+     window, results taken in order (what the pipeline does, without rivermark);
+   * a ``concurrent.futures.ProcessPoolExecutor`` of as many processes, for
+     reference: what the machine gives two processes with almost no per-task
+     cost (the ceiling any cluster could reach here).
+
+   Times run from starting the source to the last result in the sink.  The
+   speed-up is local / Dask of the same round.
+2. The overhead per element of the scatter/gather round trip: an identity
+   function over ``--elements`` records, (Dask - local) / count, for rivermark
+   and for plain Dask.
+
+It also prints the CPU seconds each process used during the Dask runs (the
+LocalCluster's scheduler runs in this process, next to the client and the
+pipeline) and the load average before and after, since on a small machine
+every other busy process takes its share from the workers.  Not a test: it
+prints tables and exits.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
+import statistics
+import threading
 import time
 import warnings
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from distributed import Client, LocalCluster
 
 from rivermark import Stream
-from rivermark.dask import DaskGather
 
 logger = logging.getLogger(__name__)
 
@@ -36,116 +59,206 @@ def burn(batch: list[int], loops: int) -> int:
     return acc
 
 
+def identity(x: Any) -> Any:
+    return x
+
+
 def calibrate(ms: float) -> int:
-    """The loop count for which ``burn`` takes about ``ms`` milliseconds here."""
+    """The loop count for which ``burn`` takes about ``ms`` milliseconds here (best of 3)."""
     loops = 20_000
     while True:
-        t0 = time.perf_counter()
-        burn([0], loops)
-        took = time.perf_counter() - t0
+        took = min(_time(burn, [0], loops) for _ in range(3))
         if took > 0.05:
             return max(1, int(loops * ms / 1000 / took))
         loops *= 2
 
 
-def run_local(batches: list[list[int]], loops: int) -> tuple[float, list[Any]]:
-    source = Stream()
-    out = source.map(burn, loops).sink_to_list()
+def _time(f: Callable[..., Any], *args: Any) -> float:
     t0 = time.perf_counter()
-    for b in batches:
-        source.emit(b)
+    f(*args)
+    return time.perf_counter() - t0
+
+
+def run_pipeline(build: Callable[[Stream], Stream], items: list[Any]) -> tuple[float, list[Any]]:
+    """Start ``from_iterable(items)`` through ``build``; seconds until the last result arrived."""
+    source = Stream.from_iterable(items)
+    out: list[Any] = []
+    done = threading.Event()
+
+    def collect(x: Any) -> None:
+        out.append(x)
+        if len(out) == len(items):
+            done.set()
+
+    build(source).sink(collect)
+    t0 = time.perf_counter()
+    source.start()
+    if not done.wait(600):
+        raise RuntimeError(f"only {len(out)} of {len(items)} results arrived in 600 s")
     return time.perf_counter() - t0, out
 
 
-def run_dask(
-    client: Client, batches: list[list[int]], loops: int, max_inflight: int
+def run_plain_dask(
+    client: Client, func: Callable[..., Any], items: list[Any], window: int, *args: Any
 ) -> tuple[float, list[Any]]:
-    source = Stream()
-    g: DaskGather = source.scatter(client=client).map(burn, loops).gather(max_inflight=max_inflight)
-    out = g.sink_to_list()
+    """``client.submit`` with at most ``window`` futures in flight, results in order."""
+    out: list[Any] = []
+    pending: deque[Any] = deque()
     t0 = time.perf_counter()
-    for b in batches:
-        source.emit(b)
-    g.flush()
+    for x in items:
+        pending.append(client.submit(func, x, *args, pure=False))
+        if len(pending) >= window:
+            out.append(pending.popleft().result())
+    out.extend(f.result() for f in pending)
     return time.perf_counter() - t0, out
 
 
-def identity(x: Any) -> Any:
-    return x
+def run_process_pool(
+    pool: ProcessPoolExecutor, batches: list[list[int]], loops: int
+) -> tuple[float, list[Any]]:
+    t0 = time.perf_counter()
+    out = list(pool.map(burn, batches, [loops] * len(batches)))
+    return time.perf_counter() - t0, out
 
 
-def overhead(client: Client, n: int, max_inflight: int) -> tuple[float, float]:
-    """Seconds per element locally and through scatter/map/gather."""
+def worker_cpu(client: Client) -> float:
+    return float(sum(client.run(time.process_time).values()))
+
+
+def one_round(
+    client: Client,
+    pool: ProcessPoolExecutor,
+    batches: list[list[int]],
+    loops: int,
+    window: int,
+) -> dict[str, float]:
+    t_local, out_local = run_pipeline(lambda s: s.map(burn, loops), batches)
+    w0, m0 = worker_cpu(client), time.process_time()
+    t_dask, out_dask = run_pipeline(
+        lambda s: s.scatter(client=client).map(burn, loops).gather(max_inflight=window), batches
+    )
+    w1, m1 = worker_cpu(client), time.process_time()
+    t_plain, out_plain = run_plain_dask(client, burn, batches, window, loops)
+    t_pool, out_pool = run_process_pool(pool, batches, loops)
+    if not out_local == out_dask == out_plain == out_pool:
+        raise RuntimeError("the Dask results differ from the local pipeline's")
+    return {
+        "local": t_local,
+        "dask": t_dask,
+        "plain": t_plain,
+        "pool": t_pool,
+        "speedup": t_local / t_dask,
+        "speedup_plain": t_local / t_plain,
+        "speedup_pool": t_local / t_pool,
+        "cpu_here": m1 - m0,
+        "cpu_workers": w1 - w0,
+    }
+
+
+def overhead(client: Client, n: int, window: int) -> dict[str, float]:
+    """Seconds per element: local, rivermark scatter/map/gather, plain Dask submit/result."""
     items = list(range(n))
-    source = Stream()
-    source.map(identity).sink_to_list()
-    t0 = time.perf_counter()
-    for x in items:
-        source.emit(x)
-    local = (time.perf_counter() - t0) / n
+    t_local, out_local = run_pipeline(lambda s: s.map(identity), items)
+    t_dask, out_dask = run_pipeline(
+        lambda s: s.scatter(client=client).map(identity).gather(max_inflight=window), items
+    )
+    t_plain, out_plain = run_plain_dask(client, identity, items, window)
+    if not out_local == out_dask == out_plain == items:
+        raise RuntimeError("the identity pipelines lost or reordered elements")
+    return {"local": t_local / n, "dask": t_dask / n, "plain": t_plain / n}
 
-    source = Stream()
-    g = source.scatter(client=client).map(identity).gather(max_inflight=max_inflight)
-    out = g.sink_to_list()
-    t0 = time.perf_counter()
-    for x in items:
-        source.emit(x)
-    g.flush()
-    remote = (time.perf_counter() - t0) / n
-    assert out == items
-    return local, remote
+
+def spread(values: list[float], fmt: str) -> str:
+    med = statistics.median(values)
+    if len(values) == 1:
+        return format(med, fmt)
+    return f"{format(med, fmt)} ({format(min(values), fmt)}-{format(max(values), fmt)})"
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--batches", type=int, default=200)
     p.add_argument("--ms", type=float, default=20.0)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--elements", type=int, default=2000)
     p.add_argument("--max-inflight", type=int, default=8)
+    p.add_argument("--repeat", type=int, default=3)
     args = p.parse_args()
 
+    load_before = os.getloadavg()
     loops = calibrate(args.ms)
     batches = [[i] * 100 for i in range(args.batches)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cluster = LocalCluster(
-            n_workers=args.workers, processes=True, threads_per_worker=1, dashboard_address=":0"
+            n_workers=args.workers, processes=True, threads_per_worker=1, dashboard_address=None
         )
     client = Client(cluster)
+    pool = ProcessPoolExecutor(args.workers)
+    rounds: list[dict[str, float]] = []
+    overheads: list[dict[str, float]] = []
     try:
         client.wait_for_workers(args.workers)
-        # warm up: ship the function and imports to every worker once
-        run_dask(client, batches[: 4 * args.workers], loops, args.max_inflight)
-
-        t_local, out_local = run_local(batches, loops)
-        t_dask, out_dask = run_dask(client, batches, loops, args.max_inflight)
-        assert out_local == out_dask, "Dask output differs from the local pipeline"
-        per_local, per_dask = overhead(client, args.elements, args.max_inflight)
+        # warm up: ship the functions and imports to every worker once
+        one_round(client, pool, batches[: 4 * args.workers], loops, args.max_inflight)
+        overhead(client, 100, args.max_inflight)
+        for _ in range(args.repeat):
+            rounds.append(one_round(client, pool, batches, loops, args.max_inflight))
+            overheads.append(overhead(client, args.elements, args.max_inflight))
     finally:
+        pool.shutdown()
         client.close()
         cluster.close()
+    load_after = os.getloadavg()
 
-    rows = [
-        ("CPU-bound map, local", f"{t_local:.2f} s", f"{t_local / args.batches * 1e3:.1f} ms"),
-        (
-            f"CPU-bound map, Dask {args.workers} procs",
-            f"{t_dask:.2f} s",
-            f"{t_dask / args.batches * 1e3:.1f} ms",
-        ),
-        ("speed-up (local / Dask)", f"{t_local / t_dask:.2f}x", ""),
-        ("trivial map, local", f"{per_local * 1e6:.1f} us/elem", ""),
-        ("trivial map, scatter/map/gather", f"{per_dask * 1e6:.1f} us/elem", ""),
-        ("overhead per element", f"{(per_dask - per_local) * 1e6:.1f} us", ""),
-    ]
+    def col(key: str) -> list[float]:
+        return [r[key] for r in rounds]
+
+    def ocol(key: str) -> list[float]:
+        return [o[key] * 1e6 for o in overheads]
+
     print(
-        f"\n{args.batches} batches x ~{args.ms:g} ms ({loops} loops), "
-        f"{args.workers} worker processes x 1 thread, max_inflight={args.max_inflight}"
+        f"\n{args.batches} batches x ~{args.ms:g} ms ({loops} loops), {args.workers} worker "
+        f"processes x 1 thread, max_inflight={args.max_inflight}, {os.cpu_count()} cpus, "
+        f"{args.repeat} rounds: median (min-max)"
     )
+    print(
+        "load average (1, 5, 15 min) before: "
+        + ", ".join(f"{v:.2f}" for v in load_before)
+        + "; after: "
+        + ", ".join(f"{v:.2f}" for v in load_after)
+    )
+    rows = [
+        ("local pipeline, s", spread(col("local"), ".2f")),
+        (f"rivermark on Dask ({args.workers} procs), s", spread(col("dask"), ".2f")),
+        (f"plain Dask submit/result ({args.workers} procs), s", spread(col("plain"), ".2f")),
+        ("speed-up, rivermark on Dask", spread(col("speedup"), ".2f") + "x"),
+        ("speed-up, plain Dask", spread(col("speedup_plain"), ".2f") + "x"),
+        (
+            f"speed-up, process pool of {args.workers} (no Dask)",
+            spread(col("speedup_pool"), ".2f") + "x",
+        ),
+        ("CPU s in this process during the Dask run", spread(col("cpu_here"), ".2f")),
+        ("CPU s in the workers during the Dask run", spread(col("cpu_workers"), ".2f")),
+        ("identity, local, us/element", spread(ocol("local"), ".1f")),
+        ("identity, rivermark scatter/map/gather, us/element", spread(ocol("dask"), ".0f")),
+        ("identity, plain Dask submit/result, us/element", spread(ocol("plain"), ".0f")),
+        (
+            "overhead per element, rivermark, us",
+            spread([d - lo for d, lo in zip(ocol("dask"), ocol("local"))], ".0f"),
+        ),
+    ]
     w = max(len(r[0]) for r in rows)
-    print(f"{'measure':<{w}}  {'total':>16}  {'per batch':>10}")
-    for name, total, per in rows:
-        print(f"{name:<{w}}  {total:>16}  {per:>10}")
+    for name, value in rows:
+        print(f"{name:<{w}}  {value}")
+    print("\nper round:")
+    for i, (r, o) in enumerate(zip(rounds, overheads)):
+        print(
+            f"  round {i}: local {r['local']:.2f} s, rivermark/Dask {r['dask']:.2f} s "
+            f"({r['speedup']:.2f}x), plain Dask {r['plain']:.2f} s ({r['speedup_plain']:.2f}x), "
+            f"process pool {r['pool']:.2f} s ({r['speedup_pool']:.2f}x); "
+            f"identity {o['dask'] * 1e6:.0f} us/elem (plain {o['plain'] * 1e6:.0f})"
+        )
 
 
 if __name__ == "__main__":
