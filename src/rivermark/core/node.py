@@ -417,13 +417,17 @@ class Stream:
             asynchronous = True
         loop = self._downstream_loop()
         if loop is None:
-            self._emit(x, metadata)
+            results = self._emit(x, metadata)
             if not self.asynchronous:
                 self._sync_version = self._push_version
                 version = _GraphClock.version
                 if self._sync_version == version and self._emit_version != version:
                     self._bind_emit()
-            return _done() if asynchronous else None
+            if not asynchronous:
+                return None
+            # a synchronous node may still hand back awaitables when the caller
+            # runs on a loop (zip's backpressure on a full buffer): await them
+            return runtime.gather_results(results) if results else _done()
         if self._emit_version != _GraphClock.version:
             self._bind_emit()
         if runtime.in_loop_thread(loop):

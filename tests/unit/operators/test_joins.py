@@ -94,6 +94,24 @@ def test_zip_sync_caller_is_not_blocked_over_maxsize() -> None:
     assert L == [(i, -i) for i in range(5)]
 
 
+def test_zip_awaited_emit_waits_for_buffer_space_in_a_synchronous_graph() -> None:
+    """``await source.emit(x, asynchronous=True)`` gets zip's backpressure (as in streamz)."""
+
+    async def main() -> None:
+        a, b = Stream(), Stream()
+        L = a.zip(b, maxsize=2).sink_to_list()
+        for i in range(2):
+            await a.emit(i, asynchronous=True)
+        third = asyncio.ensure_future(a.emit(2, asynchronous=True))  # over maxsize
+        await asyncio.sleep(0.01)
+        assert not third.done()
+        await b.emit("x", asynchronous=True)  # the buffer shrinks
+        await asyncio.wait_for(third, 1)
+        assert L == [(0, "x")]
+
+    asyncio.run(asyncio.wait_for(main(), 5))
+
+
 def test_zip_update_from_stranger_is_an_error() -> None:
     a, b = Stream(), Stream()
     node = a.zip(b)
