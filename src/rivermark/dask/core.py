@@ -26,8 +26,11 @@ Guarantees:
   when a worker process dies, Dask reruns the lost tasks and the output is the
   same.
 * *Scheduler loss.*  A lost scheduler connection fails the ``gather`` node with
-  :class:`~rivermark.dask.errors.DaskConnectionError`; nothing in flight is
-  marked complete, so the last checkpoint stays the one to resume from.
+  :class:`~rivermark.dask.errors.DaskConnectionError` (its ``failure``);
+  nothing in flight is marked complete.  A running :class:`~rivermark.Job`
+  stops at once with a ``JobFailedError`` that names the node and the lost
+  scheduler, even in the middle of a checkpoint barrier; its last checkpoint
+  stays the one to resume from.
 
 The client is the ``client=`` given to ``scatter`` or else
 ``distributed.default_client()``.  It must be a synchronous client (the
