@@ -12,6 +12,7 @@ __all__ = [
     "ConfigurationError",
     "UserFunctionError",
     "GraphError",
+    "NodeFailedError",
 ]
 
 
@@ -38,3 +39,13 @@ class UserFunctionError(RivermarkError):
         super().__init__(message)
         self.node = node
         self.record = record
+
+
+class NodeFailedError(RivermarkError):
+    """A node failed for good earlier and takes no more records.
+
+    Raised by a node whose background work (a delayed or buffered emit, an
+    asynchronous call, a timed flush) hit an error that no caller could
+    catch; that error is chained as ``__cause__`` and kept on the node as
+    ``node.failure``.
+    """

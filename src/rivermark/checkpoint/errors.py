@@ -30,4 +30,8 @@ class CheckpointCorruptError(CheckpointError):
 
 
 class JobFailedError(CheckpointError):
-    """A source of a running job failed; the job stopped without a final checkpoint."""
+    """A source or node of a running job failed; the job stopped without a final checkpoint.
+
+    The failure is chained as ``__cause__``; the last complete checkpoint is
+    intact, so running the job again resumes from it.
+    """

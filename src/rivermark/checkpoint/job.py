@@ -38,7 +38,7 @@ from typing import Any
 from ..core import graph, runtime
 from ..core.node import Stream
 from ..core.timeutil import parse_interval
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, NodeFailedError
 from ..sinks.base import CheckpointedSink
 from ..sources.base import Source
 from ..testing.faults import fault_point
@@ -282,8 +282,11 @@ class Job:
         records in flight, so a barrier waiting for them would wait forever;
         no checkpoint is written after it failed.
         """
-        for n in self.nodes:
-            exc = getattr(n, "failure", None)
+        failed = [n for n in self.nodes if isinstance(getattr(n, "failure", None), BaseException)]
+        # name the root cause, not a node that refused records after it
+        failed.sort(key=lambda n: isinstance(n.failure, NodeFailedError))
+        for n in failed[:1]:
+            exc = n.failure
             if isinstance(exc, BaseException):
                 await self._shutdown_sources()
                 raise JobFailedError(
@@ -365,6 +368,9 @@ class Job:
                 while any(getattr(n, "_inflight", 0) for n in self.nodes):
                     await self._fail_if_a_node_failed()
                     await asyncio.sleep(_POLL)
+                # a record that failed (source or node) may have left part of its
+                # effects in the graph's state: never snapshot after that
+                await self._fail_if_a_node_failed()
                 # (3) snapshot, synchronously on the loop thread
                 states = {self.id_of(n): pickle.dumps(n.get_state()) for n in self.stateful}
                 positions = {self.id_of(s): s.position() for s in self.sources}

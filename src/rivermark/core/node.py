@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from types import MethodType
 from typing import Any, ClassVar, TypeVar
 
-from ..errors import ConfigurationError, UserFunctionError
+from ..errors import ConfigurationError, NodeFailedError, UserFunctionError
 from . import compile as codegen
 from . import fusion, runtime
 from .refs import Metadata, release_refs, retain_refs
@@ -501,6 +501,48 @@ class Stream:
         await runtime.gather_results(self._emit(x, metadata))
 
     # ------------------------------------------------------------------ errors
+    #: the error that failed this node for good (see :meth:`_fail`); a Job stops on it
+    failure: BaseException | None = None
+
+    def _fail(self, exc: BaseException) -> None:
+        """Fail the node for good after an error in background work.
+
+        Used where no caller can catch the error (a delayed, buffered or
+        timed emit, an asynchronous call finishing later): the record being
+        passed on stays incomplete (its references are not released, so a
+        source never commits past it, and it stays in flight, so no
+        checkpoint is taken past it), a running Job stops with the error,
+        and the node refuses further records (:meth:`_raise_if_failed`).
+        """
+        if self.failure is not None:
+            return
+        self.failure = exc
+        logger.error(
+            "%s failed: %s: %s -- the record it was passing on is not completed (a source "
+            "never commits past it) and a running Job stops; fix the cause, or give the node "
+            "that raised on_error='skip' or a callable, then run again",
+            self._display_name(),
+            type(exc).__name__,
+            str(exc).rstrip("."),
+            exc_info=exc,
+        )
+
+    def _raise_if_failed(self) -> None:
+        """Refuse a record after :meth:`_fail` (raises :class:`NodeFailedError`)."""
+        if self.failure is not None:
+            raise self._failed_error()
+
+    def _failed_error(self) -> NodeFailedError:
+        """The :class:`NodeFailedError` for a record refused after :meth:`_fail`."""
+        exc = self.failure
+        err = NodeFailedError(
+            f"{self._display_name()} failed earlier ({type(exc).__name__}: {exc}) and takes "
+            "no more records; fix the cause and run again (a checkpointed job resumes "
+            "from its last checkpoint)"
+        )
+        err.__cause__ = exc
+        return err
+
     def _user_error(self, x: Any, exc: BaseException, func: Any = None) -> None:
         """Apply the node's error policy to ``exc`` raised by ``func`` on record ``x``.
 

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 from ..core import runtime
 from ..core.node import Stream, check_callable, check_positive_int
 from ..core.refs import Metadata, release_refs
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, UserFunctionError
 
 logger = logging.getLogger(__name__)
 
@@ -34,10 +34,13 @@ class MapAsync(Stream):
     any function returning an awaitable (as in streamz).  Up to
     ``parallelism`` calls run at once; results leave in the order the
     records arrived.  When ``parallelism`` calls are running the upstream
-    waits (backpressure).  With ``stop_on_exception=True`` a failing call
-    also stops the sources upstream (as in streamz; ``start()`` goes on).
-    Calls still running count as in-flight work, so a checkpoint waits for
-    them; the node has no state of its own.
+    waits (backpressure).  A failing call goes through the node's error
+    policy; under ``"raise"`` (the default) the node fails for good (see
+    ``Stream._fail``): the record stays incomplete, nothing is emitted past
+    it and a running Job stops.  With ``stop_on_exception=True`` a failing
+    call instead stops the sources upstream and is dropped (as in streamz;
+    ``start()`` goes on after it).  Calls still running count as in-flight
+    work, so a checkpoint waits for them; the node has no state of its own.
 
     >>> import asyncio
     >>> async def double(x):
@@ -98,6 +101,7 @@ class MapAsync(Stream):
     def update(
         self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
     ) -> list[Awaitable[Any]] | None:
+        self._raise_if_failed()
         self._retain_refs(metadata)
         self._inflight += 1
         if len(self._running) < self.parallelism and not self._waiting:
@@ -134,23 +138,49 @@ class MapAsync(Stream):
                     y = await task
                 except Exception as e:
                     if self.stop_on_exception:
-                        self.stop()
-                    self._user_error(x, e, self.func)
+                        self._stop_on(x, e)
+                    else:
+                        self._user_error(x, e, self.func)  # returns if the policy drops it
                 else:
                     results = self._emit(y, metadata)
                     if results:
                         await runtime.gather_results(results)
             except Exception as e:  # a raise policy, or a failure downstream
-                logger.error("%s: %s", self._display_name(), e, exc_info=e)
-            finally:
-                self._running.popleft()
-                self._inflight -= 1
-                release_refs(metadata)
-                while self._waiting and len(self._running) < self.parallelism:
-                    wx, wmeta, slot = self._waiting.popleft()
-                    self._start_call(wx, wmeta)
+                # the record stays in flight and incomplete; no later result is
+                # emitted past it (their calls are cancelled, their records kept)
+                self._fail(e)
+                for other, _, _ in self._running:
+                    other.cancel()
+                for _, _, slot in self._waiting:
                     if not slot.done():
-                        slot.set_result(None)
+                        slot.set_exception(self._failed_error())
+                        slot.exception()  # retrieved: an upstream may not await it
+                return
+            self._running.popleft()
+            self._inflight -= 1
+            release_refs(metadata)
+            while self._waiting and len(self._running) < self.parallelism:
+                wx, wmeta, slot = self._waiting.popleft()
+                self._start_call(wx, wmeta)
+                if not slot.done():
+                    slot.set_result(None)
+
+    def _stop_on(self, x: Any, exc: Exception) -> None:
+        """``stop_on_exception=True``: stop the sources upstream and drop the record.
+
+        The user asked for streamz's behaviour: the failure is logged, the
+        sources stop, and ``start()`` goes on after the failed record.
+        """
+        self.stop()
+        try:
+            self._user_error(x, exc, self.func)
+        except UserFunctionError as err:
+            logger.error(
+                "%s: %s -- the sources upstream were stopped (stop_on_exception=True); "
+                "start() goes on after this record",
+                self._display_name(),
+                err,
+            )
 
     def state_signature(self) -> str:
         return f"MapAsync(parallelism={self.parallelism})"

@@ -63,18 +63,25 @@ class _Background(Stream):
             return
         exc = task.exception()
         if exc is not None:
-            logger.error("%s: background emit failed: %r", self._display_name(), exc, exc_info=exc)
+            self._fail(exc)
 
-    async def _emit_and_finish(self, x: Any, metadata: Metadata | None) -> None:
-        """Emit ``x``, await downstream, release ``metadata``; counts as in-flight work."""
+    async def _emit_and_finish(self, x: Any, metadata: Metadata | None) -> bool:
+        """Emit ``x``, await downstream, release ``metadata``; counts as in-flight work.
+
+        Returns False when the emit raised: the node has failed (:meth:`_fail`)
+        and the record stays in flight and incomplete; the caller stops.
+        """
         self._inflight += 1
         try:
             results = self._emit(x, metadata)
             if results:
                 await runtime.gather_results(results)
-        finally:
-            self._inflight -= 1
-            release_refs(metadata)
+        except Exception as e:
+            self._fail(e)
+            return False
+        self._inflight -= 1
+        release_refs(metadata)
+        return True
 
 
 @Stream.register_api(attribute_name="delay")
@@ -104,6 +111,7 @@ class Delay(_Background):
     def update(
         self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
     ) -> Results:
+        self._raise_if_failed()
         self._retain_refs(metadata)
         self._pending.append((self.loop.time() + self.interval, x, metadata))
         self._ensure_worker()
@@ -122,10 +130,8 @@ class Delay(_Background):
                 await asyncio.sleep(wait)
                 continue
             self._pending.popleft()
-            try:
-                await self._emit_and_finish(x, metadata)
-            except Exception as e:  # keep delivering the others
-                logger.error("%s: emit failed: %r", self._display_name(), e, exc_info=e)
+            if not await self._emit_and_finish(x, metadata):
+                return
 
     def get_state(self) -> Any:
         now = self.loop.time()
@@ -168,6 +174,7 @@ class RateLimit(_Background):
     def update(
         self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
     ) -> Results:
+        self._raise_if_failed()
         now = self.loop.time()
         slot = max(now, self._next)
         self._next = slot + self.interval
@@ -181,11 +188,13 @@ class RateLimit(_Background):
         try:
             await asyncio.sleep(wait)
         except BaseException:
+            # cancelled (the loop is closing): the record was never emitted, so
+            # it is not completed either
             self._inflight -= 1
-            release_refs(metadata)
             raise
         self._inflight -= 1  # _emit_and_finish counts it again while it emits
-        await self._emit_and_finish(x, metadata)
+        if not await self._emit_and_finish(x, metadata):
+            self._raise_if_failed()  # the upstream awaiting this record fails too
 
     def state_signature(self) -> str:
         return f"RateLimit(interval={self.interval})"
@@ -213,11 +222,11 @@ class _Ticker(_Background):
             done = asyncio.get_running_loop().create_future()
             self._last = done
             try:
-                await self._emit_and_finish(value, merge_metadata(metas))
-            except Exception as e:
-                logger.error("%s: window emit failed: %r", self._display_name(), e, exc_info=e)
+                ok = await self._emit_and_finish(value, merge_metadata(metas))
             finally:
                 done.set_result(None)
+            if not ok:
+                return
 
     def _take(self) -> tuple[Any, list[Metadata | None]]:
         raise NotImplementedError
@@ -260,6 +269,7 @@ class TimedWindow(_Ticker):
     def update(
         self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
     ) -> Results:
+        self._raise_if_failed()
         self._retain_refs(metadata)
         self._buffer.append(x)
         self._metadata_buffer.append(metadata)
@@ -331,6 +341,7 @@ class TimedWindowUnique(_Ticker):
     def update(
         self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
     ) -> Results:
+        self._raise_if_failed()
         try:
             k = self._get_key(x)
             hash(k)
@@ -392,6 +403,7 @@ class Buffer(_Background):
     def update(
         self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
     ) -> Results:
+        self._raise_if_failed()
         self._retain_refs(metadata)
         if len(self._items) < self.n and not self._waiting:
             self._items.append((x, metadata))
@@ -417,10 +429,8 @@ class Buffer(_Background):
         while self._items:
             x, metadata = self._items.popleft()
             self._refill()
-            try:
-                await self._emit_and_finish(x, metadata)
-            except Exception as e:
-                logger.error("%s: emit failed: %r", self._display_name(), e, exc_info=e)
+            if not await self._emit_and_finish(x, metadata):
+                return
             await asyncio.sleep(0)
 
     def get_state(self) -> Any:
@@ -460,6 +470,7 @@ class Latest(_Background):
     def update(
         self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
     ) -> Results:
+        self._raise_if_failed()
         if self._busy:
             release_refs(self._next_metadata)
             self._retain_refs(metadata)
@@ -487,18 +498,16 @@ class Latest(_Background):
         try:
             await runtime.gather_results(results)
         except Exception as e:
-            logger.error("%s: emit failed: %r", self._display_name(), e, exc_info=e)
-        finally:
-            self._inflight -= 1
-            release_refs(metadata)
+            self._fail(e)  # the record stays in flight and incomplete
+            return
+        self._inflight -= 1
+        release_refs(metadata)
         try:
             while self._next:
                 (x,), self._next = self._next, []
                 metadata, self._next_metadata = self._next_metadata, None
-                try:
-                    await self._emit_and_finish(x, metadata)
-                except Exception as e:
-                    logger.error("%s: emit failed: %r", self._display_name(), e, exc_info=e)
+                if not await self._emit_and_finish(x, metadata):
+                    return
         finally:
             self._busy = False
 

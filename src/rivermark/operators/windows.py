@@ -95,6 +95,8 @@ class Partition(Stream):
     def update(
         self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
     ) -> Results:
+        if self.failure is not None:  # a timed-out emit failed
+            self._raise_if_failed()
         try:
             k = self._get_key(x)
         except Exception as e:
@@ -159,11 +161,7 @@ class Partition(Stream):
         try:
             results = self._emit(out, meta)
         except Exception as e:
-            self._inflight -= 1
-            release_refs(meta)
-            logger.error(
-                "%s: timed-out partition emit failed: %r", self._display_name(), e, exc_info=e
-            )
+            self._fail(e)  # the partition stays in flight and incomplete
             return
         if not results:
             self._inflight -= 1
@@ -177,12 +175,10 @@ class Partition(Stream):
         try:
             await runtime.gather_results(results)
         except Exception as e:
-            logger.error(
-                "%s: timed-out partition emit failed: %r", self._display_name(), e, exc_info=e
-            )
-        finally:
-            self._inflight -= 1
-            release_refs(meta)
+            self._fail(e)  # the partition stays in flight and incomplete
+            return
+        self._inflight -= 1
+        release_refs(meta)
 
     # ------------------------------------------------------------------ state
     def get_state(self) -> Any:

@@ -103,10 +103,14 @@ class Sink(Stream):
         try:
             await r
         except Exception as e:
-            self._user_error(x, e, self.func)
-        finally:
-            self._inflight -= 1
-            release_refs(metadata)
+            try:
+                self._user_error(x, e, self.func)  # returns if the policy drops it
+            except BaseException:
+                # raised to whoever awaits the record; it stays incomplete
+                self._inflight -= 1
+                raise
+        self._inflight -= 1
+        release_refs(metadata)
 
 
 @Stream.register_api(attribute_name="sink_to_list")

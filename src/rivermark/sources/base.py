@@ -124,6 +124,12 @@ class Source(Stream):
                 await runtime.gather_results(results)
             if next_position is not None:
                 self._position = next_position
+        except Exception as e:
+            # recorded before the barrier can see the emit end: the graph may
+            # hold part of this record's effects, so no checkpoint may follow
+            if self.failure is None:
+                self.failure = e
+            raise
         finally:
             self._emitting = False
 
@@ -178,11 +184,12 @@ class Source(Stream):
         except asyncio.CancelledError:
             pass
         except Exception as e:
+            # logged here and kept as ``failure`` (a job stops on it and
+            # ``wait_finished`` raises it), not left in the task for asyncio to
+            # report at garbage collection
             logger.exception("source %s failed", self._display_name())
             self.error = True
-            #: the exception that ended the source (a job stops on it)
             self.failure = e
-            raise
         finally:
             self.finished = True
             self.stopped = True
@@ -193,7 +200,6 @@ class Source(Stream):
                     self._done_event.set()
 
     error: bool = False
-    failure: BaseException | None = None
 
     def stop(self) -> None:
         """Stop the source: no record is emitted after this returns on the loop thread."""
@@ -219,7 +225,5 @@ class Source(Stream):
         while self._done_event is None:
             await asyncio.sleep(0.001)
         await self._done_event.wait()
-        if self._task is not None and self._task.done() and not self._task.cancelled():
-            exc = self._task.exception()
-            if exc is not None:
-                raise exc
+        if self.error and self.failure is not None:
+            raise self.failure

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from rivermark import Stream
-from rivermark.checkpoint import CheckpointMismatchError, Job, LocalDirectoryStore
+from rivermark.checkpoint import CheckpointMismatchError, Job, JobFailedError, LocalDirectoryStore
 from rivermark.errors import ConfigurationError
 from rivermark.testing import wait_for
 
@@ -249,6 +249,42 @@ def test_failing_source_stops_job_and_releases_lock(tmp_path: Path) -> None:
     source, out = _boom_graph(20)
     Job(source, checkpoint=tmp_path, every=None, on_error="skip").run()
     assert out[-1] == sum(range(20)) - 5
+
+
+@pytest.mark.parametrize("stage", ["delay", "map_async", "buffer"])
+def test_failure_in_background_work_stops_the_job_and_a_rerun_loses_nothing(
+    tmp_path: Path, stage: str
+) -> None:
+    """A raise-policy error behind an asynchronous node: no checkpoint passes the record."""
+
+    def graph(fail: bool) -> tuple[Stream, list[int]]:
+        source = Stream.from_iterable(list(range(40)), name="numbers")
+
+        def check(x: int) -> int:
+            if fail and x == 17:
+                raise ValueError("bad record 17")
+            return x
+
+        async def acheck(x: int) -> int:
+            await asyncio.sleep(0.0005)
+            return check(x)
+
+        if stage == "delay":
+            held = source.delay(0.002).map(check)
+        elif stage == "buffer":
+            held = source.buffer(4).map(check)
+        else:
+            held = source.map_async(acheck, parallelism=3)
+        out = held.accumulate(total, start=0, name="sum").sink_to_list(name="out")
+        return source, out
+
+    source, _ = graph(fail=True)
+    with pytest.raises(JobFailedError) as info:
+        Job(source, checkpoint=tmp_path, every=0.002).run()
+    assert "bad record 17" in str(info.value)
+    source, out = graph(fail=False)
+    Job(source, checkpoint=tmp_path, every=None).run()
+    assert out == [sum(range(k + 1)) for k in range(40)]
 
 
 def test_emit_fed_root_warns_and_runs_until_stop(

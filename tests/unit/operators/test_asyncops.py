@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from rivermark import ConfigurationError, RefCounter, Stream
+from rivermark.errors import NodeFailedError
 from rivermark.operators.asyncops import MapAsync
 from rivermark.testing import wait_for_async
 
@@ -156,7 +157,9 @@ def test_error_policy_callable_receives_record() -> None:
     run(main())
 
 
-def test_raise_policy_is_logged_and_node_continues(caplog: Any) -> None:
+def test_raise_policy_fails_the_node_and_keeps_the_record(caplog: Any) -> None:
+    """A raising call under the default policy is never a silent drop (see docs/operators.md)."""
+
     async def main() -> None:
         async def f(x: Any) -> Any:
             if x == 0:
@@ -164,11 +167,17 @@ def test_raise_policy_is_logged_and_node_continues(caplog: Any) -> None:
             return x
 
         s = Stream()
-        out = s.map_async(f).sink_to_list()
+        node = s.map_async(f, parallelism=2)
+        out = node.sink_to_list()
         fired0, _ = send(s, 0)
-        send(s, 5)
-        await wait_for_async(lambda: out == [5])
-        assert fired0 == [1]
+        fired5, _ = send(s, 5)
+        await wait_for_async(lambda: node.failure is not None)
+        await asyncio.sleep(0.01)
+        # neither the failed record nor the one behind it completes or leaves
+        assert out == [] and fired0 == [] and fired5 == []
+        assert node._inflight == 2  # a checkpoint barrier cannot pass them
+        with pytest.raises(NodeFailedError, match=re.escape("failed earlier (UserFunctionError")):
+            s.emit(6)
 
     run(main())
     assert "zero" in caplog.text

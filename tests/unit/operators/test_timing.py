@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 
 from rivermark import ConfigurationError, RefCounter, Stream
+from rivermark.core import runtime
 from rivermark.core.timeutil import parse_interval
+from rivermark.errors import NodeFailedError
 from rivermark.operators.timing import (
     Buffer,
     Delay,
@@ -434,7 +436,27 @@ def test_latest_drops_superseded_values_and_releases_them() -> None:
     run(main())
 
 
-def test_downstream_error_in_background_is_logged_and_node_goes_on(caplog: Any) -> None:
+@pytest.mark.parametrize(
+    "make, windowed",
+    [
+        (lambda s: s.delay(0.001), False),
+        (lambda s: s.buffer(3), False),
+        (lambda s: s.rate_limit(0.01), False),
+        (lambda s: s.timed_window(0.005).flatten(), True),
+        (lambda s: s.timed_window_unique(0.005).flatten(), True),
+    ],
+    ids=["delay", "buffer", "rate_limit", "timed_window", "timed_window_unique"],
+)
+def test_downstream_error_in_background_fails_the_node_and_keeps_the_record(
+    make: Any, windowed: bool, caplog: Any
+) -> None:
+    """A raise-policy error in background work is never a silent drop.
+
+    The record stays incomplete (a source never commits past it) and in
+    flight (a checkpoint cannot pass it), the error is logged once, and the
+    node refuses later records; a running Job stops on ``node.failure``.
+    """
+
     async def main() -> None:
         s = Stream()
         seen: list[Any] = []
@@ -444,15 +466,26 @@ def test_downstream_error_in_background_is_logged_and_node_goes_on(caplog: Any) 
                 raise ValueError("bad record")
             seen.append(x)
 
-        node = s.delay(0.001)
-        node.sink(boom)
-        _, fired1, _ = send(s, 1)
-        _, fired2, _ = send(s, 2)
-        await wait_for_async(lambda: seen == [2])
-        assert fired1 == [1] and fired2 == [1]
+        out = make(s)
+        out.sink(boom)
+        node = out if out.upstreams[0] is s else out.upstreams[0]
+        _, fired0, _ = send(s, 0)
+        _, fired1, results = send(s, 1)
+        if results:  # rate_limit: the upstream awaiting the record fails too
+            with pytest.raises(NodeFailedError, match="bad record"):
+                await runtime.gather_results(results)
+        await wait_for_async(lambda: node.failure is not None)
+        await asyncio.sleep(0.02)
+        # a window emits 0 and 1 together: the failed emit completes neither
+        assert seen == [0] and fired0 == ([] if windowed else [1])
+        assert fired1 == []
+        assert node._inflight == 1
+        with pytest.raises(NodeFailedError, match=re.escape("failed earlier (UserFunctionError")):
+            s.emit(2)
+        assert seen == [0]
 
     run(main())
-    assert "bad record" in caplog.text
+    assert caplog.text.count("failed: UserFunctionError") == 1
 
 
 def test_source_position_moves_only_after_rate_limited_record_was_delivered() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from rivermark import ConfigurationError, Stream
-from rivermark.errors import UserFunctionError
+from rivermark.errors import NodeFailedError, UserFunctionError
 from rivermark.operators.windows import Partition, PartitionUnique, SlidingWindow
 from rivermark.testing import wait_for_async
 
@@ -350,7 +350,7 @@ def test_partition_timeout_waits_for_downstream_and_counts_inflight() -> None:
     run(main())
 
 
-def test_partition_timeout_downstream_error_is_logged_not_raised(
+def test_partition_timeout_downstream_error_fails_the_node(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     async def main() -> None:
@@ -362,8 +362,11 @@ def test_partition_timeout_downstream_error_is_logged_not_raised(
 
         node.sink(bad)
         r, _ = send(node, 1, s)
-        await wait_for_async(lambda: r.fired == 1)
-        assert node._inflight == 0
+        await wait_for_async(lambda: node.failure is not None)
+        # the timed-out partition is not completed and stays in flight
+        assert r.fired == 0 and node._inflight == 1
+        with pytest.raises(NodeFailedError, match="sink broke"):
+            node.update(2, s)
 
     run(main())
-    assert "timed-out partition emit failed" in caplog.text
+    assert "Partition failed: UserFunctionError" in caplog.text
