@@ -245,7 +245,7 @@ class KafkaRangeSource(KafkaBatchedSource):
             start = self._offsets.get(f"{topic}:{partition}")
             if start is None:
                 # the broker could not be asked when it was assigned: resolve it now
-                start = self._start_offset(topic, partition, True)
+                (start,) = self._start_offsets([(topic, partition)], True)
                 if start < 0:
                     continue
                 self._offsets[f"{topic}:{partition}"] = start

@@ -281,9 +281,11 @@ class KafkaBatchedSource(Source):
         new = [tp for tp in parts if tp not in self._assigned]
         if not new:
             return
+        offsets = await loop.run_in_executor(None, self._start_offsets, new, initial)
+        if self.consumer is None:  # closed meanwhile (stopped)
+            return
         assign = []
-        for t, p in new:
-            off = await loop.run_in_executor(None, self._start_offset, t, p, initial)
+        for (t, p), off in zip(new, offsets):
             assign.append(ck.TopicPartition(t, p, off))
             if off >= 0:
                 # every assigned partition has a position from the start, so a
@@ -298,8 +300,8 @@ class KafkaBatchedSource(Source):
         )
         self.consumer.incremental_assign(assign)
 
-    def _start_offset(self, topic: str, partition: int, initial: bool) -> int:
-        """The offset a newly assigned partition starts at (a concrete offset when possible).
+    def _start_offsets(self, parts: list[tuple[str, int]], initial: bool) -> list[int]:
+        """The offsets newly assigned partitions start at (concrete offsets when possible).
 
         * in the restored position: that offset (range-checked);
         * restored, but not in the position: the partition appeared after the
@@ -309,35 +311,82 @@ class KafkaBatchedSource(Source):
         * found while running: from its first offset.
 
         Falls back to a symbolic offset (resolved by the consumer) when the
-        broker cannot be asked.
+        broker cannot be asked.  Runs in a thread (blocking calls).
         """
         import confluent_kafka as ck
 
-        key = f"{topic}:{partition}"
-        if self._seek_position is not None and key in self._seek_position:
-            return self._check_range(topic, partition, self._seek_position[key])
-        tp = ck.TopicPartition(topic, partition)
-        try:
-            if initial and self._seek_position is None:
-                (found,) = self.consumer.committed([tp], timeout=5)
-                if found.error is None and found.offset >= 0:
-                    return self._check_range(topic, partition, found.offset)
-                low, high = self.consumer.get_watermark_offsets(tp, timeout=5)
-                reset = str(self.consumer_params.get("auto.offset.reset", "earliest")).lower()
-                return int(low if reset in _EARLIEST else high)
-            low, _ = self.consumer.get_watermark_offsets(tp, timeout=5)
-            return int(low)
-        except ck.KafkaException as e:
-            logger.warning(
-                "%s: cannot resolve the start offset of %s[%d] (%s); the consumer resolves it",
-                self._display_name(),
-                topic,
-                partition,
-                e,
-            )
-            if initial and self._seek_position is None:
-                return int(ck.OFFSET_STORED)
-            return int(ck.OFFSET_BEGINNING)
+        group_start = initial and self._seek_position is None
+        committed = self._committed_offsets(parts) if group_start else {}
+        out: list[int] = []
+        for t, p in parts:
+            key = f"{t}:{p}"
+            if self._seek_position is not None and key in self._seek_position:
+                out.append(self._check_range(t, p, self._seek_position[key]))
+                continue
+            if committed is None:  # the group's offsets could not be read
+                out.append(int(ck.OFFSET_STORED))
+                continue
+            if committed.get((t, p), -1) >= 0:
+                out.append(self._check_range(t, p, committed[(t, p)]))
+                continue
+            try:
+                low, high = self.consumer.get_watermark_offsets(ck.TopicPartition(t, p), timeout=5)
+            except (ck.KafkaException, RuntimeError) as e:
+                logger.warning(
+                    "%s: cannot resolve the start offset of %s[%d] (%s); the consumer resolves it",
+                    self._display_name(),
+                    t,
+                    p,
+                    e,
+                )
+                out.append(int(ck.OFFSET_STORED if group_start else ck.OFFSET_BEGINNING))
+                continue
+            reset = str(self.consumer_params.get("auto.offset.reset", "earliest")).lower()
+            out.append(int(high if group_start and reset not in _EARLIEST else low))
+        return out
+
+    def _committed_offsets(
+        self, parts: list[tuple[str, int]], patience: float = 30.0
+    ) -> dict[tuple[str, int], int] | None:
+        """The group's committed offsets of ``parts`` (-1001 where none), or None.
+
+        A fresh broker answers "not coordinator" for a while; retriable errors
+        are retried for up to ``patience`` seconds.
+        """
+        import confluent_kafka as ck
+
+        retry = {
+            ck.KafkaError.NOT_COORDINATOR,
+            ck.KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+            ck.KafkaError.COORDINATOR_NOT_AVAILABLE,
+            ck.KafkaError._TRANSPORT,
+            ck.KafkaError._TIMED_OUT,
+        }
+        deadline = time.monotonic() + patience
+        while True:
+            err: Any
+            try:
+                found = self.consumer.committed(
+                    [ck.TopicPartition(t, p) for t, p in parts], timeout=5
+                )
+                errors = [f.error for f in found if f.error is not None]
+                if not errors:
+                    return {(f.topic, f.partition): int(f.offset) for f in found}
+                err = errors[0]
+            except ck.KafkaException as e:
+                err = e.args[0]
+            except RuntimeError:  # the consumer was closed (stopped)
+                return None
+            retriable = err.retriable() or err.code() in retry
+            if self.consumer is None or not retriable or time.monotonic() >= deadline:
+                logger.warning(
+                    "%s: cannot read the group's committed offsets (%s); the consumer resolves "
+                    "the start offsets",
+                    self._display_name(),
+                    err,
+                )
+                return None
+            time.sleep(0.2)
 
     def _check_range(self, topic: str, partition: int, offset: int) -> int:
         """Apply the reset policy with a WARNING when ``offset`` is no longer on the broker."""
@@ -452,13 +501,14 @@ class KafkaBatchedSource(Source):
         self._tracker.started(t, p, first, end)
         ref = RefCounter(initial=1, callback=self._completion(t, p, first, end))
         metadata: Metadata = [{"ref": ref, "topic": t, "partition": p, "offset": first}]
-        try:
-            await self._emit_record(x, None, metadata)
-        finally:
-            self._offsets[f"{t}:{p}"] = end
-            self.batches_emitted += 1
-            self.records_emitted += len(x) if self.batched else 1
-            ref.release()
+        # if the emit raises (a user function under on_error="raise"), the batch
+        # is neither completed (never committed to the group) nor passed by the
+        # position: the source fails and a restart reads it again
+        await self._emit_record(x, None, metadata)
+        self._offsets[f"{t}:{p}"] = end
+        self.batches_emitted += 1
+        self.records_emitted += len(x) if self.batched else 1
+        ref.release()
 
     def _completion(self, t: str, p: int, first: int, end: int) -> Callable[[], None]:
         def done() -> None:

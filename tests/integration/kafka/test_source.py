@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from rivermark import Stream
+from rivermark import Stream, UserFunctionError
 from rivermark.core.refs import release_refs, retain_refs
 from rivermark.testing.kafka_broker import add_partitions
 
@@ -256,3 +256,30 @@ def test_after_a_kill_only_the_unfinished_batch_is_replayed(
     ]
     assert firsts and firsts[0] == 50  # the unfinished batch is replayed, nothing before it
     assert firsts == list(range(50, 100, 10))
+
+
+def test_a_batch_whose_processing_raised_is_never_committed(
+    bootstrap: str, new_topic: Callable[..., str], group: str
+) -> None:
+    """At-least-once without a job: the failed batch and everything after it are read again."""
+    topic = new_topic()
+    produce(bootstrap, topic, range(30))
+    src = Stream.from_kafka_batched(
+        topic, conf(bootstrap, group), poll_interval=0.02, max_batch_size=10
+    )
+    failed_at: list[int] = []
+
+    def check(batch: list[bytes]) -> list[bytes]:
+        if b"15" in batch:
+            failed_at.append(int(batch[0]))
+            raise ValueError("bad batch")
+        return batch
+
+    src.map(check).sink(lambda batch: None)
+    src.start()
+    wait_for(lambda: src.finished, what="the source to stop on the error")
+    assert isinstance(src.failure, UserFunctionError)
+    (first,) = failed_at
+    # the consumer committed on close: up to the failed batch, not past it
+    assert committed(bootstrap, group, topic, 1) == {0: first}
+    assert src.position() == {f"{topic}:0": first}
