@@ -34,8 +34,17 @@ def write_events(path: Path, n: int) -> None:
 
 def command(checkpoint: Path) -> list[str]:
     app = str(ROOT / "examples" / "demo_app.py")
-    return [sys.executable, "-m", "rivermark.cli", "run", f"{app}:totals",
-            "--checkpoint", str(checkpoint), "--every", "0.2s"]
+    return [
+        sys.executable,
+        "-m",
+        "rivermark.cli",
+        "run",
+        f"{app}:totals",
+        "--checkpoint",
+        str(checkpoint),
+        "--every",
+        "0.2s",
+    ]
 
 
 def main() -> int:
@@ -48,7 +57,9 @@ def main() -> int:
 
     env = dict(os.environ, RIVERMARK_DEMO_INPUT=str(events))
     reference = OUT / "reference.jsonl"
-    run_uncrashed(command(OUT / "ckpt-reference"), env=dict(env, RIVERMARK_DEMO_OUTPUT=str(reference)))
+    run_uncrashed(
+        command(OUT / "ckpt-reference"), env=dict(env, RIVERMARK_DEMO_OUTPUT=str(reference))
+    )
     print(f"uncrashed run wrote {reference.stat().st_size} bytes")
 
     crashed = OUT / "crashed.jsonl"

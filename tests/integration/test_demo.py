@@ -15,7 +15,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.crash
 def test_demo_kills_and_resumes_exactly(tmp_path: Path) -> None:
-    env = dict(os.environ, RIVERMARK_DEMO_DIR=str(tmp_path / "demo"), RIVERMARK_DEMO_EVENTS="120000")
+    env = dict(
+        os.environ, RIVERMARK_DEMO_DIR=str(tmp_path / "demo"), RIVERMARK_DEMO_EVENTS="120000"
+    )
     proc = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "demo.py")],
         env=env,

@@ -42,7 +42,12 @@ def background_loop() -> asyncio.AbstractEventLoop:
     """Return the shared background loop, starting its daemon thread if needed."""
     global _bg_loop, _bg_thread
     with _lock:
-        if _bg_loop is not None and not _bg_loop.is_closed() and _bg_thread is not None and _bg_thread.is_alive():
+        if (
+            _bg_loop is not None
+            and not _bg_loop.is_closed()
+            and _bg_thread is not None
+            and _bg_thread.is_alive()
+        ):
             return _bg_loop
         loop = asyncio.new_event_loop()
         started = threading.Event()
@@ -89,7 +94,9 @@ def in_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:
     return current_loop() is loop
 
 
-def run_sync(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+def run_sync(
+    loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T], timeout: float | None = None
+) -> T:
     """Run ``coro`` on ``loop`` from another thread and wait for its result."""
     if in_loop_thread(loop):
         raise RuntimeError(
