@@ -11,17 +11,16 @@ the state into a freshly built pipeline, and the output is unchanged).
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rivermark import RefCounter, Stream, UserFunctionError
+from rivermark import Stream, UserFunctionError
 from rivermark.core import compile as codegen
-from rivermark.core import fusion
-from rivermark.core.node import _bump
+
+from .helpers import StrictRef, node_by_node
 
 Op = tuple[Any, ...]
 
@@ -138,21 +137,6 @@ def build(pipeline: list[Op]) -> tuple[Stream, list[Stream], list[Any]]:
     return source, nodes, s.sink_to_list()
 
 
-class StrictRef(RefCounter):
-    def __init__(self) -> None:
-        super().__init__(callback=self._fire)
-        self.fired = 0
-        self.late = 0
-
-    def _fire(self) -> None:
-        self.fired += 1
-
-    def release(self, n: int = 1) -> None:
-        if self.done:
-            self.late += 1
-        super().release(n)
-
-
 @settings(max_examples=150, deadline=None)
 @given(pipelines, inputs)
 def test_pipeline_matches_model(pipeline: list[Op], data: list[int]) -> None:
@@ -209,21 +193,6 @@ def test_state_round_trip_in_pipelines(pipeline: list[Op], data: list[int], d: A
 # generated code, no fusers): outputs, raised errors, every node's state and
 # error count, and the completion of every tracked record must be the same
 # after every emit, also after a graph change and after a restore.
-
-
-@contextmanager
-def node_by_node() -> Iterator[None]:
-    """Graphs built and run inside take the node-by-node path."""
-    saved = dict(fusion._FUSERS)
-    fusion._FUSERS.clear()
-    codegen.ENABLED = False
-    _bump()
-    try:
-        yield
-    finally:
-        fusion._FUSERS.update(saved)
-        codegen.ENABLED = True
-        _bump()
 
 
 def _num(v: Any) -> int:

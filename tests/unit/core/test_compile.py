@@ -6,32 +6,14 @@ import asyncio
 import gc
 import re
 import weakref
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
 
 from rivermark import RefCounter, Stream, UserFunctionError
-from rivermark.core import compile as codegen
-from rivermark.core import fusion
-from rivermark.core.node import _bump
 from rivermark.operators.transform import Map
 
-
-@contextmanager
-def node_by_node() -> Iterator[None]:
-    """Graphs built and run inside take the node-by-node path (no generated code, no fusers)."""
-    saved = dict(fusion._FUSERS)
-    fusion._FUSERS.clear()
-    codegen.ENABLED = False
-    _bump()
-    try:
-        yield
-    finally:
-        fusion._FUSERS.update(saved)
-        codegen.ENABLED = True
-        _bump()
+from ..helpers import node_by_node
 
 
 def generated(fn: Any) -> bool:

@@ -5,24 +5,9 @@ from __future__ import annotations
 import pickle
 from typing import Any
 
-from rivermark import RefCounter, Stream
+from rivermark import Stream
 
-
-class StrictRef(RefCounter):
-    """A RefCounter that also counts releases arriving after completion (double releases)."""
-
-    def __init__(self) -> None:
-        super().__init__(callback=self._fire)
-        self.fired = 0
-        self.late = 0
-
-    def _fire(self) -> None:
-        self.fired += 1
-
-    def release(self, n: int = 1) -> None:
-        if self.done:
-            self.late += 1
-        super().release(n)
+from ..helpers import StrictRef as StrictRef
 
 
 def emit_tracked(s: Stream, x: Any) -> StrictRef:
