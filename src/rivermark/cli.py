@@ -8,12 +8,12 @@ and Ctrl-C stop it gracefully (final checkpoint, exit 0).
 
 ``rivermark checkpoints list|show|verify|diff DIR [EPOCH [EPOCH2]]`` lists,
 describes, verifies (exit 1 if any checkpoint is damaged) and compares
-checkpoints.
+checkpoints; they are read-only (``rivermark.checkpoint.inspect``).
+``--from-scratch`` starts over explicitly (``docs/checkpointing.md``).
 
 >>> import tempfile
 >>> main(["checkpoints", "list", tempfile.mkdtemp()])
-no checkpoints
-0
+2
 """
 
 from __future__ import annotations
@@ -24,11 +24,10 @@ import runpy
 import signal
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
-from .checkpoint import CheckpointCorruptError, Job, LocalDirectoryStore, Manifest
+from .checkpoint import Job, inspect
 from .core.node import Stream
 from .errors import RivermarkError
 
@@ -57,7 +56,13 @@ def _load_node(target: str) -> Stream:
 def _cmd_run(args: argparse.Namespace) -> int:
     node = _load_node(args.target)
     every: Any = None if args.every in ("none", "None", "0") else args.every
-    job = Job(node, checkpoint=args.checkpoint, every=every, keep=args.keep)
+    job = Job(
+        node,
+        checkpoint=args.checkpoint,
+        every=every,
+        keep=args.keep,
+        from_scratch=args.from_scratch,
+    )
 
     def on_signal(signum: int, frame: Any) -> None:
         logger.warning("signal %d: stopping with a final checkpoint", signum)
@@ -69,81 +74,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _fmt_time(t: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1000):03d}Z"
-
-
-def _positions(m: Manifest) -> list[str]:
-    lines = []
-    for sid, pos in sorted(m.positions.items()):
-        if isinstance(pos, dict):
-            for part, off in sorted(pos.items(), key=lambda kv: str(kv[0])):
-                lines.append(f"  position {sid}[{part}] = {off!r}")
-        else:
-            lines.append(f"  position {sid} = {pos!r}")
-    return lines
-
-
 def _cmd_checkpoints(args: argparse.Namespace) -> int:
-    if not Path(args.dir).is_dir():
-        print(f"no checkpoint directory {args.dir!r}", file=sys.stderr)
-        return 1
-    store = LocalDirectoryStore(args.dir)
-    epochs = store.list_epochs()
-    if args.action == "list":
-        if not epochs:
-            print("no checkpoints")
-        for e in epochs:
-            try:
-                m = store.read_manifest(e)
-                print(f"{e:>12}  {_fmt_time(m.time)}  {m.total_size:>10} bytes")
-            except (OSError, ValueError) as err:
-                print(f"{e:>12}  unreadable manifest ({err})")
-        return 0
-    if args.action == "verify":
-        bad = 0
-        for e in epochs if args.epoch is None else [args.epoch]:
-            try:
-                store.verify(e)
-                print(f"{e:>12}  ok")
-            except CheckpointCorruptError as err:
-                bad += 1
-                print(f"{e:>12}  DAMAGED: {err}")
-        return 1 if bad else 0
-    if not epochs:
-        print("no checkpoints", file=sys.stderr)
-        return 1
-    if args.action == "show":
-        e = epochs[-1] if args.epoch is None else args.epoch
-        m = store.read_manifest(e)
-        print(f"checkpoint {e} at {_fmt_time(m.time)}")
-        print("\n".join(_positions(m)))
-        for nid, info in sorted(m.state.items()):
-            print(f"  state {nid}: {info['size']} bytes sha256={info['sha256'][:12]}")
-        for kid, handle in sorted(m.sinks.items()):
-            print(f"  sink {kid}: {handle!r}")
-        return 0
-    # diff
-    a = args.epoch if args.epoch is not None else (epochs[-2] if len(epochs) > 1 else epochs[-1])
-    b = args.epoch2 if args.epoch2 is not None else epochs[-1]
-    ma, mb = store.read_manifest(a), store.read_manifest(b)
-    print(f"diff {a} -> {b}")
-    for sid in sorted(set(ma.positions) | set(mb.positions)):
-        pa, pb = ma.positions.get(sid), mb.positions.get(sid)
-        if pa != pb:
-            print(f"  position {sid}: {pa!r} -> {pb!r}")
-    for nid in sorted(set(ma.state) | set(mb.state)):
-        sa, sb = ma.state.get(nid), mb.state.get(nid)
-        if sa != sb:
-            size_a = sa["size"] if sa else None
-            size_b = sb["size"] if sb else None
-            print(f"  state {nid}: {size_a} -> {size_b} bytes (checksum differs)")
-    for kid in sorted(set(ma.sinks) | set(mb.sinks)):
-        if ma.sinks.get(kid) != mb.sinks.get(kid):
-            print(f"  sink {kid}: {ma.sinks.get(kid)!r} -> {mb.sinks.get(kid)!r}")
-    if ma.fingerprint != mb.fingerprint:
-        print("  graph fingerprint differs")
-    return 0
+    if args.action == "diff":
+        report = inspect.diff_checkpoints(args.dir, args.epoch, args.epoch2)
+    elif args.action == "show":
+        report = inspect.show_checkpoint(args.dir, args.epoch)
+    elif args.action == "verify":
+        report = inspect.verify_checkpoints(args.dir, args.epoch)
+    else:
+        report = inspect.list_checkpoints(args.dir)
+    for line in report.out:
+        print(line)
+    for line in report.err:
+        print(f"rivermark: {line}", file=sys.stderr)
+    return report.status
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -155,6 +99,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--checkpoint", required=True, help="checkpoint directory")
     run.add_argument("--every", default="2s", help="checkpoint interval (e.g. 2s, 200ms, none)")
     run.add_argument("--keep", type=int, default=10, help="checkpoints to keep")
+    run.add_argument(
+        "--from-scratch",
+        action="store_true",
+        help="set every checkpoint aside and start over, sinks included (empties output files)",
+    )
     run.set_defaults(func=_cmd_run)
     ck = sub.add_parser("checkpoints", help="inspect a checkpoint directory")
     ck.add_argument("action", choices=["list", "show", "verify", "diff"])

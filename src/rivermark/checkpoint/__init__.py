@@ -11,7 +11,13 @@ from .errors import (
     CheckpointError,
     CheckpointLockedError,
     CheckpointMismatchError,
+    CheckpointNotFoundError,
     JobFailedError,
+    ManifestError,
+    ManifestFormatError,
+    NotACheckpointDirectoryError,
+    NoValidCheckpointError,
+    UnaccountedOutputError,
 )
 from .job import Job
 from .manifest import Manifest
@@ -27,4 +33,10 @@ __all__ = [
     "CheckpointLockedError",
     "CheckpointCorruptError",
     "JobFailedError",
+    "ManifestError",
+    "ManifestFormatError",
+    "NoValidCheckpointError",
+    "UnaccountedOutputError",
+    "NotACheckpointDirectoryError",
+    "CheckpointNotFoundError",
 ]

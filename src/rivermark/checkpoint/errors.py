@@ -9,6 +9,12 @@ __all__ = [
     "CheckpointMismatchError",
     "CheckpointLockedError",
     "CheckpointCorruptError",
+    "ManifestError",
+    "ManifestFormatError",
+    "NoValidCheckpointError",
+    "UnaccountedOutputError",
+    "NotACheckpointDirectoryError",
+    "CheckpointNotFoundError",
     "JobFailedError",
 ]
 
@@ -27,6 +33,39 @@ class CheckpointLockedError(CheckpointError):
 
 class CheckpointCorruptError(CheckpointError):
     """A checkpoint failed verification (missing file, wrong size or checksum)."""
+
+
+class ManifestError(CheckpointCorruptError):
+    """A manifest does not parse, lacks a field, has a mistyped one or fails its checksum."""
+
+
+class ManifestFormatError(ManifestError):
+    """A manifest's ``format`` is not one this version reads (a newer writer, or damage)."""
+
+
+class NoValidCheckpointError(CheckpointError):
+    """The store holds checkpoints and none of them verifies: the job refuses to start.
+
+    ``damaged`` maps each epoch to why it failed.  The ways forward are named
+    in the message: restore a good copy of the store, or start over
+    explicitly (``Job(..., from_scratch=True)``, ``rivermark run --from-scratch``).
+    """
+
+    def __init__(self, message: str, damaged: dict[int, str]) -> None:
+        super().__init__(message)
+        self.damaged = dict(damaged)
+
+
+class UnaccountedOutputError(CheckpointError):
+    """A job without any checkpoint found output that no checkpoint accounts for."""
+
+
+class NotACheckpointDirectoryError(CheckpointError):
+    """A path given to inspect checkpoints is not a checkpoint directory."""
+
+
+class CheckpointNotFoundError(CheckpointError):
+    """The store has no checkpoint with the epoch asked for."""
 
 
 class JobFailedError(CheckpointError):

@@ -21,7 +21,12 @@ The sources stay paused until the write is durable (correctness first).
 Recovery at start: the newest checkpoint that verifies is loaded (damaged
 ones are skipped with a WARNING); ``set_state`` on stateful nodes,
 ``restore(handle)`` on checkpointed sinks (``None`` without a checkpoint),
-``seek(position)`` on sources; then the sources start.
+``seek(position)`` on sources; then the sources start.  When the store holds
+checkpoints and none verifies, the job refuses to start
+(:class:`NoValidCheckpointError`); on a store without checkpoints it refuses
+to append to sink output that no checkpoint accounts for
+(:class:`UnaccountedOutputError`).  ``from_scratch=True`` sets every
+checkpoint aside and calls ``start_over()`` on every checkpointed sink.
 """
 
 from __future__ import annotations
@@ -39,10 +44,16 @@ from ..core import graph, runtime
 from ..core.node import Stream
 from ..core.timeutil import parse_interval
 from ..errors import ConfigurationError, NodeFailedError
-from ..sinks.base import CheckpointedSink
+from ..sinks.base import CheckpointedSink, StartOverSink
 from ..sources.base import Source
 from ..testing.faults import fault_point
-from .errors import CheckpointCorruptError, CheckpointMismatchError, JobFailedError
+from .errors import (
+    CheckpointCorruptError,
+    CheckpointMismatchError,
+    JobFailedError,
+    NoValidCheckpointError,
+    UnaccountedOutputError,
+)
 from .manifest import Manifest
 from .store import LocalDirectoryStore, Store
 
@@ -68,6 +79,9 @@ class Job:
     nodes that have none.  ``exactly_once=True`` refuses (``ConfigurationError``)
     graphs that cannot deliver it: a leaf that is neither a checkpointed sink nor
     stateful (``sink(func)``), or a source that is not replayable.
+    ``from_scratch=True`` starts over explicitly: every checkpoint in the
+    store is set aside (kept, not deleted), nothing is restored, and every
+    checkpointed sink starts its output over (``start_over()``).
 
     >>> import tempfile
     >>> from rivermark import Stream
@@ -88,6 +102,7 @@ class Job:
         exactly_once: bool = False,
         allow_new_nodes: bool = False,
         on_error: Any = None,
+        from_scratch: bool = False,
     ) -> None:
         if not isinstance(node, Stream):
             raise ConfigurationError(
@@ -112,6 +127,7 @@ class Job:
         self.keep = keep
         self.exactly_once = exactly_once
         self.allow_new_nodes = allow_new_nodes
+        self.from_scratch = bool(from_scratch)
         self.store: Store = (
             checkpoint if isinstance(checkpoint, Store) else LocalDirectoryStore(checkpoint)
         )
@@ -405,30 +421,35 @@ class Job:
     # ------------------------------------------------------------------ recovery
     def _recover(self) -> None:
         epochs = self.store.list_epochs()
-        manifest: Manifest | None = None
-        for e in reversed(epochs):
-            try:
-                manifest = self.store.verify(e)
-                break
-            except CheckpointCorruptError as err:
-                logger.warning("skipping damaged checkpoint %d: %s", e, err)
         incomplete = self.store.list_incomplete()
         taken = [*epochs, *(int(p.name) for p in incomplete if p.name.isdigit())]
         self.epoch = max(taken, default=0)
-        if manifest is None:
-            if epochs:
-                logger.warning(
-                    "no checkpoint in %r verifies; starting from the sources' configured start",
-                    self.store,
-                )
+        if self.from_scratch:
+            self._start_over(epochs)
+            return
+        damaged: dict[int, str] = {}
+        loaded: tuple[Manifest, dict[str, bytes]] | None = None
+        for e in reversed(epochs):
+            try:
+                loaded = self.store.load_checkpoint(e)
+                break
+            except CheckpointCorruptError as err:
+                damaged[e] = str(err)
+        if loaded is None:
+            if damaged:
+                raise NoValidCheckpointError(self._no_valid_message(damaged), damaged)
+            self._refuse_unaccounted_output()
             for k in self.sinks:
                 k.restore(None)
             return
+        manifest, blobs = loaded
+        for e, why in damaged.items():
+            logger.warning("skipping damaged checkpoint %d: %s", e, why)
         self._check_fingerprint(manifest)
         for n in self.stateful:
             nid = self.id_of(n)
-            if nid in manifest.state:
-                n.set_state(pickle.loads(self.store.read_state(manifest.epoch, nid)))
+            if nid in blobs:
+                n.set_state(pickle.loads(blobs[nid]))
         for k in self.sinks:
             k.restore(manifest.sinks.get(self.id_of(k)))
         for s in self.sources:
@@ -437,6 +458,53 @@ class Job:
                 s.seek(manifest.positions[sid])
         self.restored_epoch = manifest.epoch
         logger.info("restored checkpoint %d from %r", manifest.epoch, self.store)
+
+    def _no_valid_message(self, damaged: dict[int, str]) -> str:
+        lines = [
+            f"no checkpoint in {self.store!r} verifies; the job refuses to start, since "
+            "starting from the sources' beginning would write their output again:",
+            *(f"  {why}" for why in damaged.values()),
+            "restore a good copy of the checkpoint store (see 'rivermark checkpoints verify'), "
+            "or start over explicitly with 'rivermark run --from-scratch' "
+            "(Job(..., from_scratch=True)): it sets these checkpoints aside and starts every "
+            "checkpointed sink over",
+        ]
+        return "\n".join(lines)
+
+    def _refuse_unaccounted_output(self) -> None:
+        found = [
+            line
+            for k in self.sinks
+            if isinstance(k, StartOverSink) and (line := k.unaccounted_output()) is not None
+        ]
+        if found:
+            raise UnaccountedOutputError(
+                f"{self.store!r} holds no checkpoint, but output that no checkpoint accounts for "
+                f"exists ({'; '.join(found)}); running would append to it. Start over explicitly "
+                "with 'rivermark run --from-scratch' (Job(..., from_scratch=True)), which empties "
+                "it, or move it away, or point the job at the checkpoint store that wrote it"
+            )
+
+    def _start_over(self, epochs: list[int]) -> None:
+        cannot = [k for k in self.sinks if not isinstance(k, StartOverSink)]
+        if cannot:
+            raise ConfigurationError(
+                "Job(from_scratch=True): "
+                + ", ".join(f"{self.id_of(k)} {k!r}" for k in cannot)
+                + " cannot start its output over (it implements no start_over()); "
+                "reset its output by hand and use a new checkpoint store instead"
+            )
+        if epochs:
+            where = self.store.set_aside(epochs)
+            logger.warning(
+                "starting from scratch: checkpoints %s of %r set aside in %s",
+                ", ".join(map(str, epochs)),
+                self.store,
+                where,
+            )
+        for k in self.sinks:
+            assert isinstance(k, StartOverSink)
+            k.start_over()
 
     def _check_fingerprint(self, manifest: Manifest) -> None:
         old, new = manifest.fingerprint, self.fingerprint

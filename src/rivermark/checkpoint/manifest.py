@@ -3,17 +3,30 @@
 ``manifest.json`` in a checkpoint's directory holds::
 
     {
-      "format": 1,
+      "format": 2,
       "epoch": 42,
       "time": 1764680000.5,            # unix time the snapshot was taken
       "fingerprint": {"node-id": "Signature()", ...},
       "positions": {"source-id": <JSON position>, ...},
       "sinks": {"sink-id": <JSON handle>, ...},
-      "state": {"node-id": {"file": "state/node-id.pkl", "size": 123, "sha256": "..."}}
+      "state": {"node-id": {"file": "state/node-id.pkl", "size": 123, "sha256": "..."}},
+      "checksum": "<sha256 of every other field>"
     }
 
 It is written last, under a temporary name, fsynced and renamed into place,
-so a checkpoint whose manifest is missing or does not parse never existed.
+so a checkpoint whose manifest is missing never existed.
+
+Integrity.  ``checksum`` is the sha256 of the other fields serialised as
+canonical JSON (sorted keys, no spaces), so an edited epoch, position, sink
+handle or state entry fails :meth:`Manifest.from_json`, as does a manifest
+that does not parse, lacks a field or has one of the wrong type
+(:class:`~rivermark.checkpoint.errors.ManifestError`).  A ``format`` this
+version does not know is refused
+(:class:`~rivermark.checkpoint.errors.ManifestFormatError`).  Format 1
+manifests (written before the checksum existed) are read with the schema
+check only, and only when they carry no ``checksum``.  Whether the manifest
+belongs to the directory it sits in (its epoch) is checked by
+:meth:`rivermark.checkpoint.store.Store.load_manifest`.
 """
 
 from __future__ import annotations
@@ -21,14 +34,22 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from .errors import ManifestError, ManifestFormatError
+
 logger = logging.getLogger(__name__)
 
-__all__ = ["Manifest", "FORMAT_VERSION", "sha256_of"]
+__all__ = ["Manifest", "FORMAT_VERSION", "READABLE_FORMATS", "sha256_of"]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: the formats this version reads (1: no checksum of its own)
+READABLE_FORMATS = (1, 2)
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_FIELDS = ("format", "epoch", "time", "fingerprint", "positions", "sinks", "state")
 
 
 def sha256_of(data: bytes) -> str:
@@ -40,6 +61,54 @@ def sha256_of(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def _canonical_checksum(body: dict[str, Any]) -> str:
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return sha256_of(text.encode())
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _check_schema(d: dict[str, Any]) -> None:
+    """Raise :class:`ManifestError` naming the first missing or mistyped field."""
+    for key in _FIELDS:
+        if key not in d:
+            raise ManifestError(f"manifest has no {key!r} field")
+    if not _is_int(d["epoch"]) or d["epoch"] < 0:
+        raise ManifestError(f"manifest field 'epoch' must be an integer >= 0, got {d['epoch']!r}")
+    if not (_is_int(d["time"]) or isinstance(d["time"], float)):
+        raise ManifestError(f"manifest field 'time' must be a number, got {d['time']!r}")
+    for key in ("fingerprint", "positions", "sinks", "state"):
+        if not isinstance(d[key], dict):
+            raise ManifestError(
+                f"manifest field {key!r} must be an object, got {type(d[key]).__name__}"
+            )
+    for nid, sig in d["fingerprint"].items():
+        if not isinstance(sig, str):
+            raise ManifestError(f"manifest fingerprint of {nid!r} must be a string, got {sig!r}")
+    for nid, info in d["state"].items():
+        if not isinstance(info, dict):
+            raise ManifestError(f"manifest state entry {nid!r} must be an object, got {info!r}")
+        for key in ("file", "size", "sha256"):
+            if key not in info:
+                raise ManifestError(f"manifest state entry {nid!r} has no {key!r}")
+        if not isinstance(info["file"], str) or not info["file"]:
+            raise ManifestError(
+                f"manifest state entry {nid!r}: 'file' must be a name, got {info['file']!r}"
+            )
+        if not _is_int(info["size"]) or info["size"] < 0:
+            raise ManifestError(
+                f"manifest state entry {nid!r}: 'size' must be an integer >= 0, "
+                f"got {info['size']!r}"
+            )
+        if not isinstance(info["sha256"], str) or not _HEX64.fullmatch(info["sha256"]):
+            raise ManifestError(
+                f"manifest state entry {nid!r}: 'sha256' must be 64 hex digits, "
+                f"got {info['sha256']!r}"
+            )
+
+
 @dataclass
 class Manifest:
     """What one checkpoint holds (see the module docs for the JSON layout).
@@ -47,6 +116,10 @@ class Manifest:
     >>> m = Manifest(epoch=3, time=0.0, fingerprint={}, positions={"s": 7})
     >>> Manifest.from_json(m.to_json()).positions
     {'s': 7}
+    >>> Manifest.from_json(m.to_json().replace('"s": 7', '"s": 8'))
+    Traceback (most recent call last):
+    ...
+    rivermark.checkpoint.errors.ManifestError: manifest checksum mismatch: ...
     """
 
     epoch: int
@@ -57,34 +130,66 @@ class Manifest:
     state: dict[str, dict[str, Any]] = field(default_factory=dict)
     format: int = FORMAT_VERSION
 
+    def _body(self) -> dict[str, Any]:
+        raw = {
+            "format": FORMAT_VERSION,
+            "epoch": self.epoch,
+            "time": self.time,
+            "fingerprint": self.fingerprint,
+            "positions": self.positions,
+            "sinks": self.sinks,
+            "state": self.state,
+        }
+        # what a reader will see (string keys, lists for tuples): the checksum
+        # is taken over that, so it matches after a round trip
+        body: dict[str, Any] = json.loads(json.dumps(raw))
+        return body
+
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "format": self.format,
-                "epoch": self.epoch,
-                "time": self.time,
-                "fingerprint": self.fingerprint,
-                "positions": self.positions,
-                "sinks": self.sinks,
-                "state": self.state,
-            },
-            indent=2,
-            sort_keys=True,
-        )
+        """The manifest as JSON, always in the current format, with its checksum."""
+        body = self._body()
+        body["checksum"] = _canonical_checksum(body)
+        return json.dumps(body, indent=2, sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> Manifest:
-        d = json.loads(text)
-        if not isinstance(d, dict) or "epoch" not in d:
-            raise ValueError("not a rivermark manifest")
+    def from_json(cls, text: str | bytes) -> Manifest:
+        """Parse and check a manifest; raise :class:`ManifestError` if it is damaged."""
+        try:
+            d = json.loads(text)
+        except ValueError as e:  # JSONDecodeError and UnicodeDecodeError
+            raise ManifestError(f"manifest is not valid JSON ({e})") from None
+        if not isinstance(d, dict):
+            raise ManifestError(f"manifest must be a JSON object, got {type(d).__name__}")
+        fmt = d.get("format")
+        if not _is_int(fmt):
+            raise ManifestError(f"manifest field 'format' must be an integer, got {fmt!r}")
+        if fmt not in READABLE_FORMATS:
+            raise ManifestFormatError(
+                f"manifest format {fmt!r} is not one this version of rivermark reads "
+                f"({', '.join(map(str, READABLE_FORMATS))}); it was written by a newer "
+                "rivermark (upgrade to resume from it) or is damaged"
+            )
+        checksum = d.pop("checksum", None)
+        if fmt >= 2 and checksum is None:
+            raise ManifestError("manifest has no 'checksum' field")
+        _check_schema(d)
+        if checksum is not None:
+            actual = _canonical_checksum(d)
+            if checksum != actual:
+                raise ManifestError(
+                    f"manifest checksum mismatch: it records {str(checksum)[:16]!r}..., its "
+                    f"content hashes to {actual[:16]!r}... (edited or damaged)"
+                )
+        else:
+            logger.info("manifest of epoch %s is format 1: no checksum to verify", d["epoch"])
         return cls(
-            epoch=int(d["epoch"]),
+            epoch=d["epoch"],
             time=float(d["time"]),
             fingerprint=dict(d["fingerprint"]),
-            positions=dict(d.get("positions", {})),
-            sinks=dict(d.get("sinks", {})),
-            state=dict(d.get("state", {})),
-            format=int(d.get("format", FORMAT_VERSION)),
+            positions=dict(d["positions"]),
+            sinks=dict(d["sinks"]),
+            state={k: dict(v) for k, v in d["state"].items()},
+            format=fmt,
         )
 
     @property

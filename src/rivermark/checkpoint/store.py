@@ -6,6 +6,8 @@ Layout of :class:`LocalDirectoryStore` (readable by a person)::
     DIR/job.json                                format, fingerprint, node ids
     DIR/checkpoints/000000000042/manifest.json
     DIR/checkpoints/000000000042/state/<node-id>.pkl
+    DIR/set-aside-<UTC time>/000000000041/...  checkpoints set aside by a
+                                                job started from scratch
 
 Write order (torn writes): every state file is written and fsynced, then the
 manifest goes to ``manifest.json.tmp``, is fsynced, renamed to
@@ -29,7 +31,7 @@ from typing import IO, Any
 
 from ..errors import ConfigurationError
 from ..testing.faults import fault_point
-from .errors import CheckpointCorruptError, CheckpointLockedError
+from .errors import CheckpointCorruptError, CheckpointError, CheckpointLockedError
 from .manifest import FORMAT_VERSION, Manifest, sha256_of
 
 logger = logging.getLogger(__name__)
@@ -38,7 +40,16 @@ __all__ = ["Store", "LocalDirectoryStore"]
 
 
 class Store(abc.ABC):
-    """Durable storage for checkpoints; see :class:`LocalDirectoryStore`."""
+    """Durable storage for checkpoints; see :class:`LocalDirectoryStore`.
+
+    A store implements the raw operations (list, write, read the manifest,
+    read a state blob, delete, lock).  The integrity checks are here, in the
+    base class, so that every store gets them: :meth:`load_manifest` (the
+    manifest parses, has its fields with their types, passes its own checksum,
+    has a known format, and names the epoch of the place it sits in),
+    :meth:`load_checkpoint` and :meth:`verify` (every state blob has the size
+    and sha256 its entry records).  A store should not override these three.
+    """
 
     @abc.abstractmethod
     def list_epochs(self) -> list[int]:
@@ -50,15 +61,15 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def read_manifest(self, epoch: int) -> Manifest:
-        """Parse the manifest of ``epoch`` (raises if missing or unreadable)."""
+        """Parse the manifest of ``epoch`` with :meth:`Manifest.from_json`.
+
+        Raises if it is missing or damaged; :meth:`load_manifest` is the
+        checked way in.
+        """
 
     @abc.abstractmethod
     def read_state(self, epoch: int, node_id: str) -> bytes:
-        """The state blob of ``node_id`` in ``epoch``."""
-
-    @abc.abstractmethod
-    def verify(self, epoch: int) -> Manifest:
-        """Check every file of ``epoch``; raise :class:`CheckpointCorruptError` if damaged."""
+        """The state blob of ``node_id`` in ``epoch`` (unchecked; see :meth:`load_checkpoint`)."""
 
     @abc.abstractmethod
     def delete(self, epoch: int) -> None:
@@ -87,6 +98,78 @@ class Store(abc.ABC):
             self.delete(e)
         return doomed
 
+    def describe(self, epoch: int) -> str:
+        """Where checkpoint ``epoch`` lives, for messages."""
+        return f"checkpoint {epoch} in {self!r}"
+
+    def read_state_entry(self, epoch: int, node_id: str, entry: dict[str, Any]) -> bytes:
+        """The blob that the manifest's state ``entry`` of ``node_id`` points to."""
+        return self.read_state(epoch, node_id)
+
+    def set_aside(self, epochs: list[int]) -> str:
+        """Move checkpoints ``epochs`` out of the way (kept, not deleted); say where.
+
+        Used by a job started with ``from_scratch=True``.  A store that cannot
+        do it refuses, and the user moves them by hand.
+        """
+        raise CheckpointError(
+            f"{self!r} cannot set checkpoints aside; move or remove checkpoints "
+            f"{', '.join(map(str, epochs))} yourself, then start the job again"
+        )
+
+    # ------------------------------------------------------------------ integrity (all stores)
+    def load_manifest(self, epoch: int) -> Manifest:
+        """The manifest of ``epoch``, checked; raise :class:`CheckpointCorruptError` if damaged."""
+        where = self.describe(epoch)
+        try:
+            m = self.read_manifest(epoch)
+        except CheckpointCorruptError as e:
+            raise type(e)(f"{where}: {e}") from e
+        except (OSError, KeyError, ValueError, TypeError) as e:
+            raise CheckpointCorruptError(
+                f"{where}: manifest unreadable ({type(e).__name__}: {e})"
+            ) from e
+        if m.epoch != epoch:
+            raise CheckpointCorruptError(
+                f"{where}: the manifest says epoch {m.epoch!r}, the place it sits in is "
+                f"epoch {epoch} (copied or moved from another checkpoint)"
+            )
+        return m
+
+    def load_checkpoint(self, epoch: int) -> tuple[Manifest, dict[str, bytes]]:
+        """The checked manifest of ``epoch`` and every state blob, each checked.
+
+        Raises :class:`CheckpointCorruptError` naming the first damage found.
+        """
+        m = self.load_manifest(epoch)
+        where = self.describe(epoch)
+        blobs: dict[str, bytes] = {}
+        for node_id, entry in m.state.items():
+            try:
+                blob = self.read_state_entry(epoch, node_id, entry)
+            except CheckpointCorruptError as e:
+                raise type(e)(f"{where}: {e}") from e
+            except (OSError, KeyError, ValueError) as e:
+                raise CheckpointCorruptError(
+                    f"{where}: state {entry['file']!r} of {node_id!r} missing or unreadable "
+                    f"({type(e).__name__}: {e})"
+                ) from e
+            if len(blob) != entry["size"]:
+                raise CheckpointCorruptError(
+                    f"{where}: state {entry['file']!r} of {node_id!r} has {len(blob)} bytes, "
+                    f"the manifest says {entry['size']}"
+                )
+            if sha256_of(blob) != entry["sha256"]:
+                raise CheckpointCorruptError(
+                    f"{where}: state {entry['file']!r} of {node_id!r} checksum mismatch"
+                )
+            blobs[node_id] = blob
+        return m, blobs
+
+    def verify(self, epoch: int) -> Manifest:
+        """Check every part of ``epoch``; raise :class:`CheckpointCorruptError` if damaged."""
+        return self.load_checkpoint(epoch)[0]
+
 
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
@@ -114,7 +197,7 @@ class LocalDirectoryStore(Store):
     ([1], b'state')
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], create: bool = True) -> None:
         if not str(path):
             raise ConfigurationError(
                 f"LocalDirectoryStore: path must be a directory name, got {path!r}; "
@@ -122,7 +205,8 @@ class LocalDirectoryStore(Store):
             )
         self.path = Path(path)
         self.checkpoints = self.path / "checkpoints"
-        self.checkpoints.mkdir(parents=True, exist_ok=True)
+        if create:
+            self.checkpoints.mkdir(parents=True, exist_ok=True)
         self._lock_file: IO[str] | None = None
 
     def __repr__(self) -> str:
@@ -131,20 +215,24 @@ class LocalDirectoryStore(Store):
     def epoch_dir(self, epoch: int) -> Path:
         return self.checkpoints / f"{epoch:012d}"
 
+    def describe(self, epoch: int) -> str:
+        return f"checkpoint {str(self.epoch_dir(epoch))!r}"
+
+    def _epoch_dirs(self) -> list[Path]:
+        if not self.checkpoints.is_dir():  # opened with create=False
+            return []
+        return list(self.checkpoints.iterdir())
+
     def list_epochs(self) -> list[int]:
         out = []
-        for d in self.checkpoints.iterdir():
+        for d in self._epoch_dirs():
             if d.name.isdigit() and (d / "manifest.json").exists():
                 out.append(int(d.name))
         return sorted(out)
 
     def list_incomplete(self) -> list[Path]:
         """Checkpoint directories without a manifest (torn writes)."""
-        return [
-            d
-            for d in self.checkpoints.iterdir()
-            if d.is_dir() and not (d / "manifest.json").exists()
-        ]
+        return [d for d in self._epoch_dirs() if d.is_dir() and not (d / "manifest.json").exists()]
 
     def write_checkpoint(self, manifest: Manifest, states: dict[str, bytes]) -> None:
         d = self.epoch_dir(manifest.epoch)
@@ -165,36 +253,34 @@ class LocalDirectoryStore(Store):
         _fsync_dir(d)
 
     def read_manifest(self, epoch: int) -> Manifest:
-        return Manifest.from_json((self.epoch_dir(epoch) / "manifest.json").read_text())
+        return Manifest.from_json((self.epoch_dir(epoch) / "manifest.json").read_bytes())
 
     def read_state(self, epoch: int, node_id: str) -> bytes:
-        m = self.read_manifest(epoch)
-        return (self.epoch_dir(epoch) / m.state[node_id]["file"]).read_bytes()
+        entry = self.read_manifest(epoch).state[node_id]
+        return self.read_state_entry(epoch, node_id, entry)
 
-    def verify(self, epoch: int) -> Manifest:
-        d = self.epoch_dir(epoch)
-        try:
-            m = self.read_manifest(epoch)
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise CheckpointCorruptError(f"checkpoint {d}: manifest unreadable ({e})") from e
-        for node_id, info in m.state.items():
-            f = d / info["file"]
-            try:
-                blob = f.read_bytes()
-            except OSError as e:
-                raise CheckpointCorruptError(
-                    f"checkpoint {d}: state file of {node_id!r} missing ({e})"
-                ) from e
-            if len(blob) != info["size"]:
-                raise CheckpointCorruptError(
-                    f"checkpoint {d}: state file {f.name} has {len(blob)} bytes, "
-                    f"the manifest says {info['size']}"
-                )
-            if sha256_of(blob) != info["sha256"]:
-                raise CheckpointCorruptError(
-                    f"checkpoint {d}: state file {f.name} checksum mismatch"
-                )
-        return m
+    def read_state_entry(self, epoch: int, node_id: str, entry: dict[str, Any]) -> bytes:
+        rel = Path(entry["file"])
+        if rel.is_absolute() or ".." in rel.parts:
+            raise CheckpointCorruptError(
+                f"state file of {node_id!r} is {entry['file']!r}, outside the checkpoint"
+            )
+        return (self.epoch_dir(epoch) / rel).read_bytes()
+
+    def set_aside(self, epochs: list[int]) -> str:
+        """Move the directories of ``epochs`` to ``DIR/set-aside-<UTC time>/``."""
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        dest = self.path / f"set-aside-{stamp}"
+        n = 1
+        while dest.exists():
+            n += 1
+            dest = self.path / f"set-aside-{stamp}-{n}"
+        dest.mkdir()
+        for e in epochs:
+            os.rename(self.epoch_dir(e), dest / self.epoch_dir(e).name)
+        _fsync_dir(dest)
+        _fsync_dir(self.checkpoints)
+        return str(dest)
 
     def delete(self, epoch: int) -> None:
         d = self.epoch_dir(epoch)

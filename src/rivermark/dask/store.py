@@ -252,25 +252,21 @@ class DaskDatasetStore(Store):
             raise KeyError(f"{self!r}: checkpoint {epoch!r} has no state for node {node_id!r}")
         return bytes(blob)
 
-    def verify(self, epoch: int) -> Manifest:
-        where = f"checkpoint {self.manifest_name(epoch)!r}"
-        try:
-            m = self.read_manifest(epoch)
-        except (KeyError, ValueError, TypeError) as e:
-            raise CheckpointCorruptError(f"{where}: manifest unreadable ({e})") from e
-        for node_id, info in m.state.items():
-            blob = self._get(f"read the state of {node_id!r}", self.state_name(epoch, node_id))
-            if blob is _MISSING:
-                raise CheckpointCorruptError(
-                    f"{where}: state dataset of {node_id!r} ({self.state_name(epoch, node_id)!r}) "
-                    f"is missing"
-                )
-            if len(blob) != info["size"] or sha256_of(bytes(blob)) != info["sha256"]:
-                raise CheckpointCorruptError(
-                    f"{where}: state dataset of {node_id!r} has {len(blob)} bytes or a checksum "
-                    f"that differs from the manifest's ({info['size']} bytes)"
-                )
-        return m
+    def describe(self, epoch: int) -> str:
+        return f"checkpoint {self.manifest_name(epoch)!r}"
+
+    def set_aside(self, epochs: list[int]) -> str:
+        """Republish the datasets of ``epochs`` under ``PREFIX/set-aside-<UTC time>/``."""
+        dest = f"{self.prefix}/set-aside-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+        by_epoch = self._datasets_by_epoch()
+        for e in epochs:
+            for name in by_epoch.get(e, []):
+                value = self._get(f"read dataset {name!r}", name)
+                if value is not _MISSING:
+                    rest = name[len(self.prefix) + len("/checkpoints/") :]
+                    self._publish(f"set {name!r} aside", f"{dest}/{rest}", value)
+            self.delete(e)
+        return dest
 
     def delete(self, epoch: int) -> None:
         names = self._datasets_by_epoch().get(epoch, [])

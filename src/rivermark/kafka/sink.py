@@ -44,6 +44,11 @@ reads the marker group's committed offset ``C`` (the newest committed epoch):
 * a crash before the manifest of ``e`` was durable restores ``e - 1``;
   epoch ``e``'s transaction was aborted and its input is replayed.
 
+Starting over (``Job(..., from_scratch=True)``): ``start_over()`` fences
+and aborts like ``restore``, rolls nothing forward, and resets the marker to
+epoch 0, so the new run's epochs form a new sequence; the records committed
+by earlier runs stay in the topic.
+
 So a ``read_committed`` consumer sees every record exactly once.  Cost: the
 output of one epoch is kept in memory and written into the checkpoint.
 Limit: with several exactly-once sinks in one job each resolves its own
@@ -416,6 +421,39 @@ class ToKafka(Stream):
         self._epoch_records = []
         producer.begin_transaction()
         self._in_txn = True
+
+    def start_over(self) -> None:
+        """Start a new epoch sequence (the job starts from scratch).
+
+        Records of earlier runs that were committed stay visible (Kafka cannot
+        take them back); nothing of an earlier run is produced or committed
+        again.  The marker group is reset to epoch 0 in an empty transaction,
+        so no epoch number of the earlier sequence is mistaken for a committed
+        epoch of the new one.
+        """
+        if not self.exactly_once:
+            return
+        producer = self._ensure_producer()
+        self._retrying("init_transactions", lambda: producer.init_transactions(self.flush_timeout))
+        self._in_txn = False
+        self._restored_records = None
+        self._epoch_records = []
+        committed = self._read_committed_epoch()
+        logger.warning(
+            "%s: starting over from scratch: %r keeps the records committed by earlier runs "
+            "(up to epoch %d); a new epoch sequence begins",
+            self._display_name(),
+            self.topic,
+            committed,
+        )
+        producer.begin_transaction()
+        self._commit_epoch(0)
+        producer.begin_transaction()
+        self._in_txn = True
+
+    def unaccounted_output(self) -> str | None:
+        """Not checked for a topic: other writers may share it (see the module docs)."""
+        return None
 
     # ---------------------------------------------------------------- lifecycle
     def stop(self) -> None:

@@ -17,13 +17,25 @@ job calls them in this order around checkpoint ``epoch``:
    is unknown, then get ready to receive records again.
 
 A plain ``sink(func)`` does not implement this: its output is at-least-once.
+
+Starting over (:class:`StartOverSink`, optional).  A job started with
+``from_scratch=True`` (``rivermark run --from-scratch``) restores no
+checkpoint and calls ``start_over()`` on every checkpointed sink instead of
+``restore``: the sink discards or disowns the output of earlier runs so that
+the new run's output is not appended to it (``sink_to_textfile`` truncates
+its file; an exactly-once ``to_kafka`` cannot take committed records back
+and starts a new epoch sequence).  A job refuses ``from_scratch`` when a
+checkpointed sink does not implement it.  ``unaccounted_output()`` is asked
+when a job starts on a store without any checkpoint: a sink that finds output
+of an earlier run (a file with content) describes it in one line, and the
+job refuses to append to it unless started from scratch.
 """
 
 from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["CheckpointedSink"]
+__all__ = ["CheckpointedSink", "StartOverSink"]
 
 
 @runtime_checkable
@@ -38,3 +50,14 @@ class CheckpointedSink(Protocol):
 
     def restore(self, handle: Any) -> None:
         """Roll the output back or forward to the checkpoint holding ``handle``."""
+
+
+@runtime_checkable
+class StartOverSink(CheckpointedSink, Protocol):
+    """A checkpointed sink that can start its output over (see module docs)."""
+
+    def start_over(self) -> None:
+        """Discard or disown the output of earlier runs; the next epoch starts a new one."""
+
+    def unaccounted_output(self) -> str | None:
+        """One line describing existing output that no checkpoint accounts for, or ``None``."""

@@ -7,7 +7,10 @@ already visible); ``restore(handle)`` truncates the file back to
 ``handle["length"]``, so the lines written after the checkpoint, which the
 resumed job writes again, are not duplicated.  With no checkpoint
 (``handle=None``) a file opened with ``mode="w"`` is truncated to empty and
-one opened with ``mode="a"`` is left as it is.
+one opened with ``mode="a"`` is left as it is; a job refuses to start on a
+store without checkpoints when such a file already has content
+(``unaccounted_output``), unless it starts from scratch: then ``start_over``
+truncates the file to empty, whatever its mode.
 """
 
 from __future__ import annotations
@@ -149,6 +152,31 @@ class SinkToTextfile(Stream):
         self._file = open(self.path, "a", **self.open_kwargs)  # noqa: SIM115
         self._truncate_pending = False
         logger.info("%s: restored %r to %d bytes", self._display_name(), self.path, length)
+
+    def start_over(self) -> None:
+        """Truncate the file to empty: the job starts from scratch (bytes discarded are logged)."""
+        f = self._require_file("start_over")
+        f.flush()
+        size = os.fstat(f.fileno()).st_size
+        f.truncate(0)
+        f.flush()
+        os.fsync(f.fileno())
+        self._truncate_pending = False
+        logger.warning(
+            "%s: starting over from scratch: emptied %r (%d bytes discarded)",
+            self._display_name(),
+            self.path,
+            size,
+        )
+
+    def unaccounted_output(self) -> str | None:
+        """The file's size if it has content that mode ``"a"`` would append to."""
+        if self.mode == "w" or self._file is None:
+            return None
+        size = os.fstat(self._file.fileno()).st_size
+        if size == 0:
+            return None
+        return f"{self._display_name()}: {self.path!r} already holds {size} bytes"
 
     def _require_file(self, what: str) -> IO[str]:
         if self._file is None:

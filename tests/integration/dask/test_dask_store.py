@@ -65,12 +65,26 @@ def test_damaged_checkpoint_fails_verification_and_readers_fall_back(client: Cli
     write(store, 1, {"acc": pickle.dumps("good")})
     write(store, 2, {"acc": pickle.dumps("newer")})
     client.publish_dataset(b"garbage", name=store.state_name(2, "acc"), override=True)
-    with pytest.raises(CheckpointCorruptError, match="checksum"):
+    with pytest.raises(CheckpointCorruptError, match="has 7 bytes, the manifest says"):
         store.verify(2)
     client.unpublish_dataset(store.state_name(2, "acc"))
-    with pytest.raises(CheckpointCorruptError, match="is missing"):
+    with pytest.raises(CheckpointCorruptError, match="missing or unreadable"):
         store.verify(2)
     assert store.latest_states() == {"acc": "good"}
+
+
+def test_damaged_manifest_and_set_aside(client: Client) -> None:
+    store = new_store(client)
+    write(store, 1, {"acc": pickle.dumps("one")})
+    write(store, 2, {"acc": pickle.dumps("two")})
+    text = client.get_dataset(store.manifest_name(2)).replace('"epoch": 2', '"epoch": 1')
+    client.publish_dataset(text, name=store.manifest_name(2), override=True)
+    with pytest.raises(CheckpointCorruptError, match="checksum mismatch"):
+        store.verify(2)
+    where = store.set_aside([1, 2])
+    assert store.list_epochs() == [] and store.list_incomplete() == []
+    assert f"{where}/000000000001/manifest" in client.list_datasets()
+    assert client.get_dataset(f"{where}/000000000002/state/acc") == pickle.dumps("two")
 
 
 def test_a_job_resumes_from_the_dataset_store(client: Client, tmp_path: Path) -> None:

@@ -1,0 +1,173 @@
+"""The manifest checks itself (checksum, schema, format) and every Store inherits the checks."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import pkgutil
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import rivermark
+from rivermark.checkpoint import (
+    CheckpointCorruptError,
+    LocalDirectoryStore,
+    Manifest,
+    ManifestError,
+    ManifestFormatError,
+    Store,
+)
+from rivermark.checkpoint.manifest import FORMAT_VERSION, sha256_of
+
+
+def _manifest() -> Manifest:
+    return Manifest(
+        epoch=7,
+        time=12.5,
+        fingerprint={"sum": "Accumulate()"},
+        positions={"src": {2: 10, 10: 4}},
+        sinks={"out": {"path": "o.txt", "length": 99}},
+        state={"sum": {"file": "state/sum.pkl", "size": 3, "sha256": sha256_of(b"abc")}},
+    )
+
+
+def _edit(edit: Any) -> str:
+    d = json.loads(_manifest().to_json())
+    edit(d)
+    return json.dumps(d)
+
+
+def test_round_trip_with_int_keys_keeps_the_checksum() -> None:
+    text = _manifest().to_json()
+    d = json.loads(text)
+    assert d["format"] == FORMAT_VERSION == 2 and re.fullmatch(r"[0-9a-f]{64}", d["checksum"])
+    m = Manifest.from_json(text)
+    assert m.positions == {"src": {"2": 10, "10": 4}} and m.epoch == 7
+    assert Manifest.from_json(m.to_json()).to_json() == text
+
+
+def _set(path: tuple[str, ...], value: Any) -> Any:
+    def edit(d: dict[str, Any]) -> None:
+        for k in path[:-1]:
+            d = d[k]
+        d[path[-1]] = value
+
+    return edit
+
+
+def _drop(path: tuple[str, ...]) -> Any:
+    def edit(d: dict[str, Any]) -> None:
+        for k in path[:-1]:
+            d = d[k]
+        del d[path[-1]]
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (_set(("epoch",), 8), "checksum mismatch"),
+        (_set(("sinks", "out", "length"), 98), "checksum mismatch"),
+        (_set(("positions", "src", "2"), 11), "checksum mismatch"),
+        (_set(("fingerprint", "sum"), "Other()"), "checksum mismatch"),
+        (_set(("checksum",), "0" * 64), "checksum mismatch"),
+        (_drop(("checksum",)), "no 'checksum' field"),
+        (_drop(("state",)), "no 'state' field"),
+        (_drop(("sinks",)), "no 'sinks' field"),
+        (_drop(("positions",)), "no 'positions' field"),
+        (_drop(("state", "sum", "file")), "state entry 'sum' has no 'file'"),
+        (_drop(("state", "sum", "sha256")), "state entry 'sum' has no 'sha256'"),
+        (_set(("state", "sum", "size"), "3"), "'size' must be an integer >= 0, got '3'"),
+        (_set(("state", "sum"), [1]), "state entry 'sum' must be an object"),
+        (_set(("positions",), []), "'positions' must be an object, got list"),
+        (_set(("epoch",), "7"), "'epoch' must be an integer >= 0, got '7'"),
+        (_set(("time",), None), "'time' must be a number, got None"),
+        (_set(("format",), "2"), "'format' must be an integer, got '2'"),
+    ],
+)
+def test_edited_removed_or_retyped_fields_are_damage(edit: Any, message: str) -> None:
+    with pytest.raises(ManifestError, match=re.escape(message)):
+        Manifest.from_json(_edit(edit))
+
+
+def test_unknown_format_is_refused_with_a_message() -> None:
+    with pytest.raises(ManifestFormatError, match=re.escape("manifest format 3 is not one")):
+        Manifest.from_json(_edit(_set(("format",), 3)))
+
+
+@pytest.mark.parametrize("text", ["", "{", "[]", "null", '"x"', b"\xff\xfe"])
+def test_not_a_manifest(text: str | bytes) -> None:
+    with pytest.raises(ManifestError):
+        Manifest.from_json(text)
+
+
+def test_format_1_without_checksum_is_read() -> None:
+    d = json.loads(_manifest().to_json())
+    del d["checksum"]
+    d["format"] = 1
+    assert Manifest.from_json(json.dumps(d)).epoch == 7
+    d["epoch"] = "x"
+    with pytest.raises(ManifestError, match="'epoch' must be an integer"):
+        Manifest.from_json(json.dumps(d))
+
+
+def _store_with_two(tmp_path: Path) -> LocalDirectoryStore:
+    store = LocalDirectoryStore(tmp_path)
+    for e in (1, 2):
+        store.write_checkpoint(Manifest(e, 0.0, {}, positions={"s": e}), {"acc": b"v%d" % e})
+    return store
+
+
+def test_epoch_must_match_its_directory(tmp_path: Path) -> None:
+    store = _store_with_two(tmp_path)
+    # a valid manifest (checksum and all) copied into another checkpoint's directory
+    older = store.epoch_dir(1) / "manifest.json"
+    (store.epoch_dir(2) / "manifest.json").write_bytes(older.read_bytes())
+    with pytest.raises(CheckpointCorruptError, match="the manifest says epoch 1.*epoch 2"):
+        store.verify(2)
+    assert store.verify(1).positions == {"s": 1}
+
+
+def test_state_file_path_outside_the_checkpoint_is_damage(tmp_path: Path) -> None:
+    store = _store_with_two(tmp_path)
+    m = store.read_manifest(2)
+    m.state["acc"]["file"] = "../000000000001/state/acc.pkl"
+    (store.epoch_dir(2) / "manifest.json").write_text(m.to_json())
+    with pytest.raises(CheckpointCorruptError, match="outside the checkpoint"):
+        store.verify(2)
+
+
+def test_missing_manifest_or_state_is_damage_not_a_crash(tmp_path: Path) -> None:
+    store = _store_with_two(tmp_path)
+    (store.epoch_dir(2) / "state" / "acc.pkl").unlink()
+    with pytest.raises(CheckpointCorruptError, match="'state/acc.pkl' of 'acc' missing"):
+        store.load_checkpoint(2)
+    manifest, blobs = store.load_checkpoint(1)
+    assert blobs == {"acc": b"v1"} and manifest.epoch == 1
+
+
+def test_read_only_open_creates_nothing(tmp_path: Path) -> None:
+    store = LocalDirectoryStore(tmp_path / "none", create=False)
+    assert store.list_epochs() == [] and store.list_incomplete() == []
+    assert not (tmp_path / "none").exists()
+
+
+def test_every_store_in_the_package_inherits_the_integrity_checks() -> None:
+    for info in pkgutil.walk_packages(rivermark.__path__, "rivermark."):
+        try:
+            importlib.import_module(info.name)
+        except ImportError:  # an optional dependency that is not installed
+            continue
+
+    def subclasses(cls: type) -> list[type]:
+        return [c for sub in cls.__subclasses__() for c in (sub, *subclasses(sub))]
+
+    stores = [c for c in subclasses(Store) if c.__module__.startswith("rivermark.")]
+    assert {c.__name__ for c in stores} >= {"LocalDirectoryStore", "DaskDatasetStore"}
+    for cls in stores:
+        for name in ("load_manifest", "load_checkpoint", "verify"):
+            assert getattr(cls, name) is getattr(Store, name), (cls, name)
