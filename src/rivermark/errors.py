@@ -17,7 +17,14 @@ __all__ = [
 
 
 class RivermarkError(Exception):
-    """Root of every exception raised by rivermark."""
+    """Root of every exception raised by rivermark.
+
+    ``exit_code`` is the status the ``rivermark`` command exits with when the
+    error ends it: 2 for usage and configuration errors (the default), 1 for
+    failures of a running job.
+    """
+
+    exit_code: int = 2
 
 
 class ConfigurationError(RivermarkError, ValueError):

@@ -11,6 +11,7 @@ from .errors import (
     CheckpointError,
     CheckpointLockedError,
     CheckpointMismatchError,
+    CheckpointWriteError,
     JobFailedError,
 )
 from .job import Job
@@ -27,4 +28,5 @@ __all__ = [
     "CheckpointLockedError",
     "CheckpointCorruptError",
     "JobFailedError",
+    "CheckpointWriteError",
 ]
