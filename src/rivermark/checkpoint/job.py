@@ -146,6 +146,11 @@ class Job:
         self.nodes = graph.topological(node)
         self._ids = graph.node_ids(node)
         self.fingerprint = graph.fingerprint(node)
+        sinks = [n for n in self.nodes if isinstance(n, CheckpointedSink)]
+        for k in sinks:
+            # a sink's output (file, topic) is part of the graph's identity: a
+            # checkpoint's handle is refused for another output
+            self.fingerprint.setdefault(self._ids[id(k)], k.state_signature())  # type: ignore[attr-defined]
         self.sources: list[Source] = [n for n in self.nodes if isinstance(n, Source)]
         self.stateful = [n for n in self.nodes if n.is_stateful and not isinstance(n, Source)]
         self.sinks = [
@@ -252,6 +257,11 @@ class Job:
             for s in self.sources:
                 s.start()
             await self._main_loop()
+        except BaseException:
+            # a job refused at start (or failed) releases its sinks' files and
+            # locks before the checkpoint lock; closing is idempotent
+            self._close_sinks()
+            raise
         finally:
             self._running = False
             self.store.unlock()
@@ -557,6 +567,9 @@ class Job:
                     logger.warning("source %r did not stop within %s s", s, _STOP_WAIT)
                 except Exception:
                     logger.debug("source %r failed while stopping", s, exc_info=True)
+        self._close_sinks()
+
+    def _close_sinks(self) -> None:
         for k in self.sinks:
             close = getattr(k, "close", None)
             if callable(close):

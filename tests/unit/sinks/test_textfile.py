@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -55,7 +56,8 @@ def test_pre_commit_then_restore_is_byte_exact(tmp_path: Path) -> None:
         s.emit(f"line-{i}-é")
     handle = sink.pre_commit(1)
     snapshot = path.read_bytes()
-    assert handle == {"path": str(path), "length": len(snapshot)}
+    assert handle["path"] == str(path) and handle["length"] == len(snapshot)
+    assert handle["realpath"] == os.path.realpath(path) and len(handle["tail_sha256"]) == 64
     assert snapshot.decode() == "line-0-é\nline-1-é\nline-2-é\n"
     sink.commit(1, handle)
     for i in range(3, 6):
@@ -127,7 +129,8 @@ def test_accepts_an_open_file(tmp_path: Path) -> None:
         s = Stream()
         sink = s.sink_to_textfile(f)
         s.emit("in")
-        assert sink.pre_commit(0) == {"path": str(path), "length": 3}
+        handle = sink.pre_commit(0)
+        assert (handle["path"], handle["length"]) == (str(path), 3)
 
 
 @pytest.mark.parametrize(
