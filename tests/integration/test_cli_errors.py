@@ -251,3 +251,23 @@ def test_failing_user_function_names_the_node_once(tmp_path: Path) -> None:
     )
     assert err.count("bad record seven") == 1, err
     assert "numbers" not in err
+
+
+def test_input_truncated_below_the_checkpoint(tmp_path: Path) -> None:
+    inp, out = tmp_path / "in.txt", tmp_path / "out.txt"
+    inp.write_text("".join(f"{i}\n" for i in range(100)))
+    app = write_app(
+        tmp_path,
+        f"""\
+        from rivermark import Stream
+        source = Stream.from_textfile({str(inp)!r}, stop_at_eof=True, name="input")
+        source.map(str.strip).sink_to_textfile({str(out)!r})
+        """,
+    )
+    args = ("run", f"{app}:source", "--checkpoint", str(tmp_path / "c"))
+    assert run(*args).returncode == 0
+    size = inp.stat().st_size
+    inp.write_text("0\n")
+    assert_clear(
+        run(*args), 2, f"{str(inp)!r} has 2 bytes", f"checkpointed position {size}", "on_changed"
+    )
