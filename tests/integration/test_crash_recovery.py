@@ -72,7 +72,7 @@ def test_random_kills_give_identical_output(workdir: Path, reference: bytes) -> 
         store = LocalDirectoryStore(ckpt) if ckpt.exists() else None
         epochs = store.list_epochs() if store else []
         if store and epochs:
-            progress.append(store.read_manifest(epochs[-1]).positions["lines"]["offset"])
+            progress.append(store.read_manifest(epochs[-1]).positions["lines"])
 
     report = run_with_crashes(
         _cmd(ckpt),

@@ -19,7 +19,8 @@ was replaced or rewritten outside the job) it refuses with
 While a job runs (from ``restore`` to :meth:`SinkToTextfile.close`) the sink
 holds an exclusive lock (``flock``) on its file; a second job writing the
 same file is refused with :class:`~rivermark.errors.FileInUseError`, naming
-the process that holds it.
+the process that holds it.  A device or pipe (``/dev/null``) is neither
+checked nor locked.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import stat
 from typing import IO, Any, ClassVar
 
 from .._fileid import lock_holder, tail_digest
@@ -37,6 +39,14 @@ from ..errors import ChangedFileError, ConfigurationError, FileInUseError
 logger = logging.getLogger(__name__)
 
 __all__ = ["SinkToTextfile"]
+
+
+def _is_regular_file(path: str) -> bool:
+    """A regular file (or none yet); not a device such as ``/dev/null`` or a pipe."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return True
 
 
 @Stream.register_api(attribute_name="sink_to_textfile")
@@ -128,6 +138,9 @@ class SinkToTextfile(Stream):
             self._truncate_pending = False
             f.truncate(0)
         f.flush()
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode):  # a device or pipe: nothing to make durable
+            return {"path": self.path, "length": 0}
         os.fsync(f.fileno())
         length = os.fstat(f.fileno()).st_size
         logger.debug("%s: pre-commit epoch %s at %d bytes", self._display_name(), epoch, length)
@@ -156,7 +169,9 @@ class SinkToTextfile(Stream):
                 f"{self._display_name()}: cannot restore a file given as an object without a "
                 "path; pass the file name to sink_to_textfile"
             )
-        self._take_lock()
+        regular = _is_regular_file(self.path)
+        if regular:
+            self._take_lock()
         try:
             if handle is None:
                 if self.mode != "w":
@@ -164,14 +179,16 @@ class SinkToTextfile(Stream):
                 length = 0
             else:
                 length = int(handle["length"])
-                self._check_handle(handle, length)
+                if regular:
+                    self._check_handle(handle, length)
             if self._file is not None:
                 self._file.close()
                 self._file = None
-            with open(self.path, "r+b") as raw:
-                raw.truncate(length)
-                raw.flush()
-                os.fsync(raw.fileno())
+            if regular:
+                with open(self.path, "r+b") as raw:
+                    raw.truncate(length)
+                    raw.flush()
+                    os.fsync(raw.fileno())
             self._file = open(self.path, "a", **self.open_kwargs)  # noqa: SIM115
         except BaseException:
             self._release_lock()

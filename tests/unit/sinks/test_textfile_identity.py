@@ -140,3 +140,16 @@ def test_a_second_job_writing_the_same_file_is_refused_naming_the_holder(
         rc = proc.wait(timeout=120)
     assert rc == 0
     assert out.read_text() == "".join(f"{i}\n" for i in range(10))
+
+
+def test_dev_null_is_neither_checked_nor_locked(tmp_path: Path) -> None:
+    # many jobs may write to /dev/null at once
+    sources = [Stream.from_iterable([1, 2], name="numbers") for _ in range(2)]
+    sinks = [s.sink_to_textfile(os.devnull) for s in sources]
+    handles = []
+    for sink in sinks:
+        sink.restore(None)
+        handles.append(sink.pre_commit(1))
+    for sink, handle in zip(sinks, handles):
+        sink.restore(handle)
+        sink.close()
