@@ -2,9 +2,13 @@
 
 1. writes 200,000 JSON events into ``demo-output/events.jsonl``;
 2. runs ``examples/demo_app.py`` once without interruption (the reference);
-3. runs it again, killing the process at random moments and restarting it
-   from its checkpoint directory until it finishes;
+3. runs it again, killing the process with SIGKILL at evenly spaced points
+   of its progress (event ids, not wall time, so the number of kills does
+   not depend on the machine's speed) and restarting it from its checkpoint
+   directory each time, until it finishes;
 4. compares the two output files byte for byte.
+
+``RIVERMARK_DEMO_KILLS`` (default 5) sets the number of kills.
 """
 
 from __future__ import annotations
@@ -15,9 +19,10 @@ import os
 import random
 import shutil
 import sys
+import time
 from pathlib import Path
 
-from rivermark.testing.crash import run_uncrashed, run_with_crashes
+from rivermark.testing.crash import run_uncrashed, run_with_kills_at
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = Path(os.environ.get("RIVERMARK_DEMO_DIR", "demo-output")).resolve()
@@ -47,34 +52,64 @@ def command(checkpoint: Path) -> list[str]:
     ]
 
 
+def rivermark_command() -> str:
+    """How to call this environment's ``rivermark`` from any directory."""
+    script = Path(sys.executable).parent / "rivermark"
+    if script.exists():
+        return str(script)
+    return f"{sys.executable} -m rivermark.cli"
+
+
 def main() -> int:
     shutil.rmtree(OUT, ignore_errors=True)
     OUT.mkdir(parents=True)
     events = OUT / "events.jsonl"
     n = int(os.environ.get("RIVERMARK_DEMO_EVENTS", "200000"))
+    kills = int(os.environ.get("RIVERMARK_DEMO_KILLS", "5"))
     write_events(events, n)
-    print(f"wrote {n} events to {events}")
+    print(f"wrote {n:,} events to {events}")
 
     env = dict(os.environ, RIVERMARK_DEMO_INPUT=str(events))
     reference = OUT / "reference.jsonl"
+    started = time.monotonic()
     run_uncrashed(
         command(OUT / "ckpt-reference"), env=dict(env, RIVERMARK_DEMO_OUTPUT=str(reference))
     )
-    print(f"uncrashed run wrote {reference.stat().st_size} bytes")
+    lines = reference.read_bytes().count(b"\n")
+    print(
+        f"uncrashed run: {lines:,} output lines ({reference.stat().st_size:,} bytes) "
+        f"in {time.monotonic() - started:.1f} s"
+    )
 
     crashed = OUT / "crashed.jsonl"
-    report = run_with_crashes(
+    # kill points spread over the events, by event id: each run gets one
+    points = [n * (i + 1) // (kills + 1) for i in range(kills)]
+    print(f"crashed run: killing the job with SIGKILL {kills} times, at events {points} ...")
+    report = run_with_kills_at(
         command(OUT / "ckpt-crashed"),
+        points,
+        hold_file=OUT / "hold",
         env=dict(env, RIVERMARK_DEMO_OUTPUT=str(crashed)),
-        kills=5,
-        min_delay=0.3,
-        max_delay=1.5,
     )
-    print(f"crashed run: {report}")
+    print(
+        f"crashed run: {report.kills} kills, {report.runs} runs (each restart resumed from "
+        f"its last checkpoint), {'finished' if report.completed else 'DID NOT FINISH'}"
+    )
     same = filecmp.cmp(reference, crashed, shallow=False)
-    print("outputs are byte-identical: exact resume" if same else "OUTPUTS DIFFER")
-    print("inspect the checkpoints with: rivermark checkpoints list", OUT / "ckpt-crashed")
-    return 0 if same and report.completed else 1
+    if same and report.kills >= kills:
+        print(
+            f"outputs are byte-identical after {report.kills} kills: exact resume, "
+            "nothing lost, nothing duplicated"
+        )
+    elif same:
+        print(f"outputs are byte-identical, but only {report.kills} of {kills} kills happened")
+    else:
+        print(f"OUTPUTS DIFFER: compare {reference} and {crashed}")
+    print(
+        "inspect the checkpoints with:\n  "
+        f"{rivermark_command()} checkpoints list {OUT / 'ckpt-crashed'}"
+    )
+    return 0 if same and report.completed and report.kills >= kills else 1
 
 
 if __name__ == "__main__":

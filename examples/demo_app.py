@@ -14,6 +14,7 @@ import json
 import os
 
 from rivermark import Stream
+from rivermark.testing.crash import hold_point
 
 INPUT = os.environ.get("RIVERMARK_DEMO_INPUT", "demo-output/events.jsonl")
 OUTPUT = os.environ.get("RIVERMARK_DEMO_OUTPUT", "demo-output/totals.jsonl")
@@ -21,6 +22,8 @@ OUTPUT = os.environ.get("RIVERMARK_DEMO_OUTPUT", "demo-output/totals.jsonl")
 
 def add(totals: dict[str, int], record: dict[str, object]) -> tuple[dict[str, int], str]:
     """Fold one event into the running totals; emit that user's new total."""
+    # the demo's kill points: a no-op unless examples/demo.py set RIVERMARK_HOLD_AT
+    hold_point(int(record["id"]))  # type: ignore[call-overload]
     user = str(record["user"])
     new = dict(totals)
     new[user] = new.get(user, 0) + int(record["amount"])  # type: ignore[call-overload]

@@ -20,15 +20,10 @@ from __future__ import annotations
 
 import argparse
 import logging
-import runpy
-import signal
 import sys
-import threading
-from pathlib import Path
-from typing import Any
 
+from ._app import load_app, parse_every
 from .checkpoint import Job, inspect
-from .core.node import Stream
 from .errors import RivermarkError
 
 logger = logging.getLogger(__name__)
@@ -36,40 +31,16 @@ logger = logging.getLogger(__name__)
 __all__ = ["main"]
 
 
-def _load_node(target: str) -> Stream:
-    path, sep, name = target.rpartition(":")
-    if not sep or not path or not name:
-        raise SystemExit(f"rivermark run: expected path/to/app.py:name, got {target!r}")
-    if not Path(path).exists():
-        raise SystemExit(f"rivermark run: no such file {path!r}")
-    sys.path.insert(0, str(Path(path).resolve().parent))
-    namespace = runpy.run_path(path, run_name="__rivermark_app__")
-    node = namespace.get(name)
-    if not isinstance(node, Stream):
-        raise SystemExit(
-            f"rivermark run: {name!r} in {path!r} must be a stream node, got {node!r}; "
-            "name a module-level variable that holds a node of the graph"
-        )
-    return node
-
-
 def _cmd_run(args: argparse.Namespace) -> int:
-    node = _load_node(args.target)
-    every: Any = None if args.every in ("none", "None", "0") else args.every
+    node = load_app(args.target)
     job = Job(
         node,
         checkpoint=args.checkpoint,
-        every=every,
+        every=parse_every(args.every),
         keep=args.keep,
         from_scratch=args.from_scratch,
     )
-
-    def on_signal(signum: int, frame: Any) -> None:
-        logger.warning("signal %d: stopping with a final checkpoint", signum)
-        threading.Thread(target=job.stop, daemon=True).start()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    job.install_signal_handlers()
     job.run()
     return 0
 
@@ -97,7 +68,11 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run path/to/app.py:name as a checkpointed job")
     run.add_argument("target", help="path/to/app.py:name")
     run.add_argument("--checkpoint", required=True, help="checkpoint directory")
-    run.add_argument("--every", default="2s", help="checkpoint interval (e.g. 2s, 200ms, none)")
+    run.add_argument(
+        "--every",
+        default="2s",
+        help="checkpoint interval (e.g. 2s, 200ms; 0 or none: only at start and end)",
+    )
     run.add_argument("--keep", type=int, default=10, help="checkpoints to keep")
     run.add_argument(
         "--from-scratch",
@@ -125,8 +100,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except RivermarkError as e:
+        msg = str(e)
+        print(msg if msg.startswith("rivermark") else f"rivermark: {msg}", file=sys.stderr)
+        return e.exit_code
+    except OSError as e:
+        logger.debug("rivermark failed", exc_info=True)
         print(f"rivermark: {e}", file=sys.stderr)
-        return 2
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

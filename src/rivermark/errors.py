@@ -13,11 +13,20 @@ __all__ = [
     "UserFunctionError",
     "GraphError",
     "NodeFailedError",
+    "ChangedFileError",
+    "FileInUseError",
 ]
 
 
 class RivermarkError(Exception):
-    """Root of every exception raised by rivermark."""
+    """Root of every exception raised by rivermark.
+
+    ``exit_code`` is the status the ``rivermark`` command exits with when the
+    error ends it: 2 for usage and configuration errors (the default), 1 for
+    failures of a running job.
+    """
+
+    exit_code: int = 2
 
 
 class ConfigurationError(RivermarkError, ValueError):
@@ -49,3 +58,17 @@ class NodeFailedError(RivermarkError):
     catch; that error is chained as ``__cause__`` and kept on the node as
     ``node.failure``.
     """
+
+
+class ChangedFileError(ConfigurationError):
+    """A file that a checkpoint refers to is not the one it recorded.
+
+    A source's input that is shorter than the checkpointed position or whose
+    bytes before it differ (truncated, replaced), or a sink's output that is
+    another file than the one the checkpoint's handle belongs to.  Resuming
+    would skip input or truncate an unrelated file, so it is refused.
+    """
+
+
+class FileInUseError(ConfigurationError):
+    """Another job (or another sink of this job) holds the lock of an output file."""

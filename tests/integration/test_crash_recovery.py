@@ -139,6 +139,7 @@ def test_sigterm_stops_gracefully_and_resumes(workdir: Path, reference: bytes) -
 def test_second_job_on_same_directory_is_refused(workdir: Path) -> None:
     ckpt = workdir / "locked-ckpt"
     env = _env(workdir, workdir / "locked.txt")
+    env["RIVERMARK_APP_WORK"] = "100000"  # the first job is still running when the second starts
     first = subprocess.Popen(_cmd(ckpt), env=env, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 30

@@ -26,9 +26,15 @@ def test_demo_kills_and_resumes_exactly(tmp_path: Path) -> None:
         timeout=240,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "outputs are byte-identical" in proc.stdout
-    kills = int(proc.stdout.split("CrashReport(kills=")[1].split(",")[0])
-    assert kills >= 1, proc.stdout
+    out = proc.stdout
+    assert "crashed run: 5 kills, 6 runs" in out, out
+    assert "outputs are byte-identical after 5 kills" in out, out
+    assert "CrashReport(" not in out  # a readable summary, not a repr
     reference = (tmp_path / "demo" / "reference.jsonl").read_bytes()
     # about a sixth of the events have a negative amount and are filtered out
     assert 90_000 < reference.count(b"\n") < 120_000
+    # the closing hint works as printed
+    hint = out.strip().splitlines()[-1].split()
+    listed = subprocess.run(hint, capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0, listed.stderr
+    assert "bytes" in listed.stdout

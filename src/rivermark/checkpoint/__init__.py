@@ -12,6 +12,7 @@ from .errors import (
     CheckpointLockedError,
     CheckpointMismatchError,
     CheckpointNotFoundError,
+    CheckpointWriteError,
     JobFailedError,
     ManifestError,
     ManifestFormatError,
@@ -39,4 +40,5 @@ __all__ = [
     "UnaccountedOutputError",
     "NotACheckpointDirectoryError",
     "CheckpointNotFoundError",
+    "CheckpointWriteError",
 ]

@@ -16,6 +16,7 @@ __all__ = [
     "NotACheckpointDirectoryError",
     "CheckpointNotFoundError",
     "JobFailedError",
+    "CheckpointWriteError",
 ]
 
 
@@ -73,4 +74,14 @@ class JobFailedError(CheckpointError):
 
     The failure is chained as ``__cause__``; the last complete checkpoint is
     intact, so running the job again resumes from it.
+    """
+
+    exit_code = 1
+
+
+class CheckpointWriteError(JobFailedError):
+    """A checkpoint could not be taken or written (disk full, permission lost, unpicklable state).
+
+    Every source and sink was stopped before this was raised, and nothing of
+    the failed epoch was committed; the previous checkpoint is intact.
     """

@@ -36,20 +36,24 @@ import hashlib
 import logging
 import os
 import pickle
+import signal
 import threading
 import time
 from typing import Any
 
+from .._app import check_run_allowed
+from .._frames import user_frame
 from ..core import graph, runtime
 from ..core.node import Stream
 from ..core.timeutil import parse_interval
-from ..errors import ConfigurationError, NodeFailedError
+from ..errors import ConfigurationError, NodeFailedError, UserFunctionError
 from ..sinks.base import CheckpointedSink, StartOverSink
 from ..sources.base import Source
 from ..testing.faults import fault_point
 from .errors import (
     CheckpointCorruptError,
     CheckpointMismatchError,
+    CheckpointWriteError,
     JobFailedError,
     NoValidCheckpointError,
     UnaccountedOutputError,
@@ -62,6 +66,26 @@ logger = logging.getLogger(__name__)
 __all__ = ["Job"]
 
 _POLL = 0.0005
+#: how long a failed job waits for each source to stop (seconds)
+_STOP_WAIT = 30.0
+
+
+def _unpicklable_part(value: Any, where: str = "state", depth: int = 0) -> tuple[str, Any]:
+    """The innermost part of ``value`` that cannot be pickled, and where it sits."""
+    if depth < 20:
+        items: list[tuple[str, Any]] = []
+        if isinstance(value, dict):
+            items = [(f"{where}[{k!r}]", v) for k, v in value.items()]
+        elif isinstance(value, (list, tuple)):
+            items = [(f"{where}[{i}]", v) for i, v in enumerate(value)]
+        elif hasattr(value, "__dict__") and not isinstance(value, type):
+            items = [(f"{where}.{k}", v) for k, v in vars(value).items()]
+        for w, v in items:
+            try:
+                pickle.dumps(v)
+            except Exception:
+                return _unpicklable_part(v, w, depth + 1)
+    return where, value
 
 
 class Job:
@@ -134,6 +158,11 @@ class Job:
         self.nodes = graph.topological(node)
         self._ids = graph.node_ids(node)
         self.fingerprint = graph.fingerprint(node)
+        sinks = [n for n in self.nodes if isinstance(n, CheckpointedSink)]
+        for k in sinks:
+            # a sink's output (file, topic) is part of the graph's identity: a
+            # checkpoint's handle is refused for another output
+            self.fingerprint.setdefault(self._ids[id(k)], k.state_signature())  # type: ignore[attr-defined]
         self.sources: list[Source] = [n for n in self.nodes if isinstance(n, Source)]
         self.stateful = [n for n in self.nodes if n.is_stateful and not isinstance(n, Source)]
         self.sinks = [
@@ -148,6 +177,9 @@ class Job:
             self._check_exactly_once()
         #: roots fed by ``emit`` (not sources): the job runs until ``stop()``
         self._emit_roots = [n for n in self.nodes if not n.upstreams and not isinstance(n, Source)]
+        for s in self.sources:
+            # the job reports a source's failure itself, once (see _source_failed)
+            s.log_failures = False
         if on_error is not None:
             for n in self.nodes:
                 if n.on_error is None:
@@ -197,6 +229,7 @@ class Job:
     # ------------------------------------------------------------------ running
     def run(self) -> None:
         """Run until every source is exhausted or :meth:`stop` is called (blocking)."""
+        check_run_allowed()
         loop = self.sources[0].loop if self.sources else runtime.background_loop()
         if runtime.in_loop_thread(loop):
             raise ConfigurationError(
@@ -206,6 +239,7 @@ class Job:
 
     async def run_async(self) -> None:
         """Run on the current event loop until done (see :meth:`run`)."""
+        check_run_allowed()
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         self._ckpt_lock = asyncio.Lock()
@@ -235,6 +269,11 @@ class Job:
             for s in self.sources:
                 s.start()
             await self._main_loop()
+        except BaseException:
+            # a job refused at start (or failed) releases its sinks' files and
+            # locks before the checkpoint lock; closing is idempotent
+            self._close_sinks()
+            raise
         finally:
             self._running = False
             self.store.unlock()
@@ -250,10 +289,7 @@ class Job:
             failed = [s for s in self.sources if s.error]
             if failed:
                 await self._shutdown_sources()
-                raise JobFailedError(
-                    f"Job: source {failed[0]!r} failed; see the logged traceback. "
-                    "Fix the cause and run again: the job resumes from its last checkpoint"
-                ) from None
+                raise self._source_failed(failed[0])
             if self._stop_requested or (
                 not self._emit_roots and all(s.finished for s in self.sources)
             ):
@@ -305,11 +341,36 @@ class Job:
             exc = n.failure
             if isinstance(exc, BaseException):
                 await self._shutdown_sources()
-                raise JobFailedError(
-                    f"Job: node {self.id_of(n)} {n!r} failed ({type(exc).__name__}: {exc}); "
-                    f"the job stopped, its last complete checkpoint in {self.store!r} is intact: "
-                    "fix the cause and run again to resume from it"
-                ) from exc
+                raise self._failed(n, exc)
+
+    def _source_failed(self, source: Source) -> JobFailedError:
+        """The error for a source whose run ended with an exception."""
+        return self._failed(source, source.failure)
+
+    def _failed(self, node: Stream, exc: BaseException | None) -> JobFailedError:
+        """The job's failure message for ``exc``, which failed ``node``.
+
+        A user function that raised downstream of a source is the cause, so
+        the node that ran it is named, not the source that fed it the record;
+        the user's own frame is shown where there is one.
+        """
+        resume = (
+            f"the job stopped; its last complete checkpoint in {self.store!r} is intact: "
+            "fix the cause and run again to resume from it"
+        )
+        if isinstance(exc, UserFunctionError) and isinstance(exc.node, Stream):
+            nid = self._ids.get(id(exc.node), "?")
+            where = user_frame(exc.__cause__)
+            what = f"node {nid} failed: {str(exc).rstrip('.')}"
+        elif exc is not None:
+            where = user_frame(exc)
+            what = f"node {self.id_of(node)} {node!r} failed ({type(exc).__name__}: {exc})"
+        else:
+            where = None
+            what = f"node {self.id_of(node)} {node!r} failed"
+        err = JobFailedError(f"Job: {what}" + (f" (at {where})" if where else "") + f"; {resume}")
+        err.__cause__ = exc
+        return err
 
     def _emitted(self) -> int:
         return sum(getattr(s, "emitted", 0) for s in self.sources)
@@ -349,6 +410,40 @@ class Job:
         loop.call_soon_threadsafe(self._wake_up)
         self._done.wait(60)
 
+    def install_signal_handlers(self) -> None:
+        """Make SIGINT and SIGTERM stop this job (call from the main thread).
+
+        The first signal stops gracefully (:meth:`stop`: final checkpoint,
+        sources stopped, sinks closed).  A second one stops the process at
+        once with exit status 128 + the signal number: no final checkpoint,
+        and the last complete checkpoint stays intact (a checkpoint is only
+        complete once its manifest is durable), as after ``kill -9``.
+        """
+        received: list[int] = []
+
+        def handler(signum: int, frame: Any) -> None:
+            received.append(signum)
+            if len(received) == 1:
+                logger.warning(
+                    "signal %d: stopping with a final checkpoint (send it again to stop at once)",
+                    signum,
+                )
+                threading.Thread(target=self.stop, name="rivermark-stop", daemon=True).start()
+                return
+            logger.warning(
+                "signal %d again: stopping at once without a final checkpoint; "
+                "the last complete checkpoint (%s) in %r is intact",
+                signum,
+                self._last_epoch_text(),
+                self.store,
+            )
+            for h in logging.getLogger().handlers:
+                h.flush()
+            os._exit(128 + signum)
+
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+
     def _wake_up(self) -> None:
         if self._wake is not None:
             self._wake.set()
@@ -370,13 +465,22 @@ class Job:
 
     # ------------------------------------------------------------------ the protocol
     async def _checkpoint(self, final: bool = False) -> int:
-        """The checkpoint protocol, steps 1-6 (see the module docs)."""
+        """The checkpoint protocol, steps 1-6 (see the module docs).
+
+        When a step fails (a node's state cannot be pickled, the store cannot
+        write, a sink cannot pre-commit or commit), the sources are not
+        resumed: every source is stopped and every sink closed *before* the
+        error leaves this method, so nothing runs on once the job reports the
+        failure and releases its lock.  Nothing of the failed epoch is
+        committed, and a checkpoint whose write failed is removed.
+        """
         assert self._ckpt_lock is not None
         async with self._ckpt_lock:
             epoch = self.epoch + 1
             # (1) pause
             for s in self.sources:
                 s.pause()
+            ok = False
             try:
                 # (2) quiesce
                 for s in self.sources:
@@ -388,7 +492,7 @@ class Job:
                 # effects in the graph's state: never snapshot after that
                 await self._fail_if_a_node_failed()
                 # (3) snapshot, synchronously on the loop thread
-                states = {self.id_of(n): pickle.dumps(n.get_state()) for n in self.stateful}
+                states = self._snapshot_states(epoch)
                 positions = {self.id_of(s): s.position() for s in self.sources}
                 handles = {self.id_of(k): k.pre_commit(epoch) for k in self.sinks}
                 manifest = Manifest(
@@ -400,7 +504,17 @@ class Job:
                 )
                 # (4) durable write (fault points after-state-files / after-manifest)
                 loop = asyncio.get_running_loop()
-                await loop.run_in_executor(None, self.store.write_checkpoint, manifest, states)
+                try:
+                    await loop.run_in_executor(None, self.store.write_checkpoint, manifest, states)
+                except Exception as e:
+                    await self._remove_torn(epoch)
+                    raise CheckpointWriteError(
+                        f"Job: checkpoint {epoch} could not be written to {self.store!r} "
+                        f"({type(e).__name__}: {e}); every source and sink was stopped and "
+                        f"nothing of checkpoint {epoch} was committed. The last complete "
+                        f"checkpoint ({self._last_epoch_text()}) is intact: fix the cause "
+                        "(free disk space, restore write permission) and run again to resume"
+                    ) from e
                 fault_point("after-manifest")
                 self.epoch = epoch
                 # (5) post-commit
@@ -412,11 +526,69 @@ class Job:
                 logger.info("checkpoint %d written (%d state files)", epoch, len(states))
                 if final:
                     await self._shutdown_sources()
+                ok = True
             finally:
-                # (6) resume
-                for s in self.sources:
-                    s.resume()
+                if ok:
+                    # (6) resume
+                    for s in self.sources:
+                        s.resume()
+                else:
+                    await self._stop_everything()
             return epoch
+
+    def _snapshot_states(self, epoch: int) -> dict[str, bytes]:
+        """Pickle every stateful node's state; a failure names the node and the type."""
+        states: dict[str, bytes] = {}
+        for n in self.stateful:
+            state = n.get_state()
+            try:
+                states[self.id_of(n)] = pickle.dumps(state)
+            except Exception as e:
+                where, bad = _unpicklable_part(state)
+                raise CheckpointWriteError(
+                    f"Job: checkpoint {epoch}: the state of node {self.id_of(n)} {n!r} "
+                    f"cannot be pickled: {where} is a {type(bad).__module__}."
+                    f"{type(bad).__qualname__} ({type(e).__name__}: {e}); "
+                    "keep only picklable values (numbers, strings, containers, dataclasses) "
+                    "in the node's state, e.g. not open files, locks or generators"
+                ) from e
+        return states
+
+    def _last_epoch_text(self) -> str:
+        return f"epoch {self.epoch}" if self.epoch else "none yet"
+
+    async def _remove_torn(self, epoch: int) -> None:
+        """Delete what a failed write of ``epoch`` left behind (gives the space back)."""
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(None, self.store.delete, epoch)
+        except Exception:
+            logger.warning("could not remove the torn checkpoint %d", epoch, exc_info=True)
+
+    async def _stop_everything(self) -> None:
+        """After a failed checkpoint: stop every source (not resumed) and close every sink."""
+        for s in self.sources:
+            s.stop()
+        for s in self.sources:
+            # a source paused at the barrier is cancelled at once by stop(); one
+            # that was still emitting ends at its next stop check
+            if s.started and not s.finished:
+                try:
+                    await asyncio.wait_for(s.wait_finished(), _STOP_WAIT)
+                except asyncio.TimeoutError:
+                    logger.warning("source %r did not stop within %s s", s, _STOP_WAIT)
+                except Exception:
+                    logger.debug("source %r failed while stopping", s, exc_info=True)
+        self._close_sinks()
+
+    def _close_sinks(self) -> None:
+        for k in self.sinks:
+            close = getattr(k, "close", None)
+            if callable(close):
+                try:
+                    close()
+                except Exception:
+                    logger.warning("sink %r failed to close", k, exc_info=True)
 
     # ------------------------------------------------------------------ recovery
     def _recover(self) -> None:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..errors import ConfigurationError
-from ..testing.faults import fault_point
+from ..testing.faults import fault_error, fault_point
 from .errors import CheckpointCorruptError, CheckpointError, CheckpointLockedError
 from .manifest import FORMAT_VERSION, Manifest, sha256_of
 
@@ -186,6 +186,15 @@ def _write_durable(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
+def _unusable(path: Path, e: OSError) -> ConfigurationError:
+    """A one-line error for a checkpoint directory that cannot be created or written."""
+    why = e.strerror or str(e)
+    return ConfigurationError(
+        f"checkpoint directory {str(path)!r} cannot be written ({why}: {e.filename!r}); "
+        "choose a directory on a writable file system that this user may write to"
+    )
+
+
 class LocalDirectoryStore(Store):
     """Checkpoints in a local directory (layout in the module docs).
 
@@ -205,8 +214,16 @@ class LocalDirectoryStore(Store):
             )
         self.path = Path(path)
         self.checkpoints = self.path / "checkpoints"
+        if self.path.exists() and not self.path.is_dir():
+            raise ConfigurationError(
+                f"checkpoint directory {str(self.path)!r} is a file, not a directory; "
+                "pass the name of a directory (it is created if missing)"
+            )
         if create:
-            self.checkpoints.mkdir(parents=True, exist_ok=True)
+            try:
+                self.checkpoints.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise _unusable(self.path, e) from None
         self._lock_file: IO[str] | None = None
 
     def __repr__(self) -> str:
@@ -239,6 +256,7 @@ class LocalDirectoryStore(Store):
         if d.exists():
             shutil.rmtree(d)
         (d / "state").mkdir(parents=True)
+        fault_error("checkpoint-write")
         for node_id, blob in states.items():
             rel = f"state/{node_id}.pkl"
             _write_durable(d / rel, blob)
@@ -313,7 +331,10 @@ class LocalDirectoryStore(Store):
 
     # ------------------------------------------------------------------ lock
     def lock(self) -> None:
-        f = open(self.path / "LOCK", "a+")
+        try:
+            f = open(self.path / "LOCK", "a+")  # noqa: SIM115 - held until unlock()
+        except OSError as e:
+            raise _unusable(self.path, e) from None
         try:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

@@ -1,31 +1,55 @@
 """``sink_to_textfile``: write records to a text file, with exact rollback on restore.
 
 Checkpoint contract (see :mod:`rivermark.sinks.base`): ``pre_commit`` flushes
-and fsyncs the file and returns ``{"path": ..., "length": n}``, the file's
-size in bytes at the barrier; ``commit`` has nothing to do (the bytes are
-already visible); ``restore(handle)`` truncates the file back to
-``handle["length"]``, so the lines written after the checkpoint, which the
-resumed job writes again, are not duplicated.  With no checkpoint
+and fsyncs the file and returns ``{"path": ..., "realpath": ..., "length": n,
+"tail_sha256": ...}``: the file, its size in bytes at the barrier, and a
+digest of the (up to 4 KiB) bytes before that size; ``commit`` has nothing to
+do (the bytes are already visible); ``restore(handle)`` truncates the file
+back to ``handle["length"]``, so the lines written after the checkpoint,
+which the resumed job writes again, are not duplicated.  With no checkpoint
 (``handle=None``) a file opened with ``mode="w"`` is truncated to empty and
 one opened with ``mode="a"`` is left as it is; a job refuses to start on a
 store without checkpoints when such a file already has content
 (``unaccounted_output``), unless it starts from scratch: then ``start_over``
 truncates the file to empty, whatever its mode.
+
+Before it truncates anything, ``restore`` checks that the handle belongs to
+this file: the same path, at least ``length`` bytes, and the same bytes
+before ``length``.  Otherwise (the app now writes another file, or the file
+was replaced or rewritten outside the job) it refuses with
+:class:`~rivermark.errors.ChangedFileError` and changes nothing.
+
+While a job runs (from ``restore`` to :meth:`SinkToTextfile.close`) the sink
+holds an exclusive lock (``flock``) on its file; a second job writing the
+same file is refused with :class:`~rivermark.errors.FileInUseError`, naming
+the process that holds it.  A device or pipe (``/dev/null``) is neither
+checked nor locked.
 """
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
+import stat
 from typing import IO, Any, ClassVar
 
+from .._fileid import lock_holder, tail_digest
 from ..core.node import Stream
 from ..core.refs import Metadata
-from ..errors import ConfigurationError
+from ..errors import ChangedFileError, ConfigurationError, FileInUseError
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["SinkToTextfile"]
+
+
+def _is_regular_file(path: str) -> bool:
+    """A regular file (or none yet); not a device such as ``/dev/null`` or a pipe."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return True
 
 
 @Stream.register_api(attribute_name="sink_to_textfile")
@@ -73,6 +97,7 @@ class SinkToTextfile(Stream):
         self.open_kwargs = dict(open_kwargs)
         self._file: IO[str] | None
         self._truncate_pending = False
+        self._lock: IO[bytes] | None = None
         if isinstance(file, (str, os.PathLike)):
             self.path: str | None = os.fspath(file)
             # mode "w" truncates on the first write, not here: a job restoring
@@ -116,45 +141,71 @@ class SinkToTextfile(Stream):
             self._truncate_pending = False
             f.truncate(0)
         f.flush()
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode):  # a device or pipe: nothing to make durable
+            return {"path": self.path, "length": 0}
         os.fsync(f.fileno())
         length = os.fstat(f.fileno()).st_size
         logger.debug("%s: pre-commit epoch %s at %d bytes", self._display_name(), epoch, length)
-        return {"path": self.path, "length": length}
+        if self.path is None:
+            return {"path": None, "length": length}
+        return {
+            "path": self.path,
+            "realpath": os.path.realpath(self.path),
+            "length": length,
+            "tail_sha256": tail_digest(self.path, length),
+        }
 
     def commit(self, epoch: int, handle: Any) -> None:
         """Nothing to do: the bytes written before the barrier are already durable."""
 
     def restore(self, handle: Any) -> None:
-        """Truncate to the checkpoint's length (or to 0 for ``mode="w"`` without one)."""
-        if handle is None:
-            if self.mode != "w":
-                return
-            length = 0
-        else:
-            length = int(handle["length"])
+        """Lock the file; check the handle is this file's; truncate to its length.
+
+        Without a checkpoint (``handle=None``) the file is truncated to 0 for
+        ``mode="w"`` and left as it is for ``mode="a"``.
+        """
         if self.path is None:
+            if handle is None and self.mode != "w":
+                return
             raise ConfigurationError(
                 f"{self._display_name()}: cannot restore a file given as an object without a "
                 "path; pass the file name to sink_to_textfile"
             )
-        if self._file is not None:
-            self._file.close()
-        with open(self.path, "r+b") as raw:
-            size = os.fstat(raw.fileno()).st_size
-            if size < length:
-                raise ConfigurationError(
-                    f"{self._display_name()}: {self.path!r} has {size} bytes, fewer than the "
-                    f"{length} the checkpoint recorded; the file was changed outside the job"
-                )
-            raw.truncate(length)
-            raw.flush()
-            os.fsync(raw.fileno())
-        self._file = open(self.path, "a", **self.open_kwargs)  # noqa: SIM115
+        regular = _is_regular_file(self.path)
+        if regular:
+            self._take_lock()
+        try:
+            if handle is None:
+                if self.mode != "w":
+                    return
+                length = 0
+            else:
+                length = int(handle["length"])
+                if regular:
+                    self._check_handle(handle, length)
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+            if regular:
+                with open(self.path, "r+b") as raw:
+                    raw.truncate(length)
+                    raw.flush()
+                    os.fsync(raw.fileno())
+            self._file = open(self.path, "a", **self.open_kwargs)  # noqa: SIM115
+        except BaseException:
+            self._release_lock()
+            raise
         self._truncate_pending = False
         logger.info("%s: restored %r to %d bytes", self._display_name(), self.path, length)
 
     def start_over(self) -> None:
-        """Truncate the file to empty: the job starts from scratch (bytes discarded are logged)."""
+        """Lock the file and truncate it to empty: the job starts from scratch.
+
+        The bytes discarded are logged.
+        """
+        if self.path is not None and _is_regular_file(self.path):
+            self._take_lock()
         f = self._require_file("start_over")
         f.flush()
         size = os.fstat(f.fileno()).st_size
@@ -178,19 +229,73 @@ class SinkToTextfile(Stream):
             return None
         return f"{self._display_name()}: {self.path!r} already holds {size} bytes"
 
+    def _check_handle(self, handle: dict[str, Any], length: int) -> None:
+        """Refuse a handle that does not belong to this file (see module docs)."""
+        assert self.path is not None
+        name = self._display_name()
+        recorded = handle.get("realpath") or handle.get("path")
+        here = os.path.realpath(self.path)
+        if isinstance(recorded, str) and os.path.realpath(recorded) != here:
+            raise ChangedFileError(
+                f"{name}: the checkpoint's output file is {recorded!r}, but this sink writes "
+                f"{self.path!r}; resuming would truncate that file to the checkpoint's {length} "
+                "bytes. Write to the checkpoint's file again, or use a new checkpoint directory"
+            )
+        size = os.path.getsize(self.path) if os.path.exists(self.path) else None
+        if size is None or size < length:
+            got = "is missing" if size is None else f"has {size} bytes"
+            raise ChangedFileError(
+                f"{name}: {self.path!r} {got}, fewer than the {length} the checkpoint "
+                "recorded; the file was changed outside the job. Put the job's file back, or "
+                "use a new checkpoint directory"
+            )
+        expected = handle.get("tail_sha256")
+        if expected is not None and tail_digest(self.path, length) != expected:
+            raise ChangedFileError(
+                f"{name}: {self.path!r} is not the file the checkpoint wrote: its bytes before "
+                f"position {length} differ (replaced or rewritten outside the job). Put the "
+                "job's file back, or use a new checkpoint directory"
+            )
+
+    def _take_lock(self) -> None:
+        """Hold an exclusive ``flock`` on the file until :meth:`close`."""
+        if self._lock is not None:
+            return
+        assert self.path is not None
+        lock = open(self.path, "ab")  # noqa: SIM115 - held until close()
+        try:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = lock_holder(lock.fileno())
+            lock.close()
+            raise FileInUseError(
+                f"{self._display_name()}: {self.path!r} is being written by another job "
+                f"({holder}); two jobs writing one file would mix their output. Stop that "
+                "job first, or write to another file"
+            ) from None
+        self._lock = lock
+
+    def _release_lock(self) -> None:
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            lock.close()  # releases the flock
+
     def _require_file(self, what: str) -> IO[str]:
         if self._file is None:
             raise ConfigurationError(f"{self._display_name()}: {what}() after close()")
         return self._file
 
     def close(self) -> None:
-        """Flush and close the file (idempotent)."""
-        if self._file is not None:
-            try:
-                self._file.flush()
-            finally:
-                self._file.close()
-                self._file = None
+        """Flush and close the file and release its lock (idempotent)."""
+        try:
+            if self._file is not None:
+                try:
+                    self._file.flush()
+                finally:
+                    self._file.close()
+                    self._file = None
+        finally:
+            self._release_lock()
 
     def state_signature(self) -> str:
         return f"SinkToTextfile(path={self.path!r})"

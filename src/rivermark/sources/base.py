@@ -187,7 +187,10 @@ class Source(Stream):
             # logged here and kept as ``failure`` (a job stops on it and
             # ``wait_finished`` raises it), not left in the task for asyncio to
             # report at garbage collection
-            logger.exception("source %s failed", self._display_name())
+            if self.log_failures:
+                logger.exception("source %s failed", self._display_name())
+            else:
+                logger.debug("source %s failed", self._display_name(), exc_info=True)
             self.error = True
             self.failure = e
         finally:
@@ -200,6 +203,9 @@ class Source(Stream):
                     self._done_event.set()
 
     error: bool = False
+    #: log a failure of :meth:`run` with its traceback; a Job sets this to False
+    #: because it reports the failure itself (once, naming the node that raised)
+    log_failures: bool = True
 
     def stop(self) -> None:
         """Stop the source: no record is emitted after this returns on the loop thread."""

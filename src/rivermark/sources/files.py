@@ -8,9 +8,10 @@ import logging
 import os
 from typing import IO, Any
 
+from .._fileid import tail_digest
 from ..core.node import Stream
 from ..core.timeutil import parse_interval
-from ..errors import ConfigurationError
+from ..errors import ChangedFileError, ConfigurationError
 from .base import Source
 
 logger = logging.getLogger(__name__)
@@ -33,8 +34,16 @@ class FromTextfile(Source):
     a job over a finished file exits when it has read it.
 
     Position: the byte offset just *after* the last emitted record, i.e. where
-    the next record starts.  The source is replayable: ``seek(offset)`` makes
-    the next run read from ``offset``.
+    the next record starts (:attr:`offset`).  The source is replayable:
+    ``seek(position)`` makes the next run read from there.  For a file given
+    by path, ``position()`` is ``{"offset": n, "tail_sha256": digest}``, the
+    digest covering the (up to 4 KiB) bytes before ``n``.  ``seek`` checks
+    the file against it: a file now shorter than ``n`` (truncated) or whose
+    bytes before ``n`` differ (replaced, rewritten) would otherwise be
+    skipped silently, so it is refused with
+    :class:`~rivermark.errors.ChangedFileError`, naming the file and both
+    positions.  ``on_changed="restart"`` reads such a file again from the
+    beginning instead (with a WARNING); the default is ``"refuse"``.
 
     >>> import os, tempfile
     >>> from rivermark.testing import wait_for
@@ -44,7 +53,7 @@ class FromTextfile(Source):
     >>> L = source.sink_to_list()
     >>> source.start()
     >>> wait_for(lambda: len(L) == 2); source.stop()
-    >>> L, source.position()
+    >>> L, source.offset
     (['a\\n', 'bb\\n'], 5)
     """
 
@@ -59,9 +68,17 @@ class FromTextfile(Source):
         start: bool = False,
         encoding: str = "utf-8",
         stop_at_eof: bool = False,
+        on_changed: str = "refuse",
         **kwargs: Any,
     ) -> None:
         self.stop_at_eof = stop_at_eof
+        if on_changed not in ("refuse", "restart"):
+            raise ConfigurationError(
+                f"from_textfile: on_changed must be 'refuse' or 'restart', got {on_changed!r}; "
+                "'restart' reads a file that was truncated or replaced since the checkpoint "
+                "again from the beginning"
+            )
+        self.on_changed = on_changed
         if not isinstance(delimiter, str) or not delimiter:
             raise ConfigurationError(
                 f"from_textfile: delimiter must be a non-empty string, got {delimiter!r}; "
@@ -96,14 +113,68 @@ class FromTextfile(Source):
         if start:
             self.start()
 
+    @property
+    def offset(self) -> int:
+        """The byte offset where the next record starts."""
+        return int(self._position or 0)
+
+    def position(self) -> Any:
+        """``{"offset": n, "tail_sha256": ...}`` for a path; the offset ``n`` for a file object."""
+        offset = self.offset
+        if self.path is None:
+            return offset
+        return {"offset": offset, "tail_sha256": tail_digest(self.path, offset)}
+
     def seek(self, position: Any) -> None:
-        """Resume reading at byte ``position`` (a value :meth:`position` returned)."""
-        if isinstance(position, bool) or not isinstance(position, int) or position < 0:
+        """Resume at a value :meth:`position` returned (or a plain byte offset).
+
+        Refuses a file that is shorter than the position or whose bytes
+        before it changed (see the class docs; ``on_changed``).
+        """
+        digest = None
+        offset = position
+        if isinstance(position, dict):
+            offset, digest = position.get("offset"), position.get("tail_sha256")
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise ConfigurationError(
                 f"from_textfile: position must be a byte offset >= 0, got {position!r}; "
                 "pass a value that position() returned"
             )
-        self._position = position
+        problem = self._changed(offset, digest)
+        if problem is not None:
+            if self.on_changed != "restart":
+                raise ChangedFileError(
+                    f"{self._display_name()}: {problem}; resuming would skip its data. Put "
+                    "the original file back, or pass on_changed='restart' to from_textfile "
+                    "to read this file again from the beginning"
+                )
+            logger.warning(
+                "%s: %s; on_changed='restart': reading it again from the beginning",
+                self._display_name(),
+                problem,
+            )
+            offset = 0
+        self._position = offset
+
+    def _changed(self, offset: int, digest: str | None) -> str | None:
+        """Why the file no longer matches ``offset`` (and its digest), or ``None``."""
+        if self.path is None:
+            return None
+        try:
+            size = os.path.getsize(self.path)
+        except OSError:
+            return f"input file {self.path!r} is missing; the checkpointed position is {offset}"
+        if size < offset:
+            return (
+                f"input file {self.path!r} has {size} bytes, less than the checkpointed "
+                f"position {offset} (truncated or replaced since the checkpoint)"
+            )
+        if digest is not None and tail_digest(self.path, offset) != digest:
+            return (
+                f"input file {self.path!r} (now {size} bytes) differs before the checkpointed "
+                f"position {offset} from the file the checkpoint read (replaced or rewritten)"
+            )
+        return None
 
     def _open(self) -> IO[bytes]:
         if self.path is not None:

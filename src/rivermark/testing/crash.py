@@ -7,6 +7,13 @@ its own.  Then, once per named fault point, it runs the command with
 :mod:`rivermark.testing.faults`) and restarts it without the variable until
 it finishes.  The caller compares the output with :func:`run_uncrashed`'s.
 
+:func:`run_with_kills_at` kills by progress instead of by time, so the
+number of kills does not depend on the machine's speed or load: the job
+calls :func:`hold_point` with its progress (e.g. the id of each record);
+when that reaches the next kill point the process announces it (a file)
+and waits there, the harness sends SIGKILL and restarts it with the next
+point.
+
 A tiny real example (a command that finishes at once is never killed):
 
 >>> import sys
@@ -25,12 +32,26 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..errors import RivermarkError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CrashReport", "run_with_crashes", "run_uncrashed", "CrashHarnessError"]
+__all__ = [
+    "CrashReport",
+    "run_with_crashes",
+    "run_with_kills_at",
+    "hold_point",
+    "run_uncrashed",
+    "CrashHarnessError",
+    "HOLD_AT_ENV",
+    "HOLD_FILE_ENV",
+]
+
+#: environment variables read by :func:`hold_point`
+HOLD_AT_ENV = "RIVERMARK_HOLD_AT"
+HOLD_FILE_ENV = "RIVERMARK_HOLD_FILE"
 
 
 class CrashHarnessError(RivermarkError):
@@ -45,6 +66,17 @@ class CrashReport:
     runs: int = 0  #: processes started
     fault_kills: dict[str, int] = field(default_factory=dict)  #: fault point -> self-kills
     completed: bool = False  #: the last run exited 0
+    kill_points: list[int] = field(default_factory=list)  #: progress at each kill (by progress)
+
+    def summary(self) -> str:
+        """One readable line: how many kills, where, how many runs."""
+        text = f"killed with SIGKILL {self.kills} time{'s' if self.kills != 1 else ''}"
+        if self.kill_points:
+            text += " (at progress " + ", ".join(f"{p:,}" for p in self.kill_points) + ")"
+        for point, n in sorted(self.fault_kills.items()):
+            text += f", {n} self-kill(s) at fault point {point!r}"
+        text += f"; {self.runs} runs; " + ("finished" if self.completed else "did NOT finish")
+        return text
 
 
 def _env(env: dict[str, str] | None, fault: str | None) -> dict[str, str]:
@@ -160,4 +192,85 @@ def run_with_crashes(
         if rc != 0:
             raise CrashHarnessError(f"run_with_crashes: {list(cmd)!r} was killed unexpectedly")
     report.completed = True
+    return report
+
+
+_hold_at = os.environ.get(HOLD_AT_ENV)
+_hold_file = os.environ.get(HOLD_FILE_ENV)
+
+
+def hold_point(progress: int) -> None:
+    """Wait here for good once ``progress`` reaches ``RIVERMARK_HOLD_AT``.
+
+    Does nothing unless both ``RIVERMARK_HOLD_AT`` and ``RIVERMARK_HOLD_FILE``
+    are set (by :func:`run_with_kills_at`).  Then, the first time
+    ``progress >= RIVERMARK_HOLD_AT``, it creates the file and blocks this
+    thread until the harness kills the process.
+    """
+    if _hold_at is None or _hold_file is None or progress < int(_hold_at):
+        return
+    Path(_hold_file).touch()
+    while True:  # the harness sends SIGKILL
+        time.sleep(1)
+
+
+def run_with_kills_at(
+    cmd: Sequence[str],
+    points: Sequence[int],
+    *,
+    hold_file: str | os.PathLike[str],
+    env: dict[str, str] | None = None,
+    timeout: float = 300.0,
+) -> CrashReport:
+    """Run ``cmd`` and SIGKILL it once at each progress point, then let it finish.
+
+    ``cmd`` must call :func:`hold_point` with its progress.  Each run gets
+    the next point; the harness waits (no timer) until the job announces it
+    reached that point, kills it there, and restarts it.  A run that exits
+    0 before its point counts no kill.  Raises :class:`CrashHarnessError`
+    when a run fails on its own or ``timeout`` seconds pass.
+    """
+    report = CrashReport()
+    deadline = time.monotonic() + timeout
+    marker = Path(hold_file)
+
+    def left() -> float:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise CrashHarnessError(
+                f"run_with_kills_at: {list(cmd)!r} did not finish in {timeout} s"
+            )
+        return remaining
+
+    for point in [*points, None]:
+        marker.unlink(missing_ok=True)
+        run_env = _env(env, None)
+        run_env.pop(HOLD_AT_ENV, None)
+        if point is not None:
+            run_env[HOLD_AT_ENV] = str(point)
+            run_env[HOLD_FILE_ENV] = str(marker)
+        report.runs += 1
+        proc = subprocess.Popen(
+            list(cmd), env=run_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        try:
+            while proc.poll() is None and not (point is not None and marker.exists()):
+                left()
+                time.sleep(0.005)
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait()
+                report.kills += 1
+                report.kill_points.append(int(point or 0))
+                continue
+            _check_failed(proc, proc.returncode, cmd)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            if proc.stderr:
+                proc.stderr.close()
+        if point is None:
+            report.completed = True
+    marker.unlink(missing_ok=True)
     return report

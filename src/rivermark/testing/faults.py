@@ -8,18 +8,27 @@ is reached).  Then the process sends itself SIGKILL, so no ``finally`` block,
 The variable is read once at import; when it is unset a point costs one
 dictionary lookup.
 
+``fault_error(name)`` is the other kind of point: when
+``RIVERMARK_FAULT_ERROR`` is ``name:ERRNO`` (an errno name such as
+``ENOSPC`` or ``EACCES``), it raises that ``OSError`` there, as the file
+system would (for a disk that fills up where a small tmpfs cannot be
+mounted).  The one point of this kind, ``checkpoint-write``, sits in
+``LocalDirectoryStore.write_checkpoint`` after the checkpoint's directory
+was created and before its first state file is written.
+
 >>> fault_point("after-manifest")  # RIVERMARK_FAULT is unset: nothing happens
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import signal
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["fault_point", "FAULT_POINTS"]
+__all__ = ["fault_point", "fault_error", "FAULT_POINTS"]
 
 #: the points the checkpoint protocol passes, in order
 FAULT_POINTS: tuple[str, ...] = (
@@ -51,3 +60,25 @@ def fault_point(name: str) -> None:
     if count >= nth:
         logger.warning("fault point %r reached (%d): killing the process", name, count)
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _parse_error(value: str | None) -> tuple[str, int] | None:
+    if not value:
+        return None
+    name, _, code = value.partition(":")
+    number = getattr(errno, code or "EIO", None)
+    if not isinstance(number, int):
+        raise ValueError(f"RIVERMARK_FAULT_ERROR: unknown errno name {code!r}; use e.g. ENOSPC")
+    return name, number
+
+
+_armed_error = _parse_error(os.environ.get("RIVERMARK_FAULT_ERROR"))
+
+
+def fault_error(name: str) -> None:
+    """Raise ``OSError`` if ``RIVERMARK_FAULT_ERROR`` names this point (see module docs)."""
+    if _armed_error is None or _armed_error[0] != name:
+        return
+    number = _armed_error[1]
+    logger.warning("fault point %r reached: raising %s", name, errno.errorcode[number])
+    raise OSError(number, os.strerror(number))

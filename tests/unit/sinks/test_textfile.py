@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -55,7 +56,8 @@ def test_pre_commit_then_restore_is_byte_exact(tmp_path: Path) -> None:
         s.emit(f"line-{i}-é")
     handle = sink.pre_commit(1)
     snapshot = path.read_bytes()
-    assert handle == {"path": str(path), "length": len(snapshot)}
+    assert handle["path"] == str(path) and handle["length"] == len(snapshot)
+    assert handle["realpath"] == os.path.realpath(path) and len(handle["tail_sha256"]) == 64
     assert snapshot.decode() == "line-0-é\nline-1-é\nline-2-é\n"
     sink.commit(1, handle)
     for i in range(3, 6):
@@ -127,7 +129,8 @@ def test_accepts_an_open_file(tmp_path: Path) -> None:
         s = Stream()
         sink = s.sink_to_textfile(f)
         s.emit("in")
-        assert sink.pre_commit(0) == {"path": str(path), "length": 3}
+        handle = sink.pre_commit(0)
+        assert (handle["path"], handle["length"]) == (str(path), 3)
 
 
 @pytest.mark.parametrize(
@@ -167,3 +170,26 @@ def test_mode_w_resumes_from_checkpoint_length(tmp_path):
     s.emit("c")
     sink.file.flush()
     assert path.read_text() == "a\nc\n"
+
+
+def test_start_over_empties_the_file_and_keeps_writing(tmp_path: Path) -> None:
+    from rivermark.sinks.base import StartOverSink
+
+    path = tmp_path / "out.txt"
+    path.write_text("earlier\n")
+    s = Stream()
+    sink = s.sink_to_textfile(path)
+    assert isinstance(sink, StartOverSink)
+    assert (
+        sink.unaccounted_output() == f"{sink._display_name()}: {str(path)!r} already holds 8 bytes"
+    )
+    sink.start_over()
+    assert path.read_bytes() == b"" and sink.unaccounted_output() is None
+    s.emit("new")
+    handle = sink.pre_commit(1)
+    assert (handle["path"], handle["length"]) == (str(path), 4)
+    sink.close()
+    assert path.read_text() == "new\n"
+    w = Stream().sink_to_textfile(path, mode="w")
+    assert w.unaccounted_output() is None  # mode "w" truncates at start anyway
+    w.close()

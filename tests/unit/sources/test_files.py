@@ -23,7 +23,7 @@ def test_textfile_emits_lines_with_delimiter_and_byte_position(tmp_path: Path) -
     source.start()
     wait_for(lambda: len(out) == 2)
     assert out == ["é1\n", "b2\n"]
-    assert source.position() == len("é1\nb2\n".encode())  # bytes, not characters
+    assert source.offset == len("é1\nb2\n".encode())  # bytes, not characters
     stop_and_wait(source)
 
 
@@ -34,12 +34,12 @@ def test_textfile_tails_growing_file_and_holds_partial_line(tmp_path: Path) -> N
     out = source.sink_to_list()
     source.start()
     wait_for(lambda: out == ["one\n"])
-    assert source.position() == 4
+    assert source.offset == 4
     with open(path, "a") as f:
         f.write("o\nthree\n")
     wait_for(lambda: len(out) == 3)
     assert out == ["one\n", "two\n", "three\n"]
-    assert source.position() == len(b"one\ntwo\nthree\n")
+    assert source.offset == len(b"one\ntwo\nthree\n")
     stop_and_wait(source)
     assert source._raw is None  # the file was closed
 
@@ -58,11 +58,11 @@ def test_textfile_seek_resumes_after_position(tmp_path: Path) -> None:
     first.sink(take)
     first.start()
     wait_for(lambda: first.finished)
-    assert out == ["a\n", "b\n"] and first.position() == 4
+    assert out == ["a\n", "b\n"] and first.offset == 4
 
     second = Stream.from_textfile(path, poll_interval=0.001)
     rest = second.sink_to_list()
-    second.seek(first.position())
+    second.seek(first.position())  # checks the file is unchanged
     second.start()
     wait_for(lambda: len(rest) == 2)
     stop_and_wait(second)
@@ -73,14 +73,14 @@ def test_textfile_from_end_and_custom_delimiter(tmp_path: Path) -> None:
     path = tmp_path / "in.txt"
     path.write_text("old;old;")
     source = Stream.from_textfile(path, poll_interval=0.001, delimiter=";", from_end=True)
-    assert source.position() == 8
+    assert source.offset == 8
     out = source.sink_to_list()
     source.start()
     with open(path, "a") as f:
         f.write("new;x")
     wait_for(lambda: out == ["new;"])
     stop_and_wait(source)
-    assert source.position() == 12
+    assert source.offset == 12
 
 
 def test_textfile_accepts_open_file(tmp_path: Path) -> None:
@@ -171,4 +171,4 @@ def test_from_textfile_stop_at_eof_finishes(tmp_path):
 
     asyncio.run(main())
     assert out == ["a\n", "b\n"]
-    assert source.position() == 4
+    assert source.offset == 4

@@ -1,0 +1,273 @@
+"""Every bad input to ``rivermark run`` through the real command: one clear error.
+
+Each case runs the installed ``rivermark`` script in a subprocess and checks
+the exit code (2 for usage and configuration errors, 1 for failures of a
+running job), that stderr is a few lines, and that it holds no traceback.
+
+Disk full and a read-only file system are real where this process may mount
+a small tmpfs (root); elsewhere the store's ``checkpoint-write`` fault point
+raises the same ``OSError``.  A directory without permission is real: as
+root, the command runs in a user namespace where it owns the files but has
+no capabilities, so the mode bits apply.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+RIVERMARK = str(Path(sys.executable).parent / "rivermark")
+MAX_LINES = 4
+
+
+def run(
+    *args: str, env: dict[str, str] | None = None, prefix: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*prefix, RIVERMARK, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def assert_clear(res: subprocess.CompletedProcess[str], code: int, *needles: str) -> str:
+    err = res.stderr
+    assert res.returncode == code, (res.returncode, err)
+    assert "Traceback" not in err, err
+    assert "Task was destroyed" not in err, err
+    assert 1 <= len(err.strip().splitlines()) <= MAX_LINES, err
+    for n in needles:
+        assert n in err, (n, err)
+    return err
+
+
+def write_app(tmp_path: Path, body: str) -> Path:
+    app = tmp_path / "app.py"
+    app.write_text(textwrap.dedent(body))
+    return app
+
+
+GOOD = """\
+from rivermark import Stream
+source = Stream.from_iterable(list(range({n})), name="numbers")
+source.map(lambda x: x * 2).sink_to_textfile({out!r})
+"""
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, options: str) -> Iterator[bool]:
+    """Mount a tmpfs at ``path`` if this process may (yields whether it did)."""
+    path.mkdir(parents=True, exist_ok=True)
+    mounted = False
+    if shutil.which("mount") and os.geteuid() == 0:
+        res = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)],
+            capture_output=True,
+            timeout=30,
+        )
+        mounted = res.returncode == 0
+    try:
+        yield mounted
+    finally:
+        if mounted:
+            subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=30)
+
+
+def test_app_with_a_syntax_error(tmp_path: Path) -> None:
+    app = write_app(tmp_path, "from rivermark import Stream\nsource = Stream(\nx = = 1\n")
+    err = assert_clear(run("run", f"{app}:source", "--checkpoint", str(tmp_path / "c")), 2)
+    assert f"{app}:" in err and "SyntaxError" in err
+
+
+def test_app_raising_at_import_shows_the_users_frame_only(tmp_path: Path) -> None:
+    app = write_app(tmp_path, "import json\n\nsettings = json.loads('{bad')\n")
+    err = assert_clear(
+        run("run", f"{app}:source", "--checkpoint", str(tmp_path / "c")),
+        2,
+        "JSONDecodeError",
+        f"at {app}:3 in <module>",
+        "settings = json.loads('{bad')",
+    )
+    assert "json/decoder.py" not in err and "runpy" not in err
+
+
+def test_checkpoint_path_that_is_a_file(tmp_path: Path) -> None:
+    app = write_app(tmp_path, GOOD.format(n=10, out=str(tmp_path / "out.txt")))
+    ckpt = tmp_path / "ckpt"
+    ckpt.write_text("not a directory")
+    assert_clear(
+        run("run", f"{app}:source", "--checkpoint", str(ckpt)),
+        2,
+        f"checkpoint directory {str(ckpt)!r} is a file",
+    )
+
+
+def test_checkpoint_directory_without_permission(tmp_path: Path) -> None:
+    app = write_app(tmp_path, GOOD.format(n=10, out=str(tmp_path / "out.txt")))
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    prefix: tuple[str, ...] = ()
+    if os.geteuid() == 0:
+        # root ignores mode bits; as the files' owner without capabilities they apply
+        prefix = ("unshare", "-U", "--map-user=1000", "--map-group=1000")
+    try:
+        assert_clear(
+            run("run", f"{app}:source", "--checkpoint", str(locked / "ckpt"), prefix=prefix),
+            2,
+            "cannot be written (Permission denied",
+            str(locked / "ckpt"),
+        )
+    finally:
+        locked.chmod(0o755)
+
+
+def test_read_only_file_system(tmp_path: Path) -> None:
+    app = write_app(tmp_path, GOOD.format(n=10, out=str(tmp_path / "out.txt")))
+    with tmpfs(tmp_path / "ro", "ro,size=64k") as mounted:
+        if mounted:
+            res = run("run", f"{app}:source", "--checkpoint", str(tmp_path / "ro"))
+            assert_clear(res, 2, "cannot be written (Read-only file system")
+        else:
+            fault = {"RIVERMARK_FAULT_ERROR": "checkpoint-write:EROFS"}
+            res = run("run", f"{app}:source", "--checkpoint", str(tmp_path / "c"), env=fault)
+            assert_clear(res, 1, "Read-only file system")
+
+
+def test_disk_full_while_writing_a_checkpoint(tmp_path: Path) -> None:
+    # the state grows by about 1 KiB a record: a few hundred records fill 512 KiB
+    out = tmp_path / "out.txt"
+    app = write_app(
+        tmp_path,
+        f"""\
+        from rivermark import Stream
+        def keep(acc, x):
+            return acc + [str(x) * 200]
+        source = Stream.from_iterable(list(range(5000)), name="numbers")
+        source.accumulate(keep, start=[], name="all").map(len).sink_to_textfile({str(out)!r})
+        """,
+    )
+    ckpt = tmp_path / "small"
+    with tmpfs(ckpt, "size=512k") as mounted:
+        env = {} if mounted else {"RIVERMARK_FAULT_ERROR": "checkpoint-write:ENOSPC"}
+        res = run("run", f"{app}:source", "--checkpoint", str(ckpt), "--every", "0", env=env)
+        assert_clear(res, 1, "No space left on device", "could not be written")
+        # the torn checkpoint's files are removed: only complete checkpoints remain
+        leftovers = [
+            d for d in (ckpt / "checkpoints").iterdir() if not (d / "manifest.json").exists()
+        ]
+        assert leftovers == []
+        if mounted:
+            st = os.statvfs(ckpt)
+            assert st.f_bfree * st.f_frsize > 256 * 1024  # the space was given back
+
+
+def test_state_that_cannot_be_pickled(tmp_path: Path) -> None:
+    app = write_app(
+        tmp_path,
+        """\
+        import threading
+        from rivermark import Stream
+        source = Stream.from_iterable(list(range(10)), name="numbers")
+        source.accumulate(lambda acc, x: threading.Lock(), start=0, name="holder").sink_to_list()
+        """,
+    )
+    assert_clear(
+        run("run", f"{app}:source", "--checkpoint", str(tmp_path / "c"), "--every", "none"),
+        1,
+        "node holder",
+        "state['state'] is a _thread.lock",
+        "cannot pickle '_thread.lock' object",
+    )
+
+
+@pytest.mark.parametrize("every", ["0", "0s", "none"])
+def test_every_zero_in_any_unit_means_no_interval(tmp_path: Path, every: str) -> None:
+    out = tmp_path / "out.txt"
+    app = write_app(tmp_path, GOOD.format(n=50, out=str(out)))
+    res = run("run", f"{app}:source", "--checkpoint", str(tmp_path / "c"), "--every", every)
+    assert res.returncode == 0, res.stderr
+    assert out.read_text() == "".join(f"{2 * i}\n" for i in range(50))
+    # only the start and the final checkpoint
+    assert len(list((tmp_path / "c" / "checkpoints").iterdir())) == 2
+
+
+def test_every_negative_is_a_usage_error(tmp_path: Path) -> None:
+    app = write_app(tmp_path, GOOD.format(n=5, out=str(tmp_path / "out.txt")))
+    assert_clear(
+        run("run", f"{app}:source", "--checkpoint", str(tmp_path / "c"), "--every=-1s"),
+        2,
+        "--every",
+        "'-1s'",
+    )
+
+
+def test_app_that_runs_its_own_job(tmp_path: Path) -> None:
+    out = tmp_path / "out.txt"
+    app = write_app(
+        tmp_path,
+        GOOD.format(n=5, out=str(out))
+        + f"from rivermark import Job\nJob(source, checkpoint={str(tmp_path / 'own')!r}).run()\n",
+    )
+    assert_clear(
+        run("run", f"{app}:source", "--checkpoint", str(tmp_path / "c")),
+        2,
+        "calls Job.run() itself",
+        f"python {app}",
+        "rivermark run",
+    )
+    assert not out.exists() or out.read_text() == ""
+
+
+def test_failing_user_function_names_the_node_once(tmp_path: Path) -> None:
+    app = write_app(
+        tmp_path,
+        f"""\
+        from rivermark import Stream
+        def parse(x):
+            if x == 7:
+                raise ValueError("bad record seven")
+            return x
+        source = Stream.from_iterable(list(range(20)), name="numbers")
+        source.map(parse, name="parse").sink_to_textfile({str(tmp_path / "out.txt")!r})
+        """,
+    )
+    err = assert_clear(
+        run("run", f"{app}:source", "--checkpoint", str(tmp_path / "c")),
+        1,
+        "node parse failed",
+        "user function 'parse' raised ValueError: bad record seven on record 7",
+        f"at {app}:4 in parse",
+    )
+    assert err.count("bad record seven") == 1, err
+    assert "numbers" not in err
+
+
+def test_input_truncated_below_the_checkpoint(tmp_path: Path) -> None:
+    inp, out = tmp_path / "in.txt", tmp_path / "out.txt"
+    inp.write_text("".join(f"{i}\n" for i in range(100)))
+    app = write_app(
+        tmp_path,
+        f"""\
+        from rivermark import Stream
+        source = Stream.from_textfile({str(inp)!r}, stop_at_eof=True, name="input")
+        source.map(str.strip).sink_to_textfile({str(out)!r})
+        """,
+    )
+    args = ("run", f"{app}:source", "--checkpoint", str(tmp_path / "c"))
+    assert run(*args).returncode == 0
+    size = inp.stat().st_size
+    inp.write_text("0\n")
+    assert_clear(
+        run(*args), 2, f"{str(inp)!r} has 2 bytes", f"checkpointed position {size}", "on_changed"
+    )
