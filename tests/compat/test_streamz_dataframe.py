@@ -187,6 +187,10 @@ def test_documented_frame_operations_match_streamz(case: str) -> None:
     expected = run_timed(streamz, streamz.dataframe, build)
     got = run_timed(rivermark, rivermark.dataframe, build)
     assert len(got) == len(expected) == 3
+    if "value_counts" in case:
+        # rivermark orders counts as pandas does (most frequent first), streamz does not
+        got = [g.sort_index() for g in got]
+        expected = [e.sort_index() for e in expected]
     for g, e in zip(got, expected):
         if isinstance(e, pd.Index):
             pd.testing.assert_index_equal(g, e)

@@ -1,17 +1,23 @@
 """Incremental aggregations and the stream nodes that run them.
 
 An :class:`Aggregation` works on *partials*: ``partial(batch)`` summarises one
-batch (e.g. its column sums), ``combine(acc, p)`` adds a partial to the running
-accumulator, ``remove(acc, p)`` takes a partial out again and ``result(acc)``
-turns the accumulator into what is emitted.  :class:`Aggregate` keeps, for a
-window, a deque of ``(batch, partial)`` pairs: a new batch is added once, a
-batch leaving the window is subtracted once (a batch that is only partly
-evicted has just its evicted head summarised), so the work per batch is
-proportional to the batch, not to the window.
+batch (e.g. its column sums, or its count, mean and sum of squared
+deviations), ``combine(acc, p)`` adds a partial to a running accumulator,
+``merge(a, b)`` joins two accumulators of disjoint rows (``a`` the older) and
+``result(acc)`` turns an accumulator into what is emitted.  Nothing is ever
+subtracted, so no result drifts.
 
-The accumulator and the window's batches are the node's checkpointed state
-(plain pandas objects, picklable), so a checkpointing job saves and restores
-them with no user code.
+Without a window, :class:`Aggregate` keeps one accumulator.  A window keeps
+its batches with their partials and answers with two stacks: the older
+batches' suffix accumulators (built once, when the older stack runs empty)
+and the running accumulator of the newer ones; a batch that leaves pops one
+suffix, a batch only partly evicted has its remaining rows summarised again.
+Each batch costs a constant number of merges however long the window, and
+the result equals the aggregation of exactly the window's rows.
+
+The window's batches (and, without a window, the accumulator) are the node's
+checkpointed state (plain pandas objects, picklable), so a checkpointing job
+saves and restores them with no user code.
 """
 
 from __future__ import annotations
@@ -30,6 +36,26 @@ import pandas as pd
 from ..core.node import Stream
 from ..core.refs import Metadata
 from ..errors import ConfigurationError
+from .partials import (
+    KeyedAcc,
+    Moments,
+    aligned_add,
+    aligned_sub,
+    merge_moment_arrays,
+    merge_moments,
+    moments_of,
+    moments_result,
+    nan_extreme,
+    ordered_union_add,
+)
+from .running import (
+    ConformingNode,
+    Cumulative,
+    EWMMean,
+    OpName,
+    RollingAggregate,
+    check_time_index,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -40,9 +66,12 @@ __all__ = [
     "Size",
     "Mean",
     "Var",
+    "Min",
+    "Max",
     "ValueCounts",
     "Full",
     "GroupbyAggregation",
+    "KeyedAcc",
     "Aggregate",
     "StreamzAggregate",
     "aggregate_node",
@@ -51,42 +80,19 @@ __all__ = [
     "Cumulative",
     "RollingAggregate",
     "EWMMean",
+    "aligned_add",
+    "aligned_sub",
 ]
-
-
-def aligned_add(a: Any, b: Any) -> Any:
-    """Add two partials, aligning pandas objects on their index (missing = 0).
-
-    Integer dtypes are kept (``Series.add(fill_value=0)`` would turn them into floats).
-
-    >>> aligned_add(pd.Series([1, 2], index=["a", "b"]), pd.Series([5], index=["b"])).to_dict()
-    {'a': 1, 'b': 7}
-    """
-    if a is None:
-        return b
-    if not isinstance(a, (pd.Series, pd.DataFrame)):
-        return a + b
-    if a.index.equals(b.index):
-        return a + b
-    idx = a.index.union(b.index)
-    return a.reindex(idx, fill_value=0) + b.reindex(idx, fill_value=0)
-
-
-def aligned_sub(a: Any, b: Any) -> Any:
-    """Subtract partial ``b`` from ``a`` (``b``'s index is a subset of ``a``'s)."""
-    if not isinstance(a, (pd.Series, pd.DataFrame)):
-        return a - b
-    if a.index.equals(b.index):
-        return a - b
-    return a - b.reindex(a.index, fill_value=0)
 
 
 class Aggregation:
     """An incremental aggregation over batches (DataFrames or Series).
 
     Subclasses implement :meth:`partial` and :meth:`result`; the default
-    :meth:`combine`/:meth:`remove` add and subtract partials component-wise
-    (a partial is a tuple of numbers or pandas objects).
+    :meth:`combine` adds partials component-wise (a partial is a tuple of
+    numbers or pandas objects, and so is the accumulator), and :meth:`merge`
+    is :meth:`combine`.  An accumulator of another shape overrides
+    :meth:`merge` (and :meth:`copy` when :meth:`combine` changes it in place).
 
     A subclass may instead implement streamz's protocol: ``initial(batch)``
     (the first state), ``on_new(state, batch)`` and ``on_old(state, batch)``
@@ -96,8 +102,8 @@ class Aggregation:
     >>> agg = Sum()
     >>> acc = agg.combine(None, agg.partial(pd.Series([1, 2])))
     >>> acc = agg.combine(acc, agg.partial(pd.Series([3])))
-    >>> int(agg.result(agg.remove(acc, agg.partial(pd.Series([1])))))
-    5
+    >>> int(agg.result(acc))
+    6
     """
 
     #: True when the result is the window's data itself (no partials)
@@ -111,7 +117,20 @@ class Aggregation:
             return p
         return tuple(aligned_add(a, b) for a, b in zip(acc, p))
 
+    def merge(self, older: Any, newer: Any) -> Any:
+        """The accumulator of the rows of both (neither argument is changed)."""
+        return self.combine(older, newer)
+
+    def copy(self, acc: Any) -> Any:
+        """A copy of ``acc`` that later in-place combines of ``acc`` leave alone."""
+        return acc
+
+    def restore(self, acc: Any) -> Any:
+        """``acc`` from a checkpoint (possibly written by an older version) in today's layout."""
+        return acc
+
     def remove(self, acc: Any, p: Any) -> Any:
+        """Take a partial out again (kept for aggregations written against it; unused)."""
         return tuple(aligned_sub(a, b) for a, b in zip(acc, p))
 
     def result(self, acc: Any) -> Any:
@@ -122,7 +141,9 @@ class Aggregation:
 
     def example_result(self, example: Any) -> Any:
         """What the aggregation emits for ``example`` (used to type the output)."""
-        return self.result(self.combine(None, self.partial(example)))
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return self.result(self.combine(None, self.partial(example)))
 
 
 def is_streamz_style(agg: Any) -> bool:
@@ -150,8 +171,12 @@ def aggregate_node(
     with_state: bool = False,
     start: Any = None,
     example: Any = None,
+    op: str | None = None,
 ) -> Stream:
-    """The node running ``agg`` (either protocol) over ``upstream``, optionally windowed."""
+    """The node running ``agg`` (either protocol) over ``upstream``, optionally windowed.
+
+    ``op`` is the user-facing name of the operation (e.g. ``window(n=3).sum()``).
+    """
     if is_streamz_style(agg):
         return StreamzAggregate(upstream, agg, n=n, value=value, with_state=with_state, start=start)
     if not isinstance(agg, Aggregation):
@@ -161,7 +186,7 @@ def aggregate_node(
             "initial()/on_new()/on_old()"
         )
     return Aggregate(
-        upstream, agg, n=n, value=value, with_state=with_state, start=start, example=example
+        upstream, agg, n=n, value=value, with_state=with_state, start=start, example=example, op=op
     )
 
 
@@ -239,14 +264,20 @@ class Mean(Aggregation):
         total, n = acc
         if isinstance(n, Number):
             return total / n if n else math.nan
-        return total / n
+        with np.errstate(all="ignore"):
+            return total / n.where(n > 0)
 
 
 class Var(Aggregation):
     """Variance (``ddof`` as in pandas); ``sqrt=True`` gives the standard deviation.
 
-    >>> float(Var().example_result(pd.Series([1.0, 2.0, 3.0])))
-    1.0
+    The accumulator is the :class:`~rivermark.dataframe.partials.Moments`
+    (count, mean, sum of squared deviations) in float64, merged pairwise.
+
+    >>> agg = Var()
+    >>> acc = agg.combine(None, agg.partial(pd.Series([1e9 + 0.1, 1e9 + 0.2])))
+    >>> round(float(agg.result(agg.combine(acc, agg.partial(pd.Series([1e9 + 0.3]))))), 6)
+    0.01
     """
 
     def __init__(self, ddof: int = 1, sqrt: bool = False) -> None:
@@ -254,42 +285,97 @@ class Var(Aggregation):
         self.sqrt = sqrt
 
     def partial(self, batch: Any) -> Any:
-        return (batch.sum(), (batch**2).sum(), batch.count())
+        return moments_of(batch)
+
+    def combine(self, acc: Any, p: Any) -> Any:
+        return p if acc is None else merge_moments(acc, p)
+
+    def restore(self, acc: Any) -> Any:
+        if acc is None or isinstance(acc, Moments):
+            return acc
+        # the layout before moments: (sum, sum of squares, count)
+        x, x2, n = acc
+        with np.errstate(all="ignore"):
+            mean = x / n
+            m2 = x2 - x * mean
+        if isinstance(n, pd.Series):
+            return Moments(n, mean.where(n > 0, 0.0), m2.where(n > 0, 0.0).clip(lower=0))
+        return Moments(int(n), float(mean) if n else 0.0, max(float(m2), 0.0) if n else 0.0)
 
     def result(self, acc: Any) -> Any:
-        x, x2, n = acc
-        denom = n - self.ddof
-        if isinstance(denom, Number):
-            if denom <= 0:  # type: ignore[operator]
-                return math.nan
-            out: Any = (x2 - x * x / n) / denom
-            return math.sqrt(out) if self.sqrt and out >= 0 else out
-        out = (x2 - x * x / n) / denom.where(denom > 0)
-        out = out.clip(lower=0)
-        return out**0.5 if self.sqrt else out
+        return moments_result(acc, self.ddof, self.sqrt)
 
     def signature(self) -> str:
         return f"Var(ddof={self.ddof}, sqrt={self.sqrt})"
 
 
+def _extreme(a: Any, b: Any, op: Callable[[Any, Any], Any]) -> Any:
+    if isinstance(a, pd.Series):
+        if not a.index.equals(b.index):
+            return pd.concat([a, b], axis=1).agg(op.__name__[:3], axis=1)
+        values = nan_extreme(a.to_numpy(), b.to_numpy(), op)
+        return pd.Series(values, index=a.index, name=a.name)
+    if a != a:  # missing
+        return b
+    if b != b:
+        return a
+    return op(a, b)
+
+
+class Min(Aggregation):
+    """Minimum of the non-null values (of each column for a DataFrame).
+
+    >>> agg = Min()
+    >>> float(agg.result(agg.combine(agg.partial(pd.Series([2.0, None])), agg.partial(pd.Series([1.5])))))
+    1.5
+    """
+
+    _op: Callable[[Any, Any], Any] = staticmethod(np.minimum)
+    _how = "min"
+
+    def partial(self, batch: Any) -> Any:
+        return (getattr(batch, self._how)(),)
+
+    def combine(self, acc: Any, p: Any) -> Any:
+        return p if acc is None else (_extreme(acc[0], p[0], self._op),)
+
+    def result(self, acc: Any) -> Any:
+        return acc[0]
+
+
+class Max(Min):
+    """Maximum of the non-null values (of each column for a DataFrame).
+
+    >>> agg = Max()
+    >>> float(agg.result(agg.combine(agg.partial(pd.Series([2.0, None])), agg.partial(pd.Series([1.5])))))
+    2.0
+    """
+
+    _op = staticmethod(np.maximum)
+    _how = "max"
+
+
 class ValueCounts(Aggregation):
-    """How often each value occurs (a Series indexed by value; zero counts dropped).
+    """How often each value occurs, in pandas' order: most frequent first, ties first-seen.
 
     >>> agg = ValueCounts()
-    >>> acc = agg.combine(None, agg.partial(pd.Series(["a", "b", "a"])))
-    >>> agg.result(agg.remove(acc, agg.partial(pd.Series(["b"])))).to_dict()
-    {'a': 2}
+    >>> acc = agg.combine(None, agg.partial(pd.Series(["a", "b", "b"])))
+    >>> agg.result(agg.combine(acc, agg.partial(pd.Series(["c", "a"])))).to_dict()
+    {'a': 2, 'b': 2, 'c': 1}
     """
 
     def partial(self, batch: Any) -> Any:
         return (batch.value_counts(sort=False),)
+
+    def combine(self, acc: Any, p: Any) -> Any:
+        return p if acc is None else (ordered_union_add(acc[0], p[0]),)
 
     def remove(self, acc: Any, p: Any) -> Any:
         out = aligned_sub(acc[0], p[0])
         return (out[out > 0],)
 
     def result(self, acc: Any) -> Any:
-        return acc[0]
+        return acc[0].sort_values(ascending=False, kind="stable")
 
 
 class Full(Aggregation):
@@ -317,16 +403,34 @@ class Full(Aggregation):
         raise NotImplementedError
 
 
-_GROUPBY_HOWS = ("sum", "count", "size", "mean", "var", "std")
+_GROUPBY_HOWS = ("sum", "count", "size", "mean", "var", "std", "min", "max")
+_ADDITIVE = ("sum", "count", "size", "mean")
+
+
+def _add_comps(a: list[np.ndarray], b: list[np.ndarray]) -> list[np.ndarray]:
+    return [x + y for x, y in zip(a, b)]
+
+
+def _merge_moment_comps(a: list[np.ndarray], b: list[np.ndarray]) -> list[np.ndarray]:
+    return list(merge_moment_arrays(a[0], a[1], a[2], b[0], b[1], b[2]))
+
+
+def _min_comps(a: list[np.ndarray], b: list[np.ndarray]) -> list[np.ndarray]:
+    return [nan_extreme(a[0], b[0], np.minimum)]
+
+
+def _max_comps(a: list[np.ndarray], b: list[np.ndarray]) -> list[np.ndarray]:
+    return [nan_extreme(a[0], b[0], np.maximum)]
 
 
 class GroupbyAggregation(Aggregation):
-    """Grouped aggregation: ``how`` in sum, count, size, mean, var, std.
+    """Grouped aggregation: ``how`` in sum, count, size, mean, var, std, min, max.
 
     ``by`` names the grouping column(s) of the batch; ``selection`` the
-    column(s) to aggregate (None: all other columns).  Each partial holds,
-    per key, the group sizes (so keys whose rows have all left a window
-    disappear from the result) and the sums needed by ``how``.
+    column(s) to aggregate (None: all other columns).  The accumulator is a
+    :class:`~rivermark.dataframe.partials.KeyedAcc`: per key, the sums
+    (sum, count, size, mean), the moments (var, std) or the extreme (min,
+    max).  Categorical keys are grouped with ``observed=True``.
 
     >>> agg = GroupbyAggregation("sum", by="k", selection="v")
     >>> df = pd.DataFrame({"k": ["a", "b", "a"], "v": [1, 2, 3]})
@@ -352,13 +456,21 @@ class GroupbyAggregation(Aggregation):
         self.by = by
         self.selection = selection
         self.ddof = ddof
+        #: kept for compatibility: keys leave a window with their rows in any case
         self.track_size = track_size
         #: when grouping by a Series, the name its index gets (else the key's own)
         self.index_name = index_name
         self._rename = rename_index
+        self._merger = {
+            "var": _merge_moment_comps,
+            "std": _merge_moment_comps,
+            "min": _min_comps,
+            "max": _max_comps,
+        }.get(how, _add_comps)
+        self._layout = "moments" if how in ("var", "std") else how
 
     def _grouped(self, batch: Any) -> Any:
-        g = batch.groupby(self.by)
+        g = batch.groupby(self.by, observed=True)
         if self.selection is not None:
             g = g[self.selection]
         return g
@@ -366,36 +478,39 @@ class GroupbyAggregation(Aggregation):
     def partial(self, batch: Any) -> Any:
         g = self._grouped(batch)
         how = self.how
-        if how == "sum":
-            parts: tuple[Any, ...] = (g.sum(),)
-        elif how == "count":
-            parts = (g.count(),)
-        elif how == "size":
-            parts = (g.size(),)
-        elif how == "mean":
-            parts = (g.sum(), g.count())
-        else:
-            if self.selection is not None:
-                vals = batch[self.selection]
-            else:
-                vals = batch.drop(columns=_as_list(self.by))
-            squares = (vals**2).groupby([batch[b] for b in _as_list(self.by)]).sum()
-            parts = (g.sum(), squares, g.count())
-        if self.track_size and how != "size":
-            parts = (g.size(),) + parts  # reuses the grouping computed above
-        return parts
+        if how == "mean":
+            return (g.sum(), g.count())
+        if how in ("var", "std"):
+            n = g.count()
+            return (n, g.mean(), g.var(ddof=0) * n)
+        return (getattr(g, how)(),)
 
     def combine(self, acc: Any, p: Any) -> Any:
         if acc is None:
-            return KeyedAcc.from_partial(p)
-        acc.add(p)
-        return acc
+            return KeyedAcc.from_partial(p, self._layout)
+        if self.how in _ADDITIVE:
+            acc.add(p)  # in place: the node owns ``acc``
+            return acc
+        return acc.merge(KeyedAcc.from_partial(p, self._layout), self._merger)
 
-    def remove(self, acc: Any, p: Any) -> Any:
-        acc.sub(p)
-        if self.track_size or self.how == "size":
-            acc.drop_empty()
-        return acc
+    def merge(self, older: Any, newer: Any) -> Any:
+        return older.merge(newer, self._merger)
+
+    def copy(self, acc: Any) -> Any:
+        return acc.copy()
+
+    def restore(self, acc: Any) -> Any:
+        if not isinstance(acc, KeyedAcc) or self.how not in ("var", "std"):
+            return acc
+        if acc.__dict__.get("layout") == self._layout:
+            return acc
+        # the layout before moments: (sum, sum of squares, count)
+        x, x2, n = (c.astype("float64") for c in acc.comps[-3:])
+        with np.errstate(all="ignore"):
+            mean = np.where(n > 0, x / np.where(n > 0, n, 1), 0.0)
+            m2 = np.clip(x2 - x * mean, 0, None)
+        meta = [acc.meta[-1], acc.meta[-3], acc.meta[-3]]
+        return KeyedAcc(acc.keys, [n, mean, m2], meta, self._layout)
 
     def result(self, acc: Any) -> Any:
         out = self._result(acc)
@@ -404,116 +519,24 @@ class GroupbyAggregation(Aggregation):
         return out
 
     def _result(self, acc: Any) -> Any:
-        comps = acc.comps
-        if self.track_size and self.how != "size":
-            comps = comps[1:]
-            meta = acc.meta[1:]
-        else:
-            meta = acc.meta
+        comps, meta = acc.comps, acc.meta
         how = self.how
-        if how in ("sum", "count", "size"):
+        if how in ("sum", "count", "size", "min", "max"):
             return acc.wrap(comps[0].copy(), meta[0], keep_dtypes=True)
         if how == "mean":
             total, n = comps
             with np.errstate(divide="ignore", invalid="ignore"):
-                return acc.wrap(total / n, meta[0])
-        x, x2, n = comps
+                return acc.wrap(total.astype("float64") / n, meta[0])
+        n, _, m2 = comps
         denom = n - self.ddof
         with np.errstate(divide="ignore", invalid="ignore"):
-            out = (x2 - x * x / n) / np.where(denom > 0, denom, np.nan)
-        out = np.clip(out, 0, None)
+            out = m2 / np.where(denom > 0, denom, np.nan)
         if how == "std":
             out = np.sqrt(out)
         return acc.wrap(out, meta[0])
 
     def signature(self) -> str:
         return f"Groupby({self.how}, by={self.by!r}, selection={self.selection!r})"
-
-
-def _add_into(c: np.ndarray, pos: Any, v: np.ndarray) -> np.ndarray:
-    if np.can_cast(v.dtype, c.dtype, casting="same_kind") and c.dtype.kind == v.dtype.kind:
-        c[pos] += v
-        return c
-    out = c.astype(np.result_type(c.dtype, v.dtype))
-    out[pos] += v
-    return out
-
-
-class KeyedAcc:
-    """A grouped accumulator: the keys (a pandas Index) and one numpy array per component.
-
-    Updated in place with numpy (pandas arithmetic costs more than the
-    aggregation itself for small groups); the node copies it for snapshots.
-
-    >>> acc = KeyedAcc.from_partial([pd.Series([1, 2], index=["a", "b"], name="v")])
-    >>> acc.add([pd.Series([5], index=["c"], name="v")])
-    >>> acc.wrap(acc.comps[0], acc.meta[0]).to_dict()
-    {'a': 1, 'b': 2, 'c': 5}
-    """
-
-    def __init__(self, keys: pd.Index, comps: list[np.ndarray], meta: list[Any]) -> None:
-        self.keys = keys
-        self.comps = comps
-        self.meta = meta
-
-    @classmethod
-    def from_partial(cls, p: Sequence[Any]) -> KeyedAcc:
-        meta = [
-            ("S", x.name, None) if isinstance(x, pd.Series) else ("D", x.columns, x.dtypes)
-            for x in p
-        ]
-        return cls(p[0].index, [x.to_numpy().copy() for x in p], meta)
-
-    def copy(self) -> KeyedAcc:
-        return KeyedAcc(self.keys, [c.copy() for c in self.comps], self.meta)
-
-    def _positions(self, idx: pd.Index) -> Any:
-        if idx.equals(self.keys):
-            return slice(None)
-        pos = self.keys.get_indexer(idx)
-        if (pos < 0).any():
-            keys = self.keys.union(idx)
-            old = keys.get_indexer(self.keys)
-            grown = []
-            for c in self.comps:
-                g = np.zeros((len(keys),) + c.shape[1:], dtype=c.dtype)
-                g[old] = c
-                grown.append(g)
-            self.keys, self.comps = keys, grown
-            pos = keys.get_indexer(idx)
-        return pos
-
-    def add(self, p: Sequence[Any]) -> None:
-        pos = self._positions(p[0].index)
-        self.comps = [_add_into(c, pos, x.to_numpy()) for c, x in zip(self.comps, p)]
-
-    def sub(self, p: Sequence[Any]) -> None:
-        pos = self._positions(p[0].index)
-        self.comps = [_add_into(c, pos, -x.to_numpy()) for c, x in zip(self.comps, p)]
-
-    def drop_empty(self) -> None:
-        sizes = self.comps[0]
-        keep: Any = sizes > 0
-        if keep.ndim > 1:
-            keep = keep.any(axis=1)
-        if not keep.all():
-            self.keys = self.keys[keep]
-            self.comps = [c[keep] for c in self.comps]
-
-    def wrap(self, values: np.ndarray, meta: Any, keep_dtypes: bool = False) -> Any:
-        kind, label, dtypes = meta
-        if kind == "S":
-            return pd.Series(values, index=self.keys, name=label)
-        out = pd.DataFrame(values, index=self.keys, columns=label)
-        # a mixed int/float frame went through one float array: give ints back
-        return out.astype(dtypes) if keep_dtypes else out
-
-    def __repr__(self) -> str:
-        return f"<KeyedAcc keys={len(self.keys)} comps={len(self.comps)}>"
-
-
-def _as_list(x: Any) -> list[Any]:
-    return list(x) if isinstance(x, (list, tuple)) else [x]
 
 
 def _concat(frames: Sequence[Any], example: Any) -> Any:
@@ -524,14 +547,17 @@ def _concat(frames: Sequence[Any], example: Any) -> Any:
     return pd.concat(list(frames))
 
 
-class Aggregate(Stream):
+class Aggregate(ConformingNode):
     """Run an :class:`Aggregation` over a stream of batches, optionally windowed.
 
     ``n`` keeps the last ``n`` rows, ``value`` (a ``pd.Timedelta``) the rows whose
-    index lies within ``value`` of the newest index; with neither, everything
-    seen so far is aggregated (nothing is stored but the accumulator).
-    ``with_state=True`` emits ``(state, result)`` tuples; ``start`` is such a
-    state to begin from (as streamz's ``with_state``/``start``).
+    index lies within ``value`` of the newest batch's newest index; with
+    neither, everything seen so far is aggregated (nothing is stored but the
+    accumulator).  ``with_state=True`` emits ``(state, result)`` tuples;
+    ``start`` is such a state to begin from (as streamz's
+    ``with_state``/``start``).  ``example`` is the batches' schema (every
+    batch is matched to it, see :mod:`rivermark.dataframe.schema`) and ``op``
+    the operation's user-facing name, reported in errors.
 
     >>> s = Stream()
     >>> L = Aggregate(s, Sum(), n=3).sink_to_list()
@@ -551,6 +577,7 @@ class Aggregate(Stream):
         with_state: bool = False,
         start: Any = None,
         example: Any = None,
+        op: str | None = None,
         **kwargs: Any,
     ) -> None:
         self.agg = agg
@@ -558,8 +585,14 @@ class Aggregate(Stream):
         self.value = value
         self.with_state = with_state
         self.example = example
+        self.op = OpName(op or agg.signature())
+        #: without a window: the running accumulator; with one: the newer batches'
         self.acc: Any = None
+        #: the window's batches with their partials, oldest first
         self.parts: deque[tuple[Any, Any]] = deque()
+        #: accumulators of the oldest ``len(front)`` parts: ``front[-1]`` covers all
+        #: of them, ``front[-2]`` all but the oldest, ...
+        self.front: list[Any] = []
         self.rows = 0
         Stream.__init__(self, upstream, **kwargs)
         if start is not None:
@@ -571,10 +604,12 @@ class Aggregate(Stream):
 
     # ---------------------------------------------------------------- state
     def get_state(self) -> Any:
-        acc = self.acc.copy() if isinstance(self.acc, KeyedAcc) else self.acc
-        return {"acc": acc, "parts": list(self.parts), "rows": self.rows}
+        # a window is its batches: the accumulators are rebuilt from them on restore
+        acc = None if self.windowed or self.acc is None else self.agg.copy(self.acc)
+        return {"acc": acc, "parts": list(self.parts), "rows": self.rows, "schema": self.schema}
 
     def set_state(self, state: Any) -> None:
+        self.front = []
         if state is None:
             self.acc, self.parts, self.rows = None, deque(), 0
             return
@@ -583,84 +618,160 @@ class Aggregate(Stream):
                 f"{self._display_name()}: start/state must be a state this node emitted "
                 f"(with_state=True) or checkpointed, got {state!r}; pass start=None to begin empty"
             )
-        acc = state["acc"]
-        # never mutate the caller's object (a published ``start`` may be reused)
-        self.acc = acc.copy() if isinstance(acc, KeyedAcc) else acc
-        self.parts = deque(state.get("parts", ()))
+        agg = self.agg
+        frames = [f for f, _ in state.get("parts", ())]
         self.rows = int(state.get("rows", 0))
+        # older checkpoints have no schema: the kept batches tell it
+        self.schema = state.get("schema")
+        if self.schema is None and frames:
+            f = frames[0]
+            self.schema = f.dtypes if isinstance(f, pd.DataFrame) else f.dtype
+        if self.windowed and not agg.full:
+            # partials are recomputed (their layout may have changed since the checkpoint)
+            self.parts = deque((f, agg.partial(f)) for f in frames)
+            self.acc = None
+            self._flip()
+            return
+        self.parts = deque((f, None) for f in frames)
+        acc = agg.restore(state["acc"])
+        # never mutate the caller's object (a published ``start`` may be reused)
+        self.acc = None if acc is None else agg.copy(acc)
 
     def state_signature(self) -> str:
         return f"Aggregate({self.agg.signature()}, n={self.n}, value={self.value})"
 
-    # ---------------------------------------------------------------- data flow
-    def _evict_rows(self) -> None:
+    # ---------------------------------------------------------------- the two stacks
+    def _flip(self) -> None:
+        """Move every kept batch to the older stack (its suffix accumulators)."""
         agg = self.agg
-        assert self.n is not None
-        excess = self.rows - self.n
-        while excess > 0 and self.parts:
-            frame, p = self.parts[0]
-            k = len(frame)
-            if k <= excess:
-                self.parts.popleft()
-                self.acc = agg.remove(self.acc, p)
-                self.rows -= k
-                excess -= k
-            else:
-                self._cut_head(frame, excess)
-                excess = 0
+        front: list[Any] = []
+        for _, p in reversed(self.parts):
+            lifted = agg.combine(None, p)
+            front.append(lifted if not front else agg.merge(lifted, front[-1]))
+        self.front = front
+        self.acc = None
 
-    def _cut_head(self, frame: Any, k: int) -> None:
+    def _pop_oldest(self) -> tuple[Any, Any]:
+        if not self.front:
+            self._flip()
+        self.front.pop()
+        frame, p = self.parts.popleft()
+        self.rows -= len(frame)
+        return frame, p
+
+    def _keep_rest(self, rest: Any) -> None:
+        """Replace the oldest batch by its rows ``rest`` still in the window."""
+        if not self.front:
+            self._flip()
         agg = self.agg
-        head, rest = frame.iloc[:k], frame.iloc[k:]
-        self.acc = agg.remove(self.acc, agg.partial(head))
-        self.parts[0] = (rest, agg.partial(rest))
-        self.rows -= k
+        p = agg.partial(rest)
+        self.rows -= len(self.parts[0][0]) - len(rest)
+        self.parts[0] = (rest, p)
+        self.front.pop()
+        lifted = agg.combine(None, p)
+        self.front.append(lifted if not self.front else agg.merge(lifted, self.front[-1]))
+
+    def _window_acc(self) -> Any:
+        if self.front and self.acc is not None:
+            return self.agg.merge(self.front[-1], self.acc)
+        return self.front[-1] if self.front else self.acc
+
+    # ---------------------------------------------------------------- eviction
+    def _evict_rows(self) -> None:
+        assert self.n is not None
+        while self.rows > self.n and self.parts:
+            excess = self.rows - self.n
+            frame = self.parts[0][0]
+            if len(frame) <= excess:
+                self._pop_oldest()
+            else:
+                self._keep_rest(frame.iloc[excess:])
 
     def _evict_time(self, newest: Any) -> None:
         assert self.value is not None
-        cutoff = newest - self.value
-        agg = self.agg
+        cutoff = newest - self.value  # the caller checked the index type
         while self.parts:
-            frame, p = self.parts[0]
+            frame = self.parts[0][0]
             index = frame.index
             if index.is_monotonic_increasing:
                 k = int(index.searchsorted(cutoff, side="right"))
                 if k == 0:
                     break
                 if k >= len(frame):
-                    self.parts.popleft()
-                    self.acc = agg.remove(self.acc, p)
-                    self.rows -= len(frame)
+                    self._pop_oldest()
                     continue
-                self._cut_head(frame, k)
+                self._keep_rest(frame.iloc[k:])
                 break
             mask = np.asarray(index <= cutoff)
             if not mask.any():
                 break
-            old, rest = frame[mask], frame[~mask]
-            self.acc = agg.remove(self.acc, agg.partial(old))
-            self.rows -= len(old)
-            if len(rest):
-                self.parts[0] = (rest, agg.partial(rest))
-                break
-            self.parts.popleft()
+            if mask.all():
+                self._pop_oldest()
+                continue
+            self._keep_rest(frame[~mask])
+            break
 
+    def _evict_full(self, x: Any) -> None:
+        """A ``full()`` window keeps frames only (no partials)."""
+        parts = self.parts
+        if self.n is not None:
+            excess = self.rows - self.n
+            while excess > 0 and parts:
+                frame = parts[0][0]
+                if len(frame) <= excess:
+                    parts.popleft()
+                    self.rows -= len(frame)
+                    excess -= len(frame)
+                else:
+                    parts[0] = (frame.iloc[excess:], None)
+                    self.rows -= excess
+                    excess = 0
+        elif self.value is not None:
+            cutoff = self._newest(x) - self.value
+            while parts:
+                frame = parts[0][0]
+                mask = np.asarray(frame.index <= cutoff)
+                if not mask.any():
+                    break
+                self.rows -= int(mask.sum())
+                if mask.all():
+                    parts.popleft()
+                    continue
+                parts[0] = (frame[~mask], None)
+                break
+
+    def _newest(self, x: Any) -> Any:
+        """The newest index of batch ``x`` (a time window needs a datetime index)."""
+        check_time_index(x, f"{self._display_name()} {self.op.__qualname__}")
+        return x.index.max()
+
+    # ---------------------------------------------------------------- data flow
     def _step(self, x: Any) -> Any:
+        x = self._conform(x)
         agg = self.agg
         n = len(x)
-        p = agg.partial(x)
-        self.acc = agg.combine(self.acc, p)
-        if (self.windowed or agg.full) and n:
-            # an unwindowed full() (expanding().apply) must keep everything it has seen
-            self.parts.append((x, p))
-            self.rows += n
-            if self.n is not None:
-                self._evict_rows()
-            elif self.value is not None:
-                self._evict_time(x.index.max())
         if agg.full:
+            if n:
+                # an unwindowed full() (expanding().apply) keeps everything it has seen
+                self.parts.append((x, None))
+                self.rows += n
+                self._evict_full(x)
             return _concat([f for f, _ in self.parts], x)
-        return agg.result(self.acc)
+        if n:
+            p = agg.partial(x)
+            self.acc = agg.combine(self.acc, p)
+            if self.windowed:
+                self.parts.append((x, p))
+                self.rows += n
+                if self.n is not None:
+                    self._evict_rows()
+                else:
+                    self._evict_time(self._newest(x))
+        acc = self._window_acc() if self.windowed else self.acc
+        if acc is None:  # nothing seen (or left in the window): pandas' result on no rows
+            return agg.example_result(x.iloc[:0])
+        with np.errstate(all="ignore"):
+            return agg.result(acc)
 
     def update(
         self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
@@ -668,7 +779,7 @@ class Aggregate(Stream):
         try:
             result = self._step(x)
         except Exception as e:
-            self._user_error(x, e, self.agg.partial)
+            self._failed(x, e)
             return None
         if self.with_state:
             return self._emit((self.get_state(), result), metadata)
@@ -786,181 +897,6 @@ class StreamzAggregate(Stream):
             result = self._step(x)
         except Exception as e:
             self._user_error(x, e, self.agg.on_new)
-            return None
-        if self.with_state:
-            return self._emit((self.get_state(), result), metadata)
-        return self._emit(result, metadata)
-
-
-class Cumulative(Stream):
-    """Cumulative ``op`` (cumsum, cumprod, cummin, cummax) across batches.
-
-    Each batch is emitted with its cumulative values; the state is the last row.
-
-    >>> s = Stream()
-    >>> L = Cumulative(s, "cumsum").sink_to_list()
-    >>> s.emit(pd.Series([1, 2])); s.emit(pd.Series([3]))
-    >>> pd.concat(L).tolist()
-    [1, 3, 6]
-    """
-
-    _OPS = ("cumsum", "cumprod", "cummin", "cummax")
-
-    def __init__(self, upstream: Stream, op: str, **kwargs: Any) -> None:
-        if op not in self._OPS:
-            raise ConfigurationError(
-                f"Cumulative: op must be one of {self._OPS}, got {op!r}; pass e.g. op='cumsum'"
-            )
-        self.op = op
-        self.last: Any = None
-        Stream.__init__(self, upstream, **kwargs)
-
-    _state_attrs = ("last",)
-
-    def state_signature(self) -> str:
-        return f"Cumulative({self.op})"
-
-    def update(
-        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
-    ) -> list[Awaitable[Any]] | None:
-        try:
-            if self.last is None or not len(self.last):
-                out = getattr(x, self.op)()
-            else:
-                out = getattr(pd.concat([self.last, x]), self.op)().iloc[1:]
-            if len(out):
-                self.last = out.iloc[-1:]
-        except Exception as e:
-            self._user_error(x, e, self.op)
-            return None
-        return self._emit(out, metadata)
-
-
-class RollingAggregate(Stream):
-    """pandas ``rolling(window).op()`` across batch boundaries.
-
-    Only the rows a later batch still needs are kept (the last ``window - 1``
-    rows, or those within ``window`` of the newest index); each batch is emitted
-    with its rolling values.
-
-    >>> s = Stream()
-    >>> L = RollingAggregate(s, 2, "sum").sink_to_list()
-    >>> s.emit(pd.Series([1.0, 2.0])); s.emit(pd.Series([3.0], index=[2]))
-    >>> pd.concat(L).tolist()
-    [1.0, 3.0, 5.0]
-    """
-
-    def __init__(
-        self,
-        upstream: Stream,
-        window: Any,
-        op: str,
-        min_periods: int | None = 1,
-        args: tuple[Any, ...] = (),
-        kwargs: dict[str, Any] | None = None,
-        with_state: bool = False,
-        start: Any = None,
-        **node_kwargs: Any,
-    ) -> None:
-        self.window = window
-        self.op = op
-        self.min_periods = min_periods
-        self.args = args
-        self.op_kwargs = kwargs or {}
-        self.with_state = with_state
-        self.tail: Any = start if start is not None and start != () else None
-        Stream.__init__(self, upstream, **node_kwargs)
-
-    _state_attrs = ("tail",)
-
-    def state_signature(self) -> str:
-        return f"RollingAggregate(window={self.window!r}, op={self.op}, min_periods={self.min_periods})"
-
-    def update(
-        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
-    ) -> list[Awaitable[Any]] | None:
-        try:
-            tail = self.tail
-            full = x if tail is None or not len(tail) else pd.concat([tail, x])
-            r = full.rolling(self.window, min_periods=self.min_periods)
-            fn = getattr(r, self.op)
-            out = fn(*self.args, **self.op_kwargs).iloc[len(full) - len(x) :]
-            if isinstance(self.window, int):
-                self.tail = full.iloc[-(self.window - 1) :] if self.window > 1 else None
-            elif len(full):
-                cutoff = full.index.max() - pd.Timedelta(self.window)
-                self.tail = full[full.index > cutoff]
-        except Exception as e:
-            self._user_error(x, e, self.op)
-            return None
-        if self.with_state:
-            return self._emit((self.tail, out), metadata)
-        return self._emit(out, metadata)
-
-
-class EWMMean(Stream):
-    """Exponentially weighted mean (pandas ``ewm(alpha=...).mean()``, ``adjust=True``).
-
-    Emits, after each batch, the mean at the batch's newest row, as streamz
-    does: a one-row DataFrame (a one-element Series for a Series), labelled
-    with that row's index; an empty batch gives an empty result.  The state
-    is the weighted sum and the sum of weights, updated with one vectorised
-    step per batch.  Missing values are not supported.
-
-    >>> s = Stream()
-    >>> L = EWMMean(s, alpha=0.5).sink_to_list()
-    >>> s.emit(pd.Series([1.0, 2.0])); s.emit(pd.Series([3.0], index=[2]))
-    >>> L[-1].round(6).to_dict() == pd.Series([1.0, 2.0, 3.0]).ewm(alpha=0.5).mean().round(6)[2:].to_dict()
-    True
-    """
-
-    def __init__(
-        self,
-        upstream: Stream,
-        alpha: float,
-        with_state: bool = False,
-        start: Any = None,
-        **kwargs: Any,
-    ) -> None:
-        if not 0 < alpha <= 1:
-            raise ConfigurationError(
-                f"ewm: alpha must be in (0, 1], got {alpha!r}; pass com=, span=, halflife= or alpha="
-            )
-        self.alpha = alpha
-        self.with_state = with_state
-        self.num: Any = None
-        self.den = 0.0
-        Stream.__init__(self, upstream, **kwargs)
-        if start is not None:
-            self.set_state(start)
-
-    _state_attrs = ("num", "den")
-
-    def state_signature(self) -> str:
-        return f"EWMMean(alpha={self.alpha})"
-
-    def update(
-        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
-    ) -> list[Awaitable[Any]] | None:
-        try:
-            n = len(x)
-            decay = 1.0 - self.alpha
-            w = decay ** np.arange(n - 1, -1, -1, dtype=float)
-            vals = x.to_numpy(dtype=float)
-            batch_num = w @ vals if vals.ndim == 1 else w @ vals
-            carry = decay**n
-            num = batch_num if self.num is None else self.num * carry + batch_num
-            den = self.den * carry + float(w.sum())
-            self.num, self.den = num, den
-            mean = num / den if den else num * math.nan
-            rows = x.index[-1:]
-            if isinstance(x, pd.DataFrame):
-                values = np.reshape(np.asarray(mean, dtype=float), (1, -1))[: len(rows)]
-                result: Any = pd.DataFrame(values, index=rows, columns=x.columns)
-            else:
-                result = pd.Series([float(mean)] * len(rows), index=rows, name=x.name, dtype=float)
-        except Exception as e:
-            self._user_error(x, e, "ewm.mean")
             return None
         if self.with_state:
             return self._emit((self.get_state(), result), metadata)

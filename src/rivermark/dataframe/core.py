@@ -23,8 +23,9 @@ from typing import Any
 import pandas as pd
 
 from ..core.node import Stream
-from ..errors import ConfigurationError, RivermarkError
+from ..errors import ConfigurationError
 from . import aggregations as aggs
+from .schema import ColumnsError, SchemaError, conform
 
 logger = logging.getLogger(__name__)
 
@@ -41,14 +42,6 @@ __all__ = [
     "ColumnsError",
     "to_dataframe",
 ]
-
-
-class SchemaError(RivermarkError, TypeError):
-    """A batch emitted into a streaming DataFrame does not match its example."""
-
-
-class ColumnsError(SchemaError, IndexError):
-    """A batch's columns differ from the example's (an ``IndexError`` as in streamz)."""
 
 
 def _identity(x: Any) -> Any:
@@ -430,8 +423,8 @@ class BaseFrame(Streaming):
         """Number of elements: a running total for streaming frames."""
         return self._reduce(aggs.Size())
 
-    def _reduce(self, agg: aggs.Aggregation) -> Any:
-        node = aggs.Aggregate(self.stream, agg, example=self.example)
+    def _reduce(self, agg: aggs.Aggregation, op: str = "size") -> Any:
+        node = aggs.Aggregate(self.stream, agg, example=self.example, op=op)
         example = agg.example_result(self.example)
         return self.accumulate_node(node, example, "updating")
 
@@ -454,35 +447,47 @@ class Frame(BaseFrame):
 
         return GroupBy(self, other)
 
-    def aggregate(self, aggregation: aggs.Aggregation, start: Any = None) -> Any:
+    def aggregate(
+        self, aggregation: aggs.Aggregation, start: Any = None, op: str | None = None
+    ) -> Any:
         """Run an :class:`~rivermark.dataframe.aggregations.Aggregation` over everything seen.
 
         ``aggregation`` implements rivermark's partials or streamz's
-        ``initial``/``on_new``/``on_old``.
+        ``initial``/``on_new``/``on_old``; ``op`` names it in errors.
         """
-        node = aggs.aggregate_node(self.stream, aggregation, start=start, example=self.example)
+        node = aggs.aggregate_node(
+            self.stream, aggregation, start=start, example=self.example, op=op
+        )
         example = aggs.aggregate_example(aggregation, self.example)
         return self.accumulate_node(node, example, "updating")
 
     def sum(self, start: Any = None) -> Any:
         """Running sum (of each column for a DataFrame)."""
-        return self.aggregate(aggs.Sum(), start=start)
+        return self.aggregate(aggs.Sum(), start=start, op="sum()")
 
     def count(self, start: Any = None) -> Any:
         """Running count of non-null values."""
-        return self.aggregate(aggs.Count(), start=start)
+        return self.aggregate(aggs.Count(), start=start, op="count()")
 
     def mean(self, start: Any = None) -> Any:
         """Running mean."""
-        return self.aggregate(aggs.Mean(), start=start)
+        return self.aggregate(aggs.Mean(), start=start, op="mean()")
 
     def var(self, ddof: int = 1, start: Any = None) -> Any:
         """Running variance."""
-        return self.aggregate(aggs.Var(ddof=ddof), start=start)
+        return self.aggregate(aggs.Var(ddof=ddof), start=start, op=f"var(ddof={ddof})")
 
     def std(self, ddof: int = 1, start: Any = None) -> Any:
         """Running standard deviation."""
-        return self.aggregate(aggs.Var(ddof=ddof, sqrt=True), start=start)
+        return self.aggregate(aggs.Var(ddof=ddof, sqrt=True), start=start, op=f"std(ddof={ddof})")
+
+    def min(self, start: Any = None) -> Any:
+        """Running minimum (of each column for a DataFrame), skipping missing values."""
+        return self.aggregate(aggs.Min(), start=start, op="min()")
+
+    def max(self, start: Any = None) -> Any:
+        """Running maximum (of each column for a DataFrame), skipping missing values."""
+        return self.aggregate(aggs.Max(), start=start, op="max()")
 
     def rolling(
         self, window: Any, min_periods: int = 1, with_state: bool = False, start: Any = None
@@ -521,7 +526,7 @@ class Frame(BaseFrame):
         return EWM(self, com, span, halflife, alpha, with_state, start)
 
     def _cumulative(self, op: str) -> Any:
-        node = aggs.Cumulative(self.stream, op)
+        node = aggs.Cumulative(self.stream, op, example=self.example)
         return self.accumulate_node(node, self.example, "streaming")
 
     def cumsum(self) -> Any:
@@ -732,14 +737,12 @@ class DataFrame(Frame, _DataFrameMixin):
         Frame.__init__(self, stream, example, stream_type)
 
     def verify(self, x: Any) -> None:
-        """Raise :class:`SchemaError` unless ``x`` is a DataFrame with the example's columns."""
-        if not isinstance(x, pd.DataFrame):
-            raise SchemaError(f"{type(self).__name__}: expected a pandas.DataFrame, got {x!r}")
-        if list(x.columns) != list(self.example.columns):
-            raise ColumnsError(
-                f"{type(self).__name__}: batch columns {list(x.columns)!r} differ from the "
-                f"example's {list(self.example.columns)!r}; emit batches with the same columns"
-            )
+        """Raise :class:`SchemaError` unless ``x`` matches the example (see :mod:`.schema`).
+
+        Columns are matched by name.  The stateful nodes apply the whole policy
+        (columns and dtypes) to every batch they receive, however it arrives.
+        """
+        conform(x, self.example, None, f"{type(self).__name__}.emit")
 
 
 class Series(Frame, _SeriesMixin):
@@ -767,12 +770,11 @@ class Series(Frame, _SeriesMixin):
 
     def value_counts(self) -> Any:
         """Running counts of each value."""
-        return self.aggregate(aggs.ValueCounts())
+        return self.aggregate(aggs.ValueCounts(), op="value_counts()")
 
     def verify(self, x: Any) -> None:
         """Raise :class:`SchemaError` unless ``x`` is a Series."""
-        if not isinstance(x, pd.Series):
-            raise SchemaError(f"{type(self).__name__}: expected a pandas.Series, got {x!r}")
+        conform(x, self.example, None, f"{type(self).__name__}.emit")
 
 
 class Index(Streaming):

@@ -31,7 +31,7 @@ def _with_key(df: pd.DataFrame, key: pd.Series) -> pd.DataFrame:
 
 
 class GroupBy:
-    """Grouped aggregations: ``sum``, ``count``, ``mean``, ``size``, ``var``, ``std``.
+    """Grouped aggregations: ``sum``, ``count``, ``mean``, ``size``, ``var``, ``std``, ``min``, ``max``.
 
     >>> import pandas as pd
     >>> from rivermark import Stream
@@ -63,6 +63,7 @@ class GroupBy:
         start: Any = None,
         windowed: bool = False,
         key_name: Any = _NO_KEY,
+        prefix: str = "",
     ) -> None:
         if isinstance(grouper, Streaming):
             if not isinstance(grouper.example, (pd.Series, pd.Index)):
@@ -95,6 +96,9 @@ class GroupBy:
         self.start = start
         self.windowed = windowed
         self.key_name = key_name
+        #: how the user wrote the part before ``groupby`` (``window(n=3)``), for errors
+        self.prefix = prefix
+        self._label = grouper if key_name is _NO_KEY else key_name
 
     def __getitem__(self, index: Any) -> GroupBy:
         return GroupBy(
@@ -107,6 +111,7 @@ class GroupBy:
             self.start,
             self.windowed,
             self.key_name,
+            self.prefix,
         )
 
     def __getattr__(self, key: str) -> Any:
@@ -136,9 +141,16 @@ class GroupBy:
             with_state=self.with_state if with_state is None else with_state,
             start=self.start if start is None else start,
             example=self.root.example,
+            op=self._describe(how, ddof),
         )
         example = agg.example_result(self.root.example)
         return self.root.accumulate_node(node, example, "updating")
+
+    def _describe(self, how: str, ddof: int) -> str:
+        head = f"{self.prefix}." if self.prefix else ""
+        sel = "" if self.index is None else f"[{self.index!r}]"
+        args = f"ddof={ddof}" if how in ("var", "std") else ""
+        return f"{head}groupby({self._label!r}){sel}.{how}({args})"
 
     # ``start`` and ``with_state`` as in streamz; ``start`` must be a state this
     # node emitted (``with_state=True``) or None
@@ -165,3 +177,11 @@ class GroupBy:
     def std(self, ddof: int = 1) -> Any:
         """Running standard deviation per key."""
         return self._accumulate("std", ddof)
+
+    def min(self) -> Any:
+        """Running minimum per key (skipping missing values)."""
+        return self._accumulate("min")
+
+    def max(self) -> Any:
+        """Running maximum per key (skipping missing values)."""
+        return self._accumulate("max")

@@ -18,6 +18,7 @@ import pandas as pd
 from ..errors import ConfigurationError
 from . import aggregations as aggs
 from .core import Streaming
+from .running import check_rolling_window, informative_index
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +83,24 @@ class Window:
         self.n, self.value = self._spec(n, value)
         self.with_state = with_state
         self.start = start
+        index = getattr(sdf.example, "index", None)
+        if (
+            self.value is not None
+            and informative_index(sdf.example)
+            and not isinstance(index, (pd.DatetimeIndex, pd.TimedeltaIndex))
+        ):
+            raise ConfigurationError(
+                f"window({self.value!s}): a time window needs a DatetimeIndex, but the example's "
+                f"index is a {type(index).__name__}; give the example (and the batches) a "
+                "DatetimeIndex, e.g. example=df.set_index('time').iloc[:0], or use window(n=...)"
+            )
+
+    def _describe(self) -> str:
+        if self.value is not None:
+            return f"window({str(self.value)!r})"
+        if self.n is not None:
+            return f"window(n={self.n})"
+        return "expanding()"
 
     def _spec(self, n: Any, value: Any) -> tuple[int | None, pd.Timedelta | None]:
         return _parse_window(n, value)
@@ -129,22 +148,11 @@ class Window:
         return self._like(self.root.reset_index())
 
     # ---------------------------------------------------------------- aggregations
-    def _node(self, agg: aggs.Aggregation) -> aggs.Aggregate:
-        return aggs.Aggregate(
-            self.root.stream,
-            agg,
-            n=self.n,
-            value=self.value,
-            with_state=self.with_state,
-            start=self.start,
-            example=self.root.example,
-        )
-
-    def aggregate(self, agg: aggs.Aggregation) -> Any:
+    def aggregate(self, agg: aggs.Aggregation, op: str | None = None) -> Any:
         """Run an :class:`~rivermark.dataframe.aggregations.Aggregation` over the window.
 
         ``agg`` implements either rivermark's partials or streamz's
-        ``initial``/``on_new``/``on_old``.
+        ``initial``/``on_new``/``on_old``; ``op`` names it in errors.
         """
         node = aggs.aggregate_node(
             self.root.stream,
@@ -154,13 +162,14 @@ class Window:
             with_state=self.with_state,
             start=self.start,
             example=self.root.example,
+            op=f"{self._describe()}.{op or 'aggregate(' + type(agg).__name__ + ')'}",
         )
         example = aggs.aggregate_example(agg, self.root.example)
         return self.root.accumulate_node(node, example, "updating")
 
     def full(self) -> Any:
         """The whole window's data after each batch."""
-        return self.aggregate(aggs.Full())
+        return self.aggregate(aggs.Full(), "full()")
 
     def apply(self, func: Callable[[Any], Any]) -> Any:
         """Apply ``func`` to the whole window after each batch.
@@ -172,32 +181,40 @@ class Window:
 
     def sum(self) -> Any:
         """Sum within the window."""
-        return self.aggregate(aggs.Sum())
+        return self.aggregate(aggs.Sum(), "sum()")
 
     def count(self) -> Any:
         """Count of non-null values within the window."""
-        return self.aggregate(aggs.Count())
+        return self.aggregate(aggs.Count(), "count()")
 
     def mean(self) -> Any:
         """Mean within the window."""
-        return self.aggregate(aggs.Mean())
+        return self.aggregate(aggs.Mean(), "mean()")
 
     def var(self, ddof: int = 1) -> Any:
         """Variance within the window."""
-        return self.aggregate(aggs.Var(ddof=ddof))
+        return self.aggregate(aggs.Var(ddof=ddof), f"var(ddof={ddof})")
 
     def std(self, ddof: int = 1) -> Any:
         """Standard deviation within the window."""
-        return self.aggregate(aggs.Var(ddof=ddof, sqrt=True))
+        return self.aggregate(aggs.Var(ddof=ddof, sqrt=True), f"std(ddof={ddof})")
+
+    def min(self) -> Any:
+        """Minimum within the window (skipping missing values)."""
+        return self.aggregate(aggs.Min(), "min()")
+
+    def max(self) -> Any:
+        """Maximum within the window (skipping missing values)."""
+        return self.aggregate(aggs.Max(), "max()")
 
     @property
     def size(self) -> Any:
         """Number of elements within the window."""
-        return self.aggregate(aggs.Size())
+        return self.aggregate(aggs.Size(), "size")
 
     def value_counts(self) -> Any:
         """Counts of each value within the window."""
-        return self.aggregate(aggs.ValueCounts())
+        return self.aggregate(aggs.ValueCounts(), "value_counts()")
 
     def groupby(self, other: Any) -> Any:
         """Grouped aggregations within the window."""
@@ -213,6 +230,7 @@ class Window:
             with_state=self.with_state,
             start=self.start,
             windowed=self._windowed,
+            prefix=self._describe(),
         )
 
 
@@ -329,7 +347,11 @@ class EWM:
     def mean(self) -> Any:
         """The exponentially weighted mean at each batch's newest row (a one-row frame)."""
         node = aggs.EWMMean(
-            self.root.stream, self.alpha, with_state=self.with_state, start=self.start
+            self.root.stream,
+            self.alpha,
+            with_state=self.with_state,
+            start=self.start,
+            example=self.root.example,
         )
         ex = self.root.example
         example: Any = ex.iloc[:0].astype(float)
@@ -398,6 +420,7 @@ class Rolling:
             )
         if isinstance(window, int) and window < 1:
             raise ConfigurationError(f"rolling: window must be >= 1, got {window!r}")
+        check_rolling_window(window, sdf.example, f"rolling({window!r})")
         self.root = sdf
         self.window = window
         self.min_periods = min_periods
@@ -424,6 +447,7 @@ class Rolling:
             kwargs=kwargs,
             with_state=self.with_state,
             start=self.start,
+            example=self.root.example,
         )
         ex = self.root.example
         try:

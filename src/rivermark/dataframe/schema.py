@@ -1,0 +1,206 @@
+"""The schema policy: every batch is matched to the DataFrame's example.
+
+Applied by each stateful DataFrame node to every batch it receives, however
+the batch arrives (``sdf.emit``, the upstream stream, a restored job), so
+that no aggregation ever works on a batch unlike its example:
+
+- columns are matched by **name**: a batch with the example's columns in
+  another order is reordered; a missing or extra column raises
+  :class:`ColumnsError`;
+- the first non-empty batch fixes each column's dtype, numpy numbers widened
+  to 64 bits as pandas' sums are (the node keeps it in
+  its checkpointed state; the example's dtypes are not used, as
+  ``pd.DataFrame({"x": []})`` gives float64 whatever the data);
+- a later batch whose column has another dtype is converted to the first
+  dtype only when the conversion is a safe widening and every value survives
+  it exactly (``int32`` into ``int64``, ints into ``float64`` below 2**53,
+  ``float32`` into ``float64``, values among a categorical's categories,
+  strings between ``object`` and ``str``; anything into ``object``);
+  otherwise :class:`SchemaError` names the column and both dtypes (a float
+  batch into an int column, the ``a=[1]`` then ``a=[0.5]`` case, is refused:
+  declare the column float64 from the start);
+- an empty batch takes the kept dtypes (it has no value to lose).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from pandas.api.types import is_bool_dtype, is_numeric_dtype, is_string_dtype
+
+from ..errors import RivermarkError
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["SchemaError", "ColumnsError", "conform", "check_dtypes"]
+
+
+class SchemaError(RivermarkError, TypeError):
+    """A batch emitted into a streaming DataFrame does not match its example."""
+
+
+class ColumnsError(SchemaError, IndexError):
+    """A batch's columns differ from the example's (an ``IndexError`` as in streamz)."""
+
+
+def _is_object(dtype: Any) -> bool:
+    return getattr(dtype, "kind", None) == "O" and not isinstance(dtype, pd.CategoricalDtype)
+
+
+_REMEDY = (
+    "declare the column's dtype once for all batches (cast them upstream, e.g. with "
+    "sdf.astype({...}) before the aggregation)"
+)
+
+
+def _exact(values: pd.Series, dtype: Any) -> pd.Series | None:
+    """``values`` as ``dtype`` if no value changes, else None."""
+    try:
+        out = values.astype(dtype)
+        if isinstance(dtype, pd.CategoricalDtype):
+            # a value outside the categories would become missing
+            ok = bool((out.isna() == values.isna()).all())
+        else:
+            back = out.astype(values.dtype)
+            ok = bool(((back == values) | (back.isna() & values.isna())).all())
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return out if ok else None
+
+
+def convert_column(values: pd.Series, dtype: Any) -> pd.Series | None:
+    """``values`` converted exactly to ``dtype``, or None when that is not allowed.
+
+    Allowed: the same dtype; a numeric dtype that widens safely (``int32`` to
+    ``int64``, ints to ``float64``, ``float32`` to ``float64``) when every
+    value round-trips; values among a categorical's categories; strings
+    between ``object`` and ``str``; anything into ``object``.
+
+    >>> convert_column(pd.Series([1, 2], dtype="int32"), np.dtype("int64")).dtype
+    dtype('int64')
+    >>> convert_column(pd.Series([0.5]), np.dtype("int64")) is None
+    True
+    """
+    have = values.dtype
+    if have == dtype or _is_object(dtype):
+        return values
+    if isinstance(dtype, pd.CategoricalDtype):
+        return _exact(values, dtype)
+    if is_bool_dtype(have) or is_bool_dtype(dtype):
+        return None
+    if is_numeric_dtype(have) and is_numeric_dtype(dtype):
+        if not np.can_cast(have, dtype, casting="safe"):
+            return None
+        return _exact(values, dtype)
+    if is_string_dtype(dtype) and (_is_object(have) or is_string_dtype(have)):
+        if values.map(lambda v: isinstance(v, str) or v is None or v is pd.NA or v != v).all():
+            return _exact(values, dtype)
+    return None
+
+
+def _widest(dtype: Any) -> Any:
+    """The 64-bit dtype of a numpy int/uint/float dtype (what the schema keeps)."""
+    if isinstance(dtype, np.dtype) and dtype.kind in "iuf":
+        return np.dtype({"i": "int64", "u": "uint64", "f": "float64"}[dtype.kind])
+    return dtype
+
+
+def widest(dtypes: Any) -> Any:
+    """The schema for a first batch's dtypes: numpy numbers widened to 64 bits.
+
+    >>> widest(pd.Series({"a": np.dtype("int32"), "k": np.dtype("O")})).to_dict()
+    {'a': dtype('int64'), 'k': dtype('O')}
+    """
+    if isinstance(dtypes, pd.Series):
+        return dtypes.map(_widest)
+    return _widest(dtypes)
+
+
+def _refuse(where: str, col: Any, want: Any, have: Any) -> SchemaError:
+    return SchemaError(
+        f"{where}: column {col!r} changed dtype from {str(want)!r} (earlier batches) to "
+        f"{str(have)!r}, which does not convert exactly; {_REMEDY}"
+    )
+
+
+def check_dtypes(batch: pd.DataFrame, schema: pd.Series, where: str) -> pd.DataFrame:
+    """``batch`` with each column converted to the dtype in ``schema`` (or SchemaError)."""
+    fixed: dict[Any, pd.Series] = {}
+    for col, want, have in zip(schema.index, schema.to_numpy(), batch.dtypes.to_numpy()):
+        if want == have or _is_object(want):
+            continue
+        conv = convert_column(batch[col], want)
+        if conv is None:
+            raise _refuse(where, col, want, have)
+        fixed[col] = conv
+    if not fixed:
+        return batch
+    out = batch.copy(deep=False)
+    for col, values in fixed.items():
+        out[col] = values
+    return out
+
+
+def conform(x: Any, example: Any, schema: Any, where: str) -> tuple[Any, Any]:
+    """``(x, schema)``: ``x`` matched to the example's columns and to ``schema``'s dtypes.
+
+    ``schema`` is the dtypes of the first non-empty batch (None before it);
+    the returned one is what to keep.  An empty batch takes the schema's
+    dtypes (it has no value to lose).
+
+    >>> ex = pd.DataFrame({"k": pd.Series([], dtype=object), "x": pd.Series([], dtype="float64")})
+    >>> x, schema = conform(pd.DataFrame({"x": [1.0], "k": ["a"]}), ex, None, "sum()")
+    >>> list(x.columns)
+    ['k', 'x']
+    >>> conform(pd.DataFrame({"k": ["a"]}), ex, schema, "sum()")
+    Traceback (most recent call last):
+    ...
+    rivermark.dataframe.schema.ColumnsError: sum(): batch columns ['k'] differ from the example's ['k', 'x'] (missing ['x']); emit batches with the example's columns
+    >>> conform(pd.DataFrame({"k": ["b"], "x": ["oops"]}), ex, schema, "sum()")
+    Traceback (most recent call last):
+    ...
+    rivermark.dataframe.schema.SchemaError: sum(): column 'x' changed dtype from 'float64' (earlier batches) to 'str', which does not convert exactly; declare the column's dtype once for all batches (cast them upstream, e.g. with sdf.astype({...}) before the aggregation)
+    """
+    if isinstance(example, pd.DataFrame):
+        if not isinstance(x, pd.DataFrame):
+            raise SchemaError(f"{where}: expected a pandas.DataFrame batch, got {x!r}")
+        cols = example.columns
+        if not x.columns.equals(cols):
+            if len(x.columns) != len(cols) or set(x.columns) != set(cols):
+                missing = [c for c in cols if c not in x.columns]
+                extra = [c for c in x.columns if c not in cols]
+                detail = "; ".join(
+                    f"{k} {v!r}" for k, v in (("missing", missing), ("extra", extra)) if v
+                )
+                raise ColumnsError(
+                    f"{where}: batch columns {list(x.columns)!r} differ from the example's "
+                    f"{list(cols)!r} ({detail}); emit batches with the example's columns"
+                )
+            x = x[list(cols)]
+        if schema is None:
+            if not len(x):
+                return x, None
+            schema = widest(x.dtypes)
+        if len(x) == 0:
+            return (x if x.dtypes.equals(schema) else x.astype(schema.to_dict())), schema
+        if not x.dtypes.equals(schema):
+            x = check_dtypes(x, schema, where)
+        return x, schema
+    if isinstance(example, pd.Series):
+        if not isinstance(x, pd.Series):
+            raise SchemaError(f"{where}: expected a pandas.Series batch, got {x!r}")
+        if schema is None:
+            if not len(x):
+                return x, None
+            schema = widest(x.dtype)
+        if x.dtype != schema and not _is_object(schema):
+            if len(x) == 0:
+                return x.astype(schema), schema
+            conv = convert_column(x, schema)
+            if conv is None:
+                raise _refuse(where, x.name, schema, x.dtype)
+            return conv, schema
+    return x, schema
