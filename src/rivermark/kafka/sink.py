@@ -581,7 +581,7 @@ class ToKafka(Stream):
         if epoch is not None and committed < epoch and records:
             done, known = self._epoch_outcome(epoch, handle, committed)
             if done:
-                logger.info(
+                logger.warning(
                     "%s: epoch %d was checkpointed and committed (%s); nothing to redo",
                     self._display_name(),
                     epoch,

@@ -300,8 +300,16 @@ class KafkaBatchedSource(Source):
             return ""
         return f"rivermark job={self.job_id} at={time.time():.0f}"
 
-    def _check_group_owner(self, meta: dict[tuple[str, int], str]) -> None:
-        """Refuse to start while another job's checkpoints are committed to this group."""
+    def _check_group_owner(
+        self, meta: dict[tuple[str, int], str], committed: dict[tuple[str, int], int] | None
+    ) -> None:
+        """Refuse to start while another live job commits its checkpoints to this group.
+
+        Another job is live when it committed less than ``group_live_window``
+        seconds ago.  A restored job is refused only where the group is ahead
+        of its checkpoint (the same job from a moved directory is not: the
+        group holds at most its newest durable checkpoint's position).
+        """
         if self.group_takeover or self.job_id is None:
             return
         now = time.time()
@@ -312,6 +320,10 @@ class KafkaBatchedSource(Source):
             other, at = parts["job"], float(parts.get("at", "0") or 0)
             if other == self.job_id or now - at >= self.group_live_window:
                 continue
+            if self._seek_position is not None:
+                mine = self._seek_position.get(f"{t}:{p}", 0)
+                if (committed or {}).get((t, p), -1) <= mine:
+                    continue
             raise KafkaGroupInUseError(
                 f"{self._display_name()}: consumer group "
                 f"{self.consumer_params.get('group.id')!r} is in use by another job "
@@ -389,7 +401,7 @@ class KafkaBatchedSource(Source):
         group_start = initial and self._seek_position is None
         committed = self._committed_offsets(parts) if initial else {}
         if initial:
-            self._check_group_owner(self._committed_meta)
+            self._check_group_owner(self._committed_meta, committed)
         if not group_start:
             committed = {}
         out: list[int] = []

@@ -1,9 +1,13 @@
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import confluent_kafka as ck
@@ -139,3 +143,29 @@ def run_in_thread(job: Any) -> tuple[threading.Thread, list[BaseException]]:
     t = threading.Thread(target=target, daemon=True)
     t.start()
     return t, errors
+
+
+FAULT_APP = Path(__file__).with_name("fault_app.py")
+
+
+def start_app(
+    ckpt: Path,
+    env: dict[str, str],
+    log: Path,
+    every: str = "0.3s",
+    fault: str | None = None,
+) -> subprocess.Popen[bytes]:
+    """``rivermark run fault_app.py:src`` in a subprocess; stderr appended to ``log``."""
+    full = {k: v for k, v in os.environ.items() if k != "RIVERMARK_FAULT"}
+    full.update(env)
+    if fault:
+        full["RIVERMARK_FAULT"] = fault
+    with open(log, "ab") as f:
+        f.write(f"--- run fault={fault}\n".encode())
+        return subprocess.Popen(
+            [sys.executable, "-m", "rivermark.cli", "run", f"{FAULT_APP}:src"]
+            + ["--checkpoint", str(ckpt), "--every", every],
+            env=full,
+            stdout=subprocess.DEVNULL,
+            stderr=f,
+        )
