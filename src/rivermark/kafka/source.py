@@ -590,14 +590,14 @@ class KafkaBatchedSource(Source):
             every = self.poll_interval if self.refresh_partitions else self.metadata_refresh
             if time.monotonic() - self._last_refresh >= every:
                 await self._refresh()
+            if self.stop_at_end and self._listed and self._at_end():
+                logger.info(
+                    "%s: stop_at_end: every partition read to its end offset; finishing",
+                    self._display_name(),
+                )
+                return
             msgs = self.consumer.consume(num_messages=max(self.max_batch_size, 500), timeout=0)
             if not msgs:
-                if self.stop_at_end and self._listed and self._at_end():
-                    logger.info(
-                        "%s: stop_at_end: every partition read to its end offset; finishing",
-                        self._display_name(),
-                    )
-                    return
                 await asyncio.sleep(
                     self.poll_interval if self.batched else min(self.poll_interval, 0.01)
                 )
@@ -617,6 +617,9 @@ class KafkaBatchedSource(Source):
                         )
                 continue
             self._check_forward(m)
+            end = self._end.get((m.topic(), m.partition())) if self.stop_at_end else None
+            if end is not None and m.offset() >= end:
+                continue  # written after the start of a bounded read: not read
             groups.setdefault((m.topic(), m.partition()), []).append(m)
         for (t, p), ms in groups.items():
             for i in range(0, len(ms), self.max_batch_size):
@@ -793,10 +796,30 @@ def from_kafka_batched(
     batches on Dask workers and returns the scattered stream of them (this
     process handles only offsets; see :mod:`rivermark.dask.kafka`).
 
+    Options of both Kafka sources (keyword arguments):
+
+    * ``stop_at_end=True``: a bounded read: every partition is read up to the
+      high watermark it had when the source started, then the source
+      finishes (a job then writes its final checkpoint and ends, exit 0);
+      partitions that appear later are not read.  A resumed run reads up to
+      the watermarks of its own start.
+    * ``allow_offset_reset=True``: go on (with a WARNING) when a partition's
+      offsets go backwards (the topic was deleted and recreated); by default
+      the source refuses with :class:`~rivermark.kafka.errors.KafkaTopicError`.
+    * ``group_takeover=True``: start even though another job committed its
+      checkpoints to this ``group.id`` within the last
+      ``group_live_window`` (60) seconds; by default the source refuses
+      with :class:`~rivermark.kafka.errors.KafkaGroupInUseError`.
+
     >>> src = Stream.from_kafka_batched("t", {"bootstrap.servers": "127.0.0.1:1", "group.id": "g"})
     >>> src.topics, src.poll_interval
     (['t'], 1.0)
     """
+    if dask and kwargs.get("stop_at_end"):
+        raise ConfigurationError(
+            "from_kafka_batched: stop_at_end=True is not supported with dask=True; "
+            "pass dask=False for a bounded read"
+        )
     if dask:
         from ..dask.kafka import from_kafka_batched_dask
 
