@@ -12,7 +12,8 @@ points and what recovery does at each are in ``docs/checkpointing.md``):
 4. write it through the store in a thread executor: state files (fsynced),
    then the manifest atomically (temp name, fsync, rename, fsync dir);
    fault points ``after-state-files`` and ``after-manifest``;
-5. post-commit: every sink's ``commit(epoch, handle)`` (fault point
+5. post-commit: every sink's ``commit(epoch, handle)``, every source's
+   ``checkpoint_durable(epoch, position)`` (fault point
    ``after-sink-commit``), then prune to ``keep`` checkpoints;
 6. fault point ``before-resume``; resume the sources.
 
@@ -170,9 +171,9 @@ class Job:
         ]
         #: stable across restarts on the same store: names transactional ids
         self.job_id = self._derive_job_id()
-        for sink in self.sinks:
-            if getattr(sink, "job_id", "") is None:
-                sink.job_id = self.job_id  # type: ignore[attr-defined]
+        for node in [*self.sinks, *self.sources]:
+            if getattr(node, "job_id", "") is None:
+                node.job_id = self.job_id  # type: ignore[attr-defined]
         if exactly_once:
             self._check_exactly_once()
         #: roots fed by ``emit`` (not sources): the job runs until ``stop()``
@@ -520,6 +521,8 @@ class Job:
                 # (5) post-commit
                 for k in self.sinks:
                     k.commit(epoch, handles[self.id_of(k)])
+                for s in self.sources:
+                    s.checkpoint_durable(epoch, positions[self.id_of(s)])
                 fault_point("after-sink-commit")
                 await loop.run_in_executor(None, self.store.prune, self.keep)
                 fault_point("before-resume")

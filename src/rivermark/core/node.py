@@ -25,6 +25,7 @@ from typing import Any, ClassVar, TypeVar
 from ..errors import ConfigurationError, NodeFailedError, UserFunctionError
 from . import compile as codegen
 from . import fusion, runtime
+from .origin import describe_origin
 from .refs import Metadata, release_refs, retain_refs
 
 logger = logging.getLogger(__name__)
@@ -558,6 +559,9 @@ class Stream:
             rec = repr(x)
             if len(rec) > 200:
                 rec = rec[:200] + "..."
+            where = describe_origin()
+            if where:
+                rec = f"{rec} (input {where})"
             raise UserFunctionError(
                 f"{self._display_name()}: user function {fname!r} raised "
                 f"{type(exc).__name__}: {exc} on record {rec}. Fix the function or the input, "

@@ -231,7 +231,13 @@ class KafkaRangeSource(KafkaBatchedSource):
             for r in ranges:
                 if self._offsets.get(r.key) != r.start:
                     break  # moved meanwhile (a restore): ask the broker again
-                await self._emit_one(r.topic, r.partition, r.start, r.end, r)
+                origin = {
+                    "topic": r.topic,
+                    "partition": r.partition,
+                    "offset": r.start,
+                    "end": r.end,
+                }
+                await self._emit_one(r.topic, r.partition, r.start, r.end, r, origin)
                 if self.stopped:
                     return
                 await asyncio.sleep(0)

@@ -12,16 +12,27 @@ True
 from __future__ import annotations
 
 from .dlq import dead_letter
-from .errors import KafkaConnectorError, KafkaDeliveryError
+from .errors import (
+    DeadLetterError,
+    KafkaCommitError,
+    KafkaConnectorError,
+    KafkaDeliveryError,
+    KafkaGroupInUseError,
+    KafkaTopicError,
+)
 from .offsets import OffsetTracker
 from .sink import ToKafka
 from .source import KafkaBatchedSource, KafkaSource, from_kafka, from_kafka_batched
 
 __all__ = [
+    "DeadLetterError",
     "KafkaBatchedSource",
+    "KafkaCommitError",
     "KafkaConnectorError",
     "KafkaDeliveryError",
+    "KafkaGroupInUseError",
     "KafkaSource",
+    "KafkaTopicError",
     "OffsetTracker",
     "ToKafka",
     "dead_letter",

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from ..errors import RivermarkError
 
-__all__ = ["KafkaConnectorError", "KafkaDeliveryError"]
+__all__ = [
+    "DeadLetterError",
+    "KafkaCommitError",
+    "KafkaConnectorError",
+    "KafkaDeliveryError",
+    "KafkaGroupInUseError",
+    "KafkaTopicError",
+]
 
 
 class KafkaConnectorError(RivermarkError):
@@ -22,3 +29,19 @@ class KafkaDeliveryError(KafkaConnectorError):
         super().__init__(message)
         self.record = record
         self.kafka_error = kafka_error
+
+
+class DeadLetterError(KafkaConnectorError):
+    """A failed record could not be written to its dead-letter topic (not acknowledged)."""
+
+
+class KafkaCommitError(KafkaConnectorError):
+    """An exactly-once sink could not commit an epoch's transaction in time."""
+
+
+class KafkaTopicError(KafkaConnectorError):
+    """A topic was recreated, or a partition's offsets went backwards, since the checkpoint."""
+
+
+class KafkaGroupInUseError(KafkaConnectorError):
+    """Another live job commits to the consumer group this source would read with."""

@@ -4,45 +4,66 @@ Producing.  Every record is handed to ``Producer.produce`` (no flush per
 record); a task on the node's loop calls ``poll(0)`` while deliveries are
 outstanding, so delivery callbacks run on the loop thread.  A record counts
 as completed (its metadata references are released) only when the broker
-acknowledged it.  A failed delivery goes through the node's error policy
-(``on_error``): ``"raise"`` (default) makes the next ``update`` raise a
-:class:`~rivermark.kafka.errors.KafkaDeliveryError` wrapped as a
-``UserFunctionError`` and leaves the record incomplete (so a source never
-commits past it); ``"skip"`` or a callable count/handle it and complete it.
-``_inflight`` counts unacknowledged records, so a checkpoint barrier waits
-for every acknowledgement; ``pre_commit`` also flushes; ``stop`` flushes.
+acknowledged it.  ``_inflight`` counts unacknowledged records, so a
+checkpoint barrier waits for every acknowledgement; ``pre_commit`` also
+flushes; ``stop`` flushes.
+
+Delivery failures.  The sink's error policy is its own: it does NOT inherit
+an upstream's ``on_error`` (a ``map(json.loads, on_error="skip")`` above it
+skips bad input, not lost output), nor ``Job(on_error=...)``.  By default
+(``on_error="raise"``) a record the broker did not acknowledge fails the
+node for good: the record is never completed (a source never commits past
+it), the failure is logged as one line naming the topic and the input
+record's position, and a running Job stops with its last checkpoint intact.
+Pass ``on_error="skip"`` or a callable to the sink itself to drop or handle
+such records.  A missing output topic is found at the job's start (when the
+producer may not create it, ``allow.auto.create.topics=false``) and refused
+with one line.
 
 Exactly-once (``exactly_once=True``, run under a checkpoint Job).  The
 records of epoch ``e`` (those between checkpoint ``e - 1`` and ``e``) are
 written in one Kafka transaction of a producer whose ``transactional.id`` is
-stable across restarts (``transactional_id=``, else derived from the job id
-and the node's name/topic).  The protocol:
+stable across restarts: ``transactional_id=``, else the id stored in the
+checkpoint being restored (so moving the checkpoint directory keeps it),
+else derived from the job id and the node's name/topic at the first start.
+The protocol:
 
 1. ``restore(handle)`` (recovery or first start): ``init_transactions()``
    fences zombies and aborts a transaction left open by a crash, then
    resolves the last epoch (below) and begins a transaction.
 2. ``get_state()`` at the barrier: the records of the open epoch (values and
    keys) go into the checkpoint with the node's state.
-3. ``pre_commit(e)``: flush; every record of epoch ``e`` is acknowledged.
+3. ``pre_commit(e)``: flush; every record of epoch ``e`` is acknowledged;
+   the handle names the transactional id and the position
+   (partition, offset) of the epoch's first acknowledged record.
 4. ``commit(e, handle)`` after the checkpoint is durable: atomically with the
    records, the transaction commits the offset ``e`` of a marker partition
    (partition 0 of the output topic) for the consumer group
    ``rivermark-eos.<transactional.id>`` (``send_offsets_to_transaction``),
-   then ``commit_transaction()`` and ``begin_transaction()``.
+   then ``commit_transaction()`` and ``begin_transaction()``.  The commit
+   has a deadline (``commit_timeout``) that the sink enforces itself: past
+   it, the job stops with one line saying the broker was unreachable; a
+   rerun resumes exactly (the epoch is resolved as below).
 
 Recovery with an unknown outcome.  confluent-kafka cannot resume a
 prepared transaction after a restart (``init_transactions`` always aborts it),
-so the sink resolves the epoch itself.  On ``restore`` of checkpoint ``e`` it
-reads the marker group's committed offset ``C`` (the newest committed epoch):
+so the sink resolves the restored epoch ``e`` itself, from two witnesses:
 
-* ``C >= e``: the crash came after ``commit_transaction``; epoch ``e`` is
-  visible; nothing to do (the stored records are dropped).
-* ``C < e`` (crash after the manifest was durable, before the commit
-  finished): the transaction was aborted by ``init_transactions``; the sink
-  ROLLS FORWARD: it produces epoch ``e``'s records again from the
-  checkpointed state in a fresh transaction tagged ``e`` and commits it.
-* a crash before the manifest of ``e`` was durable restores ``e - 1``;
-  epoch ``e``'s transaction was aborted and its input is replayed.
+* the marker group's committed offset ``C`` (``C >= e``: committed);
+* the epoch's first record, read back with ``read_committed`` at the offset
+  stored in the handle: returned at that offset means committed, skipped
+  means aborted.  This witness lives as long as the output topic's
+  retention, unlike the marker, which the broker expires after
+  ``offsets.retention.minutes`` (7 days by default) without commits.
+
+Committed: nothing to do (the stored records are dropped).  Aborted (a crash
+after the manifest was durable, before the commit finished): the sink ROLLS
+FORWARD, producing epoch ``e``'s records again from the checkpointed state in
+a fresh transaction, and commits it.  When neither witness is available (the
+marker expired and the first record was deleted by retention) the sink says
+so in a WARNING and rolls forward (those records may then appear twice).  A
+crash before the manifest of ``e`` was durable restores ``e - 1``; epoch
+``e``'s transaction was aborted and its input is replayed.
 
 Starting over (``Job(..., from_scratch=True)``): ``start_over()`` fences
 and aborts like ``restore``, rolls nothing forward, and resets the marker to
@@ -64,9 +85,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..core.node import Stream
+from ..core.origin import describe_origin
 from ..core.refs import Metadata, release_refs, retain_refs
 from ..errors import ConfigurationError
-from .errors import KafkaDeliveryError
+from .errors import KafkaCommitError, KafkaDeliveryError, KafkaTopicError
+from .transactions import DeadlineExceeded, call_with_deadline, first_record_visible
 
 logger = logging.getLogger(__name__)
 
@@ -83,17 +106,25 @@ def _encode(v: Any) -> Any:
     return str(v).encode()
 
 
+def _is_false(v: Any) -> bool:
+    return v is False or str(v).lower() in ("false", "0")
+
+
 @Stream.register_api(attribute_name="to_kafka")
 class ToKafka(Stream):
     """Produce every record to ``topic`` (see the module docs for guarantees).
 
     ``key`` is None, a constant, or a callable of the record; values and keys
     that are not bytes are encoded (``str`` as UTF-8, others via ``str``).
+    ``on_error`` is the sink's own policy for records the broker did not
+    acknowledge (default ``"raise"``: the job stops); it is never inherited.
+    ``flush_timeout`` bounds waiting for acknowledgements, ``commit_timeout``
+    an exactly-once epoch's commit.
 
-    >>> src = Stream()
+    >>> src = Stream().map(int, on_error="skip")
     >>> sink = src.to_kafka("out", {"bootstrap.servers": "127.0.0.1:1"})
-    >>> sink.topic, sink.exactly_once, sink._inflight
-    ('out', False, 0)
+    >>> sink.topic, sink.exactly_once, sink._inflight, sink.on_error
+    ('out', False, 0, 'raise')
     """
 
     _is_async = True
@@ -107,6 +138,8 @@ class ToKafka(Stream):
         exactly_once: bool = False,
         transactional_id: str | None = None,
         flush_timeout: float = 60.0,
+        commit_timeout: float = 60.0,
+        on_error: Any = "raise",
         **kwargs: Any,
     ) -> None:
         if not isinstance(topic, str) or not topic:
@@ -124,23 +157,33 @@ class ToKafka(Stream):
             raise ConfigurationError(
                 f"to_kafka: transactional_id must be a non-empty string or None, got {transactional_id!r}"
             )
-        super().__init__(upstream=upstream, **kwargs)
+        for arg, value in (("flush_timeout", flush_timeout), ("commit_timeout", commit_timeout)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ConfigurationError(
+                    f"to_kafka: {arg} must be a number of seconds > 0, got {value!r}"
+                )
+        # the sink's policy is its own: never inherited from an upstream node
+        super().__init__(upstream=upstream, on_error=on_error or "raise", **kwargs)
         self.topic = topic
         self.producer_config: dict[str, Any] = dict(producer_config)
         self.key = key
         self.exactly_once = bool(exactly_once)
         self.transactional_id = transactional_id
-        self.flush_timeout = flush_timeout
+        self._explicit_txid = transactional_id is not None
+        self.flush_timeout = float(flush_timeout)
+        self.commit_timeout = float(commit_timeout)
         #: set by a checkpoint job (used to derive the transactional.id)
         self.job_id: str | None = None
         self.producer: Any = None
         self._inflight = 0
         self._poller: asyncio.Task[None] | None = None
-        self._errors: list[tuple[Any, Any]] = []
         self._epoch_records: list[tuple[Any, Any]] = []
+        self._epoch_first: tuple[int, int] | None = None
         self._restored_records: list[tuple[Any, Any]] | None = None
         self._in_txn = False
+        self._stuck = False
         self._marker_consumer: Any = None
+        self._topic_checked = False
         self.delivered = 0
         self.committed_epoch: int | None = None
 
@@ -163,6 +206,42 @@ class ToKafka(Stream):
             self.producer = ck.Producer(conf)
         return self.producer
 
+    def check_topic(self) -> None:
+        """Refuse a missing output topic with one line (when the producer may not create it).
+
+        With ``allow.auto.create.topics`` left on, a metadata request creates
+        the topic on a broker that auto-creates topics, as a produce would.
+        An unreachable broker is not an error here (the records wait for it).
+        """
+        if self._topic_checked:
+            return
+        import confluent_kafka as ck
+
+        producer = self._ensure_producer()
+        try:
+            md = producer.list_topics(self.topic, timeout=10)
+        except ck.KafkaException as e:
+            logger.warning(
+                "%s: cannot check that topic %r exists (%s)", self._display_name(), self.topic, e
+            )
+            return
+        self._topic_checked = True
+        tmd = md.topics.get(self.topic)
+        if tmd is not None and tmd.error is None:
+            return
+        missing = (ck.KafkaError.UNKNOWN_TOPIC_OR_PART, ck.KafkaError._UNKNOWN_TOPIC)
+        if (
+            tmd is not None
+            and tmd.error is not None
+            and (tmd.error.code() in missing or not tmd.error.retriable())
+        ):
+            raise KafkaTopicError(
+                f"{self._display_name()}: output topic {self.topic!r} does not exist on "
+                f"{self.producer_config.get('bootstrap.servers')!r} ({tmd.error.str()}); "
+                "create it (or let the producer create it: allow.auto.create.topics=true on "
+                "a broker with auto.create.topics.enable) and run again"
+            )
+
     def _key_of(self, x: Any) -> Any:
         k = self.key
         if k is None:
@@ -173,8 +252,10 @@ class ToKafka(Stream):
     def update(
         self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
     ) -> list[Awaitable[Any]] | None:
-        if self._errors:
-            self._raise_pending()
+        if self.failure is not None:
+            # failed for good: the record is never completed and the job stops
+            retain_refs(metadata)
+            return None
         producer = self._ensure_producer()
         if self.exactly_once and not self._in_txn:
             self._begin()
@@ -185,7 +266,7 @@ class ToKafka(Stream):
             return None
         value = _encode(x)
         retain_refs(metadata)
-        cb = self._delivery_callback(x, metadata)
+        cb = self._delivery_callback(x, metadata, describe_origin())
         try:
             producer.produce(self.topic, value=value, key=key, on_delivery=cb)
         except BufferError:
@@ -228,33 +309,45 @@ class ToKafka(Stream):
             if self._inflight > 0:
                 await asyncio.sleep(0.002)
 
-    def _delivery_callback(self, x: Any, metadata: Metadata | None) -> Callable[[Any, Any], None]:
+    def _fail_delivery(self, exc: BaseException) -> None:
+        """Fail the node for good with one log line (no traceback: not a bug)."""
+        if self.failure is None:
+            self.failure = exc
+            logger.error("%s", exc)
+
+    def _delivery_callback(
+        self, x: Any, metadata: Metadata | None, origin: str
+    ) -> Callable[[Any, Any], None]:
         def on_delivery(err: Any, msg: Any) -> None:
             self._inflight -= 1
             if err is None:
                 self.delivered += 1
+                if self.exactly_once and self._epoch_first is None:
+                    self._epoch_first = (int(msg.partition()), int(msg.offset()))
                 release_refs(metadata)
                 return
+            rec = repr(x)
+            if len(rec) > 200:
+                rec = rec[:200] + "..."
+            source = f" (input {origin})" if origin else ""
+            exc = KafkaDeliveryError(
+                f"{self._display_name()}: the broker did not acknowledge record {rec}{source} "
+                f"for topic {self.topic!r}: {err.str()}; the record is not completed and the job "
+                "stops; fix the cause and run again (a checkpointed job resumes from its last "
+                "checkpoint), or pass on_error='skip' or a callable to to_kafka itself",
+                x,
+                err,
+            )
             policy = self.on_error
             if policy is None or policy == "raise":
-                logger.error("%s: delivery of %r failed: %s", self._display_name(), x, err)
-                self._errors.append((x, err))
+                self._fail_delivery(exc)
                 return
             try:
-                self._user_error(
-                    x, KafkaDeliveryError(f"delivery failed: {err}", x, err), self.producer
-                )
+                self._user_error(x, exc, self.producer)
             finally:
                 release_refs(metadata)
 
         return on_delivery
-
-    def _raise_pending(self) -> None:
-        x, err = self._errors.pop(0)
-        exc = KafkaDeliveryError(
-            f"{self._display_name()}: the broker did not acknowledge record {x!r}: {err}", x, err
-        )
-        self._user_error(x, exc, self.producer)
 
     def flush(self) -> None:
         """Wait until every produced record is acknowledged; raise on a delivery error."""
@@ -264,10 +357,11 @@ class ToKafka(Stream):
         if left:
             raise KafkaDeliveryError(
                 f"{self._display_name()}: {left} records not acknowledged within "
-                f"{self.flush_timeout}s; is the broker reachable?"
+                f"{self.flush_timeout:g}s: the broker was unreachable; the job stops, and a "
+                "rerun resumes exactly from the last checkpoint"
             )
-        if self._errors:
-            self._raise_pending()
+        if isinstance(self.failure, KafkaDeliveryError):
+            raise self.failure
 
     # ---------------------------------------------------------------- transactions
     def _begin(self) -> None:
@@ -291,12 +385,23 @@ class ToKafka(Stream):
                 for k, v in self.producer_config.items()
                 if k.startswith(("bootstrap.", "security.", "sasl.", "ssl.", "client."))
             }
-            conf.update({"group.id": self._marker_group(), "enable.auto.commit": False})
+            conf.update(
+                {
+                    "group.id": self._marker_group(),
+                    "enable.auto.commit": False,
+                    "isolation.level": "read_committed",
+                    "enable.partition.eof": True,
+                }
+            )
             self._marker_consumer = ck.Consumer(conf)
         return self._marker_consumer
 
-    def _retrying(self, what: str, call: Callable[[], Any], attempts: int = 60) -> Any:
-        """Run ``call``, retrying retriable Kafka errors (coordinator moving or loading)."""
+    def _transactional(self, what: str, call: Callable[[], Any]) -> Any:
+        """Run a transactional call, retrying retriable errors, within ``commit_timeout``.
+
+        Past the deadline the producer is abandoned (the call may still be
+        blocked inside librdkafka) and :class:`KafkaCommitError` says what to do.
+        """
         import confluent_kafka as ck
 
         retriable_codes = {
@@ -306,23 +411,40 @@ class ToKafka(Stream):
             ck.KafkaError._TIMED_OUT,
             ck.KafkaError._TRANSPORT,
         }
-        for attempt in range(attempts):
+        deadline = time.monotonic() + self.commit_timeout
+        attempt = 0
+        while True:
+            left = deadline - time.monotonic()
             try:
-                return call()
+                if left <= 0:
+                    raise DeadlineExceeded(what)
+                return call_with_deadline(what, call, left)
+            except DeadlineExceeded:
+                self._stuck = True
+                raise KafkaCommitError(
+                    f"{self._display_name()}: the broker was unreachable: {what} for topic "
+                    f"{self.topic!r} did not finish within commit_timeout={self.commit_timeout:g}s; "
+                    "the job stops. Run it again when the broker is back: it resumes exactly "
+                    "from its last checkpoint"
+                ) from None
             except ck.KafkaException as e:
                 err = e.args[0] if e.args else None
                 retriable = err is not None and (err.retriable() or err.code() in retriable_codes)
-                if not retriable or attempt == attempts - 1:
-                    raise
+                if not retriable or time.monotonic() >= deadline:
+                    raise KafkaCommitError(
+                        f"{self._display_name()}: {what} for topic {self.topic!r} failed: "
+                        f"{err.str() if err is not None else e}; the job stops. Run it again: "
+                        "it resumes exactly from its last checkpoint"
+                    ) from None
+                attempt += 1
                 logger.info("%s: %s failed (%s), retrying", self._display_name(), what, err)
-                time.sleep(min(0.05 * (attempt + 1), 0.5))
-        raise AssertionError("unreachable")
+                time.sleep(min(0.05 * attempt, 0.5))
 
     def _read_committed_epoch(self) -> int:
         import confluent_kafka as ck
 
         marker = self._marker()
-        tps = self._retrying(
+        tps = self._transactional(
             "reading the committed epoch",
             lambda: marker.committed([ck.TopicPartition(self.topic, 0)], timeout=30),
         )
@@ -333,19 +455,63 @@ class ToKafka(Stream):
         import confluent_kafka as ck
 
         producer = self._ensure_producer()
-        producer.flush(self.flush_timeout)
+        left = producer.flush(self.flush_timeout)
+        if left:
+            raise KafkaCommitError(
+                f"{self._display_name()}: the broker was unreachable: {left} records of epoch "
+                f"{epoch} not acknowledged within {self.flush_timeout:g}s; the job stops. Run it "
+                "again when the broker is back: it resumes exactly from its last checkpoint"
+            )
         group = self._marker().consumer_group_metadata()
-        self._retrying(
-            "send_offsets_to_transaction",
+        timeout = max(1.0, self.commit_timeout / 2)
+        self._transactional(
+            f"committing epoch {epoch} (send_offsets_to_transaction)",
             lambda: producer.send_offsets_to_transaction(
-                [ck.TopicPartition(self.topic, 0, epoch)], group, 30
+                [ck.TopicPartition(self.topic, 0, epoch)], group, timeout
             ),
         )
-        self._retrying(
-            "commit_transaction", lambda: producer.commit_transaction(self.flush_timeout)
+        self._transactional(
+            f"committing epoch {epoch} (commit_transaction)",
+            lambda: producer.commit_transaction(timeout),
         )
         self._in_txn = False
         self.committed_epoch = epoch
+
+    def _epoch_outcome(self, epoch: int, handle: dict[str, Any], marker: int) -> tuple[bool, str]:
+        """Whether restored epoch ``epoch`` committed, and what is known about it."""
+        if marker >= epoch:
+            return True, f"the marker group {self._marker_group()!r} has epoch {marker}"
+        first = handle.get("first")
+        if not first:
+            return False, (
+                f"the marker group {self._marker_group()!r} has epoch {marker} and the epoch's "
+                "handle names no record"
+            )
+        part, off = int(first[0]), int(first[1])
+        where = f"{self.topic}[{part}]@{off}"
+        visible = call_with_deadline(
+            "reading back the epoch's first record",
+            lambda: first_record_visible(self._marker(), self.topic, part, off),
+            self.commit_timeout + 35,
+        )
+        if visible is True:
+            return True, (
+                f"its first record {where} is committed (the marker group "
+                f"{self._marker_group()!r} has epoch {marker}: expired or never written)"
+            )
+        if visible is False:
+            return False, f"its first record {where} was aborted (marker group: epoch {marker})"
+        logger.warning(
+            "%s: cannot tell whether epoch %d committed: the marker group %r has epoch %d "
+            "(expired after offsets.retention.minutes?) and its first record %s is no longer "
+            "readable (output retention?); rolling forward, so its records MAY APPEAR TWICE",
+            self._display_name(),
+            epoch,
+            self._marker_group(),
+            marker,
+            where,
+        )
+        return False, f"unknown: marker group epoch {marker}, first record {where} gone"
 
     # ---------------------------------------------------------------- checkpoint protocol
     def get_state(self) -> Any:
@@ -364,9 +530,12 @@ class ToKafka(Stream):
     def pre_commit(self, epoch: int) -> Any:
         """Flush: every record of ``epoch`` is acknowledged; return the handle."""
         self.flush()
+        if self.failure is not None:
+            raise self.failure
         handle: dict[str, Any] = {"epoch": epoch, "delivered": self.delivered}
         if self.exactly_once:
             handle["transactional_id"] = self._txid()
+            handle["first"] = list(self._epoch_first) if self._epoch_first else None
         return handle
 
     def commit(self, epoch: int, handle: Any) -> None:
@@ -381,34 +550,50 @@ class ToKafka(Stream):
             self._in_txn = True
         self._commit_epoch(epoch)
         self._epoch_records = []
+        self._epoch_first = None
         self.producer.begin_transaction()
         self._in_txn = True
 
     def restore(self, handle: Any) -> None:
-        """Fence zombies, resolve the restored epoch (roll forward or nothing), begin."""
+        """Check the topic; exactly-once: fence zombies, resolve the restored epoch, begin."""
+        if not isinstance(handle, dict):
+            handle = {}
+        stored = handle.get("transactional_id")
+        if self.exactly_once and isinstance(stored, str) and stored:
+            if self._explicit_txid and stored != self.transactional_id:
+                logger.warning(
+                    "%s: the checkpoint's transactional id is %r, this run's %r: the output "
+                    "of the restored epoch cannot be resolved against the old id",
+                    self._display_name(),
+                    stored,
+                    self.transactional_id,
+                )
+            elif not self._explicit_txid:
+                # the id the checkpoint was written with, wherever the directory is now
+                self.transactional_id = stored
+        self.check_topic()
         if not self.exactly_once:
             return
         producer = self._ensure_producer()
-        self._retrying("init_transactions", lambda: producer.init_transactions(self.flush_timeout))
+        self._transactional(
+            "init_transactions", lambda: producer.init_transactions(self.flush_timeout)
+        )
         self._in_txn = False
         committed = self._read_committed_epoch()
-        epoch = handle.get("epoch") if isinstance(handle, dict) else None
+        epoch = handle.get("epoch")
         records = self._restored_records or []
         self._restored_records = None
-        if epoch is not None and committed < epoch:
-            logger.warning(
-                "%s: epoch %d was checkpointed but its transaction did not commit "
-                "(last committed epoch %d); rolling forward: producing its %d records again",
-                self._display_name(),
-                epoch,
-                committed,
-                len(records),
-            )
-            producer.begin_transaction()
-            for x, key in records:
-                producer.produce(self.topic, value=_encode(x), key=key)
-                producer.poll(0)
-            self._commit_epoch(epoch)
+        if epoch is not None and committed < epoch and records:
+            done, known = self._epoch_outcome(epoch, handle, committed)
+            if done:
+                logger.warning(
+                    "%s: epoch %d was checkpointed and committed (%s); nothing to redo",
+                    self._display_name(),
+                    epoch,
+                    known,
+                )
+            else:
+                self._roll_forward(epoch, records, known)
         elif epoch is not None and committed > epoch:
             logger.error(
                 "%s: restoring checkpoint %d but epoch %d already committed output; "
@@ -419,6 +604,7 @@ class ToKafka(Stream):
             )
         self.committed_epoch = max(committed, epoch if epoch is not None else -1)
         self._epoch_records = []
+        self._epoch_first = None
         producer.begin_transaction()
         self._in_txn = True
 
@@ -434,7 +620,9 @@ class ToKafka(Stream):
         if not self.exactly_once:
             return
         producer = self._ensure_producer()
-        self._retrying("init_transactions", lambda: producer.init_transactions(self.flush_timeout))
+        self._transactional(
+            "init_transactions", lambda: producer.init_transactions(self.flush_timeout)
+        )
         self._in_txn = False
         self._restored_records = None
         self._epoch_records = []
@@ -455,6 +643,22 @@ class ToKafka(Stream):
         """Not checked for a topic: other writers may share it (see the module docs)."""
         return None
 
+    def _roll_forward(self, epoch: int, records: list[tuple[Any, Any]], known: str) -> None:
+        logger.warning(
+            "%s: epoch %d was checkpointed but its transaction did not commit (%s); "
+            "rolling forward: producing its %d records again",
+            self._display_name(),
+            epoch,
+            known,
+            len(records),
+        )
+        producer = self.producer
+        producer.begin_transaction()
+        for x, key in records:
+            producer.produce(self.topic, value=_encode(x), key=key)
+            producer.poll(0)
+        self._commit_epoch(epoch)
+
     # ---------------------------------------------------------------- lifecycle
     def stop(self) -> None:
         super().stop()
@@ -462,18 +666,27 @@ class ToKafka(Stream):
 
     def close(self) -> None:
         """Flush outstanding records (at-least-once) and release the clients."""
-        if self.producer is not None and not self.exactly_once:
+        if self._stuck:
+            # a transactional call is still blocked inside librdkafka: leave the
+            # producer alone (the next run fences it with init_transactions)
+            logger.info("%s: leaving the blocked producer behind", self._display_name())
+        elif self.producer is not None and not self.exactly_once:
             self.producer.flush(self.flush_timeout)
-        if self.producer is not None and self.exactly_once and self._in_txn:
+        elif self.producer is not None and self.exactly_once and self._in_txn:
             # records after the last checkpoint belong to no checkpoint: they are
             # replayed by the next run, so the open transaction is aborted
+            producer = self.producer
             try:
-                self.producer.abort_transaction(self.flush_timeout)
+                call_with_deadline(
+                    "abort_transaction",
+                    lambda: producer.abort_transaction(self.flush_timeout),
+                    self.commit_timeout,
+                )
             except Exception as e:  # the broker may be gone at shutdown
                 logger.warning(
                     "%s: aborting the open transaction failed: %s", self._display_name(), e
                 )
             self._in_txn = False
-        if self._marker_consumer is not None:
+        if self._marker_consumer is not None and not self._stuck:
             self._marker_consumer.close()
             self._marker_consumer = None

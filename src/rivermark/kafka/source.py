@@ -52,10 +52,11 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core.node import Stream
+from ..core.origin import record_origin
 from ..core.refs import Metadata, RefCounter
 from ..errors import ConfigurationError
 from ..sources.base import Source
-from .errors import KafkaConnectorError
+from .errors import KafkaConnectorError, KafkaGroupInUseError, KafkaTopicError
 from .offsets import OffsetTracker
 
 logger = logging.getLogger(__name__)
@@ -95,6 +96,8 @@ class KafkaBatchedSource(Source):
     """
 
     replayable = True
+    #: a group whose offsets another job committed less than this many seconds ago is in use
+    group_live_window: float = 60.0
 
     def __init__(
         self,
@@ -109,6 +112,9 @@ class KafkaBatchedSource(Source):
         start: bool = False,
         batched: bool = True,
         metadata_refresh: float = 2.0,
+        stop_at_end: bool = False,
+        allow_offset_reset: bool = False,
+        group_takeover: bool = False,
         **kwargs: Any,
     ) -> None:
         kind = "from_kafka_batched" if batched else "from_kafka"
@@ -167,8 +173,18 @@ class KafkaBatchedSource(Source):
         self.keys = keys
         self.batched = batched
         self.metadata_refresh = metadata_refresh
+        self.stop_at_end = bool(stop_at_end)
+        self.allow_offset_reset = bool(allow_offset_reset)
+        self.group_takeover = bool(group_takeover)
         #: set by a checkpoint job: offsets are then committed only after checkpoints
         self.checkpointing = False
+        #: set by a checkpoint job: tags the group's offsets with the job that committed them
+        self.job_id: str | None = None
+        #: stop_at_end: the end offset (high watermark at start) of every partition
+        self._end: dict[tuple[str, int], int] = {}
+        self._missing_warned: dict[str, float] = {}
+        self._ignored: set[tuple[str, int]] = set()
+        self._committed_meta: dict[tuple[str, int], str] = {}
         self.consumer: Any = None
         self._offsets: dict[str, int] = {}
         self._seek_position: dict[str, int] | None = None
@@ -176,7 +192,7 @@ class KafkaBatchedSource(Source):
         self._tracker = OffsetTracker()
         self._last_refresh = 0.0
         self._listed = False
-        self._barrier_position: dict[str, int] | None = None
+        self._durable_position: dict[str, int] | None = None
         self.batches_emitted = 0
         self.records_emitted = 0
         super().__init__(start=start, **kwargs)
@@ -184,11 +200,7 @@ class KafkaBatchedSource(Source):
     # ---------------------------------------------------------------- positions
     def position(self) -> dict[str, int]:
         """``{"topic:partition": next_offset}`` for every partition read so far."""
-        pos = dict(self._offsets)
-        if self._pause_requested:
-            # taken at a checkpoint barrier: committed to the group after it
-            self._barrier_position = pos
-        return pos
+        return dict(self._offsets)
 
     def seek(self, position: Any) -> None:
         """Start every partition named in ``position`` at its offset on the next run."""
@@ -219,23 +231,29 @@ class KafkaBatchedSource(Source):
         self.checkpointing = True
         super().pause()
 
-    def resume(self) -> None:
-        """Go on after a barrier; commit the barrier's position to the group (for lag tools)."""
-        pos, self._barrier_position = self._barrier_position, None
-        if pos:
-            self.checkpoint_committed(pos)
-        super().resume()
+    def checkpoint_durable(self, epoch: int, position: Any) -> None:
+        """Commit a durable checkpoint's position to the consumer group (for lag tools).
+
+        Called by the job only once checkpoint ``epoch`` is durable, so the
+        group's offsets never run ahead of a checkpoint (a failed checkpoint
+        commits nothing).  Under a job the group offsets are informational (a
+        restore uses the checkpoint), but lag tools and the detection of a
+        second job on the same group read them.
+        """
+        self.checkpoint_committed(position)
 
     def checkpoint_committed(self, position: Any) -> None:
-        """Commit ``position`` (a checkpoint's source position) to the consumer group.
-
-        A checkpoint job calls this after a checkpoint is durable.  The group
-        offsets are informational under a job (a restore uses the
-        checkpoint), but let lag tools see progress.
-        """
-        if not position or self.consumer is None:
+        """Commit ``position`` (a durable checkpoint's source position) to the group."""
+        if not position:
             return
-        self._commit({_split(k): int(v) for k, v in position.items()})
+        self._durable_position = {str(k): int(v) for k, v in position.items()}
+        offsets = {_split(k): int(v) for k, v in position.items()}
+        if self.consumer is not None:
+            self._commit(offsets)
+        elif self.finished:
+            # the final checkpoint of a source that ended (stop_at_end): its
+            # consumer is closed, so commit through a short-lived one
+            self._commit_once(offsets)
 
     # ---------------------------------------------------------------- consumer
     def _make_consumer(self) -> Any:
@@ -249,18 +267,72 @@ class KafkaBatchedSource(Source):
             md = self.consumer.list_topics(topic, timeout=5)
             tmd = md.topics.get(topic)
             if tmd is None or tmd.error is not None:
-                logger.debug(
-                    "%s: topic %r not available yet: %s",
-                    self._display_name(),
-                    topic,
-                    tmd and tmd.error,
-                )
+                self._warn_missing(topic, tmd.error if tmd is not None else None)
                 continue
+            self._missing_warned.pop(topic, None)
             parts = sorted(tmd.partitions)
             if self.npartitions is not None:
                 parts = parts[: self.npartitions]
             found.extend((topic, p) for p in parts)
         return found
+
+    def _warn_missing(self, topic: str, error: Any) -> None:
+        """WARNING when an input topic is missing: at once, then every minute."""
+        now = time.monotonic()
+        last = self._missing_warned.get(topic)
+        if last is not None and now - last < 60.0:
+            return
+        self._missing_warned[topic] = now
+        logger.warning(
+            "%s: input topic %r does not exist on %r (%s); %s",
+            self._display_name(),
+            topic,
+            self.consumer_params.get("bootstrap.servers"),
+            error.str() if error is not None else "no metadata",
+            "nothing to read (stop_at_end)"
+            if self.stop_at_end
+            else "the source waits for it: check the topic name",
+        )
+
+    def _owner_tag(self) -> str:
+        """Metadata committed with the group's offsets: which job, and when."""
+        if self.job_id is None:
+            return ""
+        return f"rivermark job={self.job_id} at={time.time():.0f}"
+
+    def _check_group_owner(
+        self, meta: dict[tuple[str, int], str], committed: dict[tuple[str, int], int] | None
+    ) -> None:
+        """Refuse to start while another live job commits its checkpoints to this group.
+
+        Another job is live when it committed less than ``group_live_window``
+        seconds ago.  A restored job is refused only where the group is ahead
+        of its checkpoint (the same job from a moved directory is not: the
+        group holds at most its newest durable checkpoint's position).
+        """
+        if self.group_takeover or self.job_id is None:
+            return
+        now = time.time()
+        for (t, p), tag in sorted(meta.items()):
+            parts = dict(kv.split("=", 1) for kv in tag.split()[1:] if "=" in kv)
+            if not tag.startswith("rivermark ") or "job" not in parts:
+                continue
+            other, at = parts["job"], float(parts.get("at", "0") or 0)
+            if other == self.job_id or now - at >= self.group_live_window:
+                continue
+            if self._seek_position is not None:
+                mine = self._seek_position.get(f"{t}:{p}", 0)
+                if (committed or {}).get((t, p), -1) <= mine:
+                    continue
+            raise KafkaGroupInUseError(
+                f"{self._display_name()}: consumer group "
+                f"{self.consumer_params.get('group.id')!r} is in use by another job "
+                f"({other!r} committed {t}[{p}] {max(0.0, now - at):.0f}s ago), and this job "
+                f"is {self.job_id!r}: two jobs on one group both read every partition "
+                "(duplicates). Use another group.id, stop the other job, or, if it has "
+                f"stopped for good, wait {self.group_live_window:.0f}s or pass "
+                "group_takeover=True to the source"
+            )
 
     async def _refresh(self) -> None:
         import confluent_kafka as ck
@@ -279,9 +351,20 @@ class KafkaBatchedSource(Source):
         # start; those found later were added while running
         initial, self._listed = not self._listed, True
         new = [tp for tp in parts if tp not in self._assigned]
+        if self.stop_at_end and not initial and new:
+            if not set(new) <= self._ignored:
+                logger.info(
+                    "%s: stop_at_end: ignoring partitions that appeared after the start: %s",
+                    self._display_name(),
+                    sorted(set(new) - self._ignored),
+                )
+                self._ignored |= set(new)
+            return
         if not new:
             return
         offsets = await loop.run_in_executor(None, self._start_offsets, new, initial)
+        if self.stop_at_end:
+            self._end.update(await loop.run_in_executor(None, self._end_offsets, new))
         if self.consumer is None:  # closed meanwhile (stopped)
             return
         assign = []
@@ -316,7 +399,11 @@ class KafkaBatchedSource(Source):
         import confluent_kafka as ck
 
         group_start = initial and self._seek_position is None
-        committed = self._committed_offsets(parts) if group_start else {}
+        committed = self._committed_offsets(parts) if initial else {}
+        if initial:
+            self._check_group_owner(self._committed_meta, committed)
+        if not group_start:
+            committed = {}
         out: list[int] = []
         for t, p in parts:
             key = f"{t}:{p}"
@@ -371,6 +458,9 @@ class KafkaBatchedSource(Source):
                 )
                 errors = [f.error for f in found if f.error is not None]
                 if not errors:
+                    self._committed_meta = {
+                        (f.topic, f.partition): f.metadata for f in found if f.metadata
+                    }
                     return {(f.topic, f.partition): int(f.offset) for f in found}
                 err = errors[0]
             except ck.KafkaException as e:
@@ -387,6 +477,31 @@ class KafkaBatchedSource(Source):
                 )
                 return None
             time.sleep(0.2)
+
+    def _end_offsets(self, parts: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """stop_at_end: each partition's high watermark now (where the read ends)."""
+        import confluent_kafka as ck
+
+        out: dict[tuple[str, int], int] = {}
+        for t, p in parts:
+            _, high = self.consumer.get_watermark_offsets(ck.TopicPartition(t, p), timeout=10)
+            out[(t, p)] = int(high)
+        logger.info("%s: stop_at_end: reading up to %s", self._display_name(), out)
+        return out
+
+    def _at_end(self) -> bool:
+        """stop_at_end: every partition read up to its end offset."""
+        import confluent_kafka as ck
+
+        behind = [
+            (t, p) for (t, p), end in self._end.items() if self._offsets.get(f"{t}:{p}", -1) < end
+        ]
+        if not behind:
+            return True
+        # transaction markers occupy offsets no record is read at: ask the
+        # consumer where it would fetch next
+        where = self.consumer.position([ck.TopicPartition(t, p) for t, p in behind])
+        return all(tp.offset >= self._end[(tp.topic, tp.partition)] for tp in where)
 
     def _check_range(self, topic: str, partition: int, offset: int) -> int:
         """Apply the reset policy with a WARNING when ``offset`` is no longer on the broker."""
@@ -428,13 +543,29 @@ class KafkaBatchedSource(Source):
 
         if not offsets or self.consumer is None:
             return
-        tps = [ck.TopicPartition(t, p, o) for (t, p), o in offsets.items()]
+        tag = self._owner_tag()
+        tps = [ck.TopicPartition(t, p, o, tag) for (t, p), o in offsets.items()]
         try:
             self.consumer.commit(offsets=tps, asynchronous=True)
         except ck.KafkaException as e:
             logger.warning(
                 "%s: offset commit failed (will retry with the next): %s", self._display_name(), e
             )
+
+    def _commit_once(self, offsets: dict[tuple[str, int], int]) -> None:
+        import confluent_kafka as ck
+
+        consumer = self._make_consumer()
+        try:
+            tag = self._owner_tag()
+            consumer.commit(
+                offsets=[ck.TopicPartition(t, p, o, tag) for (t, p), o in offsets.items()],
+                asynchronous=False,
+            )
+        except ck.KafkaException as e:
+            logger.warning("%s: final commit failed: %s", self._display_name(), e)
+        finally:
+            consumer.close()
 
     def _on_complete(self, topic: str, partition: int, start: int, end: int) -> None:
         self._tracker.finished(topic, partition, start, end)
@@ -459,6 +590,12 @@ class KafkaBatchedSource(Source):
             every = self.poll_interval if self.refresh_partitions else self.metadata_refresh
             if time.monotonic() - self._last_refresh >= every:
                 await self._refresh()
+            if self.stop_at_end and self._listed and self._at_end():
+                logger.info(
+                    "%s: stop_at_end: every partition read to its end offset; finishing",
+                    self._display_name(),
+                )
+                return
             msgs = self.consumer.consume(num_messages=max(self.max_batch_size, 500), timeout=0)
             if not msgs:
                 await asyncio.sleep(
@@ -479,6 +616,10 @@ class KafkaBatchedSource(Source):
                             f"{self._display_name()}: fatal consumer error: {err}"
                         )
                 continue
+            self._check_forward(m)
+            end = self._end.get((m.topic(), m.partition())) if self.stop_at_end else None
+            if end is not None and m.offset() >= end:
+                continue  # written after the start of a bounded read: not read
             groups.setdefault((m.topic(), m.partition()), []).append(m)
         for (t, p), ms in groups.items():
             for i in range(0, len(ms), self.max_batch_size):
@@ -488,14 +629,44 @@ class KafkaBatchedSource(Source):
                 else:
                     values = [m.value() for m in chunk]
                 first, end = chunk[0].offset(), chunk[-1].offset() + 1
-                await self._emit_one(t, p, first, end, values if self.batched else values[0])
+                origin: dict[str, Any] = {"topic": t, "partition": p, "offset": first}
+                if self.batched:
+                    origin["end"] = end
+                else:
+                    origin["key"] = chunk[0].key()
+                await self._emit_one(
+                    t, p, first, end, values if self.batched else values[0], origin
+                )
                 if self.stopped:
                     return
                 # let the loop run between batches (a job's checkpoint barrier would
                 # otherwise wait for the whole backlog when the graph is synchronous)
                 await asyncio.sleep(0)
 
-    async def _emit_one(self, t: str, p: int, first: int, end: int, x: Any) -> None:
+    def _check_forward(self, m: Any) -> None:
+        """Refuse a record below the partition's position (its offsets went backwards)."""
+        t, p, off = m.topic(), m.partition(), m.offset()
+        expected = self._offsets.get(f"{t}:{p}")
+        if expected is None or off >= expected:
+            return
+        what = (
+            f"{self._display_name()}: the offsets of topic {t!r} partition {p} went backwards "
+            f"(the next offset was {expected}, the broker returned {off}): the topic was "
+            "deleted and recreated, or truncated"
+        )
+        if not self.allow_offset_reset:
+            raise KafkaTopicError(
+                f"{what}; refusing to continue, since its records would be read as if they "
+                "were new (or skipped). Check the topic; to read the partition from its new "
+                "offsets, pass allow_offset_reset=True to the source and run again"
+            )
+        logger.warning("%s; allow_offset_reset=True: continuing from offset %d", what, off)
+        self._offsets[f"{t}:{p}"] = off
+        self._tracker.reset(t, p, off)
+
+    async def _emit_one(
+        self, t: str, p: int, first: int, end: int, x: Any, origin: dict[str, Any]
+    ) -> None:
         if self._pause_requested:
             await self._wait_resumed()
         self._tracker.started(t, p, first, end)
@@ -503,8 +674,13 @@ class KafkaBatchedSource(Source):
         metadata: Metadata = [{"ref": ref, "topic": t, "partition": p, "offset": first}]
         # if the emit raises (a user function under on_error="raise"), the batch
         # is neither completed (never committed to the group) nor passed by the
-        # position: the source fails and a restart reads it again
-        await self._emit_record(x, None, metadata)
+        # position: the source fails and a restart reads it again.  The origin
+        # names the record's position in error messages and dead letters.
+        token = record_origin.set(origin)
+        try:
+            await self._emit_record(x, None, metadata)
+        finally:
+            record_origin.reset(token)
         self._offsets[f"{t}:{p}"] = end
         self.batches_emitted += 1
         self.records_emitted += len(x) if self.batched else 1
@@ -524,13 +700,15 @@ class KafkaBatchedSource(Source):
             import confluent_kafka as ck
 
             if self.checkpointing:
-                # closed at a job's final checkpoint: its position is durable by now
-                pos, self._barrier_position = self._barrier_position, None
-                final = {_split(k): int(v) for k, v in (pos or {}).items()}
+                # the newest durable checkpoint's position, committed once more
+                # synchronously (the commit after each checkpoint is asynchronous)
+                pos = self._durable_position or {}
+                final = {_split(k): int(v) for k, v in pos.items()}
             else:
                 final = self._tracker.committable()
             if final:
-                tps = [ck.TopicPartition(t, p, o) for (t, p), o in final.items()]
+                tag = self._owner_tag()
+                tps = [ck.TopicPartition(t, p, o, tag) for (t, p), o in final.items()]
                 try:
                     consumer.commit(offsets=tps, asynchronous=False)
                 except ck.KafkaException as e:
@@ -618,10 +796,30 @@ def from_kafka_batched(
     batches on Dask workers and returns the scattered stream of them (this
     process handles only offsets; see :mod:`rivermark.dask.kafka`).
 
+    Options of both Kafka sources (keyword arguments):
+
+    * ``stop_at_end=True``: a bounded read: every partition is read up to the
+      high watermark it had when the source started, then the source
+      finishes (a job then writes its final checkpoint and ends, exit 0);
+      partitions that appear later are not read.  A resumed run reads up to
+      the watermarks of its own start.
+    * ``allow_offset_reset=True``: go on (with a WARNING) when a partition's
+      offsets go backwards (the topic was deleted and recreated); by default
+      the source refuses with :class:`~rivermark.kafka.errors.KafkaTopicError`.
+    * ``group_takeover=True``: start even though another job committed its
+      checkpoints to this ``group.id`` within the last
+      ``group_live_window`` (60) seconds; by default the source refuses
+      with :class:`~rivermark.kafka.errors.KafkaGroupInUseError`.
+
     >>> src = Stream.from_kafka_batched("t", {"bootstrap.servers": "127.0.0.1:1", "group.id": "g"})
     >>> src.topics, src.poll_interval
     (['t'], 1.0)
     """
+    if dask and kwargs.get("stop_at_end"):
+        raise ConfigurationError(
+            "from_kafka_batched: stop_at_end=True is not supported with dask=True; "
+            "pass dask=False for a bounded read"
+        )
     if dask:
         from ..dask.kafka import from_kafka_batched_dask
 

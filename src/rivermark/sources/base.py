@@ -103,6 +103,14 @@ class Source(Stream):
         concrete position.
         """
 
+    def checkpoint_durable(self, epoch: int, position: Any) -> None:
+        """Checkpoint ``epoch``, holding this source's ``position``, is durable.
+
+        A job calls this after the checkpoint's manifest is written, never for
+        a checkpoint that failed: a source may now publish ``position`` (a
+        Kafka source commits it to its consumer group).  Default: nothing.
+        """
+
     def close(self) -> None:
         """Release files, sockets, consumers; called once when the source ends."""
 

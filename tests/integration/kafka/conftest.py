@@ -44,3 +44,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if here in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.kafka)
+
+
+collect_ignore = ["fault_app.py"]

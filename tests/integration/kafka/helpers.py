@@ -1,8 +1,13 @@
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import confluent_kafka as ck
@@ -81,7 +86,86 @@ def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[i
         {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False}
     )
     try:
-        tps = c.committed([ck.TopicPartition(topic, p) for p in range(partitions)], timeout=10)
-        return {tp.partition: tp.offset for tp in tps}
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                tps = c.committed(
+                    [ck.TopicPartition(topic, p) for p in range(partitions)], timeout=10
+                )
+                return {tp.partition: tp.offset for tp in tps}
+            except ck.KafkaException as e:
+                # a fresh broker's group coordinator takes a while to load
+                if not e.args[0].retriable() or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
     finally:
         c.close()
+
+
+def produce_records(bootstrap: str, topic: str, records: Iterable[tuple[Any, Any]]) -> None:
+    """Produce (key, value) pairs as they are (None stays a null key or value)."""
+    p = ck.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for key, value in records:
+        p.produce(topic, value=value, key=key, partition=0)
+    assert p.flush(30) == 0
+
+
+def delete_group(bootstrap: str, group: str) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for fut in admin.delete_consumer_groups([group], request_timeout=30).values():
+        fut.result(30)
+
+
+def delete_topic(bootstrap: str, topic: str, timeout: float = 60.0) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.delete_topics([topic], operation_timeout=30)[topic].result(30)
+
+    def gone() -> bool:
+        return topic not in admin.list_topics(timeout=5).topics
+
+    wait_for(gone, timeout, f"topic {topic!r} deleted")
+
+
+def run_in_thread(job: Any) -> tuple[threading.Thread, list[BaseException]]:
+    """Run ``job.run`` in a thread; the list receives what it raised."""
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            job.run()
+        except BaseException as e:
+            errors.append(e)
+
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    return t, errors
+
+
+FAULT_APP = Path(__file__).with_name("fault_app.py")
+
+
+def start_app(
+    ckpt: Path,
+    env: dict[str, str],
+    log: Path,
+    every: str = "0.3s",
+    fault: str | None = None,
+) -> subprocess.Popen[bytes]:
+    """``rivermark run fault_app.py:src`` in a subprocess; stderr appended to ``log``."""
+    full = {k: v for k, v in os.environ.items() if k != "RIVERMARK_FAULT"}
+    full.update(env)
+    if fault:
+        full["RIVERMARK_FAULT"] = fault
+    with open(log, "ab") as f:
+        f.write(f"--- run fault={fault}\n".encode())
+        return subprocess.Popen(
+            [sys.executable, "-m", "rivermark.cli", "run", f"{FAULT_APP}:src"]
+            + ["--checkpoint", str(ckpt), "--every", every],
+            env=full,
+            stdout=subprocess.DEVNULL,
+            stderr=f,
+        )

@@ -9,8 +9,7 @@ import pytest
 
 from rivermark import Stream
 from rivermark.core.refs import RefCounter
-from rivermark.errors import UserFunctionError
-from rivermark.kafka import dead_letter
+from rivermark.kafka import KafkaDeliveryError, dead_letter
 from rivermark.testing.kafka_broker import KafkaBroker, restart_broker
 
 from .helpers import committed, consume_all, produce, wait_for
@@ -55,22 +54,24 @@ def test_to_kafka_completes_records_only_after_ack(
     sink.stop()
 
 
-def test_delivery_error_surfaces_on_the_node() -> None:
+def test_a_delivery_error_fails_the_node_and_completes_no_record() -> None:
     src = Stream()
     sink = src.to_kafka("x", {"bootstrap.servers": "127.0.0.1:9", "message.timeout.ms": 300})
-    ref_done: list[bool] = []
+    ref_done: list[str] = []
 
     async def feed() -> None:
-        ref = RefCounter(initial=1, callback=lambda: ref_done.append(True))
-        src.emit("a", metadata=[{"ref": ref}])
-        ref.release()
-        while sink._inflight:
-            await asyncio.sleep(0.01)
-        src.emit("b")
+        for x in ("a", "b"):
+            ref = RefCounter(initial=1, callback=lambda x=x: ref_done.append(x))
+            src.emit(x, metadata=[{"ref": ref}])
+            ref.release()
+            while sink._inflight:
+                await asyncio.sleep(0.01)
 
-    with pytest.raises(UserFunctionError, match="did not acknowledge"):
-        asyncio.run_coroutine_threadsafe(feed(), sink.loop).result(30)
-    assert ref_done == []  # a failed record never counts as completed
+    asyncio.run_coroutine_threadsafe(feed(), sink.loop).result(30)
+    assert isinstance(sink.failure, KafkaDeliveryError)
+    assert "did not acknowledge record 'a'" in str(sink.failure)
+    assert ref_done == []  # a failed record never counts as completed, nor any after it
+    sink.stop()
 
 
 def test_pipeline_kafka_to_kafka_with_dead_letters(

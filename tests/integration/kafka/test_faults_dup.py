@@ -1,0 +1,178 @@
+"""Kafka under faults, part 2: no duplicates after a moved checkpoint directory,
+an expired epoch marker, or a second job on the same consumer group."""
+
+from __future__ import annotations
+
+import json
+import signal
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from rivermark import Stream
+from rivermark.checkpoint import Job
+from rivermark.kafka import KafkaGroupInUseError
+
+from .helpers import (
+    committed,
+    consume_all,
+    delete_group,
+    produce,
+    run_in_thread,
+    start_app,
+    wait_for,
+)
+
+pytestmark = pytest.mark.kafka
+
+KEYS = 10
+
+
+def _eos_graph(bootstrap: str, inp: str, out: str, group: str) -> Stream:
+    src = Stream.from_kafka_batched(
+        inp,
+        {"bootstrap.servers": bootstrap, "group.id": group},
+        poll_interval=0.05,
+        stop_at_end=True,
+    )
+    src.flatten().to_kafka(out, {"bootstrap.servers": bootstrap}, exactly_once=True)
+    return src
+
+
+def _counts(bootstrap: str, out: str, n: int) -> Counter[tuple[str, int]]:
+    msgs = consume_all(bootstrap, out, expected=n, timeout=30, committed_only=True)
+    return Counter(tuple(json.loads(m.value())) for m in msgs)  # type: ignore[misc]
+
+
+def _expected(n: int) -> Counter[tuple[str, int]]:
+    return Counter((str(k), c) for k in range(KEYS) for c in range(1, n // KEYS + 1))
+
+
+def test_moving_the_checkpoint_directory_keeps_the_transactional_id(
+    bootstrap: str, new_topic: Callable[..., str], group: str, tmp_path: Path
+) -> None:
+    inp, out = new_topic(), new_topic(prefix="out")
+    produce(bootstrap, inp, [f"a{i}" for i in range(200)])
+    # every=None: the final checkpoint holds (and commits) all 200 records
+    Job(_eos_graph(bootstrap, inp, out, group), checkpoint=str(tmp_path / "one"), every=None).run()
+    (tmp_path / "one").rename(tmp_path / "two")
+    produce(bootstrap, inp, [f"b{i}" for i in range(100)])
+    Job(_eos_graph(bootstrap, inp, out, group), checkpoint=str(tmp_path / "two"), every=None).run()
+    got = Counter(m.value() for m in consume_all(bootstrap, out, expected=300, committed_only=True))
+    assert max(got.values()) == 1, "duplicates after the move"
+    assert set(got) == {f"a{i}".encode() for i in range(200)} | {
+        f"b{i}".encode() for i in range(100)
+    }
+
+
+def test_an_expired_epoch_marker_does_not_roll_forward_a_committed_epoch(
+    bootstrap: str, new_topic: Callable[..., str], group: str, tmp_path: Path
+) -> None:
+    n = 3000
+    inp, out = new_topic(partitions=2, prefix="in"), new_topic(prefix="out")
+    records = [json.dumps({"k": i % KEYS}) for i in range(n)]
+    produce(bootstrap, inp, records[0::2], partition=0)
+    produce(bootstrap, inp, records[1::2], partition=1)
+    txid = f"tx-{out}"
+    env = {
+        "FAULT_BOOTSTRAP": bootstrap,
+        "FAULT_IN": inp,
+        "FAULT_OUT": out,
+        "FAULT_GROUP": group,
+        "FAULT_TXID": txid,
+        "FAULT_THROTTLE": "0.03",
+        "FAULT_STOP_AT_END": "1",
+    }
+    ckpt, log = tmp_path / "ckpt", tmp_path / "runs.log"
+    # killed right after epoch 3's transaction (with its records) committed
+    proc = start_app(ckpt, env, log, fault="after-sink-commit:3")
+    assert proc.wait(timeout=120) == -signal.SIGKILL, log.read_text()[-3000:]
+    # the broker forgets the marker after offsets.retention.minutes: delete it
+    delete_group(bootstrap, f"rivermark-eos.{txid}")
+    proc = start_app(ckpt, env, log)
+    assert proc.wait(timeout=180) == 0, log.read_text()[-3000:]
+    text = log.read_text()
+    results = _counts(bootstrap, out, n)
+    dup = {r: c for r, c in results.items() if c > 1}
+    assert not dup, f"duplicates: {list(dup.items())[:5]}"
+    assert results == _expected(n)
+    assert "epoch 3 was checkpointed and committed (its first record" in text, text[-3000:]
+    assert "rolling forward" not in text
+
+
+def test_an_aborted_epoch_is_rolled_forward_when_the_marker_expired(
+    bootstrap: str, new_topic: Callable[..., str], group: str, tmp_path: Path
+) -> None:
+    n = 3000
+    inp, out = new_topic(prefix="in"), new_topic(prefix="out")
+    produce(bootstrap, inp, [json.dumps({"k": i % KEYS}) for i in range(n)])
+    txid = f"tx-{out}"
+    env = {
+        "FAULT_BOOTSTRAP": bootstrap,
+        "FAULT_IN": inp,
+        "FAULT_OUT": out,
+        "FAULT_GROUP": group,
+        "FAULT_TXID": txid,
+        "FAULT_THROTTLE": "0.03",
+        "FAULT_STOP_AT_END": "1",
+    }
+    ckpt, log = tmp_path / "ckpt", tmp_path / "runs.log"
+    # killed with checkpoint 3 durable and its transaction not committed
+    proc = start_app(ckpt, env, log, fault="after-manifest:3")
+    assert proc.wait(timeout=120) == -signal.SIGKILL, log.read_text()[-3000:]
+    delete_group(bootstrap, f"rivermark-eos.{txid}")
+    proc = start_app(ckpt, env, log)
+    assert proc.wait(timeout=180) == 0, log.read_text()[-3000:]
+    text = log.read_text()
+    assert _counts(bootstrap, out, n) == _expected(n)
+    assert "epoch 3 was checkpointed but its transaction did not commit" in text, text[-3000:]
+    assert "was aborted" in text
+
+
+def test_a_second_job_on_the_same_group_is_refused_at_start(
+    bootstrap: str, new_topic: Callable[..., str], group: str, tmp_path: Path
+) -> None:
+    inp = new_topic(partitions=2)
+    produce(bootstrap, inp, range(100))
+    params = {"bootstrap.servers": bootstrap, "group.id": group}
+    first = Stream.from_kafka_batched(inp, params, poll_interval=0.05)
+    seen: list[bytes] = []
+    first.flatten().sink(seen.append)
+    job = Job(first, checkpoint=str(tmp_path / "first"), every="0.2s")
+    t, errors = run_in_thread(job)
+    try:
+        wait_for(lambda: len(seen) == 100, what="the first job's records")
+        wait_for(
+            lambda: sum(committed(bootstrap, group, inp, 2).values()) == 100,
+            what="the first job's checkpoint in the group",
+        )
+        second = Stream.from_kafka_batched(inp, params, poll_interval=0.05)
+        also: list[bytes] = []
+        second.flatten().sink(also.append)
+        t2, errors2 = run_in_thread(Job(second, checkpoint=str(tmp_path / "second"), every="0.2s"))
+        t2.join(60)
+        assert not t2.is_alive()
+        (err,) = errors2
+        assert isinstance(err, KafkaGroupInUseError)
+        assert f"consumer group {group!r} is in use by another job" in str(err)
+        assert "group_takeover=True" in str(err)
+        assert also == []
+    finally:
+        job.stop()
+        t.join(30)
+    assert errors == []
+    # once the first job's last commit is old enough (or with group_takeover=True), it may go on
+    third = Stream.from_kafka_batched(inp, params, poll_interval=0.05, group_takeover=True)
+    third.flatten().sink(also.append)
+    produce(bootstrap, inp, [f"new-{uuid.uuid4().hex[:4]}"])
+    job3 = Job(third, checkpoint=str(tmp_path / "second"), every="0.2s")
+    t3, errors3 = run_in_thread(job3)
+    try:
+        wait_for(lambda: len(also) == 1, what="the new record (from the group's offsets)")
+    finally:
+        job3.stop()
+    t3.join(30)
+    assert errors3 == []
