@@ -28,7 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .checkpoint import CheckpointCorruptError, Job, LocalDirectoryStore, Manifest
+from .checkpoint import CheckpointCorruptError, CheckpointNotFoundError, Job, Manifest
+from .checkpoint.store import open_store
 from .core.node import Stream
 from .errors import RivermarkError
 
@@ -85,10 +86,11 @@ def _positions(m: Manifest) -> list[str]:
 
 
 def _cmd_checkpoints(args: argparse.Namespace) -> int:
-    if not Path(args.dir).is_dir():
-        print(f"no checkpoint directory {args.dir!r}", file=sys.stderr)
+    try:
+        store = open_store(args.dir, create=False)
+    except CheckpointNotFoundError as missing:
+        print(missing, file=sys.stderr)
         return 1
-    store = LocalDirectoryStore(args.dir)
     epochs = store.list_epochs()
     if args.action == "list":
         if not epochs:
@@ -152,13 +154,15 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run path/to/app.py:name as a checkpointed job")
     run.add_argument("target", help="path/to/app.py:name")
-    run.add_argument("--checkpoint", required=True, help="checkpoint directory")
+    run.add_argument(
+        "--checkpoint", required=True, help="checkpoint directory or URL (s3://bucket/prefix)"
+    )
     run.add_argument("--every", default="2s", help="checkpoint interval (e.g. 2s, 200ms, none)")
     run.add_argument("--keep", type=int, default=10, help="checkpoints to keep")
     run.set_defaults(func=_cmd_run)
     ck = sub.add_parser("checkpoints", help="inspect a checkpoint directory")
     ck.add_argument("action", choices=["list", "show", "verify", "diff"])
-    ck.add_argument("dir")
+    ck.add_argument("dir", help="checkpoint directory or URL")
     ck.add_argument("epoch", nargs="?", type=int)
     ck.add_argument("epoch2", nargs="?", type=int)
     ck.set_defaults(func=_cmd_checkpoints)

@@ -11,20 +11,25 @@ from .errors import (
     CheckpointError,
     CheckpointLockedError,
     CheckpointMismatchError,
+    CheckpointNotFoundError,
     JobFailedError,
+    ObjectStoreError,
 )
 from .job import Job
 from .manifest import Manifest
-from .store import LocalDirectoryStore, Store
+from .store import LocalDirectoryStore, Store, open_store
 
 __all__ = [
     "Job",
     "Store",
     "LocalDirectoryStore",
+    "open_store",
     "Manifest",
     "CheckpointError",
     "CheckpointMismatchError",
     "CheckpointLockedError",
     "CheckpointCorruptError",
     "JobFailedError",
+    "ObjectStoreError",
+    "CheckpointNotFoundError",
 ]

@@ -10,6 +10,8 @@ __all__ = [
     "CheckpointLockedError",
     "CheckpointCorruptError",
     "JobFailedError",
+    "ObjectStoreError",
+    "CheckpointNotFoundError",
 ]
 
 
@@ -35,3 +37,15 @@ class JobFailedError(CheckpointError):
     The failure is chained as ``__cause__``; the last complete checkpoint is
     intact, so running the job again resumes from it.
     """
+
+
+class ObjectStoreError(CheckpointError):
+    """The object store failed a request or could not be reached.
+
+    The checkpoints already written are unchanged; the one being written, if
+    any, has no manifest and therefore does not exist.
+    """
+
+
+class CheckpointNotFoundError(CheckpointError):
+    """No checkpoint location at the path or URL given (inspecting, not running)."""

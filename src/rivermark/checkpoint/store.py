@@ -29,12 +29,12 @@ from typing import IO, Any
 
 from ..errors import ConfigurationError
 from ..testing.faults import fault_point
-from .errors import CheckpointCorruptError, CheckpointLockedError
+from .errors import CheckpointCorruptError, CheckpointLockedError, CheckpointNotFoundError
 from .manifest import FORMAT_VERSION, Manifest, sha256_of
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Store", "LocalDirectoryStore"]
+__all__ = ["Store", "LocalDirectoryStore", "open_store"]
 
 
 class Store(abc.ABC):
@@ -56,9 +56,51 @@ class Store(abc.ABC):
     def read_state(self, epoch: int, node_id: str) -> bytes:
         """The state blob of ``node_id`` in ``epoch``."""
 
-    @abc.abstractmethod
     def verify(self, epoch: int) -> Manifest:
-        """Check every file of ``epoch``; raise :class:`CheckpointCorruptError` if damaged."""
+        """Check every file of ``epoch``; raise :class:`CheckpointCorruptError` if damaged.
+
+        The default reads the manifest and every state blob through
+        :meth:`read_manifest` and :meth:`read_state_file` (missing objects
+        raise ``FileNotFoundError``/``KeyError``, which count as damage; any
+        other failure, such as an unreachable store, propagates).
+        """
+        where = f"checkpoint {epoch} in {self!r}"
+        try:
+            m = self.read_manifest(epoch)
+        except (FileNotFoundError, KeyError, ValueError, TypeError) as e:
+            raise CheckpointCorruptError(f"{where}: manifest unreadable ({e})") from e
+        if m.epoch != epoch:
+            raise CheckpointCorruptError(
+                f"{where}: the manifest says epoch {m.epoch!r}; it was edited or moved"
+            )
+        for node_id, info in m.state.items():
+            try:
+                blob = self.read_state_file(epoch, str(info["file"]))
+            except (FileNotFoundError, KeyError) as e:
+                raise CheckpointCorruptError(
+                    f"{where}: state file of {node_id!r} missing ({e})"
+                ) from e
+            if len(blob) != info["size"]:
+                raise CheckpointCorruptError(
+                    f"{where}: state file {info['file']!r} has {len(blob)} bytes, "
+                    f"the manifest says {info['size']}"
+                )
+            if sha256_of(blob) != info["sha256"]:
+                raise CheckpointCorruptError(
+                    f"{where}: state file {info['file']!r} checksum mismatch"
+                )
+        return m
+
+    def read_state_file(self, epoch: int, file: str) -> bytes:
+        """The blob a manifest of ``epoch`` lists as ``file`` (used by :meth:`verify`)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement verify()")
+
+    def location(self) -> str | None:
+        """A stable name of where the checkpoints live (a URL), or ``None``.
+
+        A job derives its id (e.g. Kafka transactional ids) from it.
+        """
+        return None
 
     @abc.abstractmethod
     def delete(self, epoch: int) -> None:
@@ -252,3 +294,33 @@ class LocalDirectoryStore(Store):
                 fcntl.flock(f.fileno(), fcntl.LOCK_UN)
             finally:
                 f.close()
+
+
+def open_store(checkpoint: str | os.PathLike[str] | Store, *, create: bool = True) -> Store:
+    """The store for a ``checkpoint`` argument: a :class:`Store`, a directory or a URL.
+
+    ``"ckpt/job1"`` is a :class:`LocalDirectoryStore`; ``"s3://bucket/prefix"``
+    (any ``scheme://`` that fsspec knows) is an
+    :class:`~rivermark.checkpoint.objectstore.ObjectStore`.  With
+    ``create=False`` (inspecting) a location without checkpoints raises
+    :class:`CheckpointNotFoundError` instead of being created.
+
+    >>> import tempfile
+    >>> open_store(tempfile.mkdtemp()).list_epochs()
+    []
+    """
+    if isinstance(checkpoint, Store):
+        return checkpoint
+    if not isinstance(checkpoint, (str, os.PathLike)):
+        raise ConfigurationError(
+            f"checkpoint must be a directory, a URL such as 's3://bucket/prefix' or a "
+            f"Store, got {checkpoint!r}"
+        )
+    text = os.fspath(checkpoint)
+    if "://" in text:
+        from .objectstore import ObjectStore
+
+        return ObjectStore(text, create=create)
+    if not create and not Path(text).is_dir():
+        raise CheckpointNotFoundError(f"no checkpoint directory {text!r}")
+    return LocalDirectoryStore(text)
