@@ -375,6 +375,26 @@ class Lease:
                     "%s: could not renew the lease (%s: %s)", self.where, type(e).__name__, e
                 )
 
+    def check(self) -> None:
+        """Raise :class:`CheckpointLockedError` if the lease is known lost or overdue (no I/O)."""
+        with self._mutex:
+            if self._version is None:
+                raise CheckpointLockedError(f"checkpoint location {self.where!r}: lease not held")
+            if self._lost is None and time.monotonic() - self._renewed_at > self.ttl:
+                self._lost = (
+                    f"not renewed for more than its ttl of {self.ttl:.0f} s, so another job "
+                    f"may have taken it over"
+                )
+            if self._lost is not None:
+                raise self._lost_error()
+
+    def _lost_error(self) -> CheckpointLockedError:
+        return CheckpointLockedError(
+            f"checkpoint location {self.where!r}: this job lost its lease "
+            f"({self._lost}); it stops without writing another checkpoint; "
+            f"find out which job runs there now before running this one again"
+        )
+
     def renew(self) -> None:
         """Extend the lease now; raise :class:`CheckpointLockedError` if it was lost."""
         with self._mutex:
@@ -399,11 +419,7 @@ class Lease:
                     self._version = version
                     self._renewed_at = started
                     return
-            raise CheckpointLockedError(
-                f"checkpoint location {self.where!r}: this job lost its lease "
-                f"({self._lost}); it stops without writing another checkpoint; "
-                f"find out which job runs there now before running this one again"
-            )
+            raise self._lost_error()
 
     def release(self) -> None:
         """Stop renewing and delete the lease if it is still ours (never raises)."""

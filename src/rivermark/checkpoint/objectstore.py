@@ -9,12 +9,16 @@ in an :class:`ObjectStore`; the layout under the prefix is the one of
     PREFIX/checkpoints/000000000042/state/<node-id>.pkl
     PREFIX/checkpoints/000000000042/manifest.json
 
-Write order: every state object, then the lease is renewed (a job that lost
-it stops here), then the manifest in one PUT.  An object store has no
-rename, but a single PUT is atomic: readers see the whole manifest or none,
-and a checkpoint without a manifest does not exist (its objects are deleted
-by the next prune).  On a local file system (``file://``) every object is
-written under a temporary name, fsynced and renamed.
+Write order: every state object (named ``<node-id>.<writer>.pkl``, the
+writer being a random id of the store object, so two writers never share a
+name), then the lease is renewed (a job that lost it stops here), then the
+manifest in one PUT that succeeds only if no manifest of that epoch exists
+(``If-None-Match: *``).  An object store has no rename, but a single PUT is
+atomic: readers see the whole manifest or none, and a checkpoint without a
+manifest does not exist (its objects are deleted by the next prune).  On a
+local file system (``file://``) every object is written under a temporary
+name and fsynced, then renamed (the manifest: hard-linked, which fails if
+the name exists).
 
 Verification, fallback from a damaged newest checkpoint and retention are
 the same as for a directory (:meth:`Store.verify`, :meth:`prune`).
@@ -32,13 +36,19 @@ from __future__ import annotations
 import logging
 import os
 import re
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 from ..errors import ConfigurationError
 from ..testing.faults import fault_point
-from .errors import CheckpointError, CheckpointNotFoundError, ObjectStoreError
+from .errors import (
+    CheckpointError,
+    CheckpointLockedError,
+    CheckpointNotFoundError,
+    ObjectStoreError,
+)
 from .lease import DEFAULT_LEASE_TTL, Lease, LeaseBackend, LocalLeaseBackend, S3LeaseBackend
 from .manifest import FORMAT_VERSION, Manifest, sha256_of
 from .store import Store
@@ -138,6 +148,7 @@ class ObjectStore(Store):
         self.lease_enabled = lease
         self.lease_ttl = float(lease_ttl)
         self._lease: Lease | None = None
+        self._writer = uuid.uuid4().hex[:8]
         if not create:
             self._io("look for checkpoints", self._require_exists)
         elif self._local:
@@ -160,7 +171,7 @@ class ObjectStore(Store):
         """Run one store operation; a failure other than "not found" is an ObjectStoreError."""
         try:
             return func(*args)
-        except (FileNotFoundError, CheckpointError, ConfigurationError):
+        except (FileNotFoundError, FileExistsError, CheckpointError, ConfigurationError):
             raise
         except Exception as e:
             raise ObjectStoreError(
@@ -177,18 +188,25 @@ class ObjectStore(Store):
         ):
             raise CheckpointNotFoundError(f"no checkpoints at {self.url!r}")
 
-    def _put(self, rel: str, data: bytes) -> None:
+    def _put(self, rel: str, data: bytes, create: bool = False) -> None:
+        """Write one object; with ``create``, only if it does not exist (else FileExistsError)."""
         path = self._path(rel)
         if not self._local:
-            self.fs.pipe_file(path, data)
+            self.fs.pipe_file(path, data, mode="create" if create else "overwrite")
             return
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = path + ".tmp"
+        tmp = f"{path}.{self._writer}.tmp"
         with open(tmp, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        if create:
+            try:
+                os.link(tmp, path)  # atomic, and fails if the name exists
+            finally:
+                os.unlink(tmp)
+        else:
+            os.replace(tmp, path)
         fd = os.open(os.path.dirname(path), os.O_RDONLY)
         try:
             os.fsync(fd)
@@ -245,28 +263,38 @@ class ObjectStore(Store):
         ]
 
     def write_checkpoint(self, manifest: Manifest, states: dict[str, bytes]) -> None:
+        """State objects, a lease renewal, then the manifest (only if none exists).
+
+        State objects carry this store's writer id in their names, so a
+        second writer (a job that lost its lease without noticing yet) never
+        overwrites another's; objects of a torn write are deleted by
+        :meth:`prune`.
+        """
         epoch = manifest.epoch
         base = self._epoch_rel(epoch)
-        leftovers = self._io("list the checkpoints", self._entries).get(epoch, [])
-        if leftovers:  # a torn write with this number
-            self._io(
-                f"delete leftovers of checkpoint {epoch}",
-                self._remove,
-                [f"{base}/{n}" for n in sorted(leftovers, key=lambda n: n != "manifest.json")],
-            )
+        if self._lease is not None:
+            self._lease.check()
         for node_id, blob in states.items():
-            rel = f"state/{node_id}.pkl"
+            rel = f"state/{node_id}.{self._writer}.pkl"
             self._io(f"write the state of {node_id!r}", self._put, f"{base}/{rel}", blob)
             manifest.state[node_id] = {"file": rel, "size": len(blob), "sha256": sha256_of(blob)}
         fault_point("after-state-files")
         if self._lease is not None:
             self._io("renew the lease", self._lease.renew)
-        self._io(
-            f"write the manifest of checkpoint {epoch}",
-            self._put,
-            f"{base}/manifest.json",
-            manifest.to_json().encode(),
-        )
+        try:
+            self._io(
+                f"write the manifest of checkpoint {epoch}",
+                self._put,
+                f"{base}/manifest.json",
+                manifest.to_json().encode(),
+                True,
+            )
+        except FileExistsError:
+            raise CheckpointLockedError(
+                f"{self!r}: checkpoint {epoch} was written by another job meanwhile; "
+                f"this job stops without replacing it; make sure one job at a time uses "
+                f"this location"
+            ) from None
         logger.debug("checkpoint %d written to %r", epoch, self.url)
 
     def read_manifest(self, epoch: int) -> Manifest:

@@ -18,15 +18,17 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import subprocess
 import sys
+import threading
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["S3Server", "start_s3_server"]
+__all__ = ["S3Server", "start_s3_server", "TcpProxy"]
 
 _CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "rivermark-test",
@@ -101,6 +103,87 @@ def start_s3_server() -> S3Server:
     server = S3Server(f"http://127.0.0.1:{line}", proc)
     logger.info("S3 server (moto) at %s, pid %d", server.endpoint, proc.pid)
     return server
+
+
+class TcpProxy:
+    """Forward a loopback port to ``target`` (``host:port``) until :meth:`close`.
+
+    Put it between a job and the S3 server to make the store unreachable
+    (connections refused and cut) while the server keeps its data:
+
+    >>> with socket.create_server(("127.0.0.1", 0)) as upstream:
+    ...     proxy = TcpProxy(f"127.0.0.1:{upstream.getsockname()[1]}")
+    ...     proxy.close()
+    ...     socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
+    Traceback (most recent call last):
+    ...
+    ConnectionRefusedError: [Errno 111] Connection refused
+    """
+
+    def __init__(self, target: str) -> None:
+        host, _, port = target.rpartition(":")
+        self._target = (host, int(port))
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self._listener.getsockname()[1]
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        threading.Thread(target=self._accept, name="rivermark-tcp-proxy", daemon=True).start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return  # closed
+            try:
+                upstream = socket.create_connection(self._target, timeout=10)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                if self._closed:
+                    client.close()
+                    upstream.close()
+                    return
+                self._sockets += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        """Refuse new connections and cut the open ones."""
+        with self._lock:
+            self._closed = True
+            sockets, self._sockets = self._sockets, []
+        try:
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread
+        except OSError:
+            pass
+        self._listener.close()
+        for s in sockets:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
 
 
 def _serve() -> None:  # pragma: no cover - runs in the server subprocess

@@ -38,8 +38,9 @@ def test_layout_is_the_directory_layout(tmp_path: Path) -> None:
     store = ObjectStore(f"file://{tmp_path}")
     _write(store, 42)
     d = tmp_path / "checkpoints" / "000000000042"
-    assert (d / "state" / "acc.pkl").read_bytes() == b"abc"
-    assert json.loads((d / "manifest.json").read_text())["state"]["acc"]["size"] == 3
+    entry = json.loads((d / "manifest.json").read_text())["state"]["acc"]
+    assert re.fullmatch(r"state/acc\.[0-9a-f]{8}\.pkl", entry["file"]) and entry["size"] == 3
+    assert (d / entry["file"]).read_bytes() == b"abc"
     # the same files are a valid directory store, and the other way round
     assert LocalDirectoryStore(tmp_path).verify(42).positions == {"s": 42}
     assert store.verify(42).epoch == 42 and store.read_state(42, "acc") == b"abc"
@@ -60,13 +61,15 @@ def test_torn_write_is_no_checkpoint_and_is_pruned(tmp_path: Path) -> None:
     assert store.list_epochs() == [1, 3]
 
 
-def test_rewriting_a_torn_epoch_replaces_its_leftovers(tmp_path: Path) -> None:
-    store = ObjectStore(f"file://{tmp_path}")
-    stale = tmp_path / "checkpoints" / "000000000005" / "state" / "gone.pkl"
-    stale.parent.mkdir(parents=True)
-    stale.write_bytes(b"old")
-    _write(store, 5)
-    assert not stale.exists() and store.verify(5).epoch == 5
+def test_a_second_writer_never_replaces_a_checkpoint(tmp_path: Path) -> None:
+    first, second = ObjectStore(f"file://{tmp_path}"), ObjectStore(f"file://{tmp_path}")
+    _write(first, 5, b"first")
+    with pytest.raises(CheckpointLockedError, match="checkpoint 5 was written by another job"):
+        _write(second, 5, b"second")
+    # its state objects have their own names: the first writer's checkpoint is intact
+    assert first.verify(5).epoch == 5 and first.read_state(5, "acc") == b"first"
+    assert len(list((tmp_path / "checkpoints" / "000000000005" / "state").iterdir())) == 2
+    assert not list(tmp_path.rglob("*.tmp"))
 
 
 def test_retention_keeps_the_newest(tmp_path: Path) -> None:
@@ -91,7 +94,7 @@ def test_damaged_newest_falls_back_with_warning(
     store = ObjectStore(url)
     epochs = store.list_epochs()
     newest = tmp_path / "checkpoints" / f"{epochs[-1]:012d}"
-    state = newest / "state" / "sum.pkl"
+    state = newest / store.read_manifest(epochs[-1]).state["sum"]["file"]
     if damage == "checksum":
         state.write_bytes(b"\x80\x04K\x00.")
     elif damage == "missing":
@@ -145,7 +148,8 @@ def test_cli_inspects_a_url(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert main(["checkpoints", "diff", url, str(epochs[0]), str(epochs[-1])]) == 0
     assert "position numbers: 0 -> 500" in capsys.readouterr().out
     assert main(["checkpoints", "verify", url]) == 0
-    (tmp_path / "checkpoints" / f"{epochs[-1]:012d}" / "state" / "sum.pkl").write_bytes(b"x")
+    newest = ObjectStore(url).read_manifest(epochs[-1]).state["sum"]["file"]
+    (tmp_path / "checkpoints" / f"{epochs[-1]:012d}" / newest).write_bytes(b"x")
     assert main(["checkpoints", "verify", url]) == 1
     assert "DAMAGED" in capsys.readouterr().out
 
