@@ -67,7 +67,9 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run path/to/app.py:name as a checkpointed job")
     run.add_argument("target", help="path/to/app.py:name")
-    run.add_argument("--checkpoint", required=True, help="checkpoint directory")
+    run.add_argument(
+        "--checkpoint", required=True, help="checkpoint directory or URL (s3://bucket/prefix)"
+    )
     run.add_argument(
         "--every",
         default="2s",
@@ -82,7 +84,7 @@ def _parser() -> argparse.ArgumentParser:
     run.set_defaults(func=_cmd_run)
     ck = sub.add_parser("checkpoints", help="inspect a checkpoint directory")
     ck.add_argument("action", choices=["list", "show", "verify", "diff"])
-    ck.add_argument("dir")
+    ck.add_argument("dir", help="checkpoint directory or URL")
     ck.add_argument("epoch", nargs="?", type=int)
     ck.add_argument("epoch2", nargs="?", type=int)
     ck.set_defaults(func=_cmd_checkpoints)

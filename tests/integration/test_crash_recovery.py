@@ -1,4 +1,8 @@
-"""Kill -9 the acceptance pipeline many times; its output must equal an uncrashed run."""
+"""Kill -9 the acceptance pipeline many times; its output must equal an uncrashed run.
+
+Every test runs twice: with checkpoints in a local directory and in an S3
+bucket on a real S3 API server (moto, started by the session).
+"""
 
 from __future__ import annotations
 
@@ -8,11 +12,13 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from rivermark.checkpoint import LocalDirectoryStore
+from rivermark.checkpoint import CheckpointNotFoundError, Store, open_store
 from rivermark.testing.crash import run_uncrashed, run_with_crashes
 from rivermark.testing.faults import FAULT_POINTS
 
@@ -31,18 +37,51 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return d
 
 
-def _cmd(ckpt: Path) -> list[str]:
+@pytest.fixture(params=["dir", "s3"])
+def where(request: pytest.FixtureRequest, workdir: Path) -> Callable[[str], str]:
+    """``where(name)``: a checkpoint location, a directory or an S3 URL (bucket per test)."""
+    if request.param == "dir":
+        return lambda name: str(workdir / name)
+    bucket = request.getfixturevalue("bucket")
+    return lambda name: f"s3://{bucket}/jobs/{name}"
+
+
+def _store(ckpt: str) -> Store | None:
+    try:
+        return open_store(ckpt, create=False)
+    except CheckpointNotFoundError:
+        return None
+
+
+def _out(workdir: Path, name: str, ckpt: str) -> Path:
+    return workdir / f"{name}-{'s3' if '://' in ckpt else 'dir'}.txt"
+
+
+def _cmd(ckpt: str | Path) -> list[str]:
     return [
         sys.executable, "-m", "rivermark.cli", "run", f"{APP}:source",
         "--checkpoint", str(ckpt), "--every", "0.2s", "--keep", "3",
     ]  # fmt: skip
 
 
-def _holds_lock(ckpt: Path, pid: int) -> bool:
+def _holds_lock(ckpt: str, pid: int) -> bool:
+    if "://" in ckpt:
+        lease = _read_lease(ckpt)
+        return lease is not None and lease["holder"]["pid"] == pid
     try:
-        return f"pid={pid} " in (ckpt / "LOCK").read_text()
+        return f"pid={pid} " in (Path(ckpt) / "LOCK").read_text()
     except OSError:
         return False
+
+
+def _read_lease(url: str) -> dict[str, Any] | None:
+    import fsspec
+
+    fs, root = fsspec.url_to_fs(url, skip_instance_cache=True, use_listings_cache=False)
+    try:
+        return dict(json.loads(fs.cat_file(f"{root}/LEASE")))
+    except FileNotFoundError:
+        return None
 
 
 def _env(workdir: Path, out: Path) -> dict[str, str]:
@@ -61,15 +100,17 @@ def reference(workdir: Path) -> bytes:
     return data
 
 
-def test_random_kills_give_identical_output(workdir: Path, reference: bytes) -> None:
-    out = workdir / "random.txt"
-    ckpt = workdir / "random-ckpt"
+def test_random_kills_give_identical_output(
+    workdir: Path, reference: bytes, where: Callable[[str], str]
+) -> None:
+    ckpt = where("random-ckpt")
+    out = _out(workdir, "random", ckpt)
     env = _env(workdir, out)
     env["RIVERMARK_APP_WORK"] = "60"  # same output, ~8 s of processing: killed mid-data
     progress: list[int] = []
 
     def record_progress(n: int) -> None:
-        store = LocalDirectoryStore(ckpt) if ckpt.exists() else None
+        store = _store(ckpt)
         epochs = store.list_epochs() if store else []
         if store and epochs:
             progress.append(store.read_manifest(epochs[-1]).positions["lines"])
@@ -91,18 +132,22 @@ def test_random_kills_give_identical_output(workdir: Path, reference: bytes) -> 
     assert len(set(progress)) >= 5, progress
     assert 0 < max(progress) < N
     assert out.read_bytes() == reference
-    assert len(LocalDirectoryStore(ckpt).list_epochs()) <= 3
+    final = _store(ckpt)
+    assert final is not None and len(final.list_epochs()) <= 3
 
 
 @pytest.mark.parametrize("point", [*FAULT_POINTS, "after-state-files:1", "after-manifest:1"])
-def test_fault_points_give_identical_output(workdir: Path, reference: bytes, point: str) -> None:
+def test_fault_points_give_identical_output(
+    workdir: Path, reference: bytes, point: str, where: Callable[[str], str]
+) -> None:
     # ":3" = the third checkpoint of the run (the first is the start checkpoint), i.e. mid-data;
     # ":1" = during the start checkpoint, before any record
     name = point if ":" in point else f"{point}:3"
     tag = name.replace(":", "-")
-    out = workdir / f"fault-{tag}.txt"
+    ckpt = where(f"fault-{tag}-ckpt")
+    out = _out(workdir, f"fault-{tag}", ckpt)
     report = run_with_crashes(
-        _cmd(workdir / f"fault-{tag}-ckpt"),
+        _cmd(ckpt),
         env=_env(workdir, out),
         kills=0,
         fault_points=[name],
@@ -112,18 +157,19 @@ def test_fault_points_give_identical_output(workdir: Path, reference: bytes, poi
     assert out.read_bytes() == reference
 
 
-def test_sigterm_stops_gracefully_and_resumes(workdir: Path, reference: bytes) -> None:
-    out = workdir / "term.txt"
-    ckpt = workdir / "term-ckpt"
+def test_sigterm_stops_gracefully_and_resumes(
+    workdir: Path, reference: bytes, where: Callable[[str], str]
+) -> None:
+    ckpt = where("term-ckpt")
+    out = _out(workdir, "term", ckpt)
     env = _env(workdir, out)
     proc = subprocess.Popen(_cmd(ckpt), env=env, stderr=subprocess.PIPE)
-    store = LocalDirectoryStore(ckpt) if ckpt.exists() else None
+    store = None
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        if ckpt.exists():
-            store = LocalDirectoryStore(ckpt)
-            if len(store.list_epochs()) >= 2:
-                break
+        store = _store(ckpt)
+        if store is not None and len(store.list_epochs()) >= 2:
+            break
         time.sleep(0.01)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=30)
@@ -136,15 +182,18 @@ def test_sigterm_stops_gracefully_and_resumes(workdir: Path, reference: bytes) -
     assert out.read_bytes() == reference
 
 
-def test_second_job_on_same_directory_is_refused(workdir: Path) -> None:
-    ckpt = workdir / "locked-ckpt"
-    env = _env(workdir, workdir / "locked.txt")
+def test_second_job_on_same_directory_is_refused(
+    workdir: Path, where: Callable[[str], str]
+) -> None:
+    ckpt = where("locked-ckpt")
+    env = _env(workdir, _out(workdir, "locked", ckpt))
     env["RIVERMARK_APP_WORK"] = "100000"  # the first job is still running when the second starts
     first = subprocess.Popen(_cmd(ckpt), env=env, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 30
-        while not (ckpt / "LOCK").exists() or not (ckpt / "LOCK").read_text():
+        while not _holds_lock(ckpt, first.pid):
             assert time.monotonic() < deadline
+            assert first.poll() is None
             time.sleep(0.01)
         second = subprocess.run(_cmd(ckpt), env=env, capture_output=True, timeout=30)
         assert second.returncode == 2

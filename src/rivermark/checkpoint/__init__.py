@@ -18,16 +18,18 @@ from .errors import (
     ManifestFormatError,
     NotACheckpointDirectoryError,
     NoValidCheckpointError,
+    ObjectStoreError,
     UnaccountedOutputError,
 )
 from .job import Job
 from .manifest import Manifest
-from .store import LocalDirectoryStore, Store
+from .store import LocalDirectoryStore, Store, open_store
 
 __all__ = [
     "Job",
     "Store",
     "LocalDirectoryStore",
+    "open_store",
     "Manifest",
     "CheckpointError",
     "CheckpointMismatchError",
@@ -41,4 +43,5 @@ __all__ = [
     "NotACheckpointDirectoryError",
     "CheckpointNotFoundError",
     "CheckpointWriteError",
+    "ObjectStoreError",
 ]

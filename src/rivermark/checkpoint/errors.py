@@ -17,6 +17,7 @@ __all__ = [
     "CheckpointNotFoundError",
     "JobFailedError",
     "CheckpointWriteError",
+    "ObjectStoreError",
 ]
 
 
@@ -66,7 +67,7 @@ class NotACheckpointDirectoryError(CheckpointError):
 
 
 class CheckpointNotFoundError(CheckpointError):
-    """The store has no checkpoint with the epoch asked for."""
+    """Nothing to inspect there: no checkpoint with the epoch asked for, or no location at all."""
 
 
 class JobFailedError(CheckpointError):
@@ -84,4 +85,12 @@ class CheckpointWriteError(JobFailedError):
 
     Every source and sink was stopped before this was raised, and nothing of
     the failed epoch was committed; the previous checkpoint is intact.
+    """
+
+
+class ObjectStoreError(CheckpointError):
+    """The object store failed a request or could not be reached.
+
+    The checkpoints already written are unchanged; the one being written, if
+    any, has no manifest and therefore does not exist.
     """

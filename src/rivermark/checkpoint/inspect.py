@@ -26,7 +26,7 @@ from pathlib import Path
 
 from .errors import CheckpointCorruptError, CheckpointNotFoundError, NotACheckpointDirectoryError
 from .manifest import Manifest
-from .store import LocalDirectoryStore
+from .store import LocalDirectoryStore, Store, open_store
 
 logger = logging.getLogger(__name__)
 
@@ -49,10 +49,18 @@ class Report:
     status: int = 0
 
 
-def open_checkpoint_directory(path: str | os.PathLike[str]) -> LocalDirectoryStore:
-    """The store in ``path``, opened read-only; raise if ``path`` is not a checkpoint directory."""
-    p = Path(path)
+def open_checkpoint_directory(path: str | os.PathLike[str]) -> Store:
+    """The store in ``path`` (a directory or URL), opened read-only.
+
+    Raises :class:`NotACheckpointDirectoryError` if nothing is there.
+    """
     hint = "pass the directory given to 'rivermark run --checkpoint'"
+    if "://" in os.fspath(path):
+        try:
+            return open_store(path, create=False)
+        except CheckpointNotFoundError as e:
+            raise NotACheckpointDirectoryError(f"{e}; {hint}") from None
+    p = Path(path)
     if not p.exists():
         raise NotACheckpointDirectoryError(f"no such checkpoint directory {str(p)!r}; {hint}")
     if not p.is_dir():
@@ -65,6 +73,12 @@ def open_checkpoint_directory(path: str | os.PathLike[str]) -> LocalDirectorySto
             f"directory); {hint}"
         )
     return LocalDirectoryStore(p, create=False)
+
+
+def _where(store: Store) -> str:
+    if isinstance(store, LocalDirectoryStore):
+        return repr(str(store.path))
+    return repr(store.location() or store)
 
 
 def _fmt_time(t: float) -> str:
@@ -82,19 +96,19 @@ def _positions(m: Manifest) -> list[str]:
     return lines
 
 
-def _existing(store: LocalDirectoryStore, epoch: int) -> int:
+def _existing(store: Store, epoch: int) -> int:
     epochs = store.list_epochs()
     if epoch not in epochs:
         have = ", ".join(map(str, epochs)) or "none"
         raise CheckpointNotFoundError(
-            f"{str(store.path)!r} has no checkpoint {epoch!r} (checkpoints: {have}); "
+            f"{_where(store)} has no checkpoint {epoch!r} (checkpoints: {have}); "
             "see 'rivermark checkpoints list'"
         )
     return epoch
 
 
-def _no_checkpoints(store: LocalDirectoryStore) -> Report:
-    return Report(err=[f"no checkpoints in {str(store.path)!r}"], status=1)
+def _no_checkpoints(store: Store) -> Report:
+    return Report(err=[f"no checkpoints in {_where(store)}"], status=1)
 
 
 def list_checkpoints(path: str | os.PathLike[str]) -> Report:
@@ -139,7 +153,7 @@ def verify_checkpoints(path: str | os.PathLike[str], epoch: int | None = None) -
     return Report(out=out, status=1 if bad else 0)
 
 
-def _load(store: LocalDirectoryStore, epoch: int) -> Manifest | Report:
+def _load(store: Store, epoch: int) -> Manifest | Report:
     try:
         return store.load_manifest(epoch)
     except CheckpointCorruptError as err:

@@ -60,7 +60,7 @@ from .errors import (
     UnaccountedOutputError,
 )
 from .manifest import Manifest
-from .store import LocalDirectoryStore, Store
+from .store import Store, open_store
 
 logger = logging.getLogger(__name__)
 
@@ -153,9 +153,7 @@ class Job:
         self.exactly_once = exactly_once
         self.allow_new_nodes = allow_new_nodes
         self.from_scratch = bool(from_scratch)
-        self.store: Store = (
-            checkpoint if isinstance(checkpoint, Store) else LocalDirectoryStore(checkpoint)
-        )
+        self.store: Store = open_store(checkpoint)
         self.nodes = graph.topological(node)
         self._ids = graph.node_ids(node)
         self.fingerprint = graph.fingerprint(node)
@@ -197,9 +195,13 @@ class Job:
 
     def _derive_job_id(self) -> str:
         path = getattr(self.store, "path", None)
-        if path is None:
+        location = self.store.location()
+        if location is not None:
+            resolved = location
+        elif path is None:
             return "job"
-        resolved = str(os.path.abspath(os.fspath(path)))
+        else:
+            resolved = str(os.path.abspath(os.fspath(path)))
         digest = hashlib.sha1(resolved.encode()).hexdigest()[:10]
         return f"{os.path.basename(resolved) or 'job'}-{digest}"
 

@@ -31,12 +31,17 @@ from typing import IO, Any
 
 from ..errors import ConfigurationError
 from ..testing.faults import fault_error, fault_point
-from .errors import CheckpointCorruptError, CheckpointError, CheckpointLockedError
+from .errors import (
+    CheckpointCorruptError,
+    CheckpointError,
+    CheckpointLockedError,
+    CheckpointNotFoundError,
+)
 from .manifest import FORMAT_VERSION, Manifest, sha256_of
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Store", "LocalDirectoryStore"]
+__all__ = ["Store", "LocalDirectoryStore", "open_store"]
 
 
 class Store(abc.ABC):
@@ -70,6 +75,13 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def read_state(self, epoch: int, node_id: str) -> bytes:
         """The state blob of ``node_id`` in ``epoch`` (unchecked; see :meth:`load_checkpoint`)."""
+
+    def location(self) -> str | None:
+        """A stable name of where the checkpoints live (a URL), or ``None``.
+
+        A job derives its id (e.g. Kafka transactional ids) from it.
+        """
+        return None
 
     @abc.abstractmethod
     def delete(self, epoch: int) -> None:
@@ -359,3 +371,33 @@ class LocalDirectoryStore(Store):
                 fcntl.flock(f.fileno(), fcntl.LOCK_UN)
             finally:
                 f.close()
+
+
+def open_store(checkpoint: str | os.PathLike[str] | Store, *, create: bool = True) -> Store:
+    """The store for a ``checkpoint`` argument: a :class:`Store`, a directory or a URL.
+
+    ``"ckpt/job1"`` is a :class:`LocalDirectoryStore`; ``"s3://bucket/prefix"``
+    (any ``scheme://`` that fsspec knows) is an
+    :class:`~rivermark.checkpoint.objectstore.ObjectStore`.  With
+    ``create=False`` (inspecting) a location without checkpoints raises
+    :class:`CheckpointNotFoundError` instead of being created.
+
+    >>> import tempfile
+    >>> open_store(tempfile.mkdtemp()).list_epochs()
+    []
+    """
+    if isinstance(checkpoint, Store):
+        return checkpoint
+    if not isinstance(checkpoint, (str, os.PathLike)):
+        raise ConfigurationError(
+            f"checkpoint must be a directory, a URL such as 's3://bucket/prefix' or a "
+            f"Store, got {checkpoint!r}"
+        )
+    text = os.fspath(checkpoint)
+    if "://" in text:
+        from .objectstore import ObjectStore
+
+        return ObjectStore(text, create=create)
+    if not create and not Path(text).is_dir():
+        raise CheckpointNotFoundError(f"no checkpoint directory {text!r}")
+    return LocalDirectoryStore(text, create=create)

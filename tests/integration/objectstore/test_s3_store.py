@@ -1,0 +1,278 @@
+"""Checkpoints in S3 on a real S3 API server (moto on loopback, a bucket per test).
+
+The kill loop of the acceptance pipeline on S3 is in tests/integration/test_crash_recovery.py;
+here: the store contract, inspection by URL, the lease's expiry and take-over, and a store
+that becomes unreachable while the job runs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rivermark import Stream
+from rivermark.checkpoint import CheckpointLockedError, Job, Manifest, ObjectStoreError
+from rivermark.checkpoint.objectstore import ObjectStore
+from rivermark.cli import main
+from rivermark.testing.crash import run_uncrashed
+from rivermark.testing.s3_server import S3Server, TcpProxy
+
+APP = Path(__file__).parent.parent / "apps" / "pipeline_app.py"
+N = 100_000
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("s3")
+    with open(d / "in.jsonl", "w") as f:
+        for i in range(N):
+            f.write(json.dumps({"v": i}) + "\n")
+    return d
+
+
+@pytest.fixture(scope="module")
+def reference(workdir: Path) -> bytes:
+    out = workdir / "reference.txt"
+    run_uncrashed(_cmd(str(workdir / "ref-ckpt")), env=_env(workdir, out, os.environ))
+    return out.read_bytes()
+
+
+def _cmd(ckpt: str) -> list[str]:
+    return [
+        sys.executable, "-m", "rivermark.cli", "run", f"{APP}:source",
+        "--checkpoint", ckpt, "--every", "0.2s", "--keep", "3",
+    ]  # fmt: skip
+
+
+def _env(workdir: Path, out: Path, base: Any, work: int = 0) -> dict[str, str]:
+    env = dict(base)
+    env["RIVERMARK_APP_INPUT"] = str(workdir / "in.jsonl")
+    env["RIVERMARK_APP_OUTPUT"] = str(out)
+    env["RIVERMARK_APP_WORK"] = str(work)
+    return env
+
+
+def _wait(cond: Any, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def _lease(store: ObjectStore) -> dict[str, Any] | None:
+    try:
+        return dict(json.loads(store.fs.cat_file(f"{store.root}/LEASE")))
+    except FileNotFoundError:
+        return None
+
+
+@pytest.fixture
+def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for p in started:
+        if p.poll() is None:
+            p.send_signal(signal.SIGCONT)
+            p.kill()
+        p.communicate()
+
+
+def _write(store: ObjectStore, epoch: int, blob: bytes = b"abc") -> None:
+    store.write_checkpoint(
+        Manifest(epoch, 1.0, {"acc": "A()"}, positions={"s": epoch}), {"acc": blob}
+    )
+
+
+def test_store_contract_on_s3(bucket: str) -> None:
+    store = ObjectStore(f"s3://{bucket}/jobs/contract")
+    for e in (1, 2, 3):
+        _write(store, e, bytes([e]) * 10)
+    root = f"{bucket}/jobs/contract/checkpoints"
+    # a torn write: a state object without a manifest is no checkpoint
+    store.fs.pipe_file(f"{root}/000000000004/state/acc.0.pkl", b"half")
+    assert store.list_epochs() == [1, 2, 3]
+    assert [p.name for p in store.list_incomplete()] == ["000000000004"]
+    assert store.verify(3).positions == {"s": 3} and store.read_state(2, "acc") == b"\x02" * 10
+    _write(store, 5)
+    assert store.prune(keep=2) == [1, 2]
+    assert store.list_epochs() == [3, 5]
+    store.fs.invalidate_cache()
+    names = sorted(n.split("checkpoints/")[1] for n in store.fs.find(root))
+    assert names == sorted(
+        f"{e:012d}/{f}" for e in (3, 5) for f in ("manifest.json", _file(store, e))
+    )
+
+
+def test_a_second_writer_never_replaces_a_checkpoint_on_s3(bucket: str) -> None:
+    url = f"s3://{bucket}/jobs/two-writers"
+    first, second = ObjectStore(url), ObjectStore(url)
+    _write(first, 5, b"first")
+    with pytest.raises(CheckpointLockedError, match="checkpoint 5 was written by another job"):
+        _write(second, 5, b"second")
+    assert first.verify(5).epoch == 5 and first.read_state(5, "acc") == b"first"
+
+
+def _file(store: ObjectStore, epoch: int, node: str = "acc") -> str:
+    return str(store.read_manifest(epoch).state[node]["file"])
+
+
+def _graph(n: int) -> tuple[Stream, list[int]]:
+    source = Stream.from_iterable(list(range(n)), name="numbers")
+    out = source.accumulate(lambda a, x: a + x, start=0, name="sum").sink_to_list()
+    return source, out
+
+
+def test_damaged_newest_falls_back_on_s3(bucket: str, caplog: pytest.LogCaptureFixture) -> None:
+    url = f"s3://{bucket}/jobs/damaged"
+    source, _ = _graph(300)
+    Job(source, checkpoint=url, every=None, every_batches=100).run()
+    store = ObjectStore(url)
+    epochs = store.list_epochs()
+    newest = (
+        f"{bucket}/jobs/damaged/checkpoints/{epochs[-1]:012d}/{_file(store, epochs[-1], 'sum')}"
+    )
+    blob = bytearray(store.fs.cat_file(newest))
+    blob[-2] ^= 1  # same size, one bit flipped
+    store.fs.pipe_file(newest, bytes(blob))
+    with caplog.at_level(logging.WARNING):
+        source2, results = _graph(300)
+        job = Job(source2, checkpoint=url, every=None)
+        job.run()
+    assert job.restored_epoch == epochs[-2]
+    assert "skipping damaged checkpoint" in caplog.text and "checksum mismatch" in caplog.text
+    assert results[-1] == sum(range(300))
+
+
+def test_cli_on_an_s3_url(bucket: str, capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"s3://{bucket}/jobs/cli"
+    source, _ = _graph(500)
+    Job(source, checkpoint=url, every=None, every_batches=100).run()
+    epochs = ObjectStore(url).list_epochs()
+    assert main(["checkpoints", "list", url]) == 0
+    listed = capsys.readouterr().out
+    assert all(str(e) in listed for e in epochs) and "bytes" in listed
+    assert main(["checkpoints", "show", url]) == 0
+    assert "position numbers = 500" in capsys.readouterr().out
+    assert main(["checkpoints", "diff", url, str(epochs[0]), str(epochs[-1])]) == 0
+    assert "position numbers: 0 -> 500" in capsys.readouterr().out
+    assert main(["checkpoints", "verify", url]) == 0
+    store = ObjectStore(url)
+    newest = _file(store, epochs[-1], "sum")
+    store.fs.pipe_file(f"{bucket}/jobs/cli/checkpoints/{epochs[-1]:012d}/{newest}", b"x")
+    assert main(["checkpoints", "verify", url]) == 1
+    assert "DAMAGED" in capsys.readouterr().out
+    assert main(["checkpoints", "list", f"s3://{bucket}/jobs/none"]) == 1
+    assert f"no checkpoints at 's3://{bucket}/jobs/none'" in capsys.readouterr().err
+
+
+def test_lease_refuses_a_second_store_in_process(bucket: str) -> None:
+    url = f"s3://{bucket}/jobs/twice"
+    first = ObjectStore(url)
+    first.lock()
+    try:
+        with pytest.raises(CheckpointLockedError, match=f"pid={os.getpid()} host="):
+            ObjectStore(url).lock()
+    finally:
+        first.unlock()
+    assert _lease(first) is None  # released with a conditional delete
+    again = ObjectStore(url)
+    again.lock()
+    again.unlock()
+
+
+def test_frozen_holder_loses_its_lease_after_expiry(
+    bucket: str,
+    workdir: Path,
+    reference: bytes,
+    procs: list[subprocess.Popen[bytes]],
+    s3_env: dict[str, str],
+) -> None:
+    url = f"s3://{bucket}/jobs/frozen"
+    store = ObjectStore(url, lease=False)
+    out = workdir / "frozen.txt"
+    env = _env(workdir, out, s3_env, work=60)
+    env["RIVERMARK_LEASE_TTL"] = "6"
+    first = subprocess.Popen(_cmd(url), env=env, stderr=subprocess.PIPE)
+    procs.append(first)
+    _wait(lambda: (_lease(store) or {}).get("holder", {}).get("pid") == first.pid, "the lease")
+    _wait(lambda: len(store.list_epochs()) >= 2, "two checkpoints")
+    first.send_signal(signal.SIGSTOP)  # alive, but cannot renew (a long pause, a partition)
+    frozen_at = store.list_epochs()[-1]
+
+    # while the lease has not expired (renewed every 2 s, ttl 6 s), another job is refused
+    with pytest.raises(CheckpointLockedError, match=f"pid={first.pid} .*lease expires in"):
+        ObjectStore(url).lock()
+    _wait(lambda: (_lease(store) or {"expires": 0})["expires"] < time.time(), "expiry", 30)
+
+    # after expiry it is taken over: the second job resumes and finishes the input
+    run_uncrashed(_cmd(url), env={**env, "RIVERMARK_APP_WORK": "0"}, timeout=120)
+    assert out.read_bytes() == reference
+    final = store.list_epochs()
+    assert final[-1] > frozen_at
+    assert store.read_manifest(final[-1]).positions["lines"] == N
+
+    # the first job wakes up, finds its lease gone, and stops without a checkpoint
+    first.send_signal(signal.SIGCONT)
+    _, err = first.communicate(timeout=60)
+    assert first.returncode == 2, err.decode()
+    assert "lost its lease" in err.decode()
+    assert store.list_epochs() == final
+    assert store.read_manifest(final[-1]).positions["lines"] == N
+
+
+def test_unreachable_store_stops_the_job_and_keeps_the_last_checkpoint(
+    bucket: str,
+    workdir: Path,
+    reference: bytes,
+    s3_server: S3Server,
+    procs: list[subprocess.Popen[bytes]],
+    s3_env: dict[str, str],
+) -> None:
+    url = f"s3://{bucket}/jobs/unreachable"
+    store = ObjectStore(url, lease=False)  # direct to the server
+    out = workdir / "unreachable.txt"
+    proxy = TcpProxy(s3_server.endpoint.removeprefix("http://"))
+    env = _env(workdir, out, s3_env, work=60)
+    env["AWS_ENDPOINT_URL"] = proxy.endpoint
+    job = subprocess.Popen(_cmd(url), env=env, stderr=subprocess.PIPE)
+    procs.append(job)
+    try:
+        _wait(lambda: len(store.list_epochs()) >= 3, "three checkpoints")
+    finally:
+        proxy.close()  # the store is gone for the job; the server keeps its data
+    _, err = job.communicate(timeout=120)
+    text = err.decode()
+    assert job.returncode == 2, text
+    assert f"rivermark: ObjectStore({url!r}): could not " in text
+    assert "run the job again to resume from the last complete checkpoint" in text
+    assert "Traceback" not in text
+    # the last checkpoint is intact ...
+    epochs = store.list_epochs()
+    assert epochs and all(store.verify(e).epoch == e for e in epochs)
+    assert 0 < store.read_manifest(epochs[-1]).positions["lines"] < N
+    # ... and the job resumes from it once the store is back
+    run_uncrashed(
+        _cmd(url),
+        env={**env, "AWS_ENDPOINT_URL": s3_server.endpoint, "RIVERMARK_APP_WORK": "0"},
+        timeout=120,
+    )
+    assert out.read_bytes() == reference
+
+
+def test_an_unreachable_store_at_start_is_one_clear_error(s3_env: dict[str, str]) -> None:
+    proxy = TcpProxy("127.0.0.1:9")
+    proxy.close()
+    store = ObjectStore("s3://nowhere/jobs/x", storage_options={"endpoint_url": proxy.endpoint})
+    source, _ = _graph(10)
+    with pytest.raises(ObjectStoreError, match=r"could not take the lease \(.*(Connect|connect)"):
+        Job(source, checkpoint=store, every=None).run()
