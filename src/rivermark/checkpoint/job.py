@@ -53,6 +53,7 @@ from ..sources.base import Source
 from ..testing.faults import fault_point
 from .errors import (
     CheckpointCorruptError,
+    CheckpointLockedError,
     CheckpointMismatchError,
     CheckpointWriteError,
     JobFailedError,
@@ -509,6 +510,10 @@ class Job:
                 loop = asyncio.get_running_loop()
                 try:
                     await loop.run_in_executor(None, self.store.write_checkpoint, manifest, states)
+                except CheckpointLockedError:
+                    # the lock (lease) was lost: another job may own the store now,
+                    # so nothing of it is touched, torn files included
+                    raise
                 except Exception as e:
                     await self._remove_torn(epoch)
                     raise CheckpointWriteError(

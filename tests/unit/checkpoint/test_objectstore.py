@@ -156,7 +156,7 @@ def test_cli_inspects_a_url(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
 
 def test_cli_missing_location(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     url = f"file://{tmp_path}/nothing"
-    assert main(["checkpoints", "list", url]) == 1
+    assert main(["checkpoints", "list", url]) == 2
     assert f"no checkpoints at {url!r}" in capsys.readouterr().err
     assert not (tmp_path / "nothing").exists()
 
