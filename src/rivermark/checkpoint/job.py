@@ -717,7 +717,10 @@ class Job:
             f"pass name={r!r} to {by_id[a]!r}"
             for r, a in moved
         ]
-        hint = "use a new checkpoint directory to start from scratch"
+        hint = (
+            "to start over, run with --from-scratch (Job(..., from_scratch=True)): it sets "
+            "the checkpoints aside and starts the sinks' output over"
+        )
         if moved or any(by_id[k].name is None for k in added):
             hint = (
                 "give stateful nodes and sources explicit names (e.g. "

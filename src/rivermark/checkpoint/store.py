@@ -29,13 +29,15 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, RivermarkError
 from ..testing.faults import fault_error, fault_point
 from .errors import (
     CheckpointCorruptError,
     CheckpointError,
     CheckpointLockedError,
     CheckpointNotFoundError,
+    ManifestError,
+    ManifestFormatError,
 )
 from .manifest import FORMAT_VERSION, Manifest, sha256_of
 
@@ -136,7 +138,9 @@ class Store(abc.ABC):
         try:
             m = self.read_manifest(epoch)
         except CheckpointCorruptError as e:
-            raise type(e)(f"{where}: {e}") from e
+            raise _located(e, where) from e
+        except RivermarkError:  # e.g. a lost connection: not damage, the caller decides
+            raise
         except (OSError, KeyError, ValueError, TypeError) as e:
             raise CheckpointCorruptError(
                 f"{where}: manifest unreadable ({type(e).__name__}: {e})"
@@ -160,7 +164,9 @@ class Store(abc.ABC):
             try:
                 blob = self.read_state_entry(epoch, node_id, entry)
             except CheckpointCorruptError as e:
-                raise type(e)(f"{where}: {e}") from e
+                raise _located(e, where) from e
+            except RivermarkError:
+                raise
             except (OSError, KeyError, ValueError) as e:
                 raise CheckpointCorruptError(
                     f"{where}: state {entry['file']!r} of {node_id!r} missing or unreadable "
@@ -181,6 +187,14 @@ class Store(abc.ABC):
     def verify(self, epoch: int) -> Manifest:
         """Check every part of ``epoch``; raise :class:`CheckpointCorruptError` if damaged."""
         return self.load_checkpoint(epoch)[0]
+
+
+def _located(e: CheckpointCorruptError, where: str) -> CheckpointCorruptError:
+    """``e`` again (same kind), its message prefixed with where the checkpoint is."""
+    for cls in (ManifestFormatError, ManifestError):
+        if isinstance(e, cls):
+            return cls(f"{where}: {e}")
+    return CheckpointCorruptError(f"{where}: {e}")
 
 
 def _fsync_dir(path: Path) -> None:

@@ -171,3 +171,65 @@ def test_every_store_in_the_package_inherits_the_integrity_checks() -> None:
     for cls in stores:
         for name in ("load_manifest", "load_checkpoint", "verify"):
             assert getattr(cls, name) is getattr(Store, name), (cls, name)
+
+
+class _MemoryStore(Store):
+    """A store with only the raw operations, as a new store would be written."""
+
+    def __init__(self) -> None:
+        self.manifests: dict[int, str] = {}
+        self.blobs: dict[tuple[int, str], bytes] = {}
+        self.offline = False
+
+    def list_epochs(self) -> list[int]:
+        return sorted(self.manifests)
+
+    def write_checkpoint(self, manifest: Manifest, states: dict[str, bytes]) -> None:
+        for nid, blob in states.items():
+            self.blobs[manifest.epoch, nid] = blob
+            manifest.state[nid] = {"file": nid, "size": len(blob), "sha256": sha256_of(blob)}
+        self.manifests[manifest.epoch] = manifest.to_json()
+
+    def read_manifest(self, epoch: int) -> Manifest:
+        if self.offline:
+            raise rivermark.RivermarkError("store offline")
+        return Manifest.from_json(self.manifests[epoch])
+
+    def read_state(self, epoch: int, node_id: str) -> bytes:
+        return self.blobs[epoch, node_id]
+
+    def delete(self, epoch: int) -> None:
+        del self.manifests[epoch]
+
+    def lock(self) -> None:
+        pass
+
+    def unlock(self) -> None:
+        pass
+
+
+def test_a_new_store_gets_every_check() -> None:
+    store = _MemoryStore()
+    for e in (1, 2):
+        store.write_checkpoint(Manifest(e, 0.0, {}), {"acc": b"x" * e})
+    assert store.load_checkpoint(2)[1] == {"acc": b"xx"}
+    store.manifests[2] = store.manifests[1]
+    with pytest.raises(CheckpointCorruptError, match="says epoch 1"):
+        store.verify(2)
+    store.manifests[2] = store.manifests[2].replace('"format": 2', '"format": 7')
+    with pytest.raises(ManifestFormatError, match="checkpoint 2 in .*format 7"):
+        store.verify(2)
+    store.blobs[1, "acc"] = b"y"
+    with pytest.raises(CheckpointCorruptError, match="checksum mismatch"):
+        store.verify(1)
+    del store.blobs[1, "acc"]
+    with pytest.raises(CheckpointCorruptError, match="missing or unreadable"):
+        store.verify(1)
+    del store.manifests[1]
+    with pytest.raises(CheckpointCorruptError, match="manifest unreadable"):
+        store.verify(1)
+    # a store that cannot be reached is not a damaged checkpoint
+    store.offline = True
+    with pytest.raises(rivermark.RivermarkError, match="store offline") as info:
+        store.verify(2)
+    assert not isinstance(info.value, CheckpointCorruptError)

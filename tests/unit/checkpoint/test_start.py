@@ -135,3 +135,20 @@ def test_from_scratch_refuses_a_sink_that_cannot_start_over(tmp_path: Path) -> N
     with pytest.raises(ConfigurationError, match=re.escape("cannot start its output over")):
         Job(source, checkpoint=ckpt, every=None, from_scratch=True).run()
     assert LocalDirectoryStore(ckpt).list_epochs() == epochs
+
+
+def test_a_changed_graph_names_from_scratch_which_then_works(tmp_path: Path) -> None:
+    from rivermark.checkpoint import CheckpointMismatchError
+
+    out, ckpt = tmp_path / "out.txt", tmp_path / "ckpt"
+    _run(ckpt, out)
+
+    def changed() -> Stream:
+        source = Stream.from_iterable(list(range(N)), name="numbers")
+        source.accumulate(lambda a, x: a + x, start=0, name="total").sink_to_textfile(out)
+        return source
+
+    with pytest.raises(CheckpointMismatchError, match=re.escape("run with --from-scratch")):
+        Job(changed(), checkpoint=ckpt, every=None).run()
+    Job(changed(), checkpoint=ckpt, every=None, from_scratch=True).run()
+    assert out.read_text() == EXPECTED
