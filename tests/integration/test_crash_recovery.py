@@ -118,7 +118,7 @@ def test_sigterm_stops_gracefully_and_resumes(workdir: Path, reference: bytes) -
     env = _env(workdir, out)
     proc = subprocess.Popen(_cmd(ckpt), env=env, stderr=subprocess.PIPE)
     store = LocalDirectoryStore(ckpt) if ckpt.exists() else None
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120  # a wait on a condition; generous under load
     while time.monotonic() < deadline:
         if ckpt.exists():
             store = LocalDirectoryStore(ckpt)
@@ -142,7 +142,7 @@ def test_second_job_on_same_directory_is_refused(workdir: Path) -> None:
     env["RIVERMARK_APP_WORK"] = "100000"  # the first job is still running when the second starts
     first = subprocess.Popen(_cmd(ckpt), env=env, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120
         while not (ckpt / "LOCK").exists() or not (ckpt / "LOCK").read_text():
             assert time.monotonic() < deadline
             time.sleep(0.01)

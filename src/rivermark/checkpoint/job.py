@@ -17,6 +17,10 @@ points and what recovery does at each are in ``docs/checkpointing.md``):
 6. fault point ``before-resume``; resume the sources.
 
 The sources stay paused until the write is durable (correctness first).
+When a step fails (unpicklable state, a failed write, a sink that raises),
+the sources are never resumed: every source is stopped and every sink
+closed before the error (:class:`CheckpointWriteError`) leaves the job and
+before the directory's lock is released; the torn checkpoint is removed.
 
 Recovery at start: the newest checkpoint that verifies is loaded (damaged
 ones are skipped with a WARNING); ``set_state`` on stateful nodes,
