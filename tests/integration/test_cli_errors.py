@@ -132,9 +132,13 @@ def test_checkpoint_directory_without_permission(tmp_path: Path) -> None:
         locked.chmod(0o755)
 
 
-def test_read_only_file_system(tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["tmpfs", "fault-point"])
+def test_read_only_file_system(tmp_path: Path, how: str) -> None:
     app = write_app(tmp_path, GOOD.format(n=10, out=str(tmp_path / "out.txt")))
-    with tmpfs(tmp_path / "ro", "ro,size=64k") as mounted:
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    mount = tmpfs(ro, "ro,size=64k") if how == "tmpfs" else contextlib.nullcontext(False)
+    with mount as mounted:
         if mounted:
             res = run("run", f"{app}:source", "--checkpoint", str(tmp_path / "ro"))
             assert_clear(res, 2, "cannot be written (Read-only file system")
@@ -144,7 +148,8 @@ def test_read_only_file_system(tmp_path: Path) -> None:
             assert_clear(res, 1, "Read-only file system")
 
 
-def test_disk_full_while_writing_a_checkpoint(tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["tmpfs", "fault-point"])
+def test_disk_full_while_writing_a_checkpoint(tmp_path: Path, how: str) -> None:
     # the state grows by about 1 KiB a record: a few hundred records fill 512 KiB
     out = tmp_path / "out.txt"
     app = write_app(
@@ -158,7 +163,7 @@ def test_disk_full_while_writing_a_checkpoint(tmp_path: Path) -> None:
         """,
     )
     ckpt = tmp_path / "small"
-    with tmpfs(ckpt, "size=512k") as mounted:
+    with tmpfs(ckpt, "size=512k") if how == "tmpfs" else contextlib.nullcontext(False) as mounted:
         env = {} if mounted else {"RIVERMARK_FAULT_ERROR": "checkpoint-write:ENOSPC"}
         res = run("run", f"{app}:source", "--checkpoint", str(ckpt), "--every", "0", env=env)
         assert_clear(res, 1, "No space left on device", "could not be written")
