@@ -234,17 +234,20 @@ def test_app_that_runs_its_own_job(tmp_path: Path) -> None:
     assert not out.exists() or out.read_text() == ""
 
 
-def test_failing_user_function_names_the_node_once(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["map", "map_async"])
+def test_failing_user_function_names_the_node_once(tmp_path: Path, kind: str) -> None:
+    # map raises in the source's emit; map_async fails the node in background work
+    asynchronous = "async " if kind == "map_async" else ""
     app = write_app(
         tmp_path,
         f"""\
         from rivermark import Stream
-        def parse(x):
+        {asynchronous}def parse(x):
             if x == 7:
                 raise ValueError("bad record seven")
             return x
         source = Stream.from_iterable(list(range(20)), name="numbers")
-        source.map(parse, name="parse").sink_to_textfile({str(tmp_path / "out.txt")!r})
+        source.{kind}(parse, name="parse").sink_to_textfile({str(tmp_path / "out.txt")!r})
         """,
     )
     err = assert_clear(
@@ -255,7 +258,7 @@ def test_failing_user_function_names_the_node_once(tmp_path: Path) -> None:
         f"at {app}:4 in parse",
     )
     assert err.count("bad record seven") == 1, err
-    assert "numbers" not in err
+    assert "numbers" not in err and "ERROR" not in err
 
 
 def test_input_truncated_below_the_checkpoint(tmp_path: Path) -> None:

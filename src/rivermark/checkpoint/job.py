@@ -169,9 +169,9 @@ class Job:
             self._check_exactly_once()
         #: roots fed by ``emit`` (not sources): the job runs until ``stop()``
         self._emit_roots = [n for n in self.nodes if not n.upstreams and not isinstance(n, Source)]
-        for s in self.sources:
-            # the job reports a source's failure itself, once (see _source_failed)
-            s.log_failures = False
+        for n in self.nodes:
+            # the job reports a node's or source's failure itself, once (see _failed)
+            n.log_failures = False
         if on_error is not None:
             for n in self.nodes:
                 if n.on_error is None:
