@@ -91,10 +91,7 @@ def main() -> int:
         hold_file=OUT / "hold",
         env=dict(env, RIVERMARK_DEMO_OUTPUT=str(crashed)),
     )
-    print(
-        f"crashed run: {report.kills} kills, {report.runs} runs (each restart resumed from "
-        f"its last checkpoint), {'finished' if report.completed else 'DID NOT FINISH'}"
-    )
+    print(f"crashed run: {report.summary()} (each restart resumed from its last checkpoint)")
     same = filecmp.cmp(reference, crashed, shallow=False)
     if same and report.kills >= kills:
         print(

@@ -27,7 +27,11 @@ def test_demo_kills_and_resumes_exactly(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
-    assert "crashed run: 5 kills, 6 runs" in out, out
+    # kill points by progress: 120,000 events, 5 kills at every sixth of them
+    assert (
+        "crashed run: killed with SIGKILL 5 times (at progress 20,000, 40,000, 60,000, "
+        "80,000, 100,000); 6 runs; finished" in out
+    ), out
     assert "outputs are byte-identical after 5 kills" in out, out
     assert "CrashReport(" not in out  # a readable summary, not a repr
     reference = (tmp_path / "demo" / "reference.jsonl").read_bytes()

@@ -504,6 +504,9 @@ class Stream:
     # ------------------------------------------------------------------ errors
     #: the error that failed this node for good (see :meth:`_fail`); a Job stops on it
     failure: BaseException | None = None
+    #: log such a failure at ERROR with its traceback; a Job sets this to False
+    #: because it reports the failure itself, once, naming the node
+    log_failures: bool = True
 
     def _fail(self, exc: BaseException) -> None:
         """Fail the node for good after an error in background work.
@@ -518,7 +521,8 @@ class Stream:
         if self.failure is not None:
             return
         self.failure = exc
-        logger.error(
+        logger.log(
+            logging.ERROR if self.log_failures else logging.DEBUG,
             "%s failed: %s: %s -- the record it was passing on is not completed (a source "
             "never commits past it) and a running Job stops; fix the cause, or give the node "
             "that raised on_error='skip' or a callable, then run again",

@@ -211,9 +211,6 @@ class Source(Stream):
                     self._done_event.set()
 
     error: bool = False
-    #: log a failure of :meth:`run` with its traceback; a Job sets this to False
-    #: because it reports the failure itself (once, naming the node that raised)
-    log_failures: bool = True
 
     def stop(self) -> None:
         """Stop the source: no record is emitted after this returns on the loop thread."""

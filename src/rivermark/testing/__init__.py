@@ -27,7 +27,7 @@ def _fail(predicate: Callable[[], Any], timeout: float) -> WaitTimeout:
     )
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 5, interval: float = 0.002) -> None:
+def wait_for(predicate: Callable[[], Any], timeout: float = 30, interval: float = 0.002) -> None:
     """Block until ``predicate()`` is true; raise :class:`WaitTimeout` after ``timeout`` s.
 
     Use it from a thread that does not run the pipeline's event loop (tests
@@ -44,7 +44,7 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 5, interval: float =
 
 
 async def wait_for_async(
-    predicate: Callable[[], Any], timeout: float = 5, interval: float = 0.001
+    predicate: Callable[[], Any], timeout: float = 30, interval: float = 0.001
 ) -> None:
     """Like :func:`wait_for`, but awaits, for use inside the pipeline's event loop.
 

@@ -153,3 +153,24 @@ def test_dev_null_is_neither_checked_nor_locked(tmp_path: Path) -> None:
     for sink, handle in zip(sinks, handles):
         sink.restore(handle)
         sink.close()
+
+
+def test_a_checkpoint_from_before_sinks_were_fingerprinted_still_resumes(tmp_path: Path) -> None:
+    import dataclasses
+
+    from rivermark.checkpoint import LocalDirectoryStore
+
+    out, ckpt = tmp_path / "out.txt", tmp_path / "ckpt"
+    job_writing(out, ckpt, n=10).run()
+    # a newer checkpoint without the sink in its fingerprint, as an older version wrote it
+    store = LocalDirectoryStore(ckpt)
+    last = store.read_manifest(store.list_epochs()[-1])
+    fingerprint = {k: v for k, v in last.fingerprint.items() if not k.startswith("sinktotext")}
+    assert fingerprint != last.fingerprint
+    states = {nid: store.read_state(last.epoch, nid) for nid in last.state}
+    older = dataclasses.replace(last, epoch=last.epoch + 1, fingerprint=fingerprint, state={})
+    store.write_checkpoint(older, states)
+    job = job_writing(out, ckpt, n=10)
+    job.run()
+    assert job.restored_epoch == last.epoch + 1
+    assert out.read_text() == "".join(f"{i}\n" for i in range(10))

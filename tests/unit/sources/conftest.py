@@ -8,7 +8,7 @@ from rivermark.core import runtime
 from rivermark.testing import wait_for
 
 
-def stop_and_wait(source: Any, timeout: float = 5) -> None:
+def stop_and_wait(source: Any, timeout: float = 30) -> None:
     """Stop ``source`` and block until its run() has returned."""
     source.stop()
     wait_for(lambda: source.finished, timeout=timeout)
@@ -23,4 +23,4 @@ def leftover_tasks() -> list[str]:
         tasks = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
         return sorted(getattr(t.get_coro(), "__qualname__", "?") for t in tasks)
 
-    return runtime.run_sync(runtime.background_loop(), probe(), timeout=5)
+    return runtime.run_sync(runtime.background_loop(), probe(), timeout=30)

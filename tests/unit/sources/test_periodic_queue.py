@@ -67,7 +67,7 @@ def test_periodic_callback_error_with_raise_ends_source() -> None:
     wait_for(lambda: source.finished)
     assert source.error
     with pytest.raises(UserFunctionError, match="broken sensor"):
-        runtime.run_sync(source.loop, source.wait_finished(), timeout=5)
+        runtime.run_sync(source.loop, source.wait_finished(), timeout=30)
 
 
 def test_periodic_bad_arguments() -> None:
