@@ -56,6 +56,7 @@ from .running import (
     RollingAggregate,
     check_time_index,
 )
+from .streamz_aggregate import StreamzAggregate
 
 logger = logging.getLogger(__name__)
 
@@ -780,123 +781,6 @@ class Aggregate(ConformingNode):
             result = self._step(x)
         except Exception as e:
             self._failed(x, e)
-            return None
-        if self.with_state:
-            return self._emit((self.get_state(), result), metadata)
-        return self._emit(result, metadata)
-
-
-class StreamzAggregate(Stream):
-    """Run an aggregation written for streamz (``initial``/``on_new``/``on_old``).
-
-    Without a window ``on_old`` is never called.  With ``n`` (rows) or
-    ``value`` (a ``pd.Timedelta`` of index) the batches in the window are
-    kept; after ``on_new(state, batch)`` every part that left the window is
-    passed to ``on_old``, as streamz does, and the last result is emitted.
-    The aggregation's state and the window's batches are the checkpoint
-    state; ``with_state=True`` emits ``(state, result)`` and ``start`` is such
-    a state.
-
-    >>> class Total(Aggregation):
-    ...     def initial(self, new): return 0
-    ...     def on_new(self, state, new): return state + new.sum(), state + new.sum()
-    ...     def on_old(self, state, old): return state - old.sum(), state - old.sum()
-    >>> s = Stream()
-    >>> L = StreamzAggregate(s, Total(), n=2).sink_to_list()
-    >>> s.emit(pd.Series([1, 2])); s.emit(pd.Series([3]))
-    >>> [int(v) for v in L]
-    [3, 5]
-    """
-
-    _graphviz_shape = "box"
-
-    def __init__(
-        self,
-        upstream: Stream,
-        agg: Any,
-        n: int | None = None,
-        value: pd.Timedelta | None = None,
-        with_state: bool = False,
-        start: Any = None,
-        **kwargs: Any,
-    ) -> None:
-        self.agg = agg
-        self.n = n
-        self.value = value
-        self.with_state = with_state
-        self.state: Any = None
-        self.started = False
-        self.frames: deque[Any] = deque()
-        Stream.__init__(self, upstream, **kwargs)
-        if start is not None:
-            self.set_state(start)
-
-    def get_state(self) -> Any:
-        return {"state": self.state, "started": self.started, "frames": list(self.frames)}
-
-    def set_state(self, state: Any) -> None:
-        if not isinstance(state, dict) or "state" not in state:
-            raise ConfigurationError(
-                f"{self._display_name()}: start/state must be a state this node emitted "
-                f"(with_state=True) or checkpointed, got {state!r}; pass start=None to begin empty"
-            )
-        self.state = state["state"]
-        self.started = bool(state.get("started", True))
-        self.frames = deque(state.get("frames", ()))
-
-    def state_signature(self) -> str:
-        return f"StreamzAggregate({type(self.agg).__name__}, n={self.n}, value={self.value})"
-
-    def _leaving(self) -> list[Any]:
-        """Remove and return the parts of the kept batches that left the window."""
-        frames, old = self.frames, []
-        if self.n is not None:
-            excess = sum(len(f) for f in frames) - self.n
-            while excess > 0 and frames:
-                head = frames[0]
-                if len(head) <= excess:
-                    old.append(frames.popleft())
-                    excess -= len(head)
-                else:
-                    old.append(head.iloc[:excess])
-                    frames[0] = head.iloc[excess:]
-                    excess = 0
-        elif self.value is not None and frames:
-            cutoff = max(f.index.max() for f in frames) - self.value
-            while frames:
-                head = frames[0]
-                mask = np.asarray(head.index <= cutoff)
-                if not mask.any():
-                    break
-                old.append(head[mask])
-                if mask.all():
-                    frames.popleft()
-                else:
-                    frames[0] = head[~mask]
-                    break
-        return old
-
-    def _step(self, x: Any) -> Any:
-        agg = self.agg
-        if not self.started:
-            self.state = agg.initial(x)
-            self.started = True
-        self.state, result = agg.on_new(self.state, x)
-        if self.n is not None or self.value is not None:
-            if len(x):
-                self.frames.append(x)
-            for old in self._leaving():
-                if len(old):
-                    self.state, result = agg.on_old(self.state, old)
-        return result
-
-    def update(
-        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
-    ) -> list[Awaitable[Any]] | None:
-        try:
-            result = self._step(x)
-        except Exception as e:
-            self._user_error(x, e, self.agg.on_new)
             return None
         if self.with_state:
             return self._emit((self.get_state(), result), metadata)

@@ -3,8 +3,9 @@
 ``sdf.groupby("name").amount.sum()`` keeps a running per-key result: each
 batch is grouped once and its per-key partial added to the running one.
 Inside a window (``sdf.window(n=10_000).groupby("name")``) the partials of the
-batches in the window are kept and subtracted when their batch leaves; keys
-whose rows have all left the window disappear from the result.
+batches in the window are kept and merged, never subtracted (see
+:mod:`rivermark.dataframe.aggregations`); keys whose rows have all left the
+window disappear from the result.
 """
 
 from __future__ import annotations

@@ -159,10 +159,10 @@ def conform(x: Any, example: Any, schema: Any, where: str) -> tuple[Any, Any]:
     Traceback (most recent call last):
     ...
     rivermark.dataframe.schema.ColumnsError: sum(): batch columns ['k'] differ from the example's ['k', 'x'] (missing ['x']); emit batches with the example's columns
-    >>> conform(pd.DataFrame({"k": ["b"], "x": ["oops"]}), ex, schema, "sum()")
+    >>> conform(pd.DataFrame({"k": ["b"], "x": pd.Series(["oops"], dtype=object)}), ex, schema, "sum()")
     Traceback (most recent call last):
     ...
-    rivermark.dataframe.schema.SchemaError: sum(): column 'x' changed dtype from 'float64' (earlier batches) to 'str', which does not convert exactly; declare the column's dtype once for all batches (cast them upstream, e.g. with sdf.astype({...}) before the aggregation)
+    rivermark.dataframe.schema.SchemaError: sum(): column 'x' changed dtype from 'float64' (earlier batches) to 'object', which does not convert exactly; declare the column's dtype once for all batches (cast them upstream, e.g. with sdf.astype({...}) before the aggregation)
     """
     if isinstance(example, pd.DataFrame):
         if not isinstance(x, pd.DataFrame):

@@ -2,8 +2,9 @@
 
 ``sdf.window(n=1000)`` aggregates the last 1000 rows, ``sdf.window("10s")``
 the rows within ten seconds of the newest index (a DatetimeIndex).  Every
-aggregation is incremental: a batch is summarised once when it arrives and
-subtracted once when it leaves (see :mod:`rivermark.dataframe.aggregations`).
+aggregation is incremental: a batch is summarised once when it arrives, and
+the window's summaries are merged (never subtracted, so nothing drifts; see
+:mod:`rivermark.dataframe.aggregations`).
 """
 
 from __future__ import annotations

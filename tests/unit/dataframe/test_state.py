@@ -16,7 +16,8 @@ import pytest
 
 from rivermark import Stream
 from rivermark.core.graph import fingerprint, node_ids, topological
-from rivermark.dataframe import Aggregation, DataFrame
+from rivermark.dataframe import Aggregation, DataFrame, SchemaError
+from rivermark.dataframe.partials import KeyedAcc
 
 from .helpers import batches, example, timed_batches
 
@@ -51,6 +52,17 @@ PIPELINES: dict[str, Callable[[DataFrame], Any]] = {
     "rolling_rows": lambda sdf: sdf.x.rolling(4).sum(),
     "rolling_time": lambda sdf: sdf.x.rolling("3s").mean(),
     "ewm": lambda sdf: sdf.x.ewm(span=3).mean(),
+    "groupby_min": lambda sdf: sdf.groupby("name").x.min(),
+    "groupby_max_frame": lambda sdf: sdf.groupby("name").max(),
+    "max": lambda sdf: sdf[["amount", "x"]].max(),
+    "min": lambda sdf: sdf.x.min(),
+    "var_frame": lambda sdf: sdf[["amount", "x"]].var(),
+    "window_n_groupby_var": lambda sdf: sdf.window(n=7).groupby("name").x.var(),
+    "window_n_min": lambda sdf: sdf.window(n=4).x.min(),
+    "window_n_value_counts": lambda sdf: sdf.window(n=6).name.value_counts(),
+    "window_time_groupby_std": lambda sdf: sdf.window(value="4s").groupby("name").x.std(),
+    "window_time_max": lambda sdf: sdf.window(value="3s").amount.max(),
+    "cummin": lambda sdf: sdf.x.cummin(),
     "streamz_aggregation": lambda sdf: sdf[["amount", "x"]].aggregate(StreamzMean()),
     "streamz_aggregation_window_n": lambda sdf: (
         sdf[["amount", "x"]].window(n=6).aggregate(StreamzMean())
@@ -123,3 +135,40 @@ def test_state_signature_names_the_configuration() -> None:
     assert "n=7" in a.state_signature()
     assert a.state_signature() != b.state_signature()
     assert a.is_stateful
+
+
+def test_window_state_is_its_batches_and_restores_the_schema() -> None:
+    s, _ = build("window_n_groupby_var")
+    for b in batches(5, seed=4):
+        s.emit(b)
+    node = next(n for n in topological(s) if type(n).__name__ == "Aggregate")
+    state = node.get_state()
+    assert state["acc"] is None  # rebuilt from the kept batches on restore
+    assert list(state["schema"].index) == ["name", "amount", "x"]
+    s2, out = build("window_n_groupby_var")
+    restore(s2, snapshot(s))
+    bad = batches(1, seed=5)[0].assign(amount=0.5)
+    with pytest.raises(SchemaError, match="column 'amount' changed dtype from 'int64'"):
+        s2.emit(bad)
+
+
+def test_checkpoints_of_the_sum_of_squares_layout_restore_as_moments() -> None:
+    """States written before the moments layout ((sum, sum of squares, count)) still restore."""
+    data = batches(6, seed=6)
+    whole = pd.concat(data)
+    s = Stream()
+    sdf = DataFrame(s, example=example())
+    var = sdf.x.var()
+    gvar = sdf.groupby("name").x.var()
+    L, G = var.stream.sink_to_list(), gvar.stream.sink_to_list()
+    first = pd.concat(data[:3])
+    x = first.x
+    var.stream.set_state({"acc": (x.sum(), (x**2).sum(), x.count()), "parts": [], "rows": 0})
+    g = first.groupby("name").x
+    old = KeyedAcc.from_partial([g.sum(), (first.x**2).groupby(first.name).sum(), g.count()])
+    del old.__dict__["layout"]  # as unpickled from the older layout
+    gvar.stream.set_state({"acc": old, "parts": [], "rows": 0})
+    for b in data[3:]:
+        s.emit(b)
+    assert L[-1] == pytest.approx(whole.x.var(), rel=1e-9)
+    tm.assert_series_equal(G[-1], whole.groupby("name").x.var(), rtol=1e-9)
