@@ -78,3 +78,52 @@ def test_a_broker_outage_stops_on_sigterm_within_the_deadline_and_a_rerun_is_exa
     results = Counter(tuple(json.loads(m.value())) for m in msgs)
     assert max(results.values()) == 1, "duplicates"
     assert results == Counter((str(k), c) for k in range(KEYS) for c in range(1, n // KEYS + 1))
+
+
+def test_a_commit_pending_on_an_unreachable_broker_has_a_deadline(
+    kafka_broker: KafkaBroker, new_topic: Callable[..., str], group: str, tmp_path: Path
+) -> None:
+    """Every record acknowledged, the job idle: the next epoch's commit meets the outage."""
+    bootstrap = kafka_broker.bootstrap
+    n = 200
+    inp, out = new_topic(prefix="in"), new_topic(prefix="out")
+    produce(bootstrap, inp, [json.dumps({"k": i % KEYS}) for i in range(n)])
+    env = {
+        "FAULT_BOOTSTRAP": bootstrap,
+        "FAULT_IN": inp,
+        "FAULT_OUT": out,
+        "FAULT_GROUP": group,
+        "FAULT_THROTTLE": "0",
+        "FAULT_TIMEOUT": str(DEADLINE),
+    }
+    ckpt, log = tmp_path / "ckpt", tmp_path / "runs.log"
+    store = LocalDirectoryStore(ckpt)
+    proc = start_app(ckpt, env, log, every="0.5s")
+    try:
+        wait_for(
+            lambda: (
+                len(consume_all(bootstrap, out, expected=n, timeout=5, committed_only=True)) >= n
+            ),
+            what="all output committed",
+        )
+        epochs = len(store.list_epochs())
+        wait_for(lambda: len(store.list_epochs()) > epochs, what="an idle checkpoint")
+        stop_broker(kafka_broker)
+        try:
+            proc.send_signal(signal.SIGTERM)
+            status = proc.wait(timeout=DEADLINE + 20)
+        finally:
+            start_broker(kafka_broker.directory)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = log.read_text()
+    assert status == 2 and "Traceback" not in text, text[-3000:]
+    (line,) = re.findall(r"^rivermark: .*$", text, re.M)
+    assert "broker was unreachable" in line and "resumes exactly" in line, line
+    env.update({"FAULT_STOP_AT_END": "1", "FAULT_TIMEOUT": "60"})
+    assert start_app(ckpt, env, log).wait(timeout=240) == 0, log.read_text()[-3000:]
+    msgs = consume_all(bootstrap, out, expected=n, timeout=30, committed_only=True)
+    results = Counter(tuple(json.loads(m.value())) for m in msgs)
+    assert results == Counter((str(k), c) for k in range(KEYS) for c in range(1, n // KEYS + 1))
