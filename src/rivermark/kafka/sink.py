@@ -200,6 +200,9 @@ class ToKafka(Stream):
 
             conf = dict(self.producer_config)
             conf.setdefault("linger.ms", 5)
+            # a record not acknowledged within flush_timeout fails (the broker is
+            # unreachable): a barrier or a stop never waits longer for it
+            conf.setdefault("message.timeout.ms", int(self.flush_timeout * 1000))
             if self.exactly_once:
                 conf["transactional.id"] = self._txid()
                 conf["enable.idempotence"] = True
@@ -330,14 +333,21 @@ class ToKafka(Stream):
             if len(rec) > 200:
                 rec = rec[:200] + "..."
             source = f" (input {origin})" if origin else ""
-            exc = KafkaDeliveryError(
-                f"{self._display_name()}: the broker did not acknowledge record {rec}{source} "
-                f"for topic {self.topic!r}: {err.str()}; the record is not completed and the job "
-                "stops; fix the cause and run again (a checkpointed job resumes from its last "
-                "checkpoint), or pass on_error='skip' or a callable to to_kafka itself",
-                x,
-                err,
-            )
+            if err.code() == err._MSG_TIMED_OUT:
+                text = (
+                    f"{self._display_name()}: the broker was unreachable: record {rec}{source} "
+                    f"for topic {self.topic!r} was not acknowledged within "
+                    f"{self.flush_timeout:g}s; the job stops. Run it again when the broker is "
+                    "back: it resumes exactly from its last checkpoint"
+                )
+            else:
+                text = (
+                    f"{self._display_name()}: the broker did not acknowledge record {rec}{source} "
+                    f"for topic {self.topic!r}: {err.str()}; the record is not completed and the "
+                    "job stops; fix the cause and run again (a checkpointed job resumes from its "
+                    "last checkpoint), or pass on_error='skip' or a callable to to_kafka itself"
+                )
+            exc = KafkaDeliveryError(text, x, err)
             policy = self.on_error
             if policy is None or policy == "raise":
                 self._fail_delivery(exc)
@@ -666,10 +676,11 @@ class ToKafka(Stream):
 
     def close(self) -> None:
         """Flush outstanding records (at-least-once) and release the clients."""
-        if self._stuck:
-            # a transactional call is still blocked inside librdkafka: leave the
-            # producer alone (the next run fences it with init_transactions)
-            logger.info("%s: leaving the blocked producer behind", self._display_name())
+        if self._stuck or (self.exactly_once and self.failure is not None):
+            # a transactional call is still blocked inside librdkafka, or the
+            # broker failed the sink: leave the producer and its open transaction
+            # alone (the next run aborts it with init_transactions)
+            logger.info("%s: leaving the producer behind", self._display_name())
         elif self.producer is not None and not self.exactly_once:
             self.producer.flush(self.flush_timeout)
         elif self.producer is not None and self.exactly_once and self._in_txn:

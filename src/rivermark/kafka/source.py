@@ -58,6 +58,7 @@ from ..errors import ConfigurationError
 from ..sources.base import Source
 from .errors import KafkaConnectorError, KafkaGroupInUseError, KafkaTopicError
 from .offsets import OffsetTracker
+from .transactions import DeadlineExceeded, call_with_deadline
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +99,8 @@ class KafkaBatchedSource(Source):
     replayable = True
     #: a group whose offsets another job committed less than this many seconds ago is in use
     group_live_window: float = 60.0
+    #: seconds the final commit and the consumer's close may take at stop
+    close_timeout: float = 5.0
 
     def __init__(
         self,
@@ -693,30 +696,49 @@ class KafkaBatchedSource(Source):
         return done
 
     def close(self) -> None:
+        """Commit the final offsets and close the consumer, within ``close_timeout``.
+
+        An unreachable broker does not hold the stop longer than that: the
+        consumer is then left behind (under a job the checkpoint holds the
+        position; the group's offsets are informational).
+        """
         consumer, self.consumer = self.consumer, None
         if consumer is None:
             return
-        try:
+        if self.checkpointing:
+            # the newest durable checkpoint's position, committed once more
+            # synchronously (the commit after each checkpoint is asynchronous)
+            pos = self._durable_position or {}
+            final = {_split(k): int(v) for k, v in pos.items()}
+        else:
+            final = self._tracker.committable()
+        tag = self._owner_tag()
+        name = self._display_name()
+
+        def finish() -> None:
             import confluent_kafka as ck
 
-            if self.checkpointing:
-                # the newest durable checkpoint's position, committed once more
-                # synchronously (the commit after each checkpoint is asynchronous)
-                pos = self._durable_position or {}
-                final = {_split(k): int(v) for k, v in pos.items()}
-            else:
-                final = self._tracker.committable()
-            if final:
-                tag = self._owner_tag()
-                tps = [ck.TopicPartition(t, p, o, tag) for (t, p), o in final.items()]
-                try:
+            try:
+                if final:
+                    tps = [ck.TopicPartition(t, p, o, tag) for (t, p), o in final.items()]
                     consumer.commit(offsets=tps, asynchronous=False)
-                except ck.KafkaException as e:
-                    logger.warning("%s: final commit failed: %s", self._display_name(), e)
+            except ck.KafkaException as e:
+                logger.warning("%s: final commit failed: %s", name, e)
+            finally:
+                consumer.close()
+
+        try:
+            call_with_deadline("closing the consumer", finish, self.close_timeout)
+        except DeadlineExceeded:
+            logger.warning(
+                "%s: the broker did not answer the final commit within %gs (unreachable?); "
+                "the consumer is left behind",
+                name,
+                self.close_timeout,
+            )
         finally:
-            consumer.close()
             self._assigned.clear()
-            logger.debug("%s: consumer closed", self._display_name())
+            logger.debug("%s: consumer closed", name)
 
 
 def _split(key: str) -> tuple[str, int]:

@@ -1,0 +1,129 @@
+"""A broker outage under an exactly-once job: SIGTERM stops it within the
+commit deadline, with one line saying the broker was unreachable, and a rerun
+gives exactly-once output."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from rivermark.checkpoint import LocalDirectoryStore
+from rivermark.testing.kafka_broker import KafkaBroker, start_broker, stop_broker
+
+from .helpers import consume_all, produce, start_app, wait_for
+
+pytestmark = pytest.mark.kafka
+
+KEYS = 10
+DEADLINE = 10  # the sink's flush and commit deadlines, seconds
+OUTAGE = 30.0
+
+
+def test_a_broker_outage_stops_on_sigterm_within_the_deadline_and_a_rerun_is_exact(
+    kafka_broker: KafkaBroker, new_topic: Callable[..., str], group: str, tmp_path: Path
+) -> None:
+    bootstrap = kafka_broker.bootstrap
+    n = 6000
+    inp, out = new_topic(partitions=2, prefix="in"), new_topic(prefix="out")
+    records = [json.dumps({"k": i % KEYS}) for i in range(n)]
+    produce(bootstrap, inp, records[0::2], partition=0)
+    produce(bootstrap, inp, records[1::2], partition=1)
+    env = {
+        "FAULT_BOOTSTRAP": bootstrap,
+        "FAULT_IN": inp,
+        "FAULT_OUT": out,
+        "FAULT_GROUP": group,
+        "FAULT_THROTTLE": "0.05",
+        "FAULT_TIMEOUT": str(DEADLINE),
+    }
+    ckpt, log = tmp_path / "ckpt", tmp_path / "runs.log"
+    store = LocalDirectoryStore(ckpt)
+    proc = start_app(ckpt, env, log, every="0.5s")
+    try:
+        wait_for(lambda: ckpt.exists() and len(store.list_epochs()) >= 3, what="three checkpoints")
+        assert proc.poll() is None, log.read_text()[-3000:]
+        stop_broker(kafka_broker)
+        down = time.monotonic()
+        try:
+            # a checkpoint's flush or commit is now waiting for the broker
+            wait_for(lambda: time.monotonic() - down >= 3, what="the outage to begin")
+            proc.send_signal(signal.SIGTERM)
+            # stopped within the flush and commit deadlines plus a few seconds
+            status = proc.wait(timeout=2 * DEADLINE + 20)
+            wait_for(lambda: time.monotonic() - down >= OUTAGE, OUTAGE + 5, "the outage's end")
+        finally:
+            start_broker(kafka_broker.directory)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = log.read_text()
+    assert status in (0, 2), text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
+    if status == 2:
+        (line,) = re.findall(r"^rivermark: .*$", text, re.M)
+        assert "broker was unreachable" in line and "resumes exactly" in line, line
+    # the rerun (default deadlines) reads to the end and stops by itself
+    env.update({"FAULT_STOP_AT_END": "1", "FAULT_TIMEOUT": "60"})
+    proc = start_app(ckpt, env, log)
+    assert proc.wait(timeout=240) == 0, log.read_text()[-3000:]
+    msgs = consume_all(bootstrap, out, expected=n, timeout=30, committed_only=True)
+    results = Counter(tuple(json.loads(m.value())) for m in msgs)
+    assert max(results.values()) == 1, "duplicates"
+    assert results == Counter((str(k), c) for k in range(KEYS) for c in range(1, n // KEYS + 1))
+
+
+def test_a_commit_pending_on_an_unreachable_broker_has_a_deadline(
+    kafka_broker: KafkaBroker, new_topic: Callable[..., str], group: str, tmp_path: Path
+) -> None:
+    """Every record acknowledged, the job idle: the next epoch's commit meets the outage."""
+    bootstrap = kafka_broker.bootstrap
+    n = 200
+    inp, out = new_topic(prefix="in"), new_topic(prefix="out")
+    produce(bootstrap, inp, [json.dumps({"k": i % KEYS}) for i in range(n)])
+    env = {
+        "FAULT_BOOTSTRAP": bootstrap,
+        "FAULT_IN": inp,
+        "FAULT_OUT": out,
+        "FAULT_GROUP": group,
+        "FAULT_THROTTLE": "0",
+        "FAULT_TIMEOUT": str(DEADLINE),
+    }
+    ckpt, log = tmp_path / "ckpt", tmp_path / "runs.log"
+    store = LocalDirectoryStore(ckpt)
+    proc = start_app(ckpt, env, log, every="0.5s")
+    try:
+        wait_for(
+            lambda: (
+                len(consume_all(bootstrap, out, expected=n, timeout=5, committed_only=True)) >= n
+            ),
+            what="all output committed",
+        )
+        epochs = len(store.list_epochs())
+        wait_for(lambda: len(store.list_epochs()) > epochs, what="an idle checkpoint")
+        stop_broker(kafka_broker)
+        try:
+            proc.send_signal(signal.SIGTERM)
+            status = proc.wait(timeout=DEADLINE + 20)
+        finally:
+            start_broker(kafka_broker.directory)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = log.read_text()
+    assert status == 2 and "Traceback" not in text, text[-3000:]
+    (line,) = re.findall(r"^rivermark: .*$", text, re.M)
+    assert "broker was unreachable" in line and "resumes exactly" in line, line
+    env.update({"FAULT_STOP_AT_END": "1", "FAULT_TIMEOUT": "60"})
+    assert start_app(ckpt, env, log).wait(timeout=240) == 0, log.read_text()[-3000:]
+    msgs = consume_all(bootstrap, out, expected=n, timeout=30, committed_only=True)
+    results = Counter(tuple(json.loads(m.value())) for m in msgs)
+    assert results == Counter((str(k), c) for k in range(KEYS) for c in range(1, n // KEYS + 1))
