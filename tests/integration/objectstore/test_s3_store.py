@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -276,3 +277,13 @@ def test_an_unreachable_store_at_start_is_one_clear_error(s3_env: dict[str, str]
     source, _ = _graph(10)
     with pytest.raises(ObjectStoreError, match=r"could not take the lease \(.*(Connect|connect)"):
         Job(source, checkpoint=store, every=None).run()
+
+
+def test_a_missing_bucket_is_one_clear_error(s3_env: dict[str, str]) -> None:
+    source, _ = _graph(10)
+    url = "s3://rivermark-no-such-bucket/jobs/x"
+    with pytest.raises(
+        ObjectStoreError, match=re.escape(f"ObjectStore({url!r}): could not take the lease")
+    ) as info:
+        Job(source, checkpoint=url, every=None).run()
+    assert "does the bucket exist?" in str(info.value)

@@ -281,3 +281,10 @@ def test_lost_lease_stops_the_checkpoint_before_the_manifest(tmp_path: Path) -> 
     store.unlock()
     # the other job's lease is left alone
     assert json.loads((tmp_path / "LEASE").read_text())["token"] == "x"
+
+
+def test_the_docs_example_runs() -> None:
+    doc = (Path(__file__).parents[3] / "docs" / "checkpointing.md").read_text()
+    section = doc.split("## Checkpoints in object storage", 1)[1]
+    code = re.findall(r"```python\n(.*?)```", section, flags=re.S)[0]
+    exec(compile(code, "docs/checkpointing.md", "exec"), {})
