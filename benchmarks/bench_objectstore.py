@@ -5,7 +5,7 @@ Run:  .venv/bin/python benchmarks/bench_objectstore.py            # 10k, 100k, 1
 
 An ``accumulate`` holds a dict of K entries (K = 10k, 100k, 1M) and is fed by
 an endless ``from_iterable``; ``job.checkpoint()`` is called from another
-thread ``--rounds`` times.  The same graph runs once with
+thread ``--rounds`` times (default 9).  The same graph runs once with
 ``checkpoint=<temporary directory>`` (LocalDirectoryStore, fsync'ed files) and
 once with ``checkpoint="s3://<bucket>/bench"`` (ObjectStore over s3fs) against
 moto's S3 server on loopback, started by this script.  Reported per K and
@@ -74,7 +74,7 @@ def checkpoint_figures(k: int, rounds: int, checkpoint: str) -> dict[str, float]
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
-    p.add_argument("--rounds", type=int, default=5, help="checkpoints per dict size and store")
+    p.add_argument("--rounds", type=int, default=9, help="checkpoints per dict size and store")
     args = p.parse_args(argv)
     sizes = (10_000, 100_000) if args.quick else (10_000, 100_000, 1_000_000)
     logging.basicConfig(level=logging.WARNING)
