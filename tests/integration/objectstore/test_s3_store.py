@@ -287,3 +287,27 @@ def test_a_missing_bucket_is_one_clear_error(s3_env: dict[str, str]) -> None:
     ) as info:
         Job(source, checkpoint=url, every=None).run()
     assert "does the bucket exist?" in str(info.value)
+
+
+def test_a_lease_that_cannot_be_renewed_is_lost_after_its_ttl(
+    bucket: str, s3_server: S3Server
+) -> None:
+    url = f"s3://{bucket}/jobs/cut-off"
+    proxy = TcpProxy(s3_server.endpoint.removeprefix("http://"))
+    store = ObjectStore(url, storage_options={"endpoint_url": proxy.endpoint}, lease_ttl=1.5)
+    store.lock()
+    try:
+        _write(store, 1)
+        proxy.close()  # renewals fail from now on
+        lease = store.lease
+        assert lease is not None
+        _wait(lambda: not lease.held, "the lease to count as lost")
+        with pytest.raises(CheckpointLockedError, match="not renewed for more than its ttl"):
+            _write(store, 2)
+    finally:
+        store.unlock()
+    # the server kept checkpoint 1; the expired lease is taken over by the next job
+    other = ObjectStore(url)
+    other.lock()
+    assert other.list_epochs() == [1]
+    other.unlock()
