@@ -77,7 +77,7 @@ def _holds_lock(ckpt: str, pid: int) -> bool:
 def _read_lease(url: str) -> dict[str, Any] | None:
     import fsspec
 
-    fs, root = fsspec.url_to_fs(url, skip_instance_cache=True, use_listings_cache=False)
+    fs, root = fsspec.url_to_fs(url, use_listings_cache=False)
     try:
         return dict(json.loads(fs.cat_file(f"{root}/LEASE")))
     except FileNotFoundError:
@@ -121,7 +121,7 @@ def test_random_kills_give_identical_output(
         kills=20,
         min_delay=0.05,
         max_delay=0.6,
-        timeout=150,
+        timeout=150 if "://" not in ckpt else 400,  # moto answers slowly on a busy machine
         seed=7,
         on_kill=record_progress,
         ready=lambda pid: _holds_lock(ckpt, pid),

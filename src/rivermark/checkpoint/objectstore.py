@@ -174,12 +174,25 @@ class ObjectStore(Store):
         except (FileNotFoundError, FileExistsError, CheckpointError, ConfigurationError):
             raise
         except Exception as e:
+            raise self._failed(what, e) from e
+
+    def _write(self, what: str, func: Callable[..., _T], *args: Any) -> _T:
+        """:meth:`_io` for writes: "not found" there means a missing bucket or container."""
+        try:
+            return self._io(what, func, *args)
+        except FileNotFoundError as e:
             raise ObjectStoreError(
-                f"{self!r}: could not {what} ({type(e).__name__}: {e}); the checkpoints "
-                f"written before are unchanged (a checkpoint without a manifest does not "
-                f"exist); check that the store is reachable and the credentials allow it, "
-                f"then run the job again to resume from the last complete checkpoint"
+                f"{self!r}: could not {what} ({e}); does the bucket exist? Create it, or "
+                f"point the checkpoint at an existing one"
             ) from e
+
+    def _failed(self, what: str, e: BaseException) -> ObjectStoreError:
+        return ObjectStoreError(
+            f"{self!r}: could not {what} ({type(e).__name__}: {e}); the checkpoints "
+            f"written before are unchanged (a checkpoint without a manifest does not "
+            f"exist); check that the store is reachable and the credentials allow it, "
+            f"then run the job again to resume from the last complete checkpoint"
+        )
 
     def _require_exists(self) -> None:
         self.fs.invalidate_cache()
@@ -276,13 +289,13 @@ class ObjectStore(Store):
             self._lease.check()
         for node_id, blob in states.items():
             rel = f"state/{node_id}.{self._writer}.pkl"
-            self._io(f"write the state of {node_id!r}", self._put, f"{base}/{rel}", blob)
+            self._write(f"write the state of {node_id!r}", self._put, f"{base}/{rel}", blob)
             manifest.state[node_id] = {"file": rel, "size": len(blob), "sha256": sha256_of(blob)}
         fault_point("after-state-files")
         if self._lease is not None:
-            self._io("renew the lease", self._lease.renew)
+            self._write("renew the lease", self._lease.renew)
         try:
-            self._io(
+            self._write(
                 f"write the manifest of checkpoint {epoch}",
                 self._put,
                 f"{base}/manifest.json",
@@ -344,7 +357,7 @@ class ObjectStore(Store):
         import json
 
         data = json.dumps({"format": FORMAT_VERSION, **info}, indent=2, sort_keys=True)
-        self._io("write job.json", self._put, "job.json", data.encode())
+        self._write("write job.json", self._put, "job.json", data.encode())
 
     # ------------------------------------------------------------------ lease
     def _lease_backend(self) -> LeaseBackend:
@@ -370,7 +383,7 @@ class ObjectStore(Store):
         if not self.lease_enabled:
             return
         lease = Lease(self._lease_backend(), self.url, ttl=self.lease_ttl)
-        self._io("take the lease", lease.acquire)
+        self._write("take the lease", lease.acquire)
         self._lease = lease
 
     def unlock(self) -> None:

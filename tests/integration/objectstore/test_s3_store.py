@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
+import re
 import signal
 import subprocess
 import sys
@@ -28,6 +30,7 @@ from rivermark.testing.crash import run_uncrashed
 from rivermark.testing.s3_server import S3Server, TcpProxy
 
 APP = Path(__file__).parent.parent / "apps" / "pipeline_app.py"
+LEASE_APP = Path(__file__).parent / "lease_app.py"
 N = 100_000
 
 
@@ -171,7 +174,7 @@ def test_cli_on_an_s3_url(bucket: str, capsys: pytest.CaptureFixture[str]) -> No
     store.fs.pipe_file(f"{bucket}/jobs/cli/checkpoints/{epochs[-1]:012d}/{newest}", b"x")
     assert main(["checkpoints", "verify", url]) == 1
     assert "DAMAGED" in capsys.readouterr().out
-    assert main(["checkpoints", "list", f"s3://{bucket}/jobs/none"]) == 2
+    assert main(["checkpoints", "list", f"s3://{bucket}/jobs/none"]) == 1
     assert f"no checkpoints at 's3://{bucket}/jobs/none'" in capsys.readouterr().err
 
 
@@ -191,53 +194,44 @@ def test_lease_refuses_a_second_store_in_process(bucket: str) -> None:
 
 
 def test_frozen_holder_loses_its_lease_after_expiry(
-    bucket: str,
-    workdir: Path,
-    reference: bytes,
-    procs: list[subprocess.Popen[bytes]],
-    s3_env: dict[str, str],
+    bucket: str, procs: list[subprocess.Popen[bytes]], s3_env: dict[str, str]
 ) -> None:
     url = f"s3://{bucket}/jobs/frozen"
     store = ObjectStore(url, lease=False)
-    out = workdir / "frozen.txt"
-    env = _env(workdir, out, s3_env, work=60)
+    n = 20_000
+    env = dict(s3_env, RIVERMARK_APP_N=str(n), RIVERMARK_APP_WORK="300")
     env["RIVERMARK_LEASE_TTL"] = "6"
-    first = subprocess.Popen(_cmd(url), env=env, stderr=subprocess.PIPE)
+    cmd = [
+        sys.executable, "-m", "rivermark.cli", "run", f"{LEASE_APP}:source",
+        "--checkpoint", url, "--every", "0.2s", "--keep", "3",
+    ]  # fmt: skip
+    first = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE)
     procs.append(first)
     _wait(lambda: (_lease(store) or {}).get("holder", {}).get("pid") == first.pid, "the lease")
     _wait(lambda: len(store.list_epochs()) >= 2, "two checkpoints")
     first.send_signal(signal.SIGSTOP)  # alive, but cannot renew (a long pause, a partition)
     frozen_at = store.list_epochs()[-1]
+    assert store.read_manifest(frozen_at).positions["numbers"] < n
 
     # while the lease has not expired (renewed every 2 s, ttl 6 s), another job is refused
     with pytest.raises(CheckpointLockedError, match=f"pid={first.pid} .*lease expires in"):
         ObjectStore(url).lock()
     _wait(lambda: (_lease(store) or {"expires": 0})["expires"] < time.time(), "expiry", 30)
 
-    # after expiry the lease is taken over; on this one machine the frozen job still
-    # holds its output file, so the new job is then refused by the sink's file lock
-    # (a second guard against the zombie) and writes nothing
-    second = subprocess.run(
-        _cmd(url), env={**env, "RIVERMARK_APP_WORK": "0"}, capture_output=True, timeout=120
-    )
-    assert second.returncode == 2, second.stderr.decode()
-    assert "took over the lease" in second.stderr.decode()
-    assert "is being written by another job" in second.stderr.decode()
-    assert store.list_epochs()[-1] == frozen_at
+    # after expiry it is taken over: the second job resumes and finishes the input
+    run_uncrashed(cmd, env={**env, "RIVERMARK_APP_WORK": "0"}, timeout=120)
+    final = store.list_epochs()
+    assert final[-1] > frozen_at
+    assert store.read_manifest(final[-1]).positions["numbers"] == n
+    assert pickle.loads(store.read_state(final[-1], "sum")) == {"state": sum(range(n))}
 
     # the first job wakes up, finds its lease gone, and stops without a checkpoint
     first.send_signal(signal.SIGCONT)
     _, err = first.communicate(timeout=60)
     assert first.returncode == 2, err.decode()
     assert "lost its lease" in err.decode()
-    assert store.list_epochs()[-1] == frozen_at
-
-    # a rerun resumes from the last checkpoint and finishes the input exactly
-    run_uncrashed(_cmd(url), env={**env, "RIVERMARK_APP_WORK": "0"}, timeout=120)
-    assert out.read_bytes() == reference
-    final = store.list_epochs()
-    assert final[-1] > frozen_at
-    assert store.read_manifest(final[-1]).positions["lines"] == N
+    assert store.list_epochs() == final
+    assert pickle.loads(store.read_state(final[-1], "sum")) == {"state": sum(range(n))}
 
 
 def test_unreachable_store_stops_the_job_and_keeps_the_last_checkpoint(
@@ -286,3 +280,37 @@ def test_an_unreachable_store_at_start_is_one_clear_error(s3_env: dict[str, str]
     source, _ = _graph(10)
     with pytest.raises(ObjectStoreError, match=r"could not take the lease \(.*(Connect|connect)"):
         Job(source, checkpoint=store, every=None).run()
+
+
+def test_a_missing_bucket_is_one_clear_error(s3_env: dict[str, str]) -> None:
+    source, _ = _graph(10)
+    url = "s3://rivermark-no-such-bucket/jobs/x"
+    with pytest.raises(
+        ObjectStoreError, match=re.escape(f"ObjectStore({url!r}): could not take the lease")
+    ) as info:
+        Job(source, checkpoint=url, every=None).run()
+    assert "does the bucket exist?" in str(info.value)
+
+
+def test_a_lease_that_cannot_be_renewed_is_lost_after_its_ttl(
+    bucket: str, s3_server: S3Server
+) -> None:
+    url = f"s3://{bucket}/jobs/cut-off"
+    proxy = TcpProxy(s3_server.endpoint.removeprefix("http://"))
+    store = ObjectStore(url, storage_options={"endpoint_url": proxy.endpoint}, lease_ttl=1.5)
+    store.lock()
+    try:
+        _write(store, 1)
+        proxy.close()  # renewals fail from now on
+        lease = store.lease
+        assert lease is not None
+        _wait(lambda: not lease.held, "the lease to count as lost")
+        with pytest.raises(CheckpointLockedError, match="not renewed for more than its ttl"):
+            _write(store, 2)
+    finally:
+        store.unlock()
+    # the server kept checkpoint 1; the expired lease is taken over by the next job
+    other = ObjectStore(url)
+    other.lock()
+    assert other.list_epochs() == [1]
+    other.unlock()

@@ -281,3 +281,38 @@ def test_lost_lease_stops_the_checkpoint_before_the_manifest(tmp_path: Path) -> 
     store.unlock()
     # the other job's lease is left alone
     assert json.loads((tmp_path / "LEASE").read_text())["token"] == "x"
+
+
+def test_the_docs_example_runs() -> None:
+    doc = (Path(__file__).parents[3] / "docs" / "checkpointing.md").read_text()
+    section = doc.split("## Checkpoints in object storage", 1)[1]
+    code = re.findall(r"```python\n(.*?)```", section, flags=re.S)[0]
+    exec(compile(code, "docs/checkpointing.md", "exec"), {})
+
+
+def test_of_racing_contenders_for_an_expired_lease_exactly_one_wins(tmp_path: Path) -> None:
+    import threading
+
+    stale = {"holder": {"pid": 1, "host": "elsewhere"}, "token": "t", "ttl": 1.0, "expires": 1.0}
+    (tmp_path / "LEASE").write_text(json.dumps(stale))
+    stores = [ObjectStore(f"file://{tmp_path}") for _ in range(8)]
+    won: list[ObjectStore] = []
+    refused: list[str] = []
+    barrier = threading.Barrier(len(stores))
+
+    def contend(store: ObjectStore) -> None:
+        barrier.wait()
+        try:
+            store.lock()
+            won.append(store)
+        except CheckpointLockedError as e:
+            refused.append(str(e))
+
+    threads = [threading.Thread(target=contend, args=(s,)) for s in stores]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(won) == 1 and len(refused) == 7
+    assert all(f"pid={os.getpid()} " in r for r in refused)
+    won[0].unlock()
