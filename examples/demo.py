@@ -73,7 +73,9 @@ def main() -> int:
     print(f"crashed run: {report}")
     same = filecmp.cmp(reference, crashed, shallow=False)
     print("outputs are byte-identical: exact resume" if same else "OUTPUTS DIFFER")
-    print("inspect the checkpoints with: rivermark checkpoints list", OUT / "ckpt-crashed")
+    # the full path of the command: it works without activating the virtualenv
+    rivermark = Path(sys.executable).parent / "rivermark"
+    print(f"inspect the checkpoints with: {rivermark} checkpoints list {OUT / 'ckpt-crashed'}")
     return 0 if same and report.completed else 1
 
 

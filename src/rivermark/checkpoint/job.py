@@ -393,7 +393,12 @@ class Job:
                 fault_point("after-sink-commit")
                 await loop.run_in_executor(None, self.store.prune, self.keep)
                 fault_point("before-resume")
-                logger.info("checkpoint %d written (%d state files)", epoch, len(states))
+                logger.info(
+                    "checkpoint %d written (%d state files)",
+                    epoch,
+                    len(states),
+                    extra={"epoch": epoch, "position": positions},
+                )
                 if final:
                     await self._shutdown_sources()
             finally:
@@ -436,7 +441,12 @@ class Job:
             if sid in manifest.positions:
                 s.seek(manifest.positions[sid])
         self.restored_epoch = manifest.epoch
-        logger.info("restored checkpoint %d from %r", manifest.epoch, self.store)
+        logger.info(
+            "restored checkpoint %d from %r",
+            manifest.epoch,
+            self.store,
+            extra={"epoch": manifest.epoch, "position": manifest.positions},
+        )
 
     def _check_fingerprint(self, manifest: Manifest) -> None:
         old, new = manifest.fingerprint, self.fingerprint
