@@ -203,7 +203,7 @@ def render_value(value: Any, max_chars: int = 2000) -> str:
     """``value`` pretty-printed, cut to ``max_chars`` characters with a note saying so.
 
     >>> render_value(list(range(1000)), max_chars=20)
-    '[0,\\n 1,\\n 2,\\n 3,\\n 4,\\n... (4882 more characters)'
+    '[0,\\n 1,\\n 2,\\n 3,\\n 4,\\n... (5869 more characters)'
     """
     text = pprint.pformat(value, width=100, sort_dicts=True)
     if max_chars > 0 and len(text) > max_chars:
