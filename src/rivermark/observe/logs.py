@@ -29,7 +29,7 @@ _TEXT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 class JsonFormatter(logging.Formatter):
     """One JSON object per record: time (UTC), level, logger, message and the known fields."""
 
-    converter = time.gmtime
+    converter = time.gmtime  # type: ignore[assignment]
 
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {
