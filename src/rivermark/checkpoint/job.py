@@ -33,9 +33,11 @@ import os
 import pickle
 import threading
 import time
+from collections import deque
+from dataclasses import dataclass
 from typing import Any
 
-from ..core import graph, runtime
+from ..core import counting, graph, runtime
 from ..core.node import Stream
 from ..core.timeutil import parse_interval
 from ..errors import ConfigurationError, NodeFailedError
@@ -48,7 +50,24 @@ from .store import LocalDirectoryStore, Store
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Job"]
+__all__ = ["Job", "CheckpointInfo"]
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """One checkpoint written by a running job (what the metrics report).
+
+    ``duration`` is the durable write and post-commit (steps 4-5),
+    ``pause`` the time the sources were held (steps 1-6), both in seconds;
+    ``size`` is the bytes of state written.
+    """
+
+    epoch: int
+    time: float
+    duration: float
+    pause: float
+    size: int
+
 
 _POLL = 0.0005
 
@@ -132,12 +151,24 @@ class Job:
             self._check_exactly_once()
         #: roots fed by ``emit`` (not sources): the job runs until ``stop()``
         self._emit_roots = [n for n in self.nodes if not n.upstreams and not isinstance(n, Source)]
+        for root in self._emit_roots:
+            counting.count_emits(root)
         if on_error is not None:
             for n in self.nodes:
                 if n.on_error is None:
                     n.on_error = on_error
         self.epoch = 0
         self.restored_epoch: int | None = None
+        #: the time the restored checkpoint was written (None when starting fresh)
+        self.restored_time: float | None = None
+        #: the positions the run resumed from (empty when starting fresh)
+        self.restored_positions: dict[str, Any] = {}
+        #: the most recent checkpoints written by this run, oldest first
+        self.checkpoints: deque[CheckpointInfo] = deque(maxlen=100)
+        self.checkpoints_written = 0
+        #: unix time ``run`` started and (once it returned) ended
+        self.started_at: float | None = None
+        self.ended_at: float | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._stop_requested = False
@@ -195,6 +226,7 @@ class Job:
         self._ckpt_lock = asyncio.Lock()
         self._done.clear()
         self.store.lock()
+        self.started_at, self.ended_at = time.time(), None
         try:
             self._recover()
             self._warn_not_replayable()
@@ -221,6 +253,7 @@ class Job:
             await self._main_loop()
         finally:
             self._running = False
+            self.ended_at = time.time()
             self.store.unlock()
             self._done.set()
 
@@ -358,6 +391,7 @@ class Job:
         assert self._ckpt_lock is not None
         async with self._ckpt_lock:
             epoch = self.epoch + 1
+            paused_at = time.monotonic()
             # (1) pause
             for s in self.sources:
                 s.pause()
@@ -384,6 +418,7 @@ class Job:
                 )
                 # (4) durable write (fault points after-state-files / after-manifest)
                 loop = asyncio.get_running_loop()
+                write_started = time.monotonic()
                 await loop.run_in_executor(None, self.store.write_checkpoint, manifest, states)
                 fault_point("after-manifest")
                 self.epoch = epoch
@@ -393,6 +428,17 @@ class Job:
                 fault_point("after-sink-commit")
                 await loop.run_in_executor(None, self.store.prune, self.keep)
                 fault_point("before-resume")
+                done = time.monotonic()
+                self.checkpoints.append(
+                    CheckpointInfo(
+                        epoch=epoch,
+                        time=manifest.time,
+                        duration=done - write_started,
+                        pause=done - paused_at,
+                        size=sum(len(b) for b in states.values()),
+                    )
+                )
+                self.checkpoints_written += 1
                 logger.info(
                     "checkpoint %d written (%d state files)",
                     epoch,
@@ -441,6 +487,8 @@ class Job:
             if sid in manifest.positions:
                 s.seek(manifest.positions[sid])
         self.restored_epoch = manifest.epoch
+        self.restored_time = manifest.time
+        self.restored_positions = dict(manifest.positions)
         logger.info(
             "restored checkpoint %d from %r",
             manifest.epoch,
