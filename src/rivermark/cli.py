@@ -151,6 +151,8 @@ def _job_options(opts: dict[str, Any]) -> dict[str, Any]:
         "exactly_once": opts["exactly_once"],
         "allow_new_nodes": opts["allow_new_nodes"],
         "on_error": opts["on_error"],
+        "metrics_port": opts["metrics_port"],
+        "metrics_addr": opts["metrics_addr"],
     }
 
 
@@ -221,6 +223,24 @@ def _do_run(target: str, opts: dict[str, Any]) -> int:
     envvar="RIVERMARK_ON_ERROR",
     help="Error policy of nodes that set none: raise (stop the job) or skip (drop and "
     "count the record).  [env: RIVERMARK_ON_ERROR]",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    envvar="RIVERMARK_METRICS_PORT",
+    metavar="PORT",
+    help="Serve Prometheus metrics at http://ADDR:PORT/metrics while the job runs "
+    "(0: a free port).  [env: RIVERMARK_METRICS_PORT]",
+)
+@click.option(
+    "--metrics-addr",
+    default="127.0.0.1",
+    show_default=True,
+    envvar="RIVERMARK_METRICS_ADDR",
+    metavar="ADDR",
+    help="Address the metrics endpoint listens on (0.0.0.0: every interface).  "
+    "[env: RIVERMARK_METRICS_ADDR]",
 )
 @_logging_options
 @click.pass_context

@@ -41,6 +41,8 @@ from ..core import counting, graph, runtime
 from ..core.node import Stream
 from ..core.timeutil import parse_interval
 from ..errors import ConfigurationError, NodeFailedError
+from ..observe.metrics import Metrics
+from ..observe.prometheus import MetricsServer
 from ..sinks.base import CheckpointedSink
 from ..sources.base import Source
 from ..testing.faults import fault_point
@@ -87,6 +89,10 @@ class Job:
     nodes that have none.  ``exactly_once=True`` refuses (``ConfigurationError``)
     graphs that cannot deliver it: a leaf that is neither a checkpointed sink nor
     stateful (``sink(func)``), or a source that is not replayable.
+    ``metrics_port`` serves Prometheus metrics over HTTP at
+    ``metrics_addr:metrics_port/metrics`` while the job runs (0 picks a free
+    port: ``job.metrics_url``); ``job.metrics.read()`` gives the same
+    figures in Python.
 
     >>> import tempfile
     >>> from rivermark import Stream
@@ -107,6 +113,8 @@ class Job:
         exactly_once: bool = False,
         allow_new_nodes: bool = False,
         on_error: Any = None,
+        metrics_port: int | None = None,
+        metrics_addr: str = "127.0.0.1",
     ) -> None:
         if not isinstance(node, Stream):
             raise ConfigurationError(
@@ -157,6 +165,11 @@ class Job:
             for n in self.nodes:
                 if n.on_error is None:
                     n.on_error = on_error
+        #: the job's figures (read them with ``job.metrics.read()``)
+        self.metrics = Metrics(self)
+        self._metrics_server: MetricsServer | None = None
+        if metrics_port is not None:
+            self._metrics_server = MetricsServer(self.metrics, metrics_port, metrics_addr)
         self.epoch = 0
         self.restored_epoch: int | None = None
         #: the time the restored checkpoint was written (None when starting fresh)
@@ -176,6 +189,11 @@ class Job:
         self._done = threading.Event()
         self._ckpt_lock: asyncio.Lock | None = None
         self._requests: list[asyncio.Future[int]] = []
+
+    @property
+    def metrics_url(self) -> str | None:
+        """Where the Prometheus metrics are served (None without ``metrics_port``)."""
+        return None if self._metrics_server is None else self._metrics_server.url
 
     def _derive_job_id(self) -> str:
         path = getattr(self.store, "path", None)
@@ -229,6 +247,8 @@ class Job:
         self.started_at, self.ended_at = time.time(), None
         try:
             self._recover()
+            if self._metrics_server is not None:
+                self._metrics_server.start()
             self._warn_not_replayable()
             self.store.write_job_info(
                 {
@@ -254,6 +274,8 @@ class Job:
         finally:
             self._running = False
             self.ended_at = time.time()
+            if self._metrics_server is not None:
+                self._metrics_server.stop()
             self.store.unlock()
             self._done.set()
 

@@ -8,7 +8,10 @@ any thread:
 * per node: records in, records out (a root fed by ``emit`` is counted
   once a job runs it), errors by policy (raised, skipped,
   handled by an ``on_error`` callable such as a dead-letter sender) and,
-  where a node holds records (asynchronous and windowed nodes), its backlog;
+  where a node holds records (asynchronous and windowed nodes), its backlog
+  (a reading taken while a record is inside a one-to-one node's function
+  counts it as passed on by that node already; at a checkpoint and at the
+  end every count is exact);
 * per source: records emitted, records/s since the previous reading, its
   position and, when the source can tell, its lag (Kafka: high watermark
   minus position per partition; files: bytes left);
