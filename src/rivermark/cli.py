@@ -44,6 +44,7 @@ from .checkpoint import inspection as insp
 from .core.node import Stream
 from .errors import RivermarkError
 from .observe.logs import configure_logging
+from .observe.progress import ProgressReporter
 
 logger = logging.getLogger(__name__)
 
@@ -166,7 +167,17 @@ def _do_run(target: str, opts: dict[str, Any]) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    job.run()
+    reporter = None
+    if not opts["quiet"]:
+        reporter = ProgressReporter(job, sys.stdout, interval=opts["progress_interval"])
+        reporter.start()
+    try:
+        job.run()
+    finally:
+        if reporter is not None:
+            reporter.stop()
+    if reporter is not None:
+        reporter.summary()
     return 0
 
 
@@ -242,6 +253,23 @@ def _do_run(target: str, opts: dict[str, Any]) -> int:
     help="Address the metrics endpoint listens on (0.0.0.0: every interface).  "
     "[env: RIVERMARK_METRICS_ADDR]",
 )
+@click.option(
+    "--quiet",
+    "-q",
+    is_flag=True,
+    envvar="RIVERMARK_QUIET",
+    help="Show no progress, start line or summary.  [env: RIVERMARK_QUIET]",
+)
+@click.option(
+    "--progress-interval",
+    type=click.FloatRange(min=0.05),
+    default=10.0,
+    show_default=True,
+    envvar="RIVERMARK_PROGRESS_INTERVAL",
+    metavar="SECONDS",
+    help="Seconds between progress lines when stdout is not a terminal.  "
+    "[env: RIVERMARK_PROGRESS_INTERVAL]",
+)
 @_logging_options
 @click.pass_context
 def run_command(ctx: click.Context, target: str, **opts: Any) -> int:
@@ -251,6 +279,10 @@ def run_command(ctx: click.Context, target: str, **opts: Any) -> int:
     (usually its source).  The job runs until every source is exhausted,
     writes a final checkpoint and exits 0; SIGTERM and Ctrl-C stop it the
     same way.  Run it again on the same --checkpoint directory to resume.
+
+    It says what it resumed from, shows progress (a live table on a
+    terminal, a line every --progress-interval seconds otherwise) and ends
+    with a summary; --quiet turns all three off.
     """
     _setup_logging(ctx)
     return _do_run(target, opts)
