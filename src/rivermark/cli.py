@@ -154,6 +154,8 @@ def _job_options(opts: dict[str, Any]) -> dict[str, Any]:
         "on_error": opts["on_error"],
         "metrics_port": opts["metrics_port"],
         "metrics_addr": opts["metrics_addr"],
+        "ui": opts["ui"],
+        "ui_addr": opts["ui_addr"],
     }
 
 
@@ -252,6 +254,23 @@ def _do_run(target: str, opts: dict[str, Any]) -> int:
     metavar="ADDR",
     help="Address the metrics endpoint listens on (0.0.0.0: every interface).  "
     "[env: RIVERMARK_METRICS_ADDR]",
+)
+@click.option(
+    "--ui",
+    type=click.IntRange(0, 65535),
+    default=None,
+    envvar="RIVERMARK_UI",
+    metavar="PORT",
+    help="Serve the live pipeline page at http://UI-ADDR:PORT/ while the job runs.  "
+    "[env: RIVERMARK_UI]",
+)
+@click.option(
+    "--ui-addr",
+    default="127.0.0.1",
+    show_default=True,
+    envvar="RIVERMARK_UI_ADDR",
+    metavar="ADDR",
+    help="Address the page listens on.  [env: RIVERMARK_UI_ADDR]",
 )
 @click.option(
     "--quiet",

@@ -43,6 +43,7 @@ from ..core.timeutil import parse_interval
 from ..errors import ConfigurationError, NodeFailedError
 from ..observe.metrics import Metrics
 from ..observe.prometheus import MetricsServer
+from ..observe.ui import UiServer
 from ..sinks.base import CheckpointedSink
 from ..sources.base import Source
 from ..testing.faults import fault_point
@@ -92,7 +93,8 @@ class Job:
     ``metrics_port`` serves Prometheus metrics over HTTP at
     ``metrics_addr:metrics_port/metrics`` while the job runs (0 picks a free
     port: ``job.metrics_url``); ``job.metrics.read()`` gives the same
-    figures in Python.
+    figures in Python.  ``ui`` serves the live pipeline page at
+    ``ui_addr:ui`` on the job's event loop (``job.ui_url``).
 
     >>> import tempfile
     >>> from rivermark import Stream
@@ -115,6 +117,8 @@ class Job:
         on_error: Any = None,
         metrics_port: int | None = None,
         metrics_addr: str = "127.0.0.1",
+        ui: int | None = None,
+        ui_addr: str = "127.0.0.1",
     ) -> None:
         if not isinstance(node, Stream):
             raise ConfigurationError(
@@ -170,6 +174,7 @@ class Job:
         self._metrics_server: MetricsServer | None = None
         if metrics_port is not None:
             self._metrics_server = MetricsServer(self.metrics, metrics_port, metrics_addr)
+        self._ui: UiServer | None = None if ui is None else UiServer(self, ui, ui_addr)
         self.epoch = 0
         self.restored_epoch: int | None = None
         #: the time the restored checkpoint was written (None when starting fresh)
@@ -194,6 +199,11 @@ class Job:
     def metrics_url(self) -> str | None:
         """Where the Prometheus metrics are served (None without ``metrics_port``)."""
         return None if self._metrics_server is None else self._metrics_server.url
+
+    @property
+    def ui_url(self) -> str | None:
+        """Where the live pipeline page is served (None without ``ui``)."""
+        return None if self._ui is None else self._ui.url
 
     def _derive_job_id(self) -> str:
         path = getattr(self.store, "path", None)
@@ -249,6 +259,8 @@ class Job:
             self._recover()
             if self._metrics_server is not None:
                 self._metrics_server.start()
+            if self._ui is not None:
+                await self._ui.start()
             self._warn_not_replayable()
             self.store.write_job_info(
                 {
@@ -276,6 +288,8 @@ class Job:
             self.ended_at = time.time()
             if self._metrics_server is not None:
                 self._metrics_server.stop()
+            if self._ui is not None:
+                await self._ui.stop()
             self.store.unlock()
             self._done.set()
 
