@@ -44,14 +44,19 @@ import pickle
 import signal
 import threading
 import time
+from collections import deque
+from dataclasses import dataclass
 from typing import Any
 
 from .._app import check_run_allowed
 from .._frames import user_frame
-from ..core import graph, runtime
+from ..core import counting, graph, runtime
 from ..core.node import Stream
 from ..core.timeutil import parse_interval
 from ..errors import ConfigurationError, NodeFailedError, UserFunctionError
+from ..observe.metrics import Metrics
+from ..observe.prometheus import MetricsServer
+from ..observe.ui import UiServer
 from ..sinks.base import CheckpointedSink, StartOverSink
 from ..sources.base import Source
 from ..testing.faults import fault_point
@@ -69,7 +74,24 @@ from .store import Store, open_store
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Job"]
+__all__ = ["Job", "CheckpointInfo"]
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """One checkpoint written by a running job (what the metrics report).
+
+    ``duration`` is the durable write and post-commit (steps 4-5),
+    ``pause`` the time the sources were held (steps 1-6), both in seconds;
+    ``size`` is the bytes of state written.
+    """
+
+    epoch: int
+    time: float
+    duration: float
+    pause: float
+    size: int
+
 
 _POLL = 0.0005
 #: how long a failed job waits for each source to stop (seconds)
@@ -112,6 +134,11 @@ class Job:
     ``from_scratch=True`` starts over explicitly: every checkpoint in the
     store is set aside (kept, not deleted), nothing is restored, and every
     checkpointed sink starts its output over (``start_over()``).
+    ``metrics_port`` serves Prometheus metrics over HTTP at
+    ``metrics_addr:metrics_port/metrics`` while the job runs (0 picks a free
+    port: ``job.metrics_url``); ``job.metrics.read()`` gives the same
+    figures in Python.  ``ui`` serves the live pipeline page at
+    ``ui_addr:ui`` on the job's event loop (``job.ui_url``).
 
     >>> import tempfile
     >>> from rivermark import Stream
@@ -133,6 +160,10 @@ class Job:
         allow_new_nodes: bool = False,
         on_error: Any = None,
         from_scratch: bool = False,
+        metrics_port: int | None = None,
+        metrics_addr: str = "127.0.0.1",
+        ui: int | None = None,
+        ui_addr: str = "127.0.0.1",
     ) -> None:
         if not isinstance(node, Stream):
             raise ConfigurationError(
@@ -184,12 +215,30 @@ class Job:
         for n in self.nodes:
             # the job reports a node's or source's failure itself, once (see _failed)
             n.log_failures = False
+        for root in self._emit_roots:
+            counting.count_emits(root)
         if on_error is not None:
             for n in self.nodes:
                 if n.on_error is None:
                     n.on_error = on_error
+        #: the job's figures (read them with ``job.metrics.read()``)
+        self.metrics = Metrics(self)
+        self._metrics_server: MetricsServer | None = None
+        if metrics_port is not None:
+            self._metrics_server = MetricsServer(self.metrics, metrics_port, metrics_addr)
+        self._ui: UiServer | None = None if ui is None else UiServer(self, ui, ui_addr)
         self.epoch = 0
         self.restored_epoch: int | None = None
+        #: the time the restored checkpoint was written (None when starting fresh)
+        self.restored_time: float | None = None
+        #: the positions the run resumed from (empty when starting fresh)
+        self.restored_positions: dict[str, Any] = {}
+        #: the most recent checkpoints written by this run, oldest first
+        self.checkpoints: deque[CheckpointInfo] = deque(maxlen=100)
+        self.checkpoints_written = 0
+        #: unix time ``run`` started and (once it returned) ended
+        self.started_at: float | None = None
+        self.ended_at: float | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._stop_requested = False
@@ -197,6 +246,16 @@ class Job:
         self._done = threading.Event()
         self._ckpt_lock: asyncio.Lock | None = None
         self._requests: list[asyncio.Future[int]] = []
+
+    @property
+    def metrics_url(self) -> str | None:
+        """Where the Prometheus metrics are served (None without ``metrics_port``)."""
+        return None if self._metrics_server is None else self._metrics_server.url
+
+    @property
+    def ui_url(self) -> str | None:
+        """Where the live pipeline page is served (None without ``ui``)."""
+        return None if self._ui is None else self._ui.url
 
     def _derive_job_id(self) -> str:
         path = getattr(self.store, "path", None)
@@ -253,8 +312,13 @@ class Job:
         self._ckpt_lock = asyncio.Lock()
         self._done.clear()
         self.store.lock()
+        self.started_at, self.ended_at = time.time(), None
         try:
             self._recover()
+            if self._metrics_server is not None:
+                self._metrics_server.start()
+            if self._ui is not None:
+                await self._ui.start()
             self._warn_not_replayable()
             self.store.write_job_info(
                 {
@@ -284,6 +348,11 @@ class Job:
             raise
         finally:
             self._running = False
+            self.ended_at = time.time()
+            if self._metrics_server is not None:
+                self._metrics_server.stop()
+            if self._ui is not None:
+                await self._ui.stop()
             self.store.unlock()
             self._done.set()
 
@@ -485,6 +554,7 @@ class Job:
         assert self._ckpt_lock is not None
         async with self._ckpt_lock:
             epoch = self.epoch + 1
+            paused_at = time.monotonic()
             # (1) pause
             for s in self.sources:
                 s.pause()
@@ -512,6 +582,7 @@ class Job:
                 )
                 # (4) durable write (fault points after-state-files / after-manifest)
                 loop = asyncio.get_running_loop()
+                write_started = time.monotonic()
                 try:
                     await loop.run_in_executor(None, self.store.write_checkpoint, manifest, states)
                 except CheckpointLockedError:
@@ -537,7 +608,23 @@ class Job:
                 fault_point("after-sink-commit")
                 await loop.run_in_executor(None, self.store.prune, self.keep)
                 fault_point("before-resume")
-                logger.info("checkpoint %d written (%d state files)", epoch, len(states))
+                done = time.monotonic()
+                self.checkpoints.append(
+                    CheckpointInfo(
+                        epoch=epoch,
+                        time=manifest.time,
+                        duration=done - write_started,
+                        pause=done - paused_at,
+                        size=sum(len(b) for b in states.values()),
+                    )
+                )
+                self.checkpoints_written += 1
+                logger.info(
+                    "checkpoint %d written (%d state files)",
+                    epoch,
+                    len(states),
+                    extra={"epoch": epoch, "position": positions},
+                )
                 if final:
                     await self._shutdown_sources()
                 ok = True
@@ -643,7 +730,14 @@ class Job:
             if sid in manifest.positions:
                 s.seek(manifest.positions[sid])
         self.restored_epoch = manifest.epoch
-        logger.info("restored checkpoint %d from %r", manifest.epoch, self.store)
+        self.restored_time = manifest.time
+        self.restored_positions = dict(manifest.positions)
+        logger.info(
+            "restored checkpoint %d from %r",
+            manifest.epoch,
+            self.store,
+            extra={"epoch": manifest.epoch, "position": manifest.positions},
+        )
 
     def _no_valid_message(self, damaged: dict[int, str]) -> str:
         lines = [

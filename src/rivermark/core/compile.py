@@ -36,7 +36,7 @@ from collections.abc import Callable
 from types import CodeType
 from typing import TYPE_CHECKING, Any
 
-from . import fusion
+from . import counting, fusion
 
 if TYPE_CHECKING:  # pragma: no cover
     from .node import Stream
@@ -194,6 +194,9 @@ class Codegen:
     def push_down(self, node: Stream, var: str) -> None:
         """Pass the untracked record in ``var`` to every downstream of ``node``, in order."""
         ds = list(node.downstreams)
+        count = counting.count_statement(node, self.bind(node, "node"))
+        if count is not None:
+            self.line(count)
         tail = self.tail
         base = self.indent
         for i, d in enumerate(ds):

@@ -24,7 +24,7 @@ from typing import Any, ClassVar, TypeVar
 
 from ..errors import ConfigurationError, NodeFailedError, UserFunctionError
 from . import compile as codegen
-from . import fusion, runtime
+from . import counting, fusion, runtime
 from .origin import describe_origin
 from .refs import Metadata, release_refs, retain_refs
 
@@ -129,6 +129,13 @@ class Stream:
     _is_async: bool = False
     #: names of attributes that make up the node's checkpointed state
     _state_attrs: ClassVar[tuple[str, ...]] = ()
+    #: True when ``records_out`` is not counted by :mod:`rivermark.core.counting`:
+    #: the node passes on one record per record received unless its function
+    #: fails (derived when read), or counts what it emits itself (sources)
+    _derived_out: bool = False
+    #: a root fed by ``emit`` counts what it passes on only when this is set
+    #: (:func:`rivermark.core.counting.count_emits`)
+    _count_emits: bool = False
 
     def __init__(
         self,
@@ -160,6 +167,11 @@ class Stream:
                     break
         self.on_error: ErrorPolicy | None = on_error
         self.error_count = 0
+        #: records dropped by ``on_error="skip"`` / handed to an ``on_error`` callable
+        self.errors_skipped = 0
+        self.errors_handled = 0
+        #: records passed on to the downstreams (see :mod:`rivermark.core.counting`)
+        self.records_out = 0
         self.asynchronous = asynchronous
         if ensure_io_loop and not type(self).__module__.startswith("rivermark."):
             # a node written for streamz asks for the loop when its update needs
@@ -394,7 +406,7 @@ class Stream:
             push = fusion.build_push(ds[0], self)
         else:
             push = fusion.fan_out([fusion.build_push(d, self) for d in ds])
-        self._push = push
+        self._push = push = counting.counting_push(self, push)
         self._push_version = _GraphClock.version
         return push
 
@@ -575,10 +587,21 @@ class Stream:
                 record=x,
             ) from exc
         if policy == "skip":
+            self.errors_skipped += 1
             logger.debug("%s: skipped record after %r", self._display_name(), exc)
             return
         assert callable(policy)
+        self.errors_handled += 1
         policy(x, exc)
+
+    def records_held(self) -> int | None:
+        """Records this node holds (its backlog); None for a node that holds none.
+
+        Asynchronous nodes report the records in flight, windowed nodes the
+        records buffered in open windows.  Read by the metrics from any
+        thread, so it only reads plain attributes.
+        """
+        return None
 
     # ------------------------------------------------------------------ state (checkpoints)
     def get_state(self) -> Any:

@@ -205,6 +205,33 @@ class KafkaBatchedSource(Source):
         """``{"topic:partition": next_offset}`` for every partition read so far."""
         return dict(self._offsets)
 
+    def position_now(self) -> dict[str, int]:
+        return dict(self._offsets)
+
+    def lag(self) -> dict[str, int] | None:
+        """High watermark minus the next offset, per ``topic:partition`` read so far.
+
+        Uses the consumer's cached high watermarks (updated with every fetch),
+        so it never waits for the broker.
+        """
+        consumer = self.consumer
+        if consumer is None:
+            return None
+        import confluent_kafka as ck
+
+        out: dict[str, int] = {}
+        for key, offset in list(self._offsets.items()):
+            topic, _, part = key.rpartition(":")
+            try:
+                _, high = consumer.get_watermark_offsets(
+                    ck.TopicPartition(topic, int(part)), cached=True
+                )
+            except Exception:  # closed meanwhile, or nothing fetched yet
+                continue
+            if high is not None and high >= 0:
+                out[key] = max(int(high) - int(offset), 0)
+        return out
+
     def seek(self, position: Any) -> None:
         """Start every partition named in ``position`` at its offset on the next run."""
         if position is None:

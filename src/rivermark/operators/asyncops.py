@@ -98,6 +98,9 @@ class MapAsync(Stream):
         self._worker: asyncio.Task[Any] | None = None
         Stream.__init__(self, upstream, stream_name=stream_name, name=name, on_error=on_error)
 
+    def records_held(self) -> int | None:
+        return self._inflight
+
     def update(
         self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
     ) -> list[Awaitable[Any]] | None:

@@ -460,6 +460,8 @@ class Union(Stream):
     [1, 2, 3]
     """
 
+    _derived_out = True
+
     def __init__(self, *upstreams: Stream, **kwargs: Any) -> None:
         for u in upstreams:
             if not isinstance(u, Stream):

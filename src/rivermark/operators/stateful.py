@@ -69,6 +69,8 @@ class Accumulate(Stream):
     [(0, 'a'), (1, 'b')]
     """
 
+    _derived_out = True
+
     _graphviz_shape = "box"
     _state_attrs = ("state",)
 

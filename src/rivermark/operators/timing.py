@@ -44,6 +44,9 @@ class _Background(Stream):
         self._inflight = 0
         self._tasks: set[asyncio.Task[Any]] = set()
 
+    def records_held(self) -> int | None:
+        return self._inflight
+
     def _on_loop(self, fn: Callable[[], Any]) -> None:
         loop = self.loop
         if runtime.in_loop_thread(loop):

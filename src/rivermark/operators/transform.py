@@ -31,6 +31,8 @@ class Map(Stream):
     [10, 20]
     """
 
+    _derived_out = True
+
     def __init__(
         self, upstream: Stream, func: Callable[..., Any], *args: Any, **kwargs: Any
     ) -> None:
@@ -164,6 +166,8 @@ class Pluck(Stream):
     >>> s2.emit({"name": "Alice"}); L2
     ['Alice']
     """
+
+    _derived_out = True
 
     str_list = ["pick"]
 

@@ -92,6 +92,9 @@ class Partition(Stream):
             return k(x)
         return x[k]
 
+    def records_held(self) -> int | None:
+        return sum(len(b) for b in list(self._buffers.values()))
+
     def update(
         self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
     ) -> Results:
@@ -318,6 +321,8 @@ class SlidingWindow(Stream):
         check_positive_int("sliding_window", "n", n)
         self.n = n
         self.partial = bool(return_partial)
+        # with partial windows it passes on one window per record (derived count)
+        self._derived_out = self.partial
         self._buffer: deque[Any] = deque(maxlen=n)
         # metadata of the records still held (the oldest value may already be released)
         self._meta: deque[Metadata | None] = deque()

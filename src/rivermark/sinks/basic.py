@@ -46,7 +46,10 @@ class Sink(Stream):
     >>> s.emit("a"); seen
     ['a']
     >>> class Doubled(Sink):
-    ...     def update(self, x, who=None, metadata=None):
+    ...     def records_held(self) -> int | None:
+        return self._inflight if self._is_async else None
+
+    def update(self, x, who=None, metadata=None):
     ...         seen.append(2 * x)
     >>> _ = Doubled(s)
     >>> s.emit("b"); seen

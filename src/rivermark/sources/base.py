@@ -43,6 +43,8 @@ class Source(Stream):
     is exhausted or stopped.
     """
 
+    _derived_out = True
+
     _is_async: bool = True
     _graphviz_shape: ClassVar[str] = "doubleoctagon"
     #: whether ``seek`` can replay records after a restart
@@ -89,9 +91,26 @@ class Source(Stream):
         """JSON-serialisable position of the next record to emit."""
         return self._position
 
+    def position_now(self) -> Any:
+        """The position for display: like :meth:`position`, without its checkpoint effects."""
+        return self._position
+
     def seek(self, position: Any) -> None:
         """Resume from ``position`` (a value :meth:`position` returned)."""
         self._position = position
+
+    def lag(self) -> dict[str, int] | None:
+        """How much is left to read, per partition (``""`` for a single stream), if known.
+
+        In :attr:`lag_unit` units: a file source reports bytes left, a Kafka
+        source the high watermark minus the next offset per ``topic:partition``.
+        The default, ``None``, means the source cannot tell.  Called on the
+        loop thread; it must not block.
+        """
+        return None
+
+    #: what :meth:`lag` counts ("records" or "bytes")
+    lag_unit: ClassVar[str] = "records"
 
     async def prepare(self) -> None:
         """Fix the concrete start position before the job's first checkpoint.

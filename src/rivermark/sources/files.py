@@ -216,6 +216,18 @@ class FromTextfile(Source):
         if raw is not None and self.path is not None:
             raw.close()
 
+    lag_unit = "bytes"
+
+    def lag(self) -> dict[str, int] | None:
+        """Bytes of the file after the position (``{"": n}``); None for an open stream."""
+        if self.path is None:
+            return None
+        try:
+            size = os.path.getsize(self.path)
+        except OSError:
+            return None
+        return {"": max(size - int(self._position or 0), 0)}
+
     def state_signature(self) -> str:
         return f"FromTextfile(path={self.path!r}, delimiter={self.delimiter!r})"
 
@@ -261,6 +273,9 @@ class Filenames(Source):
         self._position = []
 
     def position(self) -> Any:
+        return sorted(self.seen)
+
+    def position_now(self) -> Any:
         return sorted(self.seen)
 
     def seek(self, position: Any) -> None:

@@ -1,0 +1,79 @@
+"""What the metrics' record counting costs: every core pipeline with counting on and off.
+
+Runs each variant of ``bench_pipelines.py`` with
+:data:`rivermark.core.counting.ENABLED` true and false, interleaved round
+by round in the same process, and prints the best time of each and their
+ratio (counting on / off; 1.00 means free, the budget is 1.05).
+
+    .venv/bin/python benchmarks/bench_counting.py            # 200,000 events, best of 15
+    .venv/bin/python benchmarks/bench_counting.py -n 50000 --repeat 5
+
+Not a test: nothing here asserts on timings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import platform
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_pipelines import VARIANTS  # noqa: E402
+from harness import noop  # noqa: E402
+
+import rivermark  # noqa: E402
+from rivermark.core import counting  # noqa: E402
+from rivermark.core.node import _bump  # noqa: E402
+
+
+def once(build: object, n: int, enabled: bool) -> float:
+    counting.ENABLED = enabled
+    _bump()
+    source = build(rivermark.Stream, noop)  # type: ignore[operator]
+    emit = source.emit
+    emit(0)  # build the push functions and the generated code before timing
+    gc.collect()
+    t0 = time.perf_counter()
+    for x in range(n):
+        emit(x)
+    took = time.perf_counter() - t0
+    source.destroy()
+    return took
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("-n", type=int, default=200_000, help="events per timing")
+    p.add_argument("--repeat", type=int, default=15, help="interleaved rounds (best is kept)")
+    args = p.parse_args()
+    print(
+        f"rivermark {rivermark.__version__ if hasattr(rivermark, '__version__') else ''} "
+        f"Python {platform.python_version()}; n={args.n:,}, best of {args.repeat} "
+        "interleaved rounds"
+    )
+    print("| variant | counting off ns/event | counting on ns/event | on / off |")
+    print("|---|---|---|---|")
+    worst = 0.0
+    for v in VARIANTS:
+        best = {True: float("inf"), False: float("inf")}
+        for _ in range(args.repeat):
+            for enabled in (False, True):
+                best[enabled] = min(best[enabled], once(v.build, args.n, enabled))
+        ratio = best[True] / best[False]
+        worst = max(worst, ratio)
+        print(
+            f"| ({v.key}) {v.title} | {best[False] / args.n * 1e9:.0f} | "
+            f"{best[True] / args.n * 1e9:.0f} | {ratio:.3f} |"
+        )
+    counting.ENABLED = True
+    _bump()
+    print(f"worst ratio: {worst:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,308 @@
+"""Reading a checkpoint directory for people: list, show, verify, diff.
+
+The ``rivermark checkpoints`` command prints what these functions return;
+they hold no printing of their own, so other front ends (a notebook, the
+live page) can use them too.  Every function takes a :class:`Store` and
+works on a directory that no job needs to be running on.  They are
+read-only: :func:`open_checkpoint_location` opens a directory or URL without
+creating anything and raises
+:class:`~rivermark.checkpoint.errors.NotACheckpointDirectoryError` where no
+checkpoints are; an epoch that does not exist raises
+:class:`~rivermark.checkpoint.errors.CheckpointNotFoundError` (both usage
+errors, exit status 2); a damaged manifest raises
+:class:`~rivermark.checkpoint.errors.CheckpointCorruptError`.
+
+>>> import tempfile
+>>> from rivermark import Stream
+>>> from rivermark.checkpoint import Job, LocalDirectoryStore
+>>> d = tempfile.mkdtemp()
+>>> source = Stream.from_iterable([1, 2, 3])
+>>> _ = source.accumulate(lambda a, x: a + x, start=0, name="total").sink_to_list()
+>>> Job(source, checkpoint=d, every=None).run()
+>>> store = LocalDirectoryStore(d)
+>>> [row["epoch"] for row in list_checkpoints(store)]
+[1, 2]
+>>> read_node_state(store, 2, "total")
+{'state': 6}
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import pprint
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigurationError
+from .errors import CheckpointCorruptError, CheckpointNotFoundError, NotACheckpointDirectoryError
+from .manifest import Manifest
+from .store import LocalDirectoryStore, Store, open_store
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "open_checkpoint_location",
+    "where",
+    "list_checkpoints",
+    "show_checkpoint",
+    "verify_checkpoints",
+    "diff_checkpoints",
+    "describe_position",
+    "read_node_state",
+    "render_value",
+    "format_time",
+]
+
+
+def open_checkpoint_location(path: str | os.PathLike[str]) -> Store:
+    """The store at ``path`` (a directory or URL), opened read-only.
+
+    Raises :class:`NotACheckpointDirectoryError` when no checkpoint store is
+    there; nothing is created.
+    """
+    hint = "pass the directory given to 'rivermark run --checkpoint'"
+    if "://" in os.fspath(path):
+        try:
+            return open_store(path, create=False)
+        except CheckpointNotFoundError as e:
+            raise NotACheckpointDirectoryError(f"{e}; {hint}") from None
+    p = Path(path)
+    if not p.exists():
+        raise NotACheckpointDirectoryError(f"no such checkpoint directory {str(p)!r}; {hint}")
+    if not p.is_dir():
+        raise NotACheckpointDirectoryError(
+            f"{str(p)!r} is a file, not a checkpoint directory; {hint}"
+        )
+    if not (p / "checkpoints").is_dir():
+        raise NotACheckpointDirectoryError(
+            f"{str(p)!r} is not a rivermark checkpoint directory (it has no 'checkpoints' "
+            f"directory); {hint}"
+        )
+    return LocalDirectoryStore(p, create=False)
+
+
+def where(store: Store) -> str:
+    """The store's location for messages: a quoted path or URL."""
+    if isinstance(store, LocalDirectoryStore):
+        return repr(str(store.path))
+    return repr(store.location() or store)
+
+
+def format_time(t: float) -> str:
+    """UTC time with milliseconds, e.g. ``2026-12-02 16:19:00.125Z``.
+
+    >>> format_time(0.5)
+    '1970-01-01 00:00:00.500Z'
+    """
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1000):03d}Z"
+
+
+def list_checkpoints(store: Store) -> list[dict[str, Any]]:
+    """One row per checkpoint: epoch, time, state size, or the error reading its manifest."""
+    rows: list[dict[str, Any]] = []
+    for e in store.list_epochs():
+        try:
+            m = store.load_manifest(e)
+        except CheckpointCorruptError as err:
+            rows.append({"epoch": e, "time": None, "size": None, "error": str(err)})
+            continue
+        rows.append(
+            {
+                "epoch": e,
+                "time": m.time,
+                "size": m.total_size,
+                "sources": len(m.positions),
+                "state_files": len(m.state),
+                "error": None,
+            }
+        )
+    return rows
+
+
+def _pick_epoch(store: Store, epoch: int | None) -> int:
+    epochs = store.list_epochs()
+    if not epochs:
+        raise CheckpointNotFoundError(f"no checkpoints in {where(store)}")
+    if epoch is None:
+        return epochs[-1]
+    if epoch not in epochs:
+        have = ", ".join(map(str, epochs))
+        raise CheckpointNotFoundError(
+            f"{where(store)} has no checkpoint {epoch!r} (checkpoints: {have}); "
+            "see 'rivermark checkpoints list'"
+        )
+    return epoch
+
+
+_KAFKA_KEY = re.compile(r"^(?P<topic>.+):(?P<partition>\d+)$")
+_PATH_ARG = re.compile(r"path=(?P<path>'[^']*'|\"[^\"]*\")")
+
+
+def _line_of(path: str, offset: int) -> int | None:
+    """The 1-based line that byte ``offset`` of ``path`` starts (None if unreadable)."""
+    try:
+        with open(path, "rb") as f:
+            lines = 0
+            left = offset
+            while left > 0:
+                chunk = f.read(min(left, 1 << 20))
+                if not chunk:
+                    break
+                lines += chunk.count(b"\n")
+                left -= len(chunk)
+        return lines + 1
+    except OSError:
+        return None
+
+
+def describe_position(signature: str | None, position: Any) -> list[str]:
+    """What a source's stored position means, one line per part.
+
+    ``signature`` is the source's entry in the manifest's fingerprint (it
+    names the source type and, for files, the path).
+
+    >>> describe_position("FromIterable()", 3)
+    ['item 3 of the iterable is the next to emit']
+    >>> describe_position("FromKafka(topics=['t'], keys=False)", {"t:0": 42})
+    ['topic t partition 0: offset 42 is the next to read']
+    """
+    sig = signature or ""
+    if sig.startswith("FromTextfile") and isinstance(position, dict) and "offset" in position:
+        position = position["offset"]  # with the digest of the bytes before it
+    if isinstance(position, dict):
+        out = []
+        for key, off in sorted(position.items(), key=lambda kv: str(kv[0])):
+            m = _KAFKA_KEY.match(str(key))
+            if m:
+                out.append(
+                    f"topic {m['topic']} partition {m['partition']}: "
+                    f"offset {off!r} is the next to read"
+                )
+            else:
+                out.append(f"{key}: {off!r}")
+        return out
+    if sig.startswith("FromTextfile") and isinstance(position, int):
+        pm = _PATH_ARG.search(sig)
+        path = pm["path"][1:-1] if pm else None
+        if path is None:
+            return [f"byte {position} is the next to read"]
+        line = _line_of(path, position)
+        size = None
+        try:
+            size = os.path.getsize(path)
+        except OSError:
+            pass
+        where = f"byte {position} of {path}"
+        if line is not None:
+            where += f" (line {line})"
+        if size is not None:
+            where += f", {max(size - position, 0)} of {size} bytes left"
+        return [f"{where} is the next to read"]
+    if sig.startswith("FromIterable") and isinstance(position, int):
+        return [f"item {position} of the iterable is the next to emit"]
+    if sig.startswith("Filenames") and isinstance(position, list):
+        return [f"{len(position)} file name(s) already emitted"]
+    return [repr(position)]
+
+
+def show_checkpoint(store: Store, epoch: int | None = None) -> dict[str, Any]:
+    """The manifest of ``epoch`` (default: the newest) with the positions explained."""
+    e = _pick_epoch(store, epoch)
+    m = store.load_manifest(e)
+    return {
+        "epoch": e,
+        "time": m.time,
+        "size": m.total_size,
+        "positions": {
+            sid: {"value": pos, "meaning": describe_position(m.fingerprint.get(sid), pos)}
+            for sid, pos in sorted(m.positions.items())
+        },
+        "state": {nid: dict(info) for nid, info in sorted(m.state.items())},
+        "sinks": dict(sorted(m.sinks.items())),
+        "fingerprint": dict(m.fingerprint),
+    }
+
+
+def read_node_state(store: Store, epoch: int | None, node: str) -> Any:
+    """The unpickled state of ``node`` in checkpoint ``epoch`` (default: the newest)."""
+    e = _pick_epoch(store, epoch)
+    m: Manifest = store.load_manifest(e)
+    if node not in m.state:
+        known = sorted(m.state)
+        raise ConfigurationError(
+            f"checkpoint {e} has no state for node {node!r}; nodes with state: "
+            f"{', '.join(known) if known else '(none)'}"
+        )
+    data = store.read_state(e, node)
+    try:
+        return pickle.loads(data)
+    except Exception as err:  # a class that is not importable here, a damaged file
+        raise CheckpointCorruptError(
+            f"checkpoint {e}: the state of {node!r} does not unpickle here "
+            f"({type(err).__name__}: {err}); run this where the job's code is importable"
+        ) from err
+
+
+def render_value(value: Any, max_chars: int = 2000) -> str:
+    """``value`` pretty-printed, cut to ``max_chars`` characters with a note saying so.
+
+    >>> render_value(list(range(1000)), max_chars=20)
+    '[0,\\n 1,\\n 2,\\n 3,\\n 4,\\n... (5869 more characters)'
+    """
+    text = pprint.pformat(value, width=100, sort_dicts=True)
+    if max_chars > 0 and len(text) > max_chars:
+        return text[:max_chars] + f"... ({len(text) - max_chars} more characters)"
+    return text
+
+
+def verify_checkpoints(store: Store, epoch: int | None = None) -> list[dict[str, Any]]:
+    """Verify ``epoch`` (or every checkpoint): ``[{"epoch", "ok", "error"}]``."""
+    epochs = store.list_epochs() if epoch is None else [_pick_epoch(store, epoch)]
+    out: list[dict[str, Any]] = []
+    for e in epochs:
+        try:
+            store.verify(e)
+            out.append({"epoch": e, "ok": True, "error": None})
+        except CheckpointCorruptError as err:
+            out.append({"epoch": e, "ok": False, "error": str(err)})
+    return out
+
+
+def diff_checkpoints(store: Store, a: int | None = None, b: int | None = None) -> dict[str, Any]:
+    """What changed from checkpoint ``a`` to ``b`` (default: the last two)."""
+    epochs = store.list_epochs()
+    if not epochs:
+        raise CheckpointNotFoundError(f"no checkpoints in {where(store)}")
+    if a is None:
+        a = epochs[-2] if len(epochs) > 1 else epochs[-1]
+    if b is None:
+        b = epochs[-1]
+    a, b = _pick_epoch(store, a), _pick_epoch(store, b)
+    ma, mb = store.load_manifest(a), store.load_manifest(b)
+    positions = {
+        sid: [ma.positions.get(sid), mb.positions.get(sid)]
+        for sid in sorted(set(ma.positions) | set(mb.positions))
+        if ma.positions.get(sid) != mb.positions.get(sid)
+    }
+    state = {}
+    for nid in sorted(set(ma.state) | set(mb.state)):
+        sa, sb = ma.state.get(nid), mb.state.get(nid)
+        if sa != sb:
+            state[nid] = [sa["size"] if sa else None, sb["size"] if sb else None]
+    sinks = {
+        kid: [ma.sinks.get(kid), mb.sinks.get(kid)]
+        for kid in sorted(set(ma.sinks) | set(mb.sinks))
+        if ma.sinks.get(kid) != mb.sinks.get(kid)
+    }
+    return {
+        "from": a,
+        "to": b,
+        "positions": positions,
+        "state": state,
+        "sinks": sinks,
+        "fingerprint_differs": ma.fingerprint != mb.fingerprint,
+    }

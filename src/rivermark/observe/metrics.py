@@ -1,0 +1,240 @@
+"""One metrics model for a running job: nodes, sources, checkpoints.
+
+The hot path only keeps plain integers on the nodes (see
+:mod:`rivermark.core.counting`); :class:`Metrics` turns them into figures
+when they are read, which is cheap enough to do a few times a second from
+any thread:
+
+* per node: records in, records out (a root fed by ``emit`` is counted
+  once a job runs it), errors by policy (raised, skipped,
+  handled by an ``on_error`` callable such as a dead-letter sender) and,
+  where a node holds records (asynchronous and windowed nodes), its backlog
+  (a reading taken while a record is inside a one-to-one node's function
+  counts it as passed on by that node already; at a checkpoint and at the
+  end every count is exact);
+* per source: records emitted, records/s since the previous reading, its
+  position and, when the source can tell, its lag (Kafka: high watermark
+  minus position per partition; files: bytes left);
+* per job: checkpoints written, the last one's epoch, age, duration, pause
+  and size, restores, elapsed time.
+
+>>> import tempfile
+>>> from rivermark import Stream
+>>> from rivermark.checkpoint import Job
+>>> source = Stream.from_iterable(range(10), name="numbers")
+>>> _ = source.filter(lambda x: x % 2 == 0).map(str, name="text").sink_to_list()
+>>> job = Job(source, checkpoint=tempfile.mkdtemp(), every=None)
+>>> job.run()
+>>> snap = Metrics(job).read()
+>>> snap.node("numbers").records_out, snap.node("text").records_in
+(10, 5)
+>>> snap.checkpoints_written
+2
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..core.node import Stream
+from ..sources.base import Source
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..checkpoint.job import CheckpointInfo, Job
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Metrics", "Snapshot", "NodeMetrics", "SourceMetrics"]
+
+
+@dataclass(frozen=True)
+class NodeMetrics:
+    """The figures of one node (``backlog`` is None where the node holds nothing)."""
+
+    id: str
+    label: str
+    kind: str
+    records_in: int
+    records_out: int
+    errors_raised: int
+    errors_skipped: int
+    errors_handled: int
+    backlog: int | None
+    rate: float
+    upstreams: tuple[str, ...]
+
+    @property
+    def errors(self) -> int:
+        return self.errors_raised + self.errors_skipped + self.errors_handled
+
+
+@dataclass(frozen=True)
+class SourceMetrics:
+    """The figures of one source."""
+
+    id: str
+    label: str
+    records: int
+    rate: float
+    position: Any
+    lag: dict[str, int] | None
+    lag_unit: str
+    finished: bool
+
+    @property
+    def total_lag(self) -> int | None:
+        return None if self.lag is None else sum(self.lag.values())
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything :class:`Metrics` reports, read at one moment."""
+
+    time: float
+    elapsed: float
+    nodes: tuple[NodeMetrics, ...]
+    sources: tuple[SourceMetrics, ...]
+    checkpoints_written: int
+    recent_checkpoints: tuple[CheckpointInfo, ...]
+    restored_epoch: int | None
+    restores: int
+    running: bool
+    edges: tuple[tuple[str, str], ...] = field(default=())
+
+    def node(self, node_id: str) -> NodeMetrics:
+        for n in self.nodes:
+            if n.id == node_id:
+                return n
+        raise KeyError(node_id)
+
+    @property
+    def last_checkpoint(self) -> CheckpointInfo | None:
+        return self.recent_checkpoints[-1] if self.recent_checkpoints else None
+
+    @property
+    def last_checkpoint_age(self) -> float | None:
+        last = self.last_checkpoint
+        return None if last is None else max(self.time - last.time, 0.0)
+
+    @property
+    def sinks(self) -> tuple[NodeMetrics, ...]:
+        """The leaves of the graph (nodes without downstreams)."""
+        ups = {u for n in self.nodes for u in n.upstreams}
+        return tuple(n for n in self.nodes if n.id not in ups)
+
+
+def node_backlog(node: Stream) -> int | None:
+    """Records ``node`` holds: in flight in asynchronous work, or buffered in a window."""
+    return node.records_held()
+
+
+class Metrics:
+    """Reads a :class:`Job`'s figures; rates are per second since the previous :meth:`read`."""
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self._lock = threading.Lock()
+        self._last: tuple[float, dict[str, int]] | None = None
+        self._rates: dict[str, float] = {}
+
+    def _outs(self) -> dict[int, int]:
+        """``records_out`` of every node, derived where the node does not count it."""
+        outs: dict[int, int] = {}
+        for n in self.job.nodes:  # topological: upstreams first
+            outs[id(n)] = self._out(n, outs)
+        return outs
+
+    @staticmethod
+    def _in(n: Stream, outs: dict[int, int]) -> int:
+        if isinstance(n, Source):
+            return n.emitted
+        if not n.upstreams:
+            return n.records_out
+        return sum(outs.get(id(u), 0) for u in n.upstreams)
+
+    def _out(self, n: Stream, outs: dict[int, int]) -> int:
+        if isinstance(n, Source):
+            return n.emitted
+        if not n.downstreams:
+            return 0
+        if n._derived_out:
+            return max(self._in(n, outs) - n.error_count, 0)
+        return n.records_out
+
+    def read(self) -> Snapshot:
+        """The figures now (thread-safe; reading costs one pass over the graph)."""
+        job = self.job
+        now = time.time()
+        mono = time.monotonic()
+        outs = self._outs()
+        ids = {id(n): job.id_of(n) for n in job.nodes}
+        counts = {ids[id(n)]: self._in(n, outs) for n in job.nodes}
+        with self._lock:
+            if self._last is not None and mono - self._last[0] >= 0.2:
+                dt = mono - self._last[0]
+                prev = self._last[1]
+                self._rates = {k: max(v - prev.get(k, 0), 0) / dt for k, v in counts.items()}
+                self._last = (mono, counts)
+            elif self._last is None:
+                self._last = (mono, counts)
+            rates = dict(self._rates)
+        nodes = []
+        edges = []
+        for n in job.nodes:
+            nid = ids[id(n)]
+            raised = n.error_count - n.errors_skipped - n.errors_handled
+            nodes.append(
+                NodeMetrics(
+                    id=nid,
+                    label=n._display_name() if n.name is None else n.name,
+                    kind=type(n).__name__,
+                    records_in=counts[nid],
+                    records_out=outs[id(n)],
+                    errors_raised=max(raised, 0),
+                    errors_skipped=n.errors_skipped,
+                    errors_handled=n.errors_handled,
+                    backlog=node_backlog(n),
+                    rate=rates.get(nid, 0.0),
+                    upstreams=tuple(ids[id(u)] for u in n.upstreams if id(u) in ids),
+                )
+            )
+            edges += [(ids[id(u)], nid) for u in n.upstreams if id(u) in ids]
+        sources = []
+        for s in job.sources:
+            sid = ids[id(s)]
+            try:
+                lag = s.lag()
+                position = s.position_now()
+            except Exception:  # a source changing meanwhile must not break a reading
+                logger.debug("reading source %s failed", sid, exc_info=True)
+                lag = position = None
+            sources.append(
+                SourceMetrics(
+                    id=sid,
+                    label=s.name or s._display_name(),
+                    records=s.emitted,
+                    rate=rates.get(sid, 0.0),
+                    position=position,
+                    lag=lag,
+                    lag_unit=s.lag_unit,
+                    finished=s.finished,
+                )
+            )
+        start = job.started_at or now
+        end = job.ended_at or now
+        return Snapshot(
+            time=now,
+            elapsed=max(end - start, 0.0),
+            nodes=tuple(nodes),
+            sources=tuple(sources),
+            checkpoints_written=job.checkpoints_written,
+            recent_checkpoints=tuple(list(job.checkpoints)),
+            restored_epoch=job.restored_epoch,
+            restores=0 if job.restored_epoch is None else 1,
+            running=job.ended_at is None and job.started_at is not None,
+            edges=tuple(edges),
+        )

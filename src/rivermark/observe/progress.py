@@ -1,0 +1,202 @@
+"""What ``rivermark run`` shows while a job runs: start line, progress, summary.
+
+* At start: ``resuming from checkpoint 12 written 3 min ago; positions: ...``
+  or ``starting fresh: no checkpoint in ...``.
+* While running, on a terminal: a live table drawn with ``rich`` (the
+  ``progress`` extra) with one row per source (records, records/s, position
+  and lag or % of the file), the last checkpoint's epoch and age, and
+  errors.  When stdout is not a terminal (or ``rich`` is missing): one plain
+  line every ``interval`` seconds.
+* At the end: a summary (records per source, outputs per sink, skipped and
+  dead-lettered records, checkpoints written, elapsed time).
+
+The reporter reads :class:`~rivermark.observe.metrics.Metrics` from its own
+thread; it never touches the job's event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import IO, TYPE_CHECKING, Any
+
+from .metrics import Snapshot, SourceMetrics
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..checkpoint.job import Job
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ProgressReporter", "format_age", "start_line", "progress_line", "summary_lines"]
+
+
+def format_age(seconds: float) -> str:
+    """``42s``, ``3 min``, ``2.5 h``, ``4 days``.
+
+    >>> [format_age(s) for s in (4.2, 200, 9000, 400000)]
+    ['4s', '3 min', '2.5 h', '4.6 days']
+    """
+    if seconds < 90:
+        return f"{seconds:.0f}s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
+def _position_text(s: SourceMetrics) -> str:
+    lag = s.total_lag
+    if s.lag_unit == "bytes" and isinstance(s.position, int) and lag is not None:
+        total = s.position + lag
+        pct = 100.0 * s.position / total if total else 100.0
+        return f"byte {s.position:,} ({pct:.0f}% of file)"
+    if lag is not None:
+        return f"lag {lag:,}"
+    text = repr(s.position)
+    return f"position {text if len(text) <= 40 else text[:37] + '...'}"
+
+
+def start_line(job: Job) -> str:
+    """What the job resumed from, or that it starts fresh."""
+    if job.restored_epoch is None:
+        return f"starting fresh: no checkpoint in {job.store!r}"
+    age = format_age(max(time.time() - (job.restored_time or time.time()), 0.0))
+    by_id = {job.id_of(s): s for s in job.sources}
+    parts = []
+    for sid, pos in sorted(job.restored_positions.items()):
+        text = repr(pos)
+        if sid in by_id and by_id[sid].lag_unit == "bytes" and isinstance(pos, int):
+            text = f"byte {pos:,}"
+        parts.append(f"{sid} {text if len(text) <= 60 else text[:57] + '...'}")
+    return (
+        f"resuming from checkpoint {job.restored_epoch} written {age} ago; "
+        f"positions: {', '.join(parts) if parts else '(none)'}"
+    )
+
+
+def progress_line(snap: Snapshot) -> str:
+    """One plain line: per source records, rate, position; last checkpoint; errors."""
+    parts = [
+        f"{s.id}: {s.records:,} records ({s.rate:,.0f}/s), {_position_text(s)}"
+        for s in snap.sources
+    ]
+    last = snap.last_checkpoint
+    if last is not None:
+        parts.append(f"checkpoint {last.epoch} ({format_age(snap.last_checkpoint_age or 0)} ago)")
+    else:
+        parts.append("no checkpoint yet")
+    errors = sum(n.errors for n in snap.nodes)
+    parts.append(f"errors {errors:,}")
+    return "progress: " + "; ".join(parts)
+
+
+def summary_lines(snap: Snapshot) -> list[str]:
+    """The end-of-run summary."""
+    lines = [f"done in {snap.elapsed:.1f}s"]
+    for s in snap.sources:
+        lines.append(f"  source {s.id}: {s.records:,} records")
+    for n in snap.sinks:
+        lines.append(f"  sink {n.id}: {n.records_in:,} records")
+    skipped = sum(n.errors_skipped for n in snap.nodes)
+    handled = sum(n.errors_handled for n in snap.nodes)
+    lines.append(f"  skipped: {skipped:,}, dead-lettered (on_error handler): {handled:,}")
+    last = snap.last_checkpoint
+    tail = f", last epoch {last.epoch}" if last is not None else ""
+    lines.append(f"  checkpoints written: {snap.checkpoints_written}{tail}")
+    return lines
+
+
+def _table(snap: Snapshot) -> Any:
+    from rich.table import Table
+
+    last = snap.last_checkpoint
+    title = (
+        f"checkpoint {last.epoch}, {format_age(snap.last_checkpoint_age or 0)} ago"
+        if last is not None
+        else "no checkpoint yet"
+    )
+    errors = sum(n.errors for n in snap.nodes)
+    table = Table(
+        title=f"rivermark  {snap.elapsed:.0f}s  {title}  errors {errors:,}",
+        title_justify="left",
+        expand=False,
+    )
+    table.add_column("source")
+    table.add_column("records", justify="right")
+    table.add_column("records/s", justify="right")
+    table.add_column("position")
+    for s in snap.sources:
+        table.add_row(s.id, f"{s.records:,}", f"{s.rate:,.0f}", _position_text(s))
+    return table
+
+
+class ProgressReporter:
+    """Shows a running job's progress on ``out`` from a thread (see the module docs)."""
+
+    def __init__(
+        self, job: Job, out: IO[str], interval: float = 10.0, live: bool | None = None
+    ) -> None:
+        self.job = job
+        self.out = out
+        self.interval = interval
+        if live is None:
+            isatty = getattr(out, "isatty", None)
+            live = bool(isatty and isatty())
+        if live:
+            try:
+                import rich  # noqa: F401
+            except ImportError:
+                logger.info("rich is not installed: plain progress lines")
+                live = False
+        self.live = live
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="rivermark-progress", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def _print(self, text: str) -> None:
+        self.out.write(text + "\n")
+        self.out.flush()
+
+    def _wait_started(self) -> bool:
+        while not self._stop.is_set():
+            if self.job._running or self.job.ended_at is not None:
+                return True
+            self._stop.wait(0.02)
+        return self.job.started_at is not None
+
+    def _run(self) -> None:
+        if not self._wait_started():
+            return
+        self._print(start_line(self.job))
+        metrics = self.job.metrics
+        if self.live:
+            self._run_live()
+            return
+        while not self._stop.wait(self.interval):
+            self._print(progress_line(metrics.read()))
+
+    def _run_live(self) -> None:
+        from rich.console import Console
+        from rich.live import Live
+
+        console = Console(file=self.out)
+        metrics = self.job.metrics
+        with Live(_table(metrics.read()), console=console, auto_refresh=False) as live:
+            while not self._stop.wait(0.5):
+                live.update(_table(metrics.read()), refresh=True)
+            live.update(_table(metrics.read()), refresh=True)
+
+    def summary(self) -> None:
+        """Print the end-of-run summary."""
+        for line in summary_lines(self.job.metrics.read()):
+            self._print(line)

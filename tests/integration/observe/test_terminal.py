@@ -1,0 +1,179 @@
+"""What ``rivermark run`` prints: start line, progress lines or live table, summary."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+RIVERMARK = [sys.executable, "-m", "rivermark.cli"]
+
+APP = """\
+import os, time
+from rivermark import Stream
+
+def held(line):
+    # wait at line 150 until the test says go: progress lines get printed meanwhile
+    while line == "150\\n" and not os.path.exists(os.environ["GO"]):
+        time.sleep(0.01)
+    return line
+
+lines = Stream.from_textfile(os.environ["IN"], stop_at_eof=True, name="lines")
+parsed = lines.map(held).map(lambda l: 7 // (int(l) % 7), name="parsed", on_error="skip")
+parsed.sink_to_textfile(os.environ["OUT"], name="out")
+"""
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    path = tmp_path / "app.py"
+    path.write_text(APP)
+    data = tmp_path / "in.txt"
+    data.write_text("".join(f"{i}\n" for i in range(300)))
+    env = {
+        **os.environ,
+        "IN": str(data),
+        "OUT": str(tmp_path / "out.txt"),
+        "GO": str(tmp_path / "go"),
+    }
+    return path, env
+
+
+def wait_for(cond, timeout: float = 60.0, what: str = "condition"):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_plain_progress_lines_and_summary(app: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+    path, env = app
+    out_file = tmp_path / "stdout.txt"
+    cmd = [*RIVERMARK, "run", f"{path}:lines", "-c", str(tmp_path / "ck"), "--every", "none"]
+    with out_file.open("w") as out:
+        proc = subprocess.Popen(
+            [*cmd, "--progress-interval", "0.1"], env=env, stdout=out, stderr=subprocess.PIPE
+        )
+        try:
+            # held at line 150: at least two progress lines show the same count
+            wait_for(
+                lambda: out_file.read_text().count("lines: 151 records") >= 2,
+                what="progress lines",
+            )
+            Path(env["GO"]).write_text("")
+            _, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 0, err
+    lines = out_file.read_text().splitlines()
+    assert (
+        lines[0]
+        == f"starting fresh: no checkpoint in LocalDirectoryStore({str(tmp_path / 'ck')!r})"
+    )
+    progress = [line for line in lines if line.startswith("progress: ")]
+    assert progress and all(
+        re.fullmatch(
+            r"progress: lines: [\d,]+ records \([\d,]+/s\), byte [\d,]+ \(\d+% of file\); "
+            r"(checkpoint \d+ \(\d+s ago\)|no checkpoint yet); errors [\d,]+",
+            line,
+        )
+        for line in progress
+    ), progress
+    # held inside line 151, "150" (offset 490 of 1090 bytes): 45% read
+    assert any("lines: 151 records" in p and "byte 490 (45% of file)" in p for p in progress)
+    skipped = len([i for i in range(300) if i % 7 == 0])
+    summary = lines[lines.index(next(x for x in lines if x.startswith("done in "))) :]
+    assert summary[1:] == [
+        "  source lines: 300 records",
+        f"  sink out: {300 - skipped} records",
+        f"  skipped: {skipped}, dead-lettered (on_error handler): 0",
+        "  checkpoints written: 2, last epoch 2",
+    ]
+    assert len((tmp_path / "out.txt").read_text().splitlines()) == 300 - skipped
+
+    # run again: it says where it resumes
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    first = again.stdout.splitlines()[0]
+    assert re.fullmatch(
+        r"resuming from checkpoint 2 written \d+s ago; positions: lines byte 1,090", first
+    ), first
+    assert "  source lines: 0 records" in again.stdout
+
+
+def test_quiet_prints_nothing(app: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+    path, env = app
+    Path(env["GO"]).write_text("")
+    res = subprocess.run(
+        [*RIVERMARK, "run", f"{path}:lines", "-c", str(tmp_path / "ck"), "--quiet"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 0 and res.stdout == "", res.stdout + res.stderr
+
+
+def test_live_table_on_a_terminal(app: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+    path, env = app
+    session = f"rivermark-{uuid.uuid4().hex[:8]}"
+    done = tmp_path / "exit-status"
+    inner = (
+        f"{' '.join(RIVERMARK)} run {path}:lines -c {tmp_path / 'ck'}; echo $? > {done}; sleep 600"
+    )
+    tmux_env = [f"{k}={env[k]}" for k in ("IN", "OUT", "GO")]
+    subprocess.run(
+        [
+            "tmux",
+            "new-session",
+            "-d",
+            "-s",
+            session,
+            "-x",
+            "120",
+            "-y",
+            "40",
+            "env",
+            *tmux_env,
+            "sh",
+            "-c",
+            inner,
+        ],
+        check=True,
+    )
+
+    def screen() -> str:
+        res = subprocess.run(
+            ["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True
+        )
+        return res.stdout
+
+    def screen_with(text: str) -> str:
+        shown = screen()
+        return shown if text in shown else ""
+
+    try:
+        shown = wait_for(lambda: screen_with("byte 490 (45% of file)"), what="the table")
+        assert shown.splitlines()[0].startswith("starting fresh")
+        assert re.search(r"source\s+┃\s+records\s+┃\s+records/s\s+┃\s+position", shown), shown
+        assert re.search(r"│ lines\s+│\s+151 │", shown), shown
+        assert "progress: " not in shown  # a live table, not log lines
+        Path(env["GO"]).write_text("")
+        wait_for(done.exists, what="the job to end")
+        final = wait_for(lambda: screen_with("checkpoints written"), what="the summary")
+        assert done.read_text().strip() == "0"
+        assert "  source lines: 300 records" in final
+        assert re.search(r"│ lines\s+│\s+300 │", final), final
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)

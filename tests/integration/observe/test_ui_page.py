@@ -1,0 +1,126 @@
+"""The live pipeline page, loaded in a real headless chromium while a job runs."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+
+from rivermark import Stream
+from rivermark.checkpoint import Job
+from rivermark.errors import ConfigurationError
+
+
+def wait_for(cond: Any, timeout: float = 60.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def slow(x: int) -> int:
+    time.sleep(0.002)
+    return x
+
+
+def test_page_shows_every_node_and_live_numbers(tmp_path: Path, browser: Any) -> None:
+    source = Stream.from_iterable(range(1_000_000), name="numbers")
+    evens = source.map(slow, name="slow").filter(lambda x: x % 2 == 0, name="evens")
+    evens.map(lambda x: 1 // (x % 3), name="inverse", on_error="skip").sink_to_list()
+    evens.partition(10, name="tens").sink(lambda w: None, name="drop")
+    job = Job(source, checkpoint=tmp_path, every="200ms", ui=0)
+    ids = [job.id_of(n) for n in job.nodes]
+    runner = threading.Thread(target=job.run)
+    runner.start()
+    try:
+        url = wait_for(lambda: job.ui_url if job._running else None, what="the page")
+        browser.get(url)
+        # every node of the graph is drawn
+        drawn = wait_for(
+            lambda: (
+                {
+                    e.get_attribute("data-node")
+                    for e in browser.find_elements(By.CSS_SELECTOR, "[data-node]")
+                }
+                if len(browser.find_elements(By.CSS_SELECTOR, "[data-node]")) == len(ids)
+                else None
+            ),
+            what="the graph",
+        )
+        assert drawn == set(ids)
+        # laid out left to right: the source in the first column, the sinks further right
+        xs = {
+            e.get_attribute("data-node"): float(
+                e.get_attribute("transform").split("(")[1].split(",")[0]
+            )
+            for e in browser.find_elements(By.CSS_SELECTOR, "[data-node]")
+        }
+        assert xs["numbers"] < xs["slow"] < xs["evens"] < xs["tens"] < xs["drop"]
+        assert len(browser.find_elements(By.CSS_SELECTOR, "path.edge")) == len(ids) - 1
+
+        def counts(node: str) -> str:
+            box = browser.find_element(By.CSS_SELECTOR, f'[data-node="{node}"] .counts')
+            return str(box.text)
+
+        first = wait_for(lambda: counts("evens") if "in –" not in counts("evens") else None)
+        # the numbers change while the job runs (pushed by server-sent events)
+        wait_for(lambda: counts("evens") != first, what="the numbers to change")
+        rate = browser.find_element(By.CSS_SELECTOR, '[data-node="slow"] .rate').text
+        assert rate.endswith("/s")
+        wait_for(
+            lambda: (
+                "backlog" in browser.find_element(By.CSS_SELECTOR, '[data-node="tens"] .rate').text
+            ),
+            what="the window's backlog",
+        )
+        wait_for(
+            lambda: (
+                "skipped"
+                in browser.find_element(By.CSS_SELECTOR, '[data-node="inverse"] .extra').text
+            ),
+            what="the skipped errors",
+        )
+        # the strip of recent checkpoints and the sources' table
+        wait_for(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#checkpoints .ckpt")) >= 2)
+        row = browser.find_element(By.CSS_SELECTOR, '#sources tr[data-source="numbers"]')
+        assert row.find_elements(By.TAG_NAME, "td")[0].text == "numbers"
+        # the page is self-contained: no script, style or image from elsewhere
+        html = urllib.request.urlopen(url, timeout=10).read().decode()
+        assert "http://" not in html.replace("http://www.w3.org/2000/svg", "")
+        assert "https://" not in html
+        graph = json.loads(urllib.request.urlopen(url + "graph.json", timeout=10).read())
+        assert {n["id"] for n in graph["nodes"]} == set(ids)
+    finally:
+        job.stop()
+        runner.join(60)
+    assert not runner.is_alive()
+
+
+def test_bad_ui_port_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="got -1"):
+        Job(Stream.from_iterable([1]), checkpoint="unused", ui=-1)

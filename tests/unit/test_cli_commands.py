@@ -1,0 +1,184 @@
+"""The ``rivermark`` command line: help, version, options, env vars, usage errors, output."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rivermark import Stream
+from rivermark.checkpoint import Job, LocalDirectoryStore
+from rivermark.cli import main
+
+RIVERMARK = [sys.executable, "-m", "rivermark.cli"]
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*RIVERMARK, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
+
+
+@pytest.fixture
+def ckpt(tmp_path: Path) -> Path:
+    lines = tmp_path / "in.txt"
+    lines.write_text("".join(f"{i}\n" for i in range(100)))
+    for more in (False, True):
+        if more:  # a second run resumes at line 101 of the grown file
+            with lines.open("a") as f:
+                f.write("".join(f"{i}\n" for i in range(100, 300)))
+        source = Stream.from_textfile(str(lines), stop_at_eof=True, name="lines")
+        source.map(int).accumulate(lambda acc, x: [*acc, x], start=[], name="seen")
+        Job(source, checkpoint=tmp_path / "ck", every=None).run()
+    return tmp_path / "ck"
+
+
+def test_version_and_help_of_every_command() -> None:
+    res = run_cli("--version")
+    assert res.returncode == 0 and res.stdout.startswith("rivermark, version ")
+    for cmd, words in [
+        ((), "Run an app"),
+        (("run",), "Run APP.py:NAME as a checkpointed job"),
+        (("checkpoints",), "Inspect a checkpoint directory"),
+        (("checkpoints", "list"), "List the checkpoints"),
+        (("checkpoints", "show"), "Describe checkpoint EPOCH"),
+        (("checkpoints", "verify"), "Verify checksums"),
+        (("checkpoints", "diff"), "Compare checkpoints"),
+    ]:
+        res = run_cli(*cmd, "--help")
+        assert res.returncode == 0, (cmd, res.stderr)
+        assert words in res.stdout and "--log-level" in res.stdout, cmd
+
+
+def test_every_job_option_has_a_flag_and_an_env_var() -> None:
+    text = run_cli("run", "--help").stdout
+    for flag, env in [
+        ("--checkpoint", "RIVERMARK_CHECKPOINT"),
+        ("--every", "RIVERMARK_EVERY"),
+        ("--every-batches", "RIVERMARK_EVERY_BATCHES"),
+        ("--keep", "RIVERMARK_KEEP"),
+        ("--exactly-once", "RIVERMARK_EXACTLY_ONCE"),
+        ("--allow-new-nodes", "RIVERMARK_ALLOW_NEW_NODES"),
+        ("--on-error", "RIVERMARK_ON_ERROR"),
+    ]:
+        assert flag in text and env in text, flag
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["run", "app.py:x"], "Missing option '--checkpoint'"),
+        (["run", "app.py:x", "-c", "d", "--keep", "0"], "'--keep'"),
+        (["run", "app.py:x", "-c", "d", "--on-error", "ignore"], "'ignore'"),
+        (["checkpoints", "show", "d", "--bogus"], "No such option '--bogus'"),
+        (["checkpoints", "lst", "d"], "No such command 'lst'"),
+        (["--log-level", "loud", "checkpoints", "list", "d"], "'loud'"),
+    ],
+)
+def test_usage_errors_are_one_line_exit_2(args: list[str], words: str) -> None:
+    res = run_cli(*args)
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0] and "--help" in lines[0], res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_env_vars_configure_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    app = tmp_path / "app.py"
+    out = tmp_path / "out.txt"
+    app.write_text(
+        "from rivermark import Stream\n"
+        "src = Stream.from_iterable(list(range(50)))\n"
+        f"src.map(lambda x: 10 // (x % 5)).sink_to_textfile({str(out)!r})\n"
+    )
+    monkeypatch.setenv("RIVERMARK_CHECKPOINT", str(tmp_path / "envck"))
+    monkeypatch.setenv("RIVERMARK_ON_ERROR", "skip")
+    monkeypatch.setenv("RIVERMARK_KEEP", "2")
+    monkeypatch.setenv("RIVERMARK_EVERY_BATCHES", "10")
+    monkeypatch.setenv("RIVERMARK_EVERY", "none")
+    assert main(["run", f"{app}:src"]) == 0
+    # every fifth record divides by zero and is skipped, as RIVERMARK_ON_ERROR says
+    assert len(out.read_text().splitlines()) == 40
+    assert len(LocalDirectoryStore(tmp_path / "envck").list_epochs()) == 2  # RIVERMARK_KEEP
+    # the variables go through the options' checks
+    res = run_cli("run", f"{app}:src", env={"RIVERMARK_EVERY_BATCHES": "0"})
+    assert res.returncode == 2 and "'--every-batches'" in res.stderr
+
+
+def test_log_level_anywhere_and_json_log_format(tmp_path: Path) -> None:
+    app = tmp_path / "app.py"
+    app.write_text(
+        "from rivermark import Stream\n"
+        "src = Stream.from_iterable(list(range(20)))\n"
+        "src.sink_to_list()\n"
+    )
+    for args in (
+        ["--log-level", "INFO", "--log-format", "json", "run", f"{app}:src"],
+        ["run", f"{app}:src", "--log-format", "json", "--log-level", "info"],
+    ):
+        res = run_cli(*args, "-c", str(tmp_path / "ck"), "--every", "none")
+        assert res.returncode == 0, res.stderr
+        records = [json.loads(line) for line in res.stderr.splitlines()]
+        written = [r for r in records if r["message"].startswith("checkpoint ")]
+        assert written and all(r["level"] == "INFO" and "epoch" in r for r in written)
+        assert all("position" in r for r in written)
+
+
+def test_list_has_a_header_and_json(ckpt: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["checkpoints", "list", str(ckpt)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:2] == ["EPOCH", "TIME"]
+    epochs = LocalDirectoryStore(ckpt).list_epochs()
+    assert [int(line.split()[0]) for line in lines[1:]] == epochs
+    assert main(["checkpoints", "list", str(ckpt), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["epoch"] for r in rows] == epochs and all(r["error"] is None for r in rows)
+
+
+def test_show_positions_with_meaning(ckpt: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = LocalDirectoryStore(ckpt)
+    epochs = store.list_epochs()
+    middle = next(e for e in epochs if store.read_manifest(e).positions["lines"]["offset"] == 290)
+    assert main(["checkpoints", "show", str(ckpt), str(middle)]) == 0
+    out = capsys.readouterr().out
+    assert "position lines[offset] = 290" in out
+    assert "in.txt (line 101)" in out and "800 of 1090 bytes left" in out
+    assert main(["checkpoints", "show", str(ckpt), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["epoch"] == epochs[-1]
+    assert "(line 301)" in info["positions"]["lines"]["meaning"][0]
+
+
+def test_show_state_pretty_and_truncated(ckpt: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["checkpoints", "show", str(ckpt), "--state", "seen", "--max-chars", "0"]) == 0
+    full = capsys.readouterr().out
+    assert full.startswith("{'state': [0,\n") and "299]}" in full
+    assert main(["checkpoints", "show", str(ckpt), "--state", "seen", "--max-chars", "40"]) == 0
+    cut = capsys.readouterr().out
+    assert len(cut.splitlines()[0]) < 60 and "more characters)" in cut
+    assert main(["checkpoints", "show", str(ckpt), "--state", "seen", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["state"] == list(range(300))
+
+
+def test_show_state_of_unknown_node_names_the_known_ones(ckpt: Path) -> None:
+    res = run_cli("checkpoints", "show", str(ckpt), "--state", "nope")
+    assert res.returncode == 2
+    assert "no state for node 'nope'" in res.stderr and "seen" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_diff_json(ckpt: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    epochs = LocalDirectoryStore(ckpt).list_epochs()
+    assert main(["checkpoints", "diff", str(ckpt), str(epochs[0]), str(epochs[-1]), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["from"] == epochs[0] and d["to"] == epochs[-1]
+    assert d["positions"]["lines"][0]["offset"] == 0 and d["positions"]["lines"][1]["offset"] > 0
+    assert "seen" in d["state"] and d["fingerprint_differs"] is False
