@@ -156,11 +156,17 @@ class SinkToTextfile(Stream):
     def start_over(self) -> None:
         """Truncate the file to empty: the job starts from scratch (bytes discarded are logged)."""
         f = self._require_file("start_over")
-        f.flush()
-        size = os.fstat(f.fileno()).st_size
-        f.truncate(0)
-        f.flush()
-        os.fsync(f.fileno())
+        try:
+            f.flush()
+            size = os.fstat(f.fileno()).st_size
+            f.truncate(0)
+            f.flush()
+            os.fsync(f.fileno())
+        except OSError as e:
+            raise ConfigurationError(
+                f"{self._display_name()}: cannot start {self.path or f!r} over ({e}); "
+                "from_scratch needs an output that can be truncated: pass a file name"
+            ) from e
         self._truncate_pending = False
         logger.warning(
             "%s: starting over from scratch: emptied %r (%d bytes discarded)",

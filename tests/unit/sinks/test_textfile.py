@@ -167,3 +167,14 @@ def test_mode_w_resumes_from_checkpoint_length(tmp_path):
     s.emit("c")
     sink.file.flush()
     assert path.read_text() == "a\nc\n"
+
+
+def test_start_over_of_an_output_that_cannot_be_truncated_is_a_clear_error() -> None:
+    import os
+
+    read_end, write_end = os.pipe()
+    with os.fdopen(write_end, "w") as pipe, os.fdopen(read_end) as _:
+        s = Stream()
+        sink = s.sink_to_textfile(pipe)
+        with pytest.raises(ConfigurationError, match="cannot start .* over"):
+            sink.start_over()
