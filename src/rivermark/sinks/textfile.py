@@ -207,11 +207,17 @@ class SinkToTextfile(Stream):
         if self.path is not None and _is_regular_file(self.path):
             self._take_lock()
         f = self._require_file("start_over")
-        f.flush()
-        size = os.fstat(f.fileno()).st_size
-        f.truncate(0)
-        f.flush()
-        os.fsync(f.fileno())
+        try:
+            f.flush()
+            size = os.fstat(f.fileno()).st_size
+            f.truncate(0)
+            f.flush()
+            os.fsync(f.fileno())
+        except OSError as e:
+            raise ConfigurationError(
+                f"{self._display_name()}: cannot start {self.path or f!r} over ({e}); "
+                "from_scratch needs an output that can be truncated: pass a file name"
+            ) from e
         self._truncate_pending = False
         logger.warning(
             "%s: starting over from scratch: emptied %r (%d bytes discarded)",

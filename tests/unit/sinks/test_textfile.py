@@ -193,3 +193,14 @@ def test_start_over_empties_the_file_and_keeps_writing(tmp_path: Path) -> None:
     w = Stream().sink_to_textfile(path, mode="w")
     assert w.unaccounted_output() is None  # mode "w" truncates at start anyway
     w.close()
+
+
+def test_start_over_of_an_output_that_cannot_be_truncated_is_a_clear_error() -> None:
+    import os
+
+    read_end, write_end = os.pipe()
+    with os.fdopen(write_end, "w") as pipe, os.fdopen(read_end) as _:
+        s = Stream()
+        sink = s.sink_to_textfile(pipe)
+        with pytest.raises(ConfigurationError, match="cannot start .* over"):
+            sink.start_over()
