@@ -572,7 +572,7 @@ class Job:
                 # (3) snapshot, synchronously on the loop thread
                 states = self._snapshot_states(epoch)
                 positions = {self.id_of(s): s.position() for s in self.sources}
-                handles = {self.id_of(k): k.pre_commit(epoch) for k in self.sinks}
+                handles = {self.id_of(k): self._pre_commit(k, epoch) for k in self.sinks}
                 manifest = Manifest(
                     epoch=epoch,
                     time=time.time(),
@@ -654,6 +654,17 @@ class Job:
                     "in the node's state, e.g. not open files, locks or generators"
                 ) from e
         return states
+
+    def _pre_commit(self, sink: CheckpointedSink, epoch: int) -> Any:
+        try:
+            return sink.pre_commit(epoch)
+        except OSError as e:
+            raise CheckpointWriteError(
+                f"Job: checkpoint {epoch}: sink {self._ids[id(sink)]} {sink!r} could not make "
+                f"its output durable ({type(e).__name__}: {e}); every source and sink was "
+                f"stopped. The last complete checkpoint ({self._last_epoch_text()}) is intact: "
+                "fix the cause (free disk space, restore write permission) and run again"
+            ) from e
 
     def _last_epoch_text(self) -> str:
         return f"epoch {self.epoch}" if self.epoch else "none yet"

@@ -122,7 +122,7 @@ def test_broker_restart_mid_run_loses_nothing(
         assert broker.bootstrap == bootstrap
         produce(bootstrap, inp, range(500, 1000))
         wait_for(
-            lambda: sum(committed(bootstrap, group, inp, 2).values()) == 1000, 120, "all committed"
+            lambda: sum(committed(bootstrap, group, inp, 2).values()) == 1000, 300, "all committed"
         )
     finally:
         src.stop()

@@ -117,3 +117,32 @@ def test_unpicklable_state_names_the_node_and_the_type(tmp_path: Path) -> None:
     assert "state['state'] is a _thread.lock" in msg
     assert "TypeError: cannot pickle '_thread.lock' object" in msg
     assert source.finished
+
+
+def test_a_sink_that_cannot_make_its_output_durable_stops_the_job(tmp_path: Path) -> None:
+    from typing import Any
+
+    from rivermark.sinks.textfile import SinkToTextfile
+
+    class FullDiskSink(SinkToTextfile):
+        """A real file sink whose third pre-commit fails as on a full disk."""
+
+        def pre_commit(self, epoch: int) -> Any:
+            if epoch == 3:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return super().pre_commit(epoch)
+
+    out, ckpt = tmp_path / "out.txt", tmp_path / "ckpt"
+    source = Stream.from_iterable(list(range(N)), name="numbers")
+    sink = FullDiskSink(source, str(out), name="out")
+    job = Job(source, checkpoint=ckpt, every=None, every_batches=1000)
+    with pytest.raises(CheckpointWriteError) as info:
+        job.run()
+    msg = str(info.value)
+    assert "checkpoint 3: sink out" in msg and "No space left on device" in msg
+    assert source.finished and sink.file is None
+    assert LocalDirectoryStore(ckpt).list_epochs() == [1, 2]
+    source = Stream.from_iterable(list(range(N)), name="numbers")
+    source.sink_to_textfile(str(out), name="out")
+    Job(source, checkpoint=ckpt, every=None, every_batches=1000).run()
+    assert out.read_text() == "".join(f"{i}\n" for i in range(N))
