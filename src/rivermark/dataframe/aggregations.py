@@ -310,17 +310,23 @@ class Var(Aggregation):
         return f"Var(ddof={self.ddof}, sqrt={self.sqrt})"
 
 
+def _common(a: Any, b: Any) -> Any:
+    """The dtype to give back when two partials share it (else let pandas infer)."""
+    return a if a == b else None
+
+
 def _extreme(a: Any, b: Any, op: Callable[[Any, Any], Any]) -> Any:
     if isinstance(a, pd.Series):
         if not a.index.equals(b.index):
             return pd.concat([a, b], axis=1).agg(op.__name__[:3], axis=1)
         values = nan_extreme(a.to_numpy(), b.to_numpy(), op)
-        return pd.Series(values, index=a.index, name=a.name)
+        return pd.Series(values, index=a.index, name=a.name, dtype=_common(a.dtype, b.dtype))
     if a != a:  # missing
         return b
     if b != b:
         return a
-    return op(a, b)
+    # plain comparison: works for strings and timestamps as well as numbers
+    return min(a, b) if op is np.minimum else max(a, b)
 
 
 class Min(Aggregation):

@@ -218,7 +218,7 @@ class KeyedAcc:
     @classmethod
     def from_partial(cls, p: Sequence[Any], layout: str = "") -> KeyedAcc:
         meta = [
-            ("S", x.name, None) if isinstance(x, pd.Series) else ("D", x.columns, x.dtypes)
+            ("S", x.name, x.dtype) if isinstance(x, pd.Series) else ("D", x.columns, x.dtypes)
             for x in p
         ]
         return cls(p[0].index, [_values(x).copy() for x in p], meta, layout)
@@ -290,7 +290,12 @@ class KeyedAcc:
     def wrap(self, values: np.ndarray, meta: Any, keep_dtypes: bool = False) -> Any:
         kind, label, dtypes = meta
         if kind == "S":
-            return pd.Series(values, index=self.keys, name=label)
+            # an object array stays object (pandas 3 would infer ``str`` from strings)
+            keep = values.dtype if values.dtype == object else None
+            series = pd.Series(values, index=self.keys, name=label, dtype=keep)
+            if keep_dtypes and dtypes is not None and series.dtype != dtypes:
+                series = series.astype(dtypes)
+            return series
         out = pd.DataFrame(values, index=self.keys, columns=label)
         # a mixed int/float frame went through one array: give the dtypes back
         return out.astype(dtypes) if keep_dtypes else out

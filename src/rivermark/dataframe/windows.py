@@ -84,6 +84,8 @@ class Window:
         self.n, self.value = self._spec(n, value)
         self.with_state = with_state
         self.start = start
+        #: the window as the user wrote it (``'2s'``), for messages
+        self._spelled = value if value is not None else n
         index = getattr(sdf.example, "index", None)
         if (
             self.value is not None
@@ -91,14 +93,15 @@ class Window:
             and not isinstance(index, (pd.DatetimeIndex, pd.TimedeltaIndex))
         ):
             raise ConfigurationError(
-                f"window({self.value!s}): a time window needs a DatetimeIndex, but the example's "
+                f"{self._describe()}: a time window needs a DatetimeIndex, but the example's "
                 f"index is a {type(index).__name__}; give the example (and the batches) a "
                 "DatetimeIndex, e.g. example=df.set_index('time').iloc[:0], or use window(n=...)"
             )
 
     def _describe(self) -> str:
         if self.value is not None:
-            return f"window({str(self.value)!r})"
+            spelled = self._spelled if isinstance(self._spelled, str) else str(self.value)
+            return f"window({spelled!r})"
         if self.n is not None:
             return f"window(n={self.n})"
         return "expanding()"
