@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -347,6 +348,12 @@ class KafkaBatchedSource(Source):
             logger.warning(
                 "%s: listing partitions failed (will retry): %s", self._display_name(), e
             )
+            return
+        except RuntimeError:
+            if not sys.is_finalizing() and "shutdown" not in str(sys.exc_info()[1]):
+                raise
+            # the process is exiting (e.g. after a job failed): end quietly
+            self.stopped = True
             return
         finally:
             self._last_refresh = time.monotonic()
@@ -736,6 +743,8 @@ class KafkaBatchedSource(Source):
                 name,
                 self.close_timeout,
             )
+        except RuntimeError as e:  # the consumer was closed, or the process is exiting
+            logger.debug("%s: closing the consumer: %s", name, e)
         finally:
             self._assigned.clear()
             logger.debug("%s: consumer closed", name)
