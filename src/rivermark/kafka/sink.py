@@ -197,7 +197,10 @@ class ToKafka(Stream):
             conf.setdefault("linger.ms", 5)
             # a record not acknowledged within flush_timeout fails (the broker is
             # unreachable): a barrier or a stop never waits longer for it
-            conf.setdefault("message.timeout.ms", int(self.flush_timeout * 1000))
+            timeout_ms = int(self.flush_timeout * 1000)
+            if self.exactly_once:  # librdkafka: at most the transaction timeout
+                timeout_ms = min(timeout_ms, int(conf.get("transaction.timeout.ms", 60000)))
+            conf.setdefault("message.timeout.ms", timeout_ms)
             if self.exactly_once:
                 conf["transactional.id"] = self._txid()
                 conf["enable.idempotence"] = True
