@@ -85,7 +85,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..core.node import Stream
-from ..core.origin import describe_origin
+from ..core.origin import describe_origin, record_origin
 from ..core.refs import Metadata, release_refs, retain_refs
 from ..errors import ConfigurationError
 from .errors import KafkaCommitError, KafkaDeliveryError, KafkaTopicError
@@ -202,7 +202,10 @@ class ToKafka(Stream):
             conf.setdefault("linger.ms", 5)
             # a record not acknowledged within flush_timeout fails (the broker is
             # unreachable): a barrier or a stop never waits longer for it
-            conf.setdefault("message.timeout.ms", int(self.flush_timeout * 1000))
+            timeout_ms = int(self.flush_timeout * 1000)
+            if self.exactly_once:  # librdkafka: at most the transaction timeout
+                timeout_ms = min(timeout_ms, int(conf.get("transaction.timeout.ms", 60000)))
+            conf.setdefault("message.timeout.ms", timeout_ms)
             if self.exactly_once:
                 conf["transactional.id"] = self._txid()
                 conf["enable.idempotence"] = True
@@ -269,7 +272,7 @@ class ToKafka(Stream):
             return None
         value = _encode(x)
         retain_refs(metadata)
-        cb = self._delivery_callback(x, metadata, describe_origin())
+        cb = self._delivery_callback(x, metadata, record_origin.get())
         try:
             producer.produce(self.topic, value=value, key=key, on_delivery=cb)
         except BufferError:
@@ -319,7 +322,7 @@ class ToKafka(Stream):
             logger.error("%s", exc)
 
     def _delivery_callback(
-        self, x: Any, metadata: Metadata | None, origin: str
+        self, x: Any, metadata: Metadata | None, origin: dict[str, Any] | None
     ) -> Callable[[Any, Any], None]:
         def on_delivery(err: Any, msg: Any) -> None:
             self._inflight -= 1
@@ -332,32 +335,42 @@ class ToKafka(Stream):
             rec = repr(x)
             if len(rec) > 200:
                 rec = rec[:200] + "..."
-            source = f" (input {origin})" if origin else ""
-            if err.code() == err._MSG_TIMED_OUT:
-                text = (
-                    f"{self._display_name()}: the broker was unreachable: record {rec}{source} "
-                    f"for topic {self.topic!r} was not acknowledged within "
-                    f"{self.flush_timeout:g}s; the job stops. Run it again when the broker is "
-                    "back: it resumes exactly from its last checkpoint"
-                )
-            else:
-                text = (
-                    f"{self._display_name()}: the broker did not acknowledge record {rec}{source} "
-                    f"for topic {self.topic!r}: {err.str()}; the record is not completed and the "
-                    "job stops; fix the cause and run again (a checkpointed job resumes from its "
-                    "last checkpoint), or pass on_error='skip' or a callable to to_kafka itself"
-                )
-            exc = KafkaDeliveryError(text, x, err)
-            policy = self.on_error
-            if policy is None or policy == "raise":
-                self._fail_delivery(exc)
-                return
+            # callbacks run in the poll task: name the record's own origin
+            token = record_origin.set(origin)
             try:
-                self._user_error(x, exc, self.producer)
+                self._delivery_failed(x, metadata, err, rec)
             finally:
-                release_refs(metadata)
+                record_origin.reset(token)
 
         return on_delivery
+
+    def _delivery_failed(self, x: Any, metadata: Metadata | None, err: Any, rec: str) -> None:
+        """Apply the sink's policy to a record the broker did not acknowledge."""
+        where = describe_origin()
+        source = f" (input {where})" if where else ""
+        if err.code() == err._MSG_TIMED_OUT:
+            text = (
+                f"{self._display_name()}: the broker was unreachable: record {rec}{source} "
+                f"for topic {self.topic!r} was not acknowledged within "
+                f"{self.flush_timeout:g}s; the job stops. Run it again when the broker is "
+                "back: it resumes exactly from its last checkpoint"
+            )
+        else:
+            text = (
+                f"{self._display_name()}: the broker did not acknowledge record {rec}{source} "
+                f"for topic {self.topic!r}: {err.str()}; the record is not completed and the "
+                "job stops; fix the cause and run again (a checkpointed job resumes from its "
+                "last checkpoint), or pass on_error='skip' or a callable to to_kafka itself"
+            )
+        exc = KafkaDeliveryError(text, x, err)
+        policy = self.on_error
+        if policy is None or policy == "raise":
+            self._fail_delivery(exc)
+            return
+        try:
+            self._user_error(x, exc, self.producer)
+        finally:
+            release_refs(metadata)
 
     def flush(self) -> None:
         """Wait until every produced record is acknowledged; raise on a delivery error."""

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -58,6 +59,7 @@ from ..errors import ConfigurationError
 from ..sources.base import Source
 from .errors import KafkaConnectorError, KafkaGroupInUseError, KafkaTopicError
 from .offsets import OffsetTracker
+from .ownership import live_owner, owner_tag
 from .transactions import DeadlineExceeded, call_with_deadline
 
 logger = logging.getLogger(__name__)
@@ -326,43 +328,29 @@ class KafkaBatchedSource(Source):
 
     def _owner_tag(self) -> str:
         """Metadata committed with the group's offsets: which job, and when."""
-        if self.job_id is None:
-            return ""
-        return f"rivermark job={self.job_id} at={time.time():.0f}"
+        return owner_tag(self.job_id)
 
     def _check_group_owner(
         self, meta: dict[tuple[str, int], str], committed: dict[tuple[str, int], int] | None
     ) -> None:
-        """Refuse to start while another live job commits its checkpoints to this group.
-
-        Another job is live when it committed less than ``group_live_window``
-        seconds ago.  A restored job is refused only where the group is ahead
-        of its checkpoint (the same job from a moved directory is not: the
-        group holds at most its newest durable checkpoint's position).
-        """
+        """Refuse to start while another live job commits to this group (see ``ownership``)."""
         if self.group_takeover or self.job_id is None:
             return
-        now = time.time()
-        for (t, p), tag in sorted(meta.items()):
-            parts = dict(kv.split("=", 1) for kv in tag.split()[1:] if "=" in kv)
-            if not tag.startswith("rivermark ") or "job" not in parts:
-                continue
-            other, at = parts["job"], float(parts.get("at", "0") or 0)
-            if other == self.job_id or now - at >= self.group_live_window:
-                continue
-            if self._seek_position is not None:
-                mine = self._seek_position.get(f"{t}:{p}", 0)
-                if (committed or {}).get((t, p), -1) <= mine:
-                    continue
-            raise KafkaGroupInUseError(
-                f"{self._display_name()}: consumer group "
-                f"{self.consumer_params.get('group.id')!r} is in use by another job "
-                f"({other!r} committed {t}[{p}] {max(0.0, now - at):.0f}s ago), and this job "
-                f"is {self.job_id!r}: two jobs on one group both read every partition "
-                "(duplicates). Use another group.id, stop the other job, or, if it has "
-                f"stopped for good, wait {self.group_live_window:.0f}s or pass "
-                "group_takeover=True to the source"
-            )
+        found = live_owner(
+            meta, self.job_id, committed, self._seek_position, self.group_live_window
+        )
+        if found is None:
+            return
+        other, t, p, ago = found
+        raise KafkaGroupInUseError(
+            f"{self._display_name()}: consumer group "
+            f"{self.consumer_params.get('group.id')!r} is in use by another job "
+            f"({other!r} committed {t}[{p}] {ago:.0f}s ago), and this job "
+            f"is {self.job_id!r}: two jobs on one group both read every partition "
+            "(duplicates). Use another group.id, stop the other job, or, if it has "
+            f"stopped for good, wait {self.group_live_window:.0f}s or pass "
+            "group_takeover=True to the source"
+        )
 
     async def _refresh(self) -> None:
         import confluent_kafka as ck
@@ -374,6 +362,12 @@ class KafkaBatchedSource(Source):
             logger.warning(
                 "%s: listing partitions failed (will retry): %s", self._display_name(), e
             )
+            return
+        except RuntimeError:
+            if not sys.is_finalizing() and "shutdown" not in str(sys.exc_info()[1]):
+                raise
+            # the process is exiting (e.g. after a job failed): end quietly
+            self.stopped = True
             return
         finally:
             self._last_refresh = time.monotonic()
@@ -763,6 +757,8 @@ class KafkaBatchedSource(Source):
                 name,
                 self.close_timeout,
             )
+        except RuntimeError as e:  # the consumer was closed, or the process is exiting
+            logger.debug("%s: closing the consumer: %s", name, e)
         finally:
             self._assigned.clear()
             logger.debug("%s: consumer closed", name)

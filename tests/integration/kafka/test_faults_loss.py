@@ -181,3 +181,30 @@ def test_a_failed_checkpoint_commits_no_offsets_to_the_group(
     # the group holds the last durable checkpoint's position, not the failed one's
     assert committed(bootstrap, group, inp, 1) == {0: 50}
     assert _newest_position(ckpt) == {f"{inp}:0": 50}
+
+
+def test_records_the_output_topic_refuses_can_be_dead_lettered_with_their_origin(
+    bootstrap: str, new_topic: Callable[..., str], group: str, tmp_path: Path
+) -> None:
+    inp, dlq = new_topic(), new_topic(prefix="dlq")
+    out = f"small-{uuid.uuid4().hex[:12]}"
+    create_topic(bootstrap, out, 1, config={"max.message.bytes": "200"})
+    big = {2, 5, 8}
+    produce(bootstrap, inp, ["x" * 500 if i in big else f"v{i}" for i in range(10)])
+    src = Stream.from_kafka(
+        inp, {"bootstrap.servers": bootstrap, "group.id": group}, stop_at_end=True
+    )
+    # one record per produce request: the broker's size limit applies per record batch
+    src.to_kafka(
+        out,
+        {"bootstrap.servers": bootstrap, "batch.num.messages": 1, "linger.ms": 0},
+        on_error=dead_letter(dlq, {"bootstrap.servers": bootstrap}),
+    )
+    Job(src, checkpoint=str(tmp_path / "ckpt"), every=None).run()
+    assert sorted(m.value() for m in consume_all(bootstrap, out, expected=7)) == sorted(
+        f"v{i}".encode() for i in range(10) if i not in big
+    )
+    dead = consume_all(bootstrap, dlq, expected=3)
+    assert sorted(int(dict(m.headers())["source.offset"]) for m in dead) == sorted(big)
+    assert {dict(m.headers())["error.type"] for m in dead} == {b"KafkaDeliveryError"}
+    assert committed(bootstrap, group, inp, 1) == {0: 10}
