@@ -66,6 +66,7 @@ def _cmd(ckpt: str | Path) -> list[str]:
 
 def _holds_lock(ckpt: str, pid: int) -> bool:
     if "://" in ckpt:
+        time.sleep(0.05)  # the harness polls every 2 ms: spare the S3 server the job uses
         lease = _read_lease(ckpt)
         return lease is not None and lease["holder"]["pid"] == pid
     try:
@@ -120,7 +121,9 @@ def test_random_kills_give_identical_output(
         env=env,
         kills=20,
         min_delay=0.05,
-        max_delay=0.6,
+        # a restart on S3 spends longer in recovery (requests to moto) before it
+        # processes records: give it time to make progress between kills
+        max_delay=0.6 if "://" not in ckpt else 1.5,
         timeout=150 if "://" not in ckpt else 400,  # moto answers slowly on a busy machine
         seed=7,
         on_kill=record_progress,

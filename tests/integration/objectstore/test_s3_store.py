@@ -297,7 +297,7 @@ def test_a_lease_that_cannot_be_renewed_is_lost_after_its_ttl(
 ) -> None:
     url = f"s3://{bucket}/jobs/cut-off"
     proxy = TcpProxy(s3_server.endpoint.removeprefix("http://"))
-    store = ObjectStore(url, storage_options={"endpoint_url": proxy.endpoint}, lease_ttl=1.5)
+    store = ObjectStore(url, storage_options={"endpoint_url": proxy.endpoint}, lease_ttl=5)
     store.lock()
     try:
         _write(store, 1)
