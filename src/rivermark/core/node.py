@@ -700,6 +700,12 @@ class Stream:
 
     __repr__ = __str__
 
+    def _ipython_display_(self) -> None:
+        """In Jupyter: a live output of the records this node passes on (``rivermark[notebook]``)."""
+        from ..observe.notebook import display_node
+
+        display_node(self)
+
     def _repr_html_(self) -> str:
         return str(self).replace("<", "&lt;").replace(">", "&gt;")
 
