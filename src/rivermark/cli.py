@@ -288,6 +288,36 @@ def run_command(ctx: click.Context, target: str, **opts: Any) -> int:
     return _do_run(target, opts)
 
 
+# ---------------------------------------------------------------- graph
+def _do_graph(target: str, fmt: str) -> int:
+    from .observe.graphtext import to_dot, to_mermaid
+
+    node = _load_node(target)
+    print(to_dot(node) if fmt == "dot" else to_mermaid(node))
+    return 0
+
+
+@cli.command("graph")
+@click.argument("target", metavar="APP.py:NAME")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["dot", "mermaid"]),
+    default="dot",
+    show_default=True,
+    help="Graphviz dot source or a Mermaid flowchart.",
+)
+@_logging_options
+def graph_command(target: str, fmt: str) -> int:
+    """Print the graph of APP.py:NAME as text (no Graphviz 'dot' program needed).
+
+    Render dot output with 'dot -Tpng -o graph.png'; Mermaid output renders in
+    GitHub markdown and many editors.
+    """
+    _setup_logging(click.get_current_context())
+    return _do_graph(target, fmt)
+
+
 # ---------------------------------------------------------------- checkpoints
 def _store(directory: str) -> Store:
     return insp.open_checkpoint_location(directory)

@@ -290,6 +290,12 @@ class Job:
         """The stable id the checkpoint stores ``node`` under."""
         return self._ids[id(node)]
 
+    def _ipython_display_(self) -> None:
+        """In Jupyter: the job's progress, refreshed while it runs (``rivermark[notebook]``)."""
+        from ..observe.notebook import display_job
+
+        display_job(self)
+
     def __repr__(self) -> str:
         return f"Job({self.store!r}, sources={len(self.sources)}, epoch={self.epoch})"
 

@@ -14,7 +14,7 @@ import hashlib
 from collections.abc import Iterable
 from typing import Any
 
-from ..errors import GraphError
+from ..errors import ConfigurationError, GraphError
 from .node import Stream
 
 __all__ = [
@@ -156,6 +156,19 @@ _DIGRAPH_KWARGS = frozenset(
 )
 
 
+def node_label(n: Stream) -> str:
+    """The label of ``n`` in pictures: its ``str`` without the outer angle brackets.
+
+    >>> from rivermark import Stream
+    >>> node_label(Stream().filter(lambda x: x))
+    'filter: <lambda>'
+    """
+    text = str(n)
+    if text.startswith("<") and text.endswith(">"):
+        text = text[1:-1]
+    return text
+
+
 def visualize(
     node: Stream, filename: str | None = "mystream.png", source_node: bool = False, **kwargs: Any
 ) -> Any:
@@ -182,7 +195,7 @@ def visualize(
     for n in topological(node):
         g.node(
             ids[id(n)],
-            label=str(n).strip("<>"),
+            label=node_label(n),
             shape=n._graphviz_shape,
             style=n._graphviz_style,
             fillcolor=n._graphviz_fillcolor,
@@ -193,7 +206,16 @@ def visualize(
         base, _, fmt = filename.rpartition(".")
         if not base:
             base, fmt = filename, "png"
-        g.render(base, format=fmt, cleanup=True)
+        try:
+            g.render(base, format=fmt, cleanup=True)
+        except graphviz.ExecutableNotFound as e:
+            raise ConfigurationError(
+                f"visualize(): writing {filename!r} needs the Graphviz 'dot' program, which is "
+                "not installed; install it (Debian/Ubuntu: apt-get install graphviz, macOS: "
+                "brew install graphviz, conda: conda install graphviz), or print the graph "
+                "without it: 'rivermark graph app.py:name --format dot|mermaid' or "
+                "rivermark.observe.graphtext.to_dot(node)"
+            ) from e
     return g
 
 

@@ -594,6 +594,15 @@ class Stream:
         self.errors_handled += 1
         policy(x, exc)
 
+    def derive_records_out(self, records_in: list[int]) -> int:
+        """Records passed on, for a node with ``_derived_out`` (read by the metrics).
+
+        ``records_in`` holds what each upstream passed on, in upstream order.
+        The default is one record out per record in, less those whose user
+        function failed.
+        """
+        return max(sum(records_in) - self.error_count, 0)
+
     def records_held(self) -> int | None:
         """Records this node holds (its backlog); None for a node that holds none.
 
@@ -698,6 +707,12 @@ class Stream:
         return f"<{head}: {', '.join(items)}>" if items else f"<{head}>"
 
     __repr__ = __str__
+
+    def _ipython_display_(self) -> None:
+        """In Jupyter: a live output of the records this node passes on (``rivermark[notebook]``)."""
+        from ..observe.notebook import display_node
+
+        display_node(self)
 
     def _repr_html_(self) -> str:
         return str(self).replace("<", "&lt;").replace(">", "&gt;")

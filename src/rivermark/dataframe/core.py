@@ -647,11 +647,12 @@ class _DataFrameMixin:
         """Rows of each batch matching the pandas ``query`` expression."""
         return Streaming.map_partitions(lambda x: x.query(expr, **kwargs), self)
 
-    def plot(self, backlog: int = 1000, **kwargs: Any) -> Any:
-        """A live hvplot of the last ``backlog`` rows (needs ``rivermark[plot]``)."""
-        from .plotting import plot
+    @property
+    def plot(self) -> Any:
+        """Live hvplot plots: ``plot(kind=..., backlog=1000)``, ``plot.line()``, ... (``rivermark[plot]``)."""
+        from .plotting import HvPlot
 
-        return plot(self, backlog=backlog, **kwargs)
+        return HvPlot(self)
 
     hvplot = plot
 
@@ -674,11 +675,12 @@ class _SeriesMixin:
         """Each batch as a one-column DataFrame."""
         return Streaming.map_partitions(lambda x: x.to_frame(), self)
 
-    def plot(self, backlog: int = 1000, **kwargs: Any) -> Any:
-        """A live hvplot of the last ``backlog`` values (needs ``rivermark[plot]``)."""
-        from .plotting import plot
+    @property
+    def plot(self) -> Any:
+        """Live hvplot plots: ``plot(kind=..., backlog=1000)``, ``plot.line()``, ... (``rivermark[plot]``)."""
+        from .plotting import HvPlot
 
-        return plot(self, backlog=backlog, **kwargs)
+        return HvPlot(self)
 
     hvplot = plot
 

@@ -162,7 +162,7 @@ class Metrics:
         if not n.downstreams:
             return 0
         if n._derived_out:
-            return max(self._in(n, outs) - n.error_count, 0)
+            return n.derive_records_out([outs.get(id(u), 0) for u in n.upstreams])
         return n.records_out
 
     def read(self) -> Snapshot:

@@ -66,6 +66,11 @@ class Zip(Stream):
 
     _graphviz_orientation = 270
     _graphviz_shape = "triangle"
+    # a tuple takes one record from every buffer: its count is derived (no
+    # counting per tuple), from the first buffer's records in and what it holds
+    _derived_out = True
+    #: records the first buffer held when its state was restored
+    _restored_held = 0
 
     def __init__(self, *upstreams: Any, maxsize: int = 10, **kwargs: Any) -> None:
         check_positive_int("zip", "maxsize", maxsize)
@@ -158,6 +163,16 @@ class Zip(Stream):
 
     def set_state(self, state: Any) -> None:
         self._buffers = [deque((v, None) for v in b) for b in state["buffers"]]
+        self._restored_held = len(self._buffers[0]) if self._buffers else 0
+
+    def derive_records_out(self, records_in: list[int]) -> int:
+        buffers = self._buffers
+        if not buffers or not records_in:
+            return 0
+        return max(records_in[0] + self._restored_held - len(buffers[0]), 0)
+
+    def records_held(self) -> int | None:
+        return sum(len(b) for b in list(self._buffers))
 
     def state_signature(self) -> str:
         lits = [i for i, _ in self.literals]

@@ -46,10 +46,7 @@ class Sink(Stream):
     >>> s.emit("a"); seen
     ['a']
     >>> class Doubled(Sink):
-    ...     def records_held(self) -> int | None:
-        return self._inflight if self._is_async else None
-
-    def update(self, x, who=None, metadata=None):
+    ...     def update(self, x, who=None, metadata=None):
     ...         seen.append(2 * x)
     >>> _ = Doubled(s)
     >>> s.emit("b"); seen
@@ -73,6 +70,9 @@ class Sink(Stream):
             self._is_async = True
         self._inflight = 0
         Stream.__init__(self, upstream, **node_kwargs)
+
+    def records_held(self) -> int | None:
+        return self._inflight if self._is_async else None
 
     def update(
         self, x: Any, who: Stream | None = None, metadata: Metadata | None = None

@@ -124,3 +124,26 @@ def test_backlog_of_a_window_and_job_figures(tmp_path: Path) -> None:
     snap2 = Metrics(job2).read()
     assert snap2.restores == 1 and snap2.restored_epoch == snap.last_checkpoint.epoch
     assert snap2.node("lines").records_out == 0
+
+
+def test_zip_counts_are_derived_and_survive_a_restore(tmp_path: Path) -> None:
+    for run, n in ((1, 7), (2, 12)):
+        source = Stream.from_iterable(list(range(n)), name="numbers")
+        odd = source.filter(lambda x: x % 2 == 1, name="odd")
+        even = source.filter(lambda x: x % 2 == 0, name="even")
+        pairs = even.zip(odd, name="pairs")
+        out = pairs.sink_to_list()
+        job = Job(source, checkpoint=tmp_path, every=None)
+        job.run()
+        snap = job.metrics.read()
+        zipped = snap.node("pairs")
+        assert zipped.records_out == snap.node(job.id_of(pairs.downstreams[0])).records_in
+        assert zipped.records_in == snap.node("odd").records_out + snap.node("even").records_out
+        assert zipped.backlog == len(pairs._buffers[0]) + len(pairs._buffers[1])
+        if run == 1:
+            # 0..6: evens 0,2,4,6 and odds 1,3,5: three pairs, one even waits
+            assert zipped.records_out == len(out) == 3 and zipped.backlog == 1
+        else:
+            # resumed at 7: the waiting 6 pairs with 7, then (8, 9), (10, 11); the
+            # counts are this run's (the list sink restored the first run's three)
+            assert out[3:] == [(6, 7), (8, 9), (10, 11)] and zipped.records_out == 3
