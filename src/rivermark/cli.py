@@ -292,7 +292,7 @@ def run_command(ctx: click.Context, target: str, **opts: Any) -> int:
 def _do_graph(target: str, fmt: str) -> int:
     from .observe.graphtext import to_dot, to_mermaid
 
-    node = _load_node(target)
+    node = load_app(target)
     print(to_dot(node) if fmt == "dot" else to_mermaid(node))
     return 0
 
