@@ -327,6 +327,9 @@ class Job:
         if loop is None or not self._running:
             return
         if runtime.in_loop_thread(loop):
+            # asked by a record's processing: no later record is emitted
+            for s in self.sources:
+                s.pause()
             assert self._wake is not None
             self._wake.set()
             return

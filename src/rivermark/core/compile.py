@@ -43,7 +43,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Codegen", "Inliner", "register_inliner", "compile_emit", "retire"]
+__all__ = ["Codegen", "Inliner", "register_inliner", "compile_emit", "compile_loop", "retire"]
 
 #: ``inliner(codegen, node, who, var) -> bool``: write the code that passes the
 #: untracked record held in the local variable ``var`` from ``who`` through
@@ -96,9 +96,14 @@ class Codegen:
     opening one belong inside it.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, loop: bool = False) -> None:
+        #: True for a loop over many records that returns the awaitables the
+        #: nodes hand back as soon as a record has produced some (a source
+        #: waits for them: backpressure); False for ``emit`` in a synchronous
+        #: graph, one record, which returns None
+        self.collect = loop
         self.lines: list[str] = []
-        self.indent = 1
+        self.indent = 2 if loop else 1
         #: True while nothing follows the current position in the function
         self.tail = True
         #: the generated function's globals
@@ -128,7 +133,23 @@ class Codegen:
         self.lines.append("    " * self.indent + text)
 
     def _stop(self) -> None:
-        self.line("    return None")
+        if self.collect:  # the next record, once this one's awaitables are handed back
+            self.line("    if _out:")
+            self.line("        return _out")
+            self.line("    continue")
+        else:
+            self.line("    return None")
+
+    def result(self, expr: str) -> str:
+        """A statement evaluating ``expr``, a call that may return awaitables (a node's push).
+
+        In a collecting function the awaitables are added to the list the
+        function returns; otherwise the value is dropped (a synchronous
+        ``emit`` outside any event loop gets none back).
+        """
+        if not self.collect:
+            return expr
+        return f"_out = {self.bind(_merge, 'merge')}(_out, {expr})"
 
     def open(self, header: str) -> None:
         """Open ``header:`` (e.g. ``if cond``); it lasts until the inliner returns."""
@@ -223,7 +244,7 @@ class Codegen:
                 self.inlined += 1
                 return
             assert len(self.lines) == before, f"{inliner!r} declined after writing code"
-        self.line(self.fallback(node, who, var))
+        self.line(self.result(self.fallback(node, who, var)))
 
     # ------------------------------------------------------------------ output
     def source(self) -> str:
@@ -235,6 +256,30 @@ class Codegen:
             "        return _self.emit(x, asynchronous, metadata)",
         ]
         return "\n".join([*head, *self.lines, "    return None", ""])
+
+    def loop_source(self) -> str:
+        head = [
+            "def run(records):",
+            "    _out = None",
+            "    for x in records:",
+            "        if not _valid:",
+            "            _out = _self._emit(x, None)",
+            "            if _out:",
+            "                return _out",
+            "            continue",
+        ]
+        tail = ["        if _out:", "            return _out", "    return None", ""]
+        return "\n".join([*head, *self.lines, *tail])
+
+
+def _merge(out: list[Any] | None, results: Any) -> list[Any] | None:
+    """Add the awaitables ``results`` (a push's return value) to ``out``."""
+    if not results:
+        return out
+    if out is None:
+        return list(results)
+    out.extend(results)
+    return out
 
 
 def compile_emit(root: Stream, general: Callable[..., Any]) -> Callable[..., Any] | None:
@@ -261,5 +306,34 @@ def compile_emit(root: Stream, general: Callable[..., Any]) -> Callable[..., Any
     fn: Callable[..., Any] = scope["emit"]
     fn.__qualname__ = f"{type(root).__name__}.emit"
     fn.__doc__ = general.__doc__
+    fn._rivermark_source = src  # type: ignore[attr-defined]
+    return fn
+
+
+def compile_loop(root: Stream) -> Callable[[Any], Any] | None:
+    """Generate ``run(records)`` passing untracked records to every downstream of ``root``.
+
+    ``records`` is an iterator; ``run`` takes records from it and runs the
+    body of :func:`compile_emit` on each, in one loop (no call per record),
+    until it is exhausted (returns None) or a record's nodes handed back
+    awaitables (asynchronous work, e.g. a full zip buffer's backpressure):
+    it then returns them at once, after that record, and the caller waits
+    for them and calls ``run`` again with the same iterator.  After
+    :func:`retire` every record goes through ``root._emit``.  The caller
+    makes sure the graph below ``root`` (not ``root`` itself) is purely
+    synchronous.
+    """
+    cg = Codegen(loop=True)
+    cg.push_down(root, "x")
+    src = cg.loop_source()
+    scope = cg.scope
+    scope.update(_self=root, _valid=True)
+    try:
+        exec(_code(src), scope)
+    except (SyntaxError, RecursionError, MemoryError) as e:  # pragma: no cover - a safety net
+        logger.debug("could not compile the push of %r: %r", root, e)
+        return None
+    fn: Callable[[Any], Any] = scope["run"]
+    fn.__qualname__ = f"{type(root).__name__}.run"
     fn._rivermark_source = src  # type: ignore[attr-defined]
     return fn

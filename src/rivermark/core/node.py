@@ -62,10 +62,16 @@ class _GraphClock:
 
 #: nodes with an ``emit`` of their own installed by ``Stream._bind_emit`` (weakly)
 _BOUND: list[weakref.ref[Stream]] = []
+#: generated loops handed out by ``Stream.record_loop`` for the current graph version
+_PUSHES: list[Callable[..., Any]] = []
 
 
 def _bump() -> None:
     _GraphClock.version += 1
+    if _PUSHES:
+        for fn in _PUSHES:
+            codegen.retire(fn)
+        _PUSHES.clear()
     if _BOUND:
         bound = list(_BOUND)
         _BOUND.clear()
@@ -397,6 +403,45 @@ class Stream:
         self._push_version = _GraphClock.version
         return push
 
+    _record_loop_version = -1
+    _record_loop_fn: Callable[[Iterator[Any]], Any] | None = None
+
+    def record_loop(self) -> Callable[[Iterator[Any]], list[Awaitable[Any]] | None]:
+        """``run(records)``: pass untracked records from an iterator to every downstream.
+
+        ``run`` takes records from the iterator until it is exhausted (then
+        returns None) or a record's processing handed back awaitables
+        (asynchronous work still running below): it returns them after that
+        record, and the caller waits for them and calls ``run`` again with
+        the same iterator.  This is how a source emits a chunk of records.
+        When every node below this one is synchronous it is the generated
+        loop of :func:`rivermark.core.compile.compile_loop` (the whole graph
+        written out inside one ``for`` loop); otherwise a loop calling
+        :meth:`_emit`.  Take it again after awaiting: a graph change retires
+        the generated loop (it then hands every record to :meth:`_emit`,
+        which is correct but slower).
+        """
+        version = _GraphClock.version
+        fn = self._record_loop_fn
+        if fn is not None and self._record_loop_version == version:
+            return fn
+        fn = functools.partial(_emit_loop, self._emit)
+        if (
+            codegen.ENABLED
+            and type(self)._emit is Stream._emit
+            and all(d._downstream_loop() is None for d in self.downstreams)
+        ):
+            generated = codegen.compile_loop(self)
+            if generated is not None:
+                _PUSHES.append(generated)
+                if _GraphClock.version != version:  # changed meanwhile (another thread)
+                    codegen.retire(generated)
+                    return fn
+                fn = generated
+        self._record_loop_fn = fn
+        self._record_loop_version = version
+        return fn
+
     def emit(self, x: Any, asynchronous: bool = False, metadata: Metadata | None = None) -> Any:
         """Push ``x`` into the stream.
 
@@ -711,6 +756,17 @@ class Stream:
 
 
 async def _done() -> None:
+    return None
+
+
+def _emit_loop(
+    emit: Callable[[Any, Metadata | None], list[Awaitable[Any]] | None], records: Iterator[Any]
+) -> list[Awaitable[Any]] | None:
+    """``Stream.record_loop`` of a graph with asynchronous nodes: one ``_emit`` per record."""
+    for x in records:
+        results = emit(x, None)
+        if results:
+            return results
     return None
 
 

@@ -92,7 +92,7 @@ def _inline_accumulate(cg: Codegen, node: Stream, who: Stream, var: str) -> bool
     s = cg.tmp("s")
     cg.line(f"{s} = {n}.state")
     # the first record of an accumulate without start: its full path
-    cg.skip_if(f"{s} is {nd}", cg.fallback(node, who, var))
+    cg.skip_if(f"{s} is {nd}", cg.result(cg.fallback(node, who, var)))
     call = f"{f}({s}, {var}, **{cg.bind(node.kwargs, 'kw')})" if node.kwargs else f"{f}({s}, {var})"
     state = cg.tmp("s")
     if node.returns_state:
@@ -119,7 +119,7 @@ def _inline_sink(cg: Codegen, node: Stream, who: Stream, var: str) -> bool:
     r = cg.tmp("r")
     cg.call_user(r, f"{f}({_call_args(cg, node, var)})", var, node, f)
     # an awaitable result: the node's own path waits for it
-    cg.when(f"{r} is not None", f"{after}({var}, {r}, None)")
+    cg.when(f"{r} is not None", cg.result(f"{after}({var}, {r}, None)"))
     return True
 
 
@@ -148,7 +148,7 @@ def _inline_partition(cg: Codegen, node: Stream, who: Stream, var: str) -> bool:
     cg.open(f"if len({buf}) >= {node.n}")
     cg.line(f"{meta} = {n}._metas[None]")
     # tracked records in the partition: the node's own flush merges their metadata
-    cg.skip_if(meta, f"{n}._flush_now(None)")
+    cg.skip_if(meta, cg.result(f"{n}._flush_now(None)"))
     cg.line(f"{out} = tuple({buf})")
     cg.line(f"{buf}.clear()")
     cg.push_down(node, out)
@@ -160,7 +160,7 @@ def _inline_sliding_window(cg: Codegen, node: Stream, who: Stream, var: str) -> 
     n = cg.bind(node, "node")
     buf, out = cg.tmp("buf"), cg.tmp()
     # a tracked record in the window: the node's own path merges its metadata
-    cg.skip_if(f"{n}._n_meta", cg.fallback(node, who, var))
+    cg.skip_if(f"{n}._n_meta", cg.result(cg.fallback(node, who, var)))
     cg.line(f"{buf} = {n}._buffer")
     cg.line(f"{buf}.append({var})")
     # ``_meta`` holds one entry per record still held: all but the oldest of a
@@ -189,7 +189,7 @@ def _inline_zip(cg: Codegen, node: Stream, who: Stream, var: str) -> bool:
         return False
     index = 0 if ups[0] is who else 1
     n = cg.bind(node, "node")
-    fallback = cg.fallback(node, who, var)
+    fallback = cg.result(cg.fallback(node, who, var))
     buf, other, y, meta, out = cg.tmp("buf"), cg.tmp("other"), cg.tmp(), cg.tmp("m"), cg.tmp()
     # one unpacking for both buffers; a node whose buffers are not two any
     # more (they are replaced by set_state) takes its own path
@@ -209,7 +209,7 @@ def _inline_zip(cg: Codegen, node: Stream, who: Stream, var: str) -> bool:
     cg.skip_if(f"{n}._waiters", fallback)
     cg.line(f"{y}, {meta} = {other}.popleft()")
     cg.line(f"{out} = ({var}, {y})" if index == 0 else f"{out} = ({y}, {var})")
-    cg.skip_if(meta, f"{cg.bind(emit_tracked, 'tracked')}({n}, {out}, {meta})")
+    cg.skip_if(meta, cg.result(f"{cg.bind(emit_tracked, 'tracked')}({n}, {out}, {meta})"))
     cg.push_down(node, out)
     return True
 
