@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from . import asyncops as asyncops
 from . import compiled as compiled
-from . import fused as fused
 from . import joins as joins
 from . import stateful as stateful
 from . import timing as timing

@@ -53,9 +53,16 @@ def _inline_pass(cg: Codegen, node: Stream, who: Stream, var: str) -> bool:
     return True
 
 
+def _live(cg: Codegen, node: Stream, attr: str) -> str:
+    """A local variable holding ``node.<attr>`` read now (configuration that may be replaced)."""
+    v = cg.tmp("f")
+    cg.line(f"{v} = {cg.bind(node, 'node')}.{attr}")
+    return v
+
+
 def _inline_map(cg: Codegen, node: Stream, who: Stream, var: str) -> bool:
     assert isinstance(node, Map)
-    f = cg.bind(node.func, "f")
+    f = _live(cg, node, "func")
     y = cg.tmp()
     cg.call_user(y, f"{f}({_call_args(cg, node, var)})", var, node, f)
     cg.push_down(node, y)
@@ -64,7 +71,7 @@ def _inline_map(cg: Codegen, node: Stream, who: Stream, var: str) -> bool:
 
 def _inline_filter(cg: Codegen, node: Stream, who: Stream, var: str) -> bool:
     assert isinstance(node, Filter)
-    p = cg.bind(node.predicate, "f")
+    p = _live(cg, node, "predicate")
     k = cg.tmp("k")
     cg.call_user(k, f"{p}({_call_args(cg, node, var)})", var, node, p)
     cg.only_if(f"not {k}" if node._invert else k)
@@ -87,12 +94,12 @@ def _inline_pluck(cg: Codegen, node: Stream, who: Stream, var: str) -> bool:
 def _inline_accumulate(cg: Codegen, node: Stream, who: Stream, var: str) -> bool:
     assert isinstance(node, Accumulate)
     n = cg.bind(node, "node")
-    f = cg.bind(node.func, "f")
     nd = cg.bind(no_default, "nodefault")
     s = cg.tmp("s")
     cg.line(f"{s} = {n}.state")
     # the first record of an accumulate without start: its full path
     cg.skip_if(f"{s} is {nd}", cg.result(cg.fallback(node, who, var)))
+    f = _live(cg, node, "func")
     call = f"{f}({s}, {var}, **{cg.bind(node.kwargs, 'kw')})" if node.kwargs else f"{f}({s}, {var})"
     state = cg.tmp("s")
     if node.returns_state:
@@ -114,7 +121,7 @@ def _inline_sink(cg: Codegen, node: Stream, who: Stream, var: str) -> bool:
     assert isinstance(node, Sink)
     if node._is_async:
         return False
-    f = cg.bind(node.func, "f")
+    f = _live(cg, node, "func")
     after = cg.bind(node._after_call, "after")
     r = cg.tmp("r")
     cg.call_user(r, f"{f}({_call_args(cg, node, var)})", var, node, f)
@@ -145,7 +152,7 @@ def _inline_partition(cg: Codegen, node: Stream, who: Stream, var: str) -> bool:
     cg.line(f"    {buf} = {n}._buffers[None] = []")
     cg.line(f"    {n}._metas[None] = []")
     cg.line(f"{buf}.append({var})")
-    cg.open(f"if len({buf}) >= {node.n}")
+    cg.open(f"if len({buf}) >= {n}.n")
     cg.line(f"{meta} = {n}._metas[None]")
     # tracked records in the partition: the node's own flush merges their metadata
     cg.skip_if(meta, cg.result(f"{n}._flush_now(None)"))
@@ -199,7 +206,7 @@ def _inline_zip(cg: Codegen, node: Stream, who: Stream, var: str) -> bool:
     # takes the node's own path, which applies backpressure)
     cg.skip_if(
         buf,
-        f"if len({buf}) < {node.maxsize}:",
+        f"if len({buf}) < {n}.maxsize:",
         f"    {buf}.append(({var}, None))",
         "else:",
         f"    {fallback}",
