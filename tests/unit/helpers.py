@@ -6,8 +6,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from rivermark import RefCounter
-from rivermark.core import compile as codegen
 from rivermark.core.node import _bump
+from rivermark.fastpath import codegen
 
 
 class StrictRef(RefCounter):

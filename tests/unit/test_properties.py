@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rivermark import Stream, UserFunctionError
-from rivermark.core import compile as codegen
+from rivermark.fastpath import codegen
 
 from .helpers import StrictRef, node_by_node
 

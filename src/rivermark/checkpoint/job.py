@@ -41,8 +41,8 @@ from ..core.timeutil import parse_interval
 from ..errors import ConfigurationError, NodeFailedError
 from ..sinks.base import CheckpointedSink
 from ..sources.base import Source
-from ..testing.faults import fault_point
 from .errors import CheckpointCorruptError, CheckpointMismatchError, JobFailedError
+from .faults import fault_point
 from .manifest import Manifest
 from .store import LocalDirectoryStore, Store
 

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..errors import ConfigurationError
-from ..testing.faults import fault_point
 from .errors import CheckpointCorruptError, CheckpointLockedError
+from .faults import fault_point
 from .manifest import FORMAT_VERSION, Manifest, sha256_of
 
 logger = logging.getLogger(__name__)

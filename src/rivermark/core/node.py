@@ -23,8 +23,9 @@ from types import MethodType
 from typing import Any, ClassVar, TypeVar
 
 from ..errors import ConfigurationError, NodeFailedError, UserFunctionError
-from . import compile as codegen
-from . import fusion, runtime
+from ..fastpath import codegen
+from ..fastpath import push as fusion
+from . import runtime
 from .refs import Metadata, release_refs, retain_refs
 
 logger = logging.getLogger(__name__)
@@ -453,7 +454,7 @@ class Stream:
         record, and the caller waits for them and calls ``run`` again with
         the same iterator.  This is how a source emits a chunk of records.
         When every node below this one is synchronous it is the generated
-        loop of :func:`rivermark.core.compile.compile_loop` (the whole graph
+        loop of :func:`rivermark.fastpath.codegen.compile_loop` (the whole graph
         written out inside one ``for`` loop); otherwise a loop calling
         :meth:`_emit`.  Take it again after awaiting: a graph change retires
         the generated loop (it then hands every record to :meth:`_emit`,
@@ -531,7 +532,7 @@ class Stream:
 
         For a purely synchronous graph below a node whose class keeps
         ``Stream.emit`` and that was not created with ``asynchronous=True``,
-        the generated function of :mod:`rivermark.core.compile` (one call
+        the generated function of :mod:`rivermark.fastpath.codegen` (one call
         per record for the whole graph).  Otherwise the ordinary bound
         method.  It is set as an instance attribute, which attribute lookup
         finds before the class's ``emit``, and taken back by the next graph

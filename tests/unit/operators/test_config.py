@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from rivermark import ConfigurationError, Stream
-from rivermark.core import compile as codegen
+from rivermark.fastpath import codegen
 
 from ..helpers import node_by_node
 

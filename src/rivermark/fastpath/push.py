@@ -9,7 +9,7 @@ whenever any graph changes shape, so they never outlive a
 
 This is the node-by-node path: each operator's ``update`` is the only
 definition of its per-record behaviour.  The generated code of
-:mod:`rivermark.core.compile` is the fast path over the same operators; for
+:mod:`rivermark.fastpath.codegen` is the fast path over the same operators; for
 a node or a record it does not write out, it calls the node's push from
 here.
 """
@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .node import Stream
+    from ..core.node import Stream
 
 __all__ = ["Push", "build_push", "fan_out", "own_update"]
 

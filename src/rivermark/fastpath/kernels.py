@@ -1,6 +1,6 @@
-"""Inliners: the common nodes written out inside a generated ``emit``.
+"""Kernels: the per-record step of the common operators, written out in generated code.
 
-See :mod:`rivermark.core.compile`.  Each inliner writes, for an untracked
+See :mod:`rivermark.fastpath.codegen`.  Each inliner writes, for an untracked
 record, the statements the node's ``update`` would run, reading and
 writing the node's state on the node itself at every record (never a
 container bound at compile time, since ``set_state`` may replace it).
@@ -15,14 +15,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.compile import Codegen, register_inliner
 from ..core.node import Stream
 from ..core.refs import Metadata, release_refs
+from ..operators.joins import Union, Zip
+from ..operators.stateful import Accumulate, no_default
+from ..operators.transform import Filter, Map, Pluck, Remove
+from ..operators.windows import Partition, SlidingWindow
 from ..sinks.basic import Sink, SinkToList
-from .joins import Union, Zip
-from .stateful import Accumulate, no_default
-from .transform import Filter, Map, Pluck, Remove
-from .windows import Partition, SlidingWindow
+from .codegen import Codegen, register_inliner
 
 __all__: list[str] = []
 

@@ -1,30 +1,35 @@
-"""Compiling the synchronous graph below a node into one generated ``emit``.
+"""Writing the synchronous graph below a node out as one generated function.
 
-The fused pushes of :mod:`rivermark.core.fusion` still cost one Python call
+The node-by-node path (:mod:`rivermark.fastpath.push`) costs one Python call
 per node and record.  For a purely synchronous graph, :func:`compile_emit`
-writes the source code of one function that does, for an untracked record
-(``metadata`` is None), what the chain of pushes below the node would do,
-with the bodies of the common nodes written out in place: one ``try`` per
-user function (so each node keeps its own error policy and ``error_count``),
-the node's state read from and written back to the node itself at every
-record (so ``get_state()`` between two emits, and ``set_state`` replacing a
-node's containers, see and act on exactly what the unfused path would).
+writes the source code of one function, ``emit(x)``, that does for an
+untracked record (``metadata`` is None) what the nodes' ``update`` methods
+would do, with the per-record step of the common nodes written out in place
+(their kernels, :mod:`rivermark.fastpath.kernels`): one ``try`` per user
+function (so each node keeps its own error policy and ``error_count``), the
+node's state read from and written back to the node itself at every record
+(so ``get_state()`` between two records, and ``set_state`` replacing a
+node's containers, see and act on exactly what ``update`` would), and the
+node's live configuration (``func``, ``predicate``, ``n``, ``maxsize``)
+read from the node at every record.  :func:`compile_loop` writes the same
+body inside a ``for`` loop over many records: the function a source runs
+over a chunk.
 
-A node class takes part by registering an *inliner* (exact classes only, as
-for fusers; a node whose instance overrides ``update`` is never inlined).
-Everything else, and every record whose node is not in its simple state (a
-tracked record parked in a window, a full zip buffer, ...), goes through the
-node's fused push, which is the node's full ``update`` path.
+A node class takes part by registering a kernel (exact classes only; a node
+whose instance overrides ``update`` is never written out).  Everything else,
+and every record whose node is not in its simple state (a tracked record
+parked in a window, a full zip buffer, ...), goes through the node's push,
+i.e. its own ``update``.
 
 Every generated function has its own globals, which hold the objects it
-uses (nodes, user functions, error handlers: a global costs nothing per
-call, whereas every closure variable is copied into the frame on every
-call) and a validity flag ``_valid``.  The node installs the function as
-its ``emit`` and, on the next change of any graph's shape, takes it back
-and clears the flag (:func:`retire`); from then on the function hands every
-call to the node's current ``emit``, so it never runs a graph that has
-changed (``connect``/``disconnect``/``destroy``).  Records with metadata
-and ``asynchronous=True`` calls always take the general path.
+uses (nodes, error handlers: a global costs nothing per call, whereas every
+closure variable is copied into the frame on every call) and a validity
+flag ``_valid``.  On the next change of any graph's shape the node takes
+the function back and the flag is cleared (:func:`retire`); from then on
+the function hands every record to the node's current path, so it never
+runs a graph that has changed (``connect``/``disconnect``/``destroy``).
+Records with metadata and ``asynchronous=True`` calls always take the
+general path.
 """
 
 from __future__ import annotations
@@ -36,10 +41,10 @@ from collections.abc import Callable
 from types import CodeType
 from typing import TYPE_CHECKING, Any
 
-from . import fusion
+from . import push as fusion
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .node import Stream
+    from ..core.node import Stream
 
 logger = logging.getLogger(__name__)
 
