@@ -6,9 +6,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from rivermark import RefCounter
-from rivermark.core import compile as codegen
-from rivermark.core import fusion
 from rivermark.core.node import _bump
+from rivermark.fastpath import codegen
 
 
 class StrictRef(RefCounter):
@@ -30,14 +29,11 @@ class StrictRef(RefCounter):
 
 @contextmanager
 def node_by_node() -> Iterator[None]:
-    """Graphs built and run inside take the node-by-node path (no generated code, no fusers)."""
-    saved = dict(fusion._FUSERS)
-    fusion._FUSERS.clear()
+    """Graphs built and run inside take the node-by-node path (no generated code)."""
     codegen.ENABLED = False
     _bump()
     try:
         yield
     finally:
-        fusion._FUSERS.update(saved)
         codegen.ENABLED = True
         _bump()

@@ -59,7 +59,6 @@ from ..observe.prometheus import MetricsServer
 from ..observe.ui import UiServer
 from ..sinks.base import CheckpointedSink, StartOverSink
 from ..sources.base import Source
-from ..testing.faults import fault_point
 from .errors import (
     CheckpointCorruptError,
     CheckpointLockedError,
@@ -69,6 +68,7 @@ from .errors import (
     NoValidCheckpointError,
     UnaccountedOutputError,
 )
+from .faults import fault_point
 from .manifest import Manifest
 from .store import Store, open_store
 
@@ -487,6 +487,9 @@ class Job:
         if loop is None or not self._running:
             return
         if runtime.in_loop_thread(loop):
+            # asked by a record's processing: no later record is emitted
+            for s in self.sources:
+                s.pause()
             assert self._wake is not None
             self._wake.set()
             return

@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..errors import ConfigurationError, RivermarkError
-from ..testing.faults import fault_error, fault_point
 from .errors import (
     CheckpointCorruptError,
     CheckpointError,
@@ -39,6 +38,7 @@ from .errors import (
     ManifestError,
     ManifestFormatError,
 )
+from .faults import fault_error, fault_point
 from .manifest import FORMAT_VERSION, Manifest, sha256_of
 
 logger = logging.getLogger(__name__)

@@ -23,8 +23,9 @@ from types import MethodType
 from typing import Any, ClassVar, TypeVar
 
 from ..errors import ConfigurationError, NodeFailedError, UserFunctionError
-from . import compile as codegen
-from . import counting, fusion, runtime
+from ..fastpath import codegen
+from ..fastpath import push as fusion
+from . import counting, runtime
 from .origin import describe_origin
 from .refs import Metadata, release_refs, retain_refs
 
@@ -37,6 +38,7 @@ __all__ = [
     "check_callable",
     "check_positive_int",
     "is_coroutine_function",
+    "Fixed",
 ]
 
 F = TypeVar("F")
@@ -63,10 +65,16 @@ class _GraphClock:
 
 #: nodes with an ``emit`` of their own installed by ``Stream._bind_emit`` (weakly)
 _BOUND: list[weakref.ref[Stream]] = []
+#: generated loops handed out by ``Stream.record_loop`` for the current graph version
+_PUSHES: list[Callable[..., Any]] = []
 
 
 def _bump() -> None:
     _GraphClock.version += 1
+    if _PUSHES:
+        for fn in _PUSHES:
+            codegen.retire(fn)
+        _PUSHES.clear()
     if _BOUND:
         bound = list(_BOUND)
         _BOUND.clear()
@@ -100,6 +108,43 @@ def _check_policy(policy: Any) -> None:
     raise ConfigurationError(
         f"on_error must be 'raise', 'skip' or a callable(record, exception), got {policy!r}"
     )
+
+
+class Fixed:
+    """An operator's configuration attribute that is fixed at construction.
+
+    Configuration that decides *how* a node processes records (extra
+    arguments of the user function, a key, a window length that sizes a
+    container) is set once, in ``__init__``; assigning it afterwards raises
+    :class:`ConfigurationError` instead of taking effect on one execution
+    path and not on another.  The value lives in the attribute ``_<name>``,
+    which ``__init__`` sets and the node's own code reads directly (a plain
+    attribute, as fast as any).  Configuration that is read on every record (``func``,
+    ``predicate``, ``n`` of ``partition``, ``maxsize`` of ``zip``) is a
+    plain attribute instead: assigning it takes effect on every path from
+    the next record on.
+
+    >>> s = Stream(); m = s.map(lambda x, k: x + k, 1)
+    >>> m.args = (2,)
+    Traceback (most recent call last):
+    rivermark.errors.ConfigurationError: Map.args is fixed when the node is created (got (2,)); build a new node with the new value instead
+    """
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+        self.slot = "_" + name
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        if obj is None:
+            return self
+        return getattr(obj, self.slot)
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        # ``__init__`` sets ``_<name>``; the public name is read-only
+        raise ConfigurationError(
+            f"{obj._display_name()}.{self.name} is fixed when the node is created "
+            f"(got {value!r}); build a new node with the new value instead"
+        )
 
 
 class Stream:
@@ -410,6 +455,45 @@ class Stream:
         self._push_version = _GraphClock.version
         return push
 
+    _record_loop_version = -1
+    _record_loop_fn: Callable[[Iterator[Any]], Any] | None = None
+
+    def record_loop(self) -> Callable[[Iterator[Any]], list[Awaitable[Any]] | None]:
+        """``run(records)``: pass untracked records from an iterator to every downstream.
+
+        ``run`` takes records from the iterator until it is exhausted (then
+        returns None) or a record's processing handed back awaitables
+        (asynchronous work still running below): it returns them after that
+        record, and the caller waits for them and calls ``run`` again with
+        the same iterator.  This is how a source emits a chunk of records.
+        When every node below this one is synchronous it is the generated
+        loop of :func:`rivermark.fastpath.codegen.compile_loop` (the whole graph
+        written out inside one ``for`` loop); otherwise a loop calling
+        :meth:`_emit`.  Take it again after awaiting: a graph change retires
+        the generated loop (it then hands every record to :meth:`_emit`,
+        which is correct but slower).
+        """
+        version = _GraphClock.version
+        fn = self._record_loop_fn
+        if fn is not None and self._record_loop_version == version:
+            return fn
+        fn = functools.partial(_emit_loop, self._emit)
+        if (
+            codegen.ENABLED
+            and type(self)._emit is Stream._emit
+            and all(d._downstream_loop() is None for d in self.downstreams)
+        ):
+            generated = codegen.compile_loop(self)
+            if generated is not None:
+                _PUSHES.append(generated)
+                if _GraphClock.version != version:  # changed meanwhile (another thread)
+                    codegen.retire(generated)
+                    return fn
+                fn = generated
+        self._record_loop_fn = fn
+        self._record_loop_version = version
+        return fn
+
     def emit(self, x: Any, asynchronous: bool = False, metadata: Metadata | None = None) -> Any:
         """Push ``x`` into the stream.
 
@@ -461,7 +545,7 @@ class Stream:
 
         For a purely synchronous graph below a node whose class keeps
         ``Stream.emit`` and that was not created with ``asynchronous=True``,
-        the generated function of :mod:`rivermark.core.compile` (one call
+        the generated function of :mod:`rivermark.fastpath.codegen` (one call
         per record for the whole graph).  Otherwise the ordinary bound
         method.  It is set as an instance attribute, which attribute lookup
         finds before the class's ``emit``, and taken back by the next graph
@@ -757,6 +841,17 @@ class Stream:
 
 
 async def _done() -> None:
+    return None
+
+
+def _emit_loop(
+    emit: Callable[[Any, Metadata | None], list[Awaitable[Any]] | None], records: Iterator[Any]
+) -> list[Awaitable[Any]] | None:
+    """``Stream.record_loop`` of a graph with asynchronous nodes: one ``_emit`` per record."""
+    for x in records:
+        results = emit(x, None)
+        if results:
+            return results
     return None
 
 

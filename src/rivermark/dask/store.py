@@ -40,11 +40,11 @@ from pathlib import Path
 from typing import Any
 
 from ..checkpoint.errors import CheckpointCorruptError, CheckpointLockedError
+from ..checkpoint.faults import fault_point
 from ..checkpoint.manifest import FORMAT_VERSION, Manifest, sha256_of
 from ..checkpoint.store import Store
 from ..core import runtime
 from ..errors import ConfigurationError
-from ..testing.faults import fault_point
 from .errors import DaskConnectionError
 
 logger = logging.getLogger(__name__)

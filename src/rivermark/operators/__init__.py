@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+# the operators' kernels for the generated code (registered once the operators exist)
+from ..fastpath import kernels as kernels
 from . import asyncops as asyncops
-from . import compiled as compiled
-from . import fused as fused
 from . import joins as joins
 from . import stateful as stateful
 from . import timing as timing

@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Awaitable, Iterable
 from typing import Any
 
-from ..core.node import Stream, check_positive_int
+from ..core.node import Fixed, Stream, check_positive_int
 from ..core.refs import Metadata, merge_metadata, release_refs
 from ..errors import ConfigurationError, GraphError
 
@@ -71,11 +71,12 @@ class Zip(Stream):
     _derived_out = True
     #: records the first buffer held when its state was restored
     _restored_held = 0
+    literals = Fixed()
 
     def __init__(self, *upstreams: Any, maxsize: int = 10, **kwargs: Any) -> None:
         check_positive_int("zip", "maxsize", maxsize)
         self.maxsize = maxsize
-        self.literals = [(i, v) for i, v in enumerate(upstreams) if not isinstance(v, Stream)]
+        self._literals = [(i, v) for i, v in enumerate(upstreams) if not isinstance(v, Stream)]
         streams = [u for u in upstreams if isinstance(u, Stream)]
         if not streams:
             raise ConfigurationError(
@@ -87,7 +88,7 @@ class Zip(Stream):
         Stream.__init__(self, upstreams=streams, **kwargs)
 
     def _pack(self, values: list[Any]) -> tuple[Any, ...]:
-        for i, v in self.literals:
+        for i, v in self._literals:
             values.insert(i, v)
         return tuple(values)
 
@@ -132,7 +133,7 @@ class Zip(Stream):
                 if not w.done():
                     w.set_result(None)
         values = [h[0] for h in heads]
-        out = self._pack(values) if self.literals else tuple(values)
+        out = self._pack(values) if self._literals else tuple(values)
         meta = merge_metadata(h[1] for h in heads)
         try:
             results = self._emit(out, meta)
@@ -175,7 +176,7 @@ class Zip(Stream):
         return sum(len(b) for b in list(self._buffers))
 
     def state_signature(self) -> str:
-        lits = [i for i, _ in self.literals]
+        lits = [i for i, _ in self._literals]
         return f"Zip(upstreams={len(self._buffers)}, literals_at={lits}, maxsize={self.maxsize})"
 
 

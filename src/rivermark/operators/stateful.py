@@ -13,8 +13,7 @@ from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ..core.fusion import Push, register_fuser
-from ..core.node import Stream, check_callable, check_positive_int, identity
+from ..core.node import Fixed, Stream, check_callable, check_positive_int, identity
 from ..core.refs import Metadata, merge_metadata
 from ..errors import ConfigurationError
 
@@ -73,6 +72,9 @@ class Accumulate(Stream):
 
     _graphviz_shape = "box"
     _state_attrs = ("state",)
+    returns_state = Fixed()
+    with_state = Fixed()
+    kwargs = Fixed()
 
     def __init__(
         self,
@@ -85,10 +87,10 @@ class Accumulate(Stream):
         check_callable("accumulate", "func", func)
         self.func = func
         self.state = start
-        self.returns_state = returns_state
-        self.with_state = bool(kwargs.pop("with_state", False))
+        self._returns_state = returns_state
+        self._with_state = bool(kwargs.pop("with_state", False))
         node_kwargs = _node_kwargs(kwargs)
-        self.kwargs = kwargs
+        self._kwargs = kwargs
         Stream.__init__(self, upstream, **node_kwargs)
 
     def update(
@@ -96,10 +98,10 @@ class Accumulate(Stream):
     ) -> Results:
         if self.state is no_default:
             self.state = x
-            return self._emit((x, x) if self.with_state else x, metadata)
+            return self._emit((x, x) if self._with_state else x, metadata)
         try:
-            result = self.func(self.state, x, **self.kwargs)
-            if self.returns_state:
+            result = self.func(self.state, x, **self._kwargs)
+            if self._returns_state:
                 state, result = result
             else:
                 state = result
@@ -107,7 +109,7 @@ class Accumulate(Stream):
             self._user_error(x, e, self.func)
             return None
         self.state = state
-        return self._emit((state, result) if self.with_state else result, metadata)
+        return self._emit((state, result) if self._with_state else result, metadata)
 
     def state_signature(self) -> str:
         return (
@@ -368,31 +370,3 @@ class Collect(Stream):
 
     def state_signature(self) -> str:
         return f"Collect(maxlen={self.cache.maxlen})"
-
-
-# ---------------------------------------------------------------------- fused fast path
-def _fuse_accumulate(node: Stream, who: Stream, nxt: Push) -> Push:
-    assert isinstance(node, Accumulate)
-    if node.returns_state or node.with_state or node.kwargs:
-        update = node.update
-        return lambda x, metadata: update(x, who, metadata)
-    func, on_err = node.func, node._user_error
-    acc = node
-
-    def push(x: Any, metadata: Any) -> Any:
-        state = acc.state
-        if state is no_default:
-            acc.state = x
-            return nxt(x, metadata)
-        try:
-            state = func(state, x)
-        except Exception as e:
-            on_err(x, e, func)
-            return None
-        acc.state = state
-        return nxt(state, metadata)
-
-    return push
-
-
-register_fuser(Accumulate, _fuse_accumulate)

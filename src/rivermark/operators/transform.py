@@ -12,8 +12,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ..core.fusion import Push, register_fuser
-from ..core.node import Stream, check_callable
+from ..core.node import Fixed, Stream, check_callable
 from ..core.refs import Metadata
 
 logger = logging.getLogger(__name__)
@@ -29,9 +28,14 @@ class Map(Stream):
     >>> L = s.map(lambda x, k: x * k, 10).sink_to_list()
     >>> s.emit(1); s.emit(2); L
     [10, 20]
+
+    ``func`` may be replaced at any time (it takes effect from the next
+    record); ``args`` and ``kwargs`` are fixed at creation.
     """
 
     _derived_out = True
+    args = Fixed()
+    kwargs = Fixed()
 
     def __init__(
         self, upstream: Stream, func: Callable[..., Any], *args: Any, **kwargs: Any
@@ -41,15 +45,15 @@ class Map(Stream):
         stream_name = kwargs.pop("stream_name", None)
         name = kwargs.pop("name", None)
         on_error = kwargs.pop("on_error", None)
-        self.kwargs = kwargs
-        self.args = args
+        self._kwargs = kwargs
+        self._args = args
         Stream.__init__(self, upstream, stream_name=stream_name, name=name, on_error=on_error)
 
     def update(
         self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
     ) -> list[Awaitable[Any]] | None:
         try:
-            y = self.func(x, *self.args, **self.kwargs)
+            y = self.func(x, *self._args, **self._kwargs)
         except Exception as e:
             self._user_error(x, e, self.func)
             return None
@@ -70,7 +74,7 @@ class Starmap(Map):
         self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
     ) -> list[Awaitable[Any]] | None:
         try:
-            y = self.func(*x, *self.args, **self.kwargs)
+            y = self.func(*x, *self._args, **self._kwargs)
         except Exception as e:
             self._user_error(x, e, self.func)
             return None
@@ -107,6 +111,8 @@ class Filter(Stream):
     """
 
     _invert = False
+    args = Fixed()
+    kwargs = Fixed()
 
     def __init__(
         self, upstream: Stream, predicate: Callable[..., Any] | None, *args: Any, **kwargs: Any
@@ -116,15 +122,15 @@ class Filter(Stream):
         check_callable(type(self).__name__.lower(), "predicate", predicate)
         self.predicate = predicate
         node_kwargs = _node_kwargs(kwargs)
-        self.args = args
-        self.kwargs = kwargs
+        self._args = args
+        self._kwargs = kwargs
         Stream.__init__(self, upstream, **node_kwargs)
 
     def update(
         self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
     ) -> list[Awaitable[Any]] | None:
         try:
-            keep = self.predicate(x, *self.args, **self.kwargs)
+            keep = self.predicate(x, *self._args, **self._kwargs)
         except Exception as e:
             self._user_error(x, e, self.predicate)
             return None
@@ -170,9 +176,10 @@ class Pluck(Stream):
     _derived_out = True
 
     str_list = ["pick"]
+    pick = Fixed()
 
     def __init__(self, upstream: Stream, pick: Any, **kwargs: Any) -> None:
-        self.pick = pick
+        self._pick = pick
         self._many = isinstance(pick, list)
         Stream.__init__(self, upstream, **kwargs)
 
@@ -181,9 +188,9 @@ class Pluck(Stream):
     ) -> list[Awaitable[Any]] | None:
         try:
             if self._many:
-                y: Any = tuple([x[i] for i in self.pick])
+                y: Any = tuple([x[i] for i in self._pick])
             else:
-                y = x[self.pick]
+                y = x[self._pick]
         except Exception as e:
             self._user_error(x, e, f"pluck({self.pick!r})")
             return None
@@ -237,72 +244,3 @@ class Flatten(Stream):
 
 
 Stream.register_api(attribute_name="concat")(Flatten)
-
-
-# ---------------------------------------------------------------------- fused fast paths
-def _fuse_filter(node: Stream, who: Stream, nxt: Push) -> Push:
-    assert isinstance(node, Filter)
-    pred, args, kwargs, on_err = node.predicate, node.args, node.kwargs, node._user_error
-    keep_if = not node._invert
-    if args or kwargs:
-
-        def push_args(x: Any, metadata: Any) -> Any:
-            try:
-                keep = pred(x, *args, **kwargs)
-            except Exception as e:
-                on_err(x, e, pred)
-                return None
-            if bool(keep) is keep_if:
-                return nxt(x, metadata)
-            return None
-
-        return push_args
-
-    if keep_if:
-
-        def push(x: Any, metadata: Any) -> Any:
-            try:
-                keep = pred(x)
-            except Exception as e:
-                on_err(x, e, pred)
-                return None
-            if keep:
-                return nxt(x, metadata)
-            return None
-
-        return push
-
-    def push_not(x: Any, metadata: Any) -> Any:
-        try:
-            drop = pred(x)
-        except Exception as e:
-            on_err(x, e, pred)
-            return None
-        if drop:
-            return None
-        return nxt(x, metadata)
-
-    return push_not
-
-
-def _fuse_pluck(node: Stream, who: Stream, nxt: Push) -> Push:
-    assert isinstance(node, Pluck)
-    update = node.update
-    if node._many:
-        return lambda x, metadata: update(x, who, metadata)
-    pick, on_err = node.pick, node._user_error
-
-    def push(x: Any, metadata: Any) -> Any:
-        try:
-            y = x[pick]
-        except Exception as e:
-            on_err(x, e, f"pluck({pick!r})")
-            return None
-        return nxt(y, metadata)
-
-    return push
-
-
-register_fuser(Filter, _fuse_filter)
-register_fuser(Remove, _fuse_filter)
-register_fuser(Pluck, _fuse_pluck)

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Hashable
 from typing import Any
 
 from ..core import runtime
-from ..core.node import Stream, check_positive_int, identity
+from ..core.node import Fixed, Stream, check_positive_int, identity
 from ..core.refs import Metadata, merge_metadata, release_refs
 from ..errors import ConfigurationError
 
@@ -56,6 +56,9 @@ class Partition(Stream):
 
     _graphviz_shape = "diamond"
 
+    key = Fixed()
+    timeout = Fixed()
+
     def __init__(
         self,
         upstream: Stream,
@@ -73,8 +76,8 @@ class Partition(Stream):
                 "pass e.g. timeout=1.5, or None to emit only full partitions"
             )
         self.n = n
-        self.timeout = timeout
-        self.key = key
+        self._timeout = timeout
+        self._key = key
         self._buffers: dict[Any, list[Any]] = {}
         self._metas: dict[Any, list[dict[str, Any]]] = {}
         self._timers: dict[Any, asyncio.TimerHandle] = {}
@@ -85,7 +88,7 @@ class Partition(Stream):
         Stream.__init__(self, upstream, **kwargs)
 
     def _get_key(self, x: Any) -> Any:
-        k = self.key
+        k = self._key
         if k is None:
             return None
         if callable(k):
@@ -103,14 +106,14 @@ class Partition(Stream):
         try:
             k = self._get_key(x)
         except Exception as e:
-            self._user_error(x, e, self.key)
+            self._user_error(x, e, self._key)
             return None
         buf = self._buffers.get(k)
         if buf is None:
             try:
                 buf = self._buffers[k] = []
             except TypeError as e:  # unhashable key
-                self._user_error(x, e, self.key)
+                self._user_error(x, e, self._key)
                 return None
             self._metas[k] = []
         buf.append(x)
@@ -122,7 +125,7 @@ class Partition(Stream):
             if timer is not None:
                 timer.cancel()
             return self._flush_now(k)
-        if self.timeout is not None and k not in self._timers:
+        if self._timeout is not None and k not in self._timers:
             self._arm(k)
         return None
 
@@ -143,16 +146,16 @@ class Partition(Stream):
     # ------------------------------------------------------------------ timeout
     def _arm(self, k: Any) -> None:
         loop = self.loop
-        assert self.timeout is not None
+        assert self._timeout is not None
         if runtime.in_loop_thread(loop):
-            self._timers[k] = loop.call_later(self.timeout, self._on_timeout, k)
+            self._timers[k] = loop.call_later(self._timeout, self._on_timeout, k)
         else:  # called from another thread: arm it on the loop
             loop.call_soon_threadsafe(self._arm_if_pending, k)
 
     def _arm_if_pending(self, k: Any) -> None:
         if k in self._buffers and k not in self._timers:
-            assert self.timeout is not None
-            self._timers[k] = self.loop.call_later(self.timeout, self._on_timeout, k)
+            assert self._timeout is not None
+            self._timers[k] = self.loop.call_later(self._timeout, self._on_timeout, k)
 
     def _on_timeout(self, k: Any) -> None:
         self._timers.pop(k, None)
@@ -193,13 +196,13 @@ class Partition(Stream):
         self._timers.clear()
         self._buffers = {k: list(v) for k, v in state["buffers"]}
         self._metas = {k: [] for k in self._buffers}
-        if self.timeout is not None:
+        if self._timeout is not None:
             # restored partial partitions get a fresh timeout (timers are not state)
             for k in self._buffers:
                 self.loop.call_soon_threadsafe(self._arm_if_pending, k)
 
     def state_signature(self) -> str:
-        return f"Partition(n={self.n}, timeout={self.timeout}, key={_key_name(self.key)})"
+        return f"Partition(n={self.n}, timeout={self._timeout}, key={_key_name(self._key)})"
 
 
 @Stream.register_api(attribute_name="partition_unique")
@@ -314,15 +317,17 @@ class SlidingWindow(Stream):
     """
 
     _graphviz_shape = "diamond"
+    n = Fixed()  # sizes the window's deque
+    partial = Fixed()
 
     def __init__(
         self, upstream: Stream, n: int, return_partial: bool = True, **kwargs: Any
     ) -> None:
         check_positive_int("sliding_window", "n", n)
-        self.n = n
-        self.partial = bool(return_partial)
+        self._n = n
+        self._partial = bool(return_partial)
         # with partial windows it passes on one window per record (derived count)
-        self._derived_out = self.partial
+        self._derived_out = self._partial
         self._buffer: deque[Any] = deque(maxlen=n)
         # metadata of the records still held (the oldest value may already be released)
         self._meta: deque[Metadata | None] = deque()
@@ -338,8 +343,8 @@ class SlidingWindow(Stream):
             self._retain_refs(metadata)
             self._n_meta += 1
         self._meta.append(metadata)
-        full = len(buf) == self.n
-        if not (full or self.partial):
+        full = len(buf) == self._n
+        if not (full or self._partial):
             return None
         meta = merge_metadata(self._meta) if self._n_meta else None
         try:
@@ -363,11 +368,11 @@ class SlidingWindow(Stream):
         return {"buffer": list(self._buffer)}
 
     def set_state(self, state: Any) -> None:
-        self._buffer = deque(state["buffer"], maxlen=self.n)
+        self._buffer = deque(state["buffer"], maxlen=self._n)
         # the oldest of a full window was already released when it was emitted
-        held = len(self._buffer) - (1 if len(self._buffer) == self.n else 0)
+        held = len(self._buffer) - (1 if len(self._buffer) == self._n else 0)
         self._meta = deque([None] * held)
         self._n_meta = 0
 
     def state_signature(self) -> str:
-        return f"SlidingWindow(n={self.n}, return_partial={self.partial})"
+        return f"SlidingWindow(n={self._n}, return_partial={self._partial})"

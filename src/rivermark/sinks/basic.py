@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
 from ..core import runtime
-from ..core.node import Stream, _bump, check_callable, is_coroutine_function
+from ..core.node import Fixed, Stream, _bump, check_callable, is_coroutine_function
 from ..core.refs import Metadata, release_refs, retain_refs
 
 __all__ = ["Sink", "SinkToList"]
@@ -54,6 +54,8 @@ class Sink(Stream):
     """
 
     _graphviz_shape: ClassVar[str] = "trapezium"
+    args = Fixed()
+    kwargs = Fixed()
 
     def __init__(
         self, upstream: Stream, func: Callable[..., Any] | None = None, *args: Any, **kwargs: Any
@@ -62,8 +64,8 @@ class Sink(Stream):
             check_callable("sink", "func", func)
         self.func: Callable[..., Any] = func if func is not None else _no_call
         node_kwargs = {k: kwargs.pop(k) for k in _NODE_KWARGS if k in kwargs}
-        self.args = args
-        self.kwargs = kwargs
+        self._args = args
+        self._kwargs = kwargs
         # A coroutine function makes this an asynchronous node: emits then run
         # on the event loop and wait for the awaitable (backpressure).
         if func is not None and is_coroutine_function(func):
@@ -78,7 +80,7 @@ class Sink(Stream):
         self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
     ) -> list[Awaitable[Any]] | None:
         try:
-            r = self.func(x, *self.args, **self.kwargs)
+            r = self.func(x, *self._args, **self._kwargs)
         except Exception as e:
             self._user_error(x, e, self.func)
             return None

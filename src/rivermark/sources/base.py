@@ -1,13 +1,22 @@
 """The source contract: how a source emits, pauses at a barrier, and resumes.
 
 A source is a node without upstreams that produces records on the event loop.
-Subclasses implement :meth:`Source.run` (an ``async`` loop) and pass every
-record through :meth:`Source._emit_record`, which
+Subclasses implement :meth:`Source.run` (an ``async`` loop) and pass their
+records through :meth:`Source._emit_chunk` (a list of records at a time, the
+fast path) or :meth:`Source._emit_record` (one record).  Both
 
-* waits while a checkpoint barrier holds the source paused,
-* emits the record and awaits all asynchronous work downstream
+* wait while a checkpoint barrier holds the source paused,
+* emit the records and await all asynchronous work downstream
   (backpressure), and only then
-* moves the source's position past the record.
+* move the source's position past the records.
+
+``_emit_chunk`` runs the graph's synchronous push (the generated function
+of :meth:`Stream.record_loop`) over the records and gives the
+event loop a turn every :data:`TIME_SLICE` seconds, so that a barrier or a
+stop waits for at most about one record's processing time, however large
+the chunk (liveness).  A barrier can only run while the source is not
+inside that loop (it runs on the same event loop), so it sees the position
+moved past exactly the records that were fully processed.
 
 Position: ``position()`` always names the *next* record the source would
 emit (for a file, the byte offset just after the last emitted record; for an
@@ -23,6 +32,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Callable
+from itertools import islice
+from operator import length_hint
 from typing import Any, ClassVar
 
 from ..core import runtime
@@ -31,7 +44,13 @@ from ..core.refs import Metadata
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Source"]
+__all__ = ["Source", "TIME_SLICE"]
+
+#: a source gives the event loop a turn after running records for this long (seconds)
+TIME_SLICE = 0.005
+#: records run between two looks at the clock: adapted so that a run takes about this long
+_STEP_TARGET = TIME_SLICE / 5
+_MAX_STEP = 4096
 
 
 class Source(Stream):
@@ -137,6 +156,81 @@ class Source(Stream):
         return type(self).__name__
 
     # ---------------------------------------------------------------- emitting
+    _step = 1
+    #: the iterator over the chunk being emitted, while ``_emit_chunk`` runs
+    _chunk_it: Any = None
+    #: records of that chunk not yet taken when ``stop()`` cut it short (None: not cut)
+    _chunk_cut: int | None = None
+
+    async def _emit_chunk(self, records: list[Any], advance: Callable[[int], None]) -> int:
+        """Emit ``records`` in order; return how many were fully processed.
+
+        Calls ``advance(k)`` once, before returning or raising, with the number
+        ``k`` of records fully processed (their downstream work finished), so
+        the source moves its position past exactly those.  Returns early
+        (``k < len(records)``) when the time slice is used up or a pause or
+        stop was requested while it waited for downstream work: the caller
+        passes the rest again (``records[k:]``), after checking ``stopped``.
+        The event loop gets a turn before this returns.
+        """
+        if self._pause_requested:
+            await self._wait_resumed()
+        total = len(records)
+        if self.stopped or not total:
+            return 0
+        it = iter(records)
+        done = 0
+        interrupted = False
+        self._emitting = True
+        self._chunk_it, self._chunk_cut = it, None
+        try:
+            run = self.record_loop()
+            deadline = time.perf_counter() + TIME_SLICE
+            while True:
+                step = self._step
+                t0 = time.perf_counter()
+                part = islice(it, step)
+                while True:
+                    results = run(part)
+                    if not results:
+                        break
+                    # backpressure: wait for the asynchronous work below
+                    await runtime.gather_results(results)
+                    run = self.record_loop()  # the graph may have changed meanwhile
+                    if self._pause_requested or self.stopped:
+                        interrupted = True
+                        break
+                done = total - length_hint(it)
+                if self._chunk_cut is not None:  # stop() was called by a record's processing
+                    done = total - self._chunk_cut
+                    break
+                if interrupted or done >= total:
+                    break
+                t1 = time.perf_counter()
+                took = t1 - t0
+                if took < _STEP_TARGET / 2:
+                    self._step = min(step * 2, _MAX_STEP)
+                elif took > _STEP_TARGET * 2 and step > 1:
+                    self._step = step // 2
+                if t1 >= deadline:
+                    break
+        except BaseException as e:
+            # the record that raised (or was cancelled while its downstream work
+            # ran) may have left part of its effects in the graph: the position
+            # stays before it, and after an error no checkpoint may follow
+            if isinstance(e, Exception) and self.failure is None:
+                self.failure = e
+            left = length_hint(it) if self._chunk_cut is None else self._chunk_cut
+            done = max(0, total - left - 1)
+            raise
+        finally:
+            self._chunk_it = None
+            self.emitted += done
+            advance(done)
+            self._emitting = False
+        await asyncio.sleep(0)
+        return done
+
     async def _emit_record(
         self, x: Any, next_position: Any = None, metadata: Metadata | None = None
     ) -> None:
@@ -167,8 +261,23 @@ class Source(Stream):
             await self._resume.wait()
 
     # ---------------------------------------------------------------- barrier
+    def _cut_chunk(self) -> None:
+        """End the chunk being emitted after the record at hand (on the loop thread).
+
+        Called by :meth:`pause` and :meth:`stop` when a record's processing
+        (or a task running while the chunk waits for backpressure) asks for
+        them: the record being processed is finished, no later record of the
+        chunk is emitted.  The chunk's list iterator is run to its end, so the
+        loop of :meth:`_emit_chunk` costs no check per record.
+        """
+        it = self._chunk_it
+        if it is not None and self._chunk_cut is None:
+            self._chunk_cut = length_hint(it)
+            it.__setstate__(1 << 62)
+
     def pause(self) -> None:
         """Hold the source before its next emit (call on the loop thread)."""
+        self._cut_chunk()
         self._pause_requested = True
         if self._resume is None:
             self._resume = asyncio.Event()
@@ -241,6 +350,7 @@ class Source(Stream):
             return
         loop = task.get_loop()
         if runtime.in_loop_thread(loop):
+            self._cut_chunk()
             if not self._emitting:
                 task.cancel()
         else:

@@ -6,6 +6,7 @@ import asyncio
 import glob
 import logging
 import os
+from collections.abc import Callable
 from typing import IO, Any
 
 from .._fileid import tail_digest
@@ -31,7 +32,9 @@ class FromTextfile(Source):
     delimiter has arrived.  ``from_end=True`` skips what the file holds when
     the source is created.  ``stop_at_eof=True`` (a rivermark addition) ends
     the source at the end of the file instead of waiting for more lines, so
-    a job over a finished file exits when it has read it.
+    a job over a finished file exits when it has read it; a last line
+    without a delimiter is then emitted as it is (without one), as the
+    final record.
 
     Position: the byte offset just *after* the last emitted record, i.e. where
     the next record starts (:attr:`offset`).  The source is replayable:
@@ -188,28 +191,45 @@ class FromTextfile(Source):
     async def run(self) -> None:
         self._raw = raw = self._open()
         delim = self.delimiter.encode(self.encoding)
-        offset = self._position or 0
+        encoding = self.encoding
         pending = b""
         while not self.stopped:
             chunk = raw.read(_CHUNK)
             if not chunk:
                 if self.stop_at_eof:
+                    if pending:
+                        # the last line has no delimiter: at the end of the file it is whole
+                        await self._emit_lines([pending.decode(encoding)], [len(pending)])
                     break
                 await asyncio.sleep(self.poll_interval)
                 continue
             pending += chunk
-            start = 0
-            while not self.stopped:
-                i = pending.find(delim, start)
-                if i < 0:
-                    break
-                end = i + len(delim)
-                offset += end - start
-                record = pending[start:end].decode(self.encoding)
-                start = end
-                await self._emit_record(record, next_position=offset)
-            pending = pending[start:]
-            await asyncio.sleep(0)
+            parts = pending.split(delim)
+            pending = parts.pop()
+            if not parts:
+                continue
+            if self.delimiter == "\n" and encoding.replace("-", "").lower() == "utf8":
+                lines = [p.decode() + "\n" for p in parts]
+            else:
+                lines = [(p + delim).decode(encoding) for p in parts]
+            await self._emit_lines(lines, [len(p) + len(delim) for p in parts])
+            if self.stopped:
+                break
+
+    async def _emit_lines(self, lines: list[str], sizes: list[int]) -> None:
+        """Emit ``lines`` (whose byte sizes are ``sizes``); the position follows each chunk."""
+
+        def advance(k: int) -> None:
+            self._position = (self._position or 0) + (sum(sizes[:k]) if k < len(sizes) else total)
+
+        total = sum(sizes)
+        while lines and not self.stopped:
+            done = await self._emit_chunk(lines, advance)
+            if done < len(lines):
+                lines, sizes = lines[done:], sizes[done:]
+                total = sum(sizes)
+            else:
+                return
 
     def close(self) -> None:
         raw, self._raw = self._raw, None
@@ -287,17 +307,19 @@ class Filenames(Source):
             )
         self.seen = set(position)
 
-    async def _emit_name(self, fn: str) -> None:
-        # the position moves past ``fn`` only once it has been emitted
-        await self._emit_record(fn)
-        self.seen.add(fn)
+    def _seen_first(self, names: list[str]) -> Callable[[int], None]:
+        def advance(k: int) -> None:
+            self.seen.update(names[:k])
+
+        return advance
 
     async def run(self) -> None:
         while not self.stopped:
-            for fn in sorted(set(glob.glob(self.path)) - self.seen):
-                if self.stopped:
-                    break
-                await self._emit_name(fn)
+            names = sorted(set(glob.glob(self.path)) - self.seen)
+            while names and not self.stopped:
+                # the position moves past a name only once it has been processed
+                done = await self._emit_chunk(names, self._seen_first(names))
+                names = names[done:]
             if self.stopped:
                 break
             await asyncio.sleep(self.poll_interval)

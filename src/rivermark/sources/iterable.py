@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
+import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ..core.node import Stream
 from ..errors import ConfigurationError
-from .base import Source
+from .base import TIME_SLICE, Source
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["FromIterable"]
 
-#: yield to the event loop after this many records emitted without waiting
-_YIELD_EVERY = 32
+#: most items read ahead of the emit (the chunk grows up to this while items come fast)
+_MAX_CHUNK = 1024
 
 
 @Stream.register_api(staticmethod, attribute_name="from_iterable")
@@ -51,6 +51,8 @@ class FromIterable(Source):
         self._iterable = iterable
         self.replayable = it is not iterable  # type: ignore[misc]
         self._iterator: Iterator[Any] | None = None if self.replayable else it
+        #: items taken from a one-shot iterator but not emitted yet (a stop came first)
+        self._pending: list[Any] = []
         super().__init__(**kwargs)
         self._position = 0
 
@@ -63,25 +65,34 @@ class FromIterable(Source):
             )
         self._position = position
 
+    def _advance(self, k: int) -> None:
+        self._position = (self._position or 0) + k
+
     async def run(self) -> None:
         index = self._position or 0
         if self.replayable:
             it: Iterator[Any] = itertools.islice(iter(self._iterable), index, None)
+            chunk: list[Any] = []
         else:
             assert self._iterator is not None
             it = self._iterator
-        unyielded = 0
+            chunk, self._pending = self._pending, []
+        size = 16
         while not self.stopped:
-            try:
-                x = next(it)
-            except StopIteration:
-                break
-            index += 1
-            await self._emit_record(x, next_position=index)
-            unyielded += 1
-            if unyielded >= _YIELD_EVERY:
-                unyielded = 0
-                await asyncio.sleep(0)
+            if not chunk:
+                # read ahead while items come fast; a slow iterator is read a few at a time
+                t0 = time.perf_counter()
+                chunk = list(itertools.islice(it, size))
+                if not chunk:
+                    break
+                if time.perf_counter() - t0 < TIME_SLICE / 4:
+                    size = min(size * 2, _MAX_CHUNK)
+                else:
+                    size = max(size // 2, 1)
+            done = await self._emit_chunk(chunk, self._advance)
+            chunk = chunk[done:] if done < len(chunk) else []
+        if chunk and not self.replayable:
+            self._pending = chunk  # a one-shot iterator: emitted by the next run
 
     def state_signature(self) -> str:
         return "FromIterable()"

@@ -1,84 +1,17 @@
-"""Fault points: places where a test can make the process kill itself.
+"""Fault points for crash tests (the public name of :mod:`rivermark.checkpoint.faults`).
 
-``fault_point(name)`` does nothing unless the environment variable
-``RIVERMARK_FAULT`` equals ``name`` (or ``name:N``: the N-th time the point
-is reached).  Then the process sends itself SIGKILL, so no ``finally`` block,
-``atexit`` hook or buffered write runs: the same as ``kill -9``.
+The points live in the checkpoint package, which passes them; tests and
+apps import them from here.
 
-The variable is read once at import; when it is unset a point costs one
-dictionary lookup.
-
-``fault_error(name)`` is the other kind of point: when
-``RIVERMARK_FAULT_ERROR`` is ``name:ERRNO`` (an errno name such as
-``ENOSPC`` or ``EACCES``), it raises that ``OSError`` there, as the file
-system would (for a disk that fills up where a small tmpfs cannot be
-mounted).  The one point of this kind, ``checkpoint-write``, sits in
-``LocalDirectoryStore.write_checkpoint`` after the checkpoint's directory
-was created and before its first state file is written.
-
->>> fault_point("after-manifest")  # RIVERMARK_FAULT is unset: nothing happens
+>>> from rivermark.testing.faults import FAULT_POINTS
+>>> FAULT_POINTS[0]
+'after-state-files'
 """
 
 from __future__ import annotations
 
-import errno
-import logging
-import os
-import signal
-
-logger = logging.getLogger(__name__)
+from ..checkpoint.faults import FAULT_POINTS as FAULT_POINTS
+from ..checkpoint.faults import fault_error as fault_error
+from ..checkpoint.faults import fault_point as fault_point
 
 __all__ = ["fault_point", "fault_error", "FAULT_POINTS"]
-
-#: the points the checkpoint protocol passes, in order
-FAULT_POINTS: tuple[str, ...] = (
-    "after-state-files",
-    "after-manifest",
-    "after-sink-commit",
-    "before-resume",
-)
-
-
-def _parse(value: str | None) -> dict[str, int]:
-    if not value:
-        return {}
-    name, _, nth = value.partition(":")
-    return {name: int(nth) if nth else 1}
-
-
-_armed: dict[str, int] = _parse(os.environ.get("RIVERMARK_FAULT"))
-_reached: dict[str, int] = {}
-
-
-def fault_point(name: str) -> None:
-    """Kill this process with SIGKILL if ``RIVERMARK_FAULT`` names this point."""
-    nth = _armed.get(name)
-    if nth is None:
-        return
-    count = _reached.get(name, 0) + 1
-    _reached[name] = count
-    if count >= nth:
-        logger.warning("fault point %r reached (%d): killing the process", name, count)
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _parse_error(value: str | None) -> tuple[str, int] | None:
-    if not value:
-        return None
-    name, _, code = value.partition(":")
-    number = getattr(errno, code or "EIO", None)
-    if not isinstance(number, int):
-        raise ValueError(f"RIVERMARK_FAULT_ERROR: unknown errno name {code!r}; use e.g. ENOSPC")
-    return name, number
-
-
-_armed_error = _parse_error(os.environ.get("RIVERMARK_FAULT_ERROR"))
-
-
-def fault_error(name: str) -> None:
-    """Raise ``OSError`` if ``RIVERMARK_FAULT_ERROR`` names this point (see module docs)."""
-    if _armed_error is None or _armed_error[0] != name:
-        return
-    number = _armed_error[1]
-    logger.warning("fault point %r reached: raising %s", name, errno.errorcode[number])
-    raise OSError(number, os.strerror(number))

@@ -170,5 +170,34 @@ def test_from_textfile_stop_at_eof_finishes(tmp_path):
         await asyncio.wait_for(source.wait_finished(), 5)
 
     asyncio.run(main())
-    assert out == ["a\n", "b\n"]
-    assert source.offset == 4
+    # the last line has no newline: at the end of the file it is emitted as it is
+    assert out == ["a\n", "b\n", "partial"]
+    assert source.offset == len(b"a\nb\npartial")
+
+
+def test_from_textfile_stop_at_eof_resume_after_last_line_emits_nothing_more(tmp_path):
+    path = tmp_path / "in.txt"
+    path.write_text("a\nlast")
+    first = Stream.from_textfile(str(path), stop_at_eof=True)
+    out = first.sink_to_list()
+    first.start()
+    wait_for(lambda: first.finished)
+    second = Stream.from_textfile(str(path), stop_at_eof=True)
+    rest = second.sink_to_list()
+    second.seek(first.position())
+    second.start()
+    wait_for(lambda: second.finished)
+    assert (out, rest) == (["a\n", "last"], [])
+
+
+def test_from_textfile_large_file_keeps_order_and_position(tmp_path):
+    # many chunks of the read buffer, lines crossing chunk boundaries, no final newline
+    lines = [f"{i:07d}" * (1 + i % 13) for i in range(30_000)]
+    path = tmp_path / "in.txt"
+    path.write_text("\n".join(lines))
+    source = Stream.from_textfile(str(path), stop_at_eof=True)
+    out = source.sink_to_list()
+    source.start()
+    wait_for(lambda: source.finished)
+    assert out == [x + "\n" for x in lines[:-1]] + [lines[-1]]
+    assert source.offset == path.stat().st_size

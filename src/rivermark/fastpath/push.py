@@ -1,15 +1,17 @@
-"""Fusing chains of synchronous nodes into direct function calls.
+"""The push functions that carry a record from a node to its downstreams.
 
-Unfused, a record crosses each node as ``update`` -> user function ->
-``_emit`` -> next ``update``.  A node class can register a *fuser*: a factory
-that, given the node, the upstream that feeds it and the already-built push
-function of its downstreams, returns ``push(x, metadata)`` doing the node's
-work and calling the next push directly.  ``Stream._emit`` builds these
-functions lazily and rebuilds them whenever any graph changes shape, so a
-fused path never outlives a ``connect``/``disconnect``/``destroy``.
+A node passes a record on with ``_emit``, which calls one *push* function
+per downstream: ``push(x, metadata)`` is ``downstream.update(x, who,
+metadata)`` (:func:`build_push`), merged over several downstreams by
+:func:`fan_out`.  ``Stream._emit`` builds these lazily and rebuilds them
+whenever any graph changes shape, so they never outlive a
+``connect``/``disconnect``/``destroy``.
 
-Fusers apply to exact classes only: a user subclass that overrides
-``update`` always goes through its own ``update``.
+This is the node-by-node path: each operator's ``update`` is the only
+definition of its per-record behaviour.  The generated code of
+:mod:`rivermark.fastpath.codegen` is the fast path over the same operators; for
+a node or a record it does not write out, it calls the node's push from
+here.
 """
 
 from __future__ import annotations
@@ -18,26 +20,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .node import Stream
+    from ..core.node import Stream
 
-__all__ = ["Push", "Fuser", "register_fuser", "build_push", "fan_out", "own_update"]
+__all__ = ["Push", "build_push", "fan_out", "own_update"]
 
 Push = Callable[[Any, Any], Any]
-Fuser = Callable[["Stream", "Stream", Push], Push]
-
-_FUSERS: dict[type, Fuser] = {}
-
-
-def register_fuser(cls: type, fuser: Fuser) -> None:
-    """Use ``fuser`` for nodes whose type is exactly ``cls``."""
-    _FUSERS[cls] = fuser
 
 
 def build_push(node: Stream, who: Stream) -> Push:
     """A function equivalent to ``node.update(x, who, metadata)``."""
-    fuser = _FUSERS.get(type(node))
-    if fuser is not None and own_update(node):
-        return fuser(node, who, node._downstream_push())
     update = node.update
 
     def push(x: Any, metadata: Any) -> Any:

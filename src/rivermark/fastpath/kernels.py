@@ -1,6 +1,6 @@
-"""Inliners: the common nodes written out inside a generated ``emit``.
+"""Kernels: the per-record step of the common operators, written out in generated code.
 
-See :mod:`rivermark.core.compile`.  Each inliner writes, for an untracked
+See :mod:`rivermark.fastpath.codegen`.  Each inliner writes, for an untracked
 record, the statements the node's ``update`` would run, reading and
 writing the node's state on the node itself at every record (never a
 container bound at compile time, since ``set_state`` may replace it).
@@ -15,14 +15,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.compile import Codegen, register_inliner
 from ..core.node import Stream
 from ..core.refs import Metadata, release_refs
+from ..operators.joins import Union, Zip
+from ..operators.stateful import Accumulate, no_default
+from ..operators.transform import Filter, Map, Pluck, Remove
+from ..operators.windows import Partition, SlidingWindow
 from ..sinks.basic import Sink, SinkToList
-from .joins import Union, Zip
-from .stateful import Accumulate, no_default
-from .transform import Filter, Map, Pluck, Remove
-from .windows import Partition, SlidingWindow
+from .codegen import Codegen, register_inliner
 
 __all__: list[str] = []
 
@@ -53,9 +53,16 @@ def _inline_pass(cg: Codegen, node: Stream, who: Stream, var: str) -> bool:
     return True
 
 
+def _live(cg: Codegen, node: Stream, attr: str) -> str:
+    """A local variable holding ``node.<attr>`` read now (configuration that may be replaced)."""
+    v = cg.tmp("f")
+    cg.line(f"{v} = {cg.bind(node, 'node')}.{attr}")
+    return v
+
+
 def _inline_map(cg: Codegen, node: Stream, who: Stream, var: str) -> bool:
     assert isinstance(node, Map)
-    f = cg.bind(node.func, "f")
+    f = _live(cg, node, "func")
     y = cg.tmp()
     cg.call_user(y, f"{f}({_call_args(cg, node, var)})", var, node, f)
     cg.push_down(node, y)
@@ -64,7 +71,7 @@ def _inline_map(cg: Codegen, node: Stream, who: Stream, var: str) -> bool:
 
 def _inline_filter(cg: Codegen, node: Stream, who: Stream, var: str) -> bool:
     assert isinstance(node, Filter)
-    p = cg.bind(node.predicate, "f")
+    p = _live(cg, node, "predicate")
     k = cg.tmp("k")
     cg.call_user(k, f"{p}({_call_args(cg, node, var)})", var, node, p)
     cg.only_if(f"not {k}" if node._invert else k)
@@ -87,12 +94,12 @@ def _inline_pluck(cg: Codegen, node: Stream, who: Stream, var: str) -> bool:
 def _inline_accumulate(cg: Codegen, node: Stream, who: Stream, var: str) -> bool:
     assert isinstance(node, Accumulate)
     n = cg.bind(node, "node")
-    f = cg.bind(node.func, "f")
     nd = cg.bind(no_default, "nodefault")
     s = cg.tmp("s")
     cg.line(f"{s} = {n}.state")
     # the first record of an accumulate without start: its full path
-    cg.skip_if(f"{s} is {nd}", cg.fallback(node, who, var))
+    cg.skip_if(f"{s} is {nd}", cg.result(cg.fallback(node, who, var)))
+    f = _live(cg, node, "func")
     call = f"{f}({s}, {var}, **{cg.bind(node.kwargs, 'kw')})" if node.kwargs else f"{f}({s}, {var})"
     state = cg.tmp("s")
     if node.returns_state:
@@ -114,12 +121,12 @@ def _inline_sink(cg: Codegen, node: Stream, who: Stream, var: str) -> bool:
     assert isinstance(node, Sink)
     if node._is_async:
         return False
-    f = cg.bind(node.func, "f")
+    f = _live(cg, node, "func")
     after = cg.bind(node._after_call, "after")
     r = cg.tmp("r")
     cg.call_user(r, f"{f}({_call_args(cg, node, var)})", var, node, f)
     # an awaitable result: the node's own path waits for it
-    cg.when(f"{r} is not None", f"{after}({var}, {r}, None)")
+    cg.when(f"{r} is not None", cg.result(f"{after}({var}, {r}, None)"))
     return True
 
 
@@ -145,10 +152,10 @@ def _inline_partition(cg: Codegen, node: Stream, who: Stream, var: str) -> bool:
     cg.line(f"    {buf} = {n}._buffers[None] = []")
     cg.line(f"    {n}._metas[None] = []")
     cg.line(f"{buf}.append({var})")
-    cg.open(f"if len({buf}) >= {node.n}")
+    cg.open(f"if len({buf}) >= {n}.n")
     cg.line(f"{meta} = {n}._metas[None]")
     # tracked records in the partition: the node's own flush merges their metadata
-    cg.skip_if(meta, f"{n}._flush_now(None)")
+    cg.skip_if(meta, cg.result(f"{n}._flush_now(None)"))
     cg.line(f"{out} = tuple({buf})")
     cg.line(f"{buf}.clear()")
     cg.push_down(node, out)
@@ -160,7 +167,7 @@ def _inline_sliding_window(cg: Codegen, node: Stream, who: Stream, var: str) -> 
     n = cg.bind(node, "node")
     buf, out = cg.tmp("buf"), cg.tmp()
     # a tracked record in the window: the node's own path merges its metadata
-    cg.skip_if(f"{n}._n_meta", cg.fallback(node, who, var))
+    cg.skip_if(f"{n}._n_meta", cg.result(cg.fallback(node, who, var)))
     cg.line(f"{buf} = {n}._buffer")
     cg.line(f"{buf}.append({var})")
     # ``_meta`` holds one entry per record still held: all but the oldest of a
@@ -189,7 +196,7 @@ def _inline_zip(cg: Codegen, node: Stream, who: Stream, var: str) -> bool:
         return False
     index = 0 if ups[0] is who else 1
     n = cg.bind(node, "node")
-    fallback = cg.fallback(node, who, var)
+    fallback = cg.result(cg.fallback(node, who, var))
     buf, other, y, meta, out = cg.tmp("buf"), cg.tmp("other"), cg.tmp(), cg.tmp("m"), cg.tmp()
     # one unpacking for both buffers; a node whose buffers are not two any
     # more (they are replaced by set_state) takes its own path
@@ -199,7 +206,7 @@ def _inline_zip(cg: Codegen, node: Stream, who: Stream, var: str) -> bool:
     # takes the node's own path, which applies backpressure)
     cg.skip_if(
         buf,
-        f"if len({buf}) < {node.maxsize}:",
+        f"if len({buf}) < {n}.maxsize:",
         f"    {buf}.append(({var}, None))",
         "else:",
         f"    {fallback}",
@@ -209,7 +216,7 @@ def _inline_zip(cg: Codegen, node: Stream, who: Stream, var: str) -> bool:
     cg.skip_if(f"{n}._waiters", fallback)
     cg.line(f"{y}, {meta} = {other}.popleft()")
     cg.line(f"{out} = ({var}, {y})" if index == 0 else f"{out} = ({y}, {var})")
-    cg.skip_if(meta, f"{cg.bind(emit_tracked, 'tracked')}({n}, {out}, {meta})")
+    cg.skip_if(meta, cg.result(f"{cg.bind(emit_tracked, 'tracked')}({n}, {out}, {meta})"))
     cg.push_down(node, out)
     return True
 

@@ -1,30 +1,35 @@
-"""Compiling the synchronous graph below a node into one generated ``emit``.
+"""Writing the synchronous graph below a node out as one generated function.
 
-The fused pushes of :mod:`rivermark.core.fusion` still cost one Python call
+The node-by-node path (:mod:`rivermark.fastpath.push`) costs one Python call
 per node and record.  For a purely synchronous graph, :func:`compile_emit`
-writes the source code of one function that does, for an untracked record
-(``metadata`` is None), what the chain of pushes below the node would do,
-with the bodies of the common nodes written out in place: one ``try`` per
-user function (so each node keeps its own error policy and ``error_count``),
-the node's state read from and written back to the node itself at every
-record (so ``get_state()`` between two emits, and ``set_state`` replacing a
-node's containers, see and act on exactly what the unfused path would).
+writes the source code of one function, ``emit(x)``, that does for an
+untracked record (``metadata`` is None) what the nodes' ``update`` methods
+would do, with the per-record step of the common nodes written out in place
+(their kernels, :mod:`rivermark.fastpath.kernels`): one ``try`` per user
+function (so each node keeps its own error policy and ``error_count``), the
+node's state read from and written back to the node itself at every record
+(so ``get_state()`` between two records, and ``set_state`` replacing a
+node's containers, see and act on exactly what ``update`` would), and the
+node's live configuration (``func``, ``predicate``, ``n``, ``maxsize``)
+read from the node at every record.  :func:`compile_loop` writes the same
+body inside a ``for`` loop over many records: the function a source runs
+over a chunk.
 
-A node class takes part by registering an *inliner* (exact classes only, as
-for fusers; a node whose instance overrides ``update`` is never inlined).
-Everything else, and every record whose node is not in its simple state (a
-tracked record parked in a window, a full zip buffer, ...), goes through the
-node's fused push, which is the node's full ``update`` path.
+A node class takes part by registering a kernel (exact classes only; a node
+whose instance overrides ``update`` is never written out).  Everything else,
+and every record whose node is not in its simple state (a tracked record
+parked in a window, a full zip buffer, ...), goes through the node's push,
+i.e. its own ``update``.
 
 Every generated function has its own globals, which hold the objects it
-uses (nodes, user functions, error handlers: a global costs nothing per
-call, whereas every closure variable is copied into the frame on every
-call) and a validity flag ``_valid``.  The node installs the function as
-its ``emit`` and, on the next change of any graph's shape, takes it back
-and clears the flag (:func:`retire`); from then on the function hands every
-call to the node's current ``emit``, so it never runs a graph that has
-changed (``connect``/``disconnect``/``destroy``).  Records with metadata
-and ``asynchronous=True`` calls always take the general path.
+uses (nodes, error handlers: a global costs nothing per call, whereas every
+closure variable is copied into the frame on every call) and a validity
+flag ``_valid``.  On the next change of any graph's shape the node takes
+the function back and the flag is cleared (:func:`retire`); from then on
+the function hands every record to the node's current path, so it never
+runs a graph that has changed (``connect``/``disconnect``/``destroy``).
+Records with metadata and ``asynchronous=True`` calls always take the
+general path.
 """
 
 from __future__ import annotations
@@ -36,14 +41,15 @@ from collections.abc import Callable
 from types import CodeType
 from typing import TYPE_CHECKING, Any
 
-from . import counting, fusion
+from ..core import counting
+from . import push as fusion
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .node import Stream
+    from ..core.node import Stream
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Codegen", "Inliner", "register_inliner", "compile_emit", "retire"]
+__all__ = ["Codegen", "Inliner", "register_inliner", "compile_emit", "compile_loop", "retire"]
 
 #: ``inliner(codegen, node, who, var) -> bool``: write the code that passes the
 #: untracked record held in the local variable ``var`` from ``who`` through
@@ -96,9 +102,14 @@ class Codegen:
     opening one belong inside it.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, loop: bool = False) -> None:
+        #: True for a loop over many records that returns the awaitables the
+        #: nodes hand back as soon as a record has produced some (a source
+        #: waits for them: backpressure); False for ``emit`` in a synchronous
+        #: graph, one record, which returns None
+        self.collect = loop
         self.lines: list[str] = []
-        self.indent = 1
+        self.indent = 2 if loop else 1
         #: True while nothing follows the current position in the function
         self.tail = True
         #: the generated function's globals
@@ -128,7 +139,23 @@ class Codegen:
         self.lines.append("    " * self.indent + text)
 
     def _stop(self) -> None:
-        self.line("    return None")
+        if self.collect:  # the next record, once this one's awaitables are handed back
+            self.line("    if _out:")
+            self.line("        return _out")
+            self.line("    continue")
+        else:
+            self.line("    return None")
+
+    def result(self, expr: str) -> str:
+        """A statement evaluating ``expr``, a call that may return awaitables (a node's push).
+
+        In a collecting function the awaitables are added to the list the
+        function returns; otherwise the value is dropped (a synchronous
+        ``emit`` outside any event loop gets none back).
+        """
+        if not self.collect:
+            return expr
+        return f"_out = {self.bind(_merge, 'merge')}(_out, {expr})"
 
     def open(self, header: str) -> None:
         """Open ``header:`` (e.g. ``if cond``); it lasts until the inliner returns."""
@@ -226,7 +253,7 @@ class Codegen:
                 self.inlined += 1
                 return
             assert len(self.lines) == before, f"{inliner!r} declined after writing code"
-        self.line(self.fallback(node, who, var))
+        self.line(self.result(self.fallback(node, who, var)))
 
     # ------------------------------------------------------------------ output
     def source(self) -> str:
@@ -238,6 +265,30 @@ class Codegen:
             "        return _self.emit(x, asynchronous, metadata)",
         ]
         return "\n".join([*head, *self.lines, "    return None", ""])
+
+    def loop_source(self) -> str:
+        head = [
+            "def run(records):",
+            "    _out = None",
+            "    for x in records:",
+            "        if not _valid:",
+            "            _out = _self._emit(x, None)",
+            "            if _out:",
+            "                return _out",
+            "            continue",
+        ]
+        tail = ["        if _out:", "            return _out", "    return None", ""]
+        return "\n".join([*head, *self.lines, *tail])
+
+
+def _merge(out: list[Any] | None, results: Any) -> list[Any] | None:
+    """Add the awaitables ``results`` (a push's return value) to ``out``."""
+    if not results:
+        return out
+    if out is None:
+        return list(results)
+    out.extend(results)
+    return out
 
 
 def compile_emit(root: Stream, general: Callable[..., Any]) -> Callable[..., Any] | None:
@@ -264,5 +315,34 @@ def compile_emit(root: Stream, general: Callable[..., Any]) -> Callable[..., Any
     fn: Callable[..., Any] = scope["emit"]
     fn.__qualname__ = f"{type(root).__name__}.emit"
     fn.__doc__ = general.__doc__
+    fn._rivermark_source = src  # type: ignore[attr-defined]
+    return fn
+
+
+def compile_loop(root: Stream) -> Callable[[Any], Any] | None:
+    """Generate ``run(records)`` passing untracked records to every downstream of ``root``.
+
+    ``records`` is an iterator; ``run`` takes records from it and runs the
+    body of :func:`compile_emit` on each, in one loop (no call per record),
+    until it is exhausted (returns None) or a record's nodes handed back
+    awaitables (asynchronous work, e.g. a full zip buffer's backpressure):
+    it then returns them at once, after that record, and the caller waits
+    for them and calls ``run`` again with the same iterator.  After
+    :func:`retire` every record goes through ``root._emit``.  The caller
+    makes sure the graph below ``root`` (not ``root`` itself) is purely
+    synchronous.
+    """
+    cg = Codegen(loop=True)
+    cg.push_down(root, "x")
+    src = cg.loop_source()
+    scope = cg.scope
+    scope.update(_self=root, _valid=True)
+    try:
+        exec(_code(src), scope)
+    except (SyntaxError, RecursionError, MemoryError) as e:  # pragma: no cover - a safety net
+        logger.debug("could not compile the push of %r: %r", root, e)
+        return None
+    fn: Callable[[Any], Any] = scope["run"]
+    fn.__qualname__ = f"{type(root).__name__}.run"
     fn._rivermark_source = src  # type: ignore[attr-defined]
     return fn
