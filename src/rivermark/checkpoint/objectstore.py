@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..errors import ConfigurationError
-from ..testing.faults import fault_point
+from .faults import fault_point
 from .errors import (
     CheckpointError,
     CheckpointLockedError,
