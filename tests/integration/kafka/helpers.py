@@ -81,6 +81,15 @@ def wait_for(cond: Callable[[], bool], timeout: float = 60.0, what: str = "condi
     raise AssertionError(f"timed out waiting for {what}")
 
 
+_COORDINATOR_MOVING = {
+    ck.KafkaError.NOT_COORDINATOR,
+    ck.KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    ck.KafkaError.COORDINATOR_NOT_AVAILABLE,
+    ck.KafkaError._TRANSPORT,
+    ck.KafkaError._TIMED_OUT,
+}
+
+
 def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
     c = ck.Consumer(
         {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False}
@@ -95,7 +104,9 @@ def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[i
                 return {tp.partition: tp.offset for tp in tps}
             except ck.KafkaException as e:
                 # a fresh broker's group coordinator takes a while to load
-                if not e.args[0].retriable() or time.monotonic() > deadline:
+                err = e.args[0]
+                retry = err.retriable() or err.code() in _COORDINATOR_MOVING
+                if not retry or time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)
     finally:
