@@ -122,18 +122,18 @@ def cli() -> None:
 
 
 # ---------------------------------------------------------------- run
-def _load_node(target: str) -> Stream:
+def _load_node(target: str, command: str = "run") -> Stream:
     path, sep, name = target.rpartition(":")
     if not sep or not path or not name:
-        raise SystemExit(f"rivermark run: expected path/to/app.py:name, got {target!r}")
+        raise SystemExit(f"rivermark {command}: expected path/to/app.py:name, got {target!r}")
     if not Path(path).exists():
-        raise SystemExit(f"rivermark run: no such file {path!r}")
+        raise SystemExit(f"rivermark {command}: no such file {path!r}")
     sys.path.insert(0, str(Path(path).resolve().parent))
     namespace = runpy.run_path(path, run_name="__rivermark_app__")
     node = namespace.get(name)
     if not isinstance(node, Stream):
         raise SystemExit(
-            f"rivermark run: {name!r} in {path!r} must be a stream node, got {node!r}; "
+            f"rivermark {command}: {name!r} in {path!r} must be a stream node, got {node!r}; "
             "name a module-level variable that holds a node of the graph"
         )
     return node
@@ -311,7 +311,7 @@ def run_command(ctx: click.Context, target: str, **opts: Any) -> int:
 def _do_graph(target: str, fmt: str) -> int:
     from .observe.graphtext import to_dot, to_mermaid
 
-    node = _load_node(target)
+    node = _load_node(target, "graph")
     print(to_dot(node) if fmt == "dot" else to_mermaid(node))
     return 0
 
