@@ -42,13 +42,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..errors import ConfigurationError
-from .faults import fault_point
 from .errors import (
     CheckpointError,
     CheckpointLockedError,
     CheckpointNotFoundError,
     ObjectStoreError,
 )
+from .faults import fault_point
 from .lease import DEFAULT_LEASE_TTL, Lease, LeaseBackend, LocalLeaseBackend, S3LeaseBackend
 from .manifest import FORMAT_VERSION, Manifest, sha256_of
 from .store import Store
