@@ -149,7 +149,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--streamz-suite-lists", help="directory with excluded.txt and deviations.txt")
 
 
-
 class SuitePlugin:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
