@@ -38,7 +38,7 @@ from typing import Any
 from ..core import graph, runtime
 from ..core.node import Stream
 from ..core.timeutil import parse_interval
-from ..errors import ConfigurationError, NodeFailedError
+from ..errors import ConfigurationError, NodeFailedError, describe
 from ..sinks.base import CheckpointedSink
 from ..sources.base import Source
 from ..testing.faults import fault_point
@@ -290,7 +290,7 @@ class Job:
             if isinstance(exc, BaseException):
                 await self._shutdown_sources()
                 raise JobFailedError(
-                    f"Job: node {self.id_of(n)} {n!r} failed ({type(exc).__name__}: {exc}); "
+                    f"Job: node {self.id_of(n)} {n!r} failed ({describe(exc)}); "
                     f"the job stopped, its last complete checkpoint in {self.store!r} is intact: "
                     "fix the cause and run again to resume from it"
                 ) from exc

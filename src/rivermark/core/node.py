@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from types import MethodType
 from typing import Any, ClassVar, TypeVar
 
-from ..errors import ConfigurationError, NodeFailedError, UserFunctionError
+from ..errors import ConfigurationError, ErrorContext, NodeFailedError, add_context
 from . import compile as codegen
 from . import fusion, runtime
 from .refs import Metadata, release_refs, retain_refs
@@ -547,7 +547,10 @@ class Stream:
         """Apply the node's error policy to ``exc`` raised by ``func`` on record ``x``.
 
         Returns normally when the record is to be dropped (it then counts as
-        completed); raises :class:`UserFunctionError` otherwise.
+        completed); otherwise raises ``exc`` itself, with its own type (as
+        streamz does), after attaching the node, the function and the record
+        (:func:`~rivermark.errors.add_context`: ``exc.rivermark_context`` and
+        a PEP 678 note).
         """
         self.error_count += 1
         policy = self.on_error
@@ -555,17 +558,8 @@ class Stream:
             fname = (
                 getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
             )
-            rec = repr(x)
-            if len(rec) > 200:
-                rec = rec[:200] + "..."
-            raise UserFunctionError(
-                f"{self._display_name()}: user function {fname!r} raised "
-                f"{type(exc).__name__}: {exc} on record {rec}. Fix the function or the input, "
-                f"or set on_error='skip' (drop and count) or on_error=callable(record, exc) "
-                f"(e.g. send to a dead-letter sink) on this node or its source.",
-                node=self,
-                record=x,
-            ) from exc
+            add_context(exc, ErrorContext(self._display_name(), str(fname), x))
+            raise exc
         if policy == "skip":
             logger.debug("%s: skipped record after %r", self._display_name(), exc)
             return

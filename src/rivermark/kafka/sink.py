@@ -6,8 +6,8 @@ outstanding, so delivery callbacks run on the loop thread.  A record counts
 as completed (its metadata references are released) only when the broker
 acknowledged it.  A failed delivery goes through the node's error policy
 (``on_error``): ``"raise"`` (default) makes the next ``update`` raise a
-:class:`~rivermark.kafka.errors.KafkaDeliveryError` wrapped as a
-``UserFunctionError`` and leaves the record incomplete (so a source never
+:class:`~rivermark.kafka.errors.KafkaDeliveryError` (naming the node and
+the record) and leaves the record incomplete (so a source never
 commits past it); ``"skip"`` or a callable count/handle it and complete it.
 ``_inflight`` counts unacknowledged records, so a checkpoint barrier waits
 for every acknowledgement; ``pre_commit`` also flushes; ``stop`` flushes.

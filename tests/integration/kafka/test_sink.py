@@ -9,8 +9,8 @@ import pytest
 
 from rivermark import Stream
 from rivermark.core.refs import RefCounter
-from rivermark.errors import UserFunctionError
 from rivermark.kafka import dead_letter
+from rivermark.kafka.errors import KafkaDeliveryError
 from rivermark.testing.kafka_broker import KafkaBroker, restart_broker
 
 from .helpers import committed, consume_all, produce, wait_for
@@ -68,7 +68,7 @@ def test_delivery_error_surfaces_on_the_node() -> None:
             await asyncio.sleep(0.01)
         src.emit("b")
 
-    with pytest.raises(UserFunctionError, match="did not acknowledge"):
+    with pytest.raises(KafkaDeliveryError, match="did not acknowledge"):
         asyncio.run_coroutine_threadsafe(feed(), sink.loop).result(30)
     assert ref_done == []  # a failed record never counts as completed
 

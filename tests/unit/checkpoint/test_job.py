@@ -242,8 +242,12 @@ def test_failing_source_stops_job_and_releases_lock(tmp_path: Path) -> None:
         Job(source, checkpoint=tmp_path, every=None).run()
     # the message carries the cause: node, function, record, and what to do
     msg = str(info.value)
-    assert "Job: node numbers <from_iterable> failed (UserFunctionError: Map: user function" in msg
-    assert "'_boom_graph.<locals>.boom' raised ValueError: boom on record 5" in msg
+    assert (
+        "Job: node numbers <from_iterable> failed (ValueError: boom, in Map: user function "
+        "'_boom_graph.<locals>.boom' on record 5)" in msg
+    )
+    # the cause is the user's own exception
+    assert type(info.value.__cause__) is ValueError
     assert "run again to resume from it" in msg
     # on_error="skip" for the job's nodes: the same directory can be reused
     source, out = _boom_graph(20)
