@@ -147,6 +147,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--streamz-suite-mode", choices=["reference", "rivermark"], default="rivermark")
     group.addoption("--streamz-suite-ids", help="file of streamz's own collected test ids")
     group.addoption("--streamz-suite-lists", help="directory with excluded.txt and deviations.txt")
+    group.addoption(
+        "--streamz-suite-rerun",
+        help="file to write the ids of the tests to run once more (see verdict.summarize)",
+    )
 
 
 class SuitePlugin:
@@ -189,9 +193,13 @@ class SuitePlugin:
         full = not (opt.keyword or opt.markexpr or opt.maxfail) and (
             self.config.args == ["streamz"]
         )
+        rerun: list[str] = []
         self.ok, self.lines = summarize(
-            reference, self.excluded, self.deviations, self.outcomes, full=full
+            reference, self.excluded, self.deviations, self.outcomes, full=full, rerun=rerun
         )
+        rerun_file = self.config.getoption("--streamz-suite-rerun")
+        if rerun_file:
+            Path(rerun_file).write_text("".join(t + "\n" for t in rerun))
         session.exitstatus = pytest.ExitCode.OK if self.ok else pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:

@@ -79,12 +79,18 @@ def summarize(
     deviations: dict[str, str],
     outcomes: Outcomes,
     full: bool = True,
+    rerun: list[str] | None = None,
 ) -> tuple[bool, list[str]]:
     """``(ok, report lines)`` for one run of the leg.
 
     With ``full=False`` (a selection of the tests was run) only the tests that
     ran are judged, and list entries are not checked against the reference.
+    The ids of tests that ran and did not behave as listed are appended to
+    ``rerun`` (a second run of those alone tells a timing-dependent test on a
+    loaded machine from a real change); it is left empty when another
+    problem (a test that did not run, a stale entry) fails the leg anyway.
     """
+    again: list[str] = []
     problems: list[str] = []
     tests = [t for t in reference if match(excluded, t) is None]
     n_excluded = len(reference) - len(tests)
@@ -100,16 +106,21 @@ def summarize(
         if outcome == "passed":
             passed += 1
             if entry is not None:
+                again.append(test_id)
                 problems.append(
                     f"PASSES BUT IS LISTED: {test_id} (entry {entry!r}): "
                     "remove or narrow the entry in deviations.txt"
                 )
         elif entry is None:
+            if outcome != "not run":
+                again.append(test_id)
             problems.append(f"{outcome.upper()}, NOT LISTED: {test_id}")
     for name, entries in (("excluded.txt", excluded), ("deviations.txt", deviations)):
         for entry in entries if full else ():
             if not any(covers(entry, t) for t in reference):
                 problems.append(f"{name}: {entry!r} names no test streamz collects")
+    if rerun is not None and len(again) == len(problems):
+        rerun.extend(again)
     rate = 100.0 * passed / len(tests) if tests else 0.0
     lines = [
         f"{len(reference)} tests collected by streamz, {n_excluded} excluded "

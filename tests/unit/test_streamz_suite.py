@@ -103,3 +103,19 @@ def test_checked_in_lists_parse() -> None:
     for name in ("excluded.txt", "deviations.txt"):
         entries = verdict.load_list(SUITE / name)
         assert all(reason for reason in entries.values())
+
+
+def test_rerun_lists_tests_that_ran_and_only_when_nothing_else_is_wrong() -> None:
+    rerun: list[str] = []
+    results = {"t.py::a": "failed", "t.py::b[1]": "passed", "t.py::b[2]": "passed"}
+    results["t.py::c"] = "passed"
+    o = verdict.Outcomes()
+    for test_id, outcome in results.items():
+        o.add(test_id, "call", outcome)
+    ok, _ = verdict.summarize(REF, {"u.py": "x"}, {"t.py::c": "reason"}, o, rerun=rerun)
+    assert not ok and rerun == ["t.py::a", "t.py::c"]
+    # a stale entry is not cured by running again: nothing to rerun
+    rerun.clear()
+    deviations = {"t.py::c": "reason", "t.py::gone": "reason"}
+    verdict.summarize(REF, {"u.py": "x"}, deviations, o, rerun=rerun)
+    assert rerun == []

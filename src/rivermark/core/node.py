@@ -266,10 +266,13 @@ class Stream:
     def register_plugin_entry_point(
         cls, entry_point: Any, modifier: Callable[[Any], Any] = identity
     ) -> None:
-        """Register a lazily loaded plugin from an ``importlib.metadata`` entry point."""
+        """Register a lazily loaded plugin from an ``importlib.metadata`` entry point.
+
+        A name that is taken raises ``PluginNameError`` (a ``ValueError``), as in streamz.
+        """
         from ..plugins import register_entry_point
 
-        register_entry_point(cls, entry_point, modifier)
+        register_entry_point(cls, entry_point, modifier, strict=True)
 
     # ------------------------------------------------------------------ graph shape
     @property

@@ -261,9 +261,12 @@ def _com_to_alpha(
         for k, v in (("com", com), ("span", span), ("halflife", halflife), ("alpha", alpha))
         if v is not None
     ]
-    if len(given) != 1:
+    # pandas' (and streamz's) wording, so that code matching it keeps working
+    if not given:
+        raise ConfigurationError("ewm: Must pass one of com=, span=, halflife=, alpha=; got none")
+    if len(given) > 1:
         raise ConfigurationError(
-            f"ewm: pass exactly one of com=, span=, halflife=, alpha=, got {dict(given)!r}"
+            f"ewm: Can only provide one of com=, span=, halflife=, alpha=; got {dict(given)!r}"
         )
     kind, v = given[0]
     if kind == "com":
