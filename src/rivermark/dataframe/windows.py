@@ -131,7 +131,7 @@ class Window:
     # ---------------------------------------------------------------- aggregations
     def _node(self, agg: aggs.Aggregation) -> aggs.Aggregate:
         return aggs.Aggregate(
-            self.root.stream,
+            self.root._local_stream,
             agg,
             n=self.n,
             value=self.value,
@@ -147,7 +147,7 @@ class Window:
         ``initial``/``on_new``/``on_old``.
         """
         node = aggs.aggregate_node(
-            self.root.stream,
+            self.root._local_stream,
             agg,
             n=self.n,
             value=self.value,
@@ -332,7 +332,7 @@ class EWM:
     def mean(self) -> Any:
         """The exponentially weighted mean at each batch's newest row (a one-row frame)."""
         node = aggs.EWMMean(
-            self.root.stream, self.alpha, with_state=self.with_state, start=self.start
+            self.root._local_stream, self.alpha, with_state=self.with_state, start=self.start
         )
         ex = self.root.example
         example: Any = ex.iloc[:0].astype(float)
@@ -419,7 +419,7 @@ class Rolling:
 
     def _known(self, op: str, *args: Any, **kwargs: Any) -> Any:
         node = aggs.RollingAggregate(
-            self.root.stream,
+            self.root._local_stream,
             self.window,
             op,
             min_periods=self.min_periods,
