@@ -161,6 +161,7 @@ class SuitePlugin:
         lists = Path(config.getoption("--streamz-suite-lists") or HERE)
         self.excluded = load_list(lists / "excluded.txt")
         self.deviations = load_list(lists / "deviations.txt")
+        self.timing = load_list(lists / "timing.txt")
         self.outcomes = Outcomes()
         self.lines: list[str] = []
         self.ok = True
@@ -195,7 +196,13 @@ class SuitePlugin:
         )
         rerun: list[str] = []
         self.ok, self.lines = summarize(
-            reference, self.excluded, self.deviations, self.outcomes, full=full, rerun=rerun
+            reference,
+            self.excluded,
+            self.deviations,
+            self.outcomes,
+            full=full,
+            rerun=rerun,
+            timing=self.timing,
         )
         rerun_file = self.config.getoption("--streamz-suite-rerun")
         if rerun_file:

@@ -80,6 +80,7 @@ def summarize(
     outcomes: Outcomes,
     full: bool = True,
     rerun: list[str] | None = None,
+    timing: dict[str, str] | None = None,
 ) -> tuple[bool, list[str]]:
     """``(ok, report lines)`` for one run of the leg.
 
@@ -89,7 +90,11 @@ def summarize(
     ``rerun`` (a second run of those alone tells a timing-dependent test on a
     loaded machine from a real change); it is left empty when another
     problem (a test that did not run, a stale entry) fails the leg anyway.
+    ``timing`` (``timing.txt``) lists tests whose outcome depends on timing
+    on rivermark, for a stated reason: either outcome is accepted, and the
+    rate counts what happened.
     """
+    timing = timing or {}
     again: list[str] = []
     problems: list[str] = []
     tests = [t for t in reference if match(excluded, t) is None]
@@ -98,8 +103,13 @@ def summarize(
         tests = [t for t in tests if outcomes.get(t) != "not run"]
     passed = 0
     listed = 0
+    n_timing = 0
     for test_id in tests:
         outcome = outcomes.get(test_id)
+        if match(timing, test_id) is not None and outcome in ("passed", "failed"):
+            n_timing += 1
+            passed += outcome == "passed"
+            continue
         entry = match(deviations, test_id)
         if entry is not None:
             listed += 1
@@ -115,7 +125,11 @@ def summarize(
             if outcome != "not run":
                 again.append(test_id)
             problems.append(f"{outcome.upper()}, NOT LISTED: {test_id}")
-    for name, entries in (("excluded.txt", excluded), ("deviations.txt", deviations)):
+    for name, entries in (
+        ("excluded.txt", excluded),
+        ("deviations.txt", deviations),
+        ("timing.txt", timing),
+    ):
         for entry in entries if full else ():
             if not any(covers(entry, t) for t in reference):
                 problems.append(f"{name}: {entry!r} names no test streamz collects")
@@ -126,7 +140,7 @@ def summarize(
         f"{len(reference)} tests collected by streamz, {n_excluded} excluded "
         f"(see excluded.txt), {len(tests)} {'run' if full else 'judged'} on rivermark",
         f"{passed} passed ({rate:.1f}%), {len(tests) - passed} do not pass, "
-        f"{listed} listed as deviations",
+        f"{listed} listed as deviations, {n_timing} timing-dependent (timing.txt)",
         *problems,
         "verdict: " + ("OK" if not problems else f"FAILED ({len(problems)} problems)"),
     ]

@@ -100,7 +100,7 @@ def test_list_needs_a_reason(tmp_path: Path) -> None:
 
 
 def test_checked_in_lists_parse() -> None:
-    for name in ("excluded.txt", "deviations.txt"):
+    for name in ("excluded.txt", "deviations.txt", "timing.txt"):
         entries = verdict.load_list(SUITE / name)
         assert all(reason for reason in entries.values())
 
@@ -119,3 +119,16 @@ def test_rerun_lists_tests_that_ran_and_only_when_nothing_else_is_wrong() -> Non
     deviations = {"t.py::c": "reason", "t.py::gone": "reason"}
     verdict.summarize(REF, {"u.py": "x"}, deviations, o, rerun=rerun)
     assert rerun == []
+
+
+def test_timing_dependent_tests_count_as_they_ran_and_never_fail_the_leg() -> None:
+    timing = {"t.py::c": "depends on timing"}
+    for outcome, passed in (("passed", 4), ("failed", 3)):
+        results = dict.fromkeys(REF[:4], "passed")
+        results["t.py::c"] = outcome
+        o = verdict.Outcomes()
+        for test_id, out in results.items():
+            o.add(test_id, "call", out)
+        ok, lines = verdict.summarize(REF, {"u.py": "x"}, {}, o, timing=timing)
+        assert ok, lines
+        assert f"{passed} passed" in lines[1] and "1 timing-dependent" in lines[1]
