@@ -7,6 +7,9 @@ quote the offending value, name the node, and say what to do.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Any
+
 __all__ = [
     "RivermarkError",
     "ConfigurationError",
@@ -15,6 +18,9 @@ __all__ = [
     "NodeFailedError",
     "ChangedFileError",
     "FileInUseError",
+    "ErrorContext",
+    "add_context",
+    "describe",
 ]
 
 
@@ -38,10 +44,12 @@ class GraphError(RivermarkError):
 
 
 class UserFunctionError(RivermarkError):
-    """A user function raised while processing a record.
+    """Not raised for a user function's exception any more; kept for ``except`` clauses.
 
-    ``node`` is the node whose function raised, ``record`` the input it was
-    given; the original exception is chained as ``__cause__``.
+    A user function's own exception propagates out of ``emit`` with its own
+    type, as in streamz, carrying an :class:`ErrorContext` (see
+    :func:`add_context`).  The class stays importable so that code written
+    against earlier versions still imports.
     """
 
     def __init__(self, message: str, node: object, record: object) -> None:
@@ -72,3 +80,77 @@ class ChangedFileError(ConfigurationError):
 
 class FileInUseError(ConfigurationError):
     """Another job (or another sink of this job) holds the lock of an output file."""
+
+
+@dataclass(frozen=True)
+class ErrorContext:
+    """Where a user function's exception happened: set as ``exc.rivermark_context``.
+
+    ``node`` is the node's display name, ``function`` the function's name,
+    ``record`` the input it was given, ``origin`` where that input came from
+    when its source knows (e.g. a Kafka topic, partition and offset), and
+    ``stream`` the node itself (not part of equality or repr).
+    """
+
+    node: str
+    function: str
+    record: Any
+    origin: str | None = None
+    stream: Any = field(default=None, compare=False, repr=False)
+
+    def record_text(self) -> str:
+        """The record's repr, cut at 200 characters, with its origin if known."""
+        rec = repr(self.record)
+        if len(rec) > 200:
+            rec = rec[:200] + "..."
+        return f"{rec} (input {self.origin})" if self.origin else rec
+
+    def message(self) -> str:
+        rec = self.record_text()
+        return (
+            f"{self.node}: user function {self.function!r} raised on record {rec}. Fix the "
+            "function or the input, or set on_error='skip' (drop and count) or "
+            "on_error=callable(record, exc) (e.g. send to a dead-letter sink) on this node "
+            "or its source."
+        )
+
+
+def add_context(exc: BaseException, context: ErrorContext) -> None:
+    """Attach ``context`` to ``exc``, which is then raised with its own type.
+
+    Sets ``exc.rivermark_context`` and, on Python 3.11+, adds the context's
+    message as a PEP 678 note (shown under the traceback).  The first context
+    wins: an exception passing through several nodes names the one whose
+    function raised it.
+
+    >>> e = ZeroDivisionError("division by zero")
+    >>> add_context(e, ErrorContext("Map('m')", "f", 0))
+    >>> e.rivermark_context.node
+    "Map('m')"
+    """
+    if getattr(exc, "rivermark_context", None) is not None:
+        return
+    try:
+        exc.rivermark_context = context  # type: ignore[attr-defined]
+    except (AttributeError, TypeError):  # an exception type that takes no attributes
+        return
+    add_note = getattr(exc, "add_note", None)
+    if add_note is not None:
+        add_note(context.message())
+
+
+def describe(exc: BaseException) -> str:
+    """``"Type: message"`` of ``exc``, plus the node, function and record if it has them.
+
+    >>> e = ValueError("boom")
+    >>> describe(e)
+    'ValueError: boom'
+    >>> add_context(e, ErrorContext("Map('m')", "f", 5))
+    >>> describe(e)
+    "ValueError: boom, in Map('m'): user function 'f' on record 5"
+    """
+    text = f"{type(exc).__name__}: {exc}"
+    ctx = getattr(exc, "rivermark_context", None)
+    if isinstance(ctx, ErrorContext):
+        text += f", in {ctx.node}: user function {ctx.function!r} on record {ctx.record_text()}"
+    return text

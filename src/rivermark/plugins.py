@@ -41,6 +41,8 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "GROUPS",
     "PluginError",
+    "PluginNameError",
+    "PluginTypeError",
     "PluginWarning",
     "register_entry_point",
     "register_all",
@@ -57,6 +59,20 @@ GROUPS: dict[str, Callable[[Any], Any]] = {
 
 class PluginError(RivermarkError):
     """A plugin entry point could not be loaded or is not a stream node."""
+
+
+class PluginTypeError(PluginError, TypeError):
+    """A plugin entry point names something that is not a ``Stream`` subclass (streamz: ``TypeError``)."""
+
+
+class PluginNameError(PluginError, ValueError):
+    """``register_plugin_entry_point`` with a name that is taken (streamz: ``ValueError``)."""
+
+
+def _ep_value(ep: Any) -> str:
+    """What an entry point points at (``module:attr``), for messages."""
+    value = getattr(ep, "value", None) or getattr(ep, "module_name", None)
+    return str(value) if value else repr(ep)
 
 
 class PluginWarning(UserWarning):
@@ -108,13 +124,13 @@ class _LazyPlugin:
         except Exception as e:
             raise PluginError(
                 f"plugin {self.name!r} from distribution {self.dist!r}: cannot load "
-                f"entry point {ep.value!r}: {type(e).__name__}: {e}. Fix or uninstall "
+                f"entry point {_ep_value(ep)!r}: {type(e).__name__}: {e}. Fix or uninstall "
                 f"the plugin distribution {self.dist!r}."
             ) from e
         if not (isinstance(plugin, type) and issubclass(plugin, Stream)):
-            raise PluginError(
+            raise PluginTypeError(
                 f"plugin {self.name!r} from distribution {self.dist!r}: entry point "
-                f"{ep.value!r} is {plugin!r}, not a subclass of rivermark.Stream; point "
+                f"{_ep_value(ep)!r} is {plugin!r}, not a subclass of rivermark.Stream; point "
                 f"the entry point at a Stream subclass."
             )
         self.plugin = plugin
@@ -136,14 +152,16 @@ class _LazyPlugin:
 
 
 def register_entry_point(
-    cls: type, entry_point: Any, modifier: Callable[[Any], Any] = identity
+    cls: type, entry_point: Any, modifier: Callable[[Any], Any] = identity, strict: bool = False
 ) -> bool:
     """Install a lazy attribute on ``cls`` for ``entry_point``; True if installed.
 
     The plugin is imported on first access of ``cls.<entry_point.name>``.  When the
     name is already taken (a built-in operator, a method of ``cls``, or another
     plugin), a :class:`PluginWarning` names the distribution and the name, and the
-    existing attribute is kept.  Registering the same entry point twice is a no-op.
+    existing attribute is kept; with ``strict=True`` (an explicit
+    ``Stream.register_plugin_entry_point``) that raises :class:`PluginNameError`
+    (a ``ValueError``) instead.  Registering the same entry point twice is a no-op.
 
     >>> from importlib.metadata import EntryPoint
     >>> ep = EntryPoint("map", "somewhere:Thing", "rivermark.nodes")
@@ -176,13 +194,14 @@ def register_entry_point(
             what = f"the plugin from {earlier.dist!r}"
         else:
             what = "the built-in"
-        warnings.warn(
+        message = (
             f"rivermark plugin {name!r} from distribution {dist!r} "
-            f"({entry_point.value!r}) clashes with an existing {cls.__name__}.{name}; "
-            f"keeping {what}. Rename the entry point or uninstall {dist!r}.",
-            PluginWarning,
-            stacklevel=2,
+            f"({_ep_value(entry_point)!r}) clashes with an existing {cls.__name__}.{name}; "
+            f"keeping {what}. Rename the entry point or uninstall {dist!r}."
         )
+        if strict:
+            raise PluginNameError(message)
+        warnings.warn(message, PluginWarning, stacklevel=2)
         return False
     stub = _LazyPlugin(cls, entry_point, modifier)
     setattr(cls, name, stub)

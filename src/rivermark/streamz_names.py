@@ -72,12 +72,15 @@ SOURCES: dict[str, tuple[str, str]] = {
     "from_q": ("rivermark.sources.queue", "FromQ"),
     "from_tcp": ("rivermark.sources.network", "FromTcp"),
     "from_textfile": ("rivermark.sources.files", "FromTextfile"),
+    # streamz defines this sink helper in its sources module
+    "sink_to_file": ("rivermark.sinks.textfile", "sink_to_file"),
 }
 
 #: ``streamz.sinks``
 SINKS: dict[str, tuple[str, str]] = {
     "sink": ("rivermark.sinks.basic", "Sink"),
     "sink_to_textfile": ("rivermark.sinks.textfile", "SinkToTextfile"),
+    "sink_to_file": ("rivermark.sinks.textfile", "sink_to_file"),
     "to_kafka": ("rivermark.kafka", "ToKafka"),
 }
 

@@ -16,7 +16,14 @@ import pytest
 
 from rivermark import Stream, plugins
 from rivermark.operators.transform import Map
-from rivermark.plugins import PluginError, PluginWarning, register_all, register_entry_point
+from rivermark.plugins import (
+    PluginError,
+    PluginNameError,
+    PluginTypeError,
+    PluginWarning,
+    register_all,
+    register_entry_point,
+)
 
 PLUGIN_MODULE = '''
 from __future__ import annotations
@@ -226,7 +233,7 @@ def test_broken_entry_point_raises_naming_the_distribution(
         getattr(Stream(), missing)
     assert missing in str(exc.value)
     assert isinstance(exc.value.__cause__, AttributeError)
-    with pytest.raises(PluginError, match="not a subclass of rivermark.Stream"):
+    with pytest.raises(PluginTypeError, match="not a subclass of rivermark.Stream"):
         getattr(Stream(), not_node)
 
 
@@ -260,6 +267,35 @@ def test_register_plugin_entry_point_hook() -> None:
     finally:
         delattr(Stream, name)
         plugins._REGISTERED.pop(name, None)
+
+
+class _ObjectEntryPoint:
+    """An entry point as streamz's documentation builds one: ``name``, ``load()``, no ``value``."""
+
+    def __init__(self, name: str, obj: object) -> None:
+        self.name = name
+        self.obj = obj
+
+    def load(self) -> object:
+        return self.obj
+
+
+def test_register_plugin_entry_point_errors_have_streamz_types() -> None:
+    # a name that is taken: ValueError at registration (streamz's documented type)
+    with pytest.raises(ValueError, match=re.escape("clashes with an existing Stream.map")):
+        Stream.register_plugin_entry_point(_ObjectEntryPoint("map", None))
+    assert isinstance(Stream.__dict__["map"], type) or callable(Stream.__dict__["map"])
+    # not a Stream subclass: TypeError on first use
+    name = unique("not_node")
+    try:
+        Stream.register_plugin_entry_point(_ObjectEntryPoint(name, object))
+        with pytest.raises(TypeError, match="not a subclass of rivermark.Stream") as info:
+            getattr(Stream, name)
+        assert isinstance(info.value, PluginTypeError)
+    finally:
+        delattr(Stream, name)
+        plugins._REGISTERED.pop(name, None)
+    assert issubclass(PluginNameError, PluginError)
 
 
 def test_plugin_module_text_is_valid() -> None:

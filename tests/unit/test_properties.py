@@ -17,7 +17,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rivermark import Stream, UserFunctionError
+from rivermark import Stream
 from rivermark.fastpath import codegen
 
 from .helpers import StrictRef, node_by_node
@@ -370,8 +370,8 @@ def run_graph(
             else:
                 emit(x)
             raised = None
-        except UserFunctionError as e:
-            raised = str(e)
+        except Exception as e:  # a user function's own exception, with its context
+            raised = f"{type(e).__name__}: {e} {getattr(e, '__notes__', None)}"
         snapshot = pickle.loads(pickle.dumps([n.get_state() for n in nodes]))
         done = [(r.fired, r.late) for r in refs]  # which tracked records completed so far
         steps.append((raised, snapshot, [n.error_count for n in nodes], done, list(dlq)))

@@ -53,7 +53,7 @@ from .._frames import user_frame
 from ..core import counting, graph, runtime
 from ..core.node import Stream
 from ..core.timeutil import parse_interval
-from ..errors import ConfigurationError, NodeFailedError, UserFunctionError
+from ..errors import ConfigurationError, ErrorContext, NodeFailedError, describe
 from ..observe.metrics import Metrics
 from ..observe.prometheus import MetricsServer
 from ..observe.ui import UiServer
@@ -441,13 +441,17 @@ class Job:
             f"the job stopped; its last complete checkpoint in {self.store!r} is intact: "
             "fix the cause and run again to resume from it"
         )
-        if isinstance(exc, UserFunctionError) and isinstance(exc.node, Stream):
-            nid = self._ids.get(id(exc.node), "?")
-            where = user_frame(exc.__cause__)
-            what = f"node {nid} failed: {str(exc).rstrip('.')}"
+        ctx = getattr(exc, "rivermark_context", None)
+        if exc is not None and isinstance(ctx, ErrorContext) and isinstance(ctx.stream, Stream):
+            nid = self._ids.get(id(ctx.stream), "?")
+            where = user_frame(exc)
+            what = (
+                f"node {nid} failed: {ctx.node}: user function {ctx.function!r} raised "
+                f"{type(exc).__name__}: {exc} on record {ctx.record_text()}"
+            )
         elif exc is not None:
             where = user_frame(exc)
-            what = f"node {self.id_of(node)} {node!r} failed ({type(exc).__name__}: {exc})"
+            what = f"node {self.id_of(node)} {node!r} failed ({describe(exc)})"
         else:
             where = None
             what = f"node {self.id_of(node)} {node!r} failed"

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from types import MethodType
 from typing import Any, ClassVar, TypeVar
 
-from ..errors import ConfigurationError, NodeFailedError, UserFunctionError
+from ..errors import ConfigurationError, ErrorContext, NodeFailedError, add_context
 from ..fastpath import codegen
 from ..fastpath import push as fusion
 from . import counting, runtime
@@ -324,10 +324,13 @@ class Stream:
     def register_plugin_entry_point(
         cls, entry_point: Any, modifier: Callable[[Any], Any] = identity
     ) -> None:
-        """Register a lazily loaded plugin from an ``importlib.metadata`` entry point."""
+        """Register a lazily loaded plugin from an ``importlib.metadata`` entry point.
+
+        A name that is taken raises ``PluginNameError`` (a ``ValueError``), as in streamz.
+        """
         from ..plugins import register_entry_point
 
-        register_entry_point(cls, entry_point, modifier)
+        register_entry_point(cls, entry_point, modifier, strict=True)
 
     # ------------------------------------------------------------------ graph shape
     @property
@@ -648,7 +651,10 @@ class Stream:
         """Apply the node's error policy to ``exc`` raised by ``func`` on record ``x``.
 
         Returns normally when the record is to be dropped (it then counts as
-        completed); raises :class:`UserFunctionError` otherwise.
+        completed); otherwise raises ``exc`` itself, with its own type (as
+        streamz does), after attaching the node, the function and the record
+        (:func:`~rivermark.errors.add_context`: ``exc.rivermark_context`` and
+        a PEP 678 note).
         """
         self.error_count += 1
         policy = self.on_error
@@ -656,20 +662,11 @@ class Stream:
             fname = (
                 getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
             )
-            rec = repr(x)
-            if len(rec) > 200:
-                rec = rec[:200] + "..."
-            where = describe_origin()
-            if where:
-                rec = f"{rec} (input {where})"
-            raise UserFunctionError(
-                f"{self._display_name()}: user function {fname!r} raised "
-                f"{type(exc).__name__}: {exc} on record {rec}. Fix the function or the input, "
-                f"or set on_error='skip' (drop and count) or on_error=callable(record, exc) "
-                f"(e.g. send to a dead-letter sink) on this node or its source.",
-                node=self,
-                record=x,
-            ) from exc
+            context = ErrorContext(
+                self._display_name(), str(fname), x, describe_origin() or None, stream=self
+            )
+            add_context(exc, context)
+            raise exc
         if policy == "skip":
             self.errors_skipped += 1
             logger.debug("%s: skipped record after %r", self._display_name(), exc)

@@ -2,7 +2,7 @@
 
 A source that knows its records' positions (a Kafka source: topic, partition,
 offset, key) sets :data:`record_origin` around each emit; the error policy
-reads it to name the record's position in a ``UserFunctionError`` and a
+reads it to name the record's position in the context of a user function's exception and a
 dead-letter handler copies it into headers.  It is a ``ContextVar``, so an
 asynchronous task started while a record is emitted keeps that record's
 origin.

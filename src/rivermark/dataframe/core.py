@@ -53,6 +53,52 @@ def _example_of(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[st
     return func(*vals, **kwargs)
 
 
+class _Apply:
+    """``func(*args, **kwargs)`` with the streaming arguments replaced by one record.
+
+    A class rather than a closure so that it pickles without the streaming
+    arguments (and the graph behind them): on a Dask stream it is sent to
+    the workers.
+    """
+
+    def __init__(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]):
+        self.func = func
+        self.pos = tuple(i for i, a in enumerate(args) if isinstance(a, Streaming))
+        self.const = tuple(None if isinstance(a, Streaming) else a for a in args)
+        self.kwargs = kwargs
+
+    def __call__(self, x: Any) -> Any:
+        vals = list(self.const)
+        for i in self.pos:
+            vals[i] = x
+        return self.func(*vals, **self.kwargs)
+
+
+class _ApplyEach:
+    """``func`` with each streaming argument computed from the root's record by its own path."""
+
+    def __init__(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]):
+        self.func = func
+        self.fns = tuple(a._fn if isinstance(a, Streaming) else None for a in args)
+        self.const = tuple(None if isinstance(a, Streaming) else a for a in args)
+        self.kwargs = kwargs
+
+    def __call__(self, v: Any) -> Any:
+        vals = [f(v) if f is not None else c for f, c in zip(self.fns, self.const)]
+        return self.func(*vals, **self.kwargs)
+
+
+class _Then:
+    """``second(first(v))``, picklable."""
+
+    def __init__(self, first: Callable[[Any], Any], second: Callable[[Any], Any]) -> None:
+        self.first = first
+        self.second = second
+
+    def __call__(self, v: Any) -> Any:
+        return self.second(self.first(v))
+
+
 class Streaming:
     """A stream of values with an ``example`` of what flows; the base of every frame.
 
@@ -84,6 +130,21 @@ class Streaming:
         self._root: Stream = self.stream
         self._fn: Callable[[Any], Any] = _identity
 
+    @property
+    def _local_stream(self) -> Stream:
+        """``self.stream``, gathered to values when it carries Dask futures.
+
+        Stateful nodes (reductions, cumulative, windowed, rolling and groupby
+        aggregations) keep their state in the pipeline's process, where it is
+        checkpointed; on a Dask stream their input is gathered first, as
+        ``sdf.stream.gather()`` would.  A plain stream's ``gather()`` is the
+        stream itself.
+        """
+        stream = self.stream
+        if type(stream).gather is Stream.gather:
+            return stream
+        return stream.gather()
+
     # ---------------------------------------------------------------- building blocks
     @staticmethod
     def map_partitions(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -109,21 +170,12 @@ class Streaming:
         if stream_type is None:
             stream_type = first._stream_type
         distinct = {id(a.stream) for a in streams}
+        fn: Callable[[Any], Any]
         if len(distinct) == 1:
-            pos = [i for i, a in enumerate(args) if isinstance(a, Streaming)]
-            const = list(args)
-
-            def apply(x: Any) -> Any:
-                vals = list(const)
-                for i in pos:
-                    vals[i] = x
-                return func(*vals, **kwargs)
-
+            apply = _Apply(func, args, kwargs)
             out_stream = first.stream.map(apply)  # type: ignore[attr-defined]
-            root, parent_fn = first._root, first._fn
-
-            def fn(v: Any) -> Any:
-                return apply(parent_fn(v))
+            root = first._root
+            fn = _Then(first._fn, apply)
 
         elif len({id(a._root) for a in streams}) != 1:
             if not _share_a_source([a.stream for a in streams]):
@@ -139,12 +191,7 @@ class Streaming:
             return Streaming._zip_partitions(func, args, kwargs, example, stream_type)
         else:
             root = first._root
-            fns = [(a._fn if isinstance(a, Streaming) else None) for a in args]
-
-            def fn(v: Any) -> Any:
-                vals = [f(v) if f is not None else a for f, a in zip(fns, args)]
-                return func(*vals, **kwargs)
-
+            fn = _ApplyEach(func, args, kwargs)
             out_stream = root.map(fn)  # type: ignore[attr-defined]
         out = _wrap(out_stream, example, stream_type)
         out._root = root
@@ -241,7 +288,7 @@ class Streaming:
                 example = self.example
             if with_state:
                 example = (start, example)
-        node = self.stream.accumulate(  # type: ignore[attr-defined]
+        node = self._local_stream.accumulate(  # type: ignore[attr-defined]
             func, start=start, returns_state=returns_state, **kwargs
         )
         return self.accumulate_node(node, example, stream_type)
@@ -424,7 +471,7 @@ class BaseFrame(Streaming):
         return self._reduce(aggs.Size())
 
     def _reduce(self, agg: aggs.Aggregation, op: str = "size") -> Any:
-        node = aggs.Aggregate(self.stream, agg, example=self.example, op=op)
+        node = aggs.Aggregate(self._local_stream, agg, example=self.example, op=op)
         example = agg.example_result(self.example)
         return self.accumulate_node(node, example, "updating")
 
@@ -456,7 +503,7 @@ class Frame(BaseFrame):
         ``initial``/``on_new``/``on_old``; ``op`` names it in errors.
         """
         node = aggs.aggregate_node(
-            self.stream, aggregation, start=start, example=self.example, op=op
+            self._local_stream, aggregation, start=start, example=self.example, op=op
         )
         example = aggs.aggregate_example(aggregation, self.example)
         return self.accumulate_node(node, example, "updating")
@@ -526,7 +573,7 @@ class Frame(BaseFrame):
         return EWM(self, com, span, halflife, alpha, with_state, start)
 
     def _cumulative(self, op: str) -> Any:
-        node = aggs.Cumulative(self.stream, op, example=self.example)
+        node = aggs.Cumulative(self._local_stream, op, example=self.example)
         return self.accumulate_node(node, self.example, "streaming")
 
     def cumsum(self) -> Any:

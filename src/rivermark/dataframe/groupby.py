@@ -135,7 +135,7 @@ class GroupBy:
             rename_index=self.key_name is not _NO_KEY,
         )
         node = aggs.Aggregate(
-            self.root.stream,
+            self.root._local_stream,
             agg,
             n=self.n,
             value=self.value,

@@ -159,7 +159,7 @@ class Window:
         ``initial``/``on_new``/``on_old``; ``op`` names it in errors.
         """
         node = aggs.aggregate_node(
-            self.root.stream,
+            self.root._local_stream,
             agg,
             n=self.n,
             value=self.value,
@@ -283,9 +283,12 @@ def _com_to_alpha(
         for k, v in (("com", com), ("span", span), ("halflife", halflife), ("alpha", alpha))
         if v is not None
     ]
-    if len(given) != 1:
+    # pandas' (and streamz's) wording, so that code matching it keeps working
+    if not given:
+        raise ConfigurationError("ewm: Must pass one of com=, span=, halflife=, alpha=; got none")
+    if len(given) > 1:
         raise ConfigurationError(
-            f"ewm: pass exactly one of com=, span=, halflife=, alpha=, got {dict(given)!r}"
+            f"ewm: Can only provide one of com=, span=, halflife=, alpha=; got {dict(given)!r}"
         )
     kind, v = given[0]
     if kind == "com":
@@ -351,7 +354,7 @@ class EWM:
     def mean(self) -> Any:
         """The exponentially weighted mean at each batch's newest row (a one-row frame)."""
         node = aggs.EWMMean(
-            self.root.stream,
+            self.root._local_stream,
             self.alpha,
             with_state=self.with_state,
             start=self.start,
@@ -443,7 +446,7 @@ class Rolling:
 
     def _known(self, op: str, *args: Any, **kwargs: Any) -> Any:
         node = aggs.RollingAggregate(
-            self.root.stream,
+            self.root._local_stream,
             self.window,
             op,
             min_periods=self.min_periods,

@@ -193,7 +193,7 @@ class Codegen:
         """``target = call`` guarded by the node's error policy.
 
         When the call raises, ``node._user_error(record, exc, func)`` decides
-        (raise a :class:`UserFunctionError`, or drop the record) and nothing
+        (raise the user's exception with its context, or drop the record) and nothing
         more happens on this path.
         """
         err = self.bind(node._user_error, "err")

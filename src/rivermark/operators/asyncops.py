@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 from ..core import runtime
 from ..core.node import Stream, check_callable, check_positive_int
 from ..core.refs import Metadata, release_refs
-from ..errors import ConfigurationError, UserFunctionError
+from ..errors import ConfigurationError, describe
 
 logger = logging.getLogger(__name__)
 
@@ -177,12 +177,12 @@ class MapAsync(Stream):
         self.stop()
         try:
             self._user_error(x, exc, self.func)
-        except UserFunctionError as err:
+        except Exception as err:
             logger.error(
                 "%s: %s -- the sources upstream were stopped (stop_on_exception=True); "
                 "start() goes on after this record",
                 self._display_name(),
-                err,
+                describe(err),
             )
 
     def state_signature(self) -> str:

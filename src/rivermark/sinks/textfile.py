@@ -38,10 +38,44 @@ from .._fileid import lock_holder, tail_digest
 from ..core.node import Stream
 from ..core.refs import Metadata
 from ..errors import ChangedFileError, ConfigurationError, FileInUseError
+from .basic import Sink
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SinkToTextfile"]
+__all__ = ["SinkToTextfile", "sink_to_file"]
+
+
+def sink_to_file(
+    filename: str | os.PathLike[str],
+    upstream: Stream,
+    mode: str = "w",
+    prefix: str = "",
+    suffix: str = "\n",
+    flush: bool = False,
+) -> IO[str]:
+    """Open ``filename`` and write ``prefix + x + suffix`` to it for every string ``x``.
+
+    streamz's ``streamz.sources.sink_to_file``: returns the open file, which the
+    caller closes (it is a context manager).  It takes no part in checkpoints;
+    use :class:`SinkToTextfile` for that.
+
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "out.txt")
+    >>> s = Stream()
+    >>> with sink_to_file(path, s) as f:
+    ...     s.emit("a"); s.emit("b")
+    >>> open(path).read()
+    'a\\nb\\n'
+    """
+    file = open(filename, mode=mode)  # returned to the caller, who closes it
+
+    def write(text: str) -> None:
+        file.write(prefix + text + suffix)
+        if flush:
+            file.flush()
+
+    Sink(upstream, write)
+    return file
 
 
 def _is_regular_file(path: str) -> bool:

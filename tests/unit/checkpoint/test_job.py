@@ -247,6 +247,8 @@ def test_failing_source_stops_job_and_releases_lock(tmp_path: Path) -> None:
     assert "'_boom_graph.<locals>.boom' raised ValueError: boom on record 5" in msg
     assert "numbers" not in msg and "from_iterable" not in msg
     assert re.search(r"\(at .*test_job\.py:\d+ in boom\)", msg), msg
+    # the cause is the user's own exception
+    assert type(info.value.__cause__) is ValueError
     assert "run again to resume from it" in msg
     # on_error="skip" for the job's nodes: the same directory can be reused
     source, out = _boom_graph(20)

@@ -9,7 +9,7 @@ import weakref
 
 import pytest
 
-from rivermark import ConfigurationError, RefCounter, Stream, UserFunctionError
+from rivermark import ConfigurationError, RefCounter, Stream
 from rivermark.core import runtime
 from rivermark.core.graph import fingerprint, node_ids, topological
 from rivermark.errors import GraphError
@@ -80,16 +80,19 @@ def test_user_function_error_names_node_and_function_and_chains():
 
     s = Stream()
     s.map(explode, stream_name="parse").sink_to_list()
+    # the user's own exception, with the node, function and record attached
     with pytest.raises(
-        UserFunctionError,
+        KeyError,
         match=re.escape(
-            "Map('parse'): user function 'test_user_function_error_names_node_and_function_and_chains.<locals>.explode' raised KeyError"
+            "Map('parse'): user function 'test_user_function_error_names_node_and_function_and_chains.<locals>.explode' raised on record {'a': 1}"
         ),
     ) as info:
         s.emit({"a": 1})
-    assert isinstance(info.value.__cause__, KeyError)
-    assert info.value.record == {"a": 1}
-    assert "on_error='skip'" in str(info.value)
+    assert info.value.args == ("missing",)
+    ctx = info.value.rivermark_context
+    assert (ctx.node, ctx.record) == ("Map('parse')", {"a": 1})
+    assert "on_error='skip'" in info.value.__notes__[0]
+    assert len(info.value.__notes__) == 1
 
 
 def test_on_error_skip_counts_and_drops():

@@ -143,8 +143,13 @@ def test_window_errors() -> None:
         sdf.window()
     with pytest.raises(ConfigurationError, match=re.escape("got 'soon'")):
         sdf.window(value="soon")
-    with pytest.raises(ConfigurationError, match="pass exactly one of com="):
+    with pytest.raises(ConfigurationError, match="Must pass one of com=, span="):
         sdf.ewm()
+    with pytest.raises(
+        ConfigurationError,
+        match=re.escape("Can only provide one of com=, span=, halflife=, alpha="),
+    ):
+        sdf.ewm(com=1, halflife=1)
     with pytest.raises(ConfigurationError, match="not supported on streams"):
         sdf.ewm(com=1).var()
     with pytest.raises(ConfigurationError, match=re.escape("rolling: window must be >= 1, got 0")):

@@ -176,7 +176,7 @@ def test_raise_policy_fails_the_node_and_keeps_the_record(caplog: Any) -> None:
         # neither the failed record nor the one behind it completes or leaves
         assert out == [] and fired0 == [] and fired5 == []
         assert node._inflight == 2  # a checkpoint barrier cannot pass them
-        with pytest.raises(NodeFailedError, match=re.escape("failed earlier (UserFunctionError")):
+        with pytest.raises(NodeFailedError, match=re.escape("failed earlier (ValueError")):
             s.emit(6)
 
     run(main())

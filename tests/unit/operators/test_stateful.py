@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from rivermark import ConfigurationError, Stream
-from rivermark.errors import UserFunctionError
 from rivermark.operators.stateful import Accumulate, Collect, Slice, Unique, no_default
 
 from .conftest import emit_tracked as send
@@ -52,9 +51,10 @@ def test_accumulate_error_policies_keep_state() -> None:
 
     s = Stream()
     s.accumulate(add, start=0, name="acc").sink_to_list()
-    with pytest.raises(UserFunctionError, match=r"Accumulate\('acc'\).*add.*negative") as ei:
+    with pytest.raises(
+        ValueError, match=r"(?s)negative.*Accumulate\('acc'\): user function '[^']*add'"
+    ):
         s.emit(-1)
-    assert isinstance(ei.value.__cause__, ValueError)
 
     s2 = Stream()
     node = s2.accumulate(add, start=0, on_error="skip")
@@ -229,9 +229,8 @@ def test_unique_bad_args_and_errors() -> None:
     assert L == [1] and node.error_count == 1 and ref.fired == 1
     s2 = Stream()
     s2.unique().sink_to_list()
-    with pytest.raises(UserFunctionError, match="Unique") as ei:
+    with pytest.raises(TypeError, match="Unique"):
         s2.emit({})
-    assert isinstance(ei.value.__cause__, TypeError)
 
 
 @pytest.mark.parametrize("kwargs", [{}, {"maxsize": 2}, {"hashable": False, "maxsize": 3}])

@@ -480,12 +480,12 @@ def test_downstream_error_in_background_fails_the_node_and_keeps_the_record(
         assert seen == [0] and fired0 == ([] if windowed else [1])
         assert fired1 == []
         assert node._inflight == 1
-        with pytest.raises(NodeFailedError, match=re.escape("failed earlier (UserFunctionError")):
+        with pytest.raises(NodeFailedError, match=re.escape("failed earlier (ValueError")):
             s.emit(2)
         assert seen == [0]
 
     run(main())
-    assert caplog.text.count("failed: UserFunctionError") == 1
+    assert caplog.text.count("failed: ValueError: bad record") == 1
 
 
 def test_source_position_moves_only_after_rate_limited_record_was_delivered() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from rivermark import ConfigurationError, Stream, UserFunctionError
+from rivermark import ConfigurationError, Stream
 from rivermark.core import runtime
 from rivermark.sources.periodic import FromPeriodic
 from rivermark.sources.queue import FromQ
@@ -66,7 +66,7 @@ def test_periodic_callback_error_with_raise_ends_source() -> None:
     source.start()
     wait_for(lambda: source.finished)
     assert source.error
-    with pytest.raises(UserFunctionError, match="broken sensor"):
+    with pytest.raises(RuntimeError, match="broken sensor"):
         runtime.run_sync(source.loop, source.wait_finished(), timeout=30)
 
 
