@@ -777,8 +777,7 @@ class Aggregate(ConformingNode):
         acc = self._window_acc() if self.windowed else self.acc
         if acc is None:  # nothing seen (or left in the window): pandas' result on no rows
             return agg.example_result(x.iloc[:0])
-        with np.errstate(all="ignore"):
-            return agg.result(acc)
+        return agg.result(acc)
 
     def update(
         self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
