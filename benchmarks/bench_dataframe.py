@@ -3,6 +3,7 @@
 Run:  .venv/bin/python benchmarks/bench_dataframe.py            # 2,000 batches x 1,000 rows
       .venv/bin/python benchmarks/bench_dataframe.py --quick    # 200 batches, a smoke run
       .venv/bin/python benchmarks/bench_dataframe.py --cpu      # CPU time: for a busy machine
+      .venv/bin/python benchmarks/bench_dataframe.py --batches 200 --cpu --pairs 15  # ratios only
 
 Input: 2,000 pandas batches of 1,000 rows (``name``: 50 keys, ``amount``: ints),
 built before timing.  Two pipelines, each against a plain pandas loop keeping
@@ -193,6 +194,19 @@ def peak(contender: str, windowed: bool, n: int) -> int:
     return top - base
 
 
+def print_pair_ratios(batches: list[pd.DataFrame], pairs: int) -> int:
+    """Print, per pipeline, the median over ``pairs`` adjacent runs of pandas time / rivermark time."""
+    import statistics
+
+    out = []
+    for windowed, plain in ((False, plain_running), (True, plain_windowed)):
+        riv = streamed("rivermark", windowed)
+        ratios = [timed(plain, batches) / timed(riv, batches) for _ in range(pairs)]
+        out.append(f"{'window' if windowed else 'running'}={statistics.median(ratios):.3f}")
+    print(" ".join(out))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
@@ -202,6 +216,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--cpu", action="store_true", help="time with process CPU time (for a busy machine)"
     )
+    p.add_argument(
+        "--pairs",
+        type=int,
+        default=None,
+        help="only the ratios: the median over P pairs of (pandas loop time / rivermark time)",
+    )
     args = p.parse_args(argv)
     global CLOCK
     CLOCK = time.process_time if args.cpu else time.perf_counter
@@ -209,6 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     repeat = args.repeat or (2 if args.quick else 3)
     batches = make_batches(n)
     rows = n * ROWS
+    if args.pairs:
+        return print_pair_ratios(batches, args.pairs)
 
     import rivermark
 
