@@ -477,10 +477,13 @@ class GroupbyAggregation(Aggregation):
         self._layout = "moments" if how in ("var", "std") else how
 
     def _grouped(self, batch: Any) -> Any:
-        g = batch.groupby(self.by, observed=True)
-        if self.selection is not None:
-            g = g[self.selection]
-        return g
+        by, sel = self.by, self.selection
+        if sel is not None and not isinstance(sel, (list, tuple)) and sel not in _as_list(by):
+            # one column: grouping the Series by the key column(s) is the cheaper way
+            keys = [batch[b] for b in by] if isinstance(by, (list, tuple)) else batch[by]
+            return batch[sel].groupby(keys, observed=True)
+        g = batch.groupby(by, observed=True)
+        return g if sel is None else g[sel]
 
     def partial(self, batch: Any) -> Any:
         g = self._grouped(batch)
@@ -544,6 +547,10 @@ class GroupbyAggregation(Aggregation):
 
     def signature(self) -> str:
         return f"Groupby({self.how}, by={self.by!r}, selection={self.selection!r})"
+
+
+def _as_list(x: Any) -> list[Any]:
+    return list(x) if isinstance(x, (list, tuple)) else [x]
 
 
 def _concat(frames: Sequence[Any], example: Any) -> Any:
@@ -777,8 +784,7 @@ class Aggregate(ConformingNode):
         acc = self._window_acc() if self.windowed else self.acc
         if acc is None:  # nothing seen (or left in the window): pandas' result on no rows
             return agg.example_result(x.iloc[:0])
-        with np.errstate(all="ignore"):
-            return agg.result(acc)
+        return agg.result(acc)
 
     def update(
         self, x: Any, who: Stream | None = None, metadata: Metadata | None = None

@@ -59,10 +59,11 @@ class ConformingNode(Stream):
     def _conform(self, x: Any) -> Any:
         if self.example is None:
             return x
-        x, self.schema = conform(
-            x, self.example, self.schema, f"{self._display_name()} {self.op.__qualname__}"
-        )
+        x, self.schema = conform(x, self.example, self.schema, self._where)
         return x
+
+    def _where(self) -> str:
+        return f"{self._display_name()} {self.op.__qualname__}"
 
     def set_state(self, state: Any) -> None:
         for a in self._state_attrs:

@@ -25,6 +25,7 @@ that no aggregation ever works on a batch unlike its example:
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -126,6 +127,16 @@ def _refuse(where: str, col: Any, want: Any, have: Any) -> SchemaError:
     )
 
 
+class _Where:
+    """A lazily formatted operation name (formatting costs more than the check)."""
+
+    def __init__(self, make: Callable[[], str]) -> None:
+        self.make = make
+
+    def __str__(self) -> str:
+        return self.make()
+
+
 def check_dtypes(batch: pd.DataFrame, schema: pd.Series, where: str) -> pd.DataFrame:
     """``batch`` with each column converted to the dtype in ``schema`` (or SchemaError)."""
     fixed: dict[Any, pd.Series] = {}
@@ -144,12 +155,13 @@ def check_dtypes(batch: pd.DataFrame, schema: pd.Series, where: str) -> pd.DataF
     return out
 
 
-def conform(x: Any, example: Any, schema: Any, where: str) -> tuple[Any, Any]:
+def conform(x: Any, example: Any, schema: Any, where: str | Callable[[], str]) -> tuple[Any, Any]:
     """``(x, schema)``: ``x`` matched to the example's columns and to ``schema``'s dtypes.
 
     ``schema`` is the dtypes of the first non-empty batch (None before it);
     the returned one is what to keep.  An empty batch takes the schema's
-    dtypes (it has no value to lose).
+    dtypes (it has no value to lose).  ``where`` (or a function returning it,
+    called only for an error) names the operation.
 
     >>> ex = pd.DataFrame({"k": pd.Series([], dtype=object), "x": pd.Series([], dtype="float64")})
     >>> x, schema = conform(pd.DataFrame({"x": [1.0], "k": ["a"]}), ex, None, "sum()")
@@ -164,9 +176,10 @@ def conform(x: Any, example: Any, schema: Any, where: str) -> tuple[Any, Any]:
     ...
     rivermark.dataframe.schema.SchemaError: sum(): column 'x' changed dtype from 'float64' (earlier batches) to 'object', which does not convert exactly; declare the column's dtype once for all batches (cast them upstream, e.g. with sdf.astype({...}) before the aggregation)
     """
+    label: Any = _Where(where) if callable(where) else where
     if isinstance(example, pd.DataFrame):
         if not isinstance(x, pd.DataFrame):
-            raise SchemaError(f"{where}: expected a pandas.DataFrame batch, got {x!r}")
+            raise SchemaError(f"{label}: expected a pandas.DataFrame batch, got {x!r}")
         cols = example.columns
         if not x.columns.equals(cols):
             if len(x.columns) != len(cols) or set(x.columns) != set(cols):
@@ -176,7 +189,7 @@ def conform(x: Any, example: Any, schema: Any, where: str) -> tuple[Any, Any]:
                     f"{k} {v!r}" for k, v in (("missing", missing), ("extra", extra)) if v
                 )
                 raise ColumnsError(
-                    f"{where}: batch columns {list(x.columns)!r} differ from the example's "
+                    f"{label}: batch columns {list(x.columns)!r} differ from the example's "
                     f"{list(cols)!r} ({detail}); emit batches with the example's columns"
                 )
             x = x[list(cols)]
@@ -184,14 +197,15 @@ def conform(x: Any, example: Any, schema: Any, where: str) -> tuple[Any, Any]:
             if not len(x):
                 return x, None
             schema = widest(x.dtypes)
+        have = x.dtypes.tolist()  # lists compare faster than Series.equals
+        if have == schema.tolist():
+            return x, schema
         if len(x) == 0:
-            return (x if x.dtypes.equals(schema) else x.astype(schema.to_dict())), schema
-        if not x.dtypes.equals(schema):
-            x = check_dtypes(x, schema, where)
-        return x, schema
+            return x.astype(schema.to_dict()), schema
+        return check_dtypes(x, schema, str(label)), schema
     if isinstance(example, pd.Series):
         if not isinstance(x, pd.Series):
-            raise SchemaError(f"{where}: expected a pandas.Series batch, got {x!r}")
+            raise SchemaError(f"{label}: expected a pandas.Series batch, got {x!r}")
         if schema is None:
             if not len(x):
                 return x, None
@@ -201,6 +215,6 @@ def conform(x: Any, example: Any, schema: Any, where: str) -> tuple[Any, Any]:
                 return x.astype(schema), schema
             conv = convert_column(x, schema)
             if conv is None:
-                raise _refuse(where, x.name, schema, x.dtype)
+                raise _refuse(str(label), x.name, schema, x.dtype)
             return conv, schema
     return x, schema
