@@ -173,6 +173,9 @@ class Stream:
     _is_async: bool = False
     #: names of attributes that make up the node's checkpointed state
     _state_attrs: ClassVar[tuple[str, ...]] = ()
+    #: the attributes generated code may use (state, live configuration, methods);
+    #: see :meth:`rivermark.fastpath.codegen.Codegen.field`
+    _kernel_fields: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(
         self,

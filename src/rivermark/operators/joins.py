@@ -67,6 +67,7 @@ class Zip(Stream):
     _graphviz_orientation = 270
     _graphviz_shape = "triangle"
     literals = Fixed()
+    _kernel_fields = frozenset({"_buffers", "_waiters", "maxsize"})
 
     def __init__(self, *upstreams: Any, maxsize: int = 10, **kwargs: Any) -> None:
         check_positive_int("zip", "maxsize", maxsize)

@@ -35,6 +35,7 @@ class Map(Stream):
 
     args = Fixed()
     kwargs = Fixed()
+    _kernel_fields = frozenset({"func"})
 
     def __init__(
         self, upstream: Stream, func: Callable[..., Any], *args: Any, **kwargs: Any
@@ -112,6 +113,7 @@ class Filter(Stream):
     _invert = False
     args = Fixed()
     kwargs = Fixed()
+    _kernel_fields = frozenset({"predicate"})
 
     def __init__(
         self, upstream: Stream, predicate: Callable[..., Any] | None, *args: Any, **kwargs: Any
