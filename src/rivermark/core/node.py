@@ -776,7 +776,7 @@ class Stream:
         """Move records onto a Dask cluster (``pip install rivermark[dask]``)."""
         from ..dask import scatter
 
-        return scatter(self, **kwargs)  # type: ignore[no-any-return]
+        return scatter(self, **kwargs)
 
     def to_dataframe(self, example: Any) -> Any:
         """Treat a stream of pandas DataFrames as a streaming DataFrame (``rivermark[dataframe]``).

@@ -80,7 +80,7 @@ def _code(src: str) -> CodeType:
 def retire(fn: Callable[..., Any]) -> None:
     """Make the generated function ``fn`` hand every call to its node's current ``emit``."""
     if hasattr(fn, "_rivermark_source"):
-        fn.__globals__["_valid"] = False  # type: ignore[attr-defined]
+        fn.__globals__["_valid"] = False
 
 
 def register_inliner(cls: type, inliner: Inliner) -> None:
