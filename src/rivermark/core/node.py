@@ -181,6 +181,9 @@ class Stream:
     #: a root fed by ``emit`` counts what it passes on only when this is set
     #: (:func:`rivermark.core.counting.count_emits`)
     _count_emits: bool = False
+    #: the attributes generated code may use (state, live configuration, methods);
+    #: see :meth:`rivermark.fastpath.codegen.Codegen.field`
+    _kernel_fields: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(
         self,
@@ -816,7 +819,7 @@ class Stream:
         """Move records onto a Dask cluster (``pip install rivermark[dask]``)."""
         from ..dask import scatter
 
-        return scatter(self, **kwargs)  # type: ignore[no-any-return]
+        return scatter(self, **kwargs)
 
     def to_dataframe(self, example: Any) -> Any:
         """Treat a stream of pandas DataFrames as a streaming DataFrame (``rivermark[dataframe]``).

@@ -81,7 +81,7 @@ def _code(src: str) -> CodeType:
 def retire(fn: Callable[..., Any]) -> None:
     """Make the generated function ``fn`` hand every call to its node's current ``emit``."""
     if hasattr(fn, "_rivermark_source"):
-        fn.__globals__["_valid"] = False  # type: ignore[attr-defined]
+        fn.__globals__["_valid"] = False
 
 
 def register_inliner(cls: type, inliner: Inliner) -> None:
@@ -128,6 +128,25 @@ class Codegen:
             self._bound[id(obj)] = name
             self.scope[name] = obj
         return name
+
+    def field(self, node: Stream, name: str) -> str:
+        """The expression for ``node.<name>``, a field its class declares for kernels.
+
+        Generated code reaches a node only through the fields listed in its
+        class's ``_kernel_fields`` (state, live configuration and the
+        methods a kernel may call), so a kernel cannot touch anything the
+        class does not declare as part of that contract.
+        """
+        if name not in type(node)._kernel_fields:
+            raise TypeError(
+                f"kernel for {type(node).__name__} uses {name!r}, which the class does not "
+                f"declare in _kernel_fields {sorted(type(node)._kernel_fields)!r}"
+            )
+        return f"{self.bind(node, 'node')}.{name}"
+
+    def fields(self, node: Stream) -> Callable[[str], str]:
+        """``field`` bound to ``node``: ``f = cg.fields(node); f("state")``."""
+        return functools.partial(self.field, node)
 
     def tmp(self, hint: str = "v") -> str:
         """A fresh local variable name."""

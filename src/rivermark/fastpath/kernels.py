@@ -56,7 +56,7 @@ def _inline_pass(cg: Codegen, node: Stream, who: Stream, var: str) -> bool:
 def _live(cg: Codegen, node: Stream, attr: str) -> str:
     """A local variable holding ``node.<attr>`` read now (configuration that may be replaced)."""
     v = cg.tmp("f")
-    cg.line(f"{v} = {cg.bind(node, 'node')}.{attr}")
+    cg.line(f"{v} = {cg.field(node, attr)}")
     return v
 
 
@@ -93,10 +93,10 @@ def _inline_pluck(cg: Codegen, node: Stream, who: Stream, var: str) -> bool:
 
 def _inline_accumulate(cg: Codegen, node: Stream, who: Stream, var: str) -> bool:
     assert isinstance(node, Accumulate)
-    n = cg.bind(node, "node")
+    n = cg.fields(node)
     nd = cg.bind(no_default, "nodefault")
     s = cg.tmp("s")
-    cg.line(f"{s} = {n}.state")
+    cg.line(f"{s} = {n('state')}")
     # the first record of an accumulate without start: its full path
     cg.skip_if(f"{s} is {nd}", cg.result(cg.fallback(node, who, var)))
     f = _live(cg, node, "func")
@@ -108,7 +108,7 @@ def _inline_accumulate(cg: Codegen, node: Stream, who: Stream, var: str) -> bool
     else:
         result = state
         cg.call_user(state, call, var, node, f)
-    cg.line(f"{n}.state = {state}")
+    cg.line(f"{n('state')} = {state}")
     if node.with_state:
         out = cg.tmp()
         cg.line(f"{out} = ({state}, {result})")
@@ -132,7 +132,7 @@ def _inline_sink(cg: Codegen, node: Stream, who: Stream, var: str) -> bool:
 
 def _inline_sink_to_list(cg: Codegen, node: Stream, who: Stream, var: str) -> bool:
     assert isinstance(node, SinkToList)
-    cg.line(f"{cg.bind(node, 'node')}.L.append({var})")
+    cg.line(f"{cg.field(node, 'L')}.append({var})")
     return True
 
 
@@ -140,22 +140,22 @@ def _inline_partition(cg: Codegen, node: Stream, who: Stream, var: str) -> bool:
     assert isinstance(node, Partition)
     if node.key is not None or node.timeout is not None:
         return False
-    n = cg.bind(node, "node")
+    n = cg.fields(node)
     buf, meta, out = cg.tmp("buf"), cg.tmp("m"), cg.tmp()
     # The list of the key None stays in ``_buffers`` (emptied in place when a
     # partition is emitted; ``Partition.update`` pops it): an empty list and
     # no entry are the same state for the node (``get_state`` lists only
     # non-empty buffers; ``update`` appends to an empty one as to a new one).
     cg.line("try:")
-    cg.line(f"    {buf} = {n}._buffers[None]")
+    cg.line(f"    {buf} = {n('_buffers')}[None]")
     cg.line("except KeyError:")
-    cg.line(f"    {buf} = {n}._buffers[None] = []")
-    cg.line(f"    {n}._metas[None] = []")
+    cg.line(f"    {buf} = {n('_buffers')}[None] = []")
+    cg.line(f"    {n('_metas')}[None] = []")
     cg.line(f"{buf}.append({var})")
-    cg.open(f"if len({buf}) >= {n}.n")
-    cg.line(f"{meta} = {n}._metas[None]")
+    cg.open(f"if len({buf}) >= {n('n')}")
+    cg.line(f"{meta} = {n('_metas')}[None]")
     # tracked records in the partition: the node's own flush merges their metadata
-    cg.skip_if(meta, cg.result(f"{n}._flush_now(None)"))
+    cg.skip_if(meta, cg.result(f"{n('_flush_now')}(None)"))
     cg.line(f"{out} = tuple({buf})")
     cg.line(f"{buf}.clear()")
     cg.push_down(node, out)
@@ -164,20 +164,20 @@ def _inline_partition(cg: Codegen, node: Stream, who: Stream, var: str) -> bool:
 
 def _inline_sliding_window(cg: Codegen, node: Stream, who: Stream, var: str) -> bool:
     assert isinstance(node, SlidingWindow)
-    n = cg.bind(node, "node")
+    n = cg.fields(node)
     buf, out = cg.tmp("buf"), cg.tmp()
     # a tracked record in the window: the node's own path merges its metadata
-    cg.skip_if(f"{n}._n_meta", cg.result(cg.fallback(node, who, var)))
-    cg.line(f"{buf} = {n}._buffer")
+    cg.skip_if(f"{n('_n_meta')}", cg.result(cg.fallback(node, who, var)))
+    cg.line(f"{buf} = {n('_buffer')}")
     cg.line(f"{buf}.append({var})")
     # ``_meta`` holds one entry per record still held: all but the oldest of a
     # full window.  A record that fills the window (or arrives at a full one)
     # leaves it as it was (appended, then the oldest released); otherwise it
     # gains a None.
     if node.partial:
-        cg.when(f"len({buf}) != {node.n}", f"{n}._meta.append(None)")
+        cg.when(f"len({buf}) != {node.n}", f"{n('_meta')}.append(None)")
     else:
-        cg.skip_if(f"len({buf}) != {node.n}", f"{n}._meta.append(None)")
+        cg.skip_if(f"len({buf}) != {node.n}", f"{n('_meta')}.append(None)")
     cg.line(f"{out} = tuple({buf})")
     cg.push_down(node, out)
     return True
@@ -195,28 +195,31 @@ def _inline_zip(cg: Codegen, node: Stream, who: Stream, var: str) -> bool:
     ):
         return False
     index = 0 if ups[0] is who else 1
-    n = cg.bind(node, "node")
+    n = cg.fields(node)
     fallback = cg.result(cg.fallback(node, who, var))
     buf, other, y, meta, out = cg.tmp("buf"), cg.tmp("other"), cg.tmp(), cg.tmp("m"), cg.tmp()
     # one unpacking for both buffers; a node whose buffers are not two any
     # more (they are replaced by set_state) takes its own path
     pair = f"{buf}, {other}" if index == 0 else f"{other}, {buf}"
-    cg.attempt(f"{pair} = {n}._buffers", "ValueError", fallback)
+    cg.attempt(f"{pair} = {n('_buffers')}", "ValueError", fallback)
     # records already wait on this side: this one waits too (a full buffer
     # takes the node's own path, which applies backpressure)
     cg.skip_if(
         buf,
-        f"if len({buf}) < {n}.maxsize:",
+        f"if len({buf}) < {n('maxsize')}:",
         f"    {buf}.append(({var}, None))",
         "else:",
         f"    {fallback}",
     )
     cg.skip_if(f"not {other}", f"{buf}.append(({var}, None))")
     # a tuple is complete; an asynchronous caller waiting for room: own path
-    cg.skip_if(f"{n}._waiters", fallback)
+    cg.skip_if(f"{n('_waiters')}", fallback)
     cg.line(f"{y}, {meta} = {other}.popleft()")
     cg.line(f"{out} = ({var}, {y})" if index == 0 else f"{out} = ({y}, {var})")
-    cg.skip_if(meta, cg.result(f"{cg.bind(emit_tracked, 'tracked')}({n}, {out}, {meta})"))
+    cg.skip_if(
+        meta,
+        cg.result(f"{cg.bind(emit_tracked, 'tracked')}({cg.bind(node, 'node')}, {out}, {meta})"),
+    )
     cg.push_down(node, out)
     return True
 

@@ -72,6 +72,7 @@ class Zip(Stream):
     #: records the first buffer held when its state was restored
     _restored_held = 0
     literals = Fixed()
+    _kernel_fields = frozenset({"_buffers", "_waiters", "maxsize"})
 
     def __init__(self, *upstreams: Any, maxsize: int = 10, **kwargs: Any) -> None:
         check_positive_int("zip", "maxsize", maxsize)

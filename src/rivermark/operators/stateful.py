@@ -75,6 +75,7 @@ class Accumulate(Stream):
     returns_state = Fixed()
     with_state = Fixed()
     kwargs = Fixed()
+    _kernel_fields = frozenset({"state", "func"})
 
     def __init__(
         self,

@@ -36,6 +36,7 @@ class Map(Stream):
     _derived_out = True
     args = Fixed()
     kwargs = Fixed()
+    _kernel_fields = frozenset({"func"})
 
     def __init__(
         self, upstream: Stream, func: Callable[..., Any], *args: Any, **kwargs: Any
@@ -113,6 +114,7 @@ class Filter(Stream):
     _invert = False
     args = Fixed()
     kwargs = Fixed()
+    _kernel_fields = frozenset({"predicate"})
 
     def __init__(
         self, upstream: Stream, predicate: Callable[..., Any] | None, *args: Any, **kwargs: Any

@@ -58,6 +58,9 @@ class Partition(Stream):
 
     key = Fixed()
     timeout = Fixed()
+    #: a partition's list (key None) stays in ``_buffers`` once created (emptied in
+    #: place when emitted); ``_flush_now`` emits one with its records' metadata
+    _kernel_fields = frozenset({"_buffers", "_metas", "n", "_flush_now"})
 
     def __init__(
         self,
@@ -319,6 +322,7 @@ class SlidingWindow(Stream):
     _graphviz_shape = "diamond"
     n = Fixed()  # sizes the window's deque
     partial = Fixed()
+    _kernel_fields = frozenset({"_buffer", "_meta", "_n_meta"})
 
     def __init__(
         self, upstream: Stream, n: int, return_partial: bool = True, **kwargs: Any

@@ -56,6 +56,7 @@ class Sink(Stream):
     _graphviz_shape: ClassVar[str] = "trapezium"
     args = Fixed()
     kwargs = Fixed()
+    _kernel_fields: ClassVar[frozenset[str]] = frozenset({"func"})
 
     def __init__(
         self, upstream: Stream, func: Callable[..., Any] | None = None, *args: Any, **kwargs: Any
@@ -132,6 +133,7 @@ class SinkToList(Stream):
 
     _graphviz_shape: ClassVar[str] = "trapezium"
     _state_attrs: ClassVar[tuple[str, ...]] = ("L",)
+    _kernel_fields: ClassVar[frozenset[str]] = frozenset({"L"})
 
     def __new__(cls, upstream: Stream, **kwargs: Any) -> Any:
         node = super().__new__(cls)

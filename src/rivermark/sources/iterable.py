@@ -78,21 +78,27 @@ class FromIterable(Source):
             it = self._iterator
             chunk, self._pending = self._pending, []
         size = 16
-        while not self.stopped:
-            if not chunk:
-                # read ahead while items come fast; a slow iterator is read a few at a time
-                t0 = time.perf_counter()
-                chunk = list(itertools.islice(it, size))
+        try:
+            while not self.stopped:
                 if not chunk:
-                    break
-                if time.perf_counter() - t0 < TIME_SLICE / 4:
-                    size = min(size * 2, _MAX_CHUNK)
-                else:
-                    size = max(size // 2, 1)
-            done = await self._emit_chunk(chunk, self._advance)
-            chunk = chunk[done:] if done < len(chunk) else []
-        if chunk and not self.replayable:
-            self._pending = chunk  # a one-shot iterator: emitted by the next run
+                    # read ahead while items come fast; a slow iterator is read a few at a time
+                    t0 = time.perf_counter()
+                    chunk = list(itertools.islice(it, size))
+                    if not chunk:
+                        break
+                    if time.perf_counter() - t0 < TIME_SLICE / 4:
+                        size = min(size * 2, _MAX_CHUNK)
+                    else:
+                        size = max(size // 2, 1)
+                before = self._position or 0
+                try:
+                    await self._emit_chunk(chunk, self._advance)
+                finally:
+                    # what the position passed is emitted (also when cancelled by a stop)
+                    chunk = chunk[(self._position or 0) - before :]
+        finally:
+            if chunk and not self.replayable:
+                self._pending = chunk  # a one-shot iterator: emitted by the next run
 
     def state_signature(self) -> str:
         return "FromIterable()"

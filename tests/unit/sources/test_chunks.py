@@ -192,3 +192,16 @@ def test_without_code_generation_the_chunk_loop_gives_the_same_output(
     source.start()
     wait_for(lambda: source.finished)
     assert out == [tuple(range(i, i + 7)) for i in range(0, 994, 7)]
+
+
+def test_generator_items_read_ahead_survive_a_stop_from_another_thread() -> None:
+    source = Stream.from_iterable(iter(range(200_000)))
+    out: list[int] = []
+    source.sink(out.append)
+    source.start()
+    wait_for(lambda: len(out) > 1000)
+    stop_and_wait(source)
+    assert out == list(range(len(out))) and len(out) < 200_000
+    source.start()
+    wait_for(lambda: source.finished and len(out) == 200_000)
+    assert out == list(range(200_000))
