@@ -184,7 +184,7 @@ def one_round(
     }
 
 
-def overhead(client: Client, n: int, window: int) -> dict[str, float]:
+def overhead(client: Client, n: int, window: int, acc_windows: list[int]) -> dict[str, float]:
     """Seconds per element: local, rivermark scatter/map/gather, plain Dask submit/result."""
     items = list(range(n))
     t_local, out_local = run_pipeline(lambda s: s.map(identity), items)
@@ -194,18 +194,16 @@ def overhead(client: Client, n: int, window: int) -> dict[str, float]:
     t_plain, out_plain = run_plain_dask(client, identity, items, window)
     if not out_local == out_dask == out_plain == items:
         raise RuntimeError("the identity pipelines lost or reordered elements")
-    t_acc, out_acc = run_pipeline(
-        lambda s: s.scatter(client=client).accumulate(add, start=0).gather(max_inflight=window),
-        items,
-    )
-    if out_acc != list(itertools.accumulate(items, add)):
-        raise RuntimeError("the scattered accumulate differs from itertools.accumulate")
-    return {
-        "local": t_local / n,
-        "dask": t_dask / n,
-        "plain": t_plain / n,
-        "acc_rate": n / t_acc,
-    }
+    res = {"local": t_local / n, "dask": t_dask / n, "plain": t_plain / n}
+    for w in acc_windows:
+        t_acc, out_acc = run_pipeline(
+            lambda s, w=w: s.scatter(client=client).accumulate(add, start=0).gather(max_inflight=w),
+            items,
+        )
+        if out_acc != list(itertools.accumulate(items, add)):
+            raise RuntimeError("the scattered accumulate differs from itertools.accumulate")
+        res[f"acc_rate_{w}"] = n / t_acc
+    return res
 
 
 def spread(values: list[float], fmt: str) -> str:
@@ -223,7 +221,13 @@ def main() -> None:
     p.add_argument("--elements", type=int, default=2000)
     p.add_argument("--max-inflight", type=int, default=32)
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument(
+        "--acc-windows",
+        default="32,128",
+        help="gather windows (max_inflight) at which the scattered accumulate is timed",
+    )
     args = p.parse_args()
+    acc_windows = [int(w) for w in args.acc_windows.split(",")]
 
     load_before = os.getloadavg()
     batches = [[i] * 100 for i in range(args.batches)]
@@ -241,10 +245,10 @@ def main() -> None:
         loops = calibrate(args.ms)
         # warm up: ship the functions and imports to every worker once
         one_round(client, pool, batches[: 4 * args.workers], loops, args.max_inflight)
-        overhead(client, 100, args.max_inflight)
+        overhead(client, 100, args.max_inflight, acc_windows)
         for _ in range(args.repeat):
             rounds.append(one_round(client, pool, batches, loops, args.max_inflight))
-            overheads.append(overhead(client, args.elements, args.max_inflight))
+            overheads.append(overhead(client, args.elements, args.max_inflight, acc_windows))
     finally:
         pool.shutdown()
         client.close()
@@ -294,10 +298,13 @@ def main() -> None:
             "overhead per element, rivermark, us",
             spread([d - lo for d, lo in zip(ocol("dask"), ocol("local"))], ".0f"),
         ),
+    ]
+    rows += [
         (
-            "scattered accumulate, records/s",
-            spread([o["acc_rate"] for o in overheads], ",.0f"),
-        ),
+            f"scattered accumulate, gather(max_inflight={w}), records/s",
+            spread([o[f"acc_rate_{w}"] for o in overheads], ",.0f"),
+        )
+        for w in acc_windows
     ]
     w = max(len(r[0]) for r in rows)
     for name, value in rows:
@@ -311,7 +318,9 @@ def main() -> None:
             f"plain Dask {r['plain']:.2f} s ({r['speedup_plain']:.2f}x), "
             f"process pool {r['pool']:.2f} s ({r['speedup_pool']:.2f}x); "
             f"identity {o['dask'] * 1e6:.0f} us/elem (plain {o['plain'] * 1e6:.0f}); "
-            f"accumulate {o['acc_rate']:,.0f} records/s"
+            "accumulate "
+            + ", ".join(f"{o[f'acc_rate_{w}']:,.0f}" for w in acc_windows)
+            + " records/s"
         )
 
 
