@@ -1,7 +1,7 @@
 """Scale-out benchmark: a CPU-bound map, local versus a LocalCluster of worker processes.
 
 Run:  .venv/bin/python benchmarks/bench_dask.py [--batches 200] [--ms 20] [--workers 2]
-                                               [--repeat 3] [--max-inflight 8]
+                                               [--repeat 3] [--max-inflight 32]
 
 1. A CPU-bound function (pure Python, holds the GIL) of about ``--ms``
    milliseconds per batch over ``--batches`` batches, three ways, each round in
@@ -11,6 +11,9 @@ Run:  .venv/bin/python benchmarks/bench_dask.py [--batches 200] [--ms 20] [--wor
    * rivermark on Dask: ``from_iterable(batches).scatter().map(f).gather()``
      with up to ``--max-inflight`` futures in flight, on ``--workers`` worker
      processes (one thread each) of a ``LocalCluster``;
+   * plain Dask ``client.map(f, batches)`` over all the batches at once, then
+     ``client.gather``: the baseline rivermark is held to (the same cluster and
+     tasks, no window, no ordering work);
    * plain Dask, for reference: ``client.submit(f, batch)`` with the same
      window, results taken in order (what the pipeline does, without rivermark);
    * a ``concurrent.futures.ProcessPoolExecutor`` of as many processes, for
@@ -18,10 +21,13 @@ Run:  .venv/bin/python benchmarks/bench_dask.py [--batches 200] [--ms 20] [--wor
      cost (the ceiling any cluster could reach here).
 
    Times run from starting the source to the last result in the sink.  The
-   speed-up is local / Dask of the same round.
+   speed-up is local / Dask of the same round; "of client.map" is
+   client.map's time / rivermark's time of the same round.
 2. The overhead per element of the scatter/gather round trip: an identity
    function over ``--elements`` records, (Dask - local) / count, for rivermark
    and for plain Dask.
+3. The scattered ``accumulate``: ``scatter().accumulate(add, start=0).gather()``
+   over ``--elements`` integers, records per second.
 
 It also prints the CPU seconds each process used during the Dask runs (the
 LocalCluster's scheduler runs in this process, next to the client and the
@@ -33,6 +39,7 @@ prints tables and exits.
 from __future__ import annotations
 
 import argparse
+import itertools
 import logging
 import os
 import statistics
@@ -61,6 +68,10 @@ def burn(batch: list[int], loops: int) -> int:
 
 def identity(x: Any) -> Any:
     return x
+
+
+def add(a: int, b: int) -> int:
+    return a + b
 
 
 def calibrate(ms: float) -> int:
@@ -117,6 +128,16 @@ def run_plain_dask(
     return time.perf_counter() - t0, out
 
 
+def run_client_map(
+    client: Client, func: Callable[..., Any], items: list[Any], *args: Any
+) -> tuple[float, list[Any]]:
+    """Plain Dask at its best: every task submitted at once, all results gathered at once."""
+    t0 = time.perf_counter()
+    futures = client.map(func, items, *[[a] * len(items) for a in args], pure=False)
+    out = client.gather(futures)
+    return time.perf_counter() - t0, list(out)
+
+
 def run_process_pool(
     pool: ProcessPoolExecutor, batches: list[list[int]], loops: int
 ) -> tuple[float, list[Any]]:
@@ -143,14 +164,18 @@ def one_round(
     )
     w1, m1 = worker_cpu(client), time.process_time()
     t_plain, out_plain = run_plain_dask(client, burn, batches, window, loops)
+    t_map, out_map = run_client_map(client, burn, batches, loops)
     t_pool, out_pool = run_process_pool(pool, batches, loops)
-    if not out_local == out_dask == out_plain == out_pool:
+    if not out_local == out_dask == out_plain == out_map == out_pool:
         raise RuntimeError("the Dask results differ from the local pipeline's")
     return {
         "local": t_local,
         "dask": t_dask,
         "plain": t_plain,
+        "map": t_map,
         "pool": t_pool,
+        "of_map": t_map / t_dask,
+        "speedup_map": t_local / t_map,
         "speedup": t_local / t_dask,
         "speedup_plain": t_local / t_plain,
         "speedup_pool": t_local / t_pool,
@@ -159,7 +184,7 @@ def one_round(
     }
 
 
-def overhead(client: Client, n: int, window: int) -> dict[str, float]:
+def overhead(client: Client, n: int, window: int, acc_windows: list[int]) -> dict[str, float]:
     """Seconds per element: local, rivermark scatter/map/gather, plain Dask submit/result."""
     items = list(range(n))
     t_local, out_local = run_pipeline(lambda s: s.map(identity), items)
@@ -169,7 +194,16 @@ def overhead(client: Client, n: int, window: int) -> dict[str, float]:
     t_plain, out_plain = run_plain_dask(client, identity, items, window)
     if not out_local == out_dask == out_plain == items:
         raise RuntimeError("the identity pipelines lost or reordered elements")
-    return {"local": t_local / n, "dask": t_dask / n, "plain": t_plain / n}
+    res = {"local": t_local / n, "dask": t_dask / n, "plain": t_plain / n}
+    for w in acc_windows:
+        t_acc, out_acc = run_pipeline(
+            lambda s, w=w: s.scatter(client=client).accumulate(add, start=0).gather(max_inflight=w),
+            items,
+        )
+        if out_acc != list(itertools.accumulate(items, add)):
+            raise RuntimeError("the scattered accumulate differs from itertools.accumulate")
+        res[f"acc_rate_{w}"] = n / t_acc
+    return res
 
 
 def spread(values: list[float], fmt: str) -> str:
@@ -185,9 +219,15 @@ def main() -> None:
     p.add_argument("--ms", type=float, default=20.0)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--elements", type=int, default=2000)
-    p.add_argument("--max-inflight", type=int, default=8)
+    p.add_argument("--max-inflight", type=int, default=32)
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument(
+        "--acc-windows",
+        default="32,128",
+        help="gather windows (max_inflight) at which the scattered accumulate is timed",
+    )
     args = p.parse_args()
+    acc_windows = [int(w) for w in args.acc_windows.split(",")]
 
     load_before = os.getloadavg()
     batches = [[i] * 100 for i in range(args.batches)]
@@ -205,10 +245,10 @@ def main() -> None:
         loops = calibrate(args.ms)
         # warm up: ship the functions and imports to every worker once
         one_round(client, pool, batches[: 4 * args.workers], loops, args.max_inflight)
-        overhead(client, 100, args.max_inflight)
+        overhead(client, 100, args.max_inflight, acc_windows)
         for _ in range(args.repeat):
             rounds.append(one_round(client, pool, batches, loops, args.max_inflight))
-            overheads.append(overhead(client, args.elements, args.max_inflight))
+            overheads.append(overhead(client, args.elements, args.max_inflight, acc_windows))
     finally:
         pool.shutdown()
         client.close()
@@ -239,9 +279,12 @@ def main() -> None:
             spread([t / args.batches * 1e3 for t in col("local")], ".1f"),
         ),
         (f"rivermark on Dask ({args.workers} procs), s", spread(col("dask"), ".2f")),
+        (f"plain Dask client.map ({args.workers} procs), s", spread(col("map"), ".2f")),
         (f"plain Dask submit/result ({args.workers} procs), s", spread(col("plain"), ".2f")),
         ("speed-up, rivermark on Dask", spread(col("speedup"), ".2f") + "x"),
-        ("speed-up, plain Dask", spread(col("speedup_plain"), ".2f") + "x"),
+        ("rivermark on Dask, of client.map's speed", spread(col("of_map"), ".2f")),
+        ("speed-up, plain Dask client.map", spread(col("speedup_map"), ".2f") + "x"),
+        ("speed-up, plain Dask submit/result", spread(col("speedup_plain"), ".2f") + "x"),
         (
             f"speed-up, process pool of {args.workers} (no Dask)",
             spread(col("speedup_pool"), ".2f") + "x",
@@ -256,6 +299,13 @@ def main() -> None:
             spread([d - lo for d, lo in zip(ocol("dask"), ocol("local"))], ".0f"),
         ),
     ]
+    rows += [
+        (
+            f"scattered accumulate, gather(max_inflight={w}), records/s",
+            spread([o[f"acc_rate_{w}"] for o in overheads], ",.0f"),
+        )
+        for w in acc_windows
+    ]
     w = max(len(r[0]) for r in rows)
     for name, value in rows:
         print(f"{name:<{w}}  {value}")
@@ -263,9 +313,14 @@ def main() -> None:
     for i, (r, o) in enumerate(zip(rounds, overheads)):
         print(
             f"  round {i}: local {r['local']:.2f} s, rivermark/Dask {r['dask']:.2f} s "
-            f"({r['speedup']:.2f}x), plain Dask {r['plain']:.2f} s ({r['speedup_plain']:.2f}x), "
+            f"({r['speedup']:.2f}x, {r['of_map']:.2f} of client.map), "
+            f"client.map {r['map']:.2f} s ({r['speedup_map']:.2f}x), "
+            f"plain Dask {r['plain']:.2f} s ({r['speedup_plain']:.2f}x), "
             f"process pool {r['pool']:.2f} s ({r['speedup_pool']:.2f}x); "
-            f"identity {o['dask'] * 1e6:.0f} us/elem (plain {o['plain'] * 1e6:.0f})"
+            f"identity {o['dask'] * 1e6:.0f} us/elem (plain {o['plain'] * 1e6:.0f}); "
+            "accumulate "
+            + ", ".join(f"{o[f'acc_rate_{w}']:,.0f}" for w in acc_windows)
+            + " records/s"
         )
 
 
