@@ -233,6 +233,8 @@ class Job:
         self.restored_time: float | None = None
         #: the positions the run resumed from (empty when starting fresh)
         self.restored_positions: dict[str, Any] = {}
+        #: wall time the recovery at start took (reading, checking, set_state), seconds
+        self.restore_seconds = 0.0
         #: the most recent checkpoints written by this run, oldest first
         self.checkpoints: deque[CheckpointInfo] = deque(maxlen=100)
         self.checkpoints_written = 0
@@ -693,6 +695,13 @@ class Job:
 
     # ------------------------------------------------------------------ recovery
     def _recover(self) -> None:
+        started = time.perf_counter()
+        try:
+            self._recover_newest()
+        finally:
+            self.restore_seconds = time.perf_counter() - started
+
+    def _recover_newest(self) -> None:
         epochs = self.store.list_epochs()
         incomplete = self.store.list_incomplete()
         taken = [*epochs, *(int(p.name) for p in incomplete if p.name.isdigit())]
