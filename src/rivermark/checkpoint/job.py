@@ -76,6 +76,7 @@ from .errors import (
     NoValidCheckpointError,
     UnaccountedOutputError,
 )
+from .keyed import COMPACT_EVERY, Chains, KeyedView, keyed_attrs
 from .manifest import Manifest
 from .store import Store, open_store
 from .views import StateView
@@ -113,6 +114,18 @@ class _Pending:
     handles: dict[str, Any]
     paused_at: float
     resumed_at: float | None = None
+
+
+def _env_compact_every() -> int:
+    text = os.environ.get("RIVERMARK_COMPACT_EVERY")
+    if not text:
+        return COMPACT_EVERY
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigurationError(
+            f"RIVERMARK_COMPACT_EVERY must be an integer >= 1, got {text!r}; e.g. 20"
+        ) from None
 
 
 def _resolve_when_durable(
@@ -178,6 +191,11 @@ class Job:
     ``background=True`` (the default) writes each checkpoint in a worker
     thread after the sources resumed; it counts only once its manifest is
     durable, and one is in flight at a time (see ``docs/checkpointing.md``).
+    A node whose state holds a :class:`rivermark.KeyedState` is written as a
+    delta of its changed keys; ``compact_every`` deltas (or deltas outweighing
+    the base) are followed by a new base (default 20, or the environment
+    variable ``RIVERMARK_COMPACT_EVERY``, which is how ``rivermark run`` is
+    configured).
     ``metrics_port`` serves Prometheus metrics over HTTP at
     ``metrics_addr:metrics_port/metrics`` while the job runs (0 picks a free
     port: ``job.metrics_url``); ``job.metrics.read()`` gives the same
@@ -205,6 +223,7 @@ class Job:
         on_error: Any = None,
         from_scratch: bool = False,
         background: bool = True,
+        compact_every: int | None = None,
         metrics_port: int | None = None,
         metrics_addr: str = "127.0.0.1",
         ui: int | None = None,
@@ -303,6 +322,18 @@ class Job:
         self._done = threading.Event()
         self._ckpt_lock: asyncio.Lock | None = None
         self._requests: list[asyncio.Future[int]] = []
+        #: delta chains of the nodes whose state holds a ``KeyedState``
+        if compact_every is None:
+            compact_every = _env_compact_every()
+        if (
+            isinstance(compact_every, bool)
+            or not isinstance(compact_every, int)
+            or compact_every < 1
+        ):
+            raise ConfigurationError(
+                f"Job: compact_every must be an integer >= 1, got {compact_every!r}; pass e.g. 20"
+            )
+        self._keyed = Chains(self.store, compact_every)
         #: the checkpoint being written in the background (at most one)
         self._in_flight: asyncio.Future[None] | None = None
         #: triggers that found a checkpoint still in flight and waited (backpressure)
@@ -671,6 +702,11 @@ class Job:
                     fingerprint=self.fingerprint,
                     positions=positions,
                     sinks=handles,
+                    chains={
+                        nid: self._keyed.link(v)
+                        for nid, v in views.items()
+                        if isinstance(v, KeyedView)
+                    },
                 )
                 pending = _Pending(epoch, manifest, views, positions, handles, paused_at)
                 if not background:
@@ -731,6 +767,9 @@ class Job:
             ) from e
         fault_point("after-manifest")
         self.epoch = p.epoch
+        for v in p.views.values():
+            if isinstance(v, KeyedView):
+                self._keyed.written(v, p.epoch)
         # (5) post-commit: only now does the checkpoint count
         for k in self.sinks:
             k.commit(p.epoch, p.handles[self.id_of(k)])
@@ -765,8 +804,13 @@ class Job:
         states: dict[str, bytes | StateView] = {}
         for n in self.stateful:
             state = n.get_state()
+            nid = self.id_of(n)
             try:
-                states[self.id_of(n)] = pickle.dumps(state)
+                if keyed_attrs(state):
+                    # O(changed keys): the rest of the state is pickled here
+                    states[nid] = self._keyed.view(nid, state, epoch, self.epoch)
+                else:
+                    states[nid] = pickle.dumps(state)
             except Exception as e:
                 where, bad = _unpicklable_part(state)
                 raise CheckpointWriteError(
@@ -831,10 +875,10 @@ class Job:
             self._start_over(epochs)
             return
         damaged: dict[int, str] = {}
-        loaded: tuple[Manifest, dict[str, bytes]] | None = None
+        loaded: tuple[Manifest, dict[str, list[bytes]]] | None = None
         for e in reversed(epochs):
             try:
-                loaded = self.store.load_checkpoint(e)
+                loaded = self.store.load_chains(e)
                 break
             except CheckpointCorruptError as err:
                 damaged[e] = str(err)
@@ -851,8 +895,11 @@ class Job:
         self._check_fingerprint(manifest)
         for n in self.stateful:
             nid = self.id_of(n)
-            if nid in blobs:
-                n.set_state(pickle.loads(blobs[nid]))
+            if nid in manifest.chains:
+                link = manifest.chains[nid]
+                n.set_state(self._keyed.restored(nid, manifest.epoch, link, blobs[nid]))
+            elif nid in blobs:
+                n.set_state(pickle.loads(blobs[nid][-1]))
         for k in self.sinks:
             k.restore(manifest.sinks.get(self.id_of(k)))
         for s in self.sources:
