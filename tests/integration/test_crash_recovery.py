@@ -192,9 +192,11 @@ def test_kills_during_compaction_give_identical_output(
     """A keyed job killed while it compacts its delta chain into a new base."""
     ckpt = str(workdir / f"keyed-compaction-{nth}-ckpt")
     out = _out(workdir, "compaction", ckpt)
+    env = _env(workdir, out)
+    env["RIVERMARK_APP_WORK"] = "30"  # same output; long enough for several compactions
     report = run_with_crashes(
         _cmd(ckpt, KEYED_APP),
-        env=_env(workdir, out),
+        env=env,
         kills=0,
         fault_points=[f"compaction:{nth}"],
         timeout=60,
