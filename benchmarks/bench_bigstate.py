@@ -2,7 +2,7 @@
 
 Run:  .venv/bin/python benchmarks/bench_bigstate.py                 # 10k/100k/1M, keyed 1M + 3M
       .venv/bin/python benchmarks/bench_bigstate.py --quick         # 10k/100k, keyed 100k
-      .venv/bin/python benchmarks/bench_bigstate.py --keyed 10000000 # the 10M-key case
+      .venv/bin/python benchmarks/bench_bigstate.py --sizes --keyed 10000000 --modes keyed
 
 Every case is a keyed running count: an ``accumulate`` whose state holds K
 keys, all loaded before the job starts (``start=``), fed by an endless
@@ -197,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=4.0, help="run time per job")
     p.add_argument("--repeat", type=int, default=2, help="runs per case (best rate)")
     args = p.parse_args(argv)
-    sizes = args.sizes or ([10_000, 100_000] if args.quick else [10_000, 100_000, 1_000_000])
+    default = [10_000, 100_000] if args.quick else [10_000, 100_000, 1_000_000]
+    sizes = args.sizes if args.sizes is not None else default
     keyed = args.keyed if args.keyed is not None else ([] if args.quick else [3_000_000])
     modes = args.modes or modes_available()
     logging.basicConfig(level=logging.WARNING)
