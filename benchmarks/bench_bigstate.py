@@ -1,7 +1,7 @@
 """Checkpoints of large state: pause, bytes written, throughput, restore time.
 
-Run:  .venv/bin/python benchmarks/bench_bigstate.py                 # 10k/100k/1M, keyed 1M + 3M
-      .venv/bin/python benchmarks/bench_bigstate.py --quick         # 10k/100k, keyed 100k
+Run:  .venv/bin/python benchmarks/bench_bigstate.py                 # 10k/100k/1M and 3M keys
+      .venv/bin/python benchmarks/bench_bigstate.py --quick         # 10k and 100k keys
       .venv/bin/python benchmarks/bench_bigstate.py --sizes --keyed 10000000 --modes keyed
 
 Every case is a keyed running count: an ``accumulate`` whose state holds K
