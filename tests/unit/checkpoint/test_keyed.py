@@ -14,6 +14,7 @@ from rivermark.checkpoint import CheckpointCorruptError, Job, LocalDirectoryStor
 from rivermark.checkpoint.errors import ManifestError
 from rivermark.checkpoint.inspection import chain_sizes, read_node_state, show_checkpoint
 from rivermark.checkpoint.manifest import Manifest
+from rivermark.cli import main
 from rivermark.state import DELETED
 
 
@@ -105,6 +106,24 @@ def test_a_checkpoint_writes_only_the_changed_keys_and_restores_exactly(tmp_path
     final2, text2 = expected(records + more, initial)
     assert dict(acc2.state) == final2 and out.read_text() == text2
     assert store.verify(3).chains["counts"] == {"parent": 2, "base": 1}
+
+
+def test_checkpoints_show_and_verify_report_the_chain(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ckpt = tmp_path / "c"
+    run_in_steps(keys(900, 10), {k: 1 for k in range(3000)}, tmp_path / "out.txt", ckpt, 3)
+    store = LocalDirectoryStore(ckpt)
+    sizes = [store.read_manifest(e).state["counts"]["size"] for e in (1, 2, 3, 4)]
+    assert main(["checkpoints", "show", str(ckpt)]) == 0
+    shown = capsys.readouterr().out
+    assert f"delta chain: base 1 ({sizes[0]} bytes) + 3 delta(s) ({sum(sizes[1:])} bytes)" in shown
+    path = store.epoch_dir(3) / "state" / "counts.pkl"
+    path.write_bytes(b"x" + path.read_bytes()[1:])
+    assert main(["checkpoints", "verify", str(ckpt)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["1", "ok"] and lines[1].split() == ["2", "ok"]
+    assert "DAMAGED" in lines[2] and "DAMAGED" in lines[3] and "000000000003" in lines[3]
 
 
 def test_compaction_writes_a_base_and_retention_keeps_what_a_chain_needs(tmp_path: Path) -> None:
