@@ -91,8 +91,9 @@ class CheckpointInfo:
     """One checkpoint written by a running job (what the metrics report).
 
     ``duration`` is the durable write and post-commit (steps 4-5),
-    ``pause`` the time the sources were held (steps 1-6), both in seconds;
-    ``size`` is the bytes of state written.
+    ``pause`` the time the sources were held (from the pause to the resume:
+    steps 1-3 for a background write, 1-5 for a blocking one), both in
+    seconds; ``size`` is the bytes of state written.
     """
 
     epoch: int
