@@ -78,7 +78,7 @@ from .errors import (
 )
 from .keyed import COMPACT_EVERY, Chains, KeyedView, keyed_attrs
 from .manifest import Manifest
-from .store import Store, open_store
+from .store import LocalDirectoryStore, Store, open_store
 from .views import StateView
 
 logger = logging.getLogger(__name__)
@@ -189,8 +189,8 @@ class Job:
     ``from_scratch=True`` starts over explicitly: every checkpoint in the
     store is set aside (kept, not deleted), nothing is restored, and every
     checkpointed sink starts its output over (``start_over()``).
-    ``background=True`` (the default) writes each checkpoint in a worker
-    thread after the sources resumed; it counts only once its manifest is
+    ``background=True`` (the default for a local directory; ``None`` picks
+    it) writes each checkpoint in a worker thread after the sources resumed; it counts only once its manifest is
     durable, and one is in flight at a time (see ``docs/checkpointing.md``).
     A node whose state holds a :class:`rivermark.KeyedState` is written as a
     delta of its changed keys; ``compact_every`` deltas (or deltas outweighing
@@ -223,7 +223,7 @@ class Job:
         allow_new_nodes: bool = False,
         on_error: Any = None,
         from_scratch: bool = False,
-        background: bool = True,
+        background: bool | None = None,
         compact_every: int | None = None,
         metrics_port: int | None = None,
         metrics_addr: str = "127.0.0.1",
@@ -270,6 +270,11 @@ class Job:
         ]
         #: write checkpoints after the sources resumed (see :meth:`_checkpoint`):
         #: only when every checkpointed sink fixes its epoch's output at pre_commit
+        if background is None:
+            # a write through a chatty client (S3: many requests, each taking the
+            # GIL back from a busy pipeline) becomes durable much later in the
+            # background; local directories write in a few system calls
+            background = isinstance(self.store, LocalDirectoryStore)
         self.background = bool(background) and all(
             isinstance(k, EpochSealingSink) and k.seals_epoch_at_pre_commit for k in self.sinks
         )
