@@ -751,10 +751,9 @@ class Job:
         loop = asyncio.get_running_loop()
         write_started = time.monotonic()
         try:
-            states = await loop.run_in_executor(None, self._serialise, p)
-            fault_point("before-write")
-            # (4) durable write (fault points after-state-files / after-manifest)
-            await loop.run_in_executor(None, self.store.write_checkpoint, p.manifest, states)
+            # (4) serialise and write durably in one trip to the worker thread
+            # (fault points before-write / after-state-files / after-manifest)
+            states = await loop.run_in_executor(None, self._write, p)
         except CheckpointLockedError:
             # the lock (lease) was lost: another job may own the store now,
             # so nothing of it is touched, torn files included
@@ -801,9 +800,12 @@ class Job:
             extra={"epoch": p.epoch, "position": p.positions},
         )
 
-    def _serialise(self, p: _Pending) -> dict[str, bytes]:
-        """The state files of ``p`` (runs in the executor: the views are immutable)."""
-        return {nid: v if isinstance(v, bytes) else v.serialise() for nid, v in p.views.items()}
+    def _write(self, p: _Pending) -> dict[str, bytes]:
+        """Serialise ``p``'s views and write the checkpoint (in the worker thread)."""
+        states = {nid: v if isinstance(v, bytes) else v.serialise() for nid, v in p.views.items()}
+        fault_point("before-write")
+        self.store.write_checkpoint(p.manifest, states)
+        return states
 
     def _snapshot_states(self, epoch: int) -> dict[str, bytes | StateView]:
         """Pickle every stateful node's state; a failure names the node and the type."""
