@@ -132,7 +132,7 @@ def test_random_kills_give_identical_output(workdir: Path, reference: bytes, whe
     ckpt = where("random-ckpt")
     out = _out(workdir, "random", ckpt)
     env = _env(workdir, out)
-    env["RIVERMARK_APP_WORK"] = "60"  # same output, ~8 s of processing: killed mid-data
+    env["RIVERMARK_APP_WORK"] = "120"  # same output, ~16 s of processing: killed mid-data
     progress: list[int] = []
 
     def record_progress(n: int) -> None:
