@@ -32,6 +32,7 @@ from .errors import RivermarkError as RivermarkError
 from .errors import UserFunctionError as UserFunctionError
 from .sinks.basic import Sink as Sink
 from .sources.base import Source as Source
+from .state import KeyedState as KeyedState
 
 __version__ = "0.1.0"
 
@@ -42,6 +43,7 @@ __all__ = [
     "ConfigurationError",
     "GraphError",
     "Job",
+    "KeyedState",
     "RefCounter",
     "RivermarkError",
     "Sink",

@@ -390,6 +390,12 @@ def _do_show(
             print(f"    {line}")
     for nid, meta in info["state"].items():
         print(f"  state {nid}: {meta['size']} bytes sha256={meta['sha256'][:12]}")
+        chain = info["chains"].get(nid)
+        if chain is not None:
+            print(
+                f"    delta chain: base {chain['base']} ({chain['base_size']} bytes) + "
+                f"{len(chain['deltas'])} delta(s) ({chain['delta_size']} bytes)"
+            )
     for kid, handle in info["sinks"].items():
         print(f"  sink {kid}: {handle!r}")
     return 0

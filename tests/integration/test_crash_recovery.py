@@ -1,7 +1,10 @@
 """Kill -9 the acceptance pipeline many times; its output must equal an uncrashed run.
 
-Every test runs twice: with checkpoints in a local directory and in an S3
-bucket on a real S3 API server (moto, started by the session).
+Every test runs three times: the acceptance pipeline with checkpoints in a
+local directory and in an S3 bucket on a real S3 API server (moto, started
+by the session), and a keyed count in a ``KeyedState`` (incremental
+checkpoints: deltas, bases, compaction every 3 checkpoints) in a local
+directory.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from rivermark.testing.faults import FAULT_POINTS
 pytestmark = pytest.mark.crash
 
 APP = Path(__file__).parent / "apps" / "pipeline_app.py"
+KEYED_APP = Path(__file__).parent / "apps" / "keyed_app.py"
 N = 100_000
 
 
@@ -37,13 +41,25 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return d
 
 
-@pytest.fixture(params=["dir", "s3"])
-def where(request: pytest.FixtureRequest, workdir: Path) -> Callable[[str], str]:
-    """``where(name)``: a checkpoint location, a directory or an S3 URL (bucket per test)."""
+class Where:
+    """``where(name)``: a checkpoint location for the app under test."""
+
+    def __init__(self, app: Path, at: Callable[[str], str], tag: str) -> None:
+        self.app, self.at, self.tag = app, at, tag
+
+    def __call__(self, name: str) -> str:
+        return self.at(f"{self.tag}-{name}" if self.app == KEYED_APP else name)
+
+
+@pytest.fixture(params=["dir", "s3", "keyed-dir"])
+def where(request: pytest.FixtureRequest, workdir: Path) -> Where:
+    """The app and where its checkpoints live: a directory or an S3 URL (bucket per test)."""
     if request.param == "dir":
-        return lambda name: str(workdir / name)
+        return Where(APP, lambda name: str(workdir / name), "dir")
+    if request.param == "keyed-dir":
+        return Where(KEYED_APP, lambda name: str(workdir / name), "keyed")
     bucket = request.getfixturevalue("bucket")
-    return lambda name: f"s3://{bucket}/jobs/{name}"
+    return Where(APP, lambda name: f"s3://{bucket}/jobs/{name}", "s3")
 
 
 def _store(ckpt: str) -> Store | None:
@@ -54,12 +70,13 @@ def _store(ckpt: str) -> Store | None:
 
 
 def _out(workdir: Path, name: str, ckpt: str) -> Path:
-    return workdir / f"{name}-{'s3' if '://' in ckpt else 'dir'}.txt"
+    # named after the checkpoint location too: one output file per app and store
+    return workdir / f"{name}-{Path(ckpt).name}-{'s3' if '://' in ckpt else 'dir'}.txt"
 
 
-def _cmd(ckpt: str | Path) -> list[str]:
+def _cmd(ckpt: str | Path, app: Path = APP) -> list[str]:
     return [
-        sys.executable, "-m", "rivermark.cli", "run", f"{APP}:source",
+        sys.executable, "-m", "rivermark.cli", "run", f"{app}:source",
         "--checkpoint", str(ckpt), "--every", "0.2s", "--keep", "3",
     ]  # fmt: skip
 
@@ -89,25 +106,34 @@ def _env(workdir: Path, out: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["RIVERMARK_APP_INPUT"] = str(workdir / "in.jsonl")
     env["RIVERMARK_APP_OUTPUT"] = str(out)
+    env["RIVERMARK_COMPACT_EVERY"] = "3"  # keyed state: a compaction every few checkpoints
     return env
 
 
-@pytest.fixture(scope="module")
-def reference(workdir: Path) -> bytes:
-    out = workdir / "reference.txt"
-    run_uncrashed(_cmd(workdir / "ref-ckpt"), env=_env(workdir, out))
-    data = out.read_bytes()
-    assert data.count(b"\n") > N // 2
-    return data
+_references: dict[Path, bytes] = {}
 
 
-def test_random_kills_give_identical_output(
-    workdir: Path, reference: bytes, where: Callable[[str], str]
-) -> None:
+def _reference_of(workdir: Path, app: Path) -> bytes:
+    """The app's output from a run without crashes (once per app)."""
+    if app not in _references:
+        out = workdir / f"reference-{app.stem}.txt"
+        run_uncrashed(_cmd(workdir / f"ref-ckpt-{app.stem}", app), env=_env(workdir, out))
+        data = out.read_bytes()
+        assert data.count(b"\n") > N // 2
+        _references[app] = data
+    return _references[app]
+
+
+@pytest.fixture
+def reference(workdir: Path, where: Where) -> bytes:
+    return _reference_of(workdir, where.app)
+
+
+def test_random_kills_give_identical_output(workdir: Path, reference: bytes, where: Where) -> None:
     ckpt = where("random-ckpt")
     out = _out(workdir, "random", ckpt)
     env = _env(workdir, out)
-    env["RIVERMARK_APP_WORK"] = "60"  # same output, ~8 s of processing: killed mid-data
+    env["RIVERMARK_APP_WORK"] = "120"  # same output, ~16 s of processing: killed mid-data
     progress: list[int] = []
 
     def record_progress(n: int) -> None:
@@ -117,7 +143,7 @@ def test_random_kills_give_identical_output(
             progress.append(store.read_manifest(epochs[-1]).positions["lines"])
 
     report = run_with_crashes(
-        _cmd(ckpt),
+        _cmd(ckpt, where.app),
         env=env,
         kills=20,
         min_delay=0.05,
@@ -136,12 +162,14 @@ def test_random_kills_give_identical_output(
     assert 0 < max(progress) < N
     assert out.read_bytes() == reference
     final = _store(ckpt)
-    assert final is not None and len(final.list_epochs()) <= 3
+    # keep=3; a keyed chain also keeps the links its newest checkpoints need
+    # (at most one compaction interval, RIVERMARK_COMPACT_EVERY=3, more)
+    assert final is not None and len(final.list_epochs()) <= (3 if where.app == APP else 6)
 
 
 @pytest.mark.parametrize("point", [*FAULT_POINTS, "after-state-files:1", "after-manifest:1"])
 def test_fault_points_give_identical_output(
-    workdir: Path, reference: bytes, point: str, where: Callable[[str], str]
+    workdir: Path, reference: bytes, point: str, where: Where
 ) -> None:
     # ":3" = the third checkpoint of the run (the first is the start checkpoint), i.e. mid-data;
     # ":1" = during the start checkpoint, before any record
@@ -150,7 +178,7 @@ def test_fault_points_give_identical_output(
     ckpt = where(f"fault-{tag}-ckpt")
     out = _out(workdir, f"fault-{tag}", ckpt)
     report = run_with_crashes(
-        _cmd(ckpt),
+        _cmd(ckpt, where.app),
         env=_env(workdir, out),
         kills=0,
         fault_points=[name],
@@ -160,13 +188,41 @@ def test_fault_points_give_identical_output(
     assert out.read_bytes() == reference
 
 
+@pytest.mark.parametrize("nth", [1, 2])
+def test_kills_during_compaction_give_identical_output(
+    workdir: Path, nth: int, keyed_reference: bytes
+) -> None:
+    """A keyed job killed while it compacts its delta chain into a new base."""
+    ckpt = str(workdir / f"keyed-compaction-{nth}-ckpt")
+    out = _out(workdir, "compaction", ckpt)
+    env = _env(workdir, out)
+    env["RIVERMARK_APP_WORK"] = "30"  # same output; long enough for several compactions
+    report = run_with_crashes(
+        _cmd(ckpt, KEYED_APP),
+        env=env,
+        kills=0,
+        fault_points=[f"compaction:{nth}"],
+        timeout=60,
+    )
+    assert report.fault_kills == {f"compaction:{nth}": 1}
+    assert out.read_bytes() == keyed_reference
+    store = open_store(ckpt, create=False)
+    last = store.verify(store.list_epochs()[-1])
+    assert "counts" in last.chains
+
+
+@pytest.fixture
+def keyed_reference(workdir: Path) -> bytes:
+    return _reference_of(workdir, KEYED_APP)
+
+
 def test_sigterm_stops_gracefully_and_resumes(
-    workdir: Path, reference: bytes, where: Callable[[str], str]
+    workdir: Path, reference: bytes, where: Where
 ) -> None:
     ckpt = where("term-ckpt")
     out = _out(workdir, "term", ckpt)
     env = _env(workdir, out)
-    proc = subprocess.Popen(_cmd(ckpt), env=env, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(_cmd(ckpt, where.app), env=env, stderr=subprocess.PIPE)
     store = None
     deadline = time.monotonic() + 120  # a wait on a condition; generous under load
     while time.monotonic() < deadline:
@@ -181,24 +237,22 @@ def test_sigterm_stops_gracefully_and_resumes(
     last = store.read_manifest(store.list_epochs()[-1])
     # the final checkpoint matches the output written so far
     assert last.sinks and next(iter(last.sinks.values()))["length"] == out.stat().st_size
-    run_uncrashed(_cmd(ckpt), env=env)
+    run_uncrashed(_cmd(ckpt, where.app), env=env)
     assert out.read_bytes() == reference
 
 
-def test_second_job_on_same_directory_is_refused(
-    workdir: Path, where: Callable[[str], str]
-) -> None:
+def test_second_job_on_same_directory_is_refused(workdir: Path, where: Where) -> None:
     ckpt = where("locked-ckpt")
     env = _env(workdir, _out(workdir, "locked", ckpt))
     env["RIVERMARK_APP_WORK"] = "100000"  # the first job is still running when the second starts
-    first = subprocess.Popen(_cmd(ckpt), env=env, stderr=subprocess.PIPE)
+    first = subprocess.Popen(_cmd(ckpt, where.app), env=env, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 120
         while not _holds_lock(ckpt, first.pid):
             assert time.monotonic() < deadline
             assert first.poll() is None
             time.sleep(0.01)
-        second = subprocess.run(_cmd(ckpt), env=env, capture_output=True, timeout=30)
+        second = subprocess.run(_cmd(ckpt, where.app), env=env, capture_output=True, timeout=30)
         assert second.returncode == 2
         assert f"pid={first.pid}" in second.stderr.decode()
     finally:

@@ -25,6 +25,7 @@ EXPECTED_API = frozenset(
         "Sink",
         "Source",
         "Job",
+        "KeyedState",
         "CheckpointError",
         "CheckpointLockedError",
         "CheckpointMismatchError",

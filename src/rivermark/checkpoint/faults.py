@@ -30,12 +30,14 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["fault_point", "fault_error", "FAULT_POINTS"]
 
-#: the points the checkpoint protocol passes, in order
+#: the points the checkpoint protocol passes, in the order of a background write
+#: (a checkpoint written with the sources paused passes before-resume last)
 FAULT_POINTS: tuple[str, ...] = (
+    "before-resume",
+    "before-write",
     "after-state-files",
     "after-manifest",
     "after-sink-commit",
-    "before-resume",
 )
 
 

@@ -39,6 +39,7 @@ from typing import Any
 
 from ..errors import ConfigurationError
 from .errors import CheckpointCorruptError, CheckpointNotFoundError, NotACheckpointDirectoryError
+from .keyed import materialise
 from .manifest import Manifest
 from .store import LocalDirectoryStore, Store, open_store
 
@@ -222,9 +223,36 @@ def show_checkpoint(store: Store, epoch: int | None = None) -> dict[str, Any]:
             for sid, pos in sorted(m.positions.items())
         },
         "state": {nid: dict(info) for nid, info in sorted(m.state.items())},
+        "chains": {nid: chain_sizes(store, e, nid) for nid in sorted(m.chains)},
         "sinks": dict(sorted(m.sinks.items())),
         "fingerprint": dict(m.fingerprint),
     }
+
+
+def chain_sizes(store: Store, epoch: int, node: str) -> dict[str, Any]:
+    """The delta chain of ``node`` at ``epoch``: its base and every delta, with sizes.
+
+    ``{"base": epoch, "base_size": bytes, "deltas": [[epoch, bytes], ...],
+    "delta_size": bytes}`` (deltas oldest first, ``epoch``'s own last).
+    """
+    m = store.load_manifest(epoch)
+    deltas: list[list[int]] = []
+    e: int | None = epoch
+    while e is not None:
+        me = m if e == epoch else store.load_manifest(e)
+        link = me.chains.get(node)
+        size = int(me.state[node]["size"])
+        if link is None or link["parent"] is None:
+            deltas.reverse()
+            return {
+                "base": e,
+                "base_size": size,
+                "deltas": deltas,
+                "delta_size": sum(d[1] for d in deltas),
+            }
+        deltas.append([e, size])
+        e = link["parent"]
+    raise CheckpointCorruptError(f"checkpoint {epoch}: the chain of {node!r} has no base")
 
 
 def read_node_state(store: Store, epoch: int | None, node: str) -> Any:
@@ -237,6 +265,10 @@ def read_node_state(store: Store, epoch: int | None, node: str) -> Any:
             f"checkpoint {e} has no state for node {node!r}; nodes with state: "
             f"{', '.join(known) if known else '(none)'}"
         )
+    if node in m.chains:
+        _, chains = store.load_chains(e)
+        rest, content = materialise(chains[node])
+        return {**rest, **content}
     data = store.read_state(e, node)
     try:
         return pickle.loads(data)

@@ -3,23 +3,30 @@
 The protocol (one ordered sequence, :meth:`Job._checkpoint`; the crash
 points and what recovery does at each are in ``docs/checkpointing.md``):
 
-1. pause every source (``src.pause()``);
+1. pause every source (``src.pause()``), after waiting for the checkpoint
+   still in flight, if any (counted in ``checkpoint_waits``);
 2. ``await src.wait_quiescent()`` for each, then wait until every node's
    ``_inflight`` counter is 0 (asynchronous work has drained);
-3. synchronously, on the loop thread, take the snapshot: ``pickle.dumps``
-   of every stateful node's ``get_state()``, every source's ``position()``,
-   every checkpointed sink's ``pre_commit(epoch)`` handle;
-4. write it through the store in a thread executor: state files (fsynced),
-   then the manifest atomically (temp name, fsync, rename, fsync dir);
-   fault points ``after-state-files`` and ``after-manifest``;
-5. post-commit: every sink's ``commit(epoch, handle)``, every source's
-   ``checkpoint_durable(epoch, position)`` (fault point
-   ``after-sink-commit``), then prune to ``keep`` checkpoints;
-6. fault point ``before-resume``; resume the sources.
+3. synchronously, on the loop thread, take the snapshot: an immutable view
+   of every stateful node's state (pickled bytes, or a ``KeyedState``'s
+   changed keys), every source's ``position()``, every checkpointed sink's
+   ``pre_commit(epoch)`` handle; fault point ``before-resume``, resume the
+   sources (background mode);
+4. serialise the views and write them through the store in a worker thread:
+   fault point ``before-write``, state files (fsynced), then the manifest
+   atomically (temp name, fsync, rename, fsync dir); fault points
+   ``after-state-files`` and ``after-manifest``;
+5. post-commit, only once the manifest is durable: every sink's
+   ``commit(epoch, handle)``, every source's ``checkpoint_durable(epoch,
+   position)`` (fault point ``after-sink-commit``), then prune to ``keep``
+   checkpoints.
 
-The sources stay paused until the write is durable (correctness first).
+In blocking mode (``background=False``, a sink that does not seal its
+epoch at ``pre_commit``, the start and the final checkpoint) steps 4-5 run
+with the sources paused and they resume after step 5.
 When a step fails (unpicklable state, a failed write, a sink that raises),
-the sources are never resumed: every source is stopped and every sink
+the sources are not resumed (or, after a failed background write, stopped):
+every source is stopped and every sink
 closed before the error (:class:`CheckpointWriteError`) leaves the job and
 before the directory's lock is released; the torn checkpoint is removed.
 
@@ -57,7 +64,7 @@ from ..errors import ConfigurationError, ErrorContext, NodeFailedError, describe
 from ..observe.metrics import Metrics
 from ..observe.prometheus import MetricsServer
 from ..observe.ui import UiServer
-from ..sinks.base import CheckpointedSink, StartOverSink
+from ..sinks.base import CheckpointedSink, EpochSealingSink, StartOverSink
 from ..sources.base import Source
 from .errors import (
     CheckpointCorruptError,
@@ -69,8 +76,10 @@ from .errors import (
     UnaccountedOutputError,
 )
 from .faults import fault_point
+from .keyed import COMPACT_EVERY, Chains, KeyedView, keyed_attrs
 from .manifest import Manifest
-from .store import Store, open_store
+from .store import LocalDirectoryStore, Store, open_store
+from .views import StateView
 
 logger = logging.getLogger(__name__)
 
@@ -82,8 +91,9 @@ class CheckpointInfo:
     """One checkpoint written by a running job (what the metrics report).
 
     ``duration`` is the durable write and post-commit (steps 4-5),
-    ``pause`` the time the sources were held (steps 1-6), both in seconds;
-    ``size`` is the bytes of state written.
+    ``pause`` the time the sources were held (from the pause to the resume:
+    steps 1-3 for a background write, 1-5 for a blocking one), both in
+    seconds; ``size`` is the bytes of state written.
     """
 
     epoch: int
@@ -91,6 +101,51 @@ class CheckpointInfo:
     duration: float
     pause: float
     size: int
+
+
+@dataclass
+class _Pending:
+    """A checkpoint between its barrier and its durable write."""
+
+    epoch: int
+    manifest: Manifest
+    #: node id -> pickled state, or an immutable view serialised in the background
+    views: dict[str, bytes | StateView]
+    positions: dict[str, Any]
+    handles: dict[str, Any]
+    paused_at: float
+    resumed_at: float | None = None
+
+
+def _env_compact_every() -> int:
+    text = os.environ.get("RIVERMARK_COMPACT_EVERY")
+    if not text:
+        return COMPACT_EVERY
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigurationError(
+            f"RIVERMARK_COMPACT_EVERY must be an integer >= 1, got {text!r}; e.g. 20"
+        ) from None
+
+
+def _resolve_when_durable(
+    fut: asyncio.Future[int], epoch: int, task: asyncio.Future[None] | None
+) -> None:
+    """Give ``fut`` the ``epoch`` once ``task`` (its background write, if any) succeeded."""
+
+    def done(t: asyncio.Future[None] | None = None) -> None:
+        if fut.done():
+            return
+        if t is not None and not t.cancelled() and t.exception() is not None:
+            fut.set_exception(t.exception())  # type: ignore[arg-type]
+        else:
+            fut.set_result(epoch)
+
+    if task is None:
+        done()
+    else:
+        task.add_done_callback(done)
 
 
 _POLL = 0.0005
@@ -134,6 +189,14 @@ class Job:
     ``from_scratch=True`` starts over explicitly: every checkpoint in the
     store is set aside (kept, not deleted), nothing is restored, and every
     checkpointed sink starts its output over (``start_over()``).
+    ``background=True`` (the default for a local directory; ``None`` picks
+    it) writes each checkpoint in a worker thread after the sources resumed; it counts only once its manifest is
+    durable, and one is in flight at a time (see ``docs/checkpointing.md``).
+    A node whose state holds a :class:`rivermark.KeyedState` is written as a
+    delta of its changed keys; ``compact_every`` deltas (or deltas outweighing
+    the base) are followed by a new base (default 20, or the environment
+    variable ``RIVERMARK_COMPACT_EVERY``, which is how ``rivermark run`` is
+    configured).
     ``metrics_port`` serves Prometheus metrics over HTTP at
     ``metrics_addr:metrics_port/metrics`` while the job runs (0 picks a free
     port: ``job.metrics_url``); ``job.metrics.read()`` gives the same
@@ -160,6 +223,8 @@ class Job:
         allow_new_nodes: bool = False,
         on_error: Any = None,
         from_scratch: bool = False,
+        background: bool | None = None,
+        compact_every: int | None = None,
         metrics_port: int | None = None,
         metrics_addr: str = "127.0.0.1",
         ui: int | None = None,
@@ -203,6 +268,21 @@ class Job:
         self.sinks = [
             n for n in self.nodes if isinstance(n, CheckpointedSink) and not isinstance(n, Source)
         ]
+        #: write checkpoints after the sources resumed (see :meth:`_checkpoint`):
+        #: only when every checkpointed sink fixes its epoch's output at pre_commit
+        if background is None:
+            # a write through a chatty client (S3: many requests, each taking the
+            # GIL back from a busy pipeline) becomes durable much later in the
+            # background; local directories write in a few system calls
+            background = isinstance(self.store, LocalDirectoryStore)
+        self.background = bool(background) and all(
+            isinstance(k, EpochSealingSink) and k.seals_epoch_at_pre_commit for k in self.sinks
+        )
+        if background and not self.background:
+            logger.info(
+                "checkpoints are written with the sources paused: %s",
+                ", ".join(repr(k) for k in self.sinks if not isinstance(k, EpochSealingSink)),
+            )
         #: stable across restarts on the same store: names transactional ids
         self.job_id = self._derive_job_id()
         for node in [*self.sinks, *self.sources]:
@@ -233,6 +313,8 @@ class Job:
         self.restored_time: float | None = None
         #: the positions the run resumed from (empty when starting fresh)
         self.restored_positions: dict[str, Any] = {}
+        #: wall time the recovery at start took (reading, checking, set_state), seconds
+        self.restore_seconds = 0.0
         #: the most recent checkpoints written by this run, oldest first
         self.checkpoints: deque[CheckpointInfo] = deque(maxlen=100)
         self.checkpoints_written = 0
@@ -246,6 +328,23 @@ class Job:
         self._done = threading.Event()
         self._ckpt_lock: asyncio.Lock | None = None
         self._requests: list[asyncio.Future[int]] = []
+        #: delta chains of the nodes whose state holds a ``KeyedState``
+        if compact_every is None:
+            compact_every = _env_compact_every()
+        if (
+            isinstance(compact_every, bool)
+            or not isinstance(compact_every, int)
+            or compact_every < 1
+        ):
+            raise ConfigurationError(
+                f"Job: compact_every must be an integer >= 1, got {compact_every!r}; pass e.g. 20"
+            )
+        self._keyed = Chains(self.store, compact_every)
+        #: the checkpoint being written in the background (at most one)
+        self._in_flight: asyncio.Future[None] | None = None
+        #: triggers that found a checkpoint still in flight and waited (backpressure)
+        self.checkpoint_waits = 0
+        self.checkpoint_wait_seconds = 0.0
 
     @property
     def metrics_url(self) -> str | None:
@@ -342,14 +441,16 @@ class Job:
             if self.restored_epoch is None:
                 # epoch of the configured start: a crash before the first interval
                 # checkpoint then rolls sinks back to where this run began and
-                # replays the sources from where it began
-                await self._checkpoint()
+                # replays the sources from where it began; durable before any
+                # source runs, so no output exists that it does not account for
+                await self._checkpoint(blocking=True)
             for s in self.sources:
                 s.start()
             await self._main_loop()
         except BaseException:
             # a job refused at start (or failed) releases its sinks' files and
             # locks before the checkpoint lock; closing is idempotent
+            await self._settle_in_flight()
             self._close_sinks()
             raise
         finally:
@@ -368,6 +469,8 @@ class Job:
         emitted_at_last = self._emitted()
         tick = 0.002 if self.every_batches else None
         while True:
+            if self._in_flight is not None and self._in_flight.done():
+                await self._await_in_flight()  # raises if the background write failed
             await self._fail_if_a_node_failed()
             failed = [s for s in self.sources if s.error]
             if failed:
@@ -386,8 +489,8 @@ class Job:
                     if not fut.done():
                         fut.set_exception(e)
                     raise
-                if not fut.done():
-                    fut.set_result(epoch)
+                # the caller gets the epoch once it is durable
+                _resolve_when_durable(fut, epoch, self._in_flight)
             now = time.monotonic()
             due = self.interval is not None and now - last >= self.interval
             if self.every_batches and self._emitted() - emitted_at_last >= self.every_batches:
@@ -466,7 +569,17 @@ class Job:
         """Final checkpoint with the sources paused, then stop and close everything."""
         await self._checkpoint(final=True)
 
+    async def _settle_in_flight(self) -> None:
+        """Let a background write that is still running end (the job is failing anyway)."""
+        task, self._in_flight = self._in_flight, None
+        if task is not None:
+            try:
+                await asyncio.shield(task)
+            except BaseException:
+                logger.warning("the checkpoint in flight failed too", exc_info=True)
+
     async def _shutdown_sources(self) -> None:
+        await self._settle_in_flight()
         for s in self.sources:
             s.stop()
         for s in self.sources:
@@ -554,24 +667,39 @@ class Job:
         return await fut
 
     # ------------------------------------------------------------------ the protocol
-    async def _checkpoint(self, final: bool = False) -> int:
+    async def _checkpoint(self, final: bool = False, blocking: bool = False) -> int:
         """The checkpoint protocol, steps 1-6 (see the module docs).
+
+        With background writes (the default where every checkpointed sink
+        seals its epoch at ``pre_commit``), steps 4-5 run after the sources
+        resumed, in :meth:`_complete`, as the one checkpoint in flight; a
+        trigger that comes while one is in flight waits for it (counted in
+        ``checkpoint_waits``).  The start checkpoint (``blocking``) and the
+        final one are always written with the sources paused.
 
         When a step fails (a node's state cannot be pickled, the store cannot
         write, a sink cannot pre-commit or commit), the sources are not
-        resumed: every source is stopped and every sink closed *before* the
-        error leaves this method, so nothing runs on once the job reports the
-        failure and releases its lock.  Nothing of the failed epoch is
-        committed, and a checkpoint whose write failed is removed.
+        resumed, or are stopped again: every source is stopped and every sink
+        closed *before* the error leaves the job, so nothing runs on once the
+        job reports the failure and releases its lock.  Nothing of the failed
+        epoch is committed, and a checkpoint whose write failed is removed.
         """
         assert self._ckpt_lock is not None
         async with self._ckpt_lock:
+            if self._in_flight is not None:
+                # at most one checkpoint in flight: this trigger waits (backpressure)
+                waited = time.monotonic()
+                if not self._in_flight.done():
+                    self.checkpoint_waits += 1
+                await self._await_in_flight()
+                self.checkpoint_wait_seconds += time.monotonic() - waited
             epoch = self.epoch + 1
             paused_at = time.monotonic()
             # (1) pause
             for s in self.sources:
                 s.pause()
             ok = False
+            background = self.background and not final and not blocking
             try:
                 # (2) quiesce
                 for s in self.sources:
@@ -582,8 +710,9 @@ class Job:
                 # a record that failed (source or node) may have left part of its
                 # effects in the graph's state: never snapshot after that
                 await self._fail_if_a_node_failed()
-                # (3) snapshot, synchronously on the loop thread
-                states = self._snapshot_states(epoch)
+                # (3) snapshot, synchronously on the loop thread: an immutable view
+                # of every node's state, positions, sink handles (pre-commit)
+                views = self._snapshot_states(epoch)
                 positions = {self.id_of(s): s.position() for s in self.sources}
                 handles = {self.id_of(k): self._pre_commit(k, epoch) for k in self.sinks}
                 manifest = Manifest(
@@ -592,71 +721,117 @@ class Job:
                     fingerprint=self.fingerprint,
                     positions=positions,
                     sinks=handles,
+                    chains={
+                        nid: self._keyed.link(v)
+                        for nid, v in views.items()
+                        if isinstance(v, KeyedView)
+                    },
                 )
-                # (4) durable write (fault points after-state-files / after-manifest)
-                loop = asyncio.get_running_loop()
-                write_started = time.monotonic()
-                try:
-                    await loop.run_in_executor(None, self.store.write_checkpoint, manifest, states)
-                except CheckpointLockedError:
-                    # the lock (lease) was lost: another job may own the store now,
-                    # so nothing of it is touched, torn files included
-                    raise
-                except Exception as e:
-                    await self._remove_torn(epoch)
-                    raise CheckpointWriteError(
-                        f"Job: checkpoint {epoch} could not be written to {self.store!r} "
-                        f"({type(e).__name__}: {e}); every source and sink was stopped and "
-                        f"nothing of checkpoint {epoch} was committed. The last complete "
-                        f"checkpoint ({self._last_epoch_text()}) is intact: fix the cause "
-                        "(free disk space, restore write permission) and run again to resume"
-                    ) from e
-                fault_point("after-manifest")
-                self.epoch = epoch
-                # (5) post-commit
-                for k in self.sinks:
-                    k.commit(epoch, handles[self.id_of(k)])
-                for s in self.sources:
-                    s.checkpoint_durable(epoch, positions[self.id_of(s)])
-                fault_point("after-sink-commit")
-                await loop.run_in_executor(None, self.store.prune, self.keep)
-                fault_point("before-resume")
-                done = time.monotonic()
-                self.checkpoints.append(
-                    CheckpointInfo(
-                        epoch=epoch,
-                        time=manifest.time,
-                        duration=done - write_started,
-                        pause=done - paused_at,
-                        size=sum(len(b) for b in states.values()),
-                    )
-                )
-                self.checkpoints_written += 1
-                logger.info(
-                    "checkpoint %d written (%d state files)",
-                    epoch,
-                    len(states),
-                    extra={"epoch": epoch, "position": positions},
-                )
-                if final:
-                    await self._shutdown_sources()
+                pending = _Pending(epoch, manifest, views, positions, handles, paused_at)
+                if not background:
+                    # (4)-(5) with the sources paused
+                    await self._complete(pending)
+                    if final:
+                        await self._shutdown_sources()
                 ok = True
             finally:
                 if ok:
                     # (6) resume
+                    fault_point("before-resume")
                     for s in self.sources:
                         s.resume()
+                    if background:
+                        pending.resumed_at = time.monotonic()
+                        self._in_flight = asyncio.ensure_future(self._complete(pending))
+                        self._in_flight.add_done_callback(lambda _: self._wake_up())
                 else:
                     await self._stop_everything()
             return epoch
 
-    def _snapshot_states(self, epoch: int) -> dict[str, bytes]:
+    async def _await_in_flight(self) -> None:
+        """Wait for the checkpoint in flight; on its failure stop everything and raise."""
+        task, self._in_flight = self._in_flight, None
+        if task is None:
+            return
+        try:
+            await asyncio.shield(task)
+        except BaseException:
+            await self._stop_everything()
+            raise
+
+    async def _complete(self, p: _Pending) -> None:
+        """Steps 4-5: the durable write, then the post-commit (sinks, sources, prune)."""
+        loop = asyncio.get_running_loop()
+        write_started = time.monotonic()
+        try:
+            # (4) serialise and write durably in one trip to the worker thread
+            # (fault points before-write / after-state-files / after-manifest)
+            states = await loop.run_in_executor(None, self._write, p)
+        except CheckpointLockedError:
+            # the lock (lease) was lost: another job may own the store now,
+            # so nothing of it is touched, torn files included
+            raise
+        except CheckpointWriteError:
+            await self._remove_torn(p.epoch)
+            raise
+        except Exception as e:
+            await self._remove_torn(p.epoch)
+            raise CheckpointWriteError(
+                f"Job: checkpoint {p.epoch} could not be written to {self.store!r} "
+                f"({type(e).__name__}: {e}); every source and sink was stopped and "
+                f"nothing of checkpoint {p.epoch} was committed. The last complete "
+                f"checkpoint ({self._last_epoch_text()}) is intact: fix the cause "
+                "(free disk space, restore write permission) and run again to resume"
+            ) from e
+        fault_point("after-manifest")
+        self.epoch = p.epoch
+        for v in p.views.values():
+            if isinstance(v, KeyedView):
+                self._keyed.written(v, p.epoch)
+        # (5) post-commit: only now does the checkpoint count
+        for k in self.sinks:
+            k.commit(p.epoch, p.handles[self.id_of(k)])
+        for s in self.sources:
+            s.checkpoint_durable(p.epoch, p.positions[self.id_of(s)])
+        fault_point("after-sink-commit")
+        await loop.run_in_executor(None, self.store.prune, self.keep)
+        done = time.monotonic()
+        self.checkpoints.append(
+            CheckpointInfo(
+                epoch=p.epoch,
+                time=p.manifest.time,
+                duration=done - write_started,
+                pause=(p.resumed_at or done) - p.paused_at,
+                size=sum(len(b) for b in states.values()),
+            )
+        )
+        self.checkpoints_written += 1
+        logger.info(
+            "checkpoint %d written (%d state files)",
+            p.epoch,
+            len(states),
+            extra={"epoch": p.epoch, "position": p.positions},
+        )
+
+    def _write(self, p: _Pending) -> dict[str, bytes]:
+        """Serialise ``p``'s views and write the checkpoint (in the worker thread)."""
+        states = {nid: v if isinstance(v, bytes) else v.serialise() for nid, v in p.views.items()}
+        fault_point("before-write")
+        self.store.write_checkpoint(p.manifest, states)
+        return states
+
+    def _snapshot_states(self, epoch: int) -> dict[str, bytes | StateView]:
         """Pickle every stateful node's state; a failure names the node and the type."""
-        states: dict[str, bytes] = {}
+        states: dict[str, bytes | StateView] = {}
         for n in self.stateful:
             state = n.get_state()
+            nid = self.id_of(n)
             try:
-                states[self.id_of(n)] = pickle.dumps(state)
+                if keyed_attrs(state):
+                    # O(changed keys): the rest of the state is pickled here
+                    states[nid] = self._keyed.view(nid, state, epoch, self.epoch)
+                else:
+                    states[nid] = pickle.dumps(state)
             except Exception as e:
                 where, bad = _unpicklable_part(state)
                 raise CheckpointWriteError(
@@ -717,6 +892,13 @@ class Job:
 
     # ------------------------------------------------------------------ recovery
     def _recover(self) -> None:
+        started = time.perf_counter()
+        try:
+            self._recover_newest()
+        finally:
+            self.restore_seconds = time.perf_counter() - started
+
+    def _recover_newest(self) -> None:
         epochs = self.store.list_epochs()
         incomplete = self.store.list_incomplete()
         taken = [*epochs, *(int(p.name) for p in incomplete if p.name.isdigit())]
@@ -725,10 +907,10 @@ class Job:
             self._start_over(epochs)
             return
         damaged: dict[int, str] = {}
-        loaded: tuple[Manifest, dict[str, bytes]] | None = None
+        loaded: tuple[Manifest, dict[str, list[bytes]]] | None = None
         for e in reversed(epochs):
             try:
-                loaded = self.store.load_checkpoint(e)
+                loaded = self.store.load_chains(e)
                 break
             except CheckpointCorruptError as err:
                 damaged[e] = str(err)
@@ -745,8 +927,11 @@ class Job:
         self._check_fingerprint(manifest)
         for n in self.stateful:
             nid = self.id_of(n)
-            if nid in blobs:
-                n.set_state(pickle.loads(blobs[nid]))
+            if nid in manifest.chains:
+                link = manifest.chains[nid]
+                n.set_state(self._keyed.restored(nid, manifest.epoch, link, blobs[nid]))
+            elif nid in blobs:
+                n.set_state(pickle.loads(blobs[nid][-1]))
         for k in self.sinks:
             k.restore(manifest.sinks.get(self.id_of(k)))
         for s in self.sources:

@@ -10,8 +10,15 @@
       "positions": {"source-id": <JSON position>, ...},
       "sinks": {"sink-id": <JSON handle>, ...},
       "state": {"node-id": {"file": "state/node-id.pkl", "size": 123, "sha256": "..."}},
+      "chains": {"node-id": {"parent": 41, "base": 37}},   # format 3 only
       "checksum": "<sha256 of every other field>"
     }
+
+Format 3 is written only when some node's state is a delta chain
+(``rivermark.KeyedState``): its state file holds the keys changed since the
+``parent`` checkpoint, and restoring it needs every file back to ``base``.
+A reader that knows only formats 1 and 2 refuses it rather than misreading
+a delta as a whole state.
 
 It is written last, under a temporary name, fsynced and renamed into place,
 so a checkpoint whose manifest is missing never existed.
@@ -42,11 +49,13 @@ from .errors import ManifestError, ManifestFormatError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Manifest", "FORMAT_VERSION", "READABLE_FORMATS", "sha256_of"]
+__all__ = ["Manifest", "FORMAT_VERSION", "CHAINS_FORMAT", "READABLE_FORMATS", "sha256_of"]
 
 FORMAT_VERSION = 2
-#: the formats this version reads (1: no checksum of its own)
-READABLE_FORMATS = (1, 2)
+#: the format of a manifest with delta chains (``chains``); older readers refuse it
+CHAINS_FORMAT = 3
+#: the formats this version reads (1: no checksum of its own; 3: delta chains)
+READABLE_FORMATS = (1, 2, 3)
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _FIELDS = ("format", "epoch", "time", "fingerprint", "positions", "sinks", "state")
@@ -68,6 +77,28 @@ def _canonical_checksum(body: dict[str, Any]) -> str:
 
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _check_chains(d: dict[str, Any]) -> None:
+    """Format 3: ``chains`` maps a node id to its delta's parent and base epochs."""
+    chains = d.get("chains")
+    if not isinstance(chains, dict):
+        raise ManifestError(f"manifest field 'chains' must be an object, got {chains!r}")
+    for nid, link in chains.items():
+        if nid not in d["state"]:
+            raise ManifestError(f"manifest chain of {nid!r} has no state entry")
+        if not isinstance(link, dict) or not {"parent", "base"} <= set(link):
+            raise ManifestError(f"manifest chain of {nid!r} must have 'parent' and 'base'")
+        parent, base = link["parent"], link["base"]
+        if parent is not None and (not _is_int(parent) or not 0 < parent < d["epoch"]):
+            raise ManifestError(
+                f"manifest chain of {nid!r}: 'parent' must be an earlier epoch or null, "
+                f"got {parent!r}"
+            )
+        if not _is_int(base) or base > d["epoch"] or (parent is None) != (base == d["epoch"]):
+            raise ManifestError(
+                f"manifest chain of {nid!r}: 'base' {base!r} does not fit parent {parent!r}"
+            )
 
 
 def _check_schema(d: dict[str, Any]) -> None:
@@ -129,10 +160,13 @@ class Manifest:
     sinks: dict[str, Any] = field(default_factory=dict)
     state: dict[str, dict[str, Any]] = field(default_factory=dict)
     format: int = FORMAT_VERSION
+    #: node id -> ``{"parent": epoch | None, "base": epoch}`` for state written
+    #: as a delta on top of ``parent``'s (``None``: a base); see ``KeyedState``
+    chains: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def _body(self) -> dict[str, Any]:
-        raw = {
-            "format": FORMAT_VERSION,
+        raw: dict[str, Any] = {
+            "format": CHAINS_FORMAT if self.chains else FORMAT_VERSION,
             "epoch": self.epoch,
             "time": self.time,
             "fingerprint": self.fingerprint,
@@ -140,6 +174,8 @@ class Manifest:
             "sinks": self.sinks,
             "state": self.state,
         }
+        if self.chains:
+            raw["chains"] = self.chains
         # what a reader will see (string keys, lists for tuples): the checksum
         # is taken over that, so it matches after a round trip
         body: dict[str, Any] = json.loads(json.dumps(raw))
@@ -173,6 +209,8 @@ class Manifest:
         if fmt >= 2 and checksum is None:
             raise ManifestError("manifest has no 'checksum' field")
         _check_schema(d)
+        if fmt >= CHAINS_FORMAT:
+            _check_chains(d)
         if checksum is not None:
             actual = _canonical_checksum(d)
             if checksum != actual:
@@ -190,6 +228,7 @@ class Manifest:
             sinks=dict(d["sinks"]),
             state={k: dict(v) for k, v in d["state"].items()},
             format=fmt,
+            chains={k: dict(v) for k, v in d.get("chains", {}).items()},
         )
 
     @property

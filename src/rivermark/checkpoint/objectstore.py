@@ -345,7 +345,7 @@ class ObjectStore(Store):
             if e < newest and e not in complete:
                 base = self._epoch_rel(e)
                 self._io(f"delete leftovers of {e}", self._remove, [f"{base}/{n}" for n in names])
-        doomed = complete[:-keep] if keep > 0 else []
+        doomed = self.prunable(complete, keep)
         for e in doomed:
             names = entries[e]
             base = self._epoch_rel(e)

@@ -105,9 +105,8 @@ class Store(abc.ABC):
         return []
 
     def prune(self, keep: int) -> list[int]:
-        """Delete all but the newest ``keep`` checkpoints."""
-        epochs = self.list_epochs()
-        doomed = epochs[:-keep] if keep > 0 else []
+        """Delete all but the newest ``keep`` checkpoints (and those their chains need)."""
+        doomed = self.prunable(self.list_epochs(), keep)
         for e in doomed:
             self.delete(e)
         return doomed
@@ -130,6 +129,26 @@ class Store(abc.ABC):
             f"{self!r} cannot set checkpoints aside; move or remove checkpoints "
             f"{', '.join(map(str, epochs))} yourself, then start the job again"
         )
+
+    def prunable(self, epochs: list[int], keep: int) -> list[int]:
+        """The complete checkpoints among ``epochs`` that retention may delete.
+
+        All but the newest ``keep``, except those whose state files a kept
+        checkpoint's delta chain needs (its parents back to the base).  A
+        manifest that cannot be read keeps everything older than it.
+        """
+        if keep <= 0 or len(epochs) <= keep:
+            return []
+        kept = epochs[-keep:]
+        needed: set[int] = set()
+        for e in kept:
+            try:
+                m = self.read_manifest(e)
+            except Exception:
+                return [x for x in epochs[:-keep] if x > e]  # nothing older than e
+            for link in m.chains.values():
+                needed.update(x for x in epochs if link["base"] <= x < e)
+        return [e for e in epochs[:-keep] if e not in needed]
 
     # ------------------------------------------------------------------ integrity (all stores)
     def load_manifest(self, epoch: int) -> Manifest:
@@ -155,12 +174,53 @@ class Store(abc.ABC):
     def load_checkpoint(self, epoch: int) -> tuple[Manifest, dict[str, bytes]]:
         """The checked manifest of ``epoch`` and every state blob, each checked.
 
+        A node whose state is a delta chain has its whole chain checked (see
+        :meth:`load_chains`); its blob here is ``epoch``'s own delta.
+        Raises :class:`CheckpointCorruptError` naming the first damage found.
+        """
+        m, chains = self.load_chains(epoch)
+        return m, {nid: blobs[-1] for nid, blobs in chains.items()}
+
+    def load_chains(self, epoch: int) -> tuple[Manifest, dict[str, list[bytes]]]:
+        """The checked manifest of ``epoch`` and every node's state blobs, base first.
+
+        A node with plain state has one blob.  A node whose state is a delta
+        chain (the manifest's ``chains``) has its base and every delta up to
+        ``epoch``'s: each parent checkpoint's manifest is checked as the
+        newest one is, and each blob against its own manifest's entry.
         Raises :class:`CheckpointCorruptError` naming the first damage found.
         """
         m = self.load_manifest(epoch)
+        own = self._checked_blobs(epoch, m)
+        out: dict[str, list[bytes]] = {nid: [blob] for nid, blob in own.items()}
+        for nid, link in m.chains.items():
+            parent = link["parent"]
+            while parent is not None:
+                try:
+                    pm = self.load_manifest(parent)
+                except CheckpointCorruptError as e:
+                    raise CheckpointCorruptError(
+                        f"{self.describe(epoch)}: the delta chain of {nid!r} needs checkpoint "
+                        f"{parent}, which is damaged or missing ({e})"
+                    ) from e
+                plink = pm.chains.get(nid)
+                if nid not in pm.state or plink is None or plink["base"] != link["base"]:
+                    raise CheckpointCorruptError(
+                        f"{self.describe(epoch)}: the delta chain of {nid!r} needs checkpoint "
+                        f"{parent}, which holds no link of that chain (base {link['base']})"
+                    )
+                entry = {nid: pm.state[nid]}
+                out[nid].insert(0, self._checked_blobs(parent, pm, entry)[nid])
+                parent = plink["parent"]
+        return m, out
+
+    def _checked_blobs(
+        self, epoch: int, m: Manifest, entries: dict[str, dict[str, Any]] | None = None
+    ) -> dict[str, bytes]:
+        """The blobs of ``entries`` (default: every state entry of ``m``), each checked."""
         where = self.describe(epoch)
         blobs: dict[str, bytes] = {}
-        for node_id, entry in m.state.items():
+        for node_id, entry in (m.state if entries is None else entries).items():
             try:
                 blob = self.read_state_entry(epoch, node_id, entry)
             except CheckpointCorruptError as e:
@@ -182,11 +242,14 @@ class Store(abc.ABC):
                     f"{where}: state {entry['file']!r} of {node_id!r} checksum mismatch"
                 )
             blobs[node_id] = blob
-        return m, blobs
+        return blobs
 
     def verify(self, epoch: int) -> Manifest:
-        """Check every part of ``epoch``; raise :class:`CheckpointCorruptError` if damaged."""
-        return self.load_checkpoint(epoch)[0]
+        """Check every part of ``epoch`` (delta chains back to their base).
+
+        Raises :class:`CheckpointCorruptError` if damaged.
+        """
+        return self.load_chains(epoch)[0]
 
 
 def _located(e: CheckpointCorruptError, where: str) -> CheckpointCorruptError:
@@ -342,7 +405,7 @@ class LocalDirectoryStore(Store):
         for d in self.list_incomplete():
             if d.name.isdigit() and int(d.name) < newest:
                 shutil.rmtree(d, ignore_errors=True)
-        doomed = epochs[:-keep] if keep > 0 else []
+        doomed = self.prunable(epochs, keep)
         for e in doomed:
             self.delete(e)
         return doomed

@@ -287,7 +287,7 @@ class DaskDatasetStore(Store):
             if e < newest and e not in complete:
                 for name in by_epoch[e]:
                     self._unpublish(name)
-        doomed = complete[:-keep] if keep > 0 else []
+        doomed = self.prunable(complete, keep)
         for e in doomed:
             self.delete(e)
         return doomed

@@ -16,7 +16,8 @@ any thread:
   position and, when the source can tell, its lag (Kafka: high watermark
   minus position per partition; files: bytes left);
 * per job: checkpoints written, the last one's epoch, age, duration, pause
-  and size, restores, elapsed time.
+  and size, restores, elapsed time, and the checkpoint triggers that had to
+  wait for the checkpoint still being written (backpressure).
 
 >>> import tempfile
 >>> from rivermark import Stream
@@ -104,6 +105,9 @@ class Snapshot:
     restores: int
     running: bool
     edges: tuple[tuple[str, str], ...] = field(default=())
+    #: checkpoint triggers that waited for the one in flight (backpressure), and how long
+    checkpoint_waits: int = 0
+    checkpoint_wait_seconds: float = 0.0
 
     def node(self, node_id: str) -> NodeMetrics:
         for n in self.nodes:
@@ -237,4 +241,6 @@ class Metrics:
             restores=0 if job.restored_epoch is None else 1,
             running=job.ended_at is None and job.started_at is not None,
             edges=tuple(edges),
+            checkpoint_waits=job.checkpoint_waits,
+            checkpoint_wait_seconds=job.checkpoint_wait_seconds,
         )

@@ -93,6 +93,11 @@ def collect_families(metrics: Metrics) -> Iterator[Any]:
     yield CounterMetricFamily(
         "rivermark_checkpoints", "Checkpoints written by this run", value=snap.checkpoints_written
     )
+    yield CounterMetricFamily(
+        "rivermark_checkpoint_waits",
+        "Checkpoint triggers that waited for the checkpoint in flight (backpressure)",
+        value=snap.checkpoint_waits,
+    )
     last = snap.last_checkpoint
     if last is not None:
         age = snap.last_checkpoint_age or 0.0

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["CheckpointedSink", "StartOverSink"]
+__all__ = ["CheckpointedSink", "EpochSealingSink", "StartOverSink"]
 
 
 @runtime_checkable
@@ -61,3 +61,18 @@ class StartOverSink(CheckpointedSink, Protocol):
 
     def unaccounted_output(self) -> str | None:
         """One line describing existing output that no checkpoint accounts for, or ``None``."""
+
+
+@runtime_checkable
+class EpochSealingSink(CheckpointedSink, Protocol):
+    """A checkpointed sink whose ``pre_commit`` fixes the epoch's output for good.
+
+    ``seals_epoch_at_pre_commit`` is True when records that reach the sink
+    after ``pre_commit(epoch)`` can never become part of epoch ``epoch``'s
+    output (a file's handle is its length at ``pre_commit``).  Only then may
+    a job resume its sources before ``commit(epoch, handle)``: it writes its
+    checkpoints in the background.  A sink whose epoch stays open until
+    ``commit`` (a Kafka transaction) keeps the sources paused until then.
+    """
+
+    seals_epoch_at_pre_commit: bool

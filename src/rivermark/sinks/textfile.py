@@ -105,6 +105,8 @@ class SinkToTextfile(Stream):
     """
 
     _graphviz_shape: ClassVar[str] = "trapezium"
+    #: a handle is the file's length at pre_commit: later lines are never part of it
+    seals_epoch_at_pre_commit: ClassVar[bool] = True
 
     def __init__(
         self,

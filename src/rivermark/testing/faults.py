@@ -5,7 +5,7 @@ apps import them from here.
 
 >>> from rivermark.testing.faults import FAULT_POINTS
 >>> FAULT_POINTS[0]
-'after-state-files'
+'before-resume'
 """
 
 from __future__ import annotations

@@ -64,7 +64,9 @@ def test_failed_write_stops_sources_and_sinks_before_reporting(tmp_path: Path) -
     out, ckpt = tmp_path / "out.txt", tmp_path / "ckpt"
     source, sink = graph(out)
     store = FailingStore(ckpt, fail_at=4)
-    job = Job(source, checkpoint=store, every=None, every_batches=1000)
+    # with the sources paused during writes, a checkpoint every 1000 records
+    # (tests/unit/checkpoint/test_background.py fails a background write)
+    job = Job(source, checkpoint=store, every=None, every_batches=1000, background=False)
     with pytest.raises(CheckpointWriteError) as info:
         job.run()
     msg = str(info.value)

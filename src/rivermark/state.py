@@ -1,0 +1,169 @@
+"""``KeyedState``: a mapping that checkpoints incrementally.
+
+A ``KeyedState`` is a ``dict``-like mapping that records which keys were set
+or deleted since the last checkpoint.  Used as an ``accumulate`` state
+(``accumulate(f, start=KeyedState())``, ``f`` updating it in place and
+returning it), a checkpoint writes only those keys, as a *delta* on top of
+the previous checkpoint; every so often it writes a whole *base* instead
+(compaction).  See "Keyed state" in ``docs/checkpointing.md``.
+
+Rules for the user function:
+
+* update the mapping **in place** and return the same object
+  (``acc[k] = acc.get(k, 0) + 1; return acc``).  Returning another mapping
+  is correct but not incremental: the next checkpoint writes it whole;
+* treat values as immutable (numbers, strings, tuples, frozen dataclasses):
+  to change a value, assign a new one (``acc[k] = acc[k] + (x,)``).  A value
+  mutated in place (``acc[k].append(x)``) is not seen as changed, and the
+  checkpoint written in the background may hold either version of it.
+
+>>> counts = KeyedState({"a": 1})
+>>> counts["b"] = counts.get("b", 0) + 1
+>>> del counts["a"]
+>>> dict(counts), counts.pending_changes()
+({'b': 1}, 2)
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Iterator, Mapping, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["KeyedState", "KeyedDelta", "DELETED"]
+
+
+class _Deleted:
+    """Marks a key deleted in a delta; pickles to the same object."""
+
+    def __repr__(self) -> str:
+        return "DELETED"
+
+    def __reduce__(self) -> str:
+        return "DELETED"
+
+
+#: the value of a key that was deleted, in a delta
+DELETED = _Deleted()
+
+_lineages = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class KeyedDelta:
+    """The keys a :class:`KeyedState` changed since its last checkpoint.
+
+    ``changes`` maps each changed key to its new value or :data:`DELETED`.
+    ``complete`` is True when the changes cover the whole mapping (it was
+    created with its content and never checkpointed): they can start a
+    chain.  ``lineage`` names the object the changes belong to.
+    """
+
+    changes: dict[Any, Any]
+    complete: bool
+    lineage: int
+
+
+class KeyedState(MutableMapping[Any, Any]):
+    """A mapping that records its changed keys for incremental checkpoints.
+
+    See the module docs for how a user function must update it.
+    """
+
+    __slots__ = ("_data", "_changes", "_complete", "lineage")
+
+    def __init__(self, initial: Mapping[Any, Any] | None = None) -> None:
+        self._data: dict[Any, Any] = dict(initial) if initial is not None else {}
+        #: every key set (its value) or deleted (DELETED) since the last checkpoint
+        self._changes: dict[Any, Any] = dict(self._data)
+        self._complete = True
+        self.lineage = next(_lineages)
+
+    @classmethod
+    def restored(cls, data: dict[Any, Any]) -> KeyedState:
+        """A mapping restored from a checkpoint: no pending changes (takes ``data``)."""
+        self = cls.__new__(cls)
+        self._data = data
+        self._changes = {}
+        self._complete = False
+        self.lineage = next(_lineages)
+        return self
+
+    # the mapping
+    def __getitem__(self, key: Any) -> Any:
+        return self._data[key]
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return self._data.get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._data
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self._data[key] = value
+        self._changes[key] = value
+
+    def __delitem__(self, key: Any) -> None:
+        del self._data[key]
+        self._changes[key] = DELETED
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __repr__(self) -> str:
+        return f"KeyedState({self._data!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, KeyedState):
+            return self._data == other._data
+        if isinstance(other, Mapping):
+            return self._data == dict(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # pickled whole (e.g. inside other state): restored with every key pending
+        return (KeyedState, (self._data,))
+
+    # checkpoints
+    def pending_changes(self) -> int:
+        """Keys set or deleted since the last checkpoint."""
+        return len(self._changes)
+
+    def take_delta(self) -> KeyedDelta:
+        """Hand over the changes since the last checkpoint and start recording anew.
+
+        O(1): the dictionary of changes itself is handed over.  Called by the
+        job at a checkpoint's barrier.
+        """
+        delta = KeyedDelta(self._changes, self._complete, self.lineage)
+        self._changes = {}
+        self._complete = False
+        return delta
+
+    def copy_all(self) -> dict[Any, Any]:
+        """A copy of the whole mapping (O(n); a chain that cannot continue)."""
+        return dict(self._data)
+
+
+def apply_delta(data: dict[Any, Any], changes: Mapping[Any, Any]) -> None:
+    """Apply a delta's ``changes`` to ``data`` in place.
+
+    >>> d = {"a": 1, "b": 2}
+    >>> apply_delta(d, {"a": DELETED, "c": 3})
+    >>> d
+    {'b': 2, 'c': 3}
+    """
+    for k, v in changes.items():
+        if v is DELETED:
+            data.pop(k, None)
+        else:
+            data[k] = v
