@@ -73,7 +73,7 @@ def reference(workdir: Path) -> bytes:
 @pytest.fixture(scope="module")
 def killed(workdir: Path) -> tuple[Path, Path]:
     """A job killed (SIGKILL at a fault point) while writing its 6th checkpoint, mid-data."""
-    ckpt, out = workdir / "killed-ckpt", workdir / "killed.txt"
+    ckpt, out = workdir / "case-ckpt", workdir / "case.txt"
     env = _env(workdir, out, work=200, fault="after-state-files:6")
     res = _cli(_run_cmd(ckpt), env=env)
     assert res.returncode == -signal.SIGKILL, res.stderr
@@ -84,7 +84,10 @@ def killed(workdir: Path) -> tuple[Path, Path]:
     assert 0 < newest.positions["lines"] < N
     # bytes after the newest checkpoint exist, so a resume must also truncate
     assert out.stat().st_size > next(iter(newest.sinks.values()))["length"]
-    return ckpt, out
+    pristine_ckpt, pristine_out = workdir / "killed-ckpt", workdir / "killed.txt"
+    shutil.copytree(ckpt, pristine_ckpt)
+    shutil.copy(out, pristine_out)
+    return pristine_ckpt, pristine_out
 
 
 # ---------------------------------------------------------------------- kinds of damage
@@ -180,10 +183,13 @@ def test_the_table_is_large_enough() -> None:
 def test_damaged_newest_is_reported_and_resume_falls_back(
     workdir: Path, reference: bytes, killed: tuple[Path, Path], kind: str
 ) -> None:
-    tag = kind.replace(" ", "-").replace("'", "")
-    ckpt, out = workdir / f"case-{tag}-ckpt", workdir / f"case-{tag}.txt"
-    shutil.copytree(killed[0], ckpt)
-    shutil.copy(killed[1], out)
+    # every case starts from the killed job's checkpoints and output, at the
+    # paths it wrote them (the sink's path is part of what a checkpoint names)
+    pristine_ckpt, pristine_out = killed
+    ckpt, out = workdir / "case-ckpt", workdir / "case.txt"
+    shutil.rmtree(ckpt, ignore_errors=True)
+    shutil.copytree(pristine_ckpt, ckpt)
+    shutil.copy(pristine_out, out)
     store = LocalDirectoryStore(ckpt)
     *_, previous, newest = store.list_epochs()
     DAMAGE[kind](store.epoch_dir(newest), store.epoch_dir(previous))
