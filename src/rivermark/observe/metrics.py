@@ -155,14 +155,14 @@ class Metrics:
     @staticmethod
     def _in(n: Stream, outs: dict[int, int]) -> int:
         if isinstance(n, Source):
-            return n.emitted
+            return n.emitted_now()
         if not n.upstreams:
             return n.records_out
         return sum(outs.get(id(u), 0) for u in n.upstreams)
 
     def _out(self, n: Stream, outs: dict[int, int]) -> int:
         if isinstance(n, Source):
-            return n.emitted
+            return n.emitted_now()
         if not n.downstreams:
             return 0
         if n._derived_out:
@@ -220,7 +220,7 @@ class Metrics:
                 SourceMetrics(
                     id=sid,
                     label=s.name or s._display_name(),
-                    records=s.emitted,
+                    records=s.emitted_now(),
                     rate=rates.get(sid, 0.0),
                     position=position,
                     lag=lag,

@@ -66,6 +66,8 @@ def start_line(job: Job) -> str:
     by_id = {job.id_of(s): s for s in job.sources}
     parts = []
     for sid, pos in sorted(job.restored_positions.items()):
+        if isinstance(pos, dict) and isinstance(pos.get("offset"), int):
+            pos = pos["offset"]  # a file's offset with the digest of the bytes before it
         text = repr(pos)
         if sid in by_id and by_id[sid].lag_unit == "bytes" and isinstance(pos, int):
             text = f"byte {pos:,}"

@@ -161,6 +161,22 @@ class Source(Stream):
     _chunk_it: Any = None
     #: records of that chunk not yet taken when ``stop()`` cut it short (None: not cut)
     _chunk_cut: int | None = None
+    #: how many records that chunk holds
+    _chunk_total = 0
+
+    def emitted_now(self) -> int:
+        """Records handed to the graph so far, those of the chunk at hand included.
+
+        For metrics, read from any thread: ``emitted`` grows once per chunk,
+        and the records taken from the chunk being emitted are derived from
+        its iterator, so the loop counts nothing per record.
+        """
+        n = self.emitted
+        it, cut = self._chunk_it, self._chunk_cut
+        if it is not None:
+            left = length_hint(it) if cut is None else cut
+            n += max(0, self._chunk_total - left)
+        return n
 
     async def _emit_chunk(self, records: list[Any], advance: Callable[[int], None]) -> int:
         """Emit ``records`` in order; return how many were fully processed.
@@ -182,7 +198,7 @@ class Source(Stream):
         done = 0
         interrupted = False
         self._emitting = True
-        self._chunk_it, self._chunk_cut = it, None
+        self._chunk_it, self._chunk_cut, self._chunk_total = it, None, total
         try:
             run = self.record_loop()
             deadline = time.perf_counter() + TIME_SLICE
