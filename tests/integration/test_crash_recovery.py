@@ -143,7 +143,9 @@ def test_random_kills_give_identical_output(workdir: Path, reference: bytes, whe
             progress.append(store.read_manifest(epochs[-1]).positions["lines"])
 
     report = run_with_crashes(
-        _cmd(ckpt, where.app),
+        # a checkpoint per 1,000 records as well, so that the kills find
+        # checkpoints all over the input however fast the pipeline runs
+        [*_cmd(ckpt, where.app), "--every-batches", "1000"],
         env=env,
         kills=20,
         min_delay=0.05,
@@ -156,7 +158,9 @@ def test_random_kills_give_identical_output(workdir: Path, reference: bytes, whe
         ready=lambda pid: _holds_lock(ckpt, pid),
     )
     assert report.completed
-    assert report.kills == 20
+    # kills come at random times: a fast machine may finish the input before
+    # all 20, so the test asks for at least half of them, spread over the input
+    assert report.kills >= 10, report
     # the kills landed at many different points of the input, not all at the start
     assert len(set(progress)) >= 5, progress
     assert 0 < max(progress) < N
@@ -178,7 +182,9 @@ def test_fault_points_give_identical_output(
     ckpt = where(f"fault-{tag}-ckpt")
     out = _out(workdir, f"fault-{tag}", ckpt)
     report = run_with_crashes(
-        _cmd(ckpt, where.app),
+        # a checkpoint per 2,000 records as well: the third one comes mid-data
+        # however fast the machine runs the pipeline
+        [*_cmd(ckpt, where.app), "--every-batches", "2000"],
         env=_env(workdir, out),
         kills=0,
         fault_points=[name],
@@ -222,7 +228,9 @@ def test_sigterm_stops_gracefully_and_resumes(
     ckpt = where("term-ckpt")
     out = _out(workdir, "term", ckpt)
     env = _env(workdir, out)
-    proc = subprocess.Popen(_cmd(ckpt, where.app), env=env, stderr=subprocess.PIPE)
+    # slow records: the job is still running when the signal comes
+    slow = {**env, "RIVERMARK_APP_WORK": "2000"}
+    proc = subprocess.Popen(_cmd(ckpt, where.app), env=slow, stderr=subprocess.PIPE)
     store = None
     deadline = time.monotonic() + 120  # a wait on a condition; generous under load
     while time.monotonic() < deadline:
