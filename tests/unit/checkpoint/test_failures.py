@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import re
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -46,9 +47,17 @@ class FailingStore(LocalDirectoryStore):
         super().write_checkpoint(manifest, states)
 
 
+def _slowly(x: int) -> int:
+    # a few tens of microseconds per record: the job's record-count trigger
+    # (every_batches), which it checks between the sources' chunks, fires on time
+    time.sleep(0.00002)
+    return x
+
+
 def graph(out: Path) -> tuple[Stream, Stream]:
     source = Stream.from_iterable(list(range(N)), name="numbers")
-    sink = source.accumulate(total, start=0, name="sum").sink_to_textfile(str(out))
+    summed = source.map(_slowly).accumulate(total, start=0, name="sum")
+    sink = summed.sink_to_textfile(str(out))
     return source, sink
 
 
