@@ -174,7 +174,7 @@ def test_cli_on_an_s3_url(bucket: str, capsys: pytest.CaptureFixture[str]) -> No
     store.fs.pipe_file(f"{bucket}/jobs/cli/checkpoints/{epochs[-1]:012d}/{newest}", b"x")
     assert main(["checkpoints", "verify", url]) == 1
     assert "DAMAGED" in capsys.readouterr().out
-    assert main(["checkpoints", "list", f"s3://{bucket}/jobs/none"]) == 1
+    assert main(["checkpoints", "list", f"s3://{bucket}/jobs/none"]) == 2
     assert f"no checkpoints at 's3://{bucket}/jobs/none'" in capsys.readouterr().err
 
 
