@@ -162,8 +162,9 @@ def test_random_kills_give_identical_output(workdir: Path, reference: bytes, whe
     # all 20, so the test asks for at least half of them, spread over the input
     assert report.kills >= 10, report
     # the kills landed at many different points of the input, not all at the start
+    # (a kill may also come after the final checkpoint, while the job exits)
     assert len(set(progress)) >= 5, progress
-    assert 0 < max(progress) < N
+    assert sum(0 < p < N for p in progress) >= 3, progress
     assert out.read_bytes() == reference
     final = _store(ckpt)
     # keep=3; a keyed chain also keeps the links its newest checkpoints need
