@@ -26,7 +26,7 @@ import logging
 import math
 import warnings
 from collections import deque
-from collections.abc import Awaitable, Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from numbers import Number
 from typing import Any
 
@@ -34,7 +34,6 @@ import numpy as np
 import pandas as pd
 
 from ..core.node import Stream
-from ..core.refs import Metadata
 from ..errors import ConfigurationError
 from .partials import (
     KeyedAcc,
@@ -785,18 +784,6 @@ class Aggregate(ConformingNode):
         if acc is None:  # nothing seen (or left in the window): pandas' result on no rows
             return agg.example_result(x.iloc[:0])
         return agg.result(acc)
-
-    def update(
-        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
-    ) -> list[Awaitable[Any]] | None:
-        try:
-            result = self._step(x)
-        except Exception as e:
-            self._failed(x, e)
-            return None
-        if self.with_state:
-            return self._emit((self.get_state(), result), metadata)
-        return self._emit(result, metadata)
 
 
 AggregationFactory = Callable[[], Aggregation]

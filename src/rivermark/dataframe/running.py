@@ -76,6 +76,29 @@ class ConformingNode(Stream):
             raise e
         self._user_error(x, e, self.op)
 
+    #: emit ``(state, result)`` tuples instead of results
+    with_state: bool = False
+
+    def _step(self, x: Any) -> Any:
+        """The result for batch ``x``, updating the node's state."""
+        raise NotImplementedError
+
+    def _state_for_output(self) -> Any:
+        """What ``with_state=True`` emits beside each result."""
+        return self.get_state()
+
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> list[Awaitable[Any]] | None:
+        try:
+            result = self._step(x)
+        except Exception as e:
+            self._failed(x, e)
+            return None
+        if self.with_state:
+            return self._emit((self._state_for_output(), result), metadata)
+        return self._emit(result, metadata)
+
 
 class Cumulative(ConformingNode):
     """Cumulative ``op`` (cumsum, cumprod, cummin, cummax) across batches.
@@ -121,16 +144,6 @@ class Cumulative(ConformingNode):
             both = out if self.last is None else pd.concat([self.last, out])
             self.last = both.ffill().iloc[-1:]
         return out
-
-    def update(
-        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
-    ) -> list[Awaitable[Any]] | None:
-        try:
-            out = self._step(x)
-        except Exception as e:
-            self._failed(x, e)
-            return None
-        return self._emit(out, metadata)
 
 
 def informative_index(example: Any) -> bool:
@@ -240,17 +253,8 @@ class RollingAggregate(ConformingNode):
             self.tail = full[full.index > cutoff]
         return out
 
-    def update(
-        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
-    ) -> list[Awaitable[Any]] | None:
-        try:
-            out = self._step(x)
-        except Exception as e:
-            self._failed(x, e)
-            return None
-        if self.with_state:
-            return self._emit((self.tail, out), metadata)
-        return self._emit(out, metadata)
+    def _state_for_output(self) -> Any:
+        return self.tail
 
 
 class EWMMean(ConformingNode):
@@ -319,15 +323,3 @@ class EWMMean(ConformingNode):
             values = np.reshape(np.asarray(mean, dtype=float), (1, -1))[: len(rows)]
             return pd.DataFrame(values, index=rows, columns=x.columns)
         return pd.Series([float(mean)] * len(rows), index=rows, name=x.name, dtype=float)
-
-    def update(
-        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
-    ) -> list[Awaitable[Any]] | None:
-        try:
-            result = self._step(x)
-        except Exception as e:
-            self._failed(x, e)
-            return None
-        if self.with_state:
-            return self._emit((self.get_state(), result), metadata)
-        return self._emit(result, metadata)
