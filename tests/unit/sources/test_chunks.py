@@ -197,7 +197,13 @@ def test_without_code_generation_the_chunk_loop_gives_the_same_output(
 def test_generator_items_read_ahead_survive_a_stop_from_another_thread() -> None:
     source = Stream.from_iterable(iter(range(200_000)))
     out: list[int] = []
-    source.sink(out.append)
+
+    def keep(x: int) -> None:
+        out.append(x)
+        if x % 100 == 0:  # at least 2 s in all: the stop comes well before the end
+            time.sleep(0.001)
+
+    source.sink(keep)
     source.start()
     wait_for(lambda: len(out) > 1000)
     stop_and_wait(source)
