@@ -205,7 +205,9 @@ def test_kills_during_compaction_give_identical_output(
     env = _env(workdir, out)
     env["RIVERMARK_APP_WORK"] = "30"  # same output; long enough for several compactions
     report = run_with_crashes(
-        _cmd(ckpt, KEYED_APP),
+        # a checkpoint per 2,000 records as well: many compactions however
+        # fast the machine runs the pipeline
+        [*_cmd(ckpt, KEYED_APP), "--every-batches", "2000"],
         env=env,
         kills=0,
         fault_points=[f"compaction:{nth}"],

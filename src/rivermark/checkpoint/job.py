@@ -794,7 +794,16 @@ class Job:
         for s in self.sources:
             s.checkpoint_durable(p.epoch, p.positions[self.id_of(s)])
         fault_point("after-sink-commit")
-        await loop.run_in_executor(None, self.store.prune, self.keep)
+        try:
+            await loop.run_in_executor(None, self.store.prune, self.keep)
+        except Exception as e:
+            # checkpoint p.epoch is complete; old ones stay until a later prune
+            # succeeds (a store that is really gone fails the next write)
+            logger.warning(
+                "checkpoint %d written, but older checkpoints could not be pruned from %r "
+                "(%s: %s); they are removed by a later checkpoint",
+                p.epoch, self.store, type(e).__name__, e,
+            )  # fmt: skip
         done = time.monotonic()
         self.checkpoints.append(
             CheckpointInfo(
@@ -862,8 +871,15 @@ class Job:
         loop = asyncio.get_running_loop()
         try:
             await loop.run_in_executor(None, self.store.delete, epoch)
-        except Exception:
-            logger.warning("could not remove the torn checkpoint %d", epoch, exc_info=True)
+        except Exception as e:
+            # one line: the torn epoch has no manifest, so it is not a checkpoint
+            # and the next run ignores (and removes) it
+            logger.warning(
+                "could not remove the torn checkpoint %d (%s: %s); without a manifest it is "
+                "ignored, and removed by a later run",
+                epoch, type(e).__name__, e,
+            )  # fmt: skip
+            logger.debug("removing the torn checkpoint %d", epoch, exc_info=True)
 
     async def _stop_everything(self) -> None:
         """After a failed checkpoint: stop every source (not resumed) and close every sink."""

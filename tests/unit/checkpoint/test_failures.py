@@ -157,3 +157,26 @@ def test_a_sink_that_cannot_make_its_output_durable_stops_the_job(tmp_path: Path
     source.sink_to_textfile(str(out), name="out")
     Job(source, checkpoint=ckpt, every=None, every_batches=1000).run()
     assert out.read_text() == "".join(f"{i}\n" for i in range(N))
+
+
+class UnprunableStore(LocalDirectoryStore):
+    """A real directory store whose prune fails (a permission lost on old checkpoints)."""
+
+    def prune(self, keep: int) -> list[int]:
+        raise PermissionError(errno.EACCES, "Permission denied", str(self.path))
+
+
+def test_a_failed_prune_is_a_warning_and_the_job_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    out, ckpt = tmp_path / "out.txt", tmp_path / "ckpt"
+    source, _ = graph(out)
+    store = UnprunableStore(ckpt)
+    job = Job(source, checkpoint=store, every=None, every_batches=5000, keep=1)
+    with caplog.at_level("WARNING", logger="rivermark.checkpoint.job"):
+        job.run()
+    assert out.read_text() == expected()
+    # every checkpoint was written and counts; none was pruned
+    assert job.checkpoints_written >= 3
+    assert len(store.list_epochs()) == job.checkpoints_written
+    assert re.search(r"older checkpoints could not be pruned .*PermissionError", caplog.text)
