@@ -147,3 +147,19 @@ def test_zip_counts_are_derived_and_survive_a_restore(tmp_path: Path) -> None:
             # resumed at 7: the waiting 6 pairs with 7, then (8, 9), (10, 11); the
             # counts are this run's (the list sink restored the first run's three)
             assert out[3:] == [(6, 7), (8, 9), (10, 11)] and zipped.records_out == 3
+
+
+def test_counts_kept_in_a_chunk_survive_a_user_function_that_raises(tmp_path: Path) -> None:
+    # a source's generated loop counts a filter's output in a local variable
+    # per chunk; the records passed before the failure are still counted
+    from rivermark.checkpoint import JobFailedError
+
+    source = Stream.from_iterable(list(range(100)), name="numbers")
+    evens = source.filter(lambda x: x % 2 == 0, name="evens")
+    evens.map(lambda x: 1 // (x - 40), name="fails_at_40").sink_to_list()
+    job = Job(source, checkpoint=tmp_path, every=None)
+    with pytest.raises(JobFailedError):
+        job.run()
+    snap = Metrics(job).read()
+    assert snap.node("evens").records_out == len(range(0, 41, 2)) == 21
+    assert snap.node("fails_at_40").errors_raised == 1
