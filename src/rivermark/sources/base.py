@@ -357,7 +357,12 @@ class Source(Stream):
     error: bool = False
 
     def stop(self) -> None:
-        """Stop the source: no record is emitted after this returns on the loop thread."""
+        """Stop the source.
+
+        On the source's event loop thread no record is emitted after this
+        returns.  From another thread, while that loop runs, it waits (up to
+        :attr:`stop_wait` seconds) until the source has ended and closed.
+        """
         self.stopped = True
         task = self._task
         if task is None or task.done():
@@ -371,6 +376,24 @@ class Source(Stream):
                 task.cancel()
         else:
             loop.call_soon_threadsafe(self._cancel_if_idle)
+            if loop.is_running():
+                self._wait_ended(loop)
+
+    #: how long :meth:`stop` called from outside the source's event loop waits
+    #: for the source to end (its ``close`` included: a Kafka consumer commits
+    #: and leaves its group), so that a program that stops its sources and
+    #: exits does not leave them running under the interpreter's shutdown
+    stop_wait: ClassVar[float] = 15.0
+
+    def _wait_ended(self, loop: asyncio.AbstractEventLoop) -> None:
+        async def ended() -> None:
+            if self._done_event is not None:
+                await self._done_event.wait()
+
+        try:
+            asyncio.run_coroutine_threadsafe(ended(), loop).result(self.stop_wait)
+        except Exception as e:  # the loop stopped meanwhile, or the source is slow to end
+            logger.debug("%s: stop did not see the source end: %r", self._display_name(), e)
 
     def _cancel_if_idle(self) -> None:
         if self._task is not None and not self._task.done() and not self._emitting:
