@@ -447,15 +447,17 @@ class Job:
             for s in self.sources:
                 s.start()
             await self._main_loop()
-        except BaseException:
+        except BaseException as e:
             # a job refused at start (or failed) releases its sinks' files and
             # locks before the checkpoint lock; closing is idempotent
             await self._settle_in_flight()
             self._close_sinks()
+            self._answer_requests(e)
             raise
         finally:
             self._running = False
             self.ended_at = time.time()
+            self._answer_requests(None)
             if self._metrics_server is not None:
                 self._metrics_server.stop()
             if self._ui is not None:
@@ -564,6 +566,23 @@ class Job:
 
     def _emitted(self) -> int:
         return sum(getattr(s, "emitted", 0) for s in self.sources)
+
+    def _answer_requests(self, failure: BaseException | None) -> None:
+        """Answer ``checkpoint()`` calls the job ended before serving.
+
+        After a normal end the final checkpoint covers every record, so its
+        epoch is the answer; after a failure, the failure.
+        """
+        requests, self._requests = self._requests, []
+        for fut in requests:
+            if fut.done():
+                continue
+            if failure is None and self.epoch:
+                fut.set_result(self.epoch)
+            else:
+                fut.set_exception(
+                    JobFailedError(f"Job.checkpoint(): the job ended without it ({failure!r})")
+                )
 
     async def _finish(self) -> None:
         """Final checkpoint with the sources paused, then stop and close everything."""

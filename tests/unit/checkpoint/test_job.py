@@ -205,6 +205,24 @@ def test_explicit_checkpoint_and_stop_from_another_thread(tmp_path: Path) -> Non
     assert last.positions["numbers"] == len(results)
 
 
+def test_a_checkpoint_asked_for_as_the_job_ends_gets_the_final_epoch(tmp_path: Path) -> None:
+    # the request comes after the stop: the job ends without serving it, and
+    # the final checkpoint (which covers every record) answers it
+    source = Stream.from_iterable(list(range(100)), name="numbers")
+    asked: list[asyncio.Future[int]] = []
+
+    def at(x: int) -> None:
+        if x == 10:
+            job.stop()
+            asked.append(asyncio.ensure_future(job.checkpoint_async()))
+
+    source.sink(at)
+    job = Job(source, checkpoint=tmp_path, every=None)
+    job.run()
+    assert asked and asked[0].done()
+    assert asked[0].result() == job.epoch == LocalDirectoryStore(tmp_path).list_epochs()[-1]
+
+
 def test_run_async_on_current_loop(tmp_path: Path) -> None:
     async def main() -> list[int]:
         source = Stream.from_iterable(list(range(30)), name="numbers")
