@@ -14,10 +14,8 @@ A node's *records out* is kept in one of two ways, chosen per node class:
   where a node hands a record to its downstreams, in exactly two places:
   :meth:`rivermark.core.node.Stream._downstream_push` (the general and
   fused paths, through :func:`counting_push`) and
-  :meth:`rivermark.fastpath.codegen.Codegen.push_down` (the generated code:
-  :func:`count_statement` in ``emit``; in a source's loop over a chunk, a
-  local counter that the loop adds to ``records_out`` when it returns, so
-  a reader sees a node's count at most one chunk behind while it runs).
+  :meth:`rivermark.fastpath.codegen.Codegen.push_down` (the generated code,
+  through :func:`count_statement`).
 
 Sources count ``emitted`` themselves (:class:`rivermark.sources.base.Source`)
 and are not counted again here.  A plain ``Stream()`` root fed by ``emit``

@@ -118,9 +118,6 @@ class Codegen:
         self._tmp = 0
         self._path: list[int] = []
         self.inlined = 0
-        #: in a loop: (local counter, bound node) for each node that counts its
-        #: output; the loop adds each counter to ``node.records_out`` when it returns
-        self._counters: list[tuple[str, str]] = []
 
     # ------------------------------------------------------------------ names
     def bind(self, obj: Any, hint: str = "b") -> str:
@@ -243,16 +240,9 @@ class Codegen:
     def push_down(self, node: Stream, var: str) -> None:
         """Pass the untracked record in ``var`` to every downstream of ``node``, in order."""
         ds = list(node.downstreams)
-        if self.collect and counting.counts_output(node):
-            # a local counter (cheaper than an attribute), added to the node's
-            # ``records_out`` once per call of the loop (a chunk of records)
-            c = self.tmp("c")
-            self._counters.append((c, self.bind(node, "node")))
-            self.line(f"{c} += 1")
-        else:
-            count = counting.count_statement(node, self.bind(node, "node"))
-            if count is not None:
-                self.line(count)
+        count = counting.count_statement(node, self.bind(node, "node"))
+        if count is not None:
+            self.line(count)
         tail = self.tail
         base = self.indent
         for i, d in enumerate(ds):
@@ -306,15 +296,8 @@ class Codegen:
             "                return _out",
             "            continue",
         ]
-        tail = ["        if _out:", "            return _out", "    return None"]
-        body = [*head[1:], *self.lines, *tail]
-        if not self._counters:
-            return "\n".join([head[0], *body, ""])
-        # the counts of the records passed on so far, also when a user function raised
-        init = [f"    {c} = 0" for c, _ in self._counters]
-        flush = [f"        {n}.records_out += {c}" for c, n in self._counters]
-        wrapped = ["    " + line for line in body]
-        return "\n".join([head[0], *init, "    try:", *wrapped, "    finally:", *flush, ""])
+        tail = ["        if _out:", "            return _out", "    return None", ""]
+        return "\n".join([*head, *self.lines, *tail])
 
 
 def _merge(out: list[Any] | None, results: Any) -> list[Any] | None:
