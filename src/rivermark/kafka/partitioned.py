@@ -62,7 +62,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from .._app import check_run_allowed
@@ -131,7 +131,6 @@ class _Task:
     job: Job
     future: concurrent.futures.Future[None] | None = None
     revoked: bool = False
-    started_at: float = field(default_factory=time.monotonic)
 
 
 class PartitionedJob:
@@ -189,6 +188,8 @@ class PartitionedJob:
                 f"by every process, got {checkpoint!r}"
             )
         options = dict(source_options or {})
+        if not batched:
+            options.setdefault("poll_interval", 0.1)  # from_kafka's default
         for name, why in _REFUSED_SOURCE_OPTIONS.items():
             if name in options:
                 raise ConfigurationError(
@@ -215,8 +216,6 @@ class PartitionedJob:
         self.revoke_timeout = float(revoke_timeout)
         #: the tasks this process runs now, by (topic, partition)
         self.tasks: dict[TP, _Task] = {}
-        #: (topic, partition, monotonic time) of every task started by this process
-        self.started: list[tuple[str, int, float]] = []
         self._consumer: Any = None
         self._stop = threading.Event()
         self._done = threading.Event()
@@ -246,8 +245,6 @@ class PartitionedJob:
             for k, v in self.consumer_params.items()
             if k not in ("partition.assignment.strategy", "group.instance.id")
         }
-        if not self.batched:
-            self.source_options.setdefault("poll_interval", 0.1)
         source = PartitionSource(tp[0], tp[1], params, batched=self.batched, **self.source_options)
         node = self.build(source)
         self._check_graph(source, node)
@@ -292,7 +289,6 @@ class PartitionedJob:
         assert self._loop is not None
         task.future = asyncio.run_coroutine_threadsafe(self._run_task(task), self._loop)
         self.tasks[tp] = task
-        self.started.append((tp[0], tp[1], time.monotonic()))
         logger.info("task %s[%d] started (store %s)", tp[0], tp[1], self.task_location(*tp))
 
     async def _run_task(self, task: _Task) -> None:
