@@ -354,8 +354,11 @@ class PartitionedJob:
             for tp, offset in offsets.items():
                 self._pending[tp] = (offset, tag)
 
-    def _flush_commits(self) -> None:
-        """Commit the queued offsets of the partitions this process still owns (polling thread)."""
+    def _flush_commits(self, wait: bool = False) -> None:
+        """Commit the queued offsets of the partitions this process still owns (polling thread).
+
+        ``wait``: synchronously, before partitions are given up.
+        """
         import confluent_kafka as ck
 
         with self._pending_lock:
@@ -368,9 +371,14 @@ class PartitionedJob:
         if not owned or self._consumer is None:
             return
         try:
-            self._consumer.commit(offsets=owned, asynchronous=True)
+            self._consumer.commit(offsets=owned, asynchronous=not wait)
         except ck.KafkaException as e:
-            logger.debug("committing %s to the group failed: %s", pending, e)
+            logger.log(
+                logging.WARNING if wait else logging.DEBUG,
+                "committing %s to the group failed (the offsets there are informational): %s",
+                pending,
+                e,
+            )
 
     def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
         if self._incremental:
@@ -391,7 +399,7 @@ class PartitionedJob:
         lost = [(tp.topic, tp.partition) for tp in partitions]
         logger.info("partitions revoked: %s", lost)
         self._stop_tasks(lost)
-        self._flush_commits()  # the final checkpoints' offsets, while still a member
+        self._flush_commits(wait=True)  # the final checkpoints' offsets, while still a member
         self._owned.difference_update(lost)
         if self._incremental:
             consumer.incremental_unassign(partitions)
@@ -432,7 +440,7 @@ class PartitionedJob:
         finally:
             self._stop.set()
             self._stop_tasks(list(self.tasks))
-            self._flush_commits()
+            self._flush_commits(wait=True)
             try:
                 consumer.close()  # leaves the group (revokes nothing: no task is left)
             except RuntimeError as e:

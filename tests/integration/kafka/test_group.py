@@ -19,7 +19,7 @@ from typing import Any
 import confluent_kafka as ck
 import pytest
 
-from .helpers import consume_all, wait_for
+from .helpers import committed, consume_all, wait_for
 
 pytestmark = pytest.mark.kafka
 
@@ -167,3 +167,5 @@ def test_three_processes_sigkills_and_a_fourth_give_exact_output(
     # partitions moved: tasks were restored from checkpoints written by other processes
     assert len(re.findall(r"task \S+ started", text)) > 8
     assert text.count("restored checkpoint") >= 5, text[-3000:]
+    # the group's offsets (for lag tools) are the final checkpoints' positions: the end
+    assert sum(committed(bootstrap, group, inp, 8).values()) == N
