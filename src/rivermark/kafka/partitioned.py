@@ -406,6 +406,15 @@ class PartitionedJob:
         else:
             consumer.unassign()
 
+    def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
+        # this process missed its session timeout: the partitions may have a new
+        # owner already, which waits for each task's store until the task stopped
+        logger.warning(
+            "partitions lost (session timed out): %s",
+            [(tp.topic, tp.partition) for tp in partitions],
+        )
+        self._on_revoke(consumer, partitions)
+
     def run(self) -> None:
         """Join the group and run this process's tasks until :meth:`stop` (blocking)."""
         import confluent_kafka as ck
@@ -428,7 +437,7 @@ class PartitionedJob:
                 self.topics,
                 on_assign=self._on_assign,
                 on_revoke=self._on_revoke,
-                on_lost=self._on_revoke,
+                on_lost=self._on_lost,
             )
             while not self._stop.is_set():
                 msg = consumer.poll(0.2)  # rebalance callbacks run in here

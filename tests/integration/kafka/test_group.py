@@ -116,7 +116,7 @@ def test_three_processes_sigkills_and_a_fourth_give_exact_output(
             target=_produce_slowly, args=(bootstrap, inp, records, produced), daemon=True
         )
         feeder.start()
-        events = ["kill", "kill", "add", "kill", "remove", "kill", "kill"]
+        events = ["kill", "kill", "add", "kill", "remove", "pause", "kill", "kill"]
         extra: subprocess.Popen[bytes] | None = None
         kills = 0
         for i, event in enumerate(events):
@@ -131,6 +131,21 @@ def test_three_processes_sigkills_and_a_fourth_give_exact_output(
                 victim.wait()
                 kills += 1
                 base.append(start())
+            elif event == "pause":
+                # a process stopped past its session timeout loses its partitions
+                # while it still holds their stores; it gives them up when it goes on
+                paused = base[rnd.randrange(len(base))]
+                seen = len(log.read_text())
+                paused.send_signal(signal.SIGSTOP)
+                wait_for(
+                    lambda s=seen: (
+                        re.search(r"\d+ \S+ partitions assigned: \[\(", log.read_text()[s:])
+                        is not None
+                    ),
+                    timeout=60,
+                    what="the paused process's partitions assigned to others",
+                )
+                paused.send_signal(signal.SIGCONT)
             elif event == "add":
                 extra = start()
             else:
@@ -167,5 +182,6 @@ def test_three_processes_sigkills_and_a_fourth_give_exact_output(
     # partitions moved: tasks were restored from checkpoints written by other processes
     assert len(re.findall(r"task \S+ started", text)) > 8
     assert text.count("restored checkpoint") >= 5, text[-3000:]
+    assert "partitions lost (session timed out)" in text
     # the group's offsets (for lag tools) are the final checkpoints' positions: the end
     assert sum(committed(bootstrap, group, inp, 8).values()) == N
