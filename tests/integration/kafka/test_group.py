@@ -85,6 +85,26 @@ def _produce_slowly(bootstrap: str, topic: str, records: list[Any], done: thread
     done.set()
 
 
+def _assigned(text: str) -> list[tuple[int, set[int]]]:
+    """(pid, partitions) of every assignment and (negative pid) revocation in the log."""
+    out = []
+    for m in re.finditer(r" (\d+) \S+ partitions (assigned|revoked|lost)[^:]*: (\[.*\])", text):
+        parts = {int(x) for x in re.findall(r", (\d+)\)", m.group(3))}
+        out.append((int(m.group(1)) * (1 if m.group(2) == "assigned" else -1), parts))
+    return out
+
+
+def _held(text: str, pid: int) -> set[int]:
+    """The partitions process ``pid`` holds according to the log."""
+    held: set[int] = set()
+    for who, parts in _assigned(text):
+        if who == pid:
+            held |= parts
+        elif who == -pid:
+            held -= parts
+    return held
+
+
 def _scenario(
     bootstrap: str,
     new_topic: Callable[..., str],
@@ -147,11 +167,12 @@ def _scenario(
                 # while it still holds their stores; it gives them up when it goes on
                 paused = base[rnd.randrange(len(base))]
                 seen = len(log.read_text())
+                held = _held(log.read_text(), paused.pid)
+                assert held, log.read_text()[-3000:]
                 paused.send_signal(signal.SIGSTOP)
                 wait_for(
-                    lambda s=seen: (
-                        re.search(r"\d+ \S+ partitions assigned: \[\(", log.read_text()[s:])
-                        is not None
+                    lambda s=seen, h=held, me=paused.pid: any(
+                        pid != me and parts & h for pid, parts in _assigned(log.read_text()[s:])
                     ),
                     timeout=60,
                     what="the paused process's partitions assigned to others",
