@@ -21,6 +21,7 @@ from .errors import (
     KafkaTopicError,
 )
 from .offsets import OffsetTracker
+from .partitioned import PartitionedJob, PartitionSource
 from .sink import ToKafka
 from .source import KafkaBatchedSource, KafkaSource, from_kafka, from_kafka_batched
 
@@ -34,6 +35,8 @@ __all__ = [
     "KafkaSource",
     "KafkaTopicError",
     "OffsetTracker",
+    "PartitionSource",
+    "PartitionedJob",
     "ToKafka",
     "dead_letter",
     "from_kafka",

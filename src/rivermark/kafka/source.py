@@ -185,6 +185,9 @@ class KafkaBatchedSource(Source):
         self.checkpointing = False
         #: set by a checkpoint job: tags the group's offsets with the job that committed them
         self.job_id: str | None = None
+        #: commits ``{(topic, partition): offset}`` with a metadata tag instead of this
+        #: source's consumer (a partitioned job: only the group member may commit)
+        self.offset_committer: Callable[[dict[tuple[str, int], int], str], None] | None = None
         #: stop_at_end: the end offset (high watermark at start) of every partition
         self._end: dict[tuple[str, int], int] = {}
         self._missing_warned: dict[str, float] = {}
@@ -568,6 +571,9 @@ class KafkaBatchedSource(Source):
         if not offsets or self.consumer is None:
             return
         tag = self._owner_tag()
+        if self.offset_committer is not None:
+            self.offset_committer(offsets, tag)
+            return
         tps = [ck.TopicPartition(t, p, o, tag) for (t, p), o in offsets.items()]
         try:
             self.consumer.commit(offsets=tps, asynchronous=True)
@@ -579,6 +585,9 @@ class KafkaBatchedSource(Source):
     def _commit_once(self, offsets: dict[tuple[str, int], int]) -> None:
         import confluent_kafka as ck
 
+        if self.offset_committer is not None:
+            self.offset_committer(offsets, self._owner_tag())
+            return
         consumer = self._make_consumer()
         try:
             tag = self._owner_tag()
@@ -735,6 +744,9 @@ class KafkaBatchedSource(Source):
             final = self._tracker.committable()
         tag = self._owner_tag()
         name = self._display_name()
+        if self.offset_committer is not None and final:
+            self.offset_committer(final, tag)
+            final = {}
 
         def finish() -> None:
             import confluent_kafka as ck

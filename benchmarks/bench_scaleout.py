@@ -1,0 +1,278 @@
+"""Consumer-group scale-out: 1 vs 2 processes, and how long a killed process's partitions wait.
+
+Run:  .venv/bin/python benchmarks/bench_scaleout.py            # 6,000 records, 2 ms each
+      .venv/bin/python benchmarks/bench_scaleout.py --quick    # 2,000 records
+
+A single-node broker is started by this script.  The app is a
+``PartitionedJob`` (``every="1s"``, at-least-once ``to_kafka``) whose tasks
+run a CPU-bound function per record (``--work-ms`` of SHA-256 rounds,
+calibrated at start) on an 8-partition input topic; each output record names
+its input partition.
+
+- **Throughput**: the app runs in 1 process, then (fresh group, topics and
+  checkpoints) in 2 processes.  The input is produced once every process
+  holds its tasks, and the time runs from the start of producing until the
+  last output record was written.  Reported: both times and their ratio.
+- **Recovery**: 2 processes read a backlog; one is SIGKILLed once output
+  flows; reported is the time from the kill until output from each of the
+  killed process's partitions is written again (session timeout 6 s, so the
+  group notices the death after at most 6 s; then the new owner restores
+  each task from its newest checkpoint).
+
+Not a test: it prints the figures and the load average, and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+PARTITIONS = 8
+SESSION_MS = 6000
+
+
+def _rounds_for(ms: float) -> int:
+    """SHA-256 rounds that take about ``ms`` milliseconds here."""
+    n, h = 20000, b"x" * 32
+    t = time.perf_counter()
+    for _ in range(n):
+        h = hashlib.sha256(h).digest()
+    per = (time.perf_counter() - t) / n
+    return max(1, int(ms / 1000 / per))
+
+
+def worker(bootstrap: str, inp: str, out: str, group: str, ckpt: str, rounds: int) -> None:
+    """One process of the app (``--worker``)."""
+    import logging
+
+    import rivermark.kafka  # noqa: F401
+    from rivermark import Stream
+    from rivermark.kafka import PartitionedJob, PartitionSource
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(process)d %(message)s")
+    logging.getLogger("rivermark.checkpoint").setLevel(logging.WARNING)
+
+    def build(source: PartitionSource) -> Stream:
+        part = source.partition
+
+        def work(value: bytes) -> str:
+            h = value
+            for _ in range(rounds):
+                h = hashlib.sha256(h).digest()
+            return json.dumps({"p": part, "h": h.hex()[:8]})
+
+        return source.flatten().map(work).to_kafka(out, {"bootstrap.servers": bootstrap})
+
+    job = PartitionedJob(
+        inp,
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "session.timeout.ms": SESSION_MS,
+            "heartbeat.interval.ms": 500,
+        },
+        build,
+        checkpoint=ckpt,
+        every="1s",
+        source_options={"poll_interval": 0.05, "max_batch_size": 20},
+    )
+    job.install_signal_handlers()
+    job.run()
+
+
+class Reader:
+    """Reads the output in a thread: (time written, input partition) of every record."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        import confluent_kafka as ck
+
+        self.seen: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._c = ck.Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"r-{uuid.uuid4().hex[:8]}",
+                "auto.offset.reset": "earliest",
+            }
+        )
+        self._c.subscribe([topic])
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for m in self._c.consume(500, timeout=0.1):
+                if m.error() is None:
+                    # the producer's create time (wall clock, ms): when the task wrote it
+                    self.seen.append((m.timestamp()[1] / 1000, json.loads(m.value())["p"]))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._t.join(10)
+        self._c.close()
+
+
+def wait_until(cond: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"bench_scaleout: timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def owners(log: Path) -> dict[int, set[int]]:
+    """pid -> partitions it holds now, from the processes' log lines."""
+    held: dict[int, set[int]] = {}
+    for line in log.read_text(errors="replace").splitlines():
+        m = re.search(r" (\d+) partitions (assigned|revoked): (\[.*\])", line)
+        if not m:
+            continue
+        parts = {int(p) for p in re.findall(r", (\d+)\)", m.group(3))}
+        mine = held.setdefault(int(m.group(1)), set())
+        if m.group(2) == "assigned":
+            mine |= parts
+        else:
+            mine -= parts
+    return held
+
+
+class App:
+    """N processes of the app on fresh topics, group and checkpoints."""
+
+    def __init__(self, bootstrap: str, tmp: Path, rounds: int, procs: int) -> None:
+        from rivermark.testing.kafka_broker import create_topic
+
+        tag = uuid.uuid4().hex[:8]
+        self.bootstrap, self.inp, self.out = bootstrap, f"in-{tag}", f"out-{tag}"
+        create_topic(bootstrap, self.inp, partitions=PARTITIONS)
+        create_topic(bootstrap, self.out, partitions=PARTITIONS)
+        self.log = tmp / f"app-{tag}.log"
+        self.log.touch()
+        args = [sys.executable, __file__, "--worker", bootstrap, self.inp, self.out]
+        args += [f"g-{tag}", str(tmp / f"ckpt-{tag}"), str(rounds)]
+        with open(self.log, "ab") as f:
+            self.procs = [subprocess.Popen(args, stdout=f, stderr=f) for _ in range(procs)]
+        self.reader = Reader(bootstrap, self.out)
+
+        def settled() -> bool:
+            held = owners(self.log)
+            live = {p.pid for p in self.procs}
+            return sum(len(v) for k, v in held.items() if k in live) == PARTITIONS and all(
+                held.get(pid) for pid in live
+            )
+
+        wait_until(settled, 120, f"{procs} processes holding all partitions")
+
+    def produce(self, n: int) -> None:
+        import confluent_kafka as ck
+
+        p = ck.Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5})
+        for i in range(n):
+            while True:
+                try:
+                    p.produce(self.inp, value=f"{i:08d}".encode(), partition=i % PARTITIONS)
+                    break
+                except BufferError:
+                    p.poll(0.05)
+        assert p.flush(30) == 0
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.reader.close()
+
+
+def throughput(bootstrap: str, tmp: Path, rounds: int, procs: int, n: int) -> float:
+    app = App(bootstrap, tmp, rounds, procs)
+    try:
+        t0 = time.time()
+        app.produce(n)
+        wait_until(lambda: len(app.reader.seen) >= n, 600, f"{n} outputs")
+        return max(t for t, _ in app.reader.seen) - t0
+    finally:
+        app.close()
+
+
+def recovery(bootstrap: str, tmp: Path, rounds: int, n: int) -> tuple[float, list[float]]:
+    """Seconds from the kill until each of the victim's partitions produced output again."""
+    app = App(bootstrap, tmp, rounds, 2)
+    try:
+        app.produce(n)
+        wait_until(lambda: len(app.reader.seen) >= n // 10, 300, "output flowing")
+        victim = app.procs[0]
+        lost = owners(app.log)[victim.pid]
+        killed = time.time()
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+
+        def back() -> bool:
+            again = {p for t, p in list(app.reader.seen) if t > killed and p in lost}
+            return again == lost
+
+        wait_until(back, 300, "output of the killed process's partitions")
+        first: dict[int, float] = {}
+        for t, p in app.reader.seen:
+            if t > killed and p in lost and p not in first:
+                first[p] = t - killed
+        return max(first.values()), sorted(first.values())
+    finally:
+        app.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "--worker":
+        b, inp, out, group, ckpt, rounds = argv[1:7]
+        worker(b, inp, out, group, ckpt, int(rounds))
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("-n", type=int, default=None, help="records (default 6,000)")
+    ap.add_argument("--work-ms", type=float, default=2.0, help="CPU time per record (ms)")
+    args = ap.parse_args(argv)
+    n = args.n or (2000 if args.quick else 6000)
+    from rivermark.testing.kafka_broker import start_broker, stop_broker
+
+    rounds = _rounds_for(args.work_ms)
+    print(f"load average at start: {os.getloadavg()}; {n} records, {args.work_ms} ms each")
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        broker = start_broker(tmp / "kafka")
+        try:
+            one = throughput(broker.bootstrap, tmp, rounds, 1, n)
+            two = throughput(broker.bootstrap, tmp, rounds, 2, n)
+            worst, each = recovery(broker.bootstrap, tmp, rounds, n * 2)
+        finally:
+            stop_broker(broker)
+    print(f"1 process : {one:6.2f} s  ({n / one:7.0f} records/s)")
+    print(f"2 processes: {two:6.2f} s  ({n / two:7.0f} records/s)   speed-up {one / two:.2f}x")
+    print(
+        f"kill -> output of every lost partition again: {worst:.2f} s "
+        f"(per partition: {', '.join(f'{x:.2f}' for x in each)}; session timeout "
+        f"{SESSION_MS / 1000:g} s)"
+    )
+    print(f"load average at end: {os.getloadavg()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,481 @@
+"""``PartitionedJob``: one Kafka app over several processes, a task per input partition.
+
+Run the same program in N processes with the same ``group.id`` and the same
+checkpoint location: Kafka's consumer-group protocol splits the input
+partitions among the processes, and each process runs one *task* per
+partition it owns.  A task is an independent copy of the graph below the
+source, built by the user's ``build(source)`` on a source that reads that
+one partition, and run as an ordinary checkpointed :class:`~rivermark.checkpoint.Job`
+whose store is ``<checkpoint>/tasks/<topic>-<partition>``: the task's state,
+its offset and its sinks' handles are checkpointed together, as for any job.
+
+Membership.  Each process holds one consumer that joins the group
+(``subscribe``, ``cooperative-sticky`` assignment unless the caller's config
+names another strategy).  That consumer reads no records (its partitions
+are paused); it only learns which partitions this process owns and commits
+the tasks' checkpointed offsets to the group (only a member may).  Its
+rebalance callbacks run in its polling thread:
+
+* assigned: a task is built and started for each new partition; its job
+  restores the newest checkpoint of the partition's store before its source
+  reads anything (a partition without a checkpoint starts at the group's
+  committed offset, else ``auto.offset.reset``);
+* revoked (or lost): the task stops with a final checkpoint and closes its
+  source and sinks; the callback returns (and the partition can move) only
+  then, or after ``revoke_timeout`` seconds.
+
+A partition's store is locked by the task that runs it (the store's lock or
+lease), so two processes never run one task: a new owner waits until the old
+one released the lock (a process killed with SIGKILL releases a local lock at
+once; an object-store lease expires).
+
+Exactly-once output.  ``to_kafka(..., exactly_once=True)`` in a task takes
+its transactional id from the task's job id, which is derived from the task's
+store location, so the id is per task and the same in every process: the
+process that gains a partition calls ``init_transactions`` with it, which
+aborts the open transaction of the previous owner and fences it, should it
+still be alive.  An explicit ``transactional_id=`` would be shared by every
+task and is refused.
+
+What cannot be partitioned is refused when the job is created, with one line:
+a graph with another input besides the partition's source (a second source,
+a ``Stream()`` fed by ``emit``, a join with another stream), a ``build``
+that does not build on the source it is given, and ``stop_at_end``.
+
+>>> import tempfile
+>>> from rivermark import Stream
+>>> def build(source):
+...     return source.map(len).accumulate(lambda a, n: a + n, start=0).sink(print)
+>>> job = PartitionedJob("events", {"bootstrap.servers": "127.0.0.1:1", "group.id": "g"},
+...                      build, checkpoint=tempfile.mkdtemp())
+>>> job.task_location("events", 3).endswith("/tasks/events-3")
+True
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .._app import check_run_allowed
+from ..checkpoint.errors import CheckpointLockedError
+from ..checkpoint.job import Job
+from ..core import graph, runtime
+from ..core.node import Stream
+from ..errors import ConfigurationError
+from .errors import KafkaConnectorError
+from .sink import ToKafka
+from .source import KafkaBatchedSource
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["PartitionSource", "PartitionedJob"]
+
+TP = tuple[str, int]
+
+#: options of the Kafka sources that a partitioned job decides itself
+_REFUSED_SOURCE_OPTIONS = {
+    "stop_at_end": "a partitioned job runs until it is stopped; use a single Job for a "
+    "bounded read",
+    "npartitions": "the group assigns the partitions",
+    "refresh_partitions": "the group assigns the partitions",
+    "dask": "tasks run in this process",
+    "start": "the job starts the tasks' sources",
+}
+#: Job options a partitioned job passes to every task's job
+_JOB_OPTIONS = ("every", "every_batches", "keep", "exactly_once", "on_error", "allow_new_nodes")
+
+
+class PartitionSource(KafkaBatchedSource):
+    """A Kafka source that reads one partition of one topic (a task's input).
+
+    Positions, restores and batches are those of :class:`KafkaBatchedSource`
+    (it stores the offset of the next record to read).
+
+    >>> src = PartitionSource("t", 2, {"bootstrap.servers": "127.0.0.1:1", "group.id": "g"})
+    >>> src.state_signature()
+    "PartitionSource(topic='t', partition=2, keys=False)"
+    """
+
+    def __init__(
+        self, topic: str, partition: int, consumer_params: dict[str, Any], **kwargs: Any
+    ) -> None:
+        super().__init__([topic], consumer_params, **kwargs)
+        self.partition = int(partition)
+
+    def _list_partitions(self) -> list[TP]:
+        mine = (self.topics[0], self.partition)
+        return [tp for tp in super()._list_partitions() if tp == mine]
+
+    def state_signature(self) -> str:
+        # a task's checkpoint belongs to its partition: another one's is refused
+        return (
+            f"PartitionSource(topic={self.topics[0]!r}, partition={self.partition}, "
+            f"keys={self.keys!r})"
+        )
+
+
+@dataclass
+class _Task:
+    """One partition's graph and job in this process."""
+
+    tp: TP
+    job: Job
+    future: concurrent.futures.Future[None] | None = None
+    revoked: bool = False
+
+
+class PartitionedJob:
+    """Run ``build(source)`` once per input partition this process owns (see the module docs).
+
+    ``topics`` and ``consumer_params`` (with ``bootstrap.servers`` and the
+    ``group.id`` shared by every process; copied, never changed) name the
+    input; ``build`` is called with each task's :class:`PartitionSource` and
+    returns a node of the graph it built on it (e.g. the sink).  It is
+    called once when the job is created, to check the graph.
+    ``checkpoint`` is the location shared by every process (a directory on a
+    shared file system or an object-store URL); each task's store is
+    ``<checkpoint>/tasks/<topic>-<partition>``.  ``batched`` chooses
+    ``from_kafka_batched`` (lists per partition) or ``from_kafka`` (one
+    record at a time); ``source_options`` go to the source (``poll_interval``,
+    ``max_batch_size``, ``keys``, ...), ``every``, ``every_batches``,
+    ``keep``, ``exactly_once``, ``on_error`` and ``allow_new_nodes`` to every
+    task's :class:`~rivermark.checkpoint.Job`.
+    """
+
+    def __init__(
+        self,
+        topics: str | list[str],
+        consumer_params: dict[str, Any],
+        build: Callable[[PartitionSource], Stream],
+        checkpoint: str | os.PathLike[str],
+        *,
+        batched: bool = True,
+        source_options: dict[str, Any] | None = None,
+        revoke_timeout: float = 60.0,
+        **job_options: Any,
+    ) -> None:
+        self.topics = [topics] if isinstance(topics, str) else list(topics)
+        if not self.topics or not all(isinstance(t, str) and t for t in self.topics):
+            raise ConfigurationError(
+                f"PartitionedJob: topics must be a topic name or a non-empty list of names, "
+                f"got {topics!r}; pass e.g. 'events'"
+            )
+        if not isinstance(consumer_params, dict) or not {
+            "bootstrap.servers",
+            "group.id",
+        } <= set(consumer_params):
+            raise ConfigurationError(
+                "PartitionedJob: consumer_params must be a dict with 'bootstrap.servers' and the "
+                f"'group.id' every process shares, got {consumer_params!r}"
+            )
+        if not callable(build):
+            raise ConfigurationError(
+                f"PartitionedJob: build must be a function that builds the graph on a source, "
+                f"got {build!r}; pass e.g. lambda source: source.map(f).to_kafka(...)"
+            )
+        if not isinstance(checkpoint, (str, os.PathLike)):
+            raise ConfigurationError(
+                f"PartitionedJob: checkpoint must be a directory or an object-store URL shared "
+                f"by every process, got {checkpoint!r}"
+            )
+        options = dict(source_options or {})
+        if not batched:
+            options.setdefault("poll_interval", 0.1)  # from_kafka's default
+        for name, why in _REFUSED_SOURCE_OPTIONS.items():
+            if name in options:
+                raise ConfigurationError(
+                    f"PartitionedJob: source option {name}={options[name]!r} is not supported "
+                    f"({why}); remove it"
+                )
+        unknown = sorted(set(job_options) - set(_JOB_OPTIONS))
+        if unknown:
+            raise ConfigurationError(
+                f"PartitionedJob: unknown option {unknown[0]!r}; the options passed to every "
+                f"task's Job are {', '.join(_JOB_OPTIONS)}"
+            )
+        if isinstance(revoke_timeout, bool) or not isinstance(revoke_timeout, (int, float)):
+            raise ConfigurationError(
+                f"PartitionedJob: revoke_timeout must be a number of seconds, got {revoke_timeout!r}"
+            )
+        self.consumer_params: dict[str, Any] = dict(consumer_params)
+        self.build = build
+        text = os.fspath(checkpoint)
+        self.location = text.rstrip("/") if "://" in text else os.path.abspath(text)
+        self.batched = bool(batched)
+        self.source_options = options
+        self.job_options = job_options
+        self.revoke_timeout = float(revoke_timeout)
+        #: the tasks this process runs now, by (topic, partition)
+        self.tasks: dict[TP, _Task] = {}
+        self._consumer: Any = None
+        self._stop = threading.Event()
+        self._done = threading.Event()
+        self._error: BaseException | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._incremental = True
+        #: partitions the group assigned to this process
+        self._owned: set[TP] = set()
+        #: offsets waiting to be committed to the group, with their metadata tag
+        self._pending: dict[TP, tuple[int, str]] = {}
+        self._pending_lock = threading.Lock()
+        self._runner: threading.Thread | None = None
+        # build one task's graph now, so that a graph that cannot be partitioned
+        # is refused before the process joins the group
+        self._make_graph((self.topics[0], 0))
+
+    # ------------------------------------------------------------------ tasks
+    def task_location(self, topic: str, partition: int) -> str:
+        """The checkpoint store of one partition's task."""
+        if "://" in self.location:
+            return f"{self.location}/tasks/{topic}-{partition}"
+        return os.path.join(self.location, "tasks", f"{topic}-{partition}")
+
+    def _make_graph(self, tp: TP) -> PartitionSource:
+        params = {
+            k: v
+            for k, v in self.consumer_params.items()
+            if k not in ("partition.assignment.strategy", "group.instance.id")
+        }
+        source = PartitionSource(tp[0], tp[1], params, batched=self.batched, **self.source_options)
+        node = self.build(source)
+        self._check_graph(source, node)
+        return source
+
+    def _check_graph(self, source: PartitionSource, node: Any) -> None:
+        name = getattr(self.build, "__qualname__", repr(self.build))
+        if not isinstance(node, Stream):
+            raise ConfigurationError(
+                f"PartitionedJob: build {name} must return a node of the graph it built on the "
+                f"source it was given, got {node!r}; return e.g. the sink"
+            )
+        nodes = graph.topological(node)
+        if not any(n is source for n in nodes):
+            raise ConfigurationError(
+                f"PartitionedJob: build {name} returned {node!r}, which is not connected to the "
+                "source it was given; build the graph on that source (each partition gets its "
+                "own copy)"
+            )
+        others = [n for n in nodes if not n.upstreams and n is not source]
+        if others:
+            raise ConfigurationError(
+                f"PartitionedJob: the graph of build {name} has another input besides the "
+                f"partition's source: {others[0]!r}; a partitioned job keeps state per input "
+                "partition, so every node must depend on that partition's records only (a "
+                "second source, or a join with another stream, cannot be split by partition). "
+                "Run that part as its own Job, or put both inputs in one topic, keyed alike"
+            )
+        for n in nodes:
+            if isinstance(n, ToKafka) and n.exactly_once and n.transactional_id is not None:
+                raise ConfigurationError(
+                    f"PartitionedJob: {n!r} has transactional_id={n.transactional_id!r}, which "
+                    "every task would share (they would fence each other); remove it: each "
+                    "task's id is derived from its checkpoint location"
+                )
+
+    def _start_task(self, tp: TP) -> None:
+        source = self._make_graph(tp)
+        source.offset_committer = self._commit
+        job = Job(source, checkpoint=self.task_location(*tp), **self.job_options)
+        task = _Task(tp, job)
+        assert self._loop is not None
+        task.future = asyncio.run_coroutine_threadsafe(self._run_task(task), self._loop)
+        self.tasks[tp] = task
+        logger.info("task %s[%d] started (store %s)", tp[0], tp[1], self.task_location(*tp))
+
+    async def _run_task(self, task: _Task) -> None:
+        waiting = False
+        while not task.revoked:
+            try:
+                await task.job.run_async()
+                return
+            except CheckpointLockedError as e:
+                # the previous owner has not released the partition's store yet
+                if not waiting:
+                    logger.info("task %s[%d] waits for the store: %s", *task.tp, e)
+                    waiting = True
+                await asyncio.sleep(0.2)
+
+    def _stop_tasks(self, tps: list[TP]) -> None:
+        """Stop these tasks with a final checkpoint each, and wait for them (polling thread)."""
+        tasks = [self.tasks.pop(tp) for tp in tps if tp in self.tasks]
+        for task in tasks:
+            task.revoked = True
+        deadline = time.monotonic() + self.revoke_timeout
+        for task in tasks:
+            stopper = threading.Thread(target=task.job.stop, daemon=True)
+            stopper.start()
+        for task in tasks:
+            assert task.future is not None
+            try:
+                task.future.result(max(0.0, deadline - time.monotonic()))
+                logger.info("task %s[%d] stopped", *task.tp)
+            except concurrent.futures.TimeoutError:
+                logger.warning(
+                    "task %s[%d] did not stop within revoke_timeout=%gs; its store stays locked "
+                    "until it does",
+                    *task.tp,
+                    self.revoke_timeout,
+                )
+            except BaseException as e:
+                self._fail(task, e)
+
+    def _fail(self, task: _Task, e: BaseException) -> None:
+        logger.error("task %s[%d] failed: %s", task.tp[0], task.tp[1], e)
+        if self._error is None:
+            self._error = e
+        self._stop.set()
+
+    def _check_tasks(self) -> None:
+        for tp, task in list(self.tasks.items()):
+            if task.future is not None and task.future.done():
+                del self.tasks[tp]
+                exc = task.future.exception()
+                if exc is not None:
+                    self._fail(task, exc)
+
+    # ------------------------------------------------------------------ the group
+    def _commit(self, offsets: dict[TP, int], tag: str) -> None:
+        """Queue a task's checkpointed offsets for the group (committed by the polling thread).
+
+        Every call on the group's consumer is made from its polling thread: a
+        commit from the event loop's thread while that consumer polls was seen
+        to block both threads.
+        """
+        with self._pending_lock:
+            for tp, offset in offsets.items():
+                self._pending[tp] = (offset, tag)
+
+    def _flush_commits(self, wait: bool = False) -> None:
+        """Commit the queued offsets of the partitions this process still owns (polling thread).
+
+        ``wait``: synchronously, before partitions are given up.
+        """
+        import confluent_kafka as ck
+
+        with self._pending_lock:
+            pending, self._pending = self._pending, {}
+        owned = [
+            ck.TopicPartition(t, p, o, tag)
+            for (t, p), (o, tag) in pending.items()
+            if (t, p) in self._owned
+        ]
+        if not owned or self._consumer is None:
+            return
+        try:
+            self._consumer.commit(offsets=owned, asynchronous=not wait)
+        except ck.KafkaException as e:
+            logger.log(
+                logging.WARNING if wait else logging.DEBUG,
+                "committing %s to the group failed (the offsets there are informational): %s",
+                pending,
+                e,
+            )
+
+    def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
+        if self._incremental:
+            consumer.incremental_assign(partitions)
+        else:
+            consumer.assign(partitions)
+        if partitions:
+            # the tasks' sources read; this consumer only holds the membership
+            consumer.pause(partitions)
+        gained = [(tp.topic, tp.partition) for tp in partitions]
+        self._owned.update(gained)
+        logger.info("partitions assigned: %s", gained)
+        for tp in gained:
+            if tp not in self.tasks and not self._stop.is_set():
+                self._start_task(tp)
+
+    def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
+        lost = [(tp.topic, tp.partition) for tp in partitions]
+        logger.info("partitions revoked: %s", lost)
+        self._stop_tasks(lost)
+        self._flush_commits(wait=True)  # the final checkpoints' offsets, while still a member
+        self._owned.difference_update(lost)
+        if self._incremental:
+            consumer.incremental_unassign(partitions)
+        else:
+            consumer.unassign()
+
+    def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
+        # this process missed its session timeout: the partitions may have a new
+        # owner already, which waits for each task's store until the task stopped
+        logger.warning(
+            "partitions lost (session timed out): %s",
+            [(tp.topic, tp.partition) for tp in partitions],
+        )
+        self._on_revoke(consumer, partitions)
+
+    def run(self) -> None:
+        """Join the group and run this process's tasks until :meth:`stop` (blocking)."""
+        import confluent_kafka as ck
+
+        check_run_allowed()
+        self._loop = runtime.background_loop()
+        if runtime.in_loop_thread(self._loop):
+            raise ConfigurationError(
+                "PartitionedJob.run() was called on the event loop thread; call it from a thread"
+            )
+        conf = dict(self.consumer_params)
+        conf["enable.auto.commit"] = False
+        conf.setdefault("partition.assignment.strategy", "cooperative-sticky")
+        self._incremental = "cooperative" in str(conf["partition.assignment.strategy"])
+        self._done.clear()
+        self._runner = threading.current_thread()
+        self._consumer = consumer = ck.Consumer(conf)
+        try:
+            consumer.subscribe(
+                self.topics,
+                on_assign=self._on_assign,
+                on_revoke=self._on_revoke,
+                on_lost=self._on_lost,
+            )
+            while not self._stop.is_set():
+                msg = consumer.poll(0.2)  # rebalance callbacks run in here
+                err = None if msg is None else msg.error()
+                if err is not None and err.fatal():
+                    raise KafkaConnectorError(f"PartitionedJob: fatal consumer error: {err}")
+                self._check_tasks()
+                self._flush_commits()
+        finally:
+            self._stop.set()
+            self._stop_tasks(list(self.tasks))
+            self._flush_commits(wait=True)
+            try:
+                consumer.close()  # leaves the group (revokes nothing: no task is left)
+            except RuntimeError as e:
+                logger.debug("closing the group consumer: %s", e)
+            self._consumer = None
+            self._done.set()
+        if self._error is not None:
+            raise self._error
+
+    def stop(self) -> None:
+        """Stop every task with a final checkpoint and leave the group; waits up to a minute."""
+        self._stop.set()
+        if self._runner is not None and self._runner is not threading.current_thread():
+            self._done.wait(60)
+
+    def install_signal_handlers(self) -> None:
+        """SIGINT/SIGTERM: stop gracefully; a second signal exits at once (as ``Job``'s)."""
+        received: list[int] = []
+
+        def handler(signum: int, frame: Any) -> None:
+            received.append(signum)
+            if len(received) == 1:
+                logger.warning("signal %d: stopping every task with a final checkpoint", signum)
+                self._stop.set()
+                return
+            os._exit(128 + signum)
+
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)

@@ -1,0 +1,74 @@
+"""The partitioned exactly-once app the group scale-out test runs in several processes.
+
+argv: bootstrap input_topic output_topic group checkpoint_location
+
+Each task keeps a running sum per key of its partition's records and writes
+``[key, sum]`` to the output topic in Kafka transactions, keyed by the key.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import logging
+import signal
+import sys
+import time
+from typing import Any
+
+import rivermark.kafka  # noqa: F401
+from rivermark import Stream
+from rivermark.kafka import PartitionedJob
+
+
+def add(state: dict[str, int], rec: dict[str, Any]) -> tuple[dict[str, int], str]:
+    k = str(rec["k"])
+    state[k] = state.get(k, 0) + int(rec["v"])
+    return state, json.dumps([k, state[k]])
+
+
+def slow(batch: list[bytes]) -> list[bytes]:
+    time.sleep(0.001 * len(batch))  # some work per record, so that kills land mid-data
+    return batch
+
+
+def main() -> None:
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(process)d %(name)s %(message)s"
+    )
+    faulthandler.register(signal.SIGUSR1)  # thread dumps when a test is stuck
+    bootstrap, inp, out, group, ckpt = sys.argv[1:6]
+
+    def build(source: Stream) -> Stream:
+        return (
+            source.map(slow)
+            .flatten()
+            .map(json.loads)
+            .accumulate(add, start={}, returns_state=True)
+            .to_kafka(
+                out,
+                {"bootstrap.servers": bootstrap},
+                key=lambda s: json.loads(s)[0],
+                exactly_once=True,
+            )
+        )
+
+    job = PartitionedJob(
+        inp,
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 500,
+        },
+        build,
+        checkpoint=ckpt,
+        every="0.5s",
+        source_options={"poll_interval": 0.05, "max_batch_size": 50},
+    )
+    job.install_signal_handlers()
+    job.run()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,238 @@
+"""A partitioned job over several processes: rebalances, SIGKILLs, exactly-once output."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka as ck
+import pytest
+
+from .helpers import committed, consume_all, wait_for
+
+pytestmark = pytest.mark.kafka
+
+APP = Path(__file__).with_name("group_app.py")
+N = 6000
+KEYS = 48
+
+
+class Reader:
+    """A read_committed consumer of the output in a thread; ``values`` grows as it reads."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.values: list[tuple[str, int]] = []
+        self._stop = threading.Event()
+        self._c = ck.Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"reader-{uuid.uuid4().hex[:8]}",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+            }
+        )
+        self._c.subscribe([topic])
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for m in self._c.consume(500, timeout=0.2):
+                if m.error() is None:
+                    k, total = json.loads(m.value())
+                    self.values.append((k, total))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._t.join(10)
+        self._c.close()
+
+
+def _inputs(n: int) -> list[tuple[str, dict[str, int]]]:
+    rnd = random.Random(13)
+    return [(str(rnd.randrange(KEYS)), {"i": i, "v": rnd.randint(1, 9)}) for i in range(n)]
+
+
+def _expected(records: list[tuple[str, dict[str, int]]]) -> dict[str, list[int]]:
+    sums: dict[str, int] = defaultdict(int)
+    out: dict[str, list[int]] = defaultdict(list)
+    for k, rec in records:
+        sums[k] += rec["v"]
+        out[k].append(sums[k])
+    return dict(out)
+
+
+def _produce_slowly(bootstrap: str, topic: str, records: list[Any], done: threading.Event) -> None:
+    p = ck.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i in range(0, len(records), 50):
+        for k, rec in records[i : i + 50]:
+            p.produce(topic, key=k.encode(), value=json.dumps({"k": k, **rec}).encode())
+        p.poll(0)
+        time.sleep(0.4)
+    assert p.flush(30) == 0
+    done.set()
+
+
+def _assigned(text: str) -> list[tuple[int, set[int]]]:
+    """(pid, partitions) of every assignment and (negative pid) revocation in the log."""
+    out = []
+    for m in re.finditer(r" (\d+) \S+ partitions (assigned|revoked|lost)[^:]*: (\[.*\])", text):
+        parts = {int(x) for x in re.findall(r", (\d+)\)", m.group(3))}
+        out.append((int(m.group(1)) * (1 if m.group(2) == "assigned" else -1), parts))
+    return out
+
+
+def _held(text: str, pid: int) -> set[int]:
+    """The partitions process ``pid`` holds according to the log."""
+    held: set[int] = set()
+    for who, parts in _assigned(text):
+        if who == pid:
+            held |= parts
+        elif who == -pid:
+            held -= parts
+    return held
+
+
+def _scenario(
+    bootstrap: str,
+    new_topic: Callable[..., str],
+    group: str,
+    tmp_path: Path,
+    location: str,
+    events: list[str],
+    n: int,
+) -> str:
+    """3 processes, ``events`` spread over the input by progress; checks the output exactly.
+
+    Events: ``kill`` (SIGKILL a random process, start a replacement), ``add``
+    (a fourth process), ``remove`` (SIGTERM the fourth), ``pause`` (SIGSTOP a
+    process until others got its partitions, then SIGCONT).  Returns the log.
+    """
+    inp, out = new_topic(partitions=8, prefix="in"), new_topic(partitions=4, prefix="out")
+    args = [sys.executable, str(APP), bootstrap, inp, out, group, location]
+    log = tmp_path / "procs.log"
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start() -> subprocess.Popen[bytes]:
+        with open(log, "ab") as f:
+            p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=f)
+        procs.append(p)
+        return p
+
+    records = _inputs(n)
+    expected = _expected(records)
+    produced = threading.Event()
+    reader = Reader(bootstrap, out)
+    rnd = random.Random(5)
+    try:
+        base = [start() for _ in range(3)]
+        # every partition has a task before the input flows
+        wait_for(
+            lambda: len(re.findall(r"task \S+ started", log.read_text())) >= 8,
+            timeout=90,
+            what="8 tasks started",
+        )
+        feeder = threading.Thread(
+            target=_produce_slowly, args=(bootstrap, inp, records, produced), daemon=True
+        )
+        feeder.start()
+        extra: subprocess.Popen[bytes] | None = None
+        kills = 0
+        for i, event in enumerate(events):
+            # by progress, so the events spread over the input whatever the machine's speed
+            goal = (i + 1) * n // (len(events) + 2)
+            wait_for(lambda g=goal: len(reader.values) >= g, timeout=120, what=f"{goal} outputs")
+            time.sleep(rnd.uniform(0.0, 1.0))
+            if event == "kill":
+                victim = base.pop(rnd.randrange(len(base)))
+                assert victim.poll() is None, log.read_text()[-3000:]
+                victim.send_signal(signal.SIGKILL)
+                victim.wait()
+                kills += 1
+                base.append(start())
+            elif event == "pause":
+                # a process stopped past its session timeout loses its partitions
+                # while it still holds their stores; it gives them up when it goes on
+                paused = base[rnd.randrange(len(base))]
+                seen = len(log.read_text())
+                held = _held(log.read_text(), paused.pid)
+                assert held, log.read_text()[-3000:]
+                paused.send_signal(signal.SIGSTOP)
+                wait_for(
+                    lambda s=seen, h=held, me=paused.pid: any(
+                        pid != me and parts & h for pid, parts in _assigned(log.read_text()[s:])
+                    ),
+                    timeout=60,
+                    what="the paused process's partitions assigned to others",
+                )
+                paused.send_signal(signal.SIGCONT)
+            elif event == "add":
+                extra = start()
+            else:
+                assert extra is not None and extra.poll() is None, log.read_text()[-3000:]
+                extra.send_signal(signal.SIGTERM)
+                assert extra.wait(timeout=90) == 0, log.read_text()[-3000:]
+        assert kills == events.count("kill")
+        assert produced.wait(timeout=120)
+        wait_for(lambda: len(reader.values) >= n, timeout=120, what=f"all {n} outputs")
+        for p in base:
+            assert p.poll() is None, log.read_text()[-3000:]
+            p.send_signal(signal.SIGTERM)
+        for p in base:
+            assert p.wait(timeout=90) == 0, log.read_text()[-3000:]
+    finally:
+        reader.close()
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    text = log.read_text()
+    # a fresh read of everything committed, in order per key (one output partition each)
+    msgs = consume_all(bootstrap, out, expected=n, timeout=60, committed_only=True)
+    got: dict[str, list[int]] = defaultdict(list)
+    for m in msgs:
+        k, total = json.loads(m.value())
+        got[k].append(total)
+    for k, want in expected.items():
+        assert got.get(k) == want, (
+            f"key {k}: got {len(got.get(k, []))} results, want {len(want)}; first difference at "
+            f"{next((i for i, (a, b) in enumerate(zip(got.get(k, []), want)) if a != b), None)}"
+        )
+    assert sum(len(v) for v in got.values()) == n
+    # the group's offsets (for lag tools) are the final checkpoints' positions: the end
+    assert sum(committed(bootstrap, group, inp, 8).values()) == n
+    return text
+
+
+def test_three_processes_sigkills_and_a_fourth_give_exact_output(
+    bootstrap: str, new_topic: Callable[..., str], group: str, tmp_path: Path
+) -> None:
+    events = ["kill", "kill", "add", "kill", "remove", "pause", "kill", "kill"]
+    location = str(tmp_path / "ckpt")
+    text = _scenario(bootstrap, new_topic, group, tmp_path, location, events, N)
+    # partitions moved: tasks were restored from checkpoints written by other processes
+    assert len(re.findall(r"task \S+ started", text)) > 8
+    assert text.count("restored checkpoint") >= 5, text[-3000:]
+    assert "partitions lost (session timed out)" in text
+
+
+def test_tasks_checkpoint_in_object_storage_across_sigkills(
+    bootstrap: str, new_topic: Callable[..., str], group: str, tmp_path: Path, bucket: str
+) -> None:
+    # each task's store is an ObjectStore with its own lease under s3://bucket/app/tasks/
+    events = ["kill", "add", "remove", "kill"]
+    text = _scenario(bootstrap, new_topic, group, tmp_path, f"s3://{bucket}/app", events, 3000)
+    restored = re.findall(r"restored checkpoint \d+ from ObjectStore\('s3://([^']+)'\)", text)
+    assert len(restored) >= 2 and all(r.startswith(f"{bucket}/app/tasks/") for r in restored)

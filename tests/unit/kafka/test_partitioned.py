@@ -1,0 +1,79 @@
+"""PartitionedJob refuses, with one line, what cannot be split by input partition."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import rivermark.kafka  # noqa: F401
+from rivermark import Stream
+from rivermark.errors import ConfigurationError
+from rivermark.kafka import PartitionedJob, PartitionSource
+
+PARAMS = {"bootstrap.servers": "127.0.0.1:1", "group.id": "g"}
+
+
+def _make(build: Any, tmp_path: Path, **kwargs: Any) -> PartitionedJob:
+    return PartitionedJob("events", PARAMS, build, checkpoint=tmp_path, **kwargs)
+
+
+def test_a_second_input_is_refused(tmp_path: Path) -> None:
+    def build(source: Stream) -> Stream:
+        return source.zip(Stream()).sink(print)
+
+    with pytest.raises(
+        ConfigurationError,
+        match=re.escape("the graph of build test_a_second_input_is_refused.<locals>.build has "),
+    ) as info:
+        _make(build, tmp_path)
+    assert "another input besides the partition's source" in str(info.value)
+    assert len(str(info.value).splitlines()) == 1
+
+
+def test_a_second_source_is_refused(tmp_path: Path) -> None:
+    other = Stream.from_iterable([1, 2])
+
+    def build(source: Stream) -> Stream:
+        return source.combine_latest(other).sink(print)
+
+    with pytest.raises(ConfigurationError, match="another input besides the partition's source"):
+        _make(build, tmp_path)
+
+
+def test_a_graph_not_built_on_the_source_is_refused(tmp_path: Path) -> None:
+    elsewhere = Stream.from_iterable([1])
+
+    with pytest.raises(ConfigurationError, match="which is not connected to the source"):
+        _make(lambda source: elsewhere.sink(print), tmp_path)
+    with pytest.raises(ConfigurationError, match="must return a node of the graph"):
+        _make(lambda source: None, tmp_path)
+
+
+def test_a_shared_transactional_id_is_refused(tmp_path: Path) -> None:
+    def build(source: Stream) -> Stream:
+        return source.to_kafka("out", PARAMS, exactly_once=True, transactional_id="tx")
+
+    with pytest.raises(ConfigurationError, match=re.escape("transactional_id='tx'")):
+        _make(build, tmp_path)
+
+
+def test_options_a_partitioned_job_decides_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match=re.escape("stop_at_end=True is not supported")):
+        _make(lambda s: s.sink(print), tmp_path, source_options={"stop_at_end": True})
+    with pytest.raises(ConfigurationError, match=re.escape("unknown option 'ui'")):
+        _make(lambda s: s.sink(print), tmp_path, ui=0)
+    with pytest.raises(ConfigurationError, match="'group.id' every process shares"):
+        PartitionedJob("events", {"bootstrap.servers": "x"}, lambda s: s, checkpoint=tmp_path)
+
+
+def test_each_task_has_its_own_store_and_reads_one_partition(tmp_path: Path) -> None:
+    job = _make(lambda s: s.sink(print), tmp_path)
+    assert job.task_location("events", 5) == str(tmp_path / "tasks" / "events-5")
+    url = PartitionedJob("e", PARAMS, lambda s: s, checkpoint="s3://b/app/")
+    assert url.task_location("e", 0) == "s3://b/app/tasks/e-0"
+    src = PartitionSource("events", 5, PARAMS)
+    # a task's checkpoint is refused for another partition's task
+    assert src.state_signature() != PartitionSource("events", 4, PARAMS).state_signature()
