@@ -692,7 +692,11 @@ class KafkaBatchedSource(Source):
         """
         if self.consumer is None:
             self.consumer = self._make_consumer()
-            await self._refresh()
+            try:
+                await self._refresh()
+            except BaseException:
+                self.close()  # refused at start: the consumer does not stay behind
+                raise
 
     async def run(self) -> None:
         await self.prepare()
