@@ -140,6 +140,8 @@ def _pick_epoch(store: Store, epoch: int | None) -> int:
 
 
 _KAFKA_KEY = re.compile(r"^(?P<topic>.+):(?P<partition>\d+)$")
+#: the ids of a Kafka source's topics (``rivermark.kafka.topic_ids.TOPIC_IDS_KEY``)
+_KAFKA_TOPIC_IDS = "topic_ids"
 _PATH_ARG = re.compile(r"path=(?P<path>'[^']*'|\"[^\"]*\")")
 
 
@@ -170,15 +172,22 @@ def describe_position(signature: str | None, position: Any) -> list[str]:
     ['item 3 of the iterable is the next to emit']
     >>> describe_position("FromKafka(topics=['t'], keys=False)", {"t:0": 42})
     ['topic t partition 0: offset 42 is the next to read']
+    >>> describe_position("", {"t:0": 42, "topic_ids": {"t": "951d0gBFQTeDsmfAPqaBiQ"}})
+    ['topic t partition 0: offset 42 is the next to read', "topic t: topic id '951d0gBFQTeDsmfAPqaBiQ' (a recreated topic is refused)"]
     """
     sig = signature or ""
     if sig.startswith("FromTextfile") and isinstance(position, dict) and "offset" in position:
         position = position["offset"]  # with the digest of the bytes before it
     if isinstance(position, dict):
-        out = []
+        out: list[str] = []
         for key, off in sorted(position.items(), key=lambda kv: str(kv[0])):
             m = _KAFKA_KEY.match(str(key))
-            if m:
+            if key == _KAFKA_TOPIC_IDS and isinstance(off, dict):
+                out.extend(
+                    f"topic {t}: topic id {i!r} (a recreated topic is refused)"
+                    for t, i in sorted(off.items())
+                )
+            elif m:
                 out.append(
                     f"topic {m['topic']} partition {m['partition']}: "
                     f"offset {off!r} is the next to read"

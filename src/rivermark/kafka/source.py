@@ -13,6 +13,9 @@ Where a partition starts:
   offset; an offset no longer on the broker (retention) is replaced by the
   consumer's ``auto.offset.reset`` policy with a loud WARNING; a partition the
   checkpoint does not name appeared after it and starts at its first offset;
+  a topic whose id differs from the checkpoint's was recreated and is refused
+  (see :mod:`rivermark.kafka.topic_ids`; ``allow_offset_reset=True`` reads it
+  from its start);
 * otherwise at the group's committed offset, else per ``auto.offset.reset``
   (``"earliest"`` unless the caller's config says otherwise).
 
@@ -60,6 +63,13 @@ from ..sources.base import Source
 from .errors import KafkaConnectorError, KafkaGroupInUseError, KafkaTopicError
 from .offsets import OffsetTracker
 from .ownership import live_owner, owner_tag
+from .topic_ids import (
+    TopicIds,
+    offsets_of,
+    recreated_message,
+    split_position,
+    with_topic_ids,
+)
 from .transactions import DeadlineExceeded, call_with_deadline
 
 logger = logging.getLogger(__name__)
@@ -201,16 +211,27 @@ class KafkaBatchedSource(Source):
         self._last_refresh = 0.0
         self._listed = False
         self._durable_position: dict[str, int] | None = None
+        #: ``{topic: topic id}`` of the topics read (see ``topic_ids``); in the position
+        self._topic_ids: dict[str, str] = {}
+        self._id_lookup: TopicIds | None = None
+        self._fresh_ids: dict[str, str] = {}
+        #: partitions moved to a recreated topic's offsets by ``_check_forward``
+        self._moved: set[tuple[str, int]] = set()
         self.batches_emitted = 0
         self.records_emitted = 0
         super().__init__(start=start, **kwargs)
 
     # ---------------------------------------------------------------- positions
-    def position(self) -> dict[str, int]:
-        """``{"topic:partition": next_offset}`` for every partition read so far."""
-        return dict(self._offsets)
+    def position(self) -> dict[str, Any]:
+        """``{"topic:partition": next_offset}`` for every partition read so far.
+
+        Plus ``"topic_ids": {topic: id}`` once the broker named the topics' ids
+        (see :mod:`rivermark.kafka.topic_ids`; read it with ``split_position``).
+        """
+        return with_topic_ids(self._offsets, self._topic_ids)
 
     def position_now(self) -> dict[str, int]:
+        """The offsets only (for display)."""
         return dict(self._offsets)
 
     def lag(self) -> dict[str, int] | None:
@@ -246,7 +267,10 @@ class KafkaBatchedSource(Source):
                 f"{self._display_name()}: seek() needs a dict {{'topic:partition': offset}}, "
                 f"got {position!r}"
             )
-        self._seek_position = {str(k): int(v) for k, v in position.items()}
+        # a position written before topic ids were recorded has none: accepted,
+        # and the ids are recorded from the next listing on
+        self._seek_position, ids = split_position(position)
+        self._topic_ids = dict(ids)
         self._offsets = dict(self._seek_position)
         # restored from a checkpoint: never commit uncheckpointed progress to the
         # group (a restored job takes no checkpoint before its sources start); a
@@ -281,8 +305,8 @@ class KafkaBatchedSource(Source):
         """Commit ``position`` (a durable checkpoint's source position) to the group."""
         if not position:
             return
-        self._durable_position = {str(k): int(v) for k, v in position.items()}
-        offsets = {_split(k): int(v) for k, v in position.items()}
+        self._durable_position = offsets_of(position)
+        offsets = {_split(k): v for k, v in self._durable_position.items()}
         if self.consumer is not None:
             self._commit(offsets)
         elif self.finished:
@@ -298,6 +322,7 @@ class KafkaBatchedSource(Source):
 
     def _list_partitions(self) -> list[tuple[str, int]]:
         found: list[tuple[str, int]] = []
+        listed: list[str] = []
         for topic in self.topics:
             md = self.consumer.list_topics(topic, timeout=5)
             tmd = md.topics.get(topic)
@@ -305,11 +330,62 @@ class KafkaBatchedSource(Source):
                 self._warn_missing(topic, tmd.error if tmd is not None else None)
                 continue
             self._missing_warned.pop(topic, None)
+            listed.append(topic)
             parts = sorted(tmd.partitions)
             if self.npartitions is not None:
                 parts = parts[: self.npartitions]
             found.extend((topic, p) for p in parts)
+        lookup = self._id_lookup or TopicIds(self.consumer_params, self._display_name())
+        self._id_lookup = lookup
+        # compared with the recorded ids on the loop (``_check_topic_ids``)
+        self._fresh_ids = lookup.lookup(listed)
         return found
+
+    def _check_topic_ids(self) -> None:
+        """Refuse (or, allowed, re-read from its start) an input topic whose id changed.
+
+        Runs after each partition listing, before new partitions are assigned:
+        at a restore, the ids come from the checkpoint.
+        """
+        fresh, self._fresh_ids = self._fresh_ids, {}
+        for topic, new in fresh.items():
+            old = self._topic_ids.get(topic)
+            self._topic_ids[topic] = new
+            moved = {tp for tp in self._moved if tp[0] == topic}
+            self._moved -= moved
+            if old is None or old == new:
+                continue
+            if not self.allow_offset_reset:
+                self._topic_ids[topic] = old  # a checkpoint taken now still names the old one
+                raise KafkaTopicError(recreated_message(self._display_name(), topic, old, new))
+            logger.warning(
+                "%s: input topic %r was deleted and recreated (topic id %r, now %r); "
+                "allow_offset_reset=True: reading the new topic from its start",
+                self._display_name(),
+                topic,
+                old,
+                new,
+            )
+            self._forget_partitions(topic, moved)
+
+    def _forget_partitions(self, topic: str, keep: set[tuple[str, int]]) -> None:
+        """Drop ``topic``'s offsets so its partitions are assigned again from their start.
+
+        ``keep``: partitions already moved to the new topic's offsets.
+        """
+        import confluent_kafka as ck
+
+        drop = {tp for tp in self._assigned if tp[0] == topic} - keep
+        if drop and self.consumer is not None:
+            self.consumer.incremental_unassign([ck.TopicPartition(t, p) for t, p in drop])
+        self._assigned -= drop
+        for t, p in drop:
+            self._end.pop((t, p), None)
+        stale = {k for k in self._offsets if _split(k)[0] == topic and _split(k) not in keep}
+        for key in stale:
+            self._offsets.pop(key, None)
+            if self._seek_position is not None:
+                self._seek_position.pop(key, None)
 
     def _warn_missing(self, topic: str, error: Any) -> None:
         """WARNING when an input topic is missing: at once, then every minute."""
@@ -374,6 +450,7 @@ class KafkaBatchedSource(Source):
             return
         finally:
             self._last_refresh = time.monotonic()
+        self._check_topic_ids()
         # partitions of the first successful listing start at the configured
         # start; those found later were added while running
         initial, self._listed = not self._listed, True
@@ -615,7 +692,11 @@ class KafkaBatchedSource(Source):
         """
         if self.consumer is None:
             self.consumer = self._make_consumer()
-            await self._refresh()
+            try:
+                await self._refresh()
+            except BaseException:
+                self.close()  # refused at start: the consumer does not stay behind
+                raise
 
     async def run(self) -> None:
         await self.prepare()
@@ -694,6 +775,7 @@ class KafkaBatchedSource(Source):
                 "offsets, pass allow_offset_reset=True to the source and run again"
             )
         logger.warning("%s; allow_offset_reset=True: continuing from offset %d", what, off)
+        self._moved.add((t, p))
         self._offsets[f"{t}:{p}"] = off
         self._tracker.reset(t, p, off)
 
@@ -733,6 +815,7 @@ class KafkaBatchedSource(Source):
         position; the group's offsets are informational).
         """
         consumer, self.consumer = self.consumer, None
+        self._id_lookup = None
         if consumer is None:
             return
         if self.checkpointing:
@@ -860,9 +943,11 @@ def from_kafka_batched(
       finishes (a job then writes its final checkpoint and ends, exit 0);
       partitions that appear later are not read.  A resumed run reads up to
       the watermarks of its own start.
-    * ``allow_offset_reset=True``: go on (with a WARNING) when a partition's
-      offsets go backwards (the topic was deleted and recreated); by default
-      the source refuses with :class:`~rivermark.kafka.errors.KafkaTopicError`.
+    * ``allow_offset_reset=True``: go on (with a WARNING) when an input topic
+      was deleted and recreated (its topic id changed: the new topic is read
+      from its start) or a partition's offsets go backwards (read from the
+      new offsets); by default the source refuses with
+      :class:`~rivermark.kafka.errors.KafkaTopicError`.
     * ``group_takeover=True``: start even though another job committed its
       checkpoints to this ``group.id`` within the last
       ``group_live_window`` (60) seconds; by default the source refuses

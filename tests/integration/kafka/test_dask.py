@@ -29,6 +29,7 @@ from rivermark import Job, Stream
 from rivermark.checkpoint import LocalDirectoryStore
 from rivermark.dask.errors import KafkaRangeReadError
 from rivermark.dask.kafka import KafkaRange, KafkaRangeSource, read_kafka_range
+from rivermark.kafka.topic_ids import offsets_of
 from rivermark.testing.crash import run_uncrashed, run_with_crashes
 
 from .helpers import produce, wait_for
@@ -120,7 +121,7 @@ def test_batches_are_read_on_workers_and_hold_the_local_sources_records(
     # the reading consumers live in the worker processes, not here
     assert idle_consumers() == 0
     assert sum(client.run(idle_consumers).values()) >= 1
-    assert src.position() == {f"{topic}:{p}": 40 for p in range(3)}
+    assert src.position_now() == {f"{topic}:{p}": 40 for p in range(3)}
 
 
 def test_keys_come_from_the_workers_too(
@@ -167,7 +168,7 @@ def test_transaction_markers_and_aborted_records_leave_no_hole_and_no_hang(
     src = source_of(batches)
     batches.start()
     try:
-        wait_for(lambda: src.position() == {f"{topic}:0": 15}, what="offset 15")
+        wait_for(lambda: src.position_now() == {f"{topic}:0": 15}, what="offset 15")
         wait_for(lambda: len(out) == 8, what="the committed records")
     finally:
         src.stop()
@@ -238,7 +239,7 @@ def test_checkpoints_keep_the_cluster_state_and_the_offsets_in_step(
 
     def in_step(epoch: int) -> int:
         m = store.verify(epoch)
-        pos = m.positions["orders"]
+        pos = offsets_of(m.positions["orders"])
         total = pickle.loads(store.read_state(epoch, "total"))["state"]
         # the state holds every record below the positions, and no other
         assert total == sum(sum(range(pos.get(f"{topic}:{p}", 0))) for p in range(3)), epoch

@@ -160,6 +160,7 @@ def test_a_second_job_on_the_same_group_is_refused_at_start(
         assert f"consumer group {group!r} is in use by another job" in str(err)
         assert "group_takeover=True" in str(err)
         assert also == []
+        assert second.consumer is None  # closed at the refusal, not left connected
     finally:
         job.stop()
         t.join(30)

@@ -52,7 +52,7 @@ def test_batched_reads_everything_per_partition(
         idx = [int(v.split(b"-")[1]) for v in b]
         assert idx == sorted(idx)
     assert sorted(flat(out)) == sorted(f"{p}-{i}".encode() for p in range(3) for i in range(50))
-    assert src.position() == {f"{topic}:{p}": 50 for p in range(3)}
+    assert src.position_now() == {f"{topic}:{p}": 50 for p in range(3)}
     # at-least-once commits reach the group (synchronously on close)
     wait_for(lambda: committed(bootstrap, group, topic, 3) == {0: 50, 1: 50, 2: 50}, what="commits")
 
@@ -282,4 +282,4 @@ def test_a_batch_whose_processing_raised_is_never_committed(
     (first,) = failed_at
     # the consumer committed on close: up to the failed batch, not past it
     assert committed(bootstrap, group, topic, 1) == {0: first}
-    assert src.position() == {f"{topic}:0": first}
+    assert src.position_now() == {f"{topic}:0": first}
