@@ -17,6 +17,12 @@ Rules for the user function:
   mutated in place (``acc[k].append(x)``) is not seen as changed, and the
   checkpoint written in the background may hold either version of it.
 
+An operator whose values are mutable containers changed in place (the
+per-key buffers of ``partition(key=...)``) creates its ``KeyedState`` with a
+``freeze`` function (e.g. ``list``, a copy) and calls :meth:`KeyedState.touched`
+after each change: at the barrier the changed values are copied with
+``freeze`` (O(changed keys)), so the background write sees them as they were.
+
 >>> counts = KeyedState({"a": 1})
 >>> counts["b"] = counts.get("b", 0) + 1
 >>> del counts["a"]
@@ -28,13 +34,13 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["KeyedState", "KeyedDelta", "DELETED"]
+__all__ = ["KeyedState", "KeyedDelta", "DELETED", "as_keyed"]
 
 
 class _Deleted:
@@ -74,23 +80,33 @@ class KeyedState(MutableMapping[Any, Any]):
     See the module docs for how a user function must update it.
     """
 
-    __slots__ = ("_data", "_changes", "_complete", "lineage")
+    __slots__ = ("_data", "_changes", "_complete", "lineage", "freeze")
 
-    def __init__(self, initial: Mapping[Any, Any] | None = None) -> None:
+    def __init__(
+        self,
+        initial: Mapping[Any, Any] | None = None,
+        *,
+        freeze: Callable[[Any], Any] | None = None,
+    ) -> None:
         self._data: dict[Any, Any] = dict(initial) if initial is not None else {}
         #: every key set (its value) or deleted (DELETED) since the last checkpoint
         self._changes: dict[Any, Any] = dict(self._data)
         self._complete = True
         self.lineage = next(_lineages)
+        #: copies a changed value at the barrier (values changed in place); None: as is
+        self.freeze = freeze
 
     @classmethod
-    def restored(cls, data: dict[Any, Any]) -> KeyedState:
+    def restored(
+        cls, data: dict[Any, Any], *, freeze: Callable[[Any], Any] | None = None
+    ) -> KeyedState:
         """A mapping restored from a checkpoint: no pending changes (takes ``data``)."""
         self = cls.__new__(cls)
         self._data = data
         self._changes = {}
         self._complete = False
         self.lineage = next(_lineages)
+        self.freeze = freeze
         return self
 
     # the mapping
@@ -110,6 +126,10 @@ class KeyedState(MutableMapping[Any, Any]):
     def __delitem__(self, key: Any) -> None:
         del self._data[key]
         self._changes[key] = DELETED
+
+    def touched(self, key: Any) -> None:
+        """The value of ``key`` was changed in place: the next checkpoint writes it."""
+        self._changes[key] = self._data[key]
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self._data)
@@ -141,17 +161,41 @@ class KeyedState(MutableMapping[Any, Any]):
     def take_delta(self) -> KeyedDelta:
         """Hand over the changes since the last checkpoint and start recording anew.
 
-        O(1): the dictionary of changes itself is handed over.  Called by the
-        job at a checkpoint's barrier.
+        O(1): the dictionary of changes itself is handed over (with ``freeze``,
+        each changed value is copied: O(changed keys)).  Called by the job at
+        a checkpoint's barrier.
         """
-        delta = KeyedDelta(self._changes, self._complete, self.lineage)
+        changes, freeze = self._changes, self.freeze
+        if freeze is not None:
+            changes = {k: v if v is DELETED else freeze(v) for k, v in changes.items()}
+        delta = KeyedDelta(changes, self._complete, self.lineage)
         self._changes = {}
         self._complete = False
         return delta
 
     def copy_all(self) -> dict[Any, Any]:
         """A copy of the whole mapping (O(n); a chain that cannot continue)."""
+        freeze = self.freeze
+        if freeze is not None:
+            return {k: freeze(v) for k, v in self._data.items()}
         return dict(self._data)
+
+
+def as_keyed(state: Mapping[Any, Any], *, freeze: Callable[[Any], Any] | None = None) -> KeyedState:
+    """An operator's keyed container from what its ``set_state`` was given.
+
+    A ``KeyedState`` (restored from a delta chain) is adopted, so its chain
+    goes on with a delta at the next checkpoint; a plain mapping (a
+    checkpoint written before the operator kept keyed state) becomes one,
+    and the next checkpoint starts a chain with a base.
+
+    >>> as_keyed({"a": 1}).pending_changes()
+    0
+    """
+    if isinstance(state, KeyedState):
+        state.freeze = freeze
+        return state
+    return KeyedState.restored(dict(state), freeze=freeze)
 
 
 def apply_delta(data: dict[Any, Any], changes: Mapping[Any, Any]) -> None:
