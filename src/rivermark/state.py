@@ -1,6 +1,6 @@
 """``KeyedState``: a mapping that checkpoints incrementally.
 
-A ``KeyedState`` is a ``dict``-like mapping that records which keys were set
+A ``KeyedState`` is a ``dict`` that records which keys were set
 or deleted since the last checkpoint.  Used as an ``accumulate`` state
 (``accumulate(f, start=KeyedState())``, ``f`` updating it in place and
 returning it), a checkpoint writes only those keys, as a *delta* on top of
@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,13 +74,19 @@ class KeyedDelta:
     lineage: int
 
 
-class KeyedState(MutableMapping[Any, Any]):
-    """A mapping that records its changed keys for incremental checkpoints.
+_dict_set = dict.__setitem__
 
-    See the module docs for how a user function must update it.
+
+class KeyedState(dict[Any, Any]):
+    """A ``dict`` that records its changed keys for incremental checkpoints.
+
+    Reads (``in``, ``[]``, ``get``, ``len``, iteration, ``dict(state)``) are
+    the ``dict``'s own; every method that changes it records the keys it
+    set or deleted.  ``copy()`` and ``|`` return a plain ``dict``.  See the
+    module docs for how a user function must update it.
     """
 
-    __slots__ = ("_data", "_changes", "_complete", "lineage", "freeze")
+    __slots__ = ("_changes", "_complete", "lineage", "freeze")
 
     def __init__(
         self,
@@ -88,9 +94,11 @@ class KeyedState(MutableMapping[Any, Any]):
         *,
         freeze: Callable[[Any], Any] | None = None,
     ) -> None:
-        self._data: dict[Any, Any] = dict(initial) if initial is not None else {}
+        super().__init__()
+        if initial is not None:
+            dict.update(self, initial)
         #: every key set (its value) or deleted (DELETED) since the last checkpoint
-        self._changes: dict[Any, Any] = dict(self._data)
+        self._changes: dict[Any, Any] = dict(self)
         self._complete = True
         self.lineage = next(_lineages)
         #: copies a changed value at the barrier (values changed in place); None: as is
@@ -98,60 +106,70 @@ class KeyedState(MutableMapping[Any, Any]):
 
     @classmethod
     def restored(
-        cls, data: dict[Any, Any], *, freeze: Callable[[Any], Any] | None = None
+        cls, data: Mapping[Any, Any], *, freeze: Callable[[Any], Any] | None = None
     ) -> KeyedState:
-        """A mapping restored from a checkpoint: no pending changes (takes ``data``)."""
+        """A mapping restored from a checkpoint: no pending changes."""
         self = cls.__new__(cls)
-        self._data = data
+        dict.update(self, data)
         self._changes = {}
         self._complete = False
         self.lineage = next(_lineages)
         self.freeze = freeze
         return self
 
-    # the mapping
-    def __getitem__(self, key: Any) -> Any:
-        return self._data[key]
-
-    def get(self, key: Any, default: Any = None) -> Any:
-        return self._data.get(key, default)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._data
-
+    # the changes (every other method is the dict's own)
     def __setitem__(self, key: Any, value: Any) -> None:
-        self._data[key] = value
         self._changes[key] = value
+        _dict_set(self, key, value)
 
     def __delitem__(self, key: Any) -> None:
-        del self._data[key]
+        dict.__delitem__(self, key)
         self._changes[key] = DELETED
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        if key in self:
+            value = dict.pop(self, key)
+            self._changes[key] = DELETED
+            return value
+        if default:
+            return default[0]
+        raise KeyError(key)
+
+    def popitem(self) -> tuple[Any, Any]:
+        key, value = dict.popitem(self)
+        self._changes[key] = DELETED
+        return key, value
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        if key in self:
+            return self[key]
+        self[key] = default
+        return default
+
+    def update(self, other: Any = (), /, **kwargs: Any) -> None:
+        for k, v in dict(other, **kwargs).items():
+            self[k] = v
+
+    def clear(self) -> None:
+        changes = self._changes
+        for k in self:
+            changes[k] = DELETED
+        dict.clear(self)
+
+    def __ior__(self, other: Any) -> KeyedState:  # type: ignore[override,misc]
+        self.update(other)
+        return self
 
     def touched(self, key: Any) -> None:
         """The value of ``key`` was changed in place: the next checkpoint writes it."""
-        self._changes[key] = self._data[key]
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self._data)
-
-    def __len__(self) -> int:
-        return len(self._data)
+        self._changes[key] = self[key]
 
     def __repr__(self) -> str:
-        return f"KeyedState({self._data!r})"
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, KeyedState):
-            return self._data == other._data
-        if isinstance(other, Mapping):
-            return self._data == dict(other)
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
+        return f"KeyedState({dict(self)!r})"
 
     def __reduce__(self) -> tuple[Any, ...]:
         # pickled whole (e.g. inside other state): restored with every key pending
-        return (KeyedState, (self._data,))
+        return (KeyedState, (dict(self),))
 
     # checkpoints
     def pending_changes(self) -> int:
@@ -177,8 +195,8 @@ class KeyedState(MutableMapping[Any, Any]):
         """A copy of the whole mapping (O(n); a chain that cannot continue)."""
         freeze = self.freeze
         if freeze is not None:
-            return {k: freeze(v) for k, v in self._data.items()}
-        return dict(self._data)
+            return {k: freeze(v) for k, v in self.items()}
+        return dict(self)
 
 
 def as_keyed(state: Mapping[Any, Any], *, freeze: Callable[[Any], Any] | None = None) -> KeyedState:

@@ -154,7 +154,7 @@ class Frequencies(Stream):
         except TypeError as e:  # unhashable record
             self._user_error(x, e, "frequencies")
             return None
-        return self._emit(counts.copy_all(), metadata)
+        return self._emit(counts.copy(), metadata)  # a plain dict
 
     def get_state(self) -> Any:
         # the live container: the checkpoint takes its changed keys at the barrier

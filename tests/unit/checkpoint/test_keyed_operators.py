@@ -12,6 +12,7 @@ from rivermark import KeyedState, Stream
 from rivermark.checkpoint import Job, LocalDirectoryStore
 from rivermark.operators.stateful import Frequencies, Unique
 from rivermark.operators.windows import Partition
+from rivermark.state import DELETED
 
 NODES = ("firsts", "freq", "groups")
 
@@ -135,3 +136,24 @@ def test_unique_with_maxsize_or_unhashable_keys_keeps_its_plain_state() -> None:
         s.emit(v)
     assert lru.get_state() == {"seen": [1, 3]}
     assert lists.get_state() == {"seen": [3, 1, 2]}  # most recent first
+
+
+def test_every_dict_method_that_changes_a_keyed_state_records_its_keys() -> None:
+    ks = KeyedState({"a": 1, "b": 2, "c": 3, "d": 4})
+    ks.take_delta()
+    assert ks.pop("a") == 1 and ks.pop("zz", 0) == 0
+    with pytest.raises(KeyError):
+        ks.pop("zz")
+    assert ks.popitem() == ("d", 4)
+    assert ks.setdefault("e", 5) == 5 and ks.setdefault("b", 9) == 2
+    ks.update({"f": 6}, g=7)
+    ks |= {"h": 8}
+    ks["i"] = 9
+    del ks["i"]
+    assert ks.take_delta().changes == {
+        "a": DELETED, "d": DELETED, "e": 5, "f": 6, "g": 7, "h": 8, "i": DELETED,
+    }  # fmt: skip
+    assert ks == {"b": 2, "c": 3, "e": 5, "f": 6, "g": 7, "h": 8}
+    ks.clear()
+    assert ks.take_delta().changes == dict.fromkeys("bcefgh", DELETED) and not ks
+    assert type(ks.copy()) is dict and isinstance(ks, dict)
