@@ -157,3 +157,17 @@ def test_every_dict_method_that_changes_a_keyed_state_records_its_keys() -> None
     ks.clear()
     assert ks.take_delta().changes == dict.fromkeys("bcefgh", DELETED) and not ks
     assert type(ks.copy()) is dict and isinstance(ks, dict)
+
+
+def test_a_base_is_restored_as_unpickled_and_an_older_base_with_deleted_keys_too() -> None:
+    from rivermark.checkpoint.keyed import KeyedView, materialise
+
+    ks = KeyedState({1: "a", 2: "b"})
+    del ks[2]  # before the first checkpoint: the new chain's changes mark it deleted
+    view = KeyedView("n", pickle.dumps({}), {"state": ks.take_delta().changes}, None, 1)
+    part = pickle.loads(view.serialise())
+    assert part["keyed"] == {"state": {1: "a"}} and part["base"] is True
+    older = {"rest": pickle.dumps({}), "keyed": {"state": {1: "a", 2: DELETED}}}
+    delta = {"rest": pickle.dumps({"x": 1}), "keyed": {"state": {3: "c", 1: DELETED}}}
+    rest, content = materialise([pickle.dumps(older), pickle.dumps(delta)])
+    assert rest == {"x": 1} and content == {"state": {3: "c"}}
