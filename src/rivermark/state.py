@@ -23,11 +23,17 @@ per-key buffers of ``partition(key=...)``) creates its ``KeyedState`` with a
 after each change: at the barrier the changed values are copied with
 ``freeze`` (O(changed keys)), so the background write sees them as they were.
 
+Until its first checkpoint (``take_delta``) a ``KeyedState`` records
+nothing: the first checkpoint copies it whole (a base), so a pipeline that
+never checkpoints keeps no record of changes.
+
 >>> counts = KeyedState({"a": 1})
+>>> counts.take_delta().changes  # the first checkpoint: all of it
+{'a': 1}
 >>> counts["b"] = counts.get("b", 0) + 1
 >>> del counts["a"]
->>> dict(counts), counts.pending_changes()
-({'b': 1}, 2)
+>>> dict(counts), counts.take_delta().changes
+({'b': 1}, {'b': 1, 'a': DELETED})
 """
 
 from __future__ import annotations
@@ -97,8 +103,9 @@ class KeyedState(dict[Any, Any]):
         super().__init__()
         if initial is not None:
             dict.update(self, initial)
-        #: every key set (its value) or deleted (DELETED) since the last checkpoint
-        self._changes: dict[Any, Any] = dict(self)
+        #: every key set (its value) or deleted (DELETED) since the last checkpoint;
+        #: None until the first checkpoint (which copies the whole mapping)
+        self._changes: dict[Any, Any] | None = None
         self._complete = True
         self.lineage = next(_lineages)
         #: copies a changed value at the barrier (values changed in place); None: as is
@@ -119,17 +126,23 @@ class KeyedState(dict[Any, Any]):
 
     # the changes (every other method is the dict's own)
     def __setitem__(self, key: Any, value: Any) -> None:
-        self._changes[key] = value
+        changes = self._changes
+        if changes is not None:
+            changes[key] = value
         _dict_set(self, key, value)
 
     def __delitem__(self, key: Any) -> None:
         dict.__delitem__(self, key)
-        self._changes[key] = DELETED
+        changes = self._changes
+        if changes is not None:
+            changes[key] = DELETED
 
     def pop(self, key: Any, *default: Any) -> Any:
         if key in self:
             value = dict.pop(self, key)
-            self._changes[key] = DELETED
+            changes = self._changes
+            if changes is not None:
+                changes[key] = DELETED
             return value
         if default:
             return default[0]
@@ -137,7 +150,9 @@ class KeyedState(dict[Any, Any]):
 
     def popitem(self) -> tuple[Any, Any]:
         key, value = dict.popitem(self)
-        self._changes[key] = DELETED
+        changes = self._changes
+        if changes is not None:
+            changes[key] = DELETED
         return key, value
 
     def setdefault(self, key: Any, default: Any = None) -> Any:
@@ -152,8 +167,9 @@ class KeyedState(dict[Any, Any]):
 
     def clear(self) -> None:
         changes = self._changes
-        for k in self:
-            changes[k] = DELETED
+        if changes is not None:
+            for k in self:
+                changes[k] = DELETED
         dict.clear(self)
 
     def __ior__(self, other: Any) -> KeyedState:  # type: ignore[override,misc]
@@ -162,7 +178,9 @@ class KeyedState(dict[Any, Any]):
 
     def touched(self, key: Any) -> None:
         """The value of ``key`` was changed in place: the next checkpoint writes it."""
-        self._changes[key] = self[key]
+        changes = self._changes
+        if changes is not None:
+            changes[key] = self[key]
 
     def __repr__(self) -> str:
         return f"KeyedState({dict(self)!r})"
@@ -173,23 +191,32 @@ class KeyedState(dict[Any, Any]):
 
     # checkpoints
     def pending_changes(self) -> int:
-        """Keys set or deleted since the last checkpoint."""
-        return len(self._changes)
+        """Keys the next checkpoint writes (all of them before the first checkpoint)."""
+        return len(self) if self._changes is None else len(self._changes)
 
     def take_delta(self) -> KeyedDelta:
         """Hand over the changes since the last checkpoint and start recording anew.
 
         O(1): the dictionary of changes itself is handed over (with ``freeze``,
-        each changed value is copied: O(changed keys)).  Called by the job at
-        a checkpoint's barrier.
+        each changed value is copied: O(changed keys)).  The first time, a
+        copy of the whole mapping (O(n), a ``dict`` copy in C).  Called by
+        the job at a checkpoint's barrier.
         """
         changes, freeze = self._changes, self.freeze
+        if changes is None:
+            return KeyedDelta(self._take_all(), True, self.lineage)
         if freeze is not None:
             changes = {k: v if v is DELETED else freeze(v) for k, v in changes.items()}
         delta = KeyedDelta(changes, self._complete, self.lineage)
         self._changes = {}
         self._complete = False
         return delta
+
+    def _take_all(self) -> dict[Any, Any]:
+        content = self.copy_all()
+        self._changes = {}
+        self._complete = False
+        return content
 
     def copy_all(self) -> dict[Any, Any]:
         """A copy of the whole mapping (O(n); a chain that cannot continue)."""

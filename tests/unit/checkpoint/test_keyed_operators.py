@@ -171,3 +171,17 @@ def test_a_base_is_restored_as_unpickled_and_an_older_base_with_deleted_keys_too
     delta = {"rest": pickle.dumps({"x": 1}), "keyed": {"state": {3: "c", 1: DELETED}}}
     rest, content = materialise([pickle.dumps(older), pickle.dumps(delta)])
     assert rest == {"x": 1} and content == {"state": {3: "c"}}
+
+
+def test_without_checkpoints_nothing_is_recorded_and_the_first_checkpoint_copies_all() -> None:
+    s = Stream()
+    node = s.unique()
+    for v in range(1000):
+        s.emit(v % 300)
+    seen = node.get_state()["seen"]
+    assert seen._changes is None  # a pipeline that never checkpoints keeps no changes
+    first = seen.take_delta()
+    assert first.complete and first.changes == dict.fromkeys(range(300))
+    s.emit(500)
+    s.emit(5)
+    assert seen.take_delta().changes == {500: None} and seen.pending_changes() == 0
