@@ -84,13 +84,11 @@ class KeyedView:
                 apply_delta(content.setdefault(attr, {}), changes)
             parts = content
             fault_point("compaction")
-        elif self.parent is None:
-            # a new chain's base: the whole content (a new KeyedState's changes
-            # may mark keys deleted before its first checkpoint)
-            parts = {attr: without_deleted(changes) for attr, changes in parts.items()}
         out: dict[str, Any] = {"rest": self.rest, "keyed": parts}
         if self.parent is None:
-            out["base"] = True  # no key marked deleted: restored without a scan
+            # a base is a copy of the whole content (``KeyedState.take_delta`` the
+            # first time, ``copy_all``, or a compaction): no key marked deleted
+            out["base"] = True
         blob = pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL)
         self.size = len(blob)
         return blob

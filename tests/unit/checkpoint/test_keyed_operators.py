@@ -163,7 +163,7 @@ def test_a_base_is_restored_as_unpickled_and_an_older_base_with_deleted_keys_too
     from rivermark.checkpoint.keyed import KeyedView, materialise
 
     ks = KeyedState({1: "a", 2: "b"})
-    del ks[2]  # before the first checkpoint: the new chain's changes mark it deleted
+    del ks[2]  # before the first checkpoint, which copies the content
     view = KeyedView("n", pickle.dumps({}), {"state": ks.take_delta().changes}, None, 1)
     part = pickle.loads(view.serialise())
     assert part["keyed"] == {"state": {1: "a"}} and part["base"] is True
