@@ -26,6 +26,16 @@ written per checkpoint (and per changed key), throughput with checkpoints on
 as a ratio of off (best of ``--repeat`` runs each, interleaved), and *restore*: wall time of a fresh job's recovery from
 the last checkpoint (``job.restore_seconds``).
 
+With ``--compact-every N`` (keyed mode) the job writes a new base after N
+deltas (``Job(compact_every=N)``; default 20, more than a short run
+writes), and a second table reports what a compaction costs: the time the
+worker thread spends reading the chain back, applying the deltas and
+pickling the new base (``KeyedView.serialise``, timed by wrapping it), the
+whole checkpoint's write (``CheckpointInfo.duration``), the pipeline's rate
+while the compaction runs as a ratio of the rate with checkpoints off, the
+pauses of the barriers taken meanwhile, and how often a trigger waited for
+the write in flight (``checkpoint_waits``).
+
 Not a test: it prints figures and exits 0.
 """
 
@@ -73,6 +83,32 @@ class _PauseClock:
         source.resume = resume
 
 
+class _SerialiseClock:
+    """Wraps ``KeyedView.serialise`` (the worker thread's part of a keyed checkpoint)."""
+
+    def __init__(self, source: Any) -> None:
+        from rivermark.checkpoint import keyed
+
+        #: (a compaction?, seconds, records the source emitted meanwhile, bytes, start)
+        self.runs: list[tuple[bool, float, int, int, float]] = []
+        self._cls = keyed.KeyedView
+        self._orig = orig = keyed.KeyedView.serialise
+
+        def serialise(view: Any) -> bytes:
+            e0, t0 = source.emitted, time.perf_counter()
+            blob = orig(view)
+            took = time.perf_counter() - t0
+            self.runs.append(
+                (view.compact_from is not None, took, source.emitted - e0, len(blob), t0)
+            )
+            return blob
+
+        self._cls.serialise = serialise  # type: ignore[method-assign]
+
+    def close(self) -> None:
+        self._cls.serialise = self._orig  # type: ignore[method-assign]
+
+
 def hot_keys(k: int) -> Iterator[int]:
     """Endless keys, cycling over a hot set of k/100 keys spread over range(k)."""
     hot = max(1, k // 100)
@@ -115,14 +151,20 @@ def _start_state(k: int, mode: str) -> Any:
     return initial
 
 
-def run_case(k: int, mode: str, every: Any, seconds: float, ckpt: str) -> dict[str, Any]:
+def run_case(
+    k: int, mode: str, every: Any, seconds: float, ckpt: str, compact_every: int | None = None
+) -> dict[str, Any]:
     """Run the keyed count over ``k`` keys for ``seconds``; figures of that run."""
     from rivermark import Job, Stream
 
     source = Stream.from_iterable(hot_keys(k), name="keys")
     source.accumulate(count, start=_start_state(k, mode), name="counts").sink(noop)
     clock = _PauseClock(source)
-    job = Job(source, checkpoint=ckpt, every=every, keep=3, **_job_kwargs(mode))
+    kwargs = _job_kwargs(mode)
+    if compact_every is not None and mode == "keyed":
+        kwargs["compact_every"] = compact_every
+    serialise = _SerialiseClock(source) if mode == "keyed" and every is not None else None
+    job = Job(source, checkpoint=ckpt, every=every, keep=3, **kwargs)
     gc.collect()
     runner = threading.Thread(target=job.run, daemon=True)
     runner.start()
@@ -135,9 +177,13 @@ def run_case(k: int, mode: str, every: Any, seconds: float, ckpt: str) -> dict[s
     emitted, took = source.emitted - e0, time.perf_counter() - t0
     infos = list(job.checkpoints)[first:]
     pauses = clock.pauses[1 : 1 + len(infos)] if every is not None else []
+    stopped_at = time.perf_counter()
     job.stop()
     runner.join(600)
+    if serialise is not None:
+        serialise.close()
     return {
+        "compactions": _compactions(serialise, infos, stopped_at) if serialise else [],
         "rate": emitted / took,
         "pauses": pauses,
         "sizes": [i.size for i in infos],
@@ -145,6 +191,27 @@ def run_case(k: int, mode: str, every: Any, seconds: float, ckpt: str) -> dict[s
         "start_size": job.checkpoints[0].size if job.checkpoints else 0,
         "backpressure": getattr(job, "checkpoint_waits", 0),
     }
+
+
+def _compactions(
+    serialise: _SerialiseClock, infos: list[Any], stopped_at: float
+) -> list[dict[str, Any]]:
+    """Each compaction while the job ran: worker seconds, rate meanwhile, its checkpoint's write."""
+    out = []
+    for compact, took, emitted, size, t0 in serialise.runs:
+        if not compact or t0 + took > stopped_at:  # not the final checkpoint's, after the stop
+            continue
+        writes = [i.duration for i in infos if i.size == size]
+        out.append(
+            {
+                "seconds": took,
+                "rate": emitted / took if took > 0 else float("nan"),
+                "write": writes[0] if writes else float("nan"),
+                "size": size,
+                "t0": t0,
+            }
+        )
+    return out
 
 
 def restore_seconds(k: int, mode: str, ckpt: str) -> float:
@@ -159,12 +226,14 @@ def restore_seconds(k: int, mode: str, ckpt: str) -> float:
     return float(getattr(job, "restore_seconds", float("nan")))
 
 
-def case(k: int, mode: str, seconds: float, repeat: int) -> dict[str, Any]:
+def case(
+    k: int, mode: str, seconds: float, repeat: int, compact_every: int | None = None
+) -> dict[str, Any]:
     offs, ons = [], []
     for _ in range(repeat):  # interleaved, so that a slow spell of the machine hits both
         with tempfile.TemporaryDirectory() as off_dir, tempfile.TemporaryDirectory() as on_dir:
             offs.append(run_case(k, mode, None, seconds, off_dir))
-            ons.append(run_case(k, mode, "1s", seconds, on_dir))
+            ons.append(run_case(k, mode, "1s", seconds, on_dir, compact_every))
             restore = restore_seconds(k, mode, on_dir)
     off = max(offs, key=lambda r: r["rate"])
     on = max(ons, key=lambda r: r["rate"])
@@ -184,7 +253,8 @@ def case(k: int, mode: str, seconds: float, repeat: int) -> dict[str, Any]:
         "rate_off": off["rate"],
         "epochs": on["epochs"],
         "restore": restore,
-        "backpressure": on["backpressure"],
+        "backpressure": sum(r["backpressure"] for r in ons),
+        "compactions": [c for r in ons for c in r["compactions"]],
     }
 
 
@@ -196,6 +266,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--modes", nargs="*", default=None)
     p.add_argument("--seconds", type=float, default=4.0, help="run time per job")
     p.add_argument("--repeat", type=int, default=2, help="runs per case (best rate)")
+    p.add_argument(
+        "--compact-every", type=int, default=None, help="keyed mode: a new base after N deltas"
+    )
     args = p.parse_args(argv)
     default = [10_000, 100_000] if args.quick else [10_000, 100_000, 1_000_000]
     sizes = args.sizes if args.sizes is not None else default
@@ -217,16 +290,48 @@ def main(argv: list[str] | None = None) -> int:
         "| start checkpoint | throughput on/off | events/s off | restore s |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
+    results = []
     for k in [*sizes, *keyed]:
         for mode in modes:
-            r = case(k, mode, args.seconds, args.repeat)
+            r = case(k, mode, args.seconds, args.repeat, args.compact_every)
+            results.append(r)
             print(
                 f"| {k:,} | {mode} | {r['pause'] * 1e3:.1f} ({r['pause_max'] * 1e3:.1f}) "
                 f"| {r['size']:,.0f} | {r['per_key']:,.1f} | {r['start_size']:,} "
                 f"| {r['ratio']:.3f} | {r['rate_off']:,.0f} | {r['restore']:.2f} |",
                 flush=True,
             )
+    if args.compact_every is not None:
+        print_compactions(results, args.compact_every)
+    print(f"\nload average: {os.getloadavg()}")
     return 0
+
+
+def print_compactions(results: list[dict[str, Any]], every: int) -> None:
+    print()
+    print(f"Compactions (keyed mode, compact_every={every}), median (max) over the runs:")
+    print()
+    print(
+        "| keys | compactions | base bytes | worker s | checkpoint write s "
+        "| events/s during / off | trigger waits |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for r in results:
+        cs = r["compactions"]
+        if r["mode"] != "keyed" or not cs:
+            continue
+
+        def med(f: str, cs: list[dict[str, Any]] = cs) -> str:
+            xs = [c[f] for c in cs]
+            return f"{statistics.median(xs):.2f} ({max(xs):.2f})"
+
+        during = [c["rate"] / r["rate_off"] for c in cs]
+        print(
+            f"| {r['k']:,} | {len(cs)} | {statistics.median(c['size'] for c in cs):,.0f} "
+            f"| {med('seconds')} | {med('write')} "
+            f"| {statistics.median(during):.2f} ({min(during):.2f} min) | {r['backpressure']} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """``KeyedState``: a mapping that checkpoints incrementally.
 
-A ``KeyedState`` is a ``dict``-like mapping that records which keys were set
+A ``KeyedState`` is a ``dict`` that records which keys were set
 or deleted since the last checkpoint.  Used as an ``accumulate`` state
 (``accumulate(f, start=KeyedState())``, ``f`` updating it in place and
 returning it), a checkpoint writes only those keys, as a *delta* on top of
@@ -17,24 +17,36 @@ Rules for the user function:
   mutated in place (``acc[k].append(x)``) is not seen as changed, and the
   checkpoint written in the background may hold either version of it.
 
+An operator whose values are mutable containers changed in place (the
+per-key buffers of ``partition(key=...)``) creates its ``KeyedState`` with a
+``freeze`` function (e.g. ``list``, a copy) and calls :meth:`KeyedState.touched`
+after each change: at the barrier the changed values are copied with
+``freeze`` (O(changed keys)), so the background write sees them as they were.
+
+Until its first checkpoint (``take_delta``) a ``KeyedState`` records
+nothing: the first checkpoint copies it whole (a base), so a pipeline that
+never checkpoints keeps no record of changes.
+
 >>> counts = KeyedState({"a": 1})
+>>> counts.take_delta().changes  # the first checkpoint: all of it
+{'a': 1}
 >>> counts["b"] = counts.get("b", 0) + 1
 >>> del counts["a"]
->>> dict(counts), counts.pending_changes()
-({'b': 1}, 2)
+>>> dict(counts), counts.take_delta().changes
+({'b': 1}, {'b': 1, 'a': DELETED})
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["KeyedState", "KeyedDelta", "DELETED"]
+__all__ = ["KeyedState", "KeyedDelta", "DELETED", "as_keyed"]
 
 
 class _Deleted:
@@ -68,90 +80,167 @@ class KeyedDelta:
     lineage: int
 
 
-class KeyedState(MutableMapping[Any, Any]):
-    """A mapping that records its changed keys for incremental checkpoints.
+_dict_set = dict.__setitem__
 
-    See the module docs for how a user function must update it.
+
+class KeyedState(dict[Any, Any]):
+    """A ``dict`` that records its changed keys for incremental checkpoints.
+
+    Reads (``in``, ``[]``, ``get``, ``len``, iteration, ``dict(state)``) are
+    the ``dict``'s own; every method that changes it records the keys it
+    set or deleted.  ``copy()`` and ``|`` return a plain ``dict``.  See the
+    module docs for how a user function must update it.
     """
 
-    __slots__ = ("_data", "_changes", "_complete", "lineage")
+    __slots__ = ("_changes", "_complete", "lineage", "freeze")
 
-    def __init__(self, initial: Mapping[Any, Any] | None = None) -> None:
-        self._data: dict[Any, Any] = dict(initial) if initial is not None else {}
-        #: every key set (its value) or deleted (DELETED) since the last checkpoint
-        self._changes: dict[Any, Any] = dict(self._data)
+    def __init__(
+        self,
+        initial: Mapping[Any, Any] | None = None,
+        *,
+        freeze: Callable[[Any], Any] | None = None,
+    ) -> None:
+        super().__init__()
+        if initial is not None:
+            dict.update(self, initial)
+        #: every key set (its value) or deleted (DELETED) since the last checkpoint;
+        #: None until the first checkpoint (which copies the whole mapping)
+        self._changes: dict[Any, Any] | None = None
         self._complete = True
         self.lineage = next(_lineages)
+        #: copies a changed value at the barrier (values changed in place); None: as is
+        self.freeze = freeze
 
     @classmethod
-    def restored(cls, data: dict[Any, Any]) -> KeyedState:
-        """A mapping restored from a checkpoint: no pending changes (takes ``data``)."""
+    def restored(
+        cls, data: Mapping[Any, Any], *, freeze: Callable[[Any], Any] | None = None
+    ) -> KeyedState:
+        """A mapping restored from a checkpoint: no pending changes."""
         self = cls.__new__(cls)
-        self._data = data
+        dict.update(self, data)
         self._changes = {}
         self._complete = False
         self.lineage = next(_lineages)
+        self.freeze = freeze
         return self
 
-    # the mapping
-    def __getitem__(self, key: Any) -> Any:
-        return self._data[key]
-
-    def get(self, key: Any, default: Any = None) -> Any:
-        return self._data.get(key, default)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._data
-
+    # the changes (every other method is the dict's own)
     def __setitem__(self, key: Any, value: Any) -> None:
-        self._data[key] = value
-        self._changes[key] = value
+        changes = self._changes
+        if changes is not None:
+            changes[key] = value
+        _dict_set(self, key, value)
 
     def __delitem__(self, key: Any) -> None:
-        del self._data[key]
-        self._changes[key] = DELETED
+        dict.__delitem__(self, key)
+        changes = self._changes
+        if changes is not None:
+            changes[key] = DELETED
 
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self._data)
+    def pop(self, key: Any, *default: Any) -> Any:
+        if key in self:
+            value = dict.pop(self, key)
+            changes = self._changes
+            if changes is not None:
+                changes[key] = DELETED
+            return value
+        if default:
+            return default[0]
+        raise KeyError(key)
 
-    def __len__(self) -> int:
-        return len(self._data)
+    def popitem(self) -> tuple[Any, Any]:
+        key, value = dict.popitem(self)
+        changes = self._changes
+        if changes is not None:
+            changes[key] = DELETED
+        return key, value
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        if key in self:
+            return self[key]
+        self[key] = default
+        return default
+
+    def update(self, other: Any = (), /, **kwargs: Any) -> None:
+        for k, v in dict(other, **kwargs).items():
+            self[k] = v
+
+    def clear(self) -> None:
+        changes = self._changes
+        if changes is not None:
+            for k in self:
+                changes[k] = DELETED
+        dict.clear(self)
+
+    def __ior__(self, other: Any) -> KeyedState:  # type: ignore[override,misc]
+        self.update(other)
+        return self
+
+    def touched(self, key: Any) -> None:
+        """The value of ``key`` was changed in place: the next checkpoint writes it."""
+        changes = self._changes
+        if changes is not None:
+            changes[key] = self[key]
 
     def __repr__(self) -> str:
-        return f"KeyedState({self._data!r})"
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, KeyedState):
-            return self._data == other._data
-        if isinstance(other, Mapping):
-            return self._data == dict(other)
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
+        return f"KeyedState({dict(self)!r})"
 
     def __reduce__(self) -> tuple[Any, ...]:
         # pickled whole (e.g. inside other state): restored with every key pending
-        return (KeyedState, (self._data,))
+        return (KeyedState, (dict(self),))
 
     # checkpoints
     def pending_changes(self) -> int:
-        """Keys set or deleted since the last checkpoint."""
-        return len(self._changes)
+        """Keys the next checkpoint writes (all of them before the first checkpoint)."""
+        return len(self) if self._changes is None else len(self._changes)
 
     def take_delta(self) -> KeyedDelta:
         """Hand over the changes since the last checkpoint and start recording anew.
 
-        O(1): the dictionary of changes itself is handed over.  Called by the
-        job at a checkpoint's barrier.
+        O(1): the dictionary of changes itself is handed over (with ``freeze``,
+        each changed value is copied: O(changed keys)).  The first time, a
+        copy of the whole mapping (O(n), a ``dict`` copy in C).  Called by
+        the job at a checkpoint's barrier.
         """
-        delta = KeyedDelta(self._changes, self._complete, self.lineage)
+        changes, freeze = self._changes, self.freeze
+        if changes is None:
+            return KeyedDelta(self._take_all(), True, self.lineage)
+        if freeze is not None:
+            changes = {k: v if v is DELETED else freeze(v) for k, v in changes.items()}
+        delta = KeyedDelta(changes, self._complete, self.lineage)
         self._changes = {}
         self._complete = False
         return delta
 
+    def _take_all(self) -> dict[Any, Any]:
+        content = self.copy_all()
+        self._changes = {}
+        self._complete = False
+        return content
+
     def copy_all(self) -> dict[Any, Any]:
         """A copy of the whole mapping (O(n); a chain that cannot continue)."""
-        return dict(self._data)
+        freeze = self.freeze
+        if freeze is not None:
+            return {k: freeze(v) for k, v in self.items()}
+        return dict(self)
+
+
+def as_keyed(state: Mapping[Any, Any], *, freeze: Callable[[Any], Any] | None = None) -> KeyedState:
+    """An operator's keyed container from what its ``set_state`` was given.
+
+    A ``KeyedState`` (restored from a delta chain) is adopted, so its chain
+    goes on with a delta at the next checkpoint; a plain mapping (a
+    checkpoint written before the operator kept keyed state) becomes one,
+    and the next checkpoint starts a chain with a base.
+
+    >>> as_keyed({"a": 1}).pending_changes()
+    0
+    """
+    if isinstance(state, KeyedState):
+        state.freeze = freeze
+        return state
+    return KeyedState.restored(dict(state), freeze=freeze)
 
 
 def apply_delta(data: dict[Any, Any], changes: Mapping[Any, Any]) -> None:

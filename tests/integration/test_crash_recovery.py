@@ -2,9 +2,10 @@
 
 Every test runs three times: the acceptance pipeline with checkpoints in a
 local directory and in an S3 bucket on a real S3 API server (moto, started
-by the session), and a keyed count in a ``KeyedState`` (incremental
-checkpoints: deltas, bases, compaction every 3 checkpoints) in a local
-directory.
+by the session), and ``apps/keyed_app.py`` (a keyed count in a
+``KeyedState``, ``unique``, ``frequencies`` and ``partition(key=...)``, all
+checkpointed incrementally: deltas, bases, compaction every 3 checkpoints) in
+a local directory.
 """
 
 from __future__ import annotations
@@ -217,7 +218,7 @@ def test_kills_during_compaction_give_identical_output(
     assert out.read_bytes() == keyed_reference
     store = open_store(ckpt, create=False)
     last = store.verify(store.list_epochs()[-1])
-    assert "counts" in last.chains
+    assert set(last.chains) == {"counts", "firsts", "freq", "groups"}
 
 
 @pytest.fixture

@@ -5,7 +5,8 @@ A stateful node whose ``get_state()`` is a dict with one or more
 one state file per checkpoint holding::
 
     {"rest": <pickled dict of the node's other state>,
-     "keyed": {attr: {key: value or DELETED, ...}}}
+     "keyed": {attr: {key: value or DELETED, ...}},
+     "base": True}          # a base (holds no DELETED); absent in a delta
 
 In a *delta* the ``keyed`` part holds the keys changed since the parent
 checkpoint; in a *base* it holds every key.  The manifest's ``chains``
@@ -27,7 +28,7 @@ import pickle
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..state import KeyedState, apply_delta
+from ..state import DELETED, KeyedState, apply_delta
 from .faults import fault_point
 from .store import Store
 
@@ -83,20 +84,44 @@ class KeyedView:
                 apply_delta(content.setdefault(attr, {}), changes)
             parts = content
             fault_point("compaction")
-        blob = pickle.dumps({"rest": self.rest, "keyed": parts}, protocol=pickle.HIGHEST_PROTOCOL)
+        out: dict[str, Any] = {"rest": self.rest, "keyed": parts}
+        if self.parent is None:
+            # a base is a copy of the whole content (``KeyedState.take_delta`` the
+            # first time, ``copy_all``, or a compaction): no key marked deleted
+            out["base"] = True
+        blob = pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL)
         self.size = len(blob)
         return blob
 
 
+def without_deleted(changes: dict[Any, Any]) -> dict[Any, Any]:
+    """``changes`` without the keys marked deleted (the dict itself when there are none).
+
+    >>> without_deleted({"a": 1, "b": DELETED})
+    {'a': 1}
+    """
+    if DELETED in changes.values():  # a scan in C (identity), no Python loop
+        return {k: v for k, v in changes.items() if v is not DELETED}
+    return changes
+
+
 def materialise(blobs: list[bytes]) -> tuple[dict[str, Any], dict[str, dict[Any, Any]]]:
-    """The node's other state and each keyed attribute's content, from base + deltas."""
+    """The node's other state and each keyed attribute's content, from base + deltas.
+
+    The base's dictionary is taken as it was unpickled (not copied key by
+    key: a compaction, and a restore, cost one ``pickle.loads`` of it); each
+    delta is applied to it in order.
+    """
     rest: dict[str, Any] = {}
     content: dict[str, dict[Any, Any]] = {}
     for blob in blobs:
         part = pickle.loads(blob)
         rest = pickle.loads(part["rest"])
         for attr, changes in part["keyed"].items():
-            apply_delta(content.setdefault(attr, {}), changes)
+            if attr in content:
+                apply_delta(content[attr], changes)
+            else:  # the base (older versions wrote bases that may mark deleted keys)
+                content[attr] = changes if part.get("base") else without_deleted(changes)
     return rest, content
 
 

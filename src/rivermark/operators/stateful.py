@@ -16,6 +16,7 @@ from typing import Any
 from ..core.node import Fixed, Stream, check_callable, check_positive_int, identity
 from ..core.refs import Metadata, merge_metadata
 from ..errors import ConfigurationError
+from ..state import KeyedState, as_keyed
 
 logger = logging.getLogger(__name__)
 
@@ -126,6 +127,10 @@ Stream.register_api(attribute_name="scan")(Accumulate)
 class Frequencies(Stream):
     """Count occurrences of each record; emit a new ``{record: count}`` dict each time.
 
+    The counts are a :class:`~rivermark.KeyedState`: a checkpoint writes only
+    the counts changed since the previous one (see "Keyed state" in
+    ``docs/checkpointing.md``).
+
     >>> s = Stream()
     >>> L = s.frequencies().sink_to_list()
     >>> for v in "aba":
@@ -136,10 +141,8 @@ class Frequencies(Stream):
     {'a': 1}
     """
 
-    _state_attrs = ("counts",)
-
     def __init__(self, upstream: Stream, **kwargs: Any) -> None:
-        self.counts: dict[Any, int] = {}
+        self.counts = KeyedState()
         Stream.__init__(self, upstream, **kwargs)
 
     def update(
@@ -151,13 +154,14 @@ class Frequencies(Stream):
         except TypeError as e:  # unhashable record
             self._user_error(x, e, "frequencies")
             return None
-        return self._emit(dict(counts), metadata)
+        return self._emit(counts.copy(), metadata)  # a plain dict
 
     def get_state(self) -> Any:
-        return {"counts": dict(self.counts)}
+        # the live container: the checkpoint takes its changed keys at the barrier
+        return {"counts": self.counts}
 
     def set_state(self, state: Any) -> None:
-        self.counts = dict(state["counts"])
+        self.counts = as_keyed(state["counts"])
 
 
 @Stream.register_api(attribute_name="slice")
@@ -221,7 +225,10 @@ class Unique(Stream):
     With ``hashable=True`` (default) seen keys live in a dict; with
     ``maxsize`` it is a least-recently-used cache (a repeat refreshes the
     key).  ``hashable=False`` keeps a list (most recent first) for keys that
-    cannot be hashed.  A dropped duplicate completes at once.
+    cannot be hashed.  A dropped duplicate completes at once.  Without
+    ``maxsize`` (and hashable keys) the seen keys are a
+    :class:`~rivermark.KeyedState`: a checkpoint writes only the keys seen
+    since the previous one.
 
     >>> s = Stream()
     >>> L = s.unique().sink_to_list()
@@ -250,7 +257,10 @@ class Unique(Stream):
         self.maxsize = maxsize
         self.key = key
         self.hashable = hashable
-        self._seen_od: OrderedDict[Any, None] = OrderedDict()
+        #: seen keys: a KeyedState (key -> None) without maxsize, else an LRU OrderedDict
+        self._seen: KeyedState | OrderedDict[Any, None] = (
+            KeyedState() if maxsize is None else OrderedDict()
+        )
         self._seen_list: list[Any] = []
         Stream.__init__(self, upstream, **kwargs)
 
@@ -260,14 +270,14 @@ class Unique(Stream):
         try:
             y = self.key(x)
             if self.hashable:
-                seen = self._seen_od
+                seen = self._seen
                 if y in seen:
                     if self.maxsize:
-                        seen.move_to_end(y)
+                        seen.move_to_end(y)  # type: ignore[union-attr]
                     return None
                 seen[y] = None
                 if self.maxsize and len(seen) > self.maxsize:
-                    seen.popitem(last=False)
+                    seen.popitem(last=False)  # type: ignore[call-arg]
             else:
                 lst = self._seen_list
                 if y in lst:
@@ -283,13 +293,22 @@ class Unique(Stream):
         return self._emit(x, metadata)
 
     def get_state(self) -> Any:
-        return {"seen": list(self._seen_od) if self.hashable else list(self._seen_list)}
+        if not self.hashable:
+            return {"seen": list(self._seen_list)}
+        if isinstance(self._seen, KeyedState):
+            # the live container: the checkpoint takes its new keys at the barrier
+            return {"seen": self._seen}
+        return {"seen": list(self._seen)}
 
     def set_state(self, state: Any) -> None:
-        if self.hashable:
-            self._seen_od = OrderedDict.fromkeys(state["seen"])
+        seen = state["seen"]
+        if not self.hashable:
+            self._seen_list = list(seen)
+        elif self.maxsize is None:
+            # a checkpoint before keyed state held the list of seen keys
+            self._seen = as_keyed(seen if isinstance(seen, KeyedState) else dict.fromkeys(seen))
         else:
-            self._seen_list = list(state["seen"])
+            self._seen = OrderedDict.fromkeys(seen)
 
     def state_signature(self) -> str:
         return f"Unique(maxsize={self.maxsize}, key={_fname(self.key)}, hashable={self.hashable})"

@@ -18,6 +18,7 @@ from ..core import runtime
 from ..core.node import Fixed, Stream, check_positive_int, identity
 from ..core.refs import Metadata, merge_metadata, release_refs
 from ..errors import ConfigurationError
+from ..state import KeyedState, as_keyed
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +40,9 @@ class Partition(Stream):
     ``timeout`` (seconds): a partial tuple is emitted that long after its
     first record arrived (the node then runs on the event loop).  ``key``
     (a callable, or an index/field for ``x[key]``) keeps a separate group
-    per key, each emitted when it reaches ``n`` records.
+    per key, each emitted when it reaches ``n`` records; the per-key groups
+    are then a :class:`~rivermark.KeyedState`, so a checkpoint writes only
+    the groups changed since the previous one.
 
     >>> s = Stream()
     >>> L = s.partition(3).sink_to_list()
@@ -81,7 +84,10 @@ class Partition(Stream):
         self.n = n
         self._timeout = timeout
         self._key = key
-        self._buffers: dict[Any, list[Any]] = {}
+        #: per-key groups with a key (checkpointed incrementally), else one group
+        self._buffers: dict[Any, list[Any]] | KeyedState = (
+            {} if key is None else KeyedState(freeze=list)
+        )
         self._metas: dict[Any, list[dict[str, Any]]] = {}
         self._timers: dict[Any, asyncio.TimerHandle] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -120,6 +126,8 @@ class Partition(Stream):
                 return None
             self._metas[k] = []
         buf.append(x)
+        if self._key is not None:
+            self._buffers.touched(k)  # type: ignore[union-attr]
         if metadata:
             self._retain_refs(metadata)
             self._metas[k].extend(metadata)
@@ -191,13 +199,24 @@ class Partition(Stream):
 
     # ------------------------------------------------------------------ state
     def get_state(self) -> Any:
+        if isinstance(self._buffers, KeyedState):
+            # the live groups: the checkpoint copies the changed ones at the barrier
+            return {"buffers": self._buffers}
         return {"buffers": [(k, list(v)) for k, v in self._buffers.items() if v]}
 
     def set_state(self, state: Any) -> None:
         for t in self._timers.values():
             t.cancel()
         self._timers.clear()
-        self._buffers = {k: list(v) for k, v in state["buffers"]}
+        buffers = state["buffers"]
+        if self._key is None:
+            self._buffers = {k: list(v) for k, v in buffers}
+        else:
+            # a checkpoint before keyed state held a list of (key, records) pairs
+            self._buffers = as_keyed(
+                buffers if isinstance(buffers, KeyedState) else {k: list(v) for k, v in buffers},
+                freeze=list,
+            )
         self._metas = {k: [] for k in self._buffers}
         if self._timeout is not None:
             # restored partial partitions get a fresh timeout (timers are not state)
