@@ -17,7 +17,7 @@ from typing import Any
 
 from ..core.node import Stream
 from ..core.refs import Metadata, release_refs
-from ..operators.joins import EMPTY, Union, Zip
+from ..operators.joins import Union, Zip
 from ..operators.stateful import Accumulate, no_default
 from ..operators.transform import Filter, Map, Pluck, Remove
 from ..operators.windows import Partition, SlidingWindow
@@ -196,64 +196,30 @@ def _inline_zip(cg: Codegen, node: Stream, who: Stream, var: str) -> bool:
         return False
     index = 0 if ups[0] is who else 1
     n = cg.fields(node)
-    empty = cg.bind(EMPTY, "EMPTY")
     fallback = cg.result(cg.fallback(node, who, var))
-    held, buf, other, y, meta, out = (
-        cg.tmp("h"),
-        cg.tmp("buf"),
-        cg.tmp("other"),
-        cg.tmp(),
-        cg.tmp("m"),
-        cg.tmp(),
-    )
+    buf, other, y, meta, out = cg.tmp("buf"), cg.tmp("other"), cg.tmp(), cg.tmp("m"), cg.tmp()
+    # one unpacking for both buffers; a node whose buffers are not two any
+    # more (they are replaced by set_state) takes its own path
     pair = f"{buf}, {other}" if index == 0 else f"{other}, {buf}"
-    tup = f"({var}, {y})" if index == 0 else f"({y}, {var})"
-    tracked = cg.result(
-        f"{cg.bind(emit_tracked, 'tracked')}({cg.bind(node, 'node')}, {tup}, {meta})"
-    )
-    # ``y`` becomes the other side's record to pair with, or EMPTY: nothing to
-    # emit on this path (the record waits, or the node's own path took it).
-    # The common case: the other side's record waits in the node's held slot
-    # (``Zip._held``, usually from this same source record) and pairs at
-    # once.  Otherwise, with both buffers empty this record waits in the
-    # held slot; with records waiting on this side it waits in its buffer (a
-    # full buffer, a record held on this side, buffers that are not two, an
-    # asynchronous caller waiting for room: the node's own path, which
-    # settles the held record first and applies backpressure).
-    for line in (
-        f"{held} = {n('_held')}",
-        f"{y} = {held}[{1 - index}]",
-        f"if {y} is not {empty}:",
-        f"    {held}[{1 - index}] = {empty}",
-        f"elif {held}[{index}] is not {empty}:",
-        f"    {fallback}",
+    cg.attempt(f"{pair} = {n('_buffers')}", "ValueError", fallback)
+    # records already wait on this side: this one waits too (a full buffer
+    # takes the node's own path, which applies backpressure)
+    cg.skip_if(
+        buf,
+        f"if len({buf}) < {n('maxsize')}:",
+        f"    {buf}.append(({var}, None))",
         "else:",
-        "    try:",
-        f"        {pair} = {n('_buffers')}",
-        "    except ValueError:",
-        f"        {fallback}",
-        "    else:",
-        f"        if {buf}:",
-        f"            if len({buf}) < {n('maxsize')}:",
-        f"                {buf}.append(({var}, None))",
-        "            else:",
-        f"                {fallback}",
-        f"        elif not {other}:",
-        f"            if {n('_waiters')}:",
-        f"                {buf}.append(({var}, None))",
-        "            else:",
-        f"                {held}[{index}] = {var}",
-        f"        elif {n('_waiters')}:",
-        f"            {fallback}",
-        "        else:",
-        f"            {y}, {meta} = {other}.popleft()",
-        f"            if {meta}:",
-        f"                {tracked}",
-        f"                {y} = {empty}",
-    ):
-        cg.line(line)
-    cg.skip_if(f"{y} is {empty}")
-    cg.line(f"{out} = {tup}")
+        f"    {fallback}",
+    )
+    cg.skip_if(f"not {other}", f"{buf}.append(({var}, None))")
+    # a tuple is complete; an asynchronous caller waiting for room: own path
+    cg.skip_if(f"{n('_waiters')}", fallback)
+    cg.line(f"{y}, {meta} = {other}.popleft()")
+    cg.line(f"{out} = ({var}, {y})" if index == 0 else f"{out} = ({y}, {var})")
+    cg.skip_if(
+        meta,
+        cg.result(f"{cg.bind(emit_tracked, 'tracked')}({cg.bind(node, 'node')}, {out}, {meta})"),
+    )
     cg.push_down(node, out)
     return True
 

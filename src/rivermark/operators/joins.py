@@ -20,16 +20,7 @@ from ..errors import ConfigurationError, GraphError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Zip", "ZipLatest", "CombineLatest", "Union", "EMPTY"]
-
-
-class _Empty:
-    def __repr__(self) -> str:
-        return "EMPTY"
-
-
-#: what a zip's held slot (``Zip._held``) holds when it holds no record
-EMPTY: Any = _Empty()
+__all__ = ["Zip", "ZipLatest", "CombineLatest", "Union"]
 
 Results = list[Awaitable[Any]] | None
 
@@ -81,7 +72,7 @@ class Zip(Stream):
     #: records the first buffer held when its state was restored
     _restored_held = 0
     literals = Fixed()
-    _kernel_fields = frozenset({"_buffers", "_waiters", "_held", "maxsize"})
+    _kernel_fields = frozenset({"_buffers", "_waiters", "maxsize"})
 
     def __init__(self, *upstreams: Any, maxsize: int = 10, **kwargs: Any) -> None:
         check_positive_int("zip", "maxsize", maxsize)
@@ -95,24 +86,7 @@ class Zip(Stream):
             )
         self._buffers: list[deque[tuple[Any, Metadata | None]]] = [deque() for _ in streams]
         self._waiters: list[asyncio.Future[Any]] = []
-        #: per side of a two-way zip, an untracked record that arrived while both
-        #: buffers were empty, held here by the generated code (EMPTY: none) so
-        #: that the other side's record, usually of the same source record,
-        #: pairs with it without buffer traffic; logically it is the only record
-        #: of its buffer, and every other path puts it there first (``_settle``)
-        self._held: list[Any] = [EMPTY, EMPTY]
         Stream.__init__(self, upstreams=streams, **kwargs)
-
-    def _settle(self) -> None:
-        """Put a held record into its buffer (where ``update`` would have put it)."""
-        held = self._held
-        for i, v in enumerate(held):
-            if v is not EMPTY:
-                held[i] = EMPTY
-                self._buffers[i].append((v, None))
-
-    def _held_count(self, i: int) -> int:
-        return 1 if i < len(self._held) and self._held[i] is not EMPTY else 0
 
     def _pack(self, values: list[Any]) -> tuple[Any, ...]:
         for i, v in self._literals:
@@ -122,8 +96,6 @@ class Zip(Stream):
     def update(
         self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
     ) -> Results:
-        if self._held[0] is not EMPTY or self._held[1] is not EMPTY:
-            self._settle()
         buffers = self._buffers
         ups = self.upstreams
         if len(buffers) != len(ups):  # an upstream was connected later
@@ -172,14 +144,12 @@ class Zip(Stream):
         return self._release_after(results, meta)
 
     def _add_upstream(self, upstream: Stream) -> None:
-        self._settle()
         super()._add_upstream(upstream)
         self._buffers.extend(deque() for _ in range(len(self.upstreams) - len(self._buffers)))
 
     def _remove_upstream(self, upstream: Stream) -> None:
         # as in streamz, the input's buffer goes with it; its waiting records
         # will never be part of a tuple, so they complete now
-        self._settle()
         i = _position(self, upstream)
         if i < len(self._buffers):
             for _, metadata in self._buffers.pop(i):
@@ -191,16 +161,9 @@ class Zip(Stream):
                 w.set_result(None)
 
     def get_state(self) -> Any:
-        held = self._held
-        return {
-            "buffers": [
-                [v for v, _ in b] + ([held[i]] if i < 2 and held[i] is not EMPTY else [])
-                for i, b in enumerate(self._buffers)
-            ]
-        }
+        return {"buffers": [[v for v, _ in b] for b in self._buffers]}
 
     def set_state(self, state: Any) -> None:
-        self._held = [EMPTY, EMPTY]
         self._buffers = [deque((v, None) for v in b) for b in state["buffers"]]
         self._restored_held = len(self._buffers[0]) if self._buffers else 0
 
@@ -208,11 +171,10 @@ class Zip(Stream):
         buffers = self._buffers
         if not buffers or not records_in:
             return 0
-        held = len(buffers[0]) + self._held_count(0)
-        return max(records_in[0] + self._restored_held - held, 0)
+        return max(records_in[0] + self._restored_held - len(buffers[0]), 0)
 
     def records_held(self) -> int | None:
-        return sum(len(b) for b in list(self._buffers)) + self._held_count(0) + self._held_count(1)
+        return sum(len(b) for b in list(self._buffers))
 
     def state_signature(self) -> str:
         lits = [i for i, _ in self._literals]

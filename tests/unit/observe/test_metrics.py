@@ -139,7 +139,7 @@ def test_zip_counts_are_derived_and_survive_a_restore(tmp_path: Path) -> None:
         zipped = snap.node("pairs")
         assert zipped.records_out == snap.node(job.id_of(pairs.downstreams[0])).records_in
         assert zipped.records_in == snap.node("odd").records_out + snap.node("even").records_out
-        assert zipped.backlog == sum(len(b) for b in pairs.get_state()["buffers"])
+        assert zipped.backlog == len(pairs._buffers[0]) + len(pairs._buffers[1])
         if run == 1:
             # 0..6: evens 0,2,4,6 and odds 1,3,5: three pairs, one even waits
             assert zipped.records_out == len(out) == 3 and zipped.backlog == 1
