@@ -465,6 +465,12 @@ class Job:
             self._running = False
             for s in self.sources:
                 s.budget = None
+            for fut in self._requests:  # the job failed before serving them
+                if not fut.done():
+                    fut.set_exception(
+                        ConfigurationError("Job.checkpoint(): the job ended before the checkpoint")
+                    )
+            self._requests.clear()
             self.ended_at = time.time()
             if self._metrics_server is not None:
                 self._metrics_server.stop()
@@ -491,6 +497,11 @@ class Job:
             draining = exhausted and not self._stop_requested and self._held_back()
             if self._stop_requested or (exhausted and not draining):
                 await self._finish()
+                # a request that came meanwhile is served by the final checkpoint
+                for fut in self._requests:
+                    if not fut.done():
+                        fut.set_result(self.epoch)
+                self._requests.clear()
                 return
             for fut in self._requests[:]:
                 self._requests.remove(fut)
@@ -668,6 +679,9 @@ class Job:
     async def checkpoint_async(self) -> int:
         """Take a checkpoint now (on the loop); returns its epoch."""
         assert self._loop is not None and self._wake is not None
+        if not self._running:
+            # the job ended since the request was made: its final checkpoint is the newest
+            return self.epoch
         fut: asyncio.Future[int] = self._loop.create_future()
         self._requests.append(fut)
         self._wake.set()

@@ -185,6 +185,8 @@ class Source(Stream):
     _chunk_cut: int | None = None
     #: how many records that chunk holds
     _chunk_total = 0
+    #: when the current time slice ends (perf_counter); 0: at the next chunk
+    _slice_end = 0.0
 
     def emitted_now(self) -> int:
         """Records handed to the graph so far, those of the chunk at hand included.
@@ -209,7 +211,9 @@ class Source(Stream):
         (``k < len(records)``) when the time slice is used up or a pause or
         stop was requested while it waited for downstream work: the caller
         passes the rest again (``records[k:]``), after checking ``stopped``.
-        The event loop gets a turn before this returns.
+        The event loop gets a turn before this returns when the time slice
+        (which runs across chunks) is used up or the chunk was cut short, so a
+        fast source turns the loop every :data:`TIME_SLICE`, not every chunk.
         """
         budget = self.budget
         if budget is not None and budget.left <= 0:
@@ -226,7 +230,9 @@ class Source(Stream):
         self._chunk_it, self._chunk_cut, self._chunk_total = it, None, total
         try:
             run = self.record_loop()
-            deadline = time.perf_counter() + TIME_SLICE
+            deadline = self._slice_end
+            if not deadline:
+                deadline = self._slice_end = time.perf_counter() + TIME_SLICE
             while True:
                 step = self._step
                 if budget is not None:
@@ -235,7 +241,8 @@ class Source(Stream):
                         break
                     step = min(step, budget.left)
                 t0 = time.perf_counter()
-                part = islice(it, step)
+                # the rest of the chunk fits in this step: no islice around it
+                part = it if step >= total - done else islice(it, step)
                 while True:
                     results = run(part)
                     if not results:
@@ -282,7 +289,9 @@ class Source(Stream):
             self.emitted += done
             advance(done)
             self._emitting = False
-        await asyncio.sleep(0)
+        if done < total or time.perf_counter() >= deadline:
+            await asyncio.sleep(0)
+            self._slice_end = time.perf_counter() + TIME_SLICE
         return done
 
     async def _emit_record(
