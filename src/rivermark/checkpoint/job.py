@@ -65,7 +65,7 @@ from ..observe.metrics import Metrics
 from ..observe.prometheus import MetricsServer
 from ..observe.ui import UiServer
 from ..sinks.base import CheckpointedSink, EpochSealingSink, StartOverSink
-from ..sources.base import Source
+from ..sources.base import RecordBudget, Source
 from .errors import (
     CheckpointCorruptError,
     CheckpointLockedError,
@@ -149,6 +149,8 @@ def _resolve_when_durable(
 
 
 _POLL = 0.0005
+#: how often a job whose input is exhausted looks whether its nodes still hold records
+_DRAIN_POLL = 0.001
 #: how long a failed job waits for each source to stop (seconds)
 _STOP_WAIT = 30.0
 
@@ -250,6 +252,8 @@ class Job:
             None if every is None else parse_interval(every, "Job", "every")
         )
         self.every_batches = every_batches
+        #: the records the sources may emit before the next checkpoint (every_batches)
+        self._budget: RecordBudget | None = None
         self.keep = keep
         self.exactly_once = exactly_once
         self.allow_new_nodes = allow_new_nodes
@@ -264,6 +268,8 @@ class Job:
             # checkpoint's handle is refused for another output
             self.fingerprint.setdefault(self._ids[id(k)], k.state_signature())  # type: ignore[attr-defined]
         self.sources: list[Source] = [n for n in self.nodes if isinstance(n, Source)]
+        if every_batches is not None:
+            self._budget = RecordBudget(every_batches, self._wake_up)
         self.stateful = [n for n in self.nodes if n.is_stateful and not isinstance(n, Source)]
         self.sinks = [
             n for n in self.nodes if isinstance(n, CheckpointedSink) and not isinstance(n, Source)
@@ -328,6 +334,8 @@ class Job:
         self._done = threading.Event()
         self._ckpt_lock: asyncio.Lock | None = None
         self._requests: list[asyncio.Future[int]] = []
+        #: what ended the last run with an exception (None: it ended normally)
+        self._ended_by: BaseException | None = None
         #: delta chains of the nodes whose state holds a ``KeyedState``
         if compact_every is None:
             compact_every = _env_compact_every()
@@ -431,6 +439,7 @@ class Job:
                     "node_ids": [self.id_of(n) for n in self.nodes],
                 }
             )
+            self._ended_by = None
             self._running = True
             if self._stop_requested:
                 await self._finish()
@@ -445,6 +454,8 @@ class Job:
                 # source runs, so no output exists that it does not account for
                 await self._checkpoint(blocking=True)
             for s in self.sources:
+                s.budget = self._budget
+                s.on_finished(self._wake_up)  # the end of input wakes the job
                 s.start()
             await self._main_loop()
         except BaseException as e:
@@ -452,10 +463,13 @@ class Job:
             # locks before the checkpoint lock; closing is idempotent
             await self._settle_in_flight()
             self._close_sinks()
+            self._ended_by = e
             self._answer_requests(e)
             raise
         finally:
             self._running = False
+            for s in self.sources:
+                s.budget = None
             self.ended_at = time.time()
             self._answer_requests(None)
             if self._metrics_server is not None:
@@ -468,8 +482,7 @@ class Job:
     async def _main_loop(self) -> None:
         assert self._wake is not None
         last = time.monotonic()
-        emitted_at_last = self._emitted()
-        tick = 0.002 if self.every_batches else None
+        budget = self._budget
         while True:
             if self._in_flight is not None and self._in_flight.done():
                 await self._await_in_flight()  # raises if the background write failed
@@ -478,10 +491,13 @@ class Job:
             if failed:
                 await self._shutdown_sources()
                 raise self._source_failed(failed[0])
-            if self._stop_requested or (
-                not self._emit_roots and all(s.finished for s in self.sources)
-            ):
+            exhausted = not self._emit_roots and all(s.finished for s in self.sources)
+            # input exhausted: the nodes first pass on what they still hold
+            # (timers, buffers, asynchronous work), then the final checkpoint
+            draining = exhausted and not self._stop_requested and self._held_back()
+            if self._stop_requested or (exhausted and not draining):
                 await self._finish()
+                self._answer_requests(None)  # served by the final checkpoint
                 return
             for fut in self._requests[:]:
                 self._requests.remove(fut)
@@ -495,20 +511,15 @@ class Job:
                 _resolve_when_durable(fut, epoch, self._in_flight)
             now = time.monotonic()
             due = self.interval is not None and now - last >= self.interval
-            if self.every_batches and self._emitted() - emitted_at_last >= self.every_batches:
-                due = True
+            if budget is not None and budget.left <= 0:
+                due = True  # a source spent the record budget and paused itself
             if due:
                 await self._checkpoint()
                 last = time.monotonic()
-                emitted_at_last = self._emitted()
-            timeout = tick
+            # a node that failed in background work is noticed within 50 ms
+            timeout = _DRAIN_POLL if draining else 0.05
             if self.interval is not None:
-                left = max(0.0, self.interval - (time.monotonic() - last))
-                timeout = left if timeout is None else min(timeout, left)
-            if timeout is None:
-                timeout = 0.05  # notice exhausted sources
-            else:
-                timeout = min(timeout, 0.05)
+                timeout = min(timeout, max(0.0, self.interval - (time.monotonic() - last)))
             self._wake.clear()
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout)
@@ -564,8 +575,9 @@ class Job:
         err.__cause__ = exc
         return err
 
-    def _emitted(self) -> int:
-        return sum(getattr(s, "emitted", 0) for s in self.sources)
+    def _held_back(self) -> bool:
+        """Whether a node still holds records it will pass on by itself, or work in flight."""
+        return any(n.emits_later() or getattr(n, "_inflight", 0) for n in self.nodes)
 
     def _answer_requests(self, failure: BaseException | None) -> None:
         """Answer ``checkpoint()`` calls the job ended before serving.
@@ -680,6 +692,13 @@ class Job:
     async def checkpoint_async(self) -> int:
         """Take a checkpoint now (on the loop); returns its epoch."""
         assert self._loop is not None and self._wake is not None
+        if not self._running:
+            # the job ended since the request was made: answered as the requests
+            # it had when it ended (its final checkpoint, or its failure)
+            fut0: asyncio.Future[int] = self._loop.create_future()
+            self._requests.append(fut0)
+            self._answer_requests(self._ended_by)
+            return await fut0
         fut: asyncio.Future[int] = self._loop.create_future()
         self._requests.append(fut)
         self._wake.set()
@@ -733,6 +752,8 @@ class Job:
                 # of every node's state, positions, sink handles (pre-commit)
                 views = self._snapshot_states(epoch)
                 positions = {self.id_of(s): s.position() for s in self.sources}
+                if self._budget is not None:
+                    self._budget.refill()  # the next record-count checkpoint counts from here
                 handles = {self.id_of(k): self._pre_commit(k, epoch) for k in self.sinks}
                 manifest = Manifest(
                     epoch=epoch,

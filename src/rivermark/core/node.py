@@ -696,6 +696,19 @@ class Stream:
         """
         return None
 
+    def emits_later(self) -> bool:
+        """Whether this node holds records it will pass on by itself, without more input.
+
+        True for a record waiting for a timer (``delay``, an open
+        ``timed_window``, a ``partition`` with a timeout) or for a worker
+        (``buffer``, ``latest``).  A job whose sources are exhausted waits
+        until no node does (and no work is in flight) before its final
+        checkpoint, so these records reach the output instead of that
+        checkpoint.  Records that only more input releases (a partial
+        ``partition``, a ``zip`` waiting for its other side) do not count.
+        """
+        return False
+
     # ------------------------------------------------------------------ state (checkpoints)
     def get_state(self) -> Any:
         """The node's checkpointed state (``None`` for a stateless node).

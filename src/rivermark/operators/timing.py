@@ -47,6 +47,9 @@ class _Background(Stream):
     def records_held(self) -> int | None:
         return self._inflight
 
+    def emits_later(self) -> bool:
+        return self._inflight > 0
+
     def _on_loop(self, fn: Callable[[], Any]) -> None:
         loop = self.loop
         if runtime.in_loop_thread(loop):
@@ -135,6 +138,9 @@ class Delay(_Background):
             self._pending.popleft()
             if not await self._emit_and_finish(x, metadata):
                 return
+
+    def emits_later(self) -> bool:
+        return bool(self._pending) or self._inflight > 0
 
     def get_state(self) -> Any:
         now = self.loop.time()
@@ -283,6 +289,9 @@ class TimedWindow(_Ticker):
         metas, self._metadata_buffer = self._metadata_buffer, []
         return window, metas
 
+    def emits_later(self) -> bool:
+        return bool(self._buffer) or self._inflight > 0
+
     def get_state(self) -> Any:
         return {"buffer": list(self._buffer)}
 
@@ -364,6 +373,9 @@ class TimedWindowUnique(_Ticker):
         items, self._buffer = self._buffer, {}
         return tuple(x for x, _ in items.values()), [m for _, m in items.values()]
 
+    def emits_later(self) -> bool:
+        return bool(self._buffer) or self._inflight > 0
+
     def get_state(self) -> Any:
         return {"buffer": [x for x, _ in self._buffer.values()]}
 
@@ -435,6 +447,9 @@ class Buffer(_Background):
             if not await self._emit_and_finish(x, metadata):
                 return
             await asyncio.sleep(0)
+
+    def emits_later(self) -> bool:
+        return bool(self._items or self._waiting) or self._inflight > 0
 
     def get_state(self) -> Any:
         return {"items": [x for x, _ in self._items] + [x for x, _, _ in self._waiting]}
@@ -518,6 +533,9 @@ class Latest(_Background):
         if self._next and not self._busy:
             self._busy = True
             self._spawn(self._drain(None, None))
+
+    def emits_later(self) -> bool:
+        return bool(self._next) or self._inflight > 0
 
     def get_state(self) -> Any:
         return {"next": list(self._next)}

@@ -107,6 +107,12 @@ class Partition(Stream):
     def records_held(self) -> int | None:
         return sum(len(b) for b in list(self._buffers.values()))
 
+    def emits_later(self) -> bool:
+        # with a timeout, an open partition is emitted when it expires
+        if self._timeout is not None and any(self._buffers.values()):
+            return True
+        return self._inflight > 0
+
     def update(
         self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
     ) -> Results:

@@ -44,13 +44,32 @@ from ..core.refs import Metadata
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Source", "TIME_SLICE"]
+__all__ = ["Source", "RecordBudget", "TIME_SLICE"]
 
 #: a source gives the event loop a turn after running records for this long (seconds)
 TIME_SLICE = 0.005
 #: records run between two looks at the clock: adapted so that a run takes about this long
 _STEP_TARGET = TIME_SLICE / 5
 _MAX_STEP = 4096
+
+
+class RecordBudget:
+    """How many more records the sources may emit before a record-count checkpoint.
+
+    A job with ``every_batches`` shares one budget among its sources.  A source
+    spends it record by record, inside its chunks: the source that spends the
+    last record pauses itself right after it (so the checkpoint's position
+    falls exactly there, however large the chunk) and calls ``spent()`` to
+    wake the job.  The job refills it at every checkpoint.
+    """
+
+    def __init__(self, size: int, spent: Callable[[], None]) -> None:
+        self.size = size
+        self.left = size
+        self.spent = spent
+
+    def refill(self) -> None:
+        self.left = self.size
 
 
 class Source(Stream):
@@ -80,8 +99,11 @@ class Source(Stream):
         self._emitting = False
         self._position: Any = None
         self._done_event: asyncio.Event | None = None
-        #: records emitted so far (read by a Job for ``every_batches``)
+        #: records emitted so far (read by the metrics)
         self.emitted = 0
+        #: shared with the other sources of a job with ``every_batches``
+        self.budget: RecordBudget | None = None
+        self._finished_callbacks: list[Callable[[], None]] = []
         if start:
             self.start()
 
@@ -163,6 +185,8 @@ class Source(Stream):
     _chunk_cut: int | None = None
     #: how many records that chunk holds
     _chunk_total = 0
+    #: when the current time slice ends (perf_counter); 0: at the next chunk
+    _slice_end = 0.0
 
     def emitted_now(self) -> int:
         """Records handed to the graph so far, those of the chunk at hand included.
@@ -187,8 +211,13 @@ class Source(Stream):
         (``k < len(records)``) when the time slice is used up or a pause or
         stop was requested while it waited for downstream work: the caller
         passes the rest again (``records[k:]``), after checking ``stopped``.
-        The event loop gets a turn before this returns.
+        The event loop gets a turn before this returns when the time slice
+        (which runs across chunks) is used up or the chunk was cut short, so a
+        fast source turns the loop every :data:`TIME_SLICE`, not every chunk.
         """
+        budget = self.budget
+        if budget is not None and budget.left <= 0:
+            self.pause()  # another source spent the budget: hold until the checkpoint
         if self._pause_requested:
             await self._wait_resumed()
         total = len(records)
@@ -201,11 +230,19 @@ class Source(Stream):
         self._chunk_it, self._chunk_cut, self._chunk_total = it, None, total
         try:
             run = self.record_loop()
-            deadline = time.perf_counter() + TIME_SLICE
+            deadline = self._slice_end
+            if not deadline:
+                deadline = self._slice_end = time.perf_counter() + TIME_SLICE
             while True:
                 step = self._step
+                if budget is not None:
+                    if budget.left <= 0:  # spent by another source meanwhile
+                        self.pause()
+                        break
+                    step = min(step, budget.left)
                 t0 = time.perf_counter()
-                part = islice(it, step)
+                # the rest of the chunk fits in this step: no islice around it
+                part = it if step >= total - done else islice(it, step)
                 while True:
                     results = run(part)
                     if not results:
@@ -216,9 +253,17 @@ class Source(Stream):
                     if self._pause_requested or self.stopped:
                         interrupted = True
                         break
-                done = total - length_hint(it)
-                if self._chunk_cut is not None:  # stop() was called by a record's processing
-                    done = total - self._chunk_cut
+                cut = self._chunk_cut  # set when a record's processing called stop() or pause()
+                now_done = total - (length_hint(it) if cut is None else cut)
+                if budget is not None:
+                    budget.left -= now_done - done
+                done = now_done
+                if cut is not None:
+                    break
+                if budget is not None and budget.left <= 0:
+                    # a record-count checkpoint is due right after this record
+                    self.pause()
+                    budget.spent()
                     break
                 if interrupted or done >= total:
                     break
@@ -244,13 +289,18 @@ class Source(Stream):
             self.emitted += done
             advance(done)
             self._emitting = False
-        await asyncio.sleep(0)
+        if done < total or time.perf_counter() >= deadline:
+            await asyncio.sleep(0)
+            self._slice_end = time.perf_counter() + TIME_SLICE
         return done
 
     async def _emit_record(
         self, x: Any, next_position: Any = None, metadata: Metadata | None = None
     ) -> None:
         """Emit ``x``, wait for downstream, then advance to ``next_position``."""
+        budget = self.budget
+        if budget is not None and budget.left <= 0:
+            self.pause()  # another source spent the budget: hold until the checkpoint
         if self._pause_requested:
             await self._wait_resumed()
         self._emitting = True
@@ -261,6 +311,11 @@ class Source(Stream):
                 await runtime.gather_results(results)
             if next_position is not None:
                 self._position = next_position
+            if budget is not None:
+                budget.left -= 1
+                if budget.left <= 0:
+                    self.pause()
+                    budget.spent()
         except Exception as e:
             # recorded before the barrier can see the emit end: the graph may
             # hold part of this record's effects, so no checkpoint may follow
@@ -353,6 +408,17 @@ class Source(Stream):
             finally:
                 if self._done_event is not None:
                     self._done_event.set()
+                callbacks, self._finished_callbacks = self._finished_callbacks, []
+                for callback in callbacks:
+                    callback()
+
+    def on_finished(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` on the loop thread once the next :meth:`run` has returned.
+
+        Register it before :meth:`start`; it is called once (a job wakes up
+        when its sources are exhausted instead of polling for it).
+        """
+        self._finished_callbacks.append(callback)
 
     error: bool = False
 

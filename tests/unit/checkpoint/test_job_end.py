@@ -1,0 +1,128 @@
+"""How a job ends and where its record-count checkpoints fall.
+
+A job notices at once that its sources are exhausted (no polling), but it
+first lets the nodes pass on the records they still hold by themselves
+(``delay``, ``timed_window``, ``buffer``, ``partition`` with a timeout), and
+only then takes its final checkpoint: those records reach the output, not
+that checkpoint.  A record-count trigger (``every_batches``) falls exactly
+on its record, however large the sources' chunks.
+"""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rivermark import Stream
+from rivermark.checkpoint import Job, LocalDirectoryStore
+
+
+def _final_state(tmp_path: Path, job: Job, node: Stream) -> Any:
+    store = LocalDirectoryStore(tmp_path)
+    _, states = store.load_checkpoint(store.list_epochs()[-1])
+    return pickle.loads(states[job.id_of(node)])
+
+
+def _held_graph(stage: str) -> tuple[Stream, Stream, list[Any]]:
+    source = Stream.from_iterable(list(range(50)), name="numbers")
+    held: Stream
+    if stage == "delay":
+        held = source.delay("300ms", name="held")
+        out_stream = held
+    elif stage == "timed_window":
+        held = source.timed_window("300ms", name="held")
+        out_stream = held.flatten()
+    elif stage == "buffer":
+
+        async def slow(x: int) -> int:
+            return x
+
+        held = source.buffer(8, name="held")
+        out_stream = held.map_async(slow, parallelism=1)
+    else:
+        held = source.partition(40, timeout=0.3, name="held")
+        out_stream = held.flatten()
+    return source, held, out_stream.sink_to_list(name="out")
+
+
+@pytest.mark.parametrize("stage", ["delay", "timed_window", "buffer", "partition_timeout"])
+def test_held_records_reach_the_output_before_the_final_checkpoint(
+    tmp_path: Path, stage: str
+) -> None:
+    source, held, out = _held_graph(stage)
+    job = Job(source, checkpoint=tmp_path, every=None)
+    job.run()
+    # everything went out, in order, before the job returned ...
+    assert out == list(range(50))
+    assert not held.emits_later()
+    # ... and the final checkpoint holds none of it
+    state = _final_state(tmp_path, job, held)
+    assert all(not v for v in state.values()), state
+    # a rerun resumes after the end: the output (a checkpointed list) has no duplicates
+    source, _, out = _held_graph(stage)
+    Job(source, checkpoint=tmp_path, every=None).run()
+    assert out == list(range(50))
+
+
+def test_a_stopped_job_keeps_held_records_in_its_final_checkpoint(tmp_path: Path) -> None:
+    """``stop()`` does not wait for timers: what a delay holds is state, emitted after a resume."""
+    holder: dict[str, Job] = {}
+
+    def stop_at(x: int) -> int:
+        if x == 9:
+            holder["job"].stop()
+        return x
+
+    source = Stream.from_iterable(list(range(30)), name="numbers")
+    delayed = source.map(stop_at).delay("10s")
+    out = delayed.sink_to_list()
+    holder["job"] = job = Job(source, checkpoint=tmp_path, every=None)
+    job.run()
+    assert out == []
+    assert [x for _, x in _final_state(tmp_path, job, delayed)["pending"]] == list(range(10))
+
+
+@pytest.mark.parametrize("every_batches", [1, 7, 250, 1500])
+def test_every_batches_falls_exactly_on_its_record(tmp_path: Path, every_batches: int) -> None:
+    """Each record-count checkpoint's position is a multiple of ``every_batches``.
+
+    The pipeline is fast, so the source reads chunks of up to 1,024 items;
+    the trigger still fires right after the k-th record, inside a chunk, and
+    each checkpoint's state matches its position (the barrier is consistent).
+    """
+    n = 4000 if every_batches > 1 else 300
+    source = Stream.from_iterable(range(n), name="numbers")
+    acc = source.accumulate(lambda a, x: a + x, start=0, name="sum")
+    acc.sink(lambda x: None)
+    job = Job(source, checkpoint=tmp_path, every=None, every_batches=every_batches, keep=10_000)
+    job.run()
+    store = LocalDirectoryStore(tmp_path)
+    epochs = store.list_epochs()
+    positions = []
+    for e in epochs:
+        m, states = store.load_checkpoint(e)
+        pos = m.positions["numbers"]
+        assert pickle.loads(states["sum"])["state"] == sum(range(pos))
+        positions.append(pos)
+    # the start checkpoint, one per every_batches records, and the final one
+    want = list(range(0, n + 1, every_batches))
+    if want[-1] != n:
+        want.append(n)
+    assert sorted(set(positions)) == want
+    assert positions == sorted(positions)
+
+
+def test_every_batches_counts_the_records_of_all_sources(tmp_path: Path) -> None:
+    a = Stream.from_iterable(range(3000), name="a")
+    b = Stream.from_iterable(range(3000), name="b")
+    a.union(b).sink(lambda x: None)
+    Job(a, checkpoint=tmp_path, every=None, every_batches=500, keep=10_000).run()
+    store = LocalDirectoryStore(tmp_path)
+    totals = [sum(store.read_manifest(e).positions.values()) for e in store.list_epochs()]
+    assert totals[0] == 0 and totals[-1] == 6000
+    # every interval checkpoint falls on a multiple of 500 records in all
+    assert all(t % 500 == 0 for t in totals), totals
+    assert len(set(totals)) == 13
