@@ -90,12 +90,33 @@ def test_rolling_and_cumsum() -> None:
     compare(lambda sdf: sdf.x.rolling(2, min_periods=2).sum())
 
 
-def test_rolling_applies_documented_min_periods_default() -> None:
-    # streamz's rolling() documents min_periods=1 but its known aggregations
-    # never pass it to pandas (so a first partial window is NaN there);
-    # rivermark applies min_periods, defaulting to 1 as documented.
-    got = run(rivermark, rivermark.dataframe, lambda sdf: sdf.x.rolling(2).sum())
-    assert list(pd.concat(got)) == [1.0, 3.0, 5.0, 7.0, 9.0]
+def test_rolling_default_min_periods_is_pandas() -> None:
+    # streamz's rolling() never passes min_periods on to pandas, so a first
+    # partial window is NaN, as in pandas' rolling on the whole data
+    got = compare(lambda sdf: sdf.x.rolling(2).sum())
+    assert pd.concat(got).fillna(-1.0).tolist() == [-1.0, 3.0, 5.0, 7.0, 9.0]
+
+
+def test_rolling_explicit_min_periods_is_applied() -> None:
+    got = run(rivermark, rivermark.dataframe, lambda sdf: sdf.x.rolling(2, min_periods=1).sum())
+    assert pd.concat(got).tolist() == [1.0, 3.0, 5.0, 7.0, 9.0]
+
+
+def test_windowed_groupby_by_index_keeps_its_freq() -> None:
+    # pandas keeps the freq of an index it groups by; so does streamz's result
+    index = pd.date_range("2000-01-01", periods=30, freq="1h")
+    df = pd.DataFrame({"x": range(30)}, index=index, dtype=float)
+    source = rivermark.Stream()
+    sdf = rivermark.dataframe.DataFrame(source, example=df.iloc[:0])
+    w = sdf.window("10h")
+    L = w.groupby(w.index).x.sum().stream.sink_to_list()
+    for i in range(0, 30, 13):
+        source.emit(df.iloc[i : i + 13])
+    for got, end in zip(L, (13, 26, 30)):
+        part = df.iloc[:end]
+        part = part[part.index.max() - pd.Timedelta("10h") + pd.Timedelta("1ns") :]
+        pd.testing.assert_series_equal(got, part.groupby(part.index).x.sum())
+        assert got.index.freq == pd.tseries.frequencies.to_offset("h")
 
 
 def test_frame_selection_and_assign() -> None:

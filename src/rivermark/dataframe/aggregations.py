@@ -437,6 +437,9 @@ class GroupbyAggregation(Aggregation):
     :class:`~rivermark.dataframe.partials.KeyedAcc`: per key, the sums
     (sum, count, size, mean), the moments (var, std) or the extreme (min,
     max).  Categorical keys are grouped with ``observed=True``.
+    ``key_is_index`` says the key column holds the batch's index: as pandas
+    does when grouping by an index that has a ``freq``, the keys keep it (and
+    a union of contiguous keys keeps it too).
 
     >>> agg = GroupbyAggregation("sum", by="k", selection="v")
     >>> df = pd.DataFrame({"k": ["a", "b", "a"], "v": [1, 2, 3]})
@@ -453,6 +456,7 @@ class GroupbyAggregation(Aggregation):
         track_size: bool = False,
         index_name: Any = None,
         rename_index: bool = False,
+        key_is_index: bool = False,
     ) -> None:
         if how not in _GROUPBY_HOWS:
             raise ConfigurationError(
@@ -467,6 +471,7 @@ class GroupbyAggregation(Aggregation):
         #: when grouping by a Series, the name its index gets (else the key's own)
         self.index_name = index_name
         self._rename = rename_index
+        self.key_is_index = key_is_index
         self._merger = {
             "var": _merge_moment_comps,
             "std": _merge_moment_comps,
@@ -488,11 +493,20 @@ class GroupbyAggregation(Aggregation):
         g = self._grouped(batch)
         how = self.how
         if how == "mean":
-            return (g.sum(), g.count())
-        if how in ("var", "std"):
+            p: tuple[Any, ...] = (g.sum(), g.count())
+        elif how in ("var", "std"):
             n = g.count()
-            return (n, g.mean(), g.var(ddof=0) * n)
-        return (getattr(g, how)(),)
+            p = (n, g.mean(), g.var(ddof=0) * n)
+        else:
+            p = (getattr(g, how)(),)
+        return self._keep_freq(p, batch.index) if self.key_is_index else p
+
+    @staticmethod
+    def _keep_freq(p: tuple[Any, ...], index: pd.Index) -> tuple[Any, ...]:
+        """The partial with the batch's index (and its ``freq``) as keys, where they are equal."""
+        if getattr(index, "freq", None) is None or not p[0].index.equals(index):
+            return p
+        return tuple(x.set_axis(index.rename(x.index.name)) for x in p)
 
     def combine(self, acc: Any, p: Any) -> Any:
         if acc is None:

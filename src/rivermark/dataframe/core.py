@@ -537,9 +537,18 @@ class Frame(BaseFrame):
         return self.aggregate(aggs.Max(), start=start, op="max()")
 
     def rolling(
-        self, window: Any, min_periods: int = 1, with_state: bool = False, start: Any = None
+        self,
+        window: Any,
+        min_periods: int | None = None,
+        with_state: bool = False,
+        start: Any = None,
     ) -> Any:
-        """pandas-style rolling aggregations across batch boundaries (``window`` rows or a time)."""
+        """pandas-style rolling aggregations across batch boundaries (``window`` rows or a time).
+
+        ``min_periods`` is pandas' (by default the window's size for a number
+        of rows, 1 for a time span), so the output is pandas' ``rolling`` on
+        the whole data, as streamz's is.
+        """
         from .windows import Rolling
 
         return Rolling(self, window, min_periods, with_state, start)

@@ -203,7 +203,7 @@ class RollingAggregate(ConformingNode):
     >>> L = RollingAggregate(s, 2, "sum").sink_to_list()
     >>> s.emit(pd.Series([1.0, 2.0])); s.emit(pd.Series([3.0], index=[2]))
     >>> pd.concat(L).tolist()
-    [1.0, 3.0, 5.0]
+    [nan, 3.0, 5.0]
     """
 
     def __init__(
@@ -211,7 +211,7 @@ class RollingAggregate(ConformingNode):
         upstream: Stream,
         window: Any,
         op: str,
-        min_periods: int | None = 1,
+        min_periods: int | None = None,
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
         with_state: bool = False,
