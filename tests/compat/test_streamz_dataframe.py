@@ -102,6 +102,24 @@ def test_rolling_explicit_min_periods_is_applied() -> None:
     assert pd.concat(got).tolist() == [1.0, 3.0, 5.0, 7.0, 9.0]
 
 
+def test_rolling_state_is_streamz_and_resumes_from_its_form() -> None:
+    # streamz's rolling state is the last `window` rows; a state it emitted is a valid start=
+    def build(sdf: Any) -> Any:
+        return sdf.rolling(2, with_state=True, start=()).amount.sum()
+
+    got = run(rivermark, rivermark.dataframe, build)
+    expected = run(streamz, streamz.dataframe, build)
+    assert len(got) == len(expected)
+    for (gs, gr), (es, er) in zip(got, expected):
+        pd.testing.assert_series_equal(gs, es, check_dtype=False)
+        pd.testing.assert_series_equal(gr, er, check_dtype=False)
+    source = rivermark.Stream()
+    sdf = rivermark.dataframe.DataFrame(source, example=EXAMPLE)
+    resumed = sdf.rolling(2, start=expected[-1][0]).amount.sum().stream.sink_to_list()
+    source.emit(pd.DataFrame({"name": ["Dan"], "amount": [7], "x": [6.0]}))
+    assert resumed[0].tolist() == [17.0]  # 10 (the last row of the state) + 7
+
+
 def test_windowed_groupby_by_index_keeps_its_freq() -> None:
     # pandas keeps the freq of an index it groups by; so does streamz's result
     index = pd.date_range("2000-01-01", periods=30, freq="1h")
