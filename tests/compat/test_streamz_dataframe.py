@@ -669,3 +669,17 @@ def test_ewm_operations_other_than_mean_raise_not_implemented(op: str) -> None:
         rivermark.ConfigurationError, match=r"ewm\(\.\.\.\)\.var\(\) is not supported"
     ):
         rivermark.dataframe.DataFrame(example=pd.DataFrame(columns=["x"])).ewm(com=1).var()
+
+
+@pytest.mark.parametrize(
+    ("build", "first"),
+    [
+        (lambda sdf: sdf.amount.sum(start=10), 310),
+        (lambda sdf: sdf.amount.count(start=3), 5),
+        (lambda sdf: sdf.amount.mean(start=(10, 2)), 77.5),
+    ],
+)
+def test_reductions_start_in_streamz_form(build: Callable[[Any], Any], first: float) -> None:
+    # streamz's start= of a running reduction: the value (sum, count) or (sum, count) for mean
+    got = compare(build)
+    assert got[0] == pytest.approx(first)

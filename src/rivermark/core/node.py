@@ -220,6 +220,15 @@ class Stream:
         self.errors_handled = 0
         #: records passed on to the downstreams (see :mod:`rivermark.core.counting`)
         self.records_out = 0
+        if asynchronous is not None:
+            for up in self.upstreams:
+                theirs = getattr(up, "asynchronous", None)
+                if theirs is not None and bool(theirs) != bool(asynchronous):
+                    raise ConfigurationError(
+                        f"asynchronous={asynchronous!r} on a node whose upstream {up!r} was "
+                        f"created with asynchronous={theirs!r}: a graph is either asynchronous "
+                        "or not; pass the same value (or leave it out downstream)"
+                    )
         self.asynchronous = asynchronous
         if ensure_io_loop and not type(self).__module__.startswith("rivermark."):
             # a node written for streamz asks for the loop when its update needs

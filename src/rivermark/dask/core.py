@@ -435,6 +435,7 @@ class DaskStarmap(DaskMap):
     _worker_call: ClassVar[Callable[..., Any]] = staticmethod(_apply_star)
 
 
+@DaskStream.register_api(attribute_name="scan")
 @DaskStream.register_api(attribute_name="accumulate")
 class DaskAccumulate(DaskStream):
     """A running ``state = func(state, x)`` computed on the cluster.
@@ -455,10 +456,14 @@ class DaskAccumulate(DaskStream):
     state then costs one scheduler hop per batch instead of two tasks per
     record.
 
+    ``scan`` is the same node (streamz's other name for it).
+
     >>> s = Stream()
     >>> acc = s.scatter().accumulate(lambda a, b: a + b, start=0)
     >>> acc.get_state()
     {'state': 0}
+    >>> type(s.scatter().scan(lambda a, b: a + b)).__name__
+    'DaskAccumulate'
     """
 
     def __init__(
