@@ -870,14 +870,14 @@ class Stream:
 
         return DataFrame(self, example=example)
 
-    def to_batch(self, **kwargs: Any) -> Any:
-        """streamz's collections API (``streamz.batch``); not available in rivermark."""
-        raise ConfigurationError(
-            f"{self._display_name()}.to_batch({', '.join(f'{k}={v!r}' for k, v in kwargs.items())}): "
-            "streamz's batch collections (streamz.batch) are not available in rivermark; "
-            "map over the lists instead, e.g. .map(lambda batch: [f(x) for x in batch]), "
-            "or build pandas DataFrames and use .to_dataframe(example=...)"
-        )
+    def to_batch(self, example: Any = None) -> Any:
+        """Treat a stream of lists of records as streamz's ``Batch`` (``rivermark.batch``).
+
+        Available without importing :mod:`rivermark.batch` first, as in streamz.
+        """
+        from ..batch import Batch
+
+        return Batch(self, example=example)
 
 
 async def _done() -> None:
