@@ -683,3 +683,15 @@ def test_reductions_start_in_streamz_form(build: Callable[[Any], Any], first: fl
     # streamz's start= of a running reduction: the value (sum, count) or (sum, count) for mean
     got = compare(build)
     assert got[0] == pytest.approx(first)
+
+
+def test_random_datapoint_as_streamz() -> None:
+    from streamz.dataframe.core import random_datapoint as theirs
+
+    from rivermark.dataframe.core import random_datapoint as ours
+
+    now = pd.Timestamp("2024-01-01 12:00")
+    got, expected = ours(now=now), theirs(now=now)
+    assert list(got.columns) == list(expected.columns)
+    assert list(got.index) == list(expected.index) == [now]
+    assert 0 <= float(got.a.iloc[0]) < 1

@@ -44,6 +44,15 @@ __all__ = [
 ]
 
 
+def __getattr__(name: str) -> Any:
+    """streamz's ``streamz.dataframe.core.random_datapoint`` (kept in :mod:`.periodic`)."""
+    if name == "random_datapoint":
+        from .periodic import random_datapoint
+
+        return random_datapoint
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def _identity(x: Any) -> Any:
     return x
 
