@@ -222,14 +222,14 @@ class Stream:
         self.records_out = 0
         if asynchronous is not None:
             for up in self.upstreams:
-                theirs = getattr(up, "asynchronous", None)
+                theirs = up.asynchronous if isinstance(up, Stream) else None
                 if theirs is not None and bool(theirs) != bool(asynchronous):
                     raise ConfigurationError(
                         f"asynchronous={asynchronous!r} on a node whose upstream {up!r} was "
                         f"created with asynchronous={theirs!r}: a graph is either asynchronous "
                         "or not; pass the same value (or leave it out downstream)"
                     )
-        self.asynchronous = asynchronous
+        self.asynchronous: bool | None = asynchronous
         if ensure_io_loop and not type(self).__module__.startswith("rivermark."):
             # a node written for streamz asks for the loop when its update needs
             # one (it schedules work there): its records are then passed on the loop
