@@ -897,9 +897,21 @@ def test_to_dataframe_without_importing_the_dataframe_module() -> None:
     assert out.stdout.strip() == "DataFrame [3]"
 
 
-def test_to_batch_is_refused_with_a_clear_error() -> None:
-    with pytest.raises(rivermark.ConfigurationError, match=r"streamz's batch collections"):
-        rivermark.Stream(stream_name="lines").to_batch(example=[{"x": 1}])
+def test_to_batch_collections_as_streamz() -> None:
+    # streamz's Batch: record-wise operations on a stream of lists
+    def run_batch(sz: Any) -> tuple[list[Any], list[Any], list[Any]]:
+        source = sz.Stream()
+        batch = source.partition(3).to_batch(example=[{"x": 0, "y": 0}])
+        sums = batch.pluck("x").map(lambda v: v * 10).sum().stream.sink_to_list()
+        odd = batch.filter(lambda d: d["x"] % 2).to_stream().sink_to_list()
+        frames = batch.to_dataframe().y.sum().stream.sink_to_list()
+        for i in range(7):
+            source.emit({"x": i, "y": 2 * i})
+        return list(sums), [d["x"] for d in odd], [int(v) for v in frames]
+
+    expected = run_batch(streamz)
+    assert run_batch(rivermark) == expected
+    assert expected == ([30, 150], [1, 3, 5], [6, 30])
 
 
 def test_visualize_keyword_arguments_are_graph_attributes() -> None:

@@ -97,6 +97,7 @@ CASES: dict[str, tuple[Callable[[Any, Any], Any], int]] = {
     "starmap": (lambda a, b: a.zip(b).starmap(operator.sub), 12),
     "accumulate": (lambda a, b: a.accumulate(operator.add), 12),
     "accumulate-start": (lambda a, b: a.map(inc).accumulate(operator.add, start=100), 12),
+    "scan": (lambda a, b: a.map(inc).scan(operator.add), 12),
     "accumulate-returns-state": (
         lambda a, b: a.accumulate(lambda s, x: (s + x, s * x), start=1, returns_state=True),
         12,

@@ -90,12 +90,51 @@ def test_rolling_and_cumsum() -> None:
     compare(lambda sdf: sdf.x.rolling(2, min_periods=2).sum())
 
 
-def test_rolling_applies_documented_min_periods_default() -> None:
-    # streamz's rolling() documents min_periods=1 but its known aggregations
-    # never pass it to pandas (so a first partial window is NaN there);
-    # rivermark applies min_periods, defaulting to 1 as documented.
-    got = run(rivermark, rivermark.dataframe, lambda sdf: sdf.x.rolling(2).sum())
-    assert list(pd.concat(got)) == [1.0, 3.0, 5.0, 7.0, 9.0]
+def test_rolling_default_min_periods_is_pandas() -> None:
+    # streamz's rolling() never passes min_periods on to pandas, so a first
+    # partial window is NaN, as in pandas' rolling on the whole data
+    got = compare(lambda sdf: sdf.x.rolling(2).sum())
+    assert pd.concat(got).fillna(-1.0).tolist() == [-1.0, 3.0, 5.0, 7.0, 9.0]
+
+
+def test_rolling_explicit_min_periods_is_applied() -> None:
+    got = run(rivermark, rivermark.dataframe, lambda sdf: sdf.x.rolling(2, min_periods=1).sum())
+    assert pd.concat(got).tolist() == [1.0, 3.0, 5.0, 7.0, 9.0]
+
+
+def test_rolling_state_is_streamz_and_resumes_from_its_form() -> None:
+    # streamz's rolling state is the last `window` rows; a state it emitted is a valid start=
+    def build(sdf: Any) -> Any:
+        return sdf.rolling(2, with_state=True, start=()).amount.sum()
+
+    got = run(rivermark, rivermark.dataframe, build)
+    expected = run(streamz, streamz.dataframe, build)
+    assert len(got) == len(expected)
+    for (gs, gr), (es, er) in zip(got, expected):
+        pd.testing.assert_series_equal(gs, es, check_dtype=False)
+        pd.testing.assert_series_equal(gr, er, check_dtype=False)
+    source = rivermark.Stream()
+    sdf = rivermark.dataframe.DataFrame(source, example=EXAMPLE)
+    resumed = sdf.rolling(2, start=expected[-1][0]).amount.sum().stream.sink_to_list()
+    source.emit(pd.DataFrame({"name": ["Dan"], "amount": [7], "x": [6.0]}))
+    assert resumed[0].tolist() == [17.0]  # 10 (the last row of the state) + 7
+
+
+def test_windowed_groupby_by_index_keeps_its_freq() -> None:
+    # pandas keeps the freq of an index it groups by; so does streamz's result
+    index = pd.date_range("2000-01-01", periods=30, freq="1h")
+    df = pd.DataFrame({"x": range(30)}, index=index, dtype=float)
+    source = rivermark.Stream()
+    sdf = rivermark.dataframe.DataFrame(source, example=df.iloc[:0])
+    w = sdf.window("10h")
+    L = w.groupby(w.index).x.sum().stream.sink_to_list()
+    for i in range(0, 30, 13):
+        source.emit(df.iloc[i : i + 13])
+    for got, end in zip(L, (13, 26, 30)):
+        part = df.iloc[:end]
+        part = part[part.index.max() - pd.Timedelta("10h") + pd.Timedelta("1ns") :]
+        pd.testing.assert_series_equal(got, part.groupby(part.index).x.sum())
+        assert got.index.freq == pd.tseries.frequencies.to_offset("h")
 
 
 def test_frame_selection_and_assign() -> None:
@@ -630,3 +669,29 @@ def test_ewm_operations_other_than_mean_raise_not_implemented(op: str) -> None:
         rivermark.ConfigurationError, match=r"ewm\(\.\.\.\)\.var\(\) is not supported"
     ):
         rivermark.dataframe.DataFrame(example=pd.DataFrame(columns=["x"])).ewm(com=1).var()
+
+
+@pytest.mark.parametrize(
+    ("build", "first"),
+    [
+        (lambda sdf: sdf.amount.sum(start=10), 310),
+        (lambda sdf: sdf.amount.count(start=3), 5),
+        (lambda sdf: sdf.amount.mean(start=(10, 2)), 77.5),
+    ],
+)
+def test_reductions_start_in_streamz_form(build: Callable[[Any], Any], first: float) -> None:
+    # streamz's start= of a running reduction: the value (sum, count) or (sum, count) for mean
+    got = compare(build)
+    assert got[0] == pytest.approx(first)
+
+
+def test_random_datapoint_as_streamz() -> None:
+    from streamz.dataframe.core import random_datapoint as theirs
+
+    from rivermark.dataframe.core import random_datapoint as ours
+
+    now = pd.Timestamp("2024-01-01 12:00")
+    got, expected = ours(now=now), theirs(now=now)
+    assert list(got.columns) == list(expected.columns)
+    assert list(got.index) == list(expected.index) == [now]
+    assert 0 <= float(got.a.iloc[0]) < 1

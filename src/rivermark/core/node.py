@@ -25,7 +25,7 @@ from typing import Any, ClassVar, TypeVar
 from ..errors import ConfigurationError, ErrorContext, NodeFailedError, add_context
 from ..fastpath import codegen
 from ..fastpath import push as fusion
-from . import counting, runtime
+from . import counting, delivery, runtime
 from .origin import describe_origin
 from .refs import Metadata, release_refs, retain_refs
 
@@ -220,7 +220,16 @@ class Stream:
         self.errors_handled = 0
         #: records passed on to the downstreams (see :mod:`rivermark.core.counting`)
         self.records_out = 0
-        self.asynchronous = asynchronous
+        if asynchronous is not None:
+            for up in self.upstreams:
+                theirs = up.asynchronous if isinstance(up, Stream) else None
+                if theirs is not None and bool(theirs) != bool(asynchronous):
+                    raise ConfigurationError(
+                        f"asynchronous={asynchronous!r} on a node whose upstream {up!r} was "
+                        f"created with asynchronous={theirs!r}: a graph is either asynchronous "
+                        "or not; pass the same value (or leave it out downstream)"
+                    )
+        self.asynchronous: bool | None = asynchronous
         if ensure_io_loop and not type(self).__module__.startswith("rivermark."):
             # a node written for streamz asks for the loop when its update needs
             # one (it schedules work there): its records are then passed on the loop
@@ -235,6 +244,9 @@ class Stream:
             self._loop = runtime.current_loop()
         self._loop_cache_version = -1
         self._loop_needed: asyncio.AbstractEventLoop | None = None
+        #: the nodes below that pass records on after ``update`` returned (Dask's
+        #: ``gather``), found with ``_loop_needed``; an emit waits for them
+        self._deferred: tuple[delivery.DeferredDelivery, ...] = ()
         for up in self.upstreams:
             if isinstance(up, Stream):
                 up._add_downstream(self)
@@ -411,7 +423,10 @@ class Stream:
         return self._loop
 
     def _downstream_loop(self) -> asyncio.AbstractEventLoop | None:
-        """The loop needed to run an emit from here, or None for a purely sync subgraph."""
+        """The loop needed to run an emit from here, or None for a purely sync subgraph.
+
+        Also finds ``_deferred`` for the same graph shape.
+        """
         if self._loop_cache_version == _GraphClock.version:
             return self._loop_needed
         found: Stream | None = None
@@ -427,6 +442,8 @@ class Stream:
                 break
             todo.extend(n.downstreams)
         self._loop_needed = found.loop if found is not None else None
+        # only an asynchronous node defers delivery, so a synchronous subgraph has none
+        self._deferred = () if found is None else delivery.deferred_nodes(self.downstreams)
         self._loop_cache_version = _GraphClock.version
         return self._loop_needed
 
@@ -533,12 +550,24 @@ class Stream:
             return runtime.gather_results(results) if results else _done()
         if self._emit_version != _GraphClock.version:
             self._bind_emit()
+        deferred = self._deferred
         if runtime.in_loop_thread(loop):
+            if deferred and asynchronous:
+                # as streamz: the awaitable also covers what Dask's gather passes on later
+                before = delivery.counts(deferred)
+                results = self._emit(x, metadata)
+                waits = delivery.waits(deferred, before)
+                return runtime.gather_results([*(results or ()), *waits])
             results = self._emit(x, metadata)
             if asynchronous:
                 return runtime.gather_results(results)
             return results
-        fut = asyncio.run_coroutine_threadsafe(self._emit_and_wait(x, metadata), loop)
+        coro = (
+            self._emit_and_deliver(x, metadata, deferred)
+            if deferred
+            else self._emit_and_wait(x, metadata)
+        )
+        fut = asyncio.run_coroutine_threadsafe(coro, loop)
         if asynchronous:
             return asyncio.wrap_future(fut)
         return fut.result()
@@ -602,6 +631,17 @@ class Stream:
 
     async def _emit_and_wait(self, x: Any, metadata: Metadata | None = None) -> None:
         await runtime.gather_results(self._emit(x, metadata))
+
+    async def _emit_and_deliver(
+        self,
+        x: Any,
+        metadata: Metadata | None,
+        deferred: tuple[delivery.DeferredDelivery, ...],
+    ) -> None:
+        """Emit, then wait for the records ``deferred`` nodes accepted to be passed on."""
+        before = delivery.counts(deferred)
+        results = self._emit(x, metadata)
+        await runtime.gather_results([*(results or ()), *delivery.waits(deferred, before)])
 
     # ------------------------------------------------------------------ errors
     #: the error that failed this node for good (see :meth:`_fail`); a Job stops on it
@@ -843,14 +883,14 @@ class Stream:
 
         return DataFrame(self, example=example)
 
-    def to_batch(self, **kwargs: Any) -> Any:
-        """streamz's collections API (``streamz.batch``); not available in rivermark."""
-        raise ConfigurationError(
-            f"{self._display_name()}.to_batch({', '.join(f'{k}={v!r}' for k, v in kwargs.items())}): "
-            "streamz's batch collections (streamz.batch) are not available in rivermark; "
-            "map over the lists instead, e.g. .map(lambda batch: [f(x) for x in batch]), "
-            "or build pandas DataFrames and use .to_dataframe(example=...)"
-        )
+    def to_batch(self, example: Any = None) -> Any:
+        """Treat a stream of lists of records as streamz's ``Batch`` (``rivermark.batch``).
+
+        Available without importing :mod:`rivermark.batch` first, as in streamz.
+        """
+        from ..batch import Batch
+
+        return Batch(self, example=example)
 
 
 async def _done() -> None:

@@ -435,6 +435,7 @@ class DaskStarmap(DaskMap):
     _worker_call: ClassVar[Callable[..., Any]] = staticmethod(_apply_star)
 
 
+@DaskStream.register_api(attribute_name="scan")
 @DaskStream.register_api(attribute_name="accumulate")
 class DaskAccumulate(DaskStream):
     """A running ``state = func(state, x)`` computed on the cluster.
@@ -455,10 +456,14 @@ class DaskAccumulate(DaskStream):
     state then costs one scheduler hop per batch instead of two tasks per
     record.
 
+    ``scan`` is the same node (streamz's other name for it).
+
     >>> s = Stream()
     >>> acc = s.scatter().accumulate(lambda a, b: a + b, start=0)
     >>> acc.get_state()
     {'state': 0}
+    >>> type(s.scatter().scan(lambda a, b: a + b)).__name__
+    'DaskAccumulate'
     """
 
     def __init__(
@@ -678,6 +683,12 @@ class DaskGather(Stream):
     from another thread) waits until nothing is in flight and raises the
     node's failure, if any.
 
+    A synchronous ``source.emit(x)`` (and an awaited
+    ``source.emit(x, asynchronous=True)``) returns once the values of the
+    futures it produced have been emitted here, as in streamz (the node is a
+    :class:`~rivermark.core.delivery.DeferredDelivery`); sources keep up to
+    ``max_inflight`` futures outstanding.
+
     >>> s = Stream()
     >>> g = s.scatter().gather(max_inflight=4)
     >>> g.max_inflight, g._inflight
@@ -699,6 +710,9 @@ class DaskGather(Stream):
         check_positive_int("gather", "max_inflight", max_inflight)
         self.max_inflight = max_inflight
         self._inflight = 0
+        #: records accepted by ``update`` and passed on (or dropped) so far
+        self._accepted = 0
+        self._delivered = 0
         self._pending: deque[_Pending] = deque()
         self._drainer: asyncio.Task[None] | None = None
         self._changed: asyncio.Event | None = None
@@ -724,6 +738,7 @@ class DaskGather(Stream):
             _check_client(self, x.batch.node.client)
         self._retain_refs(metadata)
         self._inflight += 1
+        self._accepted += 1
         fetch: asyncio.Future[tuple[bool, Any]]
         try:
             if part:
@@ -763,6 +778,14 @@ class DaskGather(Stream):
 
     async def _wait_room(self) -> None:
         await self._wait_for(lambda: len(self._pending) < self.max_inflight)
+
+    def accepted_count(self) -> int:
+        """Records accepted so far (:class:`~rivermark.core.delivery.DeferredDelivery`)."""
+        return self._accepted
+
+    async def wait_delivered(self, count: int) -> None:
+        """Wait until the first ``count`` accepted records were emitted (or dropped)."""
+        await self._wait_for(lambda: self._delivered >= count)
 
     async def wait_drained(self) -> None:
         """Wait until nothing is in flight here or in the asynchronous nodes upstream.
@@ -818,6 +841,7 @@ class DaskGather(Stream):
                 return
             self._pending.popleft()
             self._inflight -= 1
+            self._delivered += 1
             self._release_refs(p.metadata)
             self._notify()
 

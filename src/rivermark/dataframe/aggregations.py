@@ -136,6 +136,10 @@ class Aggregation:
     def result(self, acc: Any) -> Any:
         raise NotImplementedError
 
+    def from_streamz_start(self, start: Any) -> Any:
+        """The accumulator for a ``start=`` in streamz's form (e.g. ``sum(start=10)``), or None."""
+        return None
+
     def signature(self) -> str:
         return type(self).__name__
 
@@ -149,7 +153,7 @@ class Aggregation:
 def is_streamz_style(agg: Any) -> bool:
     """Whether ``agg`` implements streamz's ``initial``/``on_new``/``on_old`` instead of partials.
 
-    >>> class Count(Aggregation):
+    >>> class Count(_OneValue):
     ...     def initial(self, new): return 0
     ...     def on_new(self, state, new): return state + len(new), state + len(new)
     ...     def on_old(self, state, old): return state - len(old), state - len(old)
@@ -206,7 +210,18 @@ def aggregate_example(agg: Any, example: Any) -> Any:
     return agg.example_result(example)
 
 
-class Sum(Aggregation):
+class _OneValue(Aggregation):
+    """An aggregation whose accumulator is one running value (sum, count, size)."""
+
+    def from_streamz_start(self, start: Any) -> Any:
+        # streamz starts the running value at ``start``
+        return None if isinstance(start, (dict, tuple, list)) else (start,)
+
+    def result(self, acc: Any) -> Any:
+        return acc[0]
+
+
+class Sum(_OneValue):
     """Sum of each column (DataFrame) or of the values (Series).
 
     >>> Sum().example_result(pd.DataFrame({"a": [1, 2], "b": [3, 4]})).to_dict()
@@ -216,11 +231,8 @@ class Sum(Aggregation):
     def partial(self, batch: Any) -> Any:
         return (batch.sum(),)
 
-    def result(self, acc: Any) -> Any:
-        return acc[0]
 
-
-class Count(Aggregation):
+class Count(_OneValue):
     """Number of non-null values.
 
     >>> int(Count().example_result(pd.Series([1.0, None, 3.0])))
@@ -230,11 +242,8 @@ class Count(Aggregation):
     def partial(self, batch: Any) -> Any:
         return (batch.count(),)
 
-    def result(self, acc: Any) -> Any:
-        return acc[0]
 
-
-class Size(Aggregation):
+class Size(_OneValue):
     """Number of elements (``batch.size``: rows times columns for a DataFrame).
 
     >>> Size().example_result(pd.DataFrame({"a": [1, 2], "b": [3, 4]}))
@@ -243,9 +252,6 @@ class Size(Aggregation):
 
     def partial(self, batch: Any) -> Any:
         return (int(batch.size),)
-
-    def result(self, acc: Any) -> Any:
-        return acc[0]
 
 
 class Mean(Aggregation):
@@ -259,6 +265,12 @@ class Mean(Aggregation):
 
     def partial(self, batch: Any) -> Any:
         return (batch.sum(), batch.count())
+
+    def from_streamz_start(self, start: Any) -> Any:
+        # streamz's mean state is ``(sum, count)``
+        if isinstance(start, tuple) and len(start) == 2:
+            return tuple(start)
+        return None
 
     def result(self, acc: Any) -> Any:
         total, n = acc
@@ -437,6 +449,9 @@ class GroupbyAggregation(Aggregation):
     :class:`~rivermark.dataframe.partials.KeyedAcc`: per key, the sums
     (sum, count, size, mean), the moments (var, std) or the extreme (min,
     max).  Categorical keys are grouped with ``observed=True``.
+    ``key_is_index`` says the key column holds the batch's index: as pandas
+    does when grouping by an index that has a ``freq``, the keys keep it (and
+    a union of contiguous keys keeps it too).
 
     >>> agg = GroupbyAggregation("sum", by="k", selection="v")
     >>> df = pd.DataFrame({"k": ["a", "b", "a"], "v": [1, 2, 3]})
@@ -453,6 +468,7 @@ class GroupbyAggregation(Aggregation):
         track_size: bool = False,
         index_name: Any = None,
         rename_index: bool = False,
+        key_is_index: bool = False,
     ) -> None:
         if how not in _GROUPBY_HOWS:
             raise ConfigurationError(
@@ -467,6 +483,7 @@ class GroupbyAggregation(Aggregation):
         #: when grouping by a Series, the name its index gets (else the key's own)
         self.index_name = index_name
         self._rename = rename_index
+        self.key_is_index = key_is_index
         self._merger = {
             "var": _merge_moment_comps,
             "std": _merge_moment_comps,
@@ -488,11 +505,20 @@ class GroupbyAggregation(Aggregation):
         g = self._grouped(batch)
         how = self.how
         if how == "mean":
-            return (g.sum(), g.count())
-        if how in ("var", "std"):
+            p: tuple[Any, ...] = (g.sum(), g.count())
+        elif how in ("var", "std"):
             n = g.count()
-            return (n, g.mean(), g.var(ddof=0) * n)
-        return (getattr(g, how)(),)
+            p = (n, g.mean(), g.var(ddof=0) * n)
+        else:
+            p = (getattr(g, how)(),)
+        return self._keep_freq(p, batch.index) if self.key_is_index else p
+
+    @staticmethod
+    def _keep_freq(p: tuple[Any, ...], index: pd.Index) -> tuple[Any, ...]:
+        """The partial with the batch's index (and its ``freq``) as keys, where they are equal."""
+        if getattr(index, "freq", None) is None or not p[0].index.equals(index):
+            return p
+        return tuple(x.set_axis(index.rename(x.index.name)) for x in p)
 
     def combine(self, acc: Any, p: Any) -> Any:
         if acc is None:
@@ -609,7 +635,11 @@ class Aggregate(ConformingNode):
         self.rows = 0
         Stream.__init__(self, upstream, **kwargs)
         if start is not None:
-            self.set_state(start)
+            acc = None if self.windowed else agg.from_streamz_start(start)
+            if acc is not None:
+                self.acc = acc
+            else:
+                self.set_state(start)
 
     @property
     def windowed(self) -> bool:

@@ -44,6 +44,15 @@ __all__ = [
 ]
 
 
+def __getattr__(name: str) -> Any:
+    """streamz's ``streamz.dataframe.core.random_datapoint`` (kept in :mod:`.periodic`)."""
+    if name == "random_datapoint":
+        from .periodic import random_datapoint
+
+        return random_datapoint
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def _identity(x: Any) -> Any:
     return x
 
@@ -537,9 +546,18 @@ class Frame(BaseFrame):
         return self.aggregate(aggs.Max(), start=start, op="max()")
 
     def rolling(
-        self, window: Any, min_periods: int = 1, with_state: bool = False, start: Any = None
+        self,
+        window: Any,
+        min_periods: int | None = None,
+        with_state: bool = False,
+        start: Any = None,
     ) -> Any:
-        """pandas-style rolling aggregations across batch boundaries (``window`` rows or a time)."""
+        """pandas-style rolling aggregations across batch boundaries (``window`` rows or a time).
+
+        ``min_periods`` is pandas' (by default the window's size for a number
+        of rows, 1 for a time span), so the output is pandas' ``rolling`` on
+        the whole data, as streamz's is.
+        """
         from .windows import Rolling
 
         return Rolling(self, window, min_periods, with_state, start)

@@ -65,6 +65,7 @@ class GroupBy:
         windowed: bool = False,
         key_name: Any = _NO_KEY,
         prefix: str = "",
+        key_is_index: bool = False,
     ) -> None:
         if isinstance(grouper, Streaming):
             if not isinstance(grouper.example, (pd.Series, pd.Index)):
@@ -74,6 +75,7 @@ class GroupBy:
                 )
             # the key becomes a hidden column, computed from the same batch
             key_name = grouper.example.name
+            key_is_index = isinstance(grouper.example, pd.Index)
             root = Streaming.map_partitions(_with_key, root, grouper)
             grouper = _KEY
         cols = getattr(root.example, "columns", None)
@@ -99,6 +101,8 @@ class GroupBy:
         self.key_name = key_name
         #: how the user wrote the part before ``groupby`` (``window(n=3)``), for errors
         self.prefix = prefix
+        #: the key is an index (``sdf.index``): the result's index keeps its ``freq``
+        self.key_is_index = key_is_index
         self._label = grouper if key_name is _NO_KEY else key_name
 
     def __getitem__(self, index: Any) -> GroupBy:
@@ -113,6 +117,7 @@ class GroupBy:
             self.windowed,
             self.key_name,
             self.prefix,
+            self.key_is_index,
         )
 
     def __getattr__(self, key: str) -> Any:
@@ -133,6 +138,7 @@ class GroupBy:
             track_size=self.windowed,
             index_name=None if self.key_name is _NO_KEY else self.key_name,
             rename_index=self.key_name is not _NO_KEY,
+            key_is_index=self.key_is_index,
         )
         node = aggs.Aggregate(
             self.root._local_stream,

@@ -195,15 +195,16 @@ def check_rolling_window(window: Any, example: Any, what: str) -> None:
 class RollingAggregate(ConformingNode):
     """pandas ``rolling(window).op()`` across batch boundaries.
 
-    Only the rows a later batch still needs are kept (the last ``window - 1``
-    rows, or those within ``window`` of the newest index); each batch is emitted
-    with its rolling values.
+    Only the last rows are kept (the last ``window`` rows, as streamz's state
+    holds them, or those within ``window`` of the newest index); each batch is
+    emitted with its rolling values.  That tail is the state emitted with
+    ``with_state=True`` and taken by ``start=``.
 
     >>> s = Stream()
     >>> L = RollingAggregate(s, 2, "sum").sink_to_list()
     >>> s.emit(pd.Series([1.0, 2.0])); s.emit(pd.Series([3.0], index=[2]))
     >>> pd.concat(L).tolist()
-    [1.0, 3.0, 5.0]
+    [nan, 3.0, 5.0]
     """
 
     def __init__(
@@ -211,7 +212,7 @@ class RollingAggregate(ConformingNode):
         upstream: Stream,
         window: Any,
         op: str,
-        min_periods: int | None = 1,
+        min_periods: int | None = None,
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
         with_state: bool = False,
@@ -227,7 +228,9 @@ class RollingAggregate(ConformingNode):
         self.op_kwargs = kwargs or {}
         self.with_state = with_state
         self.example = example
-        self.tail: Any = start if start is not None and start != () else None
+        # streamz's default start is ``()``; a state is a frame (or Series) of the last rows
+        empty = start is None or (isinstance(start, tuple) and not start)
+        self.tail: Any = None if empty else start
         Stream.__init__(self, upstream, **node_kwargs)
 
     _state_attrs = ("tail", "schema")
@@ -247,7 +250,7 @@ class RollingAggregate(ConformingNode):
         r = full.rolling(self.window, min_periods=self.min_periods)
         out = getattr(r, self.how)(*self.args, **self.op_kwargs).iloc[len(full) - len(x) :]
         if isinstance(self.window, int):
-            self.tail = full.iloc[-(self.window - 1) :] if self.window > 1 else None
+            self.tail = full.iloc[-self.window :]
         elif len(full):
             cutoff = full.index.max() - pd.Timedelta(self.window)
             self.tail = full[full.index > cutoff]

@@ -409,14 +409,14 @@ class Rolling:
     >>> source.emit(pd.DataFrame({"x": [1.0, 2.0]}))
     >>> source.emit(pd.DataFrame({"x": [4.0]}, index=[2]))
     >>> pd.concat(L).tolist()
-    [1.0, 3.0, 6.0]
+    [nan, 3.0, 6.0]
     """
 
     def __init__(
         self,
         sdf: Any,
         window: Any,
-        min_periods: int = 1,
+        min_periods: int | None = None,
         with_state: bool = False,
         start: Any = None,
     ) -> None:

@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from typing import Any
 
@@ -26,6 +27,7 @@ from rivermark.dask import (
     scattered_classes,
 )
 from rivermark.errors import ConfigurationError
+from rivermark.testing import wait_for
 
 # the workers cannot import this test module: ship its functions by value
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -65,6 +67,13 @@ def run(source: Stream, gathered: DaskGather, items: list[Any]) -> None:
     gathered.flush(timeout=30)
 
 
+def run_pipelined(source: Stream, gathered: DaskGather, out: list[Any], n: int) -> None:
+    """Run a started source (it keeps futures in flight; a plain emit waits for each result)."""
+    source.start()
+    wait_for(lambda: len(out) >= n, timeout=60)
+    gathered.flush(timeout=30)
+
+
 # ---------------------------------------------------------------- same output as local
 def test_map_accumulate_matches_local(client: Client) -> None:
     items = list(range(30))
@@ -79,6 +88,22 @@ def test_map_accumulate_matches_local(client: Client) -> None:
     run(source, g, items)
     assert out == expected
     assert out[-1] == sum(range(1, 31))
+
+
+def slow_inc(x: int) -> int:
+    time.sleep(0.05)
+    return x + 1
+
+
+def test_emit_returns_once_gather_passed_the_result_on(client: Client) -> None:
+    # as in streamz: a synchronous emit waits for the gathered value to reach the sink
+    source = Stream()
+    g = source.scatter().map(slow_inc).gather()
+    out = g.sink_to_list()
+    for i in range(5):
+        source.emit(i)
+        assert out == [j + 1 for j in range(i + 1)]
+    assert g._inflight == 0
 
 
 def test_starmap_and_map_args(client: Client) -> None:
@@ -115,7 +140,8 @@ def test_accumulate_returns_state_and_with_state(client: Client) -> None:
 
 
 def test_results_in_order_with_several_in_flight(client: Client) -> None:
-    source = Stream()
+    items = list(range(40))
+    source = Stream.from_iterable(items)
     g = source.scatter().map(slow_square).gather(max_inflight=8)
     seen_pending: list[int] = []
     out: list[int] = []
@@ -125,8 +151,7 @@ def test_results_in_order_with_several_in_flight(client: Client) -> None:
         out.append(x)
 
     g.sink(record)
-    items = list(range(40))
-    run(source, g, items)
+    run_pipelined(source, g, out, len(items))
     assert out == [x * x for x in items]
     assert max(seen_pending) > 1, "futures were gathered one at a time"
     assert max(seen_pending) <= 8, "more futures in flight than max_inflight"
@@ -141,10 +166,10 @@ def timed_sleep(x: int) -> tuple[int, int, float, float]:
 
 def test_tasks_really_run_in_parallel_on_worker_processes(client: Client) -> None:
     worker_pids = set(client.run(os.getpid).values())
-    source = Stream()
+    source = Stream.from_iterable(range(12))
     g = source.scatter().map(timed_sleep).gather(max_inflight=4)
     out = g.sink_to_list()
-    run(source, g, list(range(12)))
+    run_pipelined(source, g, out, 12)
     assert [x for x, *_ in out] == list(range(12))
     assert {pid for _, pid, _, _ in out} == worker_pids, "not every worker process ran tasks"
     assert os.getpid() not in worker_pids
@@ -168,7 +193,6 @@ def test_a_full_window_holds_the_source_back(client: Client) -> None:
 
     g.sink(record)
     source.start()
-    from rivermark.testing import wait_for
 
     wait_for(lambda: len(ahead) == 30, timeout=60)
     assert max(ahead) <= 3 + 1, ahead  # the window, plus the emit waiting for room
@@ -207,13 +231,17 @@ def test_user_error_skip_drops_the_record(client: Client) -> None:
 def test_user_error_raise_fails_gather_and_names_the_task(client: Client) -> None:
     source = Stream()
     g = source.scatter().map(fail_on_3).gather()
-    g.sink_to_list()
-    for x in [1, 2, 3]:
+    out = g.sink_to_list()
+    for x in [1, 2]:
         source.emit(x)
-    # the user's own exception, as in streamz, naming the task that raised it
+    # the emit waits for the gathered value: it raises the user's own exception,
+    # as in streamz, naming the task that raised it
     with pytest.raises(ValueError, match="three is bad") as info:
-        g.flush(timeout=30)
+        source.emit(3)
     assert "task 'fail_on_3-" in info.value.rivermark_context.function
+    assert out == [1, 2]
+    with pytest.raises(ValueError, match="three is bad"):
+        g.flush(timeout=30)
     # the failed record is not completed: a checkpoint must not pass it
     assert g._inflight == 1
 
@@ -399,12 +427,26 @@ def test_lost_scheduler_is_an_error_that_says_so(tmp_path: Any) -> None:
         g = source.scatter(client=own).map(inc).gather()
         out = g.sink_to_list()
         ref = RefCounter(initial=1)
-        source.emit(1, metadata=[{"ref": ref}])
+        # the emit waits for the gathered value (as in streamz): it ends with the scheduler
+        emit_error: list[BaseException] = []
+
+        def emit_one() -> None:
+            try:
+                source.emit(1, metadata=[{"ref": ref}])
+            except BaseException as e:  # noqa: BLE001 - inspected below
+                emit_error.append(e)
+
+        emitter = threading.Thread(target=emit_one, daemon=True)
+        emitter.start()
+        wait_for(lambda: g._accepted == 1, timeout=30)
         ref.release()
         proc.kill()
         proc.wait(timeout=10)
         with pytest.raises(DaskConnectionError, match="lost the connection to the Dask scheduler"):
             g.flush(timeout=30)
+        emitter.join(timeout=30)
+        assert not emitter.is_alive()
+        assert [type(e) for e in emit_error] == [DaskConnectionError]
         assert out == []
         assert not ref.done, "a record lost with the scheduler must not count as complete"
         with pytest.raises(DaskConnectionError, match="lost the connection"):
@@ -436,7 +478,6 @@ def test_scattered_buffer_state_holds_values_not_futures(client: Client) -> None
 
 
 def test_scattered_timed_window_gathers_lists_of_values(client: Client) -> None:
-    from rivermark.testing import wait_for
 
     source = Stream()
     g = source.scatter().map(inc).timed_window(0.01).gather()

@@ -382,3 +382,14 @@ def test_refcounter_accepts_streamz_cb_and_loop() -> None:
     ref2 = RefCounter(1, lambda: fired.append(2), loop)
     ref2.release()
     assert fired == [1] and len(loop.callbacks) == 1  # scheduled, as streamz does
+
+
+def test_asynchronous_node_after_a_synchronous_one_is_refused():
+    # as streamz: a graph is either asynchronous or not
+    sync = Stream(asynchronous=False)
+    with pytest.raises(
+        ConfigurationError, match=re.escape("asynchronous=True on a node whose upstream")
+    ):
+        Stream(asynchronous=True, upstream=sync)
+    assert Stream(asynchronous=False, upstream=sync).asynchronous is False
+    assert Stream(upstream=Stream(asynchronous=True)).asynchronous is None

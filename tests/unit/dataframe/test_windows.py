@@ -100,23 +100,26 @@ def test_expanding(i: int) -> None:
         assert len(out.stream.parts) == 0  # nothing but the accumulator is stored
 
 
+@pytest.mark.parametrize("min_periods", [None, 1])
 @pytest.mark.parametrize("window", [1, 3, 10])
 @pytest.mark.parametrize("op", ["sum", "mean", "min", "max", "median", "std", "var", "count"])
-def test_rolling_rows(window: int, op: str) -> None:
+def test_rolling_rows(window: int, op: str, min_periods: int | None) -> None:
     s, sdf = source_and_sdf()
-    L = run(s, getattr(sdf.x.rolling(window), op)(), DATA)
+    rolling = sdf.x.rolling(window) if min_periods is None else sdf.x.rolling(window, min_periods)
+    L = run(s, getattr(rolling, op)(), DATA)
     whole = pd.concat(DATA)
-    tm.assert_series_equal(pd.concat(L), getattr(whole.x.rolling(window, min_periods=1), op)())
+    expected = getattr(whole.x.rolling(window, min_periods=min_periods), op)()
+    tm.assert_series_equal(pd.concat(L), expected)
 
 
 def test_rolling_dataframe_time_and_quantile() -> None:
     s, sdf = source_and_sdf()
     L = run(s, sdf[["amount", "x"]].rolling("4s").sum(), TDATA)
     whole = pd.concat(TDATA)
-    tm.assert_frame_equal(pd.concat(L), whole[["amount", "x"]].rolling("4s", min_periods=1).sum())
+    tm.assert_frame_equal(pd.concat(L), whole[["amount", "x"]].rolling("4s").sum())
     s2, sdf2 = source_and_sdf()
     L2 = run(s2, sdf2.rolling(5).x.quantile(0.5), DATA)
-    tm.assert_series_equal(pd.concat(L2), pd.concat(DATA).x.rolling(5, min_periods=1).quantile(0.5))
+    tm.assert_series_equal(pd.concat(L2), pd.concat(DATA).x.rolling(5).quantile(0.5))
 
 
 @pytest.mark.parametrize("kw", [{"com": 0.5}, {"span": 4}, {"halflife": 2.0}, {"alpha": 0.3}])

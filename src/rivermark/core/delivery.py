@@ -1,0 +1,74 @@
+"""Nodes that pass a record on after their ``update`` returned, and emits that wait for them.
+
+streamz's ``emit`` awaits what the downstream ``update`` calls return; its
+Dask ``gather`` returns the wait for the gathered value to be passed on, so
+``source.emit(x)`` returns once the result has reached the sinks.
+rivermark's ``gather`` keeps several futures in flight instead (that is where
+the parallelism comes from), and answers the same question through this
+contract: a node that implements :class:`DeferredDelivery` counts the records
+it has accepted, and can wait until the first ``n`` of them have been passed
+on.  A synchronous ``emit`` (and an awaited ``emit(x, asynchronous=True)``)
+on a graph with such nodes below waits for the records it handed them; a
+graph without them is not affected (``Stream.emit`` finds none once per
+graph shape), and sources, which await backpressure only, are not affected
+either.
+
+Only the records that reach the node while the emit runs are waited for: a
+record held on the way (in a ``buffer``, a ``delay``) is not, as in streamz.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Iterable
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = ["DeferredDelivery", "deferred_nodes", "counts", "waits"]
+
+
+@runtime_checkable
+class DeferredDelivery(Protocol):
+    """A node whose ``update`` may return before the record was passed on.
+
+    Records are passed on in the order they were accepted.
+    """
+
+    def accepted_count(self) -> int:
+        """How many records ``update`` has accepted so far."""
+
+    async def wait_delivered(self, count: int) -> None:
+        """Wait until the first ``count`` accepted records have been passed on.
+
+        A record dropped by the node's error policy counts as passed on; a
+        failure of the node is raised.
+        """
+
+
+def deferred_nodes(downstreams: Iterable[Any]) -> tuple[DeferredDelivery, ...]:
+    """The :class:`DeferredDelivery` nodes at or below ``downstreams`` (a graph walk)."""
+    found: list[DeferredDelivery] = []
+    seen: set[int] = set()
+    todo = list(downstreams)
+    while todo:
+        n = todo.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        if isinstance(n, DeferredDelivery):
+            found.append(n)
+        todo.extend(n.downstreams)
+    return tuple(found)
+
+
+def counts(nodes: tuple[DeferredDelivery, ...]) -> list[int]:
+    """Each node's accepted count now."""
+    return [n.accepted_count() for n in nodes]
+
+
+def waits(nodes: tuple[DeferredDelivery, ...], before: list[int]) -> list[Awaitable[None]]:
+    """Waits for the records the nodes accepted since ``before`` (from :func:`counts`)."""
+    out: list[Awaitable[None]] = []
+    for node, b in zip(nodes, before):
+        now = node.accepted_count()
+        if now > b:
+            out.append(node.wait_delivered(now))
+    return out
