@@ -272,7 +272,7 @@ def _do_run(target: str, opts: dict[str, Any]) -> int:
 )
 @_logging_options
 @click.pass_context
-def run_command(ctx: click.Context, target: str, **opts: Any) -> int:
+def run_command(ctx: click.Context, /, target: str, **opts: Any) -> int:
     """Run APP.py:NAME as a checkpointed job.
 
     NAME is a module-level variable of APP.py holding a node of the graph

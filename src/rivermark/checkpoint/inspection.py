@@ -28,6 +28,7 @@ errors, exit status 2); a damaged manifest raises
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import pickle
@@ -202,10 +203,8 @@ def describe_position(signature: str | None, position: Any) -> list[str]:
             return [f"byte {position} is the next to read"]
         line = _line_of(path, position)
         size = None
-        try:
+        with contextlib.suppress(OSError):
             size = os.path.getsize(path)
-        except OSError:
-            pass
         where = f"byte {position} of {path}"
         if line is not None:
             where += f" (line {line})"

@@ -44,6 +44,7 @@ checkpoint aside and calls ``start_over()`` on every checkpointed sink.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import os
@@ -266,7 +267,7 @@ class Job:
         for k in sinks:
             # a sink's output (file, topic) is part of the graph's identity: a
             # checkpoint's handle is refused for another output
-            self.fingerprint.setdefault(self._ids[id(k)], k.state_signature())  # type: ignore[attr-defined]
+            self.fingerprint.setdefault(self._ids[id(k)], k.state_signature())
         self.sources: list[Source] = [n for n in self.nodes if isinstance(n, Source)]
         if every_batches is not None:
             self._budget = RecordBudget(every_batches, self._wake_up)
@@ -521,10 +522,8 @@ class Job:
             if self.interval is not None:
                 timeout = min(timeout, max(0.0, self.interval - (time.monotonic() - last)))
             self._wake.clear()
-            try:
+            with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
-            except asyncio.TimeoutError:
-                pass
 
     async def _fail_if_a_node_failed(self) -> None:
         """Stop the sources and raise if a node has failed for good (its ``failure``).

@@ -33,6 +33,7 @@ the location.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -249,10 +250,8 @@ class ObjectStore(Store):
 
     def _remove(self, rels: list[str]) -> None:
         for rel in rels:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 self.fs.rm_file(self._path(rel))
-            except FileNotFoundError:
-                pass
         if self._local:  # object stores have no directories to leave behind
             for d in sorted({os.path.dirname(self._path(r)) for r in rels}, reverse=True):
                 try:

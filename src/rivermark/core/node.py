@@ -13,6 +13,7 @@ can wait for the slowest branch (backpressure).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import logging
@@ -624,10 +625,8 @@ class Stream:
             return
         self._emit_fn = None
         codegen.retire(fn)
-        try:
+        with contextlib.suppress(AttributeError):
             object.__delattr__(self, "emit")
-        except AttributeError:
-            pass
 
     async def _emit_and_wait(self, x: Any, metadata: Metadata | None = None) -> None:
         await runtime.gather_results(self._emit(x, metadata))
@@ -837,10 +836,7 @@ class Stream:
         head = f"{self.stream_name}; {kind}" if self.stream_name else kind
         shown = [(attr, _attr_text(getattr(self, attr, None))) for attr in self.str_list]
         shown = [(attr, text) for attr, text in shown if text]
-        if len(shown) == 1:
-            items = [shown[0][1]]
-        else:
-            items = [f"{attr}={text}" for attr, text in shown]
+        items = [shown[0][1]] if len(shown) == 1 else [f"{attr}={text}" for attr, text in shown]
         return f"<{head}: {', '.join(items)}>" if items else f"<{head}>"
 
     __repr__ = __str__

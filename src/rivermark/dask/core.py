@@ -536,7 +536,7 @@ class DaskAccumulate(DaskStream):
         return part
 
     def _batch_cap(self) -> int:
-        return max(1, min(d.max_inflight for d in self.downstreams) // 2)  # type: ignore[attr-defined]
+        return max(1, int(min(d.max_inflight for d in self.downstreams)) // 2)  # type: ignore[attr-defined]
 
     def _submit_batch(self) -> None:
         batch, self._open = self._open, None
@@ -941,7 +941,7 @@ class _RemoteState:
         super().set_state(_rebuild(state, put_back, Remote))  # type: ignore[misc]
 
     def state_signature(self) -> str:
-        return "Dask" + super().state_signature()  # type: ignore[misc]
+        return "Dask" + str(super().state_signature())  # type: ignore[misc]
 
 
 def _local_class(streamz_name: str) -> type[Stream] | None:

@@ -627,7 +627,7 @@ class KafkaBatchedSource(Source):
         if low <= offset <= high:
             return offset
         reset = str(self.consumer_params.get("auto.offset.reset", "earliest")).lower()
-        new = low if reset in _EARLIEST else high
+        new = int(low if reset in _EARLIEST else high)
         logger.warning(
             "%s: checkpointed offset %d of %s[%d] is outside the broker's range [%d, %d] "
             "(retention?); applying auto.offset.reset=%r -> starting at %d. RECORDS MAY BE LOST.",
