@@ -368,6 +368,15 @@ class Job:
             counting.count_emits(root)
 
     @property
+    def running(self) -> bool:
+        """Whether the job is running now (recovered, and not ended yet)."""
+        return self._running
+
+    def wait_ended(self, timeout: float | None = None) -> bool:
+        """Block until the current (or next) run has ended; False if ``timeout`` passed first."""
+        return self._done.wait(timeout)
+
+    @property
     def metrics_url(self) -> str | None:
         """Where the Prometheus metrics are served (None without ``metrics_port``)."""
         return None if self._metrics_server is None else self._metrics_server.url

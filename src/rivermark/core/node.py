@@ -178,10 +178,10 @@ class Stream:
     #: True when ``records_out`` is not counted by :mod:`rivermark.core.counting`:
     #: the node passes on one record per record received unless its function
     #: fails (derived when read), or counts what it emits itself (sources)
-    _derived_out: bool = False
+    derived_out: bool = False
     #: a root fed by ``emit`` counts what it passes on only when this is set
     #: (:func:`rivermark.core.counting.count_emits`)
-    _count_emits: bool = False
+    counts_emits: bool = False
     #: the attributes generated code may use (state, live configuration, methods);
     #: see :meth:`rivermark.fastpath.codegen.Codegen.field`
     _kernel_fields: ClassVar[frozenset[str]] = frozenset()
@@ -718,7 +718,7 @@ class Stream:
         policy(x, exc)
 
     def derive_records_out(self, records_in: list[int]) -> int:
-        """Records passed on, for a node with ``_derived_out`` (read by the metrics).
+        """Records passed on, for a node with ``derived_out`` (read by the metrics).
 
         ``records_in`` holds what each upstream passed on, in upstream order.
         The default is one record out per record in, less those whose user

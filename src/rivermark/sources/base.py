@@ -81,7 +81,7 @@ class Source(Stream):
     is exhausted or stopped.
     """
 
-    _derived_out = True
+    derived_out = True
 
     _is_async: bool = True
     _graphviz_shape: ClassVar[str] = "doubleoctagon"
