@@ -148,6 +148,28 @@ class Fixed:
         )
 
 
+def _inherited(upstreams: list[Any], attr: str) -> Any:
+    """The first upstream node's ``attr`` that is set (error policy, event loop)."""
+    for up in upstreams:
+        if isinstance(up, Stream):
+            value = getattr(up, attr)
+            if value is not None:
+                return value
+    return None
+
+
+def _check_asynchronous(upstreams: list[Any], asynchronous: bool) -> None:
+    """Refuse ``asynchronous=`` that differs from an upstream's: a graph is one or the other."""
+    for up in upstreams:
+        theirs = up.asynchronous if isinstance(up, Stream) else None
+        if theirs is not None and bool(theirs) != bool(asynchronous):
+            raise ConfigurationError(
+                f"asynchronous={asynchronous!r} on a node whose upstream {up!r} was "
+                f"created with asynchronous={theirs!r}: a graph is either asynchronous "
+                "or not; pass the same value (or leave it out downstream)"
+            )
+
+
 class Stream:
     """A node in a stream graph; the root of every operator, source and sink.
 
@@ -198,22 +220,16 @@ class Stream:
         on_error: ErrorPolicy | None = None,
     ) -> None:
         self.downstreams: list[Stream] = []
-        if upstreams is not None:
-            self.upstreams: list[Stream] = list(upstreams)
-        elif upstream is not None:
-            self.upstreams = [upstream]
-        else:
-            self.upstreams = []
+        self.upstreams: list[Stream] = (
+            list(upstreams) if upstreams is not None else [] if upstream is None else [upstream]
+        )
         self.stream_name = stream_name
         if name is not None and (not isinstance(name, str) or not name):
             raise ConfigurationError(f"name must be a non-empty string, got {name!r}")
         self.name = name
         _check_policy(on_error)
         if on_error is None:
-            for up in self.upstreams:
-                if isinstance(up, Stream) and up.on_error is not None:
-                    on_error = up.on_error
-                    break
+            on_error = _inherited(self.upstreams, "on_error")
         self.on_error: ErrorPolicy | None = on_error
         self.error_count = 0
         #: records dropped by ``on_error="skip"`` / handed to an ``on_error`` callable
@@ -222,14 +238,7 @@ class Stream:
         #: records passed on to the downstreams (see :mod:`rivermark.core.counting`)
         self.records_out = 0
         if asynchronous is not None:
-            for up in self.upstreams:
-                theirs = up.asynchronous if isinstance(up, Stream) else None
-                if theirs is not None and bool(theirs) != bool(asynchronous):
-                    raise ConfigurationError(
-                        f"asynchronous={asynchronous!r} on a node whose upstream {up!r} was "
-                        f"created with asynchronous={theirs!r}: a graph is either asynchronous "
-                        "or not; pass the same value (or leave it out downstream)"
-                    )
+            _check_asynchronous(self.upstreams, asynchronous)
         self.asynchronous: bool | None = asynchronous
         if ensure_io_loop and not type(self).__module__.startswith("rivermark."):
             # a node written for streamz asks for the loop when its update needs
@@ -237,10 +246,7 @@ class Stream:
             self._is_async = True
         self._loop: asyncio.AbstractEventLoop | None = loop
         if self._loop is None:
-            for up in self.upstreams:
-                if isinstance(up, Stream) and up._loop is not None:
-                    self._loop = up._loop
-                    break
+            self._loop = _inherited(self.upstreams, "_loop")
         if self._loop is None and (ensure_io_loop or self._is_async):
             self._loop = runtime.current_loop()
         self._loop_cache_version = -1
@@ -250,7 +256,7 @@ class Stream:
         self._deferred: tuple[delivery.DeferredDelivery, ...] = ()
         for up in self.upstreams:
             if isinstance(up, Stream):
-                up._add_downstream(self)
+                up._add_downstream(self)  # noqa: SLF001 - a node links itself below its upstreams
         _bump()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -538,31 +544,12 @@ class Stream:
             asynchronous = True
         loop = self._downstream_loop()
         if loop is None:
-            results = self._emit(x, metadata)
-            if not self.asynchronous:
-                self._sync_version = self._push_version
-                version = _GraphClock.version
-                if self._sync_version == version and self._emit_version != version:
-                    self._bind_emit()
-            if not asynchronous:
-                return None
-            # a synchronous node may still hand back awaitables when the caller
-            # runs on a loop (zip's backpressure on a full buffer): await them
-            return runtime.gather_results(results) if results else _done()
+            return self._emit_sync(x, asynchronous, metadata)
         if self._emit_version != _GraphClock.version:
             self._bind_emit()
         deferred = self._deferred
         if runtime.in_loop_thread(loop):
-            if deferred and asynchronous:
-                # as streamz: the awaitable also covers what Dask's gather passes on later
-                before = delivery.counts(deferred)
-                results = self._emit(x, metadata)
-                waits = delivery.waits(deferred, before)
-                return runtime.gather_results([*(results or ()), *waits])
-            results = self._emit(x, metadata)
-            if asynchronous:
-                return runtime.gather_results(results)
-            return results
+            return self._emit_on_loop(x, asynchronous, metadata)
         coro = (
             self._emit_and_deliver(x, metadata, deferred)
             if deferred
@@ -572,6 +559,34 @@ class Stream:
         if asynchronous:
             return asyncio.wrap_future(fut)
         return fut.result()
+
+    def _emit_sync(self, x: Any, asynchronous: bool, metadata: Metadata | None) -> Any:
+        """:meth:`emit` into a graph without an event loop (run in the calling thread)."""
+        results = self._emit(x, metadata)
+        if not self.asynchronous:
+            self._sync_version = self._push_version
+            version = _GraphClock.version
+            if self._sync_version == version and self._emit_version != version:
+                self._bind_emit()
+        if not asynchronous:
+            return None
+        # a synchronous node may still hand back awaitables when the caller
+        # runs on a loop (zip's backpressure on a full buffer): await them
+        return runtime.gather_results(results) if results else _done()
+
+    def _emit_on_loop(self, x: Any, asynchronous: bool, metadata: Metadata | None) -> Any:
+        """:meth:`emit` called on the graph's own event loop thread."""
+        deferred = self._deferred
+        if deferred and asynchronous:
+            # as streamz: the awaitable also covers what Dask's gather passes on later
+            before = delivery.counts(deferred)
+            results = self._emit(x, metadata)
+            waits = delivery.waits(deferred, before)
+            return runtime.gather_results([*(results or ()), *waits])
+        results = self._emit(x, metadata)
+        if asynchronous:
+            return runtime.gather_results(results)
+        return results
 
     _emit_version = -1
     _emit_fn: Callable[..., Any] | None = None
