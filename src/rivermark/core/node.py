@@ -82,7 +82,7 @@ def _bump() -> None:
         for ref in bound:
             node = ref()
             if node is not None:
-                node._unbind_emit()
+                node._unbind_emit()  # noqa: SLF001 - the clock retires what nodes generated
 
 
 def check_callable(node_kind: str, arg: str, value: Any) -> None:
@@ -336,7 +336,7 @@ class Stream:
             wrapped.__qualname__ = f"{cls.__name__}.{name}"
             if isinstance(func, type) and "_api_name" not in func.__dict__:
                 # the first name a node class is registered under is shown by str(node)
-                func._api_name = name  # type: ignore[attr-defined]
+                func._api_name = name  # type: ignore[attr-defined]  # noqa: SLF001
             setattr(cls, name, modifier(wrapped))
             return func
 
@@ -422,8 +422,9 @@ class Stream:
         """The event loop this node's asynchronous work runs on."""
         if self._loop is None:
             for n in self.walk():
-                if n._loop is not None:
-                    self._loop = n._loop
+                loop = n._loop  # noqa: SLF001 - a node of the same graph
+                if loop is not None:
+                    self._loop = loop
                     break
             else:
                 self._loop = runtime.current_loop() or runtime.background_loop()
@@ -444,7 +445,7 @@ class Stream:
             if id(n) in seen:
                 continue
             seen.add(id(n))
-            if n._is_async:
+            if n._is_async:  # noqa: SLF001 - a node of the same graph
                 found = n
                 break
             todo.extend(n.downstreams)
@@ -511,7 +512,7 @@ class Stream:
         if (
             codegen.ENABLED
             and type(self)._emit is Stream._emit
-            and all(d._downstream_loop() is None for d in self.downstreams)
+            and all(d._downstream_loop() is None for d in self.downstreams)  # noqa: SLF001
         ):
             generated = codegen.compile_loop(self)
             if generated is not None:
@@ -974,7 +975,7 @@ class _EmitMethod:
     def __get__(self, obj: Stream | None, objtype: type | None = None) -> Any:
         if obj is None:
             return self.func
-        return obj._bind_emit()
+        return obj._bind_emit()  # noqa: SLF001 - the descriptor of the node's own emit
 
 
 _general_emit: Callable[..., Any] = Stream.emit
