@@ -36,8 +36,10 @@ import pandas as pd
 
 from ..core.node import Stream
 from ..errors import ConfigurationError
+from ..state import as_keyed
 from .base import Aggregation
 from .grouped import GroupbyAggregation
+from .keyed import KeyedLayout, KeyedPartials, restore_acc
 from .partials import (
     KeyedAcc,
     Moments,
@@ -413,6 +415,8 @@ class Aggregate(ConformingNode):
         #: of them, ``front[-2]`` all but the oldest, ...
         self.front: list[Any] = []
         self.rows = 0
+        #: running per-key partials: a KeyedState of them for incremental checkpoints
+        self._book = KeyedPartials() if agg.keyed and not self.windowed else None
         Stream.__init__(self, upstream, **kwargs)
         if start is not None:
             acc = None if self.windowed else agg.from_streamz_start(start)
@@ -427,14 +431,30 @@ class Aggregate(ConformingNode):
 
     # ---------------------------------------------------------------- state
     def get_state(self) -> Any:
+        book = self._book
+        if book is None:
+            return self._plain_state()
+        # the live KeyedState of the per-key partials (the checkpoint takes its
+        # changed keys at the barrier) beside their layout
+        acc = self.acc
+        layout = None if acc is None else book.layout(acc)
+        partials = book.sync(acc)
+        return {"acc": layout, "partials": partials, "parts": [], "rows": 0, "schema": self.schema}
+
+    def _plain_state(self) -> Any:
         # a window is its batches: the accumulators are rebuilt from them on restore
         acc = None if self.windowed or self.acc is None else self.agg.copy(self.acc)
         return {"acc": acc, "parts": list(self.parts), "rows": self.rows, "schema": self.schema}
+
+    def _state_for_output(self) -> Any:
+        # ``with_state=True``: a copy in the form ``start=`` takes
+        return self._plain_state()
 
     def set_state(self, state: Any) -> None:
         self.front = []
         if state is None:
             self.acc, self.parts, self.rows = None, deque(), 0
+            self._book = None if self._book is None else KeyedPartials()
             return
         if not isinstance(state, dict) or "acc" not in state:
             raise ConfigurationError(
@@ -456,9 +476,22 @@ class Aggregate(ConformingNode):
             self._flip()
             return
         self.parts = deque((f, None) for f in frames)
+        if "partials" in state:
+            self._restore_keyed(state["acc"], state["partials"])
+            return
         acc = agg.restore(state["acc"])
         # never mutate the caller's object (a published ``start`` may be reused)
         self.acc = None if acc is None else agg.copy(acc)
+        if self._book is not None:
+            # the older form (the whole accumulator): the next checkpoint writes every key
+            self._book = KeyedPartials()
+            if self.acc is not None:
+                self._book.note(self.acc.keys)
+
+    def _restore_keyed(self, layout: KeyedLayout | None, partials: Any) -> None:
+        """Adopt the per-key partials restored from a delta chain (the chain goes on)."""
+        self.acc = None if layout is None else restore_acc(layout, partials)
+        self._book = KeyedPartials(as_keyed(partials))
 
     def state_signature(self) -> str:
         return f"Aggregate({self.agg.signature()}, n={self.n}, value={self.value})"
@@ -583,6 +616,8 @@ class Aggregate(ConformingNode):
         if n:
             p = agg.partial(x)
             self.acc = agg.combine(self.acc, p)
+            if self._book is not None:
+                self._book.note(p[0].index, len(self.acc.keys))
             if self.windowed:
                 self.parts.append((x, p))
                 self.rows += n

@@ -46,6 +46,10 @@ class Aggregation:
 
     #: True when the result is the window's data itself (no partials)
     full = False
+    #: True when the accumulator is a :class:`~rivermark.dataframe.partials.KeyedAcc`
+    #: and a partial a tuple of pandas objects indexed by the keys: without a
+    #: window the node checkpoints it per key (:mod:`rivermark.dataframe.keyed`)
+    keyed = False
 
     def partial(self, batch: Any) -> Any:
         raise NotImplementedError

@@ -50,7 +50,9 @@ class GroupbyAggregation(Aggregation):
     column(s) to aggregate (None: all other columns).  The accumulator is a
     :class:`~rivermark.dataframe.partials.KeyedAcc`: per key, the sums
     (sum, count, size, mean), the moments (var, std) or the extreme (min,
-    max).  Categorical keys are grouped with ``observed=True``.
+    max).  Without a window, a checkpoint writes the keys changed since the
+    previous one (:mod:`rivermark.dataframe.keyed`).  Categorical keys are
+    grouped with ``observed=True``.
     ``key_is_index`` says the key column holds the batch's index: as pandas
     does when grouping by an index that has a ``freq``, the keys keep it (and
     a union of contiguous keys keeps it too).
@@ -60,6 +62,8 @@ class GroupbyAggregation(Aggregation):
     >>> agg.result(agg.combine(None, agg.partial(df))).to_dict()
     {'a': 4, 'b': 2}
     """
+
+    keyed = True
 
     def __init__(
         self,
