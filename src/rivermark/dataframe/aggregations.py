@@ -18,7 +18,10 @@ the result equals the aggregation of exactly the window's rows.
 
 The window's batches (and, without a window, the accumulator) are the node's
 checkpointed state (plain pandas objects, picklable), so a checkpointing job
-saves and restores them with no user code.
+saves and restores them with no user code.  A running grouped accumulator is
+checkpointed per key instead, as a :class:`~rivermark.KeyedState` of its
+partials (:mod:`rivermark.dataframe.keyed`): a checkpoint writes the keys
+changed since the previous one.
 """
 
 from __future__ import annotations
