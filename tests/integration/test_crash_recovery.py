@@ -3,9 +3,9 @@
 Every test runs three times: the acceptance pipeline with checkpoints in a
 local directory and in an S3 bucket on a real S3 API server (moto, started
 by the session), and ``apps/keyed_app.py`` (a keyed count in a
-``KeyedState``, ``unique``, ``frequencies`` and ``partition(key=...)``, all
-checkpointed incrementally: deltas, bases, compaction every 3 checkpoints) in
-a local directory.
+``KeyedState``, ``unique``, ``frequencies``, ``partition(key=...)`` and two
+running DataFrame groupby aggregations, all checkpointed incrementally:
+deltas, bases, compaction every 3 checkpoints) in a local directory.
 """
 
 from __future__ import annotations
