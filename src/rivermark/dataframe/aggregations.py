@@ -440,9 +440,8 @@ class Aggregate(ConformingNode):
         # the live KeyedState of the per-key partials (the checkpoint takes its
         # changed keys at the barrier) beside their layout
         acc = self.acc
-        layout = None if acc is None else book.layout(acc)
-        partials = book.sync(acc)
-        return {"acc": layout, "partials": partials, "parts": [], "rows": 0, "schema": self.schema}
+        state = {"acc": None if acc is None else book.layout(acc), "partials": book.sync(acc)}
+        return {**state, "parts": list(self.parts), "rows": self.rows, "schema": self.schema}
 
     def _plain_state(self) -> Any:
         # a window is its batches: the accumulators are rebuilt from them on restore

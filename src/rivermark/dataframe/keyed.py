@@ -4,7 +4,7 @@ A running (not windowed) groupby aggregation keeps its per-key partials in
 a :class:`~rivermark.dataframe.partials.KeyedAcc`: the keys and one numpy
 array per component, updated a batch at a time.  :class:`KeyedPartials`
 gives the node a :class:`~rivermark.KeyedState` of the same partials (key ->
-one value per component), so that a checkpoint writes only the keys changed
+its value of the one component, or a tuple of its values of each), so that a checkpoint writes only the keys changed
 since the previous one (see "Keyed state" in ``docs/checkpointing.md``):
 
 * per batch, :meth:`KeyedPartials.note` keeps the batch's keys (a pandas
@@ -26,11 +26,11 @@ checkpoint asked for it).
 >>> book.note(acc.keys)
 >>> state = book.sync(acc)
 >>> dict(state)
-{'a': (1,), 'b': (2,)}
+{'a': 1, 'b': 2}
 >>> acc.add([pd.Series([5], index=["b"], name="v")]); book.note(pd.Index(["b"]))
 >>> _ = state.take_delta()  # the first checkpoint: all of it
 >>> book.sync(acc).take_delta().changes  # the next one: the changed key
-{'b': (7,)}
+{'b': 7}
 >>> restore_acc(book.layout(acc), state).wrap(acc.comps[0], acc.meta[0]).to_dict()
 {'a': 1, 'b': 7}
 """
@@ -81,7 +81,7 @@ class KeyedPartials:
     """
 
     def __init__(self, state: KeyedState | None = None) -> None:
-        #: key -> a tuple of the key's component values, as of the last sync
+        #: key -> the key's component value (a tuple of them for several), as of the last sync
         self.state = KeyedState() if state is None else state
         self._noted: list[pd.Index] = []
         self._noted_len = 0
@@ -129,13 +129,16 @@ class KeyedPartials:
         )
 
 
-def _rows(acc: KeyedAcc, at: np.ndarray) -> list[tuple[Any, ...]]:
-    """Each key's component values at positions ``at``, as Python values."""
+def _rows(acc: KeyedAcc, at: np.ndarray) -> list[Any]:
+    """Each key's value at positions ``at``, as Python values (a tuple for several components).
+
+    A component of a DataFrame result has a tuple per key (one value per column).
+    """
     columns: list[list[Any]] = []
     for c in acc.comps:
         values = c[at].tolist()
         columns.append([tuple(v) for v in values] if c.ndim > 1 else values)
-    return list(zip(*columns))
+    return columns[0] if len(columns) == 1 else list(zip(*columns))
 
 
 def restore_acc(layout: KeyedLayout, partials: Mapping[Any, Any]) -> KeyedAcc:
@@ -154,10 +157,11 @@ def restore_acc(layout: KeyedLayout, partials: Mapping[Any, Any]) -> KeyedAcc:
     except TypeError:  # keys of types that cannot be compared: first seen first
         pass
     keys = _with_freq(keys, layout.freq)
-    comps = [
-        _column([r[i] for r in rows], dtype, tail)[order]
-        for i, (dtype, tail) in enumerate(zip(layout.dtypes, layout.tails))
-    ]
+    shapes = list(zip(layout.dtypes, layout.tails))
+    if len(shapes) == 1:
+        comps = [_column(rows, *shapes[0])[order]]
+    else:
+        comps = [_column([r[i] for r in rows], *shape)[order] for i, shape in enumerate(shapes)]
     return KeyedAcc(keys, comps, layout.meta, layout.layout)
 
 
