@@ -76,7 +76,7 @@ class KeyedPartials:
 
     The node calls :meth:`note` with each batch's keys and, when a
     checkpoint takes its state, :meth:`sync`.  The keys noted since the last
-    sync are kept as the batches' indexes; when they outnumber the
+    sync are kept as the batches' indexes; when they outnumber twice the
     accumulator's keys they are merged into one index of distinct keys.
     """
 
