@@ -162,8 +162,11 @@ class KeyedState(dict[Any, Any]):
         return default
 
     def update(self, other: Any = (), /, **kwargs: Any) -> None:
-        for k, v in dict(other, **kwargs).items():
-            self[k] = v
+        new = dict(other, **kwargs)
+        changes = self._changes
+        if changes is not None:
+            changes.update(new)  # every key set is recorded (in C, not key by key)
+        dict.update(self, new)
 
     def clear(self) -> None:
         changes = self._changes

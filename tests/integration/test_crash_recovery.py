@@ -3,9 +3,9 @@
 Every test runs three times: the acceptance pipeline with checkpoints in a
 local directory and in an S3 bucket on a real S3 API server (moto, started
 by the session), and ``apps/keyed_app.py`` (a keyed count in a
-``KeyedState``, ``unique``, ``frequencies`` and ``partition(key=...)``, all
-checkpointed incrementally: deltas, bases, compaction every 3 checkpoints) in
-a local directory.
+``KeyedState``, ``unique``, ``frequencies``, ``partition(key=...)`` and two
+running DataFrame groupby aggregations, all checkpointed incrementally:
+deltas, bases, compaction every 3 checkpoints) in a local directory.
 """
 
 from __future__ import annotations
@@ -218,7 +218,7 @@ def test_kills_during_compaction_give_identical_output(
     assert out.read_bytes() == keyed_reference
     store = open_store(ckpt, create=False)
     last = store.verify(store.list_epochs()[-1])
-    assert set(last.chains) == {"counts", "firsts", "freq", "groups"}
+    assert set(last.chains) == {"counts", "firsts", "freq", "groups", "gsum", "gvar"}
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
 """Incremental aggregations and the stream nodes that run them.
 
-An :class:`Aggregation` works on *partials*: ``partial(batch)`` summarises one
+An :class:`Aggregation` (the contract, in :mod:`rivermark.dataframe.base`;
+grouped aggregations in :mod:`rivermark.dataframe.grouped`) works on *partials*: ``partial(batch)`` summarises one
 batch (e.g. its column sums, or its count, mean and sum of squared
 deviations), ``combine(acc, p)`` adds a partial to a running accumulator,
 ``merge(a, b)`` joins two accumulators of disjoint rows (``a`` the older) and
@@ -17,7 +18,10 @@ the result equals the aggregation of exactly the window's rows.
 
 The window's batches (and, without a window, the accumulator) are the node's
 checkpointed state (plain pandas objects, picklable), so a checkpointing job
-saves and restores them with no user code.
+saves and restores them with no user code.  A running grouped accumulator is
+checkpointed per key instead, as a :class:`~rivermark.KeyedState` of its
+partials (:mod:`rivermark.dataframe.keyed`): a checkpoint writes the keys
+changed since the previous one.
 """
 
 from __future__ import annotations
@@ -35,12 +39,15 @@ import pandas as pd
 
 from ..core.node import Stream
 from ..errors import ConfigurationError
+from ..state import as_keyed
+from .base import Aggregation
+from .grouped import GroupbyAggregation
+from .keyed import KeyedLayout, KeyedPartials, restore_acc
 from .partials import (
     KeyedAcc,
     Moments,
     aligned_add,
     aligned_sub,
-    merge_moment_arrays,
     merge_moments,
     moments_of,
     moments_result,
@@ -83,71 +90,6 @@ __all__ = [
     "aligned_add",
     "aligned_sub",
 ]
-
-
-class Aggregation:
-    """An incremental aggregation over batches (DataFrames or Series).
-
-    Subclasses implement :meth:`partial` and :meth:`result`; the default
-    :meth:`combine` adds partials component-wise (a partial is a tuple of
-    numbers or pandas objects, and so is the accumulator), and :meth:`merge`
-    is :meth:`combine`.  An accumulator of another shape overrides
-    :meth:`merge` (and :meth:`copy` when :meth:`combine` changes it in place).
-
-    A subclass may instead implement streamz's protocol: ``initial(batch)``
-    (the first state), ``on_new(state, batch)`` and ``on_old(state, batch)``
-    (each returning ``(new_state, result)``); ``aggregate()`` then runs it
-    with :class:`StreamzAggregate`.
-
-    >>> agg = Sum()
-    >>> acc = agg.combine(None, agg.partial(pd.Series([1, 2])))
-    >>> acc = agg.combine(acc, agg.partial(pd.Series([3])))
-    >>> int(agg.result(acc))
-    6
-    """
-
-    #: True when the result is the window's data itself (no partials)
-    full = False
-
-    def partial(self, batch: Any) -> Any:
-        raise NotImplementedError
-
-    def combine(self, acc: Any, p: Any) -> Any:
-        if acc is None:
-            return p
-        return tuple(aligned_add(a, b) for a, b in zip(acc, p))
-
-    def merge(self, older: Any, newer: Any) -> Any:
-        """The accumulator of the rows of both (neither argument is changed)."""
-        return self.combine(older, newer)
-
-    def copy(self, acc: Any) -> Any:
-        """A copy of ``acc`` that later in-place combines of ``acc`` leave alone."""
-        return acc
-
-    def restore(self, acc: Any) -> Any:
-        """``acc`` from a checkpoint (possibly written by an older version) in today's layout."""
-        return acc
-
-    def remove(self, acc: Any, p: Any) -> Any:
-        """Take a partial out again (kept for aggregations written against it; unused)."""
-        return tuple(aligned_sub(a, b) for a, b in zip(acc, p))
-
-    def result(self, acc: Any) -> Any:
-        raise NotImplementedError
-
-    def from_streamz_start(self, start: Any) -> Any:
-        """The accumulator for a ``start=`` in streamz's form (e.g. ``sum(start=10)``), or None."""
-        return None
-
-    def signature(self) -> str:
-        return type(self).__name__
-
-    def example_result(self, example: Any) -> Any:
-        """What the aggregation emits for ``example`` (used to type the output)."""
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            return self.result(self.combine(None, self.partial(example)))
 
 
 def is_streamz_style(agg: Any) -> bool:
@@ -421,163 +363,6 @@ class Full(Aggregation):
         raise NotImplementedError
 
 
-_GROUPBY_HOWS = ("sum", "count", "size", "mean", "var", "std", "min", "max")
-_ADDITIVE = ("sum", "count", "size", "mean")
-
-
-def _add_comps(a: list[np.ndarray], b: list[np.ndarray]) -> list[np.ndarray]:
-    return [x + y for x, y in zip(a, b)]
-
-
-def _merge_moment_comps(a: list[np.ndarray], b: list[np.ndarray]) -> list[np.ndarray]:
-    return list(merge_moment_arrays(a[0], a[1], a[2], b[0], b[1], b[2]))
-
-
-def _min_comps(a: list[np.ndarray], b: list[np.ndarray]) -> list[np.ndarray]:
-    return [nan_extreme(a[0], b[0], np.minimum)]
-
-
-def _max_comps(a: list[np.ndarray], b: list[np.ndarray]) -> list[np.ndarray]:
-    return [nan_extreme(a[0], b[0], np.maximum)]
-
-
-class GroupbyAggregation(Aggregation):
-    """Grouped aggregation: ``how`` in sum, count, size, mean, var, std, min, max.
-
-    ``by`` names the grouping column(s) of the batch; ``selection`` the
-    column(s) to aggregate (None: all other columns).  The accumulator is a
-    :class:`~rivermark.dataframe.partials.KeyedAcc`: per key, the sums
-    (sum, count, size, mean), the moments (var, std) or the extreme (min,
-    max).  Categorical keys are grouped with ``observed=True``.
-    ``key_is_index`` says the key column holds the batch's index: as pandas
-    does when grouping by an index that has a ``freq``, the keys keep it (and
-    a union of contiguous keys keeps it too).
-
-    >>> agg = GroupbyAggregation("sum", by="k", selection="v")
-    >>> df = pd.DataFrame({"k": ["a", "b", "a"], "v": [1, 2, 3]})
-    >>> agg.result(agg.combine(None, agg.partial(df))).to_dict()
-    {'a': 4, 'b': 2}
-    """
-
-    def __init__(
-        self,
-        how: str,
-        by: Any,
-        selection: Any = None,
-        ddof: int = 1,
-        track_size: bool = False,
-        index_name: Any = None,
-        rename_index: bool = False,
-        key_is_index: bool = False,
-    ) -> None:
-        if how not in _GROUPBY_HOWS:
-            raise ConfigurationError(
-                f"groupby: unknown aggregation {how!r}; pass one of {', '.join(_GROUPBY_HOWS)}"
-            )
-        self.how = how
-        self.by = by
-        self.selection = selection
-        self.ddof = ddof
-        #: kept for compatibility: keys leave a window with their rows in any case
-        self.track_size = track_size
-        #: when grouping by a Series, the name its index gets (else the key's own)
-        self.index_name = index_name
-        self._rename = rename_index
-        self.key_is_index = key_is_index
-        self._merger = {
-            "var": _merge_moment_comps,
-            "std": _merge_moment_comps,
-            "min": _min_comps,
-            "max": _max_comps,
-        }.get(how, _add_comps)
-        self._layout = "moments" if how in ("var", "std") else how
-
-    def _grouped(self, batch: Any) -> Any:
-        by, sel = self.by, self.selection
-        if sel is not None and not isinstance(sel, (list, tuple)) and sel not in _as_list(by):
-            # one column: grouping the Series by the key column(s) is the cheaper way
-            keys = [batch[b] for b in by] if isinstance(by, (list, tuple)) else batch[by]
-            return batch[sel].groupby(keys, observed=True)
-        g = batch.groupby(by, observed=True)
-        return g if sel is None else g[sel]
-
-    def partial(self, batch: Any) -> Any:
-        g = self._grouped(batch)
-        how = self.how
-        if how == "mean":
-            p: tuple[Any, ...] = (g.sum(), g.count())
-        elif how in ("var", "std"):
-            n = g.count()
-            p = (n, g.mean(), g.var(ddof=0) * n)
-        else:
-            p = (getattr(g, how)(),)
-        return self._keep_freq(p, batch.index) if self.key_is_index else p
-
-    @staticmethod
-    def _keep_freq(p: tuple[Any, ...], index: pd.Index) -> tuple[Any, ...]:
-        """The partial with the batch's index (and its ``freq``) as keys, where they are equal."""
-        if getattr(index, "freq", None) is None or not p[0].index.equals(index):
-            return p
-        return tuple(x.set_axis(index.rename(x.index.name)) for x in p)
-
-    def combine(self, acc: Any, p: Any) -> Any:
-        if acc is None:
-            return KeyedAcc.from_partial(p, self._layout)
-        if self.how in _ADDITIVE:
-            acc.add(p)  # in place: the node owns ``acc``
-            return acc
-        return acc.merge(KeyedAcc.from_partial(p, self._layout), self._merger)
-
-    def merge(self, older: Any, newer: Any) -> Any:
-        return older.merge(newer, self._merger)
-
-    def copy(self, acc: Any) -> Any:
-        return acc.copy()
-
-    def restore(self, acc: Any) -> Any:
-        if not isinstance(acc, KeyedAcc) or self.how not in ("var", "std"):
-            return acc
-        if acc.__dict__.get("layout") == self._layout:
-            return acc
-        # the layout before moments: (sum, sum of squares, count)
-        x, x2, n = (c.astype("float64") for c in acc.comps[-3:])
-        with np.errstate(all="ignore"):
-            mean = np.where(n > 0, x / np.where(n > 0, n, 1), 0.0)
-            m2 = np.clip(x2 - x * mean, 0, None)
-        meta = [acc.meta[-1], acc.meta[-3], acc.meta[-3]]
-        return KeyedAcc(acc.keys, [n, mean, m2], meta, self._layout)
-
-    def result(self, acc: Any) -> Any:
-        out = self._result(acc)
-        if self._rename:
-            out = out.rename_axis(self.index_name)
-        return out
-
-    def _result(self, acc: Any) -> Any:
-        comps, meta = acc.comps, acc.meta
-        how = self.how
-        if how in ("sum", "count", "size", "min", "max"):
-            return acc.wrap(comps[0].copy(), meta[0], keep_dtypes=True)
-        if how == "mean":
-            total, n = comps
-            with np.errstate(divide="ignore", invalid="ignore"):
-                return acc.wrap(total.astype("float64") / n, meta[0])
-        n, _, m2 = comps
-        denom = n - self.ddof
-        with np.errstate(divide="ignore", invalid="ignore"):
-            out = m2 / np.where(denom > 0, denom, np.nan)
-        if how == "std":
-            out = np.sqrt(out)
-        return acc.wrap(out, meta[0])
-
-    def signature(self) -> str:
-        return f"Groupby({self.how}, by={self.by!r}, selection={self.selection!r})"
-
-
-def _as_list(x: Any) -> list[Any]:
-    return list(x) if isinstance(x, (list, tuple)) else [x]
-
-
 def _concat(frames: Sequence[Any], example: Any) -> Any:
     if not frames:
         return example.iloc[:0]
@@ -633,6 +418,8 @@ class Aggregate(ConformingNode):
         #: of them, ``front[-2]`` all but the oldest, ...
         self.front: list[Any] = []
         self.rows = 0
+        #: running per-key partials: a KeyedState of them for incremental checkpoints
+        self._book = KeyedPartials() if agg.keyed and not self.windowed else None
         Stream.__init__(self, upstream, **kwargs)
         if start is not None:
             acc = None if self.windowed else agg.from_streamz_start(start)
@@ -647,14 +434,29 @@ class Aggregate(ConformingNode):
 
     # ---------------------------------------------------------------- state
     def get_state(self) -> Any:
+        book = self._book
+        if book is None:
+            return self._plain_state()
+        # the live KeyedState of the per-key partials (the checkpoint takes its
+        # changed keys at the barrier) beside their layout
+        acc = self.acc
+        state = {"acc": None if acc is None else book.layout(acc), "partials": book.sync(acc)}
+        return {**state, "parts": list(self.parts), "rows": self.rows, "schema": self.schema}
+
+    def _plain_state(self) -> Any:
         # a window is its batches: the accumulators are rebuilt from them on restore
         acc = None if self.windowed or self.acc is None else self.agg.copy(self.acc)
         return {"acc": acc, "parts": list(self.parts), "rows": self.rows, "schema": self.schema}
+
+    def _state_for_output(self) -> Any:
+        # ``with_state=True``: a copy in the form ``start=`` takes
+        return self._plain_state()
 
     def set_state(self, state: Any) -> None:
         self.front = []
         if state is None:
             self.acc, self.parts, self.rows = None, deque(), 0
+            self._book = None if self._book is None else KeyedPartials()
             return
         if not isinstance(state, dict) or "acc" not in state:
             raise ConfigurationError(
@@ -676,9 +478,22 @@ class Aggregate(ConformingNode):
             self._flip()
             return
         self.parts = deque((f, None) for f in frames)
+        if "partials" in state:
+            self._restore_keyed(state["acc"], state["partials"])
+            return
         acc = agg.restore(state["acc"])
         # never mutate the caller's object (a published ``start`` may be reused)
         self.acc = None if acc is None else agg.copy(acc)
+        if self._book is not None:
+            # the older form (the whole accumulator): the next checkpoint writes every key
+            self._book = KeyedPartials()
+            if self.acc is not None:
+                self._book.note(self.acc.keys)
+
+    def _restore_keyed(self, layout: KeyedLayout | None, partials: Any) -> None:
+        """Adopt the per-key partials restored from a delta chain (the chain goes on)."""
+        self.acc = None if layout is None else restore_acc(layout, partials)
+        self._book = KeyedPartials(as_keyed(partials))
 
     def state_signature(self) -> str:
         return f"Aggregate({self.agg.signature()}, n={self.n}, value={self.value})"
@@ -803,6 +618,8 @@ class Aggregate(ConformingNode):
         if n:
             p = agg.partial(x)
             self.acc = agg.combine(self.acc, p)
+            if self._book is not None:
+                self._book.note(p[0].index, len(self.acc.keys))
             if self.windowed:
                 self.parts.append((x, p))
                 self.rows += n

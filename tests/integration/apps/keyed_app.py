@@ -1,8 +1,10 @@
-"""Keyed state in four operators, run by ``rivermark run keyed_app.py:source``.
+"""Keyed state in six operators, run by ``rivermark run keyed_app.py:source``.
 
 The same input and environment as ``pipeline_app.py``: RIVERMARK_APP_INPUT /
 RIVERMARK_APP_OUTPUT, RIVERMARK_APP_WORK rounds of hashing per record.  Each
-record goes to four stateful nodes, all checkpointed as delta chains:
+record goes to four stateful nodes, and every 250 records to two running
+groupby aggregations of a streaming DataFrame, all checkpointed as delta
+chains:
 
 * ``counts``: an ``accumulate`` over a ``KeyedState`` counts the record's key
   (``v % 997``); a key whose count reaches 40 is deleted (it starts again
@@ -10,7 +12,12 @@ record goes to four stateful nodes, all checkpointed as delta chains:
 * ``firsts``: ``unique`` of ``v * v % 65537`` (about half the records repeat
   an earlier key).  Line ``new key`` for a key not seen before;
 * ``freq``: ``frequencies`` of ``v % 7``.  Line ``freq`` and the counts;
-* ``groups``: ``partition(3, key=v % 11)``.  Line ``group`` and the tuple.
+* ``groups``: ``partition(3, key=v % 11)``.  Line ``group`` and the tuple;
+* ``gsum`` and ``gvar``: ``partition(250)`` makes a DataFrame of 250 records
+  (``k = (v // 125) * 31 % 997``: 800 keys, each batch changes two of them,
+  new keys come out of order); ``groupby("k").v.sum()`` and
+  ``groupby("k").x.var()``.  Lines ``gsum``/``gvar`` with the number of keys
+  and a digest of the whole result.
 
 The lines of one record come in that order (the graph's order).
 """
@@ -22,7 +29,11 @@ import json
 import os
 from typing import Any
 
+import numpy as np
+import pandas as pd
+
 from rivermark import KeyedState, Stream
+from rivermark.dataframe import DataFrame
 
 WORK = int(os.environ.get("RIVERMARK_APP_WORK", "0"))
 
@@ -72,6 +83,19 @@ def group_line(group: tuple[int, ...]) -> str:
     return f"group {group}"
 
 
+def as_frame(batch: tuple[int, ...]) -> pd.DataFrame:
+    v = np.array(batch, dtype=np.int64)
+    return pd.DataFrame({"k": (v // 125) * 31 % 997, "v": v, "x": (v * 7919 % 1009) / 8})
+
+
+def digest(tag: str) -> Any:
+    def line(result: pd.Series) -> str:
+        data = result.index.to_numpy().tobytes() + result.to_numpy().tobytes()
+        return f"{tag} {len(result)} {hashlib.sha256(data).hexdigest()[:16]}"
+
+    return line
+
+
 INPUT = os.environ.get("RIVERMARK_APP_INPUT")
 OUTPUT = os.environ.get("RIVERMARK_APP_OUTPUT", os.devnull)
 lines: list[str] = []
@@ -85,4 +109,9 @@ counted = values.accumulate(count, start=KeyedState(), returns_state=True, name=
 firsts = values.map(square_key).unique(name="firsts").map(new_line)
 freq = values.map(weekday).frequencies(name="freq").map(freq_line)
 groups = values.partition(3, key=eleventh, name="groups").map(group_line)
-counted.union(firsts, freq, groups).sink_to_textfile(OUTPUT)
+sdf = DataFrame(values.partition(250, name="batches").map(as_frame), example=as_frame(()))
+gsum = sdf.groupby("k").v.sum().stream
+gvar = sdf.groupby("k").x.var().stream
+gsum.name, gvar.name = "gsum", "gvar"
+sums, variances = gsum.map(digest("gsum")), gvar.map(digest("gvar"))
+counted.union(firsts, freq, groups, sums, variances).sink_to_textfile(OUTPUT)

@@ -1,0 +1,184 @@
+"""Grouped aggregations: :class:`GroupbyAggregation` and its per-key arithmetic.
+
+The accumulator is a :class:`~rivermark.dataframe.partials.KeyedAcc` (the
+keys and one numpy array per component).  Run without a window it keeps a
+running result per key, whose checkpoints are incremental (see
+:mod:`rivermark.dataframe.keyed`).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..errors import ConfigurationError
+from .base import Aggregation
+from .partials import KeyedAcc, merge_moment_arrays, nan_extreme
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["GroupbyAggregation"]
+
+
+_GROUPBY_HOWS = ("sum", "count", "size", "mean", "var", "std", "min", "max")
+_ADDITIVE = ("sum", "count", "size", "mean")
+
+
+def _add_comps(a: list[np.ndarray], b: list[np.ndarray]) -> list[np.ndarray]:
+    return [x + y for x, y in zip(a, b)]
+
+
+def _merge_moment_comps(a: list[np.ndarray], b: list[np.ndarray]) -> list[np.ndarray]:
+    return list(merge_moment_arrays(a[0], a[1], a[2], b[0], b[1], b[2]))
+
+
+def _min_comps(a: list[np.ndarray], b: list[np.ndarray]) -> list[np.ndarray]:
+    return [nan_extreme(a[0], b[0], np.minimum)]
+
+
+def _max_comps(a: list[np.ndarray], b: list[np.ndarray]) -> list[np.ndarray]:
+    return [nan_extreme(a[0], b[0], np.maximum)]
+
+
+class GroupbyAggregation(Aggregation):
+    """Grouped aggregation: ``how`` in sum, count, size, mean, var, std, min, max.
+
+    ``by`` names the grouping column(s) of the batch; ``selection`` the
+    column(s) to aggregate (None: all other columns).  The accumulator is a
+    :class:`~rivermark.dataframe.partials.KeyedAcc`: per key, the sums
+    (sum, count, size, mean), the moments (var, std) or the extreme (min,
+    max).  Without a window, a checkpoint writes the keys changed since the
+    previous one (:mod:`rivermark.dataframe.keyed`).  Categorical keys are
+    grouped with ``observed=True``.
+    ``key_is_index`` says the key column holds the batch's index: as pandas
+    does when grouping by an index that has a ``freq``, the keys keep it (and
+    a union of contiguous keys keeps it too).
+
+    >>> agg = GroupbyAggregation("sum", by="k", selection="v")
+    >>> df = pd.DataFrame({"k": ["a", "b", "a"], "v": [1, 2, 3]})
+    >>> agg.result(agg.combine(None, agg.partial(df))).to_dict()
+    {'a': 4, 'b': 2}
+    """
+
+    keyed = True
+
+    def __init__(
+        self,
+        how: str,
+        by: Any,
+        selection: Any = None,
+        ddof: int = 1,
+        track_size: bool = False,
+        index_name: Any = None,
+        rename_index: bool = False,
+        key_is_index: bool = False,
+    ) -> None:
+        if how not in _GROUPBY_HOWS:
+            raise ConfigurationError(
+                f"groupby: unknown aggregation {how!r}; pass one of {', '.join(_GROUPBY_HOWS)}"
+            )
+        self.how = how
+        self.by = by
+        self.selection = selection
+        self.ddof = ddof
+        #: kept for compatibility: keys leave a window with their rows in any case
+        self.track_size = track_size
+        #: when grouping by a Series, the name its index gets (else the key's own)
+        self.index_name = index_name
+        self._rename = rename_index
+        self.key_is_index = key_is_index
+        self._merger = {
+            "var": _merge_moment_comps,
+            "std": _merge_moment_comps,
+            "min": _min_comps,
+            "max": _max_comps,
+        }.get(how, _add_comps)
+        self._layout = "moments" if how in ("var", "std") else how
+
+    def _grouped(self, batch: Any) -> Any:
+        by, sel = self.by, self.selection
+        if sel is not None and not isinstance(sel, (list, tuple)) and sel not in _as_list(by):
+            # one column: grouping the Series by the key column(s) is the cheaper way
+            keys = [batch[b] for b in by] if isinstance(by, (list, tuple)) else batch[by]
+            return batch[sel].groupby(keys, observed=True)
+        g = batch.groupby(by, observed=True)
+        return g if sel is None else g[sel]
+
+    def partial(self, batch: Any) -> Any:
+        g = self._grouped(batch)
+        how = self.how
+        if how == "mean":
+            p: tuple[Any, ...] = (g.sum(), g.count())
+        elif how in ("var", "std"):
+            n = g.count()
+            p = (n, g.mean(), g.var(ddof=0) * n)
+        else:
+            p = (getattr(g, how)(),)
+        return self._keep_freq(p, batch.index) if self.key_is_index else p
+
+    @staticmethod
+    def _keep_freq(p: tuple[Any, ...], index: pd.Index) -> tuple[Any, ...]:
+        """The partial with the batch's index (and its ``freq``) as keys, where they are equal."""
+        if getattr(index, "freq", None) is None or not p[0].index.equals(index):
+            return p
+        return tuple(x.set_axis(index.rename(x.index.name)) for x in p)
+
+    def combine(self, acc: Any, p: Any) -> Any:
+        if acc is None:
+            return KeyedAcc.from_partial(p, self._layout)
+        if self.how in _ADDITIVE:
+            acc.add(p)  # in place: the node owns ``acc``
+            return acc
+        return acc.merge(KeyedAcc.from_partial(p, self._layout), self._merger)
+
+    def merge(self, older: Any, newer: Any) -> Any:
+        return older.merge(newer, self._merger)
+
+    def copy(self, acc: Any) -> Any:
+        return acc.copy()
+
+    def restore(self, acc: Any) -> Any:
+        if not isinstance(acc, KeyedAcc) or self.how not in ("var", "std"):
+            return acc
+        if acc.__dict__.get("layout") == self._layout:
+            return acc
+        # the layout before moments: (sum, sum of squares, count)
+        x, x2, n = (c.astype("float64") for c in acc.comps[-3:])
+        with np.errstate(all="ignore"):
+            mean = np.where(n > 0, x / np.where(n > 0, n, 1), 0.0)
+            m2 = np.clip(x2 - x * mean, 0, None)
+        meta = [acc.meta[-1], acc.meta[-3], acc.meta[-3]]
+        return KeyedAcc(acc.keys, [n, mean, m2], meta, self._layout)
+
+    def result(self, acc: Any) -> Any:
+        out = self._result(acc)
+        if self._rename:
+            out = out.rename_axis(self.index_name)
+        return out
+
+    def _result(self, acc: Any) -> Any:
+        comps, meta = acc.comps, acc.meta
+        how = self.how
+        if how in ("sum", "count", "size", "min", "max"):
+            return acc.wrap(comps[0].copy(), meta[0], keep_dtypes=True)
+        if how == "mean":
+            total, n = comps
+            with np.errstate(divide="ignore", invalid="ignore"):
+                return acc.wrap(total.astype("float64") / n, meta[0])
+        n, _, m2 = comps
+        denom = n - self.ddof
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out = m2 / np.where(denom > 0, denom, np.nan)
+        if how == "std":
+            out = np.sqrt(out)
+        return acc.wrap(out, meta[0])
+
+    def signature(self) -> str:
+        return f"Groupby({self.how}, by={self.by!r}, selection={self.selection!r})"
+
+
+def _as_list(x: Any) -> list[Any]:
+    return list(x) if isinstance(x, (list, tuple)) else [x]
