@@ -1,4 +1,8 @@
-"""Generated code reaches a node only through the fields its class declares."""
+"""Generated code reaches a node only through the fields its class declares.
+
+The same holds for a node's own ``update`` where the class derives it from
+its kernel: one definition of the per-record step, two compiled forms.
+"""
 
 from __future__ import annotations
 
@@ -27,6 +31,11 @@ def _graphs() -> list[Stream]:
     return [a, b, c, d, e]
 
 
+def _declared(node: Stream) -> set[str]:
+    cls = type(node)
+    return set(cls._kernel_fields) | set(cls._state_attrs)
+
+
 def _node_attributes(fn: Callable[..., Any]) -> list[tuple[Stream, str]]:
     tree = ast.parse(fn._rivermark_source)  # type: ignore[attr-defined]
     used = []
@@ -50,9 +59,7 @@ def test_generated_code_uses_only_declared_fields(index: int) -> None:
         # records_out is every node's one counter (rivermark.core.counting), which
         # generated code increments for the metrics
         undeclared = [
-            (type(n).__name__, a)
-            for n, a in used
-            if a not in type(n)._kernel_fields | {"records_out"}
+            (type(n).__name__, a) for n, a in used if a not in _declared(n) | {"records_out"}
         ]
         assert undeclared == []
 
@@ -63,3 +70,61 @@ def test_a_kernel_reaching_an_undeclared_field_is_refused() -> None:
         TypeError, match=re.escape("kernel for Map uses '_args', which the class does not declare")
     ):
         Codegen().field(node, "_args")
+    with pytest.raises(TypeError, match=re.escape("kernel for Map uses '_args'")):
+        Codegen(node=node).field(node, "_args")
+
+
+def _derived_nodes() -> list[Stream]:
+    s = Stream()
+    t = Stream()
+    return [
+        s.map(lambda x, k: x + k, 1),
+        s.map(lambda x, k=0: x + k, k=1),
+        s.starmap(lambda a, b: a + b),
+        s.filter(None),
+        s.remove(lambda x, k: x > k, 1),
+        s.pluck(0),
+        s.pluck([0, 1]),
+        s.accumulate(lambda a, x: a + x),
+        s.accumulate(lambda a, x, k: (a, x), start=0, returns_state=True, with_state=True, k=1),
+        s.sink(print),
+        _sink_to_list_node(s),
+        s.union(t),
+    ]
+
+
+def _sink_to_list_node(s: Stream) -> Stream:
+    s.sink_to_list()
+    return s.downstreams[-1]
+
+
+@pytest.mark.parametrize("index", range(12))
+def test_a_nodes_own_update_is_its_kernel_using_only_declared_fields(index: int) -> None:
+    node = _derived_nodes()[index]
+    update = node.update
+    source = update.__func__._rivermark_source
+    assert source.startswith("def update(self, x, who=None, metadata=None):")
+    used = {
+        n.attr
+        for n in ast.walk(ast.parse(source))
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"
+    }
+    # ``_emit`` passes a record on (Codegen.push_down): the node's push, counting included
+    assert used - {"_emit"} <= _declared(node)
+    # compiled once per node: later look-ups find the same function
+    assert node.update is update
+
+
+def test_a_subclass_with_its_own_update_keeps_it_and_reaches_the_derived_one() -> None:
+    from rivermark.operators.transform import Map
+
+    class Twice(Map):
+        def update(self, x: Any, who: Any = None, metadata: Any = None) -> Any:
+            super().update(x, who, metadata)
+            return super().update(x, who, metadata)
+
+    s = Stream()
+    out = Twice(s, lambda x: x + 1).sink_to_list()
+    s.emit(1)
+    s.emit(2)
+    assert out == [2, 2, 3, 3]

@@ -966,6 +966,9 @@ class _EmitMethod:
         return obj._bind_emit()
 
 
+# a plain ``Stream`` in the middle of a graph passes records on unchanged
+codegen.register_inliner(Stream, codegen.pass_on)
+
 _general_emit: Callable[..., Any] = Stream.emit
 setattr(Stream, "emit", _EmitMethod(_general_emit))  # noqa: B010 - keeps mypy's view of a method
 

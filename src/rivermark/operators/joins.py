@@ -17,6 +17,7 @@ from typing import Any
 from ..core.node import Fixed, Stream, check_positive_int
 from ..core.refs import Metadata, merge_metadata, release_refs
 from ..errors import ConfigurationError, GraphError
+from ..fastpath.codegen import Codegen, derived_update, pass_on, register_inliner
 
 logger = logging.getLogger(__name__)
 
@@ -179,6 +180,60 @@ class Zip(Stream):
     def state_signature(self) -> str:
         lits = [i for i, _ in self._literals]
         return f"Zip(upstreams={len(self._buffers)}, literals_at={lits}, maxsize={self.maxsize})"
+
+
+def _emit_tracked(node: Stream, out: Any, meta: Metadata) -> Any:
+    """Emit a tuple that took over the references of the records it was made of (zip)."""
+    try:
+        results = node._emit(out, meta)
+    except BaseException:
+        release_refs(meta)
+        raise
+    return node._release_after(results, meta)
+
+
+def _zip_kernel(cg: Codegen, node: Zip, who: Stream | None, var: str) -> bool:
+    """Generated graphs: two distinct upstreams, no literals, records without metadata."""
+    ups = node.upstreams
+    if (
+        len(ups) != 2
+        or node.literals
+        or ups[0] is ups[1]
+        or not any(u is who for u in ups)
+        or len(node._buffers) != 2
+    ):
+        return False
+    index = 0 if ups[0] is who else 1
+    n = cg.fields(node)
+    fallback = cg.result(cg.fallback(node, who, var))
+    buf, other, y, meta, out = cg.tmp("buf"), cg.tmp("other"), cg.tmp(), cg.tmp("m"), cg.tmp()
+    # one unpacking for both buffers; a node whose buffers are not two any
+    # more (they are replaced by set_state) takes its own path
+    pair = f"{buf}, {other}" if index == 0 else f"{other}, {buf}"
+    cg.attempt(f"{pair} = {n('_buffers')}", "ValueError", fallback)
+    # records already wait on this side: this one waits too (a full buffer
+    # takes the node's own path, which applies backpressure)
+    cg.skip_if(
+        buf,
+        f"if len({buf}) < {n('maxsize')}:",
+        f"    {buf}.append(({var}, None))",
+        "else:",
+        f"    {fallback}",
+    )
+    cg.skip_if(f"not {other}", f"{buf}.append(({var}, None))")
+    # a tuple is complete; an asynchronous caller waiting for room: own path
+    cg.skip_if(f"{n('_waiters')}", fallback)
+    cg.line(f"{y}, {meta} = {other}.popleft()")
+    cg.line(f"{out} = ({var}, {y})" if index == 0 else f"{out} = ({y}, {var})")
+    cg.skip_if(
+        meta,
+        cg.result(f"{cg.bind(_emit_tracked, 'tracked')}({cg.bind(node, 'node')}, {out}, {meta})"),
+    )
+    cg.push_down(node, out)
+    return True
+
+
+register_inliner(Zip, _zip_kernel)
 
 
 @Stream.register_api(attribute_name="zip_latest")
@@ -487,7 +542,4 @@ class Union(Stream):
                 )
         Stream.__init__(self, upstreams=list(upstreams), **kwargs)
 
-    def update(
-        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
-    ) -> Results:
-        return self._emit(x, metadata)
+    update = derived_update(pass_on)

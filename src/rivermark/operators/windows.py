@@ -18,6 +18,7 @@ from ..core import runtime
 from ..core.node import Fixed, Stream, check_positive_int, identity
 from ..core.refs import Metadata, merge_metadata, release_refs
 from ..errors import ConfigurationError
+from ..fastpath.codegen import Codegen, register_inliner
 from ..state import KeyedState, as_keyed
 
 logger = logging.getLogger(__name__)
@@ -233,6 +234,35 @@ class Partition(Stream):
         return f"Partition(n={self.n}, timeout={self._timeout}, key={_key_name(self._key)})"
 
 
+def _partition_kernel(cg: Codegen, node: Partition, who: Stream | None, var: str) -> bool:
+    """Generated graphs: a partition without key or timeout, records without metadata."""
+    if node.key is not None or node.timeout is not None:
+        return False
+    n = cg.fields(node)
+    buf, meta, out = cg.tmp("buf"), cg.tmp("m"), cg.tmp()
+    # The list of the key None stays in ``_buffers`` (emptied in place when a
+    # partition is emitted; ``Partition.update`` pops it): an empty list and
+    # no entry are the same state for the node (``get_state`` lists only
+    # non-empty buffers; ``update`` appends to an empty one as to a new one).
+    cg.line("try:")
+    cg.line(f"    {buf} = {n('_buffers')}[None]")
+    cg.line("except KeyError:")
+    cg.line(f"    {buf} = {n('_buffers')}[None] = []")
+    cg.line(f"    {n('_metas')}[None] = []")
+    cg.line(f"{buf}.append({var})")
+    cg.open(f"if len({buf}) >= {n('n')}")
+    cg.line(f"{meta} = {n('_metas')}[None]")
+    # tracked records in the partition: the node's own flush merges their metadata
+    cg.skip_if(meta, cg.result(f"{n('_flush_now')}(None)"))
+    cg.line(f"{out} = tuple({buf})")
+    cg.line(f"{buf}.clear()")
+    cg.push_down(node, out)
+    return True
+
+
+register_inliner(Partition, _partition_kernel)
+
+
 @Stream.register_api(attribute_name="partition_unique")
 class PartitionUnique(Stream):
     """Group records into tuples of ``n`` records with distinct keys.
@@ -405,3 +435,27 @@ class SlidingWindow(Stream):
 
     def state_signature(self) -> str:
         return f"SlidingWindow(n={self._n}, return_partial={self._partial})"
+
+
+def _sliding_window_kernel(cg: Codegen, node: SlidingWindow, who: Stream | None, var: str) -> bool:
+    """Generated graphs: a window holding no tracked record, records without metadata."""
+    n = cg.fields(node)
+    buf, out = cg.tmp("buf"), cg.tmp()
+    # a tracked record in the window: the node's own path merges its metadata
+    cg.skip_if(f"{n('_n_meta')}", cg.result(cg.fallback(node, who, var)))
+    cg.line(f"{buf} = {n('_buffer')}")
+    cg.line(f"{buf}.append({var})")
+    # ``_meta`` holds one entry per record still held: all but the oldest of a
+    # full window.  A record that fills the window (or arrives at a full one)
+    # leaves it as it was (appended, then the oldest released); otherwise it
+    # gains a None.
+    if node.partial:
+        cg.when(f"len({buf}) != {node.n}", f"{n('_meta')}.append(None)")
+    else:
+        cg.skip_if(f"len({buf}) != {node.n}", f"{n('_meta')}.append(None)")
+    cg.line(f"{out} = tuple({buf})")
+    cg.push_down(node, out)
+    return True
+
+
+register_inliner(SlidingWindow, _sliding_window_kernel)
