@@ -128,3 +128,46 @@ def test_a_subclass_with_its_own_update_keeps_it_and_reaches_the_derived_one() -
     s.emit(1)
     s.emit(2)
     assert out == [2, 2, 3, 3]
+
+
+def test_an_operator_written_as_a_kernel_alone_runs_the_same_on_every_path() -> None:
+    # the example of docs/architecture.md, "How to add an operator"
+    from rivermark.fastpath.codegen import derived_update
+
+    from .helpers import node_by_node
+
+    def _clip_kernel(cg: Codegen, node: Any, who: Any, x: str) -> bool:
+        hi = cg.read(node, "hi")
+        y = cg.value(f"{x} if {x} < {hi} else {hi}")
+        cg.push_down(node, y)
+        return True
+
+    class Clip(Stream):
+        _kernel_fields = frozenset({"hi"})
+        update = derived_update(_clip_kernel)
+
+        def __init__(self, upstream: Stream, hi: int) -> None:
+            self.hi = hi
+            Stream.__init__(self, upstream)
+
+    def run(path: str) -> list[Any]:
+        s = Stream()
+        clip = Clip(s, 3)
+        out = clip.map(lambda v: v * 10).sink_to_list()
+        for i, x in enumerate([1, 5, 2, 9, 4]):
+            if i == 3:
+                clip.hi = 4  # live configuration: from the next record on
+            if path == "loop":
+                assert s.record_loop()(iter([x])) is None
+            else:
+                s.emit(x)
+        if path == "loop":  # written out in the generated loop, not called
+            src = s.record_loop()._rivermark_source  # type: ignore[attr-defined]
+            assert re.search(r" = _node\d+\.hi\n", src)
+        return out
+
+    with node_by_node():
+        expected = run("update")
+    assert expected == [10, 30, 20, 40, 40]
+    assert run("emit") == expected
+    assert run("loop") == expected
