@@ -121,7 +121,7 @@ def test_a_subclass_with_its_own_update_keeps_it_and_reaches_the_derived_one() -
     class Twice(Map):
         def update(self, x: Any, who: Any = None, metadata: Any = None) -> Any:
             super().update(x, who, metadata)
-            return super().update(x, who, metadata)
+            return Map.update(self, x, who, metadata)  # called on the class
 
     s = Stream()
     out = Twice(s, lambda x: x + 1).sink_to_list()
