@@ -276,8 +276,13 @@ class Codegen:
         self.line(f"if {cond}:")
         self.indent += 1
         body()
-        self.line("return None")
+        if not self._returned():
+            self.line("return None")
         self.indent -= 1
+
+    def _returned(self) -> bool:
+        """Whether the last line written is a ``return`` at the current indentation."""
+        return bool(self.lines) and self.lines[-1].startswith("    " * self.indent + "return ")
 
     def call_user(self, target: str, call: str, record: str, node: Stream, func: str) -> None:
         """``target = call`` guarded by the node's error policy.
@@ -386,7 +391,8 @@ class Codegen:
 
     def update_source(self) -> str:
         head = ["def update(self, x, who=None, metadata=None):"]
-        return "\n".join([*head, *self.lines, "    return None", ""])
+        tail = [] if self._returned() else ["    return None"]
+        return "\n".join([*head, *self.lines, *tail, ""])
 
 
 def _merge(out: list[Any] | None, results: Any) -> list[Any] | None:
