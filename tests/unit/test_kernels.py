@@ -90,6 +90,9 @@ def _derived_nodes() -> list[Stream]:
         s.sink(print),
         _sink_to_list_node(s),
         s.union(t),
+        s.partition(3),
+        s.sliding_window(2),
+        s.sliding_window(3, return_partial=False),
     ]
 
 
@@ -98,7 +101,7 @@ def _sink_to_list_node(s: Stream) -> Stream:
     return s.downstreams[-1]
 
 
-@pytest.mark.parametrize("index", range(12))
+@pytest.mark.parametrize("index", range(15))
 def test_a_nodes_own_update_is_its_kernel_using_only_declared_fields(index: int) -> None:
     node = _derived_nodes()[index]
     update = node.update
@@ -113,6 +116,12 @@ def test_a_nodes_own_update_is_its_kernel_using_only_declared_fields(index: int)
     assert used - {"_emit"} <= _declared(node)
     # compiled once per node: later look-ups find the same function
     assert node.update is update
+
+
+def test_a_configuration_without_a_kernel_has_the_general_method_as_its_update() -> None:
+    # partition with a key: its update is the method, with no call in between
+    node = Stream().partition(2, key=len)
+    assert node.update.__func__ is type(node)._update_general
 
 
 def test_a_subclass_with_its_own_update_keeps_it_and_reaches_the_derived_one() -> None:

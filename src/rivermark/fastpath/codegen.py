@@ -123,6 +123,9 @@ class Codegen:
         #: single-node mode: the node whose own ``update`` is being written
         #: (:func:`compile_update`); None for a graph
         self.node = node
+        #: single-node mode: the name of the node's method that is its whole
+        #: update for this configuration (:meth:`delegate`)
+        self.delegate_to: str | None = None
         #: the expression for the record's metadata: a graph carries only
         #: untracked records; a node's own ``update`` receives ``metadata``
         self.meta = "None" if node is None else "metadata"
@@ -212,7 +215,7 @@ class Codegen:
             self.line("    if _out:")
             self.line("        return _out")
             self.line("    continue")
-        else:
+        elif not self.lines[-1].startswith("    " * (self.indent + 1) + "return "):
             self.line("    return None")
 
     def result(self, expr: str) -> str:
@@ -280,6 +283,19 @@ class Codegen:
             self.line("return None")
         self.indent -= 1
 
+    def delegate(self, node: Stream, name: str) -> bool:
+        """Make the declared method ``name`` (an ``update``) the node's step for its configuration.
+
+        In a graph the kernel declines (returns False: the node's push calls
+        that method); the node's own ``update`` is the method itself, with no
+        call in between.  For configurations a kernel does not write out.
+        """
+        self.field(node, name)  # declared
+        if self.node is None:
+            return False
+        self.delegate_to = name
+        return True
+
     def _returned(self) -> bool:
         """Whether the last line written is a ``return`` at the current indentation."""
         return bool(self.lines) and self.lines[-1].startswith("    " * self.indent + "return ")
@@ -319,15 +335,17 @@ class Codegen:
         assert who is not None, "a graph passes a record on from an upstream"
         return f"{self.bind(fusion.build_push(node, who), 'push')}({var}, None)"
 
-    def push_down(self, node: Stream, var: str) -> None:
+    def push_down(self, node: Stream, var: str, meta: str = "metadata") -> None:
         """Pass the untracked record in ``var`` to every downstream of ``node``, in order.
 
-        In single-node mode: ``return self._emit(var, metadata)`` (the node's
-        push to its downstreams, counting included, tracked records too).
+        In single-node mode: ``return self._emit(var, <meta>)`` (the node's
+        push to its downstreams, counting included, tracked records too);
+        ``meta`` is the record's own ``metadata`` unless the kernel passes on
+        a new record without any (``"None"``: a window of untracked records).
         """
         if self.node is not None:
             assert node is self.node, "a node's own update passes records on from itself"
-            self.line(f"return self._emit({var}, metadata)")
+            self.line(f"return self._emit({var}, {meta})")
             return
         ds = list(node.downstreams)
         count = counting.count_statement(node, self.bind(node, "node"))
@@ -482,6 +500,10 @@ def compile_update(node: Stream, kernel: Inliner) -> Callable[..., Any]:
     done = kernel(cg, node, None, "x")
     if not done:
         raise TypeError(f"the kernel of {type(node).__name__} declined its own node")
+    if cg.delegate_to is not None:
+        method: Callable[..., Any] = getattr(type(node), cg.delegate_to)
+        method._rivermark_derived = True  # type: ignore[attr-defined]
+        return method
     src = cg.update_source()
     scope = cg.scope
     exec(_code(src), scope)
