@@ -93,6 +93,7 @@ def _derived_nodes() -> list[Stream]:
         s.partition(3),
         s.sliding_window(2),
         s.sliding_window(3, return_partial=False),
+        s.zip(t),
     ]
 
 
@@ -101,7 +102,7 @@ def _sink_to_list_node(s: Stream) -> Stream:
     return s.downstreams[-1]
 
 
-@pytest.mark.parametrize("index", range(15))
+@pytest.mark.parametrize("index", range(16))
 def test_a_nodes_own_update_is_its_kernel_using_only_declared_fields(index: int) -> None:
     node = _derived_nodes()[index]
     update = node.update
@@ -119,9 +120,12 @@ def test_a_nodes_own_update_is_its_kernel_using_only_declared_fields(index: int)
 
 
 def test_a_configuration_without_a_kernel_has_the_general_method_as_its_update() -> None:
-    # partition with a key: its update is the method, with no call in between
+    # partition with a key, zip with literals: the method is the update, no call between
     node = Stream().partition(2, key=len)
     assert node.update.__func__ is type(node)._update_general
+    s = Stream()
+    zipped = s.zip(Stream(), "literal")
+    assert zipped.update.__func__ is type(zipped)._update_general
 
 
 def test_a_subclass_with_its_own_update_keeps_it_and_reaches_the_derived_one() -> None:
