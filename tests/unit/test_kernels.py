@@ -94,6 +94,7 @@ def _derived_nodes() -> list[Stream]:
         s.sliding_window(2),
         s.sliding_window(3, return_partial=False),
         s.zip(t),
+        Stream(upstream=s),  # the base node: passes records on
     ]
 
 
@@ -102,7 +103,7 @@ def _sink_to_list_node(s: Stream) -> Stream:
     return s.downstreams[-1]
 
 
-@pytest.mark.parametrize("index", range(16))
+@pytest.mark.parametrize("index", range(17))
 def test_a_nodes_own_update_is_its_kernel_using_only_declared_fields(index: int) -> None:
     node = _derived_nodes()[index]
     update = node.update

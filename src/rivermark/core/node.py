@@ -278,7 +278,7 @@ class Stream:
             return
         if is_coroutine_function(update):
             cls._is_async = True
-        cls.update = _wrap_user_update(update)  # type: ignore[method-assign]
+        cls.update = _wrap_user_update(update)  # type: ignore[assignment]
 
     def _user_results(self, result: Any) -> list[Awaitable[Any]] | None:
         """The awaitable a user ``update`` returned, as the list rivermark passes upstream.
@@ -448,11 +448,9 @@ class Stream:
         return self._loop_needed
 
     # ------------------------------------------------------------------ data flow
-    def update(
-        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
-    ) -> list[Awaitable[Any]] | None:
-        """Receive ``x`` from upstream ``who``; the base node passes it on."""
-        return self._emit(x, metadata)
+    #: receive ``x`` from upstream ``who``; the base node passes it on (the
+    #: kernel ``pass_on``, also how a plain node is written out in a graph)
+    update = codegen.derived_update(codegen.pass_on)
 
     def _emit(self, x: Any, metadata: Metadata | None = None) -> list[Awaitable[Any]] | None:
         if self._push_version != _GraphClock.version:
@@ -965,9 +963,6 @@ class _EmitMethod:
             return self.func
         return obj._bind_emit()
 
-
-# a plain ``Stream`` in the middle of a graph passes records on unchanged
-codegen.register_inliner(Stream, codegen.pass_on)
 
 _general_emit: Callable[..., Any] = Stream.emit
 setattr(Stream, "emit", _EmitMethod(_general_emit))  # noqa: B010 - keeps mypy's view of a method
