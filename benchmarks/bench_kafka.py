@@ -33,6 +33,7 @@ Not a test: it prints a table and exits 0 (1 if a check failed).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -200,10 +201,8 @@ def run_streamz(bootstrap: str, inp: str, out: str, n: int) -> tuple[float, Coun
     took = time.perf_counter() - t0
     src.stop()
     sink.stopped = True
-    try:
+    with contextlib.suppress(Exception):  # already closed by streamz
         src.consumer.close()
-    except Exception:  # already closed by streamz
-        pass
     return took, work
 
 

@@ -272,7 +272,7 @@ def _do_run(target: str, opts: dict[str, Any]) -> int:
 )
 @_logging_options
 @click.pass_context
-def run_command(ctx: click.Context, target: str, **opts: Any) -> int:
+def run_command(ctx: click.Context, /, target: str, **opts: Any) -> int:
     """Run APP.py:NAME as a checkpointed job.
 
     NAME is a module-level variable of APP.py holding a node of the graph
@@ -377,7 +377,13 @@ def _do_show(
         return _damaged(err)
     if as_json:
         _print_json(info)
-        return 0
+    else:
+        _print_checkpoint(info)
+    return 0
+
+
+def _print_checkpoint(info: dict[str, Any]) -> None:
+    """``rivermark checkpoints show``'s text: positions and their meaning, state, sinks."""
     print(f"checkpoint {info['epoch']} at {insp.format_time(info['time'])}")
     for sid, pos in info["positions"].items():
         value = pos["value"]
@@ -398,7 +404,6 @@ def _do_show(
             )
     for kid, handle in info["sinks"].items():
         print(f"  sink {kid}: {handle!r}")
-    return 0
 
 
 def _do_verify(directory: str, epoch: int | None, as_json: bool) -> int:

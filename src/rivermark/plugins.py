@@ -138,7 +138,7 @@ class _LazyPlugin:
             # register_api replaces this stub on the class with the real attribute;
             # if something else has taken the name since (a built-in imported
             # later), that one stays
-            self.cls.register_api(self.modifier, attribute_name=self.name)(plugin)  # type: ignore[attr-defined]
+            self.cls.register_api(self.modifier, attribute_name=self.name)(plugin)
         logger.debug("loaded plugin %r from %r: %r", self.name, self.dist, plugin)
         return plugin
 

@@ -172,7 +172,7 @@ class KeyedState(dict[Any, Any]):
                 changes[k] = DELETED
         dict.clear(self)
 
-    def __ior__(self, other: Any) -> KeyedState:  # type: ignore[override,misc]
+    def __ior__(self, other: Any) -> KeyedState:  # type: ignore[misc]
         self.update(other)
         return self
 

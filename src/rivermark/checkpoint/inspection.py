@@ -28,6 +28,7 @@ errors, exit status 2); a damaged manifest raises
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import pickle
@@ -179,44 +180,51 @@ def describe_position(signature: str | None, position: Any) -> list[str]:
     if sig.startswith("FromTextfile") and isinstance(position, dict) and "offset" in position:
         position = position["offset"]  # with the digest of the bytes before it
     if isinstance(position, dict):
-        out: list[str] = []
-        for key, off in sorted(position.items(), key=lambda kv: str(kv[0])):
-            m = _KAFKA_KEY.match(str(key))
-            if key == _KAFKA_TOPIC_IDS and isinstance(off, dict):
-                out.extend(
-                    f"topic {t}: topic id {i!r} (a recreated topic is refused)"
-                    for t, i in sorted(off.items())
-                )
-            elif m:
-                out.append(
-                    f"topic {m['topic']} partition {m['partition']}: "
-                    f"offset {off!r} is the next to read"
-                )
-            else:
-                out.append(f"{key}: {off!r}")
-        return out
+        return _describe_parts(position)
     if sig.startswith("FromTextfile") and isinstance(position, int):
-        pm = _PATH_ARG.search(sig)
-        path = pm["path"][1:-1] if pm else None
-        if path is None:
-            return [f"byte {position} is the next to read"]
-        line = _line_of(path, position)
-        size = None
-        try:
-            size = os.path.getsize(path)
-        except OSError:
-            pass
-        where = f"byte {position} of {path}"
-        if line is not None:
-            where += f" (line {line})"
-        if size is not None:
-            where += f", {max(size - position, 0)} of {size} bytes left"
-        return [f"{where} is the next to read"]
+        return [_describe_file_offset(sig, position)]
     if sig.startswith("FromIterable") and isinstance(position, int):
         return [f"item {position} of the iterable is the next to emit"]
     if sig.startswith("Filenames") and isinstance(position, list):
         return [f"{len(position)} file name(s) already emitted"]
     return [repr(position)]
+
+
+def _describe_parts(position: dict[Any, Any]) -> list[str]:
+    """A position with parts (Kafka partitions and topic ids, or other keys)."""
+    out: list[str] = []
+    for key, off in sorted(position.items(), key=lambda kv: str(kv[0])):
+        m = _KAFKA_KEY.match(str(key))
+        if key == _KAFKA_TOPIC_IDS and isinstance(off, dict):
+            out.extend(
+                f"topic {t}: topic id {i!r} (a recreated topic is refused)"
+                for t, i in sorted(off.items())
+            )
+        elif m:
+            out.append(
+                f"topic {m['topic']} partition {m['partition']}: offset {off!r} is the next to read"
+            )
+        else:
+            out.append(f"{key}: {off!r}")
+    return out
+
+
+def _describe_file_offset(sig: str, position: int) -> str:
+    """A text file's byte offset, with its line and the bytes left where the file is here."""
+    pm = _PATH_ARG.search(sig)
+    path = pm["path"][1:-1] if pm else None
+    if path is None:
+        return f"byte {position} is the next to read"
+    line = _line_of(path, position)
+    size = None
+    with contextlib.suppress(OSError):
+        size = os.path.getsize(path)
+    where = f"byte {position} of {path}"
+    if line is not None:
+        where += f" (line {line})"
+    if size is not None:
+        where += f", {max(size - position, 0)} of {size} bytes left"
+    return f"{where} is the next to read"
 
 
 def show_checkpoint(store: Store, epoch: int | None = None) -> dict[str, Any]:

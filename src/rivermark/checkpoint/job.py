@@ -44,6 +44,7 @@ checkpoint aside and calls ``start_over()`` on every checkpointed sink.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import os
@@ -173,6 +174,33 @@ def _unpicklable_part(value: Any, where: str = "state", depth: int = 0) -> tuple
     return where, value
 
 
+def _check_options(node: Any, keep: Any, every_batches: Any) -> None:
+    """Refuse a job's node, ``keep`` or ``every_batches`` of the wrong kind, naming the option."""
+    if not isinstance(node, Stream):
+        raise ConfigurationError(
+            f"Job: node must be a Stream node of the graph to run, got {node!r}"
+        )
+    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+        raise ConfigurationError(f"Job: keep must be an integer >= 1, got {keep!r}; pass e.g. 10")
+    if every_batches is not None and (
+        isinstance(every_batches, bool) or not isinstance(every_batches, int) or every_batches < 1
+    ):
+        raise ConfigurationError(
+            f"Job: every_batches must be an integer >= 1 or None, got {every_batches!r}"
+        )
+
+
+def _compact_every(value: Any) -> int:
+    """``compact_every`` (default: the environment's, else 20), refused unless an integer >= 1."""
+    if value is None:
+        value = _env_compact_every()
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(
+            f"Job: compact_every must be an integer >= 1, got {value!r}; pass e.g. 20"
+        )
+    return value
+
+
 class Job:
     """Run the whole graph of ``node`` with checkpoints in ``checkpoint``.
 
@@ -232,22 +260,7 @@ class Job:
         ui: int | None = None,
         ui_addr: str = "127.0.0.1",
     ) -> None:
-        if not isinstance(node, Stream):
-            raise ConfigurationError(
-                f"Job: node must be a Stream node of the graph to run, got {node!r}"
-            )
-        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
-            raise ConfigurationError(
-                f"Job: keep must be an integer >= 1, got {keep!r}; pass e.g. 10"
-            )
-        if every_batches is not None and (
-            isinstance(every_batches, bool)
-            or not isinstance(every_batches, int)
-            or every_batches < 1
-        ):
-            raise ConfigurationError(
-                f"Job: every_batches must be an integer >= 1 or None, got {every_batches!r}"
-            )
+        _check_options(node, keep, every_batches)
         self.interval: float | None = (
             None if every is None else parse_interval(every, "Job", "every")
         )
@@ -266,7 +279,7 @@ class Job:
         for k in sinks:
             # a sink's output (file, topic) is part of the graph's identity: a
             # checkpoint's handle is refused for another output
-            self.fingerprint.setdefault(self._ids[id(k)], k.state_signature())  # type: ignore[attr-defined]
+            self.fingerprint.setdefault(self._ids[id(k)], k.state_signature())
         self.sources: list[Source] = [n for n in self.nodes if isinstance(n, Source)]
         if every_batches is not None:
             self._budget = RecordBudget(every_batches, self._wake_up)
@@ -274,39 +287,15 @@ class Job:
         self.sinks = [
             n for n in self.nodes if isinstance(n, CheckpointedSink) and not isinstance(n, Source)
         ]
-        #: write checkpoints after the sources resumed (see :meth:`_checkpoint`):
-        #: only when every checkpointed sink fixes its epoch's output at pre_commit
-        if background is None:
-            # a write through a chatty client (S3: many requests, each taking the
-            # GIL back from a busy pipeline) becomes durable much later in the
-            # background; local directories write in a few system calls
-            background = isinstance(self.store, LocalDirectoryStore)
-        self.background = bool(background) and all(
-            isinstance(k, EpochSealingSink) and k.seals_epoch_at_pre_commit for k in self.sinks
-        )
-        if background and not self.background:
-            logger.info(
-                "checkpoints are written with the sources paused: %s",
-                ", ".join(repr(k) for k in self.sinks if not isinstance(k, EpochSealingSink)),
-            )
+        #: write checkpoints after the sources resumed (see :meth:`_checkpoint`)
+        self.background = self._choose_background(background)
         #: stable across restarts on the same store: names transactional ids
         self.job_id = self._derive_job_id()
-        for node in [*self.sinks, *self.sources]:
-            if getattr(node, "job_id", "") is None:
-                node.job_id = self.job_id  # type: ignore[attr-defined]
         if exactly_once:
             self._check_exactly_once()
         #: roots fed by ``emit`` (not sources): the job runs until ``stop()``
         self._emit_roots = [n for n in self.nodes if not n.upstreams and not isinstance(n, Source)]
-        for n in self.nodes:
-            # the job reports a node's or source's failure itself, once (see _failed)
-            n.log_failures = False
-        for root in self._emit_roots:
-            counting.count_emits(root)
-        if on_error is not None:
-            for n in self.nodes:
-                if n.on_error is None:
-                    n.on_error = on_error
+        self._adopt_nodes(on_error)
         #: the job's figures (read them with ``job.metrics.read()``)
         self.metrics = Metrics(self)
         self._metrics_server: MetricsServer | None = None
@@ -337,22 +326,55 @@ class Job:
         #: what ended the last run with an exception (None: it ended normally)
         self._ended_by: BaseException | None = None
         #: delta chains of the nodes whose state holds a ``KeyedState``
-        if compact_every is None:
-            compact_every = _env_compact_every()
-        if (
-            isinstance(compact_every, bool)
-            or not isinstance(compact_every, int)
-            or compact_every < 1
-        ):
-            raise ConfigurationError(
-                f"Job: compact_every must be an integer >= 1, got {compact_every!r}; pass e.g. 20"
-            )
-        self._keyed = Chains(self.store, compact_every)
+        self._keyed = Chains(self.store, _compact_every(compact_every))
         #: the checkpoint being written in the background (at most one)
         self._in_flight: asyncio.Future[None] | None = None
         #: triggers that found a checkpoint still in flight and waited (backpressure)
         self.checkpoint_waits = 0
         self.checkpoint_wait_seconds = 0.0
+
+    def _choose_background(self, background: bool | None) -> bool:
+        """Whether checkpoints are written after the sources resumed.
+
+        Only when every checkpointed sink fixes its epoch's output at
+        ``pre_commit``.  By default on local directories: a write through a
+        chatty client (S3: many requests, each taking the GIL back from a busy
+        pipeline) becomes durable much later in the background, while local
+        directories write in a few system calls.
+        """
+        if background is None:
+            background = isinstance(self.store, LocalDirectoryStore)
+        chosen = bool(background) and all(
+            isinstance(k, EpochSealingSink) and k.seals_epoch_at_pre_commit for k in self.sinks
+        )
+        if background and not chosen:
+            logger.info(
+                "checkpoints are written with the sources paused: %s",
+                ", ".join(repr(k) for k in self.sinks if not isinstance(k, EpochSealingSink)),
+            )
+        return chosen
+
+    def _adopt_nodes(self, on_error: Any) -> None:
+        """What the job sets on its nodes: job id, failure reporting, counting, error policy."""
+        for node in [*self.sinks, *self.sources]:
+            if getattr(node, "job_id", "") is None:
+                node.job_id = self.job_id  # type: ignore[attr-defined]
+        for n in self.nodes:
+            # the job reports a node's or source's failure itself, once (see _failed)
+            n.log_failures = False
+            if on_error is not None and n.on_error is None:
+                n.on_error = on_error
+        for root in self._emit_roots:
+            counting.count_emits(root)
+
+    @property
+    def running(self) -> bool:
+        """Whether the job is running now (recovered, and not ended yet)."""
+        return self._running
+
+    def wait_ended(self, timeout: float | None = None) -> bool:
+        """Block until the current (or next) run has ended; False if ``timeout`` passed first."""
+        return self._done.wait(timeout)
 
     @property
     def metrics_url(self) -> str | None:
@@ -427,36 +449,11 @@ class Job:
         self.store.lock()
         self.started_at, self.ended_at = time.time(), None
         try:
-            self._recover()
-            if self._metrics_server is not None:
-                self._metrics_server.start()
-            if self._ui is not None:
-                await self._ui.start()
-            self._warn_not_replayable()
-            self.store.write_job_info(
-                {
-                    "fingerprint": self.fingerprint,
-                    "node_ids": [self.id_of(n) for n in self.nodes],
-                }
-            )
-            self._ended_by = None
-            self._running = True
+            await self._start()
             if self._stop_requested:
                 await self._finish()
                 return
-            for s in self.sources:
-                # concrete start positions (e.g. Kafka offsets for "latest")
-                await s.prepare()
-            if self.restored_epoch is None:
-                # epoch of the configured start: a crash before the first interval
-                # checkpoint then rolls sinks back to where this run began and
-                # replays the sources from where it began; durable before any
-                # source runs, so no output exists that it does not account for
-                await self._checkpoint(blocking=True)
-            for s in self.sources:
-                s.budget = self._budget
-                s.on_finished(self._wake_up)  # the end of input wakes the job
-                s.start()
+            await self._start_sources()
             await self._main_loop()
         except BaseException as e:
             # a job refused at start (or failed) releases its sinks' files and
@@ -467,17 +464,54 @@ class Job:
             self._answer_requests(e)
             raise
         finally:
-            self._running = False
-            for s in self.sources:
-                s.budget = None
-            self.ended_at = time.time()
-            self._answer_requests(None)
-            if self._metrics_server is not None:
-                self._metrics_server.stop()
-            if self._ui is not None:
-                await self._ui.stop()
-            self.store.unlock()
-            self._done.set()
+            await self._end()
+
+    async def _start(self) -> None:
+        """Recover, start the metrics endpoint and the page, record the job's graph."""
+        self._recover()
+        if self._metrics_server is not None:
+            self._metrics_server.start()
+        if self._ui is not None:
+            await self._ui.start()
+        self._warn_not_replayable()
+        self.store.write_job_info(
+            {
+                "fingerprint": self.fingerprint,
+                "node_ids": [self.id_of(n) for n in self.nodes],
+            }
+        )
+        self._ended_by = None
+        self._running = True
+
+    async def _start_sources(self) -> None:
+        """Fix the sources' start positions, checkpoint a fresh start, then let them run."""
+        for s in self.sources:
+            # concrete start positions (e.g. Kafka offsets for "latest")
+            await s.prepare()
+        if self.restored_epoch is None:
+            # epoch of the configured start: a crash before the first interval
+            # checkpoint then rolls sinks back to where this run began and
+            # replays the sources from where it began; durable before any
+            # source runs, so no output exists that it does not account for
+            await self._checkpoint(blocking=True)
+        for s in self.sources:
+            s.budget = self._budget
+            s.on_finished(self._wake_up)  # the end of input wakes the job
+            s.start()
+
+    async def _end(self) -> None:
+        """However the run ended: answer waiting requests, stop the servers, unlock."""
+        self._running = False
+        for s in self.sources:
+            s.budget = None
+        self.ended_at = time.time()
+        self._answer_requests(None)
+        if self._metrics_server is not None:
+            self._metrics_server.stop()
+        if self._ui is not None:
+            await self._ui.stop()
+        self.store.unlock()
+        self._done.set()
 
     async def _main_loop(self) -> None:
         assert self._wake is not None
@@ -499,32 +533,37 @@ class Job:
                 await self._finish()
                 self._answer_requests(None)  # served by the final checkpoint
                 return
-            for fut in self._requests[:]:
-                self._requests.remove(fut)
-                try:
-                    epoch = await self._checkpoint()
-                except BaseException as e:  # hand the failure to the caller
-                    if not fut.done():
-                        fut.set_exception(e)
-                    raise
-                # the caller gets the epoch once it is durable
-                _resolve_when_durable(fut, epoch, self._in_flight)
-            now = time.monotonic()
-            due = self.interval is not None and now - last >= self.interval
+            await self._serve_requests()
+            due = self.interval is not None and time.monotonic() - last >= self.interval
             if budget is not None and budget.left <= 0:
                 due = True  # a source spent the record budget and paused itself
             if due:
                 await self._checkpoint()
                 last = time.monotonic()
-            # a node that failed in background work is noticed within 50 ms
-            timeout = _DRAIN_POLL if draining else 0.05
-            if self.interval is not None:
-                timeout = min(timeout, max(0.0, self.interval - (time.monotonic() - last)))
-            self._wake.clear()
+            await self._wait(draining, last)
+
+    async def _serve_requests(self) -> None:
+        """Take the checkpoints ``checkpoint()`` asked for; each caller gets its epoch once durable."""
+        for fut in self._requests[:]:
+            self._requests.remove(fut)
             try:
-                await asyncio.wait_for(self._wake.wait(), timeout)
-            except asyncio.TimeoutError:
-                pass
+                epoch = await self._checkpoint()
+            except BaseException as e:  # hand the failure to the caller
+                if not fut.done():
+                    fut.set_exception(e)
+                raise
+            _resolve_when_durable(fut, epoch, self._in_flight)
+
+    async def _wait(self, draining: bool, last: float) -> None:
+        """Sleep until woken, the next interval checkpoint is due, or the next poll."""
+        assert self._wake is not None
+        # a node that failed in background work is noticed within 50 ms
+        timeout = _DRAIN_POLL if draining else 0.05
+        if self.interval is not None:
+            timeout = min(timeout, max(0.0, self.interval - (time.monotonic() - last)))
+        self._wake.clear()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout)
 
     async def _fail_if_a_node_failed(self) -> None:
         """Stop the sources and raise if a node has failed for good (its ``failure``).
@@ -724,13 +763,7 @@ class Job:
         """
         assert self._ckpt_lock is not None
         async with self._ckpt_lock:
-            if self._in_flight is not None:
-                # at most one checkpoint in flight: this trigger waits (backpressure)
-                waited = time.monotonic()
-                if not self._in_flight.done():
-                    self.checkpoint_waits += 1
-                await self._await_in_flight()
-                self.checkpoint_wait_seconds += time.monotonic() - waited
+            await self._wait_for_in_flight()
             epoch = self.epoch + 1
             paused_at = time.monotonic()
             # (1) pause
@@ -739,15 +772,7 @@ class Job:
             ok = False
             background = self.background and not final and not blocking
             try:
-                # (2) quiesce
-                for s in self.sources:
-                    await s.wait_quiescent()
-                while any(getattr(n, "_inflight", 0) for n in self.nodes):
-                    await self._fail_if_a_node_failed()
-                    await asyncio.sleep(_POLL)
-                # a record that failed (source or node) may have left part of its
-                # effects in the graph's state: never snapshot after that
-                await self._fail_if_a_node_failed()
+                await self._quiesce()  # (2)
                 # (3) snapshot, synchronously on the loop thread: an immutable view
                 # of every node's state, positions, sink handles (pre-commit)
                 views = self._snapshot_states(epoch)
@@ -787,6 +812,27 @@ class Job:
                 else:
                     await self._stop_everything()
             return epoch
+
+    async def _wait_for_in_flight(self) -> None:
+        """At most one checkpoint in flight: a trigger waits for it (backpressure, counted)."""
+        if self._in_flight is None:
+            return
+        waited = time.monotonic()
+        if not self._in_flight.done():
+            self.checkpoint_waits += 1
+        await self._await_in_flight()
+        self.checkpoint_wait_seconds += time.monotonic() - waited
+
+    async def _quiesce(self) -> None:
+        """Step 2: every record the sources emitted has been fully processed, none failed."""
+        for s in self.sources:
+            await s.wait_quiescent()
+        while any(getattr(n, "_inflight", 0) for n in self.nodes):
+            await self._fail_if_a_node_failed()
+            await asyncio.sleep(_POLL)
+        # a record that failed (source or node) may have left part of its
+        # effects in the graph's state: never snapshot after that
+        await self._fail_if_a_node_failed()
 
     async def _await_in_flight(self) -> None:
         """Wait for the checkpoint in flight; on its failure stop everything and raise."""
@@ -981,6 +1027,10 @@ class Job:
         for e, why in damaged.items():
             logger.warning("skipping damaged checkpoint %d: %s", e, why)
         self._check_fingerprint(manifest)
+        self._restore_from(manifest, blobs)
+
+    def _restore_from(self, manifest: Manifest, blobs: dict[str, list[bytes]]) -> None:
+        """Hand the nodes, sinks and sources what checkpoint ``manifest`` holds for them."""
         for n in self.stateful:
             nid = self.id_of(n)
             if nid in manifest.chains:

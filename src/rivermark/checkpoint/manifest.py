@@ -119,25 +119,28 @@ def _check_schema(d: dict[str, Any]) -> None:
         if not isinstance(sig, str):
             raise ManifestError(f"manifest fingerprint of {nid!r} must be a string, got {sig!r}")
     for nid, info in d["state"].items():
-        if not isinstance(info, dict):
-            raise ManifestError(f"manifest state entry {nid!r} must be an object, got {info!r}")
-        for key in ("file", "size", "sha256"):
-            if key not in info:
-                raise ManifestError(f"manifest state entry {nid!r} has no {key!r}")
-        if not isinstance(info["file"], str) or not info["file"]:
-            raise ManifestError(
-                f"manifest state entry {nid!r}: 'file' must be a name, got {info['file']!r}"
-            )
-        if not _is_int(info["size"]) or info["size"] < 0:
-            raise ManifestError(
-                f"manifest state entry {nid!r}: 'size' must be an integer >= 0, "
-                f"got {info['size']!r}"
-            )
-        if not isinstance(info["sha256"], str) or not _HEX64.fullmatch(info["sha256"]):
-            raise ManifestError(
-                f"manifest state entry {nid!r}: 'sha256' must be 64 hex digits, "
-                f"got {info['sha256']!r}"
-            )
+        _check_state_entry(nid, info)
+
+
+def _check_state_entry(nid: str, info: Any) -> None:
+    """Raise :class:`ManifestError` if a node's entry in the manifest's ``state`` is malformed."""
+    if not isinstance(info, dict):
+        raise ManifestError(f"manifest state entry {nid!r} must be an object, got {info!r}")
+    for key in ("file", "size", "sha256"):
+        if key not in info:
+            raise ManifestError(f"manifest state entry {nid!r} has no {key!r}")
+    if not isinstance(info["file"], str) or not info["file"]:
+        raise ManifestError(
+            f"manifest state entry {nid!r}: 'file' must be a name, got {info['file']!r}"
+        )
+    if not _is_int(info["size"]) or info["size"] < 0:
+        raise ManifestError(
+            f"manifest state entry {nid!r}: 'size' must be an integer >= 0, got {info['size']!r}"
+        )
+    if not isinstance(info["sha256"], str) or not _HEX64.fullmatch(info["sha256"]):
+        raise ManifestError(
+            f"manifest state entry {nid!r}: 'sha256' must be 64 hex digits, got {info['sha256']!r}"
+        )
 
 
 @dataclass

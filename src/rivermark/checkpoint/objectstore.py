@@ -33,6 +33,7 @@ the location.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -87,6 +88,17 @@ def _lease_ttl_from_env() -> float:
     return ttl
 
 
+def _checked_lease_ttl(value: Any) -> float:
+    """``lease_ttl`` (default: the environment's), refused unless a number of seconds > 0."""
+    if value is None:
+        value = _lease_ttl_from_env()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ConfigurationError(
+            f"ObjectStore: lease_ttl must be a number of seconds > 0, got {value!r}"
+        )
+    return float(value)
+
+
 class ObjectStore(Store):
     """Checkpoints under an fsspec URL (see the module docs).
 
@@ -115,12 +127,7 @@ class ObjectStore(Store):
             raise ConfigurationError(
                 f"ObjectStore: url must look like 's3://bucket/prefix', got {url!r}"
             )
-        if lease_ttl is None:
-            lease_ttl = _lease_ttl_from_env()
-        if isinstance(lease_ttl, bool) or not isinstance(lease_ttl, (int, float)) or lease_ttl <= 0:
-            raise ConfigurationError(
-                f"ObjectStore: lease_ttl must be a number of seconds > 0, got {lease_ttl!r}"
-            )
+        lease_ttl = _checked_lease_ttl(lease_ttl)
         try:
             import fsspec
         except ImportError:
@@ -249,10 +256,8 @@ class ObjectStore(Store):
 
     def _remove(self, rels: list[str]) -> None:
         for rel in rels:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 self.fs.rm_file(self._path(rel))
-            except FileNotFoundError:
-                pass
         if self._local:  # object stores have no directories to leave behind
             for d in sorted({os.path.dirname(self._path(r)) for r in rels}, reverse=True):
                 try:

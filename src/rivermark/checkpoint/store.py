@@ -19,6 +19,7 @@ write or prune).
 from __future__ import annotations
 
 import abc
+import contextlib
 import fcntl
 import json
 import logging
@@ -392,10 +393,8 @@ class LocalDirectoryStore(Store):
     def delete(self, epoch: int) -> None:
         d = self.epoch_dir(epoch)
         # remove the manifest first: a half-deleted checkpoint must not look complete
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(d / "manifest.json")
-        except FileNotFoundError:
-            pass
         shutil.rmtree(d, ignore_errors=True)
 
     def prune(self, keep: int) -> list[int]:

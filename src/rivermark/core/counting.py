@@ -2,7 +2,7 @@
 
 A node's *records out* is kept in one of two ways, chosen per node class:
 
-* **derived** (``_derived_out = True``): nodes that pass on exactly one
+* **derived** (``derived_out = True``): nodes that pass on exactly one
   record per record received unless their user function fails (``map``,
   ``accumulate``, ``union``, ...).  Nothing is counted on the hot path;
   :mod:`rivermark.observe.metrics` computes ``out = in - errors`` when the
@@ -46,16 +46,16 @@ def counts_output(node: Stream) -> bool:
     if not ENABLED or not node.downstreams:
         return False
     if not node.upstreams:
-        return node._count_emits
-    return not node._derived_out
+        return node.counts_emits
+    return not node.derived_out
 
 
 def count_emits(node: Stream) -> None:
     """Count the records a root fed by ``emit`` passes on (from now on)."""
     from .node import _bump
 
-    if not node._count_emits:
-        node._count_emits = True
+    if not node.counts_emits:
+        node.counts_emits = True
         _bump()
 
 

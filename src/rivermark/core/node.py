@@ -13,6 +13,7 @@ can wait for the slowest branch (backpressure).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import logging
@@ -81,7 +82,7 @@ def _bump() -> None:
         for ref in bound:
             node = ref()
             if node is not None:
-                node._unbind_emit()
+                node._unbind_emit()  # noqa: SLF001 - the clock retires what nodes generated
 
 
 def check_callable(node_kind: str, arg: str, value: Any) -> None:
@@ -147,6 +148,28 @@ class Fixed:
         )
 
 
+def _inherited(upstreams: list[Any], attr: str) -> Any:
+    """The first upstream node's ``attr`` that is set (error policy, event loop)."""
+    for up in upstreams:
+        if isinstance(up, Stream):
+            value = getattr(up, attr)
+            if value is not None:
+                return value
+    return None
+
+
+def _check_asynchronous(upstreams: list[Any], asynchronous: bool) -> None:
+    """Refuse ``asynchronous=`` that differs from an upstream's: a graph is one or the other."""
+    for up in upstreams:
+        theirs = up.asynchronous if isinstance(up, Stream) else None
+        if theirs is not None and bool(theirs) != bool(asynchronous):
+            raise ConfigurationError(
+                f"asynchronous={asynchronous!r} on a node whose upstream {up!r} was "
+                f"created with asynchronous={theirs!r}: a graph is either asynchronous "
+                "or not; pass the same value (or leave it out downstream)"
+            )
+
+
 class Stream:
     """A node in a stream graph; the root of every operator, source and sink.
 
@@ -177,10 +200,10 @@ class Stream:
     #: True when ``records_out`` is not counted by :mod:`rivermark.core.counting`:
     #: the node passes on one record per record received unless its function
     #: fails (derived when read), or counts what it emits itself (sources)
-    _derived_out: bool = False
+    derived_out: bool = False
     #: a root fed by ``emit`` counts what it passes on only when this is set
     #: (:func:`rivermark.core.counting.count_emits`)
-    _count_emits: bool = False
+    counts_emits: bool = False
     #: the attributes generated code may use (state, live configuration, methods);
     #: see :meth:`rivermark.fastpath.codegen.Codegen.field`
     _kernel_fields: ClassVar[frozenset[str]] = frozenset()
@@ -197,22 +220,16 @@ class Stream:
         on_error: ErrorPolicy | None = None,
     ) -> None:
         self.downstreams: list[Stream] = []
-        if upstreams is not None:
-            self.upstreams: list[Stream] = list(upstreams)
-        elif upstream is not None:
-            self.upstreams = [upstream]
-        else:
-            self.upstreams = []
+        self.upstreams: list[Stream] = (
+            list(upstreams) if upstreams is not None else [] if upstream is None else [upstream]
+        )
         self.stream_name = stream_name
         if name is not None and (not isinstance(name, str) or not name):
             raise ConfigurationError(f"name must be a non-empty string, got {name!r}")
         self.name = name
         _check_policy(on_error)
         if on_error is None:
-            for up in self.upstreams:
-                if isinstance(up, Stream) and up.on_error is not None:
-                    on_error = up.on_error
-                    break
+            on_error = _inherited(self.upstreams, "on_error")
         self.on_error: ErrorPolicy | None = on_error
         self.error_count = 0
         #: records dropped by ``on_error="skip"`` / handed to an ``on_error`` callable
@@ -221,14 +238,7 @@ class Stream:
         #: records passed on to the downstreams (see :mod:`rivermark.core.counting`)
         self.records_out = 0
         if asynchronous is not None:
-            for up in self.upstreams:
-                theirs = up.asynchronous if isinstance(up, Stream) else None
-                if theirs is not None and bool(theirs) != bool(asynchronous):
-                    raise ConfigurationError(
-                        f"asynchronous={asynchronous!r} on a node whose upstream {up!r} was "
-                        f"created with asynchronous={theirs!r}: a graph is either asynchronous "
-                        "or not; pass the same value (or leave it out downstream)"
-                    )
+            _check_asynchronous(self.upstreams, asynchronous)
         self.asynchronous: bool | None = asynchronous
         if ensure_io_loop and not type(self).__module__.startswith("rivermark."):
             # a node written for streamz asks for the loop when its update needs
@@ -236,10 +246,7 @@ class Stream:
             self._is_async = True
         self._loop: asyncio.AbstractEventLoop | None = loop
         if self._loop is None:
-            for up in self.upstreams:
-                if isinstance(up, Stream) and up._loop is not None:
-                    self._loop = up._loop
-                    break
+            self._loop = _inherited(self.upstreams, "_loop")
         if self._loop is None and (ensure_io_loop or self._is_async):
             self._loop = runtime.current_loop()
         self._loop_cache_version = -1
@@ -249,7 +256,7 @@ class Stream:
         self._deferred: tuple[delivery.DeferredDelivery, ...] = ()
         for up in self.upstreams:
             if isinstance(up, Stream):
-                up._add_downstream(self)
+                up._add_downstream(self)  # noqa: SLF001 - a node links itself below its upstreams
         _bump()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -329,7 +336,7 @@ class Stream:
             wrapped.__qualname__ = f"{cls.__name__}.{name}"
             if isinstance(func, type) and "_api_name" not in func.__dict__:
                 # the first name a node class is registered under is shown by str(node)
-                func._api_name = name  # type: ignore[attr-defined]
+                func._api_name = name  # type: ignore[attr-defined]  # noqa: SLF001
             setattr(cls, name, modifier(wrapped))
             return func
 
@@ -415,8 +422,9 @@ class Stream:
         """The event loop this node's asynchronous work runs on."""
         if self._loop is None:
             for n in self.walk():
-                if n._loop is not None:
-                    self._loop = n._loop
+                loop = n._loop  # noqa: SLF001 - a node of the same graph
+                if loop is not None:
+                    self._loop = loop
                     break
             else:
                 self._loop = runtime.current_loop() or runtime.background_loop()
@@ -437,7 +445,7 @@ class Stream:
             if id(n) in seen:
                 continue
             seen.add(id(n))
-            if n._is_async:
+            if n._is_async:  # noqa: SLF001 - a node of the same graph
                 found = n
                 break
             todo.extend(n.downstreams)
@@ -502,7 +510,7 @@ class Stream:
         if (
             codegen.ENABLED
             and type(self)._emit is Stream._emit
-            and all(d._downstream_loop() is None for d in self.downstreams)
+            and all(d._downstream_loop() is None for d in self.downstreams)  # noqa: SLF001
         ):
             generated = codegen.compile_loop(self)
             if generated is not None:
@@ -535,31 +543,12 @@ class Stream:
             asynchronous = True
         loop = self._downstream_loop()
         if loop is None:
-            results = self._emit(x, metadata)
-            if not self.asynchronous:
-                self._sync_version = self._push_version
-                version = _GraphClock.version
-                if self._sync_version == version and self._emit_version != version:
-                    self._bind_emit()
-            if not asynchronous:
-                return None
-            # a synchronous node may still hand back awaitables when the caller
-            # runs on a loop (zip's backpressure on a full buffer): await them
-            return runtime.gather_results(results) if results else _done()
+            return self._emit_sync(x, asynchronous, metadata)
         if self._emit_version != _GraphClock.version:
             self._bind_emit()
         deferred = self._deferred
         if runtime.in_loop_thread(loop):
-            if deferred and asynchronous:
-                # as streamz: the awaitable also covers what Dask's gather passes on later
-                before = delivery.counts(deferred)
-                results = self._emit(x, metadata)
-                waits = delivery.waits(deferred, before)
-                return runtime.gather_results([*(results or ()), *waits])
-            results = self._emit(x, metadata)
-            if asynchronous:
-                return runtime.gather_results(results)
-            return results
+            return self._emit_on_loop(x, asynchronous, metadata)
         coro = (
             self._emit_and_deliver(x, metadata, deferred)
             if deferred
@@ -569,6 +558,34 @@ class Stream:
         if asynchronous:
             return asyncio.wrap_future(fut)
         return fut.result()
+
+    def _emit_sync(self, x: Any, asynchronous: bool, metadata: Metadata | None) -> Any:
+        """:meth:`emit` into a graph without an event loop (run in the calling thread)."""
+        results = self._emit(x, metadata)
+        if not self.asynchronous:
+            self._sync_version = self._push_version
+            version = _GraphClock.version
+            if self._sync_version == version and self._emit_version != version:
+                self._bind_emit()
+        if not asynchronous:
+            return None
+        # a synchronous node may still hand back awaitables when the caller
+        # runs on a loop (zip's backpressure on a full buffer): await them
+        return runtime.gather_results(results) if results else _done()
+
+    def _emit_on_loop(self, x: Any, asynchronous: bool, metadata: Metadata | None) -> Any:
+        """:meth:`emit` called on the graph's own event loop thread."""
+        deferred = self._deferred
+        if deferred and asynchronous:
+            # as streamz: the awaitable also covers what Dask's gather passes on later
+            before = delivery.counts(deferred)
+            results = self._emit(x, metadata)
+            waits = delivery.waits(deferred, before)
+            return runtime.gather_results([*(results or ()), *waits])
+        results = self._emit(x, metadata)
+        if asynchronous:
+            return runtime.gather_results(results)
+        return results
 
     _emit_version = -1
     _emit_fn: Callable[..., Any] | None = None
@@ -622,10 +639,8 @@ class Stream:
             return
         self._emit_fn = None
         codegen.retire(fn)
-        try:
+        with contextlib.suppress(AttributeError):
             object.__delattr__(self, "emit")
-        except AttributeError:
-            pass
 
     async def _emit_and_wait(self, x: Any, metadata: Metadata | None = None) -> None:
         await runtime.gather_results(self._emit(x, metadata))
@@ -717,7 +732,7 @@ class Stream:
         policy(x, exc)
 
     def derive_records_out(self, records_in: list[int]) -> int:
-        """Records passed on, for a node with ``_derived_out`` (read by the metrics).
+        """Records passed on, for a node with ``derived_out`` (read by the metrics).
 
         ``records_in`` holds what each upstream passed on, in upstream order.
         The default is one record out per record in, less those whose user
@@ -835,10 +850,7 @@ class Stream:
         head = f"{self.stream_name}; {kind}" if self.stream_name else kind
         shown = [(attr, _attr_text(getattr(self, attr, None))) for attr in self.str_list]
         shown = [(attr, text) for attr, text in shown if text]
-        if len(shown) == 1:
-            items = [shown[0][1]]
-        else:
-            items = [f"{attr}={text}" for attr, text in shown]
+        items = [shown[0][1]] if len(shown) == 1 else [f"{attr}={text}" for attr, text in shown]
         return f"<{head}: {', '.join(items)}>" if items else f"<{head}>"
 
     __repr__ = __str__
@@ -961,7 +973,7 @@ class _EmitMethod:
     def __get__(self, obj: Stream | None, objtype: type | None = None) -> Any:
         if obj is None:
             return self.func
-        return obj._bind_emit()
+        return obj._bind_emit()  # noqa: SLF001 - the descriptor of the node's own emit
 
 
 _general_emit: Callable[..., Any] = Stream.emit

@@ -216,7 +216,9 @@ def _rebuild(obj: Any, leaf: Callable[[Any], Any], kind: type) -> Any:
 # ---------------------------------------------------------------------- client
 def _find_client(node: Stream) -> Any:
     """The client given to an upstream ``scatter(client=...)``, else the default one."""
-    cached = node.__dict__.get("_client")
+    # getattr, not the instance __dict__: touching that slows every later
+    # attribute access on the node (CPython 3.11)
+    cached = getattr(node, "dask_client", None)
     if cached is not None:
         return cached
     seen: set[int] = set()
@@ -226,9 +228,9 @@ def _find_client(node: Stream) -> Any:
         if id(n) in seen:
             continue
         seen.add(id(n))
-        c = n.__dict__.get("_client")
+        c = getattr(n, "dask_client", None)
         if c is not None:
-            node._client = c  # type: ignore[attr-defined]
+            node.dask_client = c  # type: ignore[attr-defined]
             return c
         todo.extend(n.upstreams)
     try:
@@ -354,7 +356,8 @@ class DaskScatter(DaskStream):
                 f"pass client=distributed.Client(...) or leave it out to use the default client"
             )
         if client is not None:
-            self._client = client
+            #: the client given to scatter(client=...), found by the nodes below
+            self.dask_client = client
         DaskStream.__init__(self, upstream, **kwargs)
 
     def update(
@@ -418,7 +421,7 @@ class DaskMap(DaskStream):
         self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
     ) -> list[Awaitable[Any]] | None:
         fut = self._submit(
-            type(self)._worker_call, self.func, _arg(x), self.args, self.kwargs, label=self.func
+            self._worker_call, self.func, _arg(x), self.args, self.kwargs, label=self.func
         )
         return self._emit(fut, metadata)
 
@@ -536,7 +539,7 @@ class DaskAccumulate(DaskStream):
         return part
 
     def _batch_cap(self) -> int:
-        return max(1, min(d.max_inflight for d in self.downstreams) // 2)  # type: ignore[attr-defined]
+        return max(1, int(min(d.max_inflight for d in self.downstreams)) // 2)  # type: ignore[attr-defined]
 
     def _submit_batch(self) -> None:
         batch, self._open = self._open, None
@@ -933,15 +936,15 @@ class _RemoteState:
         return _fetch_sync(self, state)  # type: ignore[arg-type]
 
     def set_state(self, state: Any) -> None:
-        node: Any = self
+        submit = self._submit  # type: ignore[attr-defined]  # from the DaskStream it is mixed into
 
         def put_back(r: Remote) -> Any:
-            return node._submit(_value, r.value)
+            return submit(_value, r.value)
 
         super().set_state(_rebuild(state, put_back, Remote))  # type: ignore[misc]
 
     def state_signature(self) -> str:
-        return "Dask" + super().state_signature()  # type: ignore[misc]
+        return "Dask" + str(super().state_signature())  # type: ignore[misc]
 
 
 def _local_class(streamz_name: str) -> type[Stream] | None:
@@ -968,7 +971,9 @@ def _register_scattered() -> dict[str, type]:
                 streamz_name,
             )
             continue
-        stateful = bool(base._state_attrs) or base.get_state is not Stream.get_state
+        # the operator class's declared state fields (see docs/architecture.md)
+        declared = base._state_attrs  # noqa: SLF001
+        stateful = bool(declared) or base.get_state is not Stream.get_state
         bases: tuple[type, ...] = (
             (_RemoteState, DaskStream, base) if stateful else (DaskStream, base)
         )

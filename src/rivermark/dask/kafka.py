@@ -160,17 +160,29 @@ def _read(consumer: Any, r: KafkaRange) -> list[Any]:
             out.append({"key": m.key(), "value": m.value()} if r.keys else m.value())
             nxt = off + 1
         if nxt < r.end:
-            (pos,) = consumer.position([ck.TopicPartition(r.topic, r.partition)])
-            if pos.offset >= r.end:
-                nxt = r.end  # the rest of the range was markers or aborted records
-            elif time.monotonic() > deadline:
-                raise KafkaRangeReadError(
-                    f"reading {r!r} on a worker: reached offset {nxt} of [{r.start}, {r.end}) "
-                    f"in {r.read_timeout} s (last Kafka error: {last_error}); check that the "
-                    f"broker at {r.consumer_params.get('bootstrap.servers')!r} is reachable "
-                    f"from the workers, or raise read_timeout"
-                )
+            nxt = _past_the_records(consumer, r, nxt, deadline, last_error)
     return out
+
+
+def _past_the_records(consumer: Any, r: KafkaRange, nxt: int, deadline: float, error: Any) -> int:
+    """The next offset to read once a poll ended before ``r.end``; raises past the deadline.
+
+    The consumer's position at or past the end means the rest of the range
+    was transaction markers or aborted records.
+    """
+    import confluent_kafka as ck
+
+    (pos,) = consumer.position([ck.TopicPartition(r.topic, r.partition)])
+    if pos.offset >= r.end:
+        return r.end
+    if time.monotonic() > deadline:
+        raise KafkaRangeReadError(
+            f"reading {r!r} on a worker: reached offset {nxt} of [{r.start}, {r.end}) "
+            f"in {r.read_timeout} s (last Kafka error: {error}); check that the "
+            f"broker at {r.consumer_params.get('bootstrap.servers')!r} is reachable "
+            f"from the workers, or raise read_timeout"
+        )
+    return nxt
 
 
 # ------------------------------------------------------------------ in the job process

@@ -29,6 +29,7 @@ where the checkpoint must outlive the cluster.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import pickle
@@ -183,10 +184,8 @@ class DaskDatasetStore(Store):
         self._call(what, self.client.publish_dataset, value, name=name, override=True)
 
     def _unpublish(self, name: str) -> None:
-        try:
+        with contextlib.suppress(KeyError):
             self._call(f"delete dataset {name!r}", self.client.unpublish_dataset, name)
-        except KeyError:
-            pass
 
     # ------------------------------------------------------------------ names
     def _epoch_name(self, epoch: int) -> str:

@@ -385,10 +385,10 @@ class Streaming:
     def __ge__(self, o: Any) -> Any:
         return self._binop(o, operator.ge)
 
-    def __eq__(self, o: Any) -> Any:  # type: ignore[override]
+    def __eq__(self, o: Any) -> Any:
         return self._binop(o, operator.eq)
 
-    def __ne__(self, o: Any) -> Any:  # type: ignore[override]
+    def __ne__(self, o: Any) -> Any:
         return self._binop(o, operator.ne)
 
     __hash__ = object.__hash__
@@ -705,8 +705,8 @@ class _DataFrameMixin:
             new = Streaming.map_partitions(_set_item, self, key, value)
         self.example = new.example
         self.stream = new.stream
-        self._root = new._root  # type: ignore[attr-defined]
-        self._fn = new._fn  # type: ignore[attr-defined]
+        self._root = new._root
+        self._fn = new._fn
 
     def query(self, expr: str, **kwargs: Any) -> Any:
         """Rows of each batch matching the pandas ``query`` expression."""

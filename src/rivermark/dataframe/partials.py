@@ -188,8 +188,8 @@ Merger = Callable[[list[np.ndarray], list[np.ndarray]], list[np.ndarray]]
 def _values(x: Any) -> np.ndarray:
     """A partial's values; a DataFrame of mixed dtypes as objects (no int goes through float)."""
     if isinstance(x, pd.DataFrame) and x.dtypes.nunique() > 1:
-        return x.to_numpy(dtype=object)
-    return x.to_numpy()
+        return np.asarray(x.to_numpy(dtype=object))
+    return np.asarray(x.to_numpy())
 
 
 class KeyedAcc:

@@ -85,13 +85,9 @@ def plot(frame: Any, backlog: int = 1000, kind: str = "line", **kwargs: Any) -> 
     example = _as_frame(frame.example)
     if kind in _INDEX_X and "x" not in kwargs:
         kwargs["x"] = example.columns[0]
-    stream: Any
     updating = frame._stream_type == "updating"
-    if updating:
-        # each batch is the whole current result: show it, replacing the last one
-        stream = Pipe(data=example)
-    else:
-        stream = Buffer(example, length=backlog, index=False)
+    # an updating frame's batch is the whole current result: shown in place of the last
+    stream: Any = Pipe(data=example) if updating else Buffer(example, length=backlog, index=False)
 
     def send(batch: Any) -> None:
         stream.send(_as_frame(batch))

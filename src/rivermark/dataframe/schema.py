@@ -96,9 +96,12 @@ def convert_column(values: pd.Series, dtype: Any) -> pd.Series | None:
         if not np.can_cast(have, dtype, casting="safe"):
             return None
         return _exact(values, dtype)
-    if is_string_dtype(dtype) and (_is_object(have) or is_string_dtype(have)):
-        if values.map(lambda v: isinstance(v, str) or v is None or v is pd.NA or v != v).all():
-            return _exact(values, dtype)
+    if (
+        is_string_dtype(dtype)
+        and (_is_object(have) or is_string_dtype(have))
+        and values.map(lambda v: isinstance(v, str) or v is None or v is pd.NA or v != v).all()
+    ):
+        return _exact(values, dtype)
     return None
 
 

@@ -241,9 +241,9 @@ class Window:
 # Elementwise operators on a window apply to each batch before it enters the
 # window (``sdf.window(n=3) + 10``, ``w.x % 4``), as in streamz.
 for _op in (
-    "add sub mul truediv floordiv mod pow and or xor".split()
-    + "radd rsub rmul rtruediv rfloordiv rmod rpow rand ror rxor".split()
-    + "lt le gt ge eq ne neg abs invert".split()
+    ["add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor"]
+    + ["radd", "rsub", "rmul", "rtruediv", "rfloordiv", "rmod", "rpow", "rand", "ror", "rxor"]
+    + ["lt", "le", "gt", "ge", "eq", "ne", "neg", "abs", "invert"]
 ):
     setattr(Window, f"__{_op}__", getattr(Streaming, f"__{_op}__"))
 Window.__hash__ = object.__hash__  # type: ignore[method-assign]

@@ -5,7 +5,7 @@ per node and record.  For a purely synchronous graph, :func:`compile_emit`
 writes the source code of one function, ``emit(x)``, that does for an
 untracked record (``metadata`` is None) what the nodes' ``update`` methods
 would do, with the per-record step of the common nodes written out in place
-(their kernels, :mod:`rivermark.fastpath.kernels`): one ``try`` per user
+(their kernels, each next to its operator's class): one ``try`` per user
 function (so each node keeps its own error policy and ``error_count``), the
 node's state read from and written back to the node itself at every record
 (so ``get_state()`` between two records, and ``set_state`` replacing a

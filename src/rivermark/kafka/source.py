@@ -456,16 +456,26 @@ class KafkaBatchedSource(Source):
         initial, self._listed = not self._listed, True
         new = [tp for tp in parts if tp not in self._assigned]
         if self.stop_at_end and not initial and new:
-            if not set(new) <= self._ignored:
-                logger.info(
-                    "%s: stop_at_end: ignoring partitions that appeared after the start: %s",
-                    self._display_name(),
-                    sorted(set(new) - self._ignored),
-                )
-                self._ignored |= set(new)
+            self._ignore_added(new)
             return
-        if not new:
-            return
+        if new:
+            await self._assign_new(new, initial)
+
+    def _ignore_added(self, new: list[tuple[str, int]]) -> None:
+        """stop_at_end: partitions added after the start are not read (said once)."""
+        if not set(new) <= self._ignored:
+            logger.info(
+                "%s: stop_at_end: ignoring partitions that appeared after the start: %s",
+                self._display_name(),
+                sorted(set(new) - self._ignored),
+            )
+            self._ignored |= set(new)
+
+    async def _assign_new(self, new: list[tuple[str, int]], initial: bool) -> None:
+        """Assign the consumer the partitions in ``new`` at their start offsets."""
+        import confluent_kafka as ck
+
+        loop = asyncio.get_running_loop()
         offsets = await loop.run_in_executor(None, self._start_offsets, new, initial)
         if self.stop_at_end:
             self._end.update(await loop.run_in_executor(None, self._end_offsets, new))
@@ -627,7 +637,7 @@ class KafkaBatchedSource(Source):
         if low <= offset <= high:
             return offset
         reset = str(self.consumer_params.get("auto.offset.reset", "earliest")).lower()
-        new = low if reset in _EARLIEST else high
+        new = int(low if reset in _EARLIEST else high)
         logger.warning(
             "%s: checkpointed offset %d of %s[%d] is outside the broker's range [%d, %d] "
             "(retention?); applying auto.offset.reset=%r -> starting at %d. RECORDS MAY BE LOST.",
@@ -718,17 +728,19 @@ class KafkaBatchedSource(Source):
                 continue
             await self._emit_messages(msgs)
 
+    def _consumer_error(self, err: Any) -> None:
+        """A message that carries an error: logged, fatal ones raised (end of partition: nothing)."""
+        if err.code() != -191:  # _PARTITION_EOF
+            logger.warning("%s: consumer error: %s", self._display_name(), err)
+            if err.fatal():
+                raise KafkaConnectorError(f"{self._display_name()}: fatal consumer error: {err}")
+
     async def _emit_messages(self, msgs: list[Any]) -> None:
         groups: dict[tuple[str, int], list[Any]] = {}
         for m in msgs:
             err = m.error()
             if err is not None:
-                if err.code() != -191:  # _PARTITION_EOF
-                    logger.warning("%s: consumer error: %s", self._display_name(), err)
-                    if err.fatal():
-                        raise KafkaConnectorError(
-                            f"{self._display_name()}: fatal consumer error: {err}"
-                        )
+                self._consumer_error(err)
                 continue
             self._check_forward(m)
             end = self._end.get((m.topic(), m.partition())) if self.stop_at_end else None

@@ -165,7 +165,7 @@ class Metrics:
             return n.emitted_now()
         if not n.downstreams:
             return 0
-        if n._derived_out:
+        if n.derived_out:
             return n.derive_records_out([outs.get(id(u), 0) for u in n.upstreams])
         return n.records_out
 

@@ -92,7 +92,7 @@ def job_output(job: Job, interval: float = 0.5) -> Any:
             box.value = _job_html(job)
             if ended:
                 return
-            job._done.wait(interval)
+            job.wait_ended(interval)
 
     threading.Thread(target=refresh, name="rivermark-notebook", daemon=True).start()
     return box

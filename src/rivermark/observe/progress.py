@@ -171,7 +171,7 @@ class ProgressReporter:
 
     def _wait_started(self) -> bool:
         while not self._stop.is_set():
-            if self.job._running or self.job.ended_at is not None:
+            if self.job.running or self.job.ended_at is not None:
                 return True
             self._stop.wait(0.02)
         return self.job.started_at is not None

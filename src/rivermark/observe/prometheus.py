@@ -162,7 +162,7 @@ class MetricsServer:
                 "metrics_port needs prometheus-client: pip install 'rivermark[metrics]'"
             ) from e
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(_Collector(self.metrics))  # type: ignore[arg-type]
+        registry.register(_Collector(self.metrics))
         try:
             self._server, self._thread = start_http_server(
                 self.port, addr=self.addr, registry=registry

@@ -138,7 +138,7 @@ class Zip(Stream):
     _graphviz_shape = "triangle"
     # a tuple takes one record from every buffer: its count is derived (no
     # counting per tuple), from the first buffer's records in and what it holds
-    _derived_out = True
+    derived_out = True
     #: records the first buffer held when its state was restored
     _restored_held = 0
     literals = Fixed()
@@ -550,7 +550,7 @@ class Union(Stream):
     [1, 2, 3]
     """
 
-    _derived_out = True
+    derived_out = True
 
     def __init__(self, *upstreams: Stream, **kwargs: Any) -> None:
         for u in upstreams:

@@ -96,7 +96,7 @@ class Accumulate(Stream):
     [(0, 'a'), (1, 'b')]
     """
 
-    _derived_out = True
+    derived_out = True
 
     _graphviz_shape = "box"
     _state_attrs = ("state",)

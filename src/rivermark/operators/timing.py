@@ -222,7 +222,8 @@ class _Ticker(_Background):
             self._ticker = self._spawn(self._tick())
             # The ticker runs for the node's lifetime (as in streamz); on the shared
             # background loop it is still pending at interpreter exit, which is fine.
-            self._ticker._log_destroy_pending = False  # type: ignore[attr-defined]
+            # asyncio.Task has no public switch for its "destroyed but pending" log
+            self._ticker._log_destroy_pending = False  # type: ignore[attr-defined]  # noqa: SLF001
 
     async def _tick(self) -> None:
         while True:

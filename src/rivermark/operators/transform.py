@@ -48,7 +48,7 @@ class Map(Stream):
     record); ``args`` and ``kwargs`` are fixed at creation.
     """
 
-    _derived_out = True
+    derived_out = True
     args = Fixed()
     kwargs = Fixed()
     _kernel_fields = frozenset({"func"})
@@ -200,7 +200,7 @@ class Pluck(Stream):
     ['Alice']
     """
 
-    _derived_out = True
+    derived_out = True
 
     str_list = ["pick"]
     pick = Fixed()

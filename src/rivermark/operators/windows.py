@@ -423,7 +423,7 @@ class SlidingWindow(Stream):
         self._n = n
         self._partial = bool(return_partial)
         # with partial windows it passes on one window per record (derived count)
-        self._derived_out = self._partial
+        self.derived_out = self._partial
         self._buffer: deque[Any] = deque(maxlen=n)
         # metadata of the records still held (the oldest value may already be released)
         self._meta: deque[Metadata | None] = deque()

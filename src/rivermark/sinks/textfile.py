@@ -67,7 +67,7 @@ def sink_to_file(
     >>> open(path).read()
     'a\\nb\\n'
     """
-    file = open(filename, mode=mode)  # returned to the caller, who closes it
+    file = open(filename, mode=mode)  # noqa: SIM115 - returned to the caller, who closes it
 
     def write(text: str) -> None:
         file.write(prefix + text + suffix)

@@ -81,7 +81,7 @@ class Source(Stream):
     is exhausted or stopped.
     """
 
-    _derived_out = True
+    derived_out = True
 
     _is_async: bool = True
     _graphviz_shape: ClassVar[str] = "doubleoctagon"
@@ -202,6 +202,66 @@ class Source(Stream):
             n += max(0, self._chunk_total - left)
         return n
 
+    async def _hold_if_paused(self, budget: RecordBudget | None) -> None:
+        """Before a chunk: wait while paused (also when another source spent the budget)."""
+        if budget is not None and budget.left <= 0:
+            self.pause()  # another source spent the budget: hold until the checkpoint
+        if self._pause_requested:
+            await self._wait_resumed()
+
+    def _next_step(self, budget: RecordBudget | None) -> int | None:
+        """How many records the next step runs (None: the budget is spent, pause)."""
+        step = self._step
+        if budget is not None:
+            if budget.left <= 0:  # spent by another source meanwhile
+                self.pause()
+                return None
+            step = min(step, budget.left)
+        return step
+
+    async def _run_part(self, run: Callable[[Any], Any], part: Any) -> tuple[Any, bool]:
+        """Run the generated loop over ``part``, waiting out backpressure.
+
+        Returns the loop to go on with (the graph may have changed while it
+        waited) and whether a pause or stop cut the part short.
+        """
+        while True:
+            results = run(part)
+            if not results:
+                return run, False
+            # backpressure: wait for the asynchronous work below
+            await runtime.gather_results(results)
+            run = self.record_loop()
+            if self._pause_requested or self.stopped:
+                return run, True
+
+    def _budget_spent(self, budget: RecordBudget | None) -> bool:
+        """After a step: a record-count checkpoint is due right after its last record."""
+        if budget is not None and budget.left <= 0:
+            self.pause()
+            budget.spent()
+            return True
+        return False
+
+    def _done_before(self, e: BaseException, it: Any, total: int) -> int:
+        """How many records of a chunk were fully processed before the one that raised ``e``.
+
+        That record (or one cancelled while its downstream work ran) may have
+        left part of its effects in the graph: the position stays before it,
+        and after an error no checkpoint may follow (``failure``).
+        """
+        if isinstance(e, Exception) and self.failure is None:
+            self.failure = e
+        left = length_hint(it) if self._chunk_cut is None else self._chunk_cut
+        return max(0, total - left - 1)
+
+    def _adapt_step(self, step: int, took: float) -> None:
+        """Double or halve the step so that one takes about :data:`_STEP_TARGET` seconds."""
+        if took < _STEP_TARGET / 2:
+            self._step = min(step * 2, _MAX_STEP)
+        elif took > _STEP_TARGET * 2 and step > 1:
+            self._step = step // 2
+
     async def _emit_chunk(self, records: list[Any], advance: Callable[[int], None]) -> int:
         """Emit ``records`` in order; return how many were fully processed.
 
@@ -216,16 +276,12 @@ class Source(Stream):
         fast source turns the loop every :data:`TIME_SLICE`, not every chunk.
         """
         budget = self.budget
-        if budget is not None and budget.left <= 0:
-            self.pause()  # another source spent the budget: hold until the checkpoint
-        if self._pause_requested:
-            await self._wait_resumed()
+        await self._hold_if_paused(budget)
         total = len(records)
         if self.stopped or not total:
             return 0
         it = iter(records)
         done = 0
-        interrupted = False
         self._emitting = True
         self._chunk_it, self._chunk_cut, self._chunk_total = it, None, total
         try:
@@ -234,55 +290,26 @@ class Source(Stream):
             if not deadline:
                 deadline = self._slice_end = time.perf_counter() + TIME_SLICE
             while True:
-                step = self._step
-                if budget is not None:
-                    if budget.left <= 0:  # spent by another source meanwhile
-                        self.pause()
-                        break
-                    step = min(step, budget.left)
+                step = self._next_step(budget)
+                if step is None:
+                    break
                 t0 = time.perf_counter()
                 # the rest of the chunk fits in this step: no islice around it
                 part = it if step >= total - done else islice(it, step)
-                while True:
-                    results = run(part)
-                    if not results:
-                        break
-                    # backpressure: wait for the asynchronous work below
-                    await runtime.gather_results(results)
-                    run = self.record_loop()  # the graph may have changed meanwhile
-                    if self._pause_requested or self.stopped:
-                        interrupted = True
-                        break
+                run, interrupted = await self._run_part(run, part)
                 cut = self._chunk_cut  # set when a record's processing called stop() or pause()
                 now_done = total - (length_hint(it) if cut is None else cut)
                 if budget is not None:
                     budget.left -= now_done - done
                 done = now_done
-                if cut is not None:
-                    break
-                if budget is not None and budget.left <= 0:
-                    # a record-count checkpoint is due right after this record
-                    self.pause()
-                    budget.spent()
-                    break
-                if interrupted or done >= total:
+                if cut is not None or self._budget_spent(budget) or interrupted or done >= total:
                     break
                 t1 = time.perf_counter()
-                took = t1 - t0
-                if took < _STEP_TARGET / 2:
-                    self._step = min(step * 2, _MAX_STEP)
-                elif took > _STEP_TARGET * 2 and step > 1:
-                    self._step = step // 2
+                self._adapt_step(step, t1 - t0)
                 if t1 >= deadline:
                     break
         except BaseException as e:
-            # the record that raised (or was cancelled while its downstream work
-            # ran) may have left part of its effects in the graph: the position
-            # stays before it, and after an error no checkpoint may follow
-            if isinstance(e, Exception) and self.failure is None:
-                self.failure = e
-            left = length_hint(it) if self._chunk_cut is None else self._chunk_cut
-            done = max(0, total - left - 1)
+            done = self._done_before(e, it, total)
             raise
         finally:
             self._chunk_it = None

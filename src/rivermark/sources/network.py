@@ -32,6 +32,48 @@ def _check_port(kind: str, port: Any) -> None:
         )
 
 
+class _Refused(Exception):
+    """A request refused with ``code`` before its body is read."""
+
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(code, reason)
+        self.code, self.reason = code, reason
+
+
+def _parse_head(head: bytes) -> tuple[str, str, bool, int]:
+    """``(method, target, close, content_length)`` of an HTTP/1 request head.
+
+    >>> _parse_head(b"POST /in HTTP/1.1\\r\\nContent-Length: 3\\r\\n\\r\\n")
+    ('POST', '/in', False, 3)
+    >>> _parse_head(b"POST /in HTTP/1.1\\r\\n\\r\\n")
+    Traceback (most recent call last):
+    ...
+    rivermark.sources.network._Refused: (411, 'Length Required')
+    """
+    if len(head) > _MAX_HEADER:
+        raise _Refused(431, "Request Header Fields Too Large")
+    lines = head.decode("latin-1").split("\r\n")
+    try:
+        method, target, version = lines[0].split(" ", 2)
+    except ValueError:
+        raise _Refused(400, "Bad Request") from None
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        if ":" in line:
+            k, v = line.split(":", 1)
+            headers[k.strip().lower()] = v.strip()
+    close = headers.get("connection", "").lower() == "close" or version == "HTTP/1.0"
+    length_text = headers.get("content-length")
+    if length_text is None:
+        if "transfer-encoding" in headers or method == "POST":
+            raise _Refused(411, "Length Required")
+        return method, target, close, 0
+    try:
+        return method, target, close, int(length_text)
+    except ValueError:
+        raise _Refused(400, "Bad Request") from None
+
+
 class _Server(Source):
     """Shared lifecycle: listen while running, track connections, close all on stop."""
 
@@ -217,33 +259,11 @@ class FromHttpServer(_Server):
             except asyncio.LimitOverrunError:
                 await self._reply(writer, 431, "Request Header Fields Too Large", close=True)
                 return
-            if len(head) > _MAX_HEADER:
-                await self._reply(writer, 431, "Request Header Fields Too Large", close=True)
-                return
-            lines = head.decode("latin-1").split("\r\n")
             try:
-                method, target, version = lines[0].split(" ", 2)
-            except ValueError:
-                await self._reply(writer, 400, "Bad Request", close=True)
+                method, target, close, length = _parse_head(head)
+            except _Refused as e:
+                await self._reply(writer, e.code, e.reason, close=True)
                 return
-            headers: dict[str, str] = {}
-            for line in lines[1:]:
-                if ":" in line:
-                    k, v = line.split(":", 1)
-                    headers[k.strip().lower()] = v.strip()
-            close = headers.get("connection", "").lower() == "close" or version == "HTTP/1.0"
-            length_text = headers.get("content-length")
-            if length_text is None:
-                if "transfer-encoding" in headers or method == "POST":
-                    await self._reply(writer, 411, "Length Required", close=True)
-                    return
-                length = 0
-            else:
-                try:
-                    length = int(length_text)
-                except ValueError:
-                    await self._reply(writer, 400, "Bad Request", close=True)
-                    return
             body = await reader.readexactly(length) if length else b""
             if method != "POST":
                 await self._reply(writer, 405, "Method Not Allowed", close)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import shlex
 import subprocess
@@ -93,15 +94,11 @@ class FromProcess(Source):
     async def _reap(self, process: asyncio.subprocess.Process, at_end: bool) -> None:
         if at_end and process.returncode is None:
             # stdout is closed: the process is exiting on its own; give it the grace period
-            try:
+            with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(asyncio.shield(process.wait()), _TERM_GRACE)
-            except asyncio.TimeoutError:
-                pass
         if process.returncode is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 process.terminate()
-            except ProcessLookupError:
-                pass
             try:
                 await asyncio.wait_for(process.wait(), _TERM_GRACE)
             except asyncio.TimeoutError:

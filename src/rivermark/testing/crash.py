@@ -129,70 +129,90 @@ def run_with_crashes(
     :class:`CrashHarnessError` when a run fails on its own or ``timeout``
     seconds pass.
     """
+    run = _Runs(cmd, env, timeout)
     rng = random.Random(seed)
-    report = CrashReport()
-    deadline = time.monotonic() + timeout
-
-    def start(fault: str | None) -> subprocess.Popen[bytes]:
-        report.runs += 1
-        return subprocess.Popen(
-            list(cmd), env=_env(env, fault), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-        )
-
-    def remaining() -> float:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise CrashHarnessError(
-                f"run_with_crashes: {list(cmd)!r} did not finish in {timeout} s"
-            )
-        return left
-
     # phase 1: random kills (skipped when kills == 0)
     done = kills <= 0
     while not done:
-        proc = start(None)
-        if report.kills < kills:
-            delay = rng.uniform(min_delay, max_delay)
+        proc = run.start(None)
+        if run.report.kills < kills:
             if ready is not None:
-                while proc.poll() is None and not ready(proc.pid):
-                    remaining()
-                    time.sleep(0.002)
-            try:
-                rc = proc.wait(timeout=min(delay, remaining()))
-            except subprocess.TimeoutExpired:
-                proc.send_signal(signal.SIGKILL)
-                proc.wait()
-                report.kills += 1
-                if proc.stderr:
-                    proc.stderr.close()
+                run.wait_ready(proc, ready)
+            rc = run.killed_after(proc, rng.uniform(min_delay, max_delay))
+            if rc is None:
                 if on_kill is not None:
-                    on_kill(report.kills)
+                    on_kill(run.report.kills)
                 continue
         else:
-            try:
-                rc = proc.wait(timeout=remaining())
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-                raise CrashHarnessError(
-                    f"run_with_crashes: {list(cmd)!r} did not finish in {timeout} s"
-                ) from None
+            rc = run.to_end(proc)
         _check_failed(proc, rc, cmd)
         done = rc == 0
     # phase 2: one self-kill per fault point, then run to completion
     for point in fault_points:
-        proc = start(point)
-        rc = proc.wait(timeout=remaining())
+        proc = run.start(point)
+        rc = proc.wait(timeout=run.remaining())
         _check_failed(proc, rc, cmd)
         if rc == -signal.SIGKILL:
-            report.fault_kills[point] = report.fault_kills.get(point, 0) + 1
-        proc = start(None)
-        rc = proc.wait(timeout=remaining())
+            run.report.fault_kills[point] = run.report.fault_kills.get(point, 0) + 1
+        proc = run.start(None)
+        rc = proc.wait(timeout=run.remaining())
         _check_failed(proc, rc, cmd)
         if rc != 0:
             raise CrashHarnessError(f"run_with_crashes: {list(cmd)!r} was killed unexpectedly")
-    report.completed = True
-    return report
+    run.report.completed = True
+    return run.report
+
+
+class _Runs:
+    """The runs of one :func:`run_with_crashes`: starts, the overall deadline, the report."""
+
+    def __init__(self, cmd: Sequence[str], env: dict[str, str] | None, timeout: float) -> None:
+        self.cmd, self.env, self.timeout = list(cmd), env, timeout
+        self.report = CrashReport()
+        self.deadline = time.monotonic() + timeout
+
+    def start(self, fault: str | None) -> subprocess.Popen[bytes]:
+        self.report.runs += 1
+        return subprocess.Popen(
+            self.cmd, env=_env(self.env, fault), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+
+    def remaining(self) -> float:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise CrashHarnessError(
+                f"run_with_crashes: {self.cmd!r} did not finish in {self.timeout} s"
+            )
+        return left
+
+    def wait_ready(self, proc: subprocess.Popen[bytes], ready: Callable[[int], bool]) -> None:
+        while proc.poll() is None and not ready(proc.pid):
+            self.remaining()
+            time.sleep(0.002)
+
+    def killed_after(self, proc: subprocess.Popen[bytes], delay: float) -> int | None:
+        """SIGKILL ``proc`` after ``delay`` s (None), unless it ended first (its exit status)."""
+        try:
+            return proc.wait(timeout=min(delay, self.remaining()))
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            self.report.kills += 1
+            if proc.stderr:
+                proc.stderr.close()
+            return None
+
+    def to_end(self, proc: subprocess.Popen[bytes]) -> int:
+        """Wait for ``proc`` to end by itself; its exit status."""
+        try:
+            rc = proc.wait(timeout=self.remaining())
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise CrashHarnessError(
+                f"run_with_crashes: {self.cmd!r} did not finish in {self.timeout} s"
+            ) from None
+        return rc
 
 
 _hold_at = os.environ.get(HOLD_AT_ENV)

@@ -16,6 +16,7 @@ Needs ``moto[server]`` (the ``test`` extra).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -163,26 +164,20 @@ class TcpProxy:
             pass
         finally:
             for s in (src, dst):
-                try:
+                with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
 
     def close(self) -> None:
         """Refuse new connections and cut the open ones."""
         with self._lock:
             self._closed = True
             sockets, self._sockets = self._sockets, []
-        try:
+        with contextlib.suppress(OSError):
             self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread
-        except OSError:
-            pass
         self._listener.close()
         for s in sockets:
-            try:
+            with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
             s.close()
 
 

@@ -91,7 +91,7 @@ def test_zip_sync_caller_is_not_blocked_over_maxsize() -> None:
         a.emit(i)
     for i in range(5):
         b.emit(-i)
-    assert L == [(i, -i) for i in range(5)]
+    assert [(i, -i) for i in range(5)] == L
 
 
 def test_zip_awaited_emit_waits_for_buffer_space_in_a_synchronous_graph() -> None:

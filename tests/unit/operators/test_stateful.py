@@ -88,7 +88,7 @@ def test_accumulate_state_round_trip() -> None:
     n2.set_state(state)
     for i in range(3, 6):
         s2.emit(i)
-    assert L1 + L2 == full
+    assert full == L1 + L2
 
 
 def test_accumulate_no_default_survives_pickle() -> None:
@@ -150,7 +150,7 @@ def test_slice_like_list_slicing(start: Any, end: Any, step: Any) -> None:
     L = node.sink_to_list()
     for i in range(12):
         s.emit(i)
-    assert L == list(range(12))[start:end:step]
+    assert list(range(12))[start:end:step] == L
 
 
 def test_slice_bad_arguments() -> None:

@@ -155,7 +155,7 @@ def test_partition_state_round_trip(key: Any) -> None:
     n2.set_state(roundtrip(n1.get_state()))
     for i in range(7, 14):
         s2.emit(i)
-    assert L1 + L2 == full
+    assert full == L1 + L2
     assert n1.state_signature().startswith("Partition(n=3, timeout=None")
 
 
@@ -251,7 +251,7 @@ def test_sliding_window_semantics() -> None:
         s.emit(i)
     assert L == [(0,), (0, 1), (0, 1, 2), (1, 2, 3), (2, 3, 4)]
     assert L2 == [(0, 1, 2), (1, 2, 3), (2, 3, 4)]
-    assert L1 == [(i,) for i in range(5)]
+    assert [(i,) for i in range(5)] == L1
     with pytest.raises(ConfigurationError, match="sliding_window: n .*0"):
         Stream().sliding_window(0)
 
@@ -322,7 +322,7 @@ def test_sliding_window_state_round_trip(partial: bool, cut: int) -> None:
     for i in range(cut, 8):
         r, _ = send(n2, i, s2)
         refs.append(r)
-    assert L1 + L2 == full
+    assert full == L1 + L2
     assert all(r.late == 0 for r in refs)
     assert n2.state_signature() == f"SlidingWindow(n=3, return_partial={partial})"
 
