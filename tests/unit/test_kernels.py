@@ -185,3 +185,15 @@ def test_an_operator_written_as_a_kernel_alone_runs_the_same_on_every_path() -> 
     assert expected == [10, 30, 20, 40, 40]
     assert run("emit") == expected
     assert run("loop") == expected
+
+
+def test_a_kernel_cannot_hand_its_own_node_a_record_in_the_nodes_update() -> None:
+    # the node's update is the function being written: every case is written
+    # out in the kernel or handed to a declared method
+    source = Stream()
+    node = source.map(lambda x: x)
+    cg = Codegen(node=node)
+    with pytest.raises(TypeError, match="hands the record to the node's own update"):
+        cg.fallback(node, source, "x")
+    with pytest.raises(TypeError, match="kernel for Map uses '_undeclared'"):
+        cg.delegate(node, "_undeclared")
