@@ -208,6 +208,14 @@ def _gacc(a: int, v: Any) -> int:
     return (a + n) % 1009
 
 
+def _gacc_pair(a: int, v: Any) -> tuple[int, Any]:
+    return _gacc(a, v), (a, _num(v))
+
+
+def _gstar(*vs: Any) -> int:
+    return _num(vs) + 1
+
+
 def _gsink(out: list[Any]) -> Callable[[Any], None]:
     def sink(v: Any) -> None:
         if _num(v) % 13 == 12:
@@ -235,12 +243,19 @@ graph_ops = st.lists(
         st.tuples(
             st.just("filter"), st.sampled_from(sorted(GPREDS)), _parent, _policy, st.booleans()
         ),
-        st.tuples(st.just("accumulate"), st.booleans(), _parent, _policy),
+        st.tuples(
+            st.just("accumulate"),
+            st.booleans(),
+            _parent,
+            _policy,
+            st.sampled_from(["plain", "returns_state", "with_state"]),
+        ),
+        st.tuples(st.just("starmap"), _parent, _policy),
         st.tuples(st.just("sliding_window"), st.integers(1, 3), st.booleans(), _parent),
         st.tuples(st.just("partition"), st.integers(1, 3), _parent),
         st.tuples(st.just("zip"), _parent, _parent, st.integers(1, 3)),
         st.tuples(st.just("union"), _parent, _parent),
-        st.tuples(st.just("pluck"), _parent, _policy),
+        st.tuples(st.just("pluck"), _parent, _policy, st.booleans()),
         st.tuples(st.just("flatten"), _parent, _policy),
         st.tuples(st.just("sink"), _parent, _policy),
     ),
@@ -262,8 +277,8 @@ Reconfig = tuple[int, int, int]
 def _reconfigure(node: Stream, k: int) -> None:
     """Replace one piece of ``node``'s live configuration (a no-op for other nodes)."""
     kind = type(node).__name__
-    if kind in ("Map", "Accumulate") and getattr(node, "func", None) is not None:
-        if kind == "Map":
+    if kind in ("Map", "Starmap", "Accumulate") and getattr(node, "func", None) is not None:
+        if kind in ("Map", "Starmap"):
             node.func = GMAPS[sorted(GMAPS)[k % len(GMAPS)]]  # type: ignore[attr-defined]
         else:
             node.func = lambda a, v: (a * 2 + _num(v)) % 1009  # type: ignore[attr-defined]
@@ -317,8 +332,16 @@ def run_graph(
             make = up.remove if op[4] else up.filter
             node = make(GPREDS[op[1]], on_error=policy(op[3]))
         elif kind == "accumulate":
-            kw = {"start": 0} if op[1] else {}
-            node = pick(op[2]).accumulate(_gacc, on_error=policy(op[3]), **kw)
+            kw: dict[str, Any] = {"start": 0} if op[1] else {}
+            if op[4] == "returns_state":
+                node = pick(op[2]).accumulate(
+                    _gacc_pair, on_error=policy(op[3]), returns_state=True, **kw
+                )
+            else:
+                kw["with_state"] = op[4] == "with_state"
+                node = pick(op[2]).accumulate(_gacc, on_error=policy(op[3]), **kw)
+        elif kind == "starmap":  # an int record raises (not iterable): the error policy
+            node = pick(op[1]).starmap(_gstar, on_error=policy(op[2]))
         elif kind == "sliding_window":
             node = pick(op[3]).sliding_window(op[1], return_partial=op[2])
         elif kind == "partition":
@@ -328,7 +351,7 @@ def run_graph(
         elif kind == "union":
             node = pick(op[1]).union(pick(op[2]))
         elif kind == "pluck":
-            node = pick(op[1]).pluck(0, on_error=policy(op[2]))
+            node = pick(op[1]).pluck([0] if op[3] else 0, on_error=policy(op[2]))
         elif kind == "flatten":
             node = pick(op[1]).flatten(on_error=policy(op[2]))
         else:

@@ -285,7 +285,7 @@ class Stream:
             return
         if is_coroutine_function(update):
             cls._is_async = True
-        cls.update = _wrap_user_update(update)  # type: ignore[method-assign]
+        cls.update = _wrap_user_update(update)  # type: ignore[assignment]
 
     def _user_results(self, result: Any) -> list[Awaitable[Any]] | None:
         """The awaitable a user ``update`` returned, as the list rivermark passes upstream.
@@ -456,11 +456,9 @@ class Stream:
         return self._loop_needed
 
     # ------------------------------------------------------------------ data flow
-    def update(
-        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
-    ) -> list[Awaitable[Any]] | None:
-        """Receive ``x`` from upstream ``who``; the base node passes it on."""
-        return self._emit(x, metadata)
+    #: receive ``x`` from upstream ``who``; the base node passes it on (the
+    #: kernel ``pass_on``, also how a plain node is written out in a graph)
+    update = codegen.derived_update(codegen.pass_on)
 
     def _emit(self, x: Any, metadata: Metadata | None = None) -> list[Awaitable[Any]] | None:
         if self._push_version != _GraphClock.version:

@@ -5,10 +5,11 @@
 * :mod:`.codegen` -- writes the synchronous graph below a node out as one
   generated function: ``emit`` (one record) or ``run(records)`` (the loop a
   source runs over a chunk of records).
-* :mod:`.kernels` -- what each common operator's per-record step looks like
-  written out inside that function (registered per operator class).
+  An operator's *kernel* (its per-record step, written in its own module
+  and registered per class) is written out inside that function, and is
+  also compiled per node as the node's own ``update``
+  (:func:`.codegen.derived_update`).
 
-See ``docs/architecture.md``.  Nothing is imported here: :mod:`.kernels`
-imports the operators, which import the engine, which imports
-:mod:`.codegen` and :mod:`.push`.
+See ``docs/architecture.md``.  Nothing is imported here: the operators
+import the engine, which imports :mod:`.codegen` and :mod:`.push`.
 """

@@ -5,7 +5,7 @@ per node and record.  For a purely synchronous graph, :func:`compile_emit`
 writes the source code of one function, ``emit(x)``, that does for an
 untracked record (``metadata`` is None) what the nodes' ``update`` methods
 would do, with the per-record step of the common nodes written out in place
-(their kernels, :mod:`rivermark.fastpath.kernels`): one ``try`` per user
+(their kernels, each next to its operator's class): one ``try`` per user
 function (so each node keeps its own error policy and ``error_count``), the
 node's state read from and written back to the node itself at every record
 (so ``get_state()`` between two records, and ``set_state`` replacing a
@@ -20,6 +20,13 @@ whose instance overrides ``update`` is never written out).  Everything else,
 and every record whose node is not in its simple state (a tracked record
 parked in a window, a full zip buffer, ...), goes through the node's push,
 i.e. its own ``update``.
+
+A kernel is also the definition of its node's ``update``: a class whose
+``update`` is :func:`derived_update` gets, per node, the same kernel
+written out for that node alone (:func:`compile_update`, a ``Codegen`` in
+single-node mode: fields read on ``self``, records passed on with
+``return self._emit(y, metadata)``, tracked records included).  The
+per-record step of such an operator is thus written once, in its kernel.
 
 Every generated function has its own globals, which hold the objects it
 uses (nodes, error handlers: a global costs nothing per call, whereas every
@@ -38,7 +45,7 @@ import builtins
 import functools
 import logging
 from collections.abc import Callable
-from types import CodeType
+from types import CodeType, MethodType
 from typing import TYPE_CHECKING, Any
 
 from ..core import counting
@@ -49,13 +56,23 @@ if TYPE_CHECKING:  # pragma: no cover
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Codegen", "Inliner", "register_inliner", "compile_emit", "compile_loop", "retire"]
+__all__ = [
+    "Codegen",
+    "Inliner",
+    "register_inliner",
+    "compile_emit",
+    "compile_loop",
+    "compile_update",
+    "derived_update",
+    "pass_on",
+    "retire",
+]
 
 #: ``inliner(codegen, node, who, var) -> bool``: write the code that passes the
 #: untracked record held in the local variable ``var`` from ``who`` through
 #: ``node``; return False, before writing anything, to decline (the node's
 #: fused push is called instead)
-Inliner = Callable[["Codegen", "Stream", "Stream", str], bool]
+Inliner = Callable[["Codegen", Any, Any, str], bool]
 
 _INLINERS: dict[type, Inliner] = {}
 
@@ -102,7 +119,16 @@ class Codegen:
     opening one belong inside it.
     """
 
-    def __init__(self, loop: bool = False) -> None:
+    def __init__(self, loop: bool = False, node: Stream | None = None) -> None:
+        #: single-node mode: the node whose own ``update`` is being written
+        #: (:func:`compile_update`); None for a graph
+        self.node = node
+        #: single-node mode: the name of the node's method that is its whole
+        #: update for this configuration (:meth:`delegate`)
+        self.delegate_to: str | None = None
+        #: the expression for the record's metadata: a graph carries only
+        #: untracked records; a node's own ``update`` receives ``metadata``
+        self.meta = "None" if node is None else "metadata"
         #: True for a loop over many records that returns the awaitables the
         #: nodes hand back as soon as a record has produced some (a source
         #: waits for them: backpressure); False for ``emit`` in a synchronous
@@ -122,6 +148,8 @@ class Codegen:
     # ------------------------------------------------------------------ names
     def bind(self, obj: Any, hint: str = "b") -> str:
         """The name under which the generated code sees ``obj`` (one of its globals)."""
+        if self.node is not None and obj is self.node:
+            return "self"
         name = self._bound.get(id(obj))
         if name is None:
             name = f"_{hint}{len(self._bound)}"
@@ -132,21 +160,46 @@ class Codegen:
     def field(self, node: Stream, name: str) -> str:
         """The expression for ``node.<name>``, a field its class declares for kernels.
 
-        Generated code reaches a node only through the fields listed in its
-        class's ``_kernel_fields`` (state, live configuration and the
-        methods a kernel may call), so a kernel cannot touch anything the
-        class does not declare as part of that contract.
+        Generated code reaches a node only through the fields its class
+        declares: its state (``_state_attrs``, what ``get_state``/``set_state``
+        and the checkpoint see) and ``_kernel_fields`` (live configuration,
+        the methods a kernel may call, and the containers of nodes whose
+        state is written by ``get_state``), so a kernel cannot touch
+        anything the class does not declare as part of that contract.
         """
-        if name not in type(node)._kernel_fields:
+        cls = type(node)
+        if name not in cls._kernel_fields and name not in cls._state_attrs:
+            declared = sorted(cls._kernel_fields | set(cls._state_attrs))
             raise TypeError(
-                f"kernel for {type(node).__name__} uses {name!r}, which the class does not "
-                f"declare in _kernel_fields {sorted(type(node)._kernel_fields)!r}"
+                f"kernel for {cls.__name__} uses {name!r}, which the class does not "
+                f"declare in _state_attrs or _kernel_fields {declared!r}"
             )
         return f"{self.bind(node, 'node')}.{name}"
 
     def fields(self, node: Stream) -> Callable[[str], str]:
         """``field`` bound to ``node``: ``f = cg.fields(node); f("state")``."""
         return functools.partial(self.field, node)
+
+    def read(self, node: Stream, attr: str) -> str:
+        """A local variable holding ``node.<attr>`` read now (live configuration, a field)."""
+        v = self.tmp("f")
+        self.line(f"{v} = {self.field(node, attr)}")
+        return v
+
+    def value(self, expr: str) -> str:
+        """A local variable holding ``expr`` evaluated once (a record passed on is a name)."""
+        v = self.tmp()
+        self.line(f"{v} = {expr}")
+        return v
+
+    def call_args(self, first: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        """The argument list ``first, *args, **kwargs`` of a user function (fixed ``args``)."""
+        parts = [first]
+        if args:
+            parts.append("*" + self.bind(args, "args"))
+        if kwargs:
+            parts.append("**" + self.bind(kwargs, "kw"))
+        return ", ".join(parts)
 
     def tmp(self, hint: str = "v") -> str:
         """A fresh local variable name."""
@@ -162,7 +215,7 @@ class Codegen:
             self.line("    if _out:")
             self.line("        return _out")
             self.line("    continue")
-        else:
+        elif not self.lines[-1].startswith("    " * (self.indent + 1) + "return "):
             self.line("    return None")
 
     def result(self, expr: str) -> str:
@@ -172,6 +225,8 @@ class Codegen:
         function returns; otherwise the value is dropped (a synchronous
         ``emit`` outside any event loop gets none back).
         """
+        if self.node is not None:  # the node's own update: hand them to its caller
+            return f"return {expr}"
         if not self.collect:
             return expr
         return f"_out = {self.bind(_merge, 'merge')}(_out, {expr})"
@@ -208,6 +263,43 @@ class Codegen:
         else:
             self.open(f"if {cond}")
 
+    def rare(
+        self, cond: str, node: Stream, who: Stream | None, var: str, body: Callable[[], None]
+    ) -> None:
+        """When ``cond``: the record takes ``body``, a rare case of ``node``'s step.
+
+        ``body`` is written into the node's own ``update`` (single-node mode)
+        and must end the path (pass the record on with :meth:`push_down`, or
+        nothing); in a graph the record is handed to that ``update`` instead
+        (its push), so a rare case costs no code per graph.
+        """
+        if self.node is None:
+            self.skip_if(cond, self.result(self.fallback(node, who, var)))
+            return
+        self.line(f"if {cond}:")
+        self.indent += 1
+        body()
+        if not self._returned():
+            self.line("return None")
+        self.indent -= 1
+
+    def delegate(self, node: Stream, name: str) -> bool:
+        """Make the declared method ``name`` (an ``update``) the node's step for its configuration.
+
+        In a graph the kernel declines (returns False: the node's push calls
+        that method); the node's own ``update`` is the method itself, with no
+        call in between.  For configurations a kernel does not write out.
+        """
+        self.field(node, name)  # declared
+        if self.node is None:
+            return False
+        self.delegate_to = name
+        return True
+
+    def _returned(self) -> bool:
+        """Whether the last line written is a ``return`` at the current indentation."""
+        return bool(self.lines) and self.lines[-1].startswith("    " * self.indent + "return ")
+
     def call_user(self, target: str, call: str, record: str, node: Stream, func: str) -> None:
         """``target = call`` guarded by the node's error policy.
 
@@ -233,12 +325,28 @@ class Codegen:
             self.indent += 1
 
     # ------------------------------------------------------------------ graph
-    def fallback(self, node: Stream, who: Stream, var: str) -> str:
+    def fallback(self, node: Stream, who: Stream | None, var: str) -> str:
         """An expression passing ``var`` through ``node``'s full (fused) path."""
+        if self.node is not None:
+            raise TypeError(
+                f"the kernel of {type(node).__name__} hands the record to the node's own "
+                "update, which is this kernel: write the case out (Codegen.rare)"
+            )
+        assert who is not None, "a graph passes a record on from an upstream"
         return f"{self.bind(fusion.build_push(node, who), 'push')}({var}, None)"
 
-    def push_down(self, node: Stream, var: str) -> None:
-        """Pass the untracked record in ``var`` to every downstream of ``node``, in order."""
+    def push_down(self, node: Stream, var: str, meta: str = "metadata") -> None:
+        """Pass the untracked record in ``var`` to every downstream of ``node``, in order.
+
+        In single-node mode: ``return self._emit(var, <meta>)`` (the node's
+        push to its downstreams, counting included, tracked records too);
+        ``meta`` is the record's own ``metadata`` unless the kernel passes on
+        a new record without any (``"None"``: a window of untracked records).
+        """
+        if self.node is not None:
+            assert node is self.node, "a node's own update passes records on from itself"
+            self.line(f"return self._emit({var}, {meta})")
+            return
         ds = list(node.downstreams)
         count = counting.count_statement(node, self.bind(node, "node"))
         if count is not None:
@@ -298,6 +406,11 @@ class Codegen:
         ]
         tail = ["        if _out:", "            return _out", "    return None", ""]
         return "\n".join([*head, *self.lines, *tail])
+
+    def update_source(self) -> str:
+        head = ["def update(self, x, who=None, metadata=None):"]
+        tail = [] if self._returned() else ["    return None"]
+        return "\n".join([*head, *self.lines, *tail, ""])
 
 
 def _merge(out: list[Any] | None, results: Any) -> list[Any] | None:
@@ -365,3 +478,73 @@ def compile_loop(root: Stream) -> Callable[[Any], Any] | None:
     fn.__qualname__ = f"{type(root).__name__}.run"
     fn._rivermark_source = src  # type: ignore[attr-defined]
     return fn
+
+
+def pass_on(cg: Codegen, node: Stream, who: Stream | None, var: str) -> bool:
+    """The kernel of a node that passes every record on unchanged (``union``, ``Stream``)."""
+    cg.push_down(node, var)
+    return True
+
+
+def compile_update(node: Stream, kernel: Inliner) -> Callable[..., Any]:
+    """``update(self, x, who=None, metadata=None)`` for ``node``: ``kernel`` written for it alone.
+
+    The text depends on the node's fixed configuration only (live
+    configuration and state are read on ``self`` at every record), so nodes
+    configured alike share one compiled code object (:func:`_code`); the
+    objects it uses (the error policy's handler, fixed arguments) are the
+    function's own globals.  The kernel must write every case out here: it
+    may not hand the record to the node's push (that is this function).
+    """
+    cg = Codegen(node=node)
+    done = kernel(cg, node, None, "x")
+    if not done:
+        raise TypeError(f"the kernel of {type(node).__name__} declined its own node")
+    if cg.delegate_to is not None:
+        method: Callable[..., Any] = getattr(type(node), cg.delegate_to)
+        method._rivermark_derived = True  # type: ignore[attr-defined]
+        return method
+    src = cg.update_source()
+    scope = cg.scope
+    exec(_code(src), scope)
+    fn: Callable[..., Any] = scope["update"]
+    fn.__qualname__ = f"{type(node).__name__}.update"
+    fn._rivermark_source = src  # type: ignore[attr-defined]
+    fn._rivermark_derived = True  # type: ignore[attr-defined]
+    return fn
+
+
+class derived_update:  # noqa: N801 - used like a decorator-made method
+    """A node class's ``update``, written per node from the class's kernel.
+
+    ``update = derived_update(kernel)`` in a class body registers ``kernel``
+    for the class (:func:`register_inliner`: how generated graphs write the
+    node out) and makes ``node.update`` the same kernel compiled for that
+    node alone (:func:`compile_update`), on first use.  The bound function
+    is then kept on the node, so later look-ups cost nothing.  A subclass
+    that defines its own ``update`` is untouched (``super().update(...)``
+    still reaches the derived one).
+    """
+
+    def __init__(self, kernel: Inliner) -> None:
+        self.kernel = kernel
+        self.__doc__ = "Receive ``x`` from upstream ``who``: the class's kernel, compiled per node."
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        register_inliner(owner, self.kernel)
+        self.slot = f"_derived_update_{owner.__name__}"
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        if obj is None:
+            return self
+        bound = getattr(obj, self.slot, None)
+        if bound is None:
+            bound = MethodType(compile_update(obj, self.kernel), obj)
+            setattr(obj, self.slot, bound)  # for ``super().update`` in a subclass
+            if type(obj).update is self:
+                obj.update = bound  # found before the class's descriptor from now on
+        return bound
+
+    def __call__(self, node: Stream, x: Any, who: Any = None, metadata: Any = None) -> Any:
+        """``Class.update(node, x, ...)`` called on the class."""
+        return self.__get__(node)(x, who, metadata)

@@ -42,9 +42,15 @@ def own_update(node: Stream) -> bool:
 
     Checked through the bound method, not the instance ``__dict__``: on
     CPython 3.11 touching ``__dict__`` makes every later attribute access on
-    the node slower.
+    the node slower.  A node class whose ``update`` is derived from its
+    kernel (:func:`rivermark.fastpath.codegen.derived_update`) keeps the
+    function compiled for the node on the node: that one is its own too.
     """
-    return getattr(node.update, "__func__", None) is type(node).update
+    update = node.update
+    func = getattr(update, "__func__", None)
+    if func is type(node).update:
+        return True
+    return getattr(func, "_rivermark_derived", False) and getattr(update, "__self__", None) is node
 
 
 def fan_out(pushes: list[Push]) -> Push:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-# the operators' kernels for the generated code (registered once the operators exist)
-from ..fastpath import kernels as kernels
 from . import asyncops as asyncops
 from . import joins as joins
 from . import stateful as stateful

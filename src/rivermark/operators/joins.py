@@ -17,6 +17,7 @@ from typing import Any
 from ..core.node import Fixed, Stream, check_positive_int
 from ..core.refs import Metadata, merge_metadata, release_refs
 from ..errors import ConfigurationError, GraphError
+from ..fastpath.codegen import Codegen, derived_update, pass_on
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +44,75 @@ def _index_of(node: Stream, who: Stream | None) -> int:
         f"{node._display_name()}: update() from {who!r}, which is not one of its upstreams; "
         "connect the stream first (or pass who=<upstream>)"
     )
+
+
+def _emit_tracked(node: Stream, out: Any, meta: Metadata) -> Any:
+    """Emit a tuple that took over the references of the records it was made of (zip)."""
+    try:
+        results = node._emit(out, meta)
+    except BaseException:
+        release_refs(meta)
+        raise
+    return node._release_after(results, meta)
+
+
+def _zip_side(cg: Codegen, node: Zip, x: str, index: int, general: str) -> None:
+    """The plain step of a record from upstream ``index`` (0 or 1) of a zip of two."""
+    n = cg.fields(node)
+    buf, other, y, meta, out = cg.tmp("buf"), cg.tmp("other"), cg.tmp(), cg.tmp("m"), cg.tmp()
+    # one unpacking for both buffers; a node whose buffers are not two any
+    # more (they are replaced by set_state) takes the general step
+    pair = f"{buf}, {other}" if index == 0 else f"{other}, {buf}"
+    cg.attempt(f"{pair} = {n('_buffers')}", "ValueError", general)
+    # records already wait on this side: this one waits too (a full buffer
+    # takes the general step, which applies backpressure)
+    cg.skip_if(
+        buf,
+        f"if len({buf}) < {n('maxsize')}:",
+        f"    {buf}.append(({x}, None))",
+        "else:",
+        f"    {general}",
+    )
+    cg.skip_if(f"not {other}", f"{buf}.append(({x}, None))")
+    # a tuple is complete; an asynchronous caller waiting for room: general step
+    cg.skip_if(f"{n('_waiters')}", general)
+    cg.line(f"{y}, {meta} = {other}.popleft()")
+    cg.line(f"{out} = ({x}, {y})" if index == 0 else f"{out} = ({y}, {x})")
+    # the other side's record was tracked: the tuple takes over its references
+    cg.skip_if(
+        meta, cg.result(f"{cg.bind(_emit_tracked, 'tracked')}({cg.bind(node)}, {out}, {meta})")
+    )
+    cg.push_down(node, out, "None")
+
+
+def _zip_kernel(cg: Codegen, node: Zip, who: Stream | None, x: str) -> bool:
+    # a record waits in its upstream's buffer until every buffer has one; then
+    # the heads leave together as a tuple
+    if node.literals:  # literals placed in every tuple: the general step only
+        return cg.delegate(node, "_update_general")
+    if cg.node is None:  # a graph: the shape is known (a change retires the code)
+        ups = node.upstreams
+        if len(ups) != 2 or ups[0] is ups[1] or not any(u is who for u in ups):
+            return False
+        if len(node._buffers) != 2:
+            return False
+        general = cg.result(cg.fallback(node, who, x))
+        _zip_side(cg, node, x, 0 if ups[0] is who else 1, general)
+        return True
+    # the node's own update: the shape is read at every record (connect and
+    # disconnect change it); a tracked record, another shape: the general step
+    n = cg.fields(node)
+    general = f"return {n('_update_general')}({x}, who, metadata)"
+    cg.line(f"if metadata: {general}")
+    u = cg.tmp("ups")
+    cg.line(f"{u} = {n('upstreams')}")
+    cg.line(f"if len({u}) != 2 or {u}[0] is {u}[1]: {general}")
+    for index in (0, 1):
+        cg.open(f"if who is {u}[{index}]")
+        _zip_side(cg, node, x, index, general)
+        cg.indent -= 1
+    cg.line(general)
+    return True
 
 
 @Stream.register_api(attribute_name="zip")
@@ -72,7 +142,7 @@ class Zip(Stream):
     #: records the first buffer held when its state was restored
     _restored_held = 0
     literals = Fixed()
-    _kernel_fields = frozenset({"_buffers", "_waiters", "maxsize"})
+    _kernel_fields = frozenset({"_buffers", "_waiters", "maxsize", "upstreams", "_update_general"})
 
     def __init__(self, *upstreams: Any, maxsize: int = 10, **kwargs: Any) -> None:
         check_positive_int("zip", "maxsize", maxsize)
@@ -93,9 +163,12 @@ class Zip(Stream):
             values.insert(i, v)
         return tuple(values)
 
-    def update(
+    update = derived_update(_zip_kernel)
+
+    def _update_general(
         self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
     ) -> Results:
+        """The step for a tracked record, a full buffer, literals, other shapes."""
         buffers = self._buffers
         ups = self.upstreams
         if len(buffers) != len(ups):  # an upstream was connected later
@@ -487,7 +560,4 @@ class Union(Stream):
                 )
         Stream.__init__(self, upstreams=list(upstreams), **kwargs)
 
-    def update(
-        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
-    ) -> Results:
-        return self._emit(x, metadata)
+    update = derived_update(pass_on)

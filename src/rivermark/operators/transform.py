@@ -1,5 +1,10 @@
 """Record-by-record operators: map, starmap, filter, remove, pluck, flatten (concat).
 
+The per-record step of map, starmap, filter, remove and pluck is written
+once, as a kernel (``_*_kernel`` below): ``update = derived_update(kernel)``
+makes it both the node's own ``update`` and what generated graphs write
+out (see ``docs/architecture.md``, "One definition per operator").
+
 None of these holds a record past the synchronous call, so completion
 tracking needs little from them: a record dropped by a filter is complete
 when the call returns; ``flatten`` holds the incoming record's reference
@@ -14,10 +19,20 @@ from typing import Any
 
 from ..core.node import Fixed, Stream, check_callable
 from ..core.refs import Metadata
+from ..fastpath.codegen import Codegen, derived_update
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["Map", "Starmap", "Filter", "Remove", "Pluck", "Flatten"]
+
+
+def _map_kernel(cg: Codegen, node: Map, who: Stream | None, x: str) -> bool:
+    # y = func(x, *args, **kwargs); an error goes to the node's policy
+    f = cg.read(node, "func")
+    y = cg.tmp()
+    cg.call_user(y, f"{f}({cg.call_args(x, node.args, node.kwargs)})", x, node, f)
+    cg.push_down(node, y)
+    return True
 
 
 @Stream.register_api(attribute_name="map")
@@ -50,15 +65,16 @@ class Map(Stream):
         self._args = args
         Stream.__init__(self, upstream, stream_name=stream_name, name=name, on_error=on_error)
 
-    def update(
-        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
-    ) -> list[Awaitable[Any]] | None:
-        try:
-            y = self.func(x, *self._args, **self._kwargs)
-        except Exception as e:
-            self._user_error(x, e, self.func)
-            return None
-        return self._emit(y, metadata)
+    update = derived_update(_map_kernel)
+
+
+def _starmap_kernel(cg: Codegen, node: Starmap, who: Stream | None, x: str) -> bool:
+    # y = func(*x, *args, **kwargs)
+    f = cg.read(node, "func")
+    y = cg.tmp()
+    cg.call_user(y, f"{f}({cg.call_args('*' + x, node.args, node.kwargs)})", x, node, f)
+    cg.push_down(node, y)
+    return True
 
 
 @Stream.register_api(attribute_name="starmap")
@@ -71,15 +87,7 @@ class Starmap(Map):
     [3]
     """
 
-    def update(
-        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
-    ) -> list[Awaitable[Any]] | None:
-        try:
-            y = self.func(*x, *self._args, **self._kwargs)
-        except Exception as e:
-            self._user_error(x, e, self.func)
-            return None
-        return self._emit(y, metadata)
+    update = derived_update(_starmap_kernel)
 
 
 def _node_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -89,6 +97,16 @@ def _node_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 def _truthy(x: Any) -> bool:
     return bool(x)
+
+
+def _filter_kernel(cg: Codegen, node: Filter, who: Stream | None, x: str) -> bool:
+    # keep = predicate(x, *args, **kwargs); pass x on when keep (remove: when not keep)
+    p = cg.read(node, "predicate")
+    k = cg.tmp("k")
+    cg.call_user(k, f"{p}({cg.call_args(x, node.args, node.kwargs)})", x, node, p)
+    cg.only_if(f"not {k}" if node._invert else k)
+    cg.push_down(node, x)
+    return True
 
 
 @Stream.register_api(attribute_name="filter")
@@ -128,17 +146,7 @@ class Filter(Stream):
         self._kwargs = kwargs
         Stream.__init__(self, upstream, **node_kwargs)
 
-    def update(
-        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
-    ) -> list[Awaitable[Any]] | None:
-        try:
-            keep = self.predicate(x, *self._args, **self._kwargs)
-        except Exception as e:
-            self._user_error(x, e, self.predicate)
-            return None
-        if bool(keep) is not self._invert:
-            return self._emit(x, metadata)
-        return None
+    update = derived_update(_filter_kernel)
 
 
 @Stream.register_api(attribute_name="remove")
@@ -160,6 +168,23 @@ class Remove(Filter):
     ) -> None:
         check_callable("remove", "predicate", predicate)
         Filter.__init__(self, upstream, predicate, *args, **kwargs)
+
+    update = derived_update(_filter_kernel)  # registers the kernel for Remove too
+
+
+def _pick_all(x: Any, picks: list[Any]) -> tuple[Any, ...]:
+    return tuple([x[i] for i in picks])
+
+
+def _pluck_kernel(cg: Codegen, node: Pluck, who: Stream | None, x: str) -> bool:
+    # y = x[pick], or a tuple of x[i] for every i of a list of picks
+    pick = cg.bind(node.pick, "pick")
+    label = cg.bind(f"pluck({node.pick!r})", "label")
+    y = cg.tmp()
+    get = f"{cg.bind(_pick_all, 'pickall')}({x}, {pick})" if node._many else f"{x}[{pick}]"
+    cg.call_user(y, get, x, node, label)
+    cg.push_down(node, y)
+    return True
 
 
 @Stream.register_api(attribute_name="pluck")
@@ -185,18 +210,7 @@ class Pluck(Stream):
         self._many = isinstance(pick, list)
         Stream.__init__(self, upstream, **kwargs)
 
-    def update(
-        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
-    ) -> list[Awaitable[Any]] | None:
-        try:
-            if self._many:
-                y: Any = tuple([x[i] for i in self._pick])
-            else:
-                y = x[self._pick]
-        except Exception as e:
-            self._user_error(x, e, f"pluck({self.pick!r})")
-            return None
-        return self._emit(y, metadata)
+    update = derived_update(_pluck_kernel)
 
 
 @Stream.register_api(attribute_name="flatten")

@@ -4,6 +4,12 @@ A record parked in a window keeps its reference (retained when it arrives)
 until the window it belongs to has been emitted and the downstream work has
 finished, or until it is dropped (a duplicate in ``partition_unique``).
 The parked values (without metadata) are checkpoint state.
+
+The step of ``partition`` and ``sliding_window`` for untracked records is
+their kernel (``update = derived_update(kernel)``: the node's own update and
+what generated graphs write out); tracked records take a method of the node
+(``_update_general``, ``_update_tracked``), as does a keyed or timed
+partition.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from ..core import runtime
 from ..core.node import Fixed, Stream, check_positive_int, identity
 from ..core.refs import Metadata, merge_metadata, release_refs
 from ..errors import ConfigurationError
+from ..fastpath.codegen import Codegen, derived_update
 from ..state import KeyedState, as_keyed
 
 logger = logging.getLogger(__name__)
@@ -31,6 +38,38 @@ def _key_name(key: Any) -> str:
     if callable(key):
         return getattr(key, "__qualname__", None) or repr(key)
     return repr(key)
+
+
+def _partition_kernel(cg: Codegen, node: Partition, who: Stream | None, x: str) -> bool:
+    # append x to the open group; once it holds n records, emit it as a tuple
+    n = cg.fields(node)
+    if node.key is not None or node.timeout is not None:
+        # groups per key, timers: the method is the node's update (a graph calls it)
+        return cg.delegate(node, "_update_general")
+    general = f"return {n('_update_general')}({x}, who, metadata)"
+    # a tracked record: its references are kept with the group (the node's own
+    # update only; a graph carries none)
+    if cg.node is not None:
+        cg.rare("metadata", node, who, x, lambda: cg.line(general))
+    buf, meta, out = cg.tmp("buf"), cg.tmp("m"), cg.tmp()
+    # The list of the key None stays in ``_buffers`` (emptied in place when a
+    # partition is emitted; ``_update_general`` pops it): an empty list and
+    # no entry are the same state for the node (``get_state`` lists only
+    # non-empty buffers; ``_update_general`` appends to an empty one as to a new one).
+    cg.line("try:")
+    cg.line(f"    {buf} = {n('_buffers')}[None]")
+    cg.line("except KeyError:")
+    cg.line(f"    {buf} = {n('_buffers')}[None] = []")
+    cg.line(f"    {n('_metas')}[None] = []")
+    cg.line(f"{buf}.append({x})")
+    cg.only_if(f"len({buf}) >= {n('n')}")
+    cg.line(f"{meta} = {n('_metas')}[None]")
+    # tracked records in the group: the node's flush merges their metadata
+    cg.skip_if(meta, cg.result(f"{n('_flush_now')}(None)"))
+    cg.line(f"{out} = tuple({buf})")
+    cg.line(f"{buf}.clear()")
+    cg.push_down(node, out, "None")
+    return True
 
 
 @Stream.register_api(attribute_name="partition")
@@ -63,7 +102,7 @@ class Partition(Stream):
     timeout = Fixed()
     #: a partition's list (key None) stays in ``_buffers`` once created (emptied in
     #: place when emitted); ``_flush_now`` emits one with its records' metadata
-    _kernel_fields = frozenset({"_buffers", "_metas", "n", "_flush_now"})
+    _kernel_fields = frozenset({"_buffers", "_metas", "n", "_flush_now", "_update_general"})
 
     def __init__(
         self,
@@ -113,9 +152,12 @@ class Partition(Stream):
             return True
         return self._inflight > 0
 
-    def update(
+    update = derived_update(_partition_kernel)
+
+    def _update_general(
         self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
     ) -> Results:
+        """The step with a key or a timeout, or for a tracked record."""
         if self.failure is not None:  # a timed-out emit failed
             self._raise_if_failed()
         try:
@@ -321,6 +363,31 @@ class PartitionUnique(Stream):
         return f"PartitionUnique(n={self.n}, key={_key_name(self.key)}, keep={self.keep!r})"
 
 
+def _sliding_window_kernel(cg: Codegen, node: SlidingWindow, who: Stream | None, x: str) -> bool:
+    # append x to the window (a deque of n); emit the window as a tuple once it
+    # holds n records (return_partial: at every record)
+    n = cg.fields(node)
+    # a tracked record, or one held in the window: its references are kept per
+    # record and merged into each window (``_update_tracked``, the node's own
+    # update only; a generated graph hands such a record to it)
+    tracked = f"metadata or {n('_n_meta')}" if cg.node is not None else n("_n_meta")
+    cg.rare(tracked, node, who, x, lambda: cg.line(f"return {n('_update_tracked')}({x}, metadata)"))
+    buf, out = cg.tmp("buf"), cg.tmp()
+    cg.line(f"{buf} = {n('_buffer')}")
+    cg.line(f"{buf}.append({x})")
+    # ``_meta`` holds one entry per record still held: all but the oldest of a
+    # full window.  A record that fills the window (or arrives at a full one)
+    # leaves it as it was (appended, then the oldest released); otherwise it
+    # gains a None.
+    if node.partial:
+        cg.when(f"len({buf}) != {node.n}", f"{n('_meta')}.append(None)")
+    else:
+        cg.skip_if(f"len({buf}) != {node.n}", f"{n('_meta')}.append(None)")
+    cg.line(f"{out} = tuple({buf})")
+    cg.push_down(node, out, "None")
+    return True
+
+
 @Stream.register_api(attribute_name="sliding_window")
 class SlidingWindow(Stream):
     """Emit overlapping tuples of the last ``n`` records.
@@ -347,7 +414,7 @@ class SlidingWindow(Stream):
     _graphviz_shape = "diamond"
     n = Fixed()  # sizes the window's deque
     partial = Fixed()
-    _kernel_fields = frozenset({"_buffer", "_meta", "_n_meta"})
+    _kernel_fields = frozenset({"_buffer", "_meta", "_n_meta", "_update_tracked"})
 
     def __init__(
         self, upstream: Stream, n: int, return_partial: bool = True, **kwargs: Any
@@ -363,9 +430,10 @@ class SlidingWindow(Stream):
         self._n_meta = 0
         Stream.__init__(self, upstream, **kwargs)
 
-    def update(
-        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
-    ) -> Results:
+    update = derived_update(_sliding_window_kernel)
+
+    def _update_tracked(self, x: Any, metadata: Metadata | None) -> Results:
+        """The step while tracked records are in the window (or ``x`` is one)."""
         buf = self._buffer
         buf.append(x)
         if metadata:
