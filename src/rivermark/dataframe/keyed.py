@@ -37,6 +37,8 @@ checkpoint asked for it).
 
 from __future__ import annotations
 
+import contextlib
+
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -152,10 +154,9 @@ def restore_acc(layout: KeyedLayout, partials: Mapping[Any, Any]) -> KeyedAcc:
     rows = list(partials.values())
     keys = _index_like(layout, labels)
     order: Any = slice(None)
-    try:
+    # keys of types that cannot be compared stay in first-seen order
+    with contextlib.suppress(TypeError):
         keys, order = keys.sort_values(return_indexer=True)
-    except TypeError:  # keys of types that cannot be compared: first seen first
-        pass
     keys = _with_freq(keys, layout.freq)
     shapes = list(zip(layout.dtypes, layout.tails))
     if len(shapes) == 1:
