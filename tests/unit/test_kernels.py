@@ -37,7 +37,7 @@ def _declared(node: Stream) -> set[str]:
 
 
 def _node_attributes(fn: Callable[..., Any]) -> list[tuple[Stream, str]]:
-    tree = ast.parse(fn._rivermark_source)  # type: ignore[attr-defined]
+    tree = ast.parse(fn.rivermark_source)  # type: ignore[attr-defined]
     used = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
@@ -107,7 +107,7 @@ def _sink_to_list_node(s: Stream) -> Stream:
 def test_a_nodes_own_update_is_its_kernel_using_only_declared_fields(index: int) -> None:
     node = _derived_nodes()[index]
     update = node.update
-    source = update.__func__._rivermark_source
+    source = update.__func__.rivermark_source
     assert source.startswith("def update(self, x, who=None, metadata=None):")
     used = {
         n.attr
@@ -176,7 +176,7 @@ def test_an_operator_written_as_a_kernel_alone_runs_the_same_on_every_path() -> 
             else:
                 s.emit(x)
         if path == "loop":  # written out in the generated loop, not called
-            src = s.record_loop()._rivermark_source  # type: ignore[attr-defined]
+            src = s.record_loop().rivermark_source  # type: ignore[attr-defined]
             assert re.search(r" = _node\d+\.hi\n", src)
         return out
 

@@ -364,7 +364,7 @@ def run_graph(
             outs.append(n.sink_to_list())
     emits = (source.emit, source2.emit)
     if mode != "async":
-        assert all(hasattr(e, "_rivermark_source") is codegen.ENABLED for e in emits)
+        assert all(hasattr(e, "rivermark_source") is codegen.ENABLED for e in emits)
     if states is not None:  # a restore, after the emit function was taken
         for n, state in zip(nodes, states, strict=True):
             if n.is_stateful:
@@ -380,7 +380,7 @@ def run_graph(
         try:
             if mode == "loop" and not tracked:
                 run = (source, source2)[second].record_loop()
-                assert hasattr(run, "_rivermark_source") is codegen.ENABLED
+                assert hasattr(run, "rivermark_source") is codegen.ENABLED
                 assert run(iter([x])) is None
             elif tracked:
                 ref = StrictRef()

@@ -38,7 +38,6 @@ checkpoint asked for it).
 from __future__ import annotations
 
 import contextlib
-
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass

@@ -97,7 +97,7 @@ def _code(src: str) -> CodeType:
 
 def retire(fn: Callable[..., Any]) -> None:
     """Make the generated function ``fn`` hand every call to its node's current ``emit``."""
-    if hasattr(fn, "_rivermark_source"):
+    if hasattr(fn, "rivermark_source"):
         fn.__globals__["_valid"] = False
 
 
@@ -307,7 +307,7 @@ class Codegen:
         (raise the user's exception with its context, or drop the record) and nothing
         more happens on this path.
         """
-        err = self.bind(node._user_error, "err")
+        err = self.bind(node._user_error, "err")  # noqa: SLF001 - the node's error policy
         e = self.tmp("e")
         self.attempt(f"{target} = {call}", f"Exception as {e}", f"{err}({record}, {e}, {func})")
 
@@ -447,7 +447,7 @@ def compile_emit(root: Stream, general: Callable[..., Any]) -> Callable[..., Any
     fn: Callable[..., Any] = scope["emit"]
     fn.__qualname__ = f"{type(root).__name__}.emit"
     fn.__doc__ = general.__doc__
-    fn._rivermark_source = src  # type: ignore[attr-defined]
+    fn.rivermark_source = src  # type: ignore[attr-defined]
     return fn
 
 
@@ -476,7 +476,7 @@ def compile_loop(root: Stream) -> Callable[[Any], Any] | None:
         return None
     fn: Callable[[Any], Any] = scope["run"]
     fn.__qualname__ = f"{type(root).__name__}.run"
-    fn._rivermark_source = src  # type: ignore[attr-defined]
+    fn.rivermark_source = src  # type: ignore[attr-defined]
     return fn
 
 
@@ -502,15 +502,15 @@ def compile_update(node: Stream, kernel: Inliner) -> Callable[..., Any]:
         raise TypeError(f"the kernel of {type(node).__name__} declined its own node")
     if cg.delegate_to is not None:
         method: Callable[..., Any] = getattr(type(node), cg.delegate_to)
-        method._rivermark_derived = True  # type: ignore[attr-defined]
+        method.rivermark_derived = True  # type: ignore[attr-defined]
         return method
     src = cg.update_source()
     scope = cg.scope
     exec(_code(src), scope)
     fn: Callable[..., Any] = scope["update"]
     fn.__qualname__ = f"{type(node).__name__}.update"
-    fn._rivermark_source = src  # type: ignore[attr-defined]
-    fn._rivermark_derived = True  # type: ignore[attr-defined]
+    fn.rivermark_source = src  # type: ignore[attr-defined]
+    fn.rivermark_derived = True  # type: ignore[attr-defined]
     return fn
 
 

@@ -50,7 +50,7 @@ def own_update(node: Stream) -> bool:
     func = getattr(update, "__func__", None)
     if func is type(node).update:
         return True
-    return getattr(func, "_rivermark_derived", False) and getattr(update, "__self__", None) is node
+    return getattr(func, "rivermark_derived", False) and getattr(update, "__self__", None) is node
 
 
 def fan_out(pushes: list[Push]) -> Push:

@@ -53,7 +53,7 @@ def _emit_tracked(node: Stream, out: Any, meta: Metadata) -> Any:
     except BaseException:
         release_refs(meta)
         raise
-    return node._release_after(results, meta)
+    return node._release_after(results, meta)  # noqa: SLF001 - zip's own kernel
 
 
 def _zip_side(cg: Codegen, node: Zip, x: str, index: int, general: str) -> None:
@@ -94,7 +94,7 @@ def _zip_kernel(cg: Codegen, node: Zip, who: Stream | None, x: str) -> bool:
         ups = node.upstreams
         if len(ups) != 2 or ups[0] is ups[1] or not any(u is who for u in ups):
             return False
-        if len(node._buffers) != 2:
+        if len(node._buffers) != 2:  # noqa: SLF001 - zip's own kernel
             return False
         general = cg.result(cg.fallback(node, who, x))
         _zip_side(cg, node, x, 0 if ups[0] is who else 1, general)
@@ -188,16 +188,23 @@ class Zip(Stream):
         if filled and all(buffers):
             return self._emit_heads()
         if over:
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:
-                return None
-            fut = loop.create_future()
-            self._waiters.append(fut)
-            return [fut]
+            return self._wait_for_room()
         if not matched:
             _index_of(self, who)  # raises: not an upstream
         return None
+
+    def _wait_for_room(self) -> Results:
+        """A buffer is over ``maxsize``: the sender waits until the other side catches up.
+
+        Outside an event loop there is nothing to wait on; the buffer grows.
+        """
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return None
+        fut = loop.create_future()
+        self._waiters.append(fut)
+        return [fut]
 
     def _emit_heads(self) -> Results:
         heads = [b.popleft() for b in self._buffers]

@@ -104,7 +104,7 @@ def _filter_kernel(cg: Codegen, node: Filter, who: Stream | None, x: str) -> boo
     p = cg.read(node, "predicate")
     k = cg.tmp("k")
     cg.call_user(k, f"{p}({cg.call_args(x, node.args, node.kwargs)})", x, node, p)
-    cg.only_if(f"not {k}" if node._invert else k)
+    cg.only_if(f"not {k}" if node._invert else k)  # noqa: SLF001 - filter's own kernel
     cg.push_down(node, x)
     return True
 
@@ -181,7 +181,8 @@ def _pluck_kernel(cg: Codegen, node: Pluck, who: Stream | None, x: str) -> bool:
     pick = cg.bind(node.pick, "pick")
     label = cg.bind(f"pluck({node.pick!r})", "label")
     y = cg.tmp()
-    get = f"{cg.bind(_pick_all, 'pickall')}({x}, {pick})" if node._many else f"{x}[{pick}]"
+    many = node._many  # noqa: SLF001 - pluck's own kernel
+    get = f"{cg.bind(_pick_all, 'pickall')}({x}, {pick})" if many else f"{x}[{pick}]"
     cg.call_user(y, get, x, node, label)
     cg.push_down(node, y)
     return True

@@ -17,7 +17,7 @@ from ..helpers import node_by_node
 
 
 def generated(fn: Any) -> bool:
-    return hasattr(fn, "_rivermark_source")
+    return hasattr(fn, "rivermark_source")
 
 
 def test_emit_taken_after_building_is_the_generated_function():
@@ -93,7 +93,7 @@ def test_subclass_overriding_update_goes_through_its_update():
     out = Loud(s, str).map(lambda t: t[1] + "!").sink_to_list()
     s.emit(1)
     assert out == ["1!"]
-    assert "Loud" not in s.emit._rivermark_source  # called through its fused push
+    assert "Loud" not in s.emit.rivermark_source  # called through its fused push
 
 
 def test_update_set_on_an_instance_is_honoured():

@@ -142,7 +142,7 @@ def test_source_uses_the_generated_loop_and_a_graph_change_takes_effect_at_once(
 
     source.map(connect_at).sink(lambda x: None)
     run = source.record_loop()
-    assert hasattr(run, "_rivermark_source")  # the generated loop, not one emit per record
+    assert hasattr(run, "rivermark_source")  # the generated loop, not one emit per record
     source.start()
     wait_for(lambda: source.finished)
     assert first == [2 * x for x in range(2000)]
@@ -188,7 +188,7 @@ def test_without_code_generation_the_chunk_loop_gives_the_same_output(
     source = Stream.from_iterable(list(range(1000)))
     out = source.partition(7).sink_to_list()
     run = source.record_loop()
-    assert not hasattr(run, "_rivermark_source")
+    assert not hasattr(run, "rivermark_source")
     source.start()
     wait_for(lambda: source.finished)
     assert out == [tuple(range(i, i + 7)) for i in range(0, 994, 7)]
