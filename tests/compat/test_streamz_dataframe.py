@@ -255,14 +255,16 @@ def test_random_starts_at_once_like_streamz() -> None:
     assert all(isinstance(v, float) for v in L)
 
 
-def test_periodic_dataframe_dask_true_is_refused() -> None:
+def test_periodic_dataframe_dask_must_be_a_bool() -> None:
     import re
 
     from rivermark import ConfigurationError
     from rivermark.dataframe import PeriodicDataFrame
 
-    with pytest.raises(ConfigurationError, match=re.escape("dask=True is not supported")):
-        PeriodicDataFrame(dask=True)
+    with pytest.raises(
+        ConfigurationError, match=re.escape("dask must be True or False, got 'yes'")
+    ):
+        PeriodicDataFrame(dask="yes")  # type: ignore[arg-type]
 
 
 def _frames_10() -> pd.DataFrame:

@@ -88,8 +88,11 @@ class PeriodicDataFrame(DataFrame):
     only ``**kwargs`` works too).  The first batch comes one ``interval``
     after the start.  As in streamz it starts at once (``start=True``);
     pass ``start=False`` and call :meth:`start` later.
-    ``dask=True`` (streamz's Dask mode) is not supported: use
-    ``sdf.stream.scatter()``.
+    ``dask=True`` (streamz's Dask mode) scatters each batch to the Dask
+    cluster of the default ``distributed.Client``: ``sdf.stream`` is then
+    the source's ``scatter()``, and the operations on the DataFrame run on
+    the cluster (``.stream.gather()`` brings results back).  The timer and
+    the calls to ``datafn`` stay in this process.
 
     >>> from rivermark.testing import wait_for
     >>> def block(last, now):
@@ -110,11 +113,8 @@ class PeriodicDataFrame(DataFrame):
         **kwargs: Any,
     ) -> None:
         check_callable("PeriodicDataFrame", "datafn", datafn)
-        if dask:
-            raise ConfigurationError(
-                f"PeriodicDataFrame: dask={dask!r} is not supported; pass dask=False and "
-                "move the batches to the cluster with sdf.stream.scatter()"
-            )
+        if not isinstance(dask, bool):
+            raise ConfigurationError(f"PeriodicDataFrame: dask must be True or False, got {dask!r}")
         self.interval = interval
         self.datafn = datafn
         self.kwargs = kwargs
@@ -125,7 +125,8 @@ class PeriodicDataFrame(DataFrame):
         source = Stream.from_periodic(  # type: ignore[attr-defined]
             self._tick, poll_interval=secs, wait_first=True
         )
-        DataFrame.__init__(self, source, example=example)
+        # with dask=True the batches go to the cluster as they come (a Dask client is needed)
+        DataFrame.__init__(self, source.scatter() if dask else source, example=example)
         self.source = source
         if start:
             self.start()
