@@ -12,10 +12,10 @@ that no aggregation ever works on a batch unlike its example:
   batch])``: the example takes part as an empty leading batch would), numpy
   numbers widened to 64 bits as pandas' sums are (the node keeps it in its
   checkpointed state).  An untyped example (``pd.DataFrame({"x": []})``,
-  float64 columns) makes int data float64, as
-  the same data concatenated after it are (a Series is concatenated as a
-  one-column frame, as pandas 2.2 leaves an empty Series out of that
-  choice).  A typed example (``df.iloc[:0]``) keeps the data's dtype;
+  float64 columns) makes int data float64, as the same data concatenated
+  after it are (a Series is concatenated as a one-column frame, as pandas
+  2.2 leaves an empty Series out of that choice).  A typed example
+  (``df.iloc[:0]``) keeps the data's dtype;
 - a later batch whose column has another dtype is converted to the first
   dtype only when the conversion is a safe widening and every value survives
   it exactly (``int32`` into ``int64``, ints into ``float64`` below 2**53,
@@ -190,8 +190,8 @@ def conform(
 
     ``schema`` is the dtypes fixed by the first non-empty batch (None before
     it; :func:`first_schema`, or the batch's own dtypes widened when
-    ``with_example`` is false); the returned one is what to keep.  An empty batch takes the schema's
-    dtypes (it has no value to lose).  ``where`` (or a function returning it,
+    ``with_example`` is false); the returned one is what to keep.  An empty
+    batch takes the schema's dtypes (it has no value to lose).  ``where`` (or a function returning it,
     called only for an error) names the operation.
 
     >>> ex = pd.DataFrame({"k": pd.Series([], dtype=object), "x": pd.Series([], dtype="float64")})
