@@ -78,6 +78,30 @@ def _exact(values: pd.Series, dtype: Any) -> pd.Series | None:
     return out if ok else None
 
 
+#: the largest integer magnitude below which every integer is a float64 exactly
+_FLOAT64_EXACT = 2**53
+
+
+def _widen_numpy(values: pd.Series, have: Any, dtype: Any) -> pd.Series | None:
+    """``values`` widened between plain numpy dtypes without a round trip, or None.
+
+    A widening within one kind (``int32`` to ``int64``, ``float32`` to
+    ``float64``) keeps every value; ints become float64 exactly when every
+    magnitude is at most 2**53 (one min/max instead of converting back).
+    Anything else (extension dtypes, other targets) is left to the round trip.
+    """
+    if not isinstance(have, np.dtype) or not isinstance(dtype, np.dtype):
+        return None
+    if have.kind == dtype.kind and have.kind in "iuf":
+        return values.astype(dtype)
+    if have.kind in "iu" and dtype == np.float64:
+        arr = values.to_numpy()
+        if len(arr) and (arr.min() < -_FLOAT64_EXACT or arr.max() > _FLOAT64_EXACT):
+            return None
+        return values.astype(dtype)
+    return None
+
+
 def convert_column(values: pd.Series, dtype: Any) -> pd.Series | None:
     """``values`` converted exactly to ``dtype``, or None when that is not allowed.
 
@@ -101,7 +125,8 @@ def convert_column(values: pd.Series, dtype: Any) -> pd.Series | None:
     if is_numeric_dtype(have) and is_numeric_dtype(dtype):
         if not np.can_cast(have, dtype, casting="safe"):
             return None
-        return _exact(values, dtype)
+        fast = _widen_numpy(values, have, dtype)
+        return fast if fast is not None else _exact(values, dtype)
     if is_string_dtype(dtype) and (_is_object(have) or is_string_dtype(have)):
         if values.map(lambda v: isinstance(v, str) or v is None or v is pd.NA or v != v).all():
             return _exact(values, dtype)

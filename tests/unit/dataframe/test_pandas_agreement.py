@@ -222,6 +222,32 @@ def test_5_exact_conversions_are_applied() -> None:
     assert L[-1].at["u", "x"] == 1.5
 
 
+@pytest.mark.parametrize(
+    ("values", "have", "want", "ok"),
+    [
+        ([2**53, -(2**53)], "int64", "float64", True),
+        ([2**53 + 1], "int64", "float64", False),
+        ([-(2**53) - 1], "int64", "float64", False),
+        ([2**53 + 1], "uint64", "float64", False),
+        ([3, -4], "int32", "int64", True),
+        ([0.5], "float32", "float64", True),
+        ([], "int64", "float64", True),
+    ],
+)
+def test_5_numeric_widening_keeps_every_value_or_refuses(
+    values: list[Any], have: str, want: str, ok: bool
+) -> None:
+    from rivermark.dataframe.schema import convert_column
+
+    col = pd.Series(values, dtype=have)
+    out = convert_column(col, np.dtype(want))
+    if not ok:
+        assert out is None
+        return
+    assert out is not None and out.dtype == want
+    assert [int(v) if have != "float32" else v for v in out] == values
+
+
 def test_5_the_schema_survives_a_restored_job(tmp_path: Any) -> None:
     good = [frame(k=["u"], a=[1]), frame(k=["u"], a=[2])]
     bad = frame(k=["u"], a=[0.5])
