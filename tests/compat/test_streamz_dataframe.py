@@ -255,14 +255,16 @@ def test_random_starts_at_once_like_streamz() -> None:
     assert all(isinstance(v, float) for v in L)
 
 
-def test_periodic_dataframe_dask_true_is_refused() -> None:
+def test_periodic_dataframe_dask_must_be_a_bool() -> None:
     import re
 
     from rivermark import ConfigurationError
     from rivermark.dataframe import PeriodicDataFrame
 
-    with pytest.raises(ConfigurationError, match=re.escape("dask=True is not supported")):
-        PeriodicDataFrame(dask=True)
+    with pytest.raises(
+        ConfigurationError, match=re.escape("dask must be True or False, got 'yes'")
+    ):
+        PeriodicDataFrame(dask="yes")  # type: ignore[arg-type]
 
 
 def _frames_10() -> pd.DataFrame:
@@ -566,6 +568,32 @@ def test_groupby_aggregations_accept_start_and_with_state() -> None:
         )
 
     assert snippet(rivermark, rivermark.dataframe) == snippet(streamz, streamz.dataframe)
+
+
+def test_groupby_start_in_streamz_form() -> None:
+    # streamz's start= of a grouped sum or count: a result it emitted (per group, the value)
+    def snippet(sz: Any, sdfmod: Any) -> tuple[Any, ...]:
+        example = pd.DataFrame({"name": [], "amount": []})
+        first = sz.Stream()
+        g = sdfmod.DataFrame(first, example=example).groupby("name")
+        sums = g.amount.sum(start=None).stream.sink_to_list()
+        counts = g.amount.count(start=None).stream.sink_to_list()
+        first.emit(pd.DataFrame({"name": ["Alice", "Tom"], "amount": [50, 100]}))
+        second = sz.Stream()
+        g2 = sdfmod.DataFrame(second, example=example).groupby("name")
+        sums2 = g2.amount.sum(start=sums[-1]).stream.sink_to_list()
+        counts2 = g2.amount.count(start=counts[-1]).stream.sink_to_list()
+        second.emit(pd.DataFrame({"name": ["Alice", "Linda"], "amount": [5, 7]}))
+        s, c = sums2[-1], counts2[-1]
+        return s.to_dict(), str(s.dtype), c.to_dict(), str(c.dtype)
+
+    assert snippet(rivermark, rivermark.dataframe) == snippet(streamz, streamz.dataframe)
+
+
+def test_groupby_start_of_another_shape_is_refused() -> None:
+    g = rivermark.dataframe.DataFrame(example=EXAMPLE).groupby("name")
+    with pytest.raises(rivermark.errors.ConfigurationError, match="pass start=None"):
+        g.amount.sum(start=pd.DataFrame({"amount": [1]}, index=["Alice"]))
 
 
 def test_groupby_mean_resumes_from_its_emitted_state() -> None:

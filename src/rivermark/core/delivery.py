@@ -5,7 +5,8 @@ Dask ``gather`` returns the wait for the gathered value to be passed on, so
 ``source.emit(x)`` returns once the result has reached the sinks.
 rivermark's ``gather`` keeps several futures in flight instead (that is where
 the parallelism comes from), and answers the same question through this
-contract: a node that implements :class:`DeferredDelivery` counts the records
+contract, as ``latest`` does (it passes records on from its own task, a
+superseded one counting as passed on): a node that implements :class:`DeferredDelivery` counts the records
 it has accepted, and can wait until the first ``n`` of them have been passed
 on.  A synchronous ``emit`` (and an awaited ``emit(x, asynchronous=True)``)
 on a graph with such nodes below waits for the records it handed them; a

@@ -888,7 +888,7 @@ class Seriess(Frames, _SeriesMixin):
     True
     >>> L = totals.stream.sink_to_list()
     >>> source.emit(pd.DataFrame({"x": [1, 2], "y": [3, 4]})); L[-1].to_dict()
-    {'x': 3, 'y': 7}
+    {'x': 3.0, 'y': 7.0}
     """
 
     def __init__(

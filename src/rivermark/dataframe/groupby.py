@@ -43,14 +43,14 @@ class GroupBy:
     >>> source.emit(pd.DataFrame({"name": ["a", "b", "a"], "amount": [1, 2, 3]}))
     >>> source.emit(pd.DataFrame({"name": ["b"], "amount": [10]}))
     >>> L[-1].to_dict()
-    {'a': 4, 'b': 12}
+    {'a': 4.0, 'b': 12.0}
 
     A streaming Series derived from the same DataFrame can be the key:
 
     >>> odd = sdf.groupby(sdf.amount % 2).amount.count().stream.sink_to_list()
     >>> source.emit(pd.DataFrame({"name": ["c", "d"], "amount": [1, 4]}))
     >>> odd[-1].to_dict()
-    {0: 1, 1: 1}
+    {0.0: 1, 1.0: 1}
     """
 
     def __init__(

@@ -126,6 +126,21 @@ class GroupbyAggregation(Aggregation):
             return p
         return tuple(x.set_axis(index.rename(x.index.name)) for x in p)
 
+    def from_streamz_start(self, start: Any) -> Any:
+        """streamz's form of a grouped ``sum``/``count``/``size``/``min``/``max`` start.
+
+        That is a result the same aggregation emitted: per group, the value
+        (a Series for one selected column, a DataFrame for several).
+        """
+        if self.how not in ("sum", "count", "size", "min", "max"):
+            return None
+        one = self.how == "size" or (
+            self.selection is not None and not isinstance(self.selection, (list, tuple))
+        )
+        if not isinstance(start, pd.Series if one else pd.DataFrame):
+            return None
+        return KeyedAcc.from_partial((start.copy(),), self._layout)
+
     def combine(self, acc: Any, p: Any) -> Any:
         if acc is None:
             return KeyedAcc.from_partial(p, self._layout)

@@ -87,9 +87,14 @@ class PeriodicDataFrame(DataFrame):
     extra ``kwargs``; it returns the rows for that span (a function taking
     only ``**kwargs`` works too).  The first batch comes one ``interval``
     after the start.  As in streamz it starts at once (``start=True``);
-    pass ``start=False`` and call :meth:`start` later.
-    ``dask=True`` (streamz's Dask mode) is not supported: use
-    ``sdf.stream.scatter()``.
+    pass ``start=False`` and call :meth:`start` later.  The timer does not
+    hold this object: once it is no longer referenced it can be collected,
+    while its source goes on feeding the nodes below it until stopped.
+    ``dask=True`` (streamz's Dask mode) scatters each batch to the Dask
+    cluster of the default ``distributed.Client``: ``sdf.stream`` is then
+    the source's ``scatter()``, and the operations on the DataFrame run on
+    the cluster (``.stream.gather()`` brings results back).  The timer and
+    the calls to ``datafn`` stay in this process.
 
     >>> from rivermark.testing import wait_for
     >>> def block(last, now):
@@ -110,40 +115,51 @@ class PeriodicDataFrame(DataFrame):
         **kwargs: Any,
     ) -> None:
         check_callable("PeriodicDataFrame", "datafn", datafn)
-        if dask:
-            raise ConfigurationError(
-                f"PeriodicDataFrame: dask={dask!r} is not supported; pass dask=False and "
-                "move the batches to the cluster with sdf.stream.scatter()"
-            )
+        if not isinstance(dask, bool):
+            raise ConfigurationError(f"PeriodicDataFrame: dask must be True or False, got {dask!r}")
         self.interval = interval
         self.datafn = datafn
         self.kwargs = kwargs
         secs = _seconds("PeriodicDataFrame", interval)
         now = pd.Timestamp.now()
-        self._last = now
+        self._calls = _Calls(datafn, kwargs, now)
         example = datafn(last=now - pd.Timedelta(seconds=secs), now=now, **kwargs).iloc[:0]
+        # the source calls ``_calls``, not this object: the running timer does
+        # not keep the DataFrame alive (as in streamz, it can be collected)
         source = Stream.from_periodic(  # type: ignore[attr-defined]
-            self._tick, poll_interval=secs, wait_first=True
+            self._calls, poll_interval=secs, wait_first=True
         )
-        DataFrame.__init__(self, source, example=example)
+        # with dask=True the batches go to the cluster as they come (a Dask client is needed)
+        DataFrame.__init__(self, source.scatter() if dask else source, example=example)
         self.source = source
         if start:
             self.start()
 
-    def _tick(self) -> pd.DataFrame:
-        now = pd.Timestamp.now()
-        df = self.datafn(last=self._last, now=now, **self.kwargs)
-        self._last = now
-        return df
-
     def start(self) -> None:
         """Start calling ``datafn`` (the first batch covers the time since this call)."""
-        self._last = pd.Timestamp.now()
+        self._calls.last = pd.Timestamp.now()
         self.source.start()
 
     def stop(self) -> None:
         """Stop calling ``datafn``."""
         self.source.stop()
+
+
+class _Calls:
+    """The periodic source's function: ``datafn`` for the time since the last call."""
+
+    def __init__(
+        self, datafn: Callable[..., pd.DataFrame], kwargs: dict[str, Any], last: pd.Timestamp
+    ) -> None:
+        self.datafn = datafn
+        self.kwargs = kwargs
+        self.last = last
+
+    def __call__(self) -> pd.DataFrame:
+        now = pd.Timestamp.now()
+        df = self.datafn(last=self.last, now=now, **self.kwargs)
+        self.last = now
+        return df
 
 
 class Random(PeriodicDataFrame):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Awaitable
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -52,14 +52,19 @@ class ConformingNode(Stream):
     """A node that matches every batch to its example (:mod:`rivermark.dataframe.schema`)."""
 
     example: Any = None
-    #: the dtypes of the first non-empty batch (checkpointed)
+    #: the dtypes fixed by the first non-empty batch (checkpointed)
     schema: Any = None
+    #: whether the example's dtypes take part in the schema (``schema.first_schema``);
+    #: false for a node whose results have one dtype whatever its input's
+    schema_with_example: ClassVar[bool] = True
     op: OpName
 
     def _conform(self, x: Any) -> Any:
         if self.example is None:
             return x
-        x, self.schema = conform(x, self.example, self.schema, self._where)
+        x, self.schema = conform(
+            x, self.example, self.schema, self._where, self.schema_with_example
+        )
         return x
 
     def _where(self) -> str:
@@ -234,6 +239,9 @@ class RollingAggregate(ConformingNode):
         Stream.__init__(self, upstream, **node_kwargs)
 
     _state_attrs = ("tail", "schema")
+    # pandas' rolling results are float64 whatever the rows' dtype; the rows
+    # it holds (its state) keep the data's own dtype, as streamz's do
+    schema_with_example = False
 
     def state_signature(self) -> str:
         return (

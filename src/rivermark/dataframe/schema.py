@@ -7,10 +7,15 @@ that no aggregation ever works on a batch unlike its example:
 - columns are matched by **name**: a batch with the example's columns in
   another order is reordered; a missing or extra column raises
   :class:`ColumnsError`;
-- the first non-empty batch fixes each column's dtype, numpy numbers widened
-  to 64 bits as pandas' sums are (the node keeps it in
-  its checkpointed state; the example's dtypes are not used, as
-  ``pd.DataFrame({"x": []})`` gives float64 whatever the data);
+- the first non-empty batch fixes each column's dtype: the dtype pandas gives
+  for the example and that batch together (``pd.concat([example.iloc[:0],
+  batch])``: the example takes part as an empty leading batch would), numpy
+  numbers widened to 64 bits as pandas' sums are (the node keeps it in its
+  checkpointed state).  An untyped example (``pd.DataFrame({"x": []})``,
+  float64 columns) makes int data float64, as the same data concatenated
+  after it are (a Series is concatenated as a one-column frame, as pandas
+  2.2 leaves an empty Series out of that choice).  A typed example
+  (``df.iloc[:0]``) keeps the data's dtype;
 - a later batch whose column has another dtype is converted to the first
   dtype only when the conversion is a safe widening and every value survives
   it exactly (``int32`` into ``int64``, ints into ``float64`` below 2**53,
@@ -25,6 +30,7 @@ that no aggregation ever works on a batch unlike its example:
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -36,7 +42,7 @@ from ..errors import RivermarkError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SchemaError", "ColumnsError", "conform", "check_dtypes"]
+__all__ = ["SchemaError", "ColumnsError", "conform", "check_dtypes", "first_schema"]
 
 
 class SchemaError(RivermarkError, TypeError):
@@ -72,6 +78,30 @@ def _exact(values: pd.Series, dtype: Any) -> pd.Series | None:
     return out if ok else None
 
 
+#: the largest integer magnitude below which every integer is a float64 exactly
+_FLOAT64_EXACT = 2**53
+
+
+def _widen_numpy(values: pd.Series, have: Any, dtype: Any) -> pd.Series | None:
+    """``values`` widened between plain numpy dtypes without a round trip, or None.
+
+    A widening within one kind (``int32`` to ``int64``, ``float32`` to
+    ``float64``) keeps every value; ints become float64 exactly when every
+    magnitude is at most 2**53 (one min/max instead of converting back).
+    Anything else (extension dtypes, other targets) is left to the round trip.
+    """
+    if not isinstance(have, np.dtype) or not isinstance(dtype, np.dtype):
+        return None
+    if have.kind == dtype.kind and have.kind in "iuf":
+        return values.astype(dtype)
+    if have.kind in "iu" and dtype == np.float64:
+        arr = values.to_numpy()
+        if len(arr) and (arr.min() < -_FLOAT64_EXACT or arr.max() > _FLOAT64_EXACT):
+            return None
+        return values.astype(dtype)
+    return None
+
+
 def convert_column(values: pd.Series, dtype: Any) -> pd.Series | None:
     """``values`` converted exactly to ``dtype``, or None when that is not allowed.
 
@@ -95,7 +125,8 @@ def convert_column(values: pd.Series, dtype: Any) -> pd.Series | None:
     if is_numeric_dtype(have) and is_numeric_dtype(dtype):
         if not np.can_cast(have, dtype, casting="safe"):
             return None
-        return _exact(values, dtype)
+        fast = _widen_numpy(values, have, dtype)
+        return fast if fast is not None else _exact(values, dtype)
     if (
         is_string_dtype(dtype)
         and (_is_object(have) or is_string_dtype(have))
@@ -121,6 +152,24 @@ def widest(dtypes: Any) -> Any:
     if isinstance(dtypes, pd.Series):
         return dtypes.map(_widest)
     return _widest(dtypes)
+
+
+def first_schema(example: Any, x: Any) -> Any:
+    """The schema fixed by the first non-empty batch ``x``: see the module docs.
+
+    >>> typed = pd.DataFrame({"k": pd.Series([], dtype=object), "x": pd.Series([], dtype="int64")})
+    >>> first = pd.DataFrame({"k": ["a"], "x": pd.Series([1], dtype="int32")})
+    >>> first_schema(typed, first).to_dict()
+    {'k': dtype('O'), 'x': dtype('int64')}
+    """
+    if isinstance(x, pd.Series):
+        # as frames: pandas 2.2 leaves an empty Series out of concat's choice, not a frame
+        return first_schema(example.rename(0).to_frame(), x.rename(0).to_frame()).iloc[0]
+    with warnings.catch_warnings():
+        # pandas 2.x warns that empty entries will take part in the dtype (as in 3)
+        warnings.simplefilter("ignore", FutureWarning)
+        joined = pd.concat([example.iloc[:0], x])
+    return widest(joined.dtypes)
 
 
 def _refuse(where: str, col: Any, want: Any, have: Any) -> SchemaError:
@@ -158,12 +207,19 @@ def check_dtypes(batch: pd.DataFrame, schema: pd.Series, where: str) -> pd.DataF
     return out
 
 
-def conform(x: Any, example: Any, schema: Any, where: str | Callable[[], str]) -> tuple[Any, Any]:
+def conform(
+    x: Any,
+    example: Any,
+    schema: Any,
+    where: str | Callable[[], str],
+    with_example: bool = True,
+) -> tuple[Any, Any]:
     """``(x, schema)``: ``x`` matched to the example's columns and to ``schema``'s dtypes.
 
-    ``schema`` is the dtypes of the first non-empty batch (None before it);
-    the returned one is what to keep.  An empty batch takes the schema's
-    dtypes (it has no value to lose).  ``where`` (or a function returning it,
+    ``schema`` is the dtypes fixed by the first non-empty batch (None before
+    it; :func:`first_schema`, or the batch's own dtypes widened when
+    ``with_example`` is false); the returned one is what to keep.  An empty
+    batch takes the schema's dtypes (it has no value to lose).  ``where`` (or a function returning it,
     called only for an error) names the operation.
 
     >>> ex = pd.DataFrame({"k": pd.Series([], dtype=object), "x": pd.Series([], dtype="float64")})
@@ -199,7 +255,7 @@ def conform(x: Any, example: Any, schema: Any, where: str | Callable[[], str]) -
         if schema is None:
             if not len(x):
                 return x, None
-            schema = widest(x.dtypes)
+            schema = first_schema(example, x) if with_example else widest(x.dtypes)
         have = x.dtypes.tolist()  # lists compare faster than Series.equals
         if have == schema.tolist():
             return x, schema
@@ -212,7 +268,7 @@ def conform(x: Any, example: Any, schema: Any, where: str | Callable[[], str]) -
         if schema is None:
             if not len(x):
                 return x, None
-            schema = widest(x.dtype)
+            schema = first_schema(example, x) if with_example else widest(x.dtype)
         if x.dtype != schema and not _is_object(schema):
             if len(x) == 0:
                 return x.astype(schema), schema

@@ -1,7 +1,8 @@
 """Asynchronous operators: ``map_async``.
 
-``map_async(func)`` runs a coroutine function on every record, up to
-``parallelism`` calls at a time, and emits the results in input order.  A
+``map_async(func)`` runs a coroutine function on every record, with up to
+``parallelism`` calls started behind the one whose result leaves next (as in
+streamz), and emits the results in input order.  A
 record completes only after its result was emitted and the downstream work
 finished; a record whose call raised completes when the error policy has
 dealt with it.
@@ -31,10 +32,12 @@ class MapAsync(Stream):
     """Apply the coroutine function ``func(x, *args, **kwargs)`` to every record.
 
     ``func`` is an ``async def`` function, a Tornado ``@gen.coroutine``, or
-    any function returning an awaitable (as in streamz).  Up to
-    ``parallelism`` calls run at once; results leave in the order the
-    records arrived.  When ``parallelism`` calls are running the upstream
-    waits (backpressure).  A failing call goes through the node's error
+    any function returning an awaitable (as in streamz).  Results leave in
+    the order the records arrived.  Up to ``parallelism`` calls run ahead of
+    the one whose result leaves next, so up to ``parallelism + 1`` calls run
+    at once (as in streamz, whose queue of ``parallelism`` calls sits behind
+    the call it awaits); when that many are running the upstream waits
+    (backpressure).  A failing call goes through the node's error
     policy; under ``"raise"`` (the default) the node fails for good (see
     ``Stream._fail``): the record stays incomplete, nothing is emitted past
     it and a running Job stops.  With ``stop_on_exception=True`` a failing
@@ -107,12 +110,16 @@ class MapAsync(Stream):
         self._raise_if_failed()
         self._retain_refs(metadata)
         self._inflight += 1
-        if len(self._running) < self.parallelism and not self._waiting:
+        if self._has_slot() and not self._waiting:
             self._start_call(x, metadata)
             return None
         slot: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiting.append((x, metadata, slot))
         return [slot]
+
+    def _has_slot(self) -> bool:
+        """Whether a call may start: ``parallelism`` behind the one whose result leaves next."""
+        return len(self._running) <= self.parallelism
 
     def _start_call(self, x: Any, metadata: Metadata | None) -> None:
         try:
@@ -162,7 +169,7 @@ class MapAsync(Stream):
             self._running.popleft()
             self._inflight -= 1
             release_refs(metadata)
-            while self._waiting and len(self._running) < self.parallelism:
+            while self._waiting and self._has_slot():
                 wx, wmeta, slot = self._waiting.popleft()
                 self._start_call(wx, wmeta)
                 if not slot.done():

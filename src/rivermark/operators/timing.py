@@ -465,11 +465,18 @@ class Buffer(_Background):
 
 @Stream.register_api(attribute_name="latest")
 class Latest(_Background):
-    """Pass records on as fast as downstream takes them, dropping all but the newest.
+    """Pass on the newest record when the event loop and downstream get to it.
 
-    While downstream is busy only the most recent record is kept; a record
-    superseded by a newer one is dropped and completes at once.  The upstream
-    never waits.  The kept record is checkpoint state.
+    A record is passed on from the node's own task, at the next turn of the
+    event loop (as in streamz), never inside the upstream's call; records
+    that arrive before then, or while downstream is still busy with the
+    previous one, replace the one kept: a superseded record is dropped and
+    completes at once.  The upstream never waits.  The kept record is
+    checkpoint state (and a job's end waits for it to be passed on).  A
+    synchronous ``emit`` (and an awaited ``emit(x, asynchronous=True)``)
+    returns once its record was passed on or superseded (the node is a
+    :class:`~rivermark.core.delivery.DeferredDelivery`), so records emitted
+    one at a time from synchronous code all pass.
 
     >>> s = Stream()
     >>> L = s.latest().sink_to_list()
@@ -483,6 +490,10 @@ class Latest(_Background):
         self._next: list[Any] = []
         self._next_metadata: Metadata | None = None
         self._busy = False
+        #: records accepted so far, and how many of them were passed on or dropped
+        self._accepted = 0
+        self._delivered = 0
+        self._changed: asyncio.Event | None = None
         self._init_background()
         Stream.__init__(self, upstream, **kwargs)
 
@@ -490,50 +501,59 @@ class Latest(_Background):
         self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
     ) -> Results:
         self._raise_if_failed()
-        if self._busy:
-            release_refs(self._next_metadata)
-            self._retain_refs(metadata)
-            self._next = [x]
-            self._next_metadata = metadata
-            return None
-        self._busy = True
-        self._inflight += 1
-        try:
-            results = self._emit(x, metadata)
-        except BaseException:
-            self._busy = False
-            raise
-        finally:
-            self._inflight -= 1
-        if not results:
-            self._busy = False
-            return None
+        self._accepted += 1
+        release_refs(self._next_metadata)  # a superseded record completes at once
         self._retain_refs(metadata)
-        self._spawn(self._drain(results, metadata))
+        self._next = [x]
+        self._next_metadata = metadata
+        if not self._busy:
+            self._busy = True
+            self._spawn(self._drain())
         return None
 
-    async def _drain(self, results: Results, metadata: Metadata | None) -> None:
-        self._inflight += 1
-        try:
-            await runtime.gather_results(results)
-        except Exception as e:
-            self._fail(e)  # the record stays in flight and incomplete
-            return
-        self._inflight -= 1
-        release_refs(metadata)
+    async def _drain(self) -> None:
         try:
             while self._next:
                 (x,), self._next = self._next, []
                 metadata, self._next_metadata = self._next_metadata, None
+                seq = self._accepted
+                self._set_delivered(seq - 1)  # the ones before it were dropped
                 if not await self._emit_and_finish(x, metadata):
+                    self._notify()  # waiters see the failure
                     return
+                self._set_delivered(seq)
         finally:
             self._busy = False
+
+    def _set_delivered(self, count: int) -> None:
+        if count > self._delivered:
+            self._delivered = count
+            self._notify()
+
+    def _notify(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+
+    def accepted_count(self) -> int:
+        """Records accepted so far (:class:`~rivermark.core.delivery.DeferredDelivery`)."""
+        return self._accepted
+
+    async def wait_delivered(self, count: int) -> None:
+        """Wait until the first ``count`` accepted records were passed on or dropped."""
+        while self._delivered < count:
+            if self.failure is not None:
+                raise self.failure
+            if self._changed is None:
+                self._changed = asyncio.Event()
+            self._changed.clear()
+            await self._changed.wait()
+        if self.failure is not None:
+            raise self.failure
 
     def _resume_pending(self) -> None:
         if self._next and not self._busy:
             self._busy = True
-            self._spawn(self._drain(None, None))
+            self._spawn(self._drain())
 
     def emits_later(self) -> bool:
         return bool(self._next) or self._inflight > 0

@@ -37,7 +37,7 @@ def _map_kernel(cg: Codegen, node: Map, who: Stream | None, x: str) -> bool:
 
 @Stream.register_api(attribute_name="map")
 class Map(Stream):
-    """Apply ``func(x, *args, **kwargs)`` to every record.
+    """Apply ``func(x, *args, **kwargs)`` to every element (record) of the stream.
 
     >>> s = Stream()
     >>> L = s.map(lambda x, k: x * k, 10).sink_to_list()

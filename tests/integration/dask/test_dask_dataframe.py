@@ -46,3 +46,20 @@ def test_elementwise_on_the_cluster_and_reductions_gathered(client: Client) -> N
     pd.testing.assert_frame_equal(doubled[0], DF * 2)
     assert total == [6, 12]
     pd.testing.assert_frame_equal(pd.concat(running), pd.concat([DF, DF]).cumsum())
+
+
+def test_random_dask_true_runs_on_the_cluster(client: Client) -> None:
+    # streamz's PeriodicDataFrame(dask=True): the batches are scattered as they come
+    from rivermark.dataframe import Random
+
+    sdf = Random(freq="2ms", interval="20ms", dask=True)
+    try:
+        assert isinstance(sdf.stream, DaskStream)
+        xs = sdf.x.stream.gather().sink_to_list()
+        wait_for(lambda: len(xs) >= 3, timeout=30)
+    finally:
+        sdf.stop()
+    assert all(isinstance(v, pd.Series) and v.name == "x" for v in xs)
+    assert all(((v >= 0) & (v < 1)).all() for v in xs)
+    # nothing is left on the cluster once the results were gathered
+    wait_for(lambda: not client.who_has(), timeout=30)

@@ -126,3 +126,39 @@ def test_every_batches_counts_the_records_of_all_sources(tmp_path: Path) -> None
     # every interval checkpoint falls on a multiple of 500 records in all
     assert all(t % 500 == 0 for t in totals), totals
     assert len(set(totals)) == 13
+
+
+def test_latest_passes_the_last_record_before_the_final_checkpoint(tmp_path: Path) -> None:
+    """``latest`` drops superseded records (complete) and passes the last one on."""
+    source = Stream.from_iterable(range(3000), name="numbers")
+    newest = source.latest(name="newest")
+    out = newest.sink_to_list(name="out")
+    job = Job(source, checkpoint=tmp_path, every=None, every_batches=500)
+    job.run()
+    assert out[-1] == 2999 and out == sorted(set(out))
+    assert _final_state(tmp_path, job, newest) == {"next": []}
+
+
+def test_a_stopped_job_keeps_latests_record_or_passed_it_on(tmp_path: Path) -> None:
+    """A stop leaves the kept record in the checkpoint, or on the output: never both or neither."""
+    holder: dict[str, Job] = {}
+
+    def build(stop: bool) -> tuple[Stream, Stream, list[Any]]:
+        def stop_at(x: int) -> int:
+            if stop and x == 9:
+                holder["job"].stop()
+            return x
+
+        source = Stream.from_iterable(list(range(30)), name="numbers")
+        newest = source.map(stop_at, name="stopper").latest(name="newest")
+        return source, newest, newest.sink_to_list(name="out")
+
+    source, newest, first = build(stop=True)
+    holder["job"] = job = Job(source, checkpoint=tmp_path, every=None)
+    job.run()
+    kept = _final_state(tmp_path, job, newest)["next"]
+    assert first[-1:] + kept == [9]  # passed on, or kept: exactly one of them
+    # the resumed list (checkpointed) holds 9 once, whether it was passed on or kept
+    source, _, second = build(stop=False)
+    Job(source, checkpoint=tmp_path, every=None).run()
+    assert second == [9, 29]

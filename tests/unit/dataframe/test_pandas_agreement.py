@@ -222,6 +222,32 @@ def test_5_exact_conversions_are_applied() -> None:
     assert L[-1].at["u", "x"] == 1.5
 
 
+@pytest.mark.parametrize(
+    ("values", "have", "want", "ok"),
+    [
+        ([2**53, -(2**53)], "int64", "float64", True),
+        ([2**53 + 1], "int64", "float64", False),
+        ([-(2**53) - 1], "int64", "float64", False),
+        ([2**53 + 1], "uint64", "float64", False),
+        ([3, -4], "int32", "int64", True),
+        ([0.5], "float32", "float64", True),
+        ([], "int64", "float64", True),
+    ],
+)
+def test_5_numeric_widening_keeps_every_value_or_refuses(
+    values: list[Any], have: str, want: str, ok: bool
+) -> None:
+    from rivermark.dataframe.schema import convert_column
+
+    col = pd.Series(values, dtype=have)
+    out = convert_column(col, np.dtype(want))
+    if not ok:
+        assert out is None
+        return
+    assert out is not None and out.dtype == want
+    assert [int(v) if have != "float32" else v for v in out] == values
+
+
 def test_5_the_schema_survives_a_restored_job(tmp_path: Any) -> None:
     good = [frame(k=["u"], a=[1]), frame(k=["u"], a=[2])]
     bad = frame(k=["u"], a=[0.5])
@@ -229,7 +255,7 @@ def test_5_the_schema_survives_a_restored_job(tmp_path: Any) -> None:
     def build(data: list[pd.DataFrame]) -> tuple[Stream, list[Any]]:
         source = Stream.from_iterable(data)  # type: ignore[attr-defined]
         sdf = DataFrame(
-            source, example=frame(k=pd.Series([], dtype=object), a=pd.Series([], dtype=float))
+            source, example=frame(k=pd.Series([], dtype=object), a=pd.Series([], dtype="int64"))
         )
         return source, sdf.groupby("k").a.sum().stream.sink_to_list()
 
@@ -240,6 +266,35 @@ def test_5_the_schema_survives_a_restored_job(tmp_path: Any) -> None:
         Job(source, checkpoint=str(tmp_path / "ck"), every_batches=1).run()
     text = "".join(str(e) for e in _chain(info.value))
     assert "changed dtype from 'int64' (earlier batches) to 'float64'" in text
+
+
+@pytest.mark.parametrize("example_dtype", ["float64", "int64"])
+def test_5_the_example_takes_part_in_the_dtype_as_an_empty_leading_batch(
+    example_dtype: str,
+) -> None:
+    # an untyped (float64) example makes int data float64, as
+    # pd.concat([example, *batches]) does
+    ex = frame(k=pd.Series([], dtype=object), a=pd.Series([], dtype=example_dtype))
+    batches = [frame(k=["u", "v"], a=[1, 2]), frame(k=["u"], a=[3])]
+    whole = pd.concat([ex, *batches])
+    s = Stream()
+    sdf = DataFrame(s, example=ex)
+    grouped = sdf.groupby("k").a.sum().stream.sink_to_list()
+    total = sdf.a.sum().stream.sink_to_list()
+    cum = sdf.a.cumsum().stream.sink_to_list()
+    window = sdf.window(2).a.sum().stream.sink_to_list()
+    rolling = sdf.rolling(2, with_state=True).a.sum().stream.sink_to_list()
+    for b in batches:
+        s.emit(b)
+    tm.assert_series_equal(grouped[-1], whole.groupby("k").a.sum())
+    assert np.asarray(total[-1]).dtype == whole.a.sum().dtype
+    assert pd.concat(cum).tolist() == whole.a.cumsum().tolist()
+    assert pd.concat(cum).dtype == whole.a.cumsum().dtype
+    assert np.asarray(window[-1]).dtype == whole.a.iloc[-2:].sum().dtype
+    assert grouped[-1].dtype == example_dtype and np.asarray(total[-1]).dtype == example_dtype
+    # rolling's results are float64 whatever the rows; the rows it holds keep their dtype
+    tail, result = rolling[-1]
+    assert tail.dtype == "int64" and result.tolist() == [5.0]
 
 
 def _chain(e: BaseException | None) -> list[BaseException]:

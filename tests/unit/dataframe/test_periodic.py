@@ -84,3 +84,24 @@ def test_random_datablock_spans_the_interval() -> None:
 def test_bad_interval() -> None:
     with pytest.raises(ConfigurationError, match=re.escape("got 'often'")):
         PeriodicDataFrame(counter_block(), interval="often")
+
+
+def test_an_unreferenced_periodic_dataframe_is_collected_and_its_stream_goes_on() -> None:
+    # as streamz, the timer does not keep the DataFrame object alive; unlike
+    # streamz, the source it started goes on until stopped (nothing stops silently)
+    import gc
+    import weakref
+
+    sdf = Random(freq="1ms", interval="5ms")
+    ref = weakref.ref(sdf)
+    stream = sdf.x.stream
+    out = stream.sink_to_list()
+    del sdf
+    gc.collect()
+    assert ref() is None
+    n = len(out)
+    try:
+        wait_for(lambda: len(out) > n + 2, timeout=30)
+    finally:
+        stream.stop()  # stops the periodic source upstream
+    assert all(isinstance(v, pd.Series) and v.name == "x" for v in out)

@@ -74,26 +74,47 @@ def test_results_in_input_order_with_parallelism() -> None:
     run(main())
 
 
-def test_backpressure_when_parallelism_reached() -> None:
+def test_backpressure_when_parallelism_calls_wait_behind_the_head() -> None:
+    # as streamz: ``parallelism`` calls run behind the one whose result leaves next
     async def main() -> None:
         f = Controlled()
         s = Stream()
         node = s.map_async(f, parallelism=2)
         out = node.sink_to_list()
-        r = [send(s, i) for i in range(4)]
-        assert r[0][1] is None and r[1][1] is None
-        assert r[2][1] and r[3][1]
-        await wait_for_async(lambda: len(f.started) == 2)
-        assert node._inflight == 4
-        assert not r[2][1][0].done()
-        f.finish(0)
-        await asyncio.gather(*r[2][1])
-        assert f.started == [0, 1, 2]
-        for i in (1, 2, 3):
+        r = [send(s, i) for i in range(5)]
+        assert r[0][1] is None and r[1][1] is None and r[2][1] is None
+        assert r[3][1] and r[4][1]
+        await wait_for_async(lambda: len(f.started) == 3)
+        assert node._inflight == 5
+        assert not r[3][1][0].done()
+        f.finish(1)  # not the head: nothing leaves, no slot frees
+        await asyncio.sleep(0.01)
+        assert out == [] and not r[3][1][0].done() and f.started == [0, 1, 2]
+        f.finish(0)  # 0 and the finished 1 leave: two slots free
+        await asyncio.gather(*r[3][1], *r[4][1])
+        assert f.started == [0, 1, 2, 3, 4] and out == [0, 1]
+        for i in (2, 3, 4):
             f.finish(i)
-        await asyncio.gather(*r[3][1])
-        await wait_for_async(lambda: len(out) == 4)
-        assert out == [0, 1, 2, 3] and f.max_running == 2 and node._inflight == 0
+        await wait_for_async(lambda: len(out) == 5)
+        assert out == [0, 1, 2, 3, 4] and f.max_running == 3 and node._inflight == 0
+
+    run(main())
+
+
+def test_calls_overlap_and_results_keep_input_order() -> None:
+    # streamz's test: three calls with parallelism=2 run at the same time
+    async def main() -> None:
+        f = Controlled()
+        s = Stream(asynchronous=True)
+        node = s.map_async(f, parallelism=2)
+        out = node.sink_to_list()
+        for i in range(3):
+            await s.emit(i)
+        await wait_for_async(lambda: f.running == 3)
+        for i in (2, 1, 0):
+            f.finish(i)
+        await wait_for_async(lambda: len(out) == 3)
+        assert out == [0, 1, 2] and node._inflight == 0
 
     run(main())
 

@@ -414,17 +414,20 @@ def test_latest_drops_superseded_values_and_releases_them() -> None:
         node = s.latest()
         assert isinstance(node, Latest)
         gated_sink(node, gate)
-        refs = [send(s, i) for i in range(4)]
-        assert all(res is None for _, _, res in refs)  # the upstream never waits
+        first = send(s, 0)
+        assert first[2] is None and gate.seen == []  # passed on from the node's own task
         await wait_for_async(lambda: gate.seen == [0])
-        assert refs[1][1] == [1] and refs[2][1] == [1]  # dropped: complete at once
-        assert refs[0][1] == [] and refs[3][1] == []
+        refs = [send(s, i) for i in range(1, 4)]  # downstream busy with 0
+        assert all(res is None for _, _, res in refs)  # the upstream never waits
+        assert refs[0][1] == [1] and refs[1][1] == [1]  # dropped: complete at once
+        assert first[1] == [] and refs[2][1] == []
         state = pickle.loads(pickle.dumps(node.get_state()))
-        assert state == {"next": [3]}
+        assert state == {"next": [3]} and node.emits_later()
         gate.open()
         await wait_for_async(lambda: gate.done == [0, 3])
-        assert refs[0][1] == [1] and refs[3][1] == [1]
+        assert first[1] == [1] and refs[2][1] == [1]
         assert node._inflight == 0 and node.get_state() == {"next": []}
+        assert not node.emits_later()
 
         s2 = Stream()
         node2 = s2.latest()
@@ -434,6 +437,44 @@ def test_latest_drops_superseded_values_and_releases_them() -> None:
         assert node2.state_signature() == "Latest()"
 
     run(main())
+
+
+def test_latest_keeps_only_the_newest_of_one_loop_turn() -> None:
+    # as streamz: records emitted before the loop turns collapse to the newest
+    async def main() -> None:
+        s = Stream()
+        node = s.latest()
+        out = node.sink_to_list()
+        fired = [send(s, i)[1] for i in range(5)]
+        assert out == [] and fired[:4] == [[1]] * 4 and fired[4] == []
+        await wait_for_async(lambda: out == [4] and fired[4] == [1])
+        await s.emit(5, asynchronous=True)  # returns once its record was passed on
+        assert out == [4, 5]
+
+    run(main())
+
+
+def test_latest_under_a_source_passes_the_last_record_and_completes_every_one() -> None:
+    source = Stream.from_iterable(range(3000))  # type: ignore[attr-defined]
+    out = source.latest().sink_to_list()
+    source.start()
+    from rivermark.testing import wait_for
+
+    wait_for(lambda: out and out[-1] == 2999)
+    assert out == sorted(set(out)) and len(out) < 3000
+
+
+def test_latest_failure_downstream_reaches_a_synchronous_emit() -> None:
+    s = Stream()
+
+    def boom(x: Any) -> None:
+        raise ValueError(f"bad {x}")
+
+    node = s.latest()
+    node.sink(boom)
+    with pytest.raises(ValueError, match="bad 1"):
+        s.emit(1)
+    assert node.failure is not None
 
 
 @pytest.mark.parametrize(
