@@ -112,7 +112,7 @@ class Batch(Streaming):
 
     def sum(self) -> Streaming:
         """The running sum of all records seen."""
-        node = self._local_stream.accumulate(_add_batch_sum, start=0)  # type: ignore[attr-defined]
+        node = self.local_stream.accumulate(_add_batch_sum, start=0)  # type: ignore[attr-defined]
         return Streaming(node, example=0, stream_type="updating")
 
     def to_stream(self) -> Stream:

@@ -143,7 +143,7 @@ class Fixed:
     def __set__(self, obj: Any, value: Any) -> None:
         # ``__init__`` sets ``_<name>``; the public name is read-only
         raise ConfigurationError(
-            f"{obj._display_name()}.{self.name} is fixed when the node is created "
+            f"{obj.display_name()}.{self.name} is fixed when the node is created "
             f"(got {value!r}); build a new node with the new value instead"
         )
 
@@ -681,7 +681,7 @@ class Stream:
             "%s failed: %s: %s -- the record it was passing on is not completed (a source "
             "never commits past it) and a running Job stops; fix the cause, or give the node "
             "that raised on_error='skip' or a callable, then run again",
-            self._display_name(),
+            self.display_name(),
             type(exc).__name__,
             str(exc).rstrip("."),
             exc_info=exc,
@@ -696,7 +696,7 @@ class Stream:
         """The :class:`NodeFailedError` for a record refused after :meth:`_fail`."""
         exc = self.failure
         err = NodeFailedError(
-            f"{self._display_name()} failed earlier ({type(exc).__name__}: {exc}) and takes "
+            f"{self.display_name()} failed earlier ({type(exc).__name__}: {exc}) and takes "
             "no more records; fix the cause and run again (a checkpointed job resumes "
             "from its last checkpoint)"
         )
@@ -719,13 +719,13 @@ class Stream:
                 getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
             )
             context = ErrorContext(
-                self._display_name(), str(fname), x, describe_origin() or None, stream=self
+                self.display_name(), str(fname), x, describe_origin() or None, stream=self
             )
             add_context(exc, context)
             raise exc
         if policy == "skip":
             self.errors_skipped += 1
-            logger.debug("%s: skipped record after %r", self._display_name(), exc)
+            logger.debug("%s: skipped record after %r", self.display_name(), exc)
             return
         assert callable(policy)
         self.errors_handled += 1
@@ -828,7 +828,12 @@ class Stream:
         return [asyncio.ensure_future(wait_then_release())]
 
     # ------------------------------------------------------------------ display
-    def _display_name(self) -> str:
+    def display_name(self) -> str:
+        """How messages name the node: its kind and its ``name`` (or ``stream_name``).
+
+        >>> Stream(name="numbers").map(str, name="text").display_name()
+        "Map('text')"
+        """
         label = self.name or self.stream_name
         kind = type(self).__name__
         return f"{kind}({label!r})" if label else kind

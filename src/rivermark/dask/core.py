@@ -237,7 +237,7 @@ def _find_client(node: Stream) -> Any:
         return distributed.default_client()
     except ValueError:
         raise ConfigurationError(
-            f"{node._display_name()}: no Dask client found; start one first "
+            f"{node.display_name()}: no Dask client found; start one first "
             f"(client = distributed.Client(cluster)) or pass scatter(client=client)"
         ) from None
 
@@ -246,7 +246,7 @@ def _check_client(node: Stream, client: Any) -> None:
     status = getattr(client, "status", "running")
     if status in ("closing", "closed", "failed"):
         raise DaskConnectionError(
-            f"{node._display_name()}: the Dask client is {status!r} (the connection to the "
+            f"{node.display_name()}: the Dask client is {status!r} (the connection to the "
             f"scheduler at {_address(client)!r} was lost or closed); the job stops here and "
             f"resumes from its last checkpoint once a client is connected again"
         )
@@ -268,7 +268,7 @@ def _fetch_sync(node: Stream, obj: Any) -> Any:
     _check_client(node, client)
     if client.loop.asyncio_loop is runtime.current_loop():
         raise DaskError(
-            f"{node._display_name()}: cannot fetch state synchronously from an asynchronous "
+            f"{node.display_name()}: cannot fetch state synchronously from an asynchronous "
             f"Dask client running on the graph's own loop; use a synchronous "
             f"distributed.Client(...) for checkpointed jobs"
         )
@@ -837,7 +837,7 @@ class DaskGather(Stream):
                     self._fetch_failed(p, value)  # returns only if the record is dropped
             except BaseException as e:  # noqa: BLE001 - the node fails, the job stops
                 self.failure = e
-                logger.error("%s failed: %s", self._display_name(), e)
+                logger.error("%s failed: %s", self.display_name(), e)
                 self._notify()
                 if not isinstance(e, Exception):
                     raise
@@ -862,7 +862,7 @@ class DaskGather(Stream):
         client = futures[0].client if futures else None
         if isinstance(exc, KilledWorker):
             raise DaskWorkerLostError(
-                f"{self._display_name()}: Dask gave up on a task after its workers died "
+                f"{self.display_name()}: Dask gave up on a task after its workers died "
                 f"repeatedly ({exc}); check the workers' memory and logs, or raise "
                 f"distributed.scheduler.allowed-failures"
             ) from exc
@@ -870,7 +870,7 @@ class DaskGather(Stream):
             # raised by rivermark's own code on a worker (e.g. reading a Kafka
             # range): not the user's function, so no error policy drops it
             raise DaskError(
-                f"{self._display_name()}: a task of {p.record!r} failed on a worker: {exc}"
+                f"{self.display_name()}: a task of {p.record!r} failed on a worker: {exc}"
             ) from exc
         erred = [f for f in futures if f.status == "error"]
         if erred and isinstance(exc, Exception):
@@ -884,20 +884,20 @@ class DaskGather(Stream):
         )
         if lost:
             raise DaskConnectionError(
-                f"{self._display_name()}: lost the connection to the Dask scheduler at "
+                f"{self.display_name()}: lost the connection to the Dask scheduler at "
                 f"{_address(client)!r} while waiting for {p.record!r} "
                 f"({type(exc).__name__}: {exc}; reason {reason!r}); the job stops, its last "
                 f"checkpoint is intact; restart it once the scheduler is reachable"
             ) from exc
         if isinstance(exc, FutureCancelledError):
             raise DaskError(
-                f"{self._display_name()}: the Dask future of {p.record!r} was cancelled "
+                f"{self.display_name()}: the Dask future of {p.record!r} was cancelled "
                 f"(reason {reason!r}) while the scheduler at {_address(client)!r} is still "
                 f"connected; something cancelled it (client.cancel, client.restart); the job "
                 f"stops, its last checkpoint is intact; run it again to resume from there"
             ) from exc
         raise DaskError(
-            f"{self._display_name()}: gathering {p.record!r} failed with "
+            f"{self.display_name()}: gathering {p.record!r} failed with "
             f"{type(exc).__name__}: {exc}; the job stops, its last checkpoint is intact"
         ) from exc
 

@@ -275,7 +275,7 @@ class KafkaRangeSource(KafkaBatchedSource):
             except ck.KafkaException as e:
                 logger.warning(
                     "%s: cannot read the end offset of %s[%d] (will retry): %s",
-                    self._display_name(),
+                    self.display_name(),
                     topic,
                     partition,
                     e,

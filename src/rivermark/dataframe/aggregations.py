@@ -460,7 +460,7 @@ class Aggregate(ConformingNode):
             return
         if not isinstance(state, dict) or "acc" not in state:
             raise ConfigurationError(
-                f"{self._display_name()}: start/state must be a state this node emitted "
+                f"{self.display_name()}: start/state must be a state this node emitted "
                 f"(with_state=True) or checkpointed, got {state!r}; pass start=None to begin empty"
             )
         agg = self.agg
@@ -600,7 +600,7 @@ class Aggregate(ConformingNode):
 
     def _newest(self, x: Any) -> Any:
         """The newest index of batch ``x`` (a time window needs a datetime index)."""
-        check_time_index(x, f"{self._display_name()} {self.op.__qualname__}")
+        check_time_index(x, f"{self.display_name()} {self.op.__qualname__}")
         return x.index.max()
 
     # ---------------------------------------------------------------- data flow

@@ -88,7 +88,7 @@ class _ApplyEach:
 
     def __init__(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]):
         self.func = func
-        self.fns = tuple(a._fn if isinstance(a, Streaming) else None for a in args)
+        self.fns = tuple(a._fn if isinstance(a, Streaming) else None for a in args)  # noqa: SLF001 - a frame of the same class
         self.const = tuple(None if isinstance(a, Streaming) else a for a in args)
         self.kwargs = kwargs
 
@@ -140,7 +140,7 @@ class Streaming:
         self._fn: Callable[[Any], Any] = _identity
 
     @property
-    def _local_stream(self) -> Stream:
+    def local_stream(self) -> Stream:
         """``self.stream``, gathered to values when it carries Dask futures.
 
         Stateful nodes (reductions, cumulative, windowed, rolling and groupby
@@ -183,10 +183,10 @@ class Streaming:
         if len(distinct) == 1:
             apply = _Apply(func, args, kwargs)
             out_stream = first.stream.map(apply)  # type: ignore[attr-defined]
-            root = first._root
-            fn = _Then(first._fn, apply)
+            root = first._root  # noqa: SLF001 - a frame of the same class
+            fn = _Then(first._fn, apply)  # noqa: SLF001 - a frame of the same class
 
-        elif len({id(a._root) for a in streams}) != 1:
+        elif len({id(a._root) for a in streams}) != 1:  # noqa: SLF001 - a frame of the same class
             if not _share_a_source([a.stream for a in streams]):
                 raise ConfigurationError(
                     f"map_partitions({getattr(func, '__name__', func)!r}): the arguments come "
@@ -199,12 +199,12 @@ class Streaming:
             # which pairs their records in arrival order
             return Streaming._zip_partitions(func, args, kwargs, example, stream_type)
         else:
-            root = first._root
+            root = first._root  # noqa: SLF001 - a frame of the same class
             fn = _ApplyEach(func, args, kwargs)
             out_stream = root.map(fn)  # type: ignore[attr-defined]
         out = _wrap(out_stream, example, stream_type)
-        out._root = root
-        out._fn = fn
+        out._root = root  # noqa: SLF001 - a frame of the same class
+        out._fn = fn  # noqa: SLF001 - a frame of the same class
         return out
 
     @staticmethod
@@ -297,7 +297,7 @@ class Streaming:
                 example = self.example
             if with_state:
                 example = (start, example)
-        node = self._local_stream.accumulate(  # type: ignore[attr-defined]
+        node = self.local_stream.accumulate(  # type: ignore[attr-defined]
             func, start=start, returns_state=returns_state, **kwargs
         )
         return self.accumulate_node(node, example, stream_type)
@@ -480,7 +480,7 @@ class BaseFrame(Streaming):
         return self._reduce(aggs.Size())
 
     def _reduce(self, agg: aggs.Aggregation, op: str = "size") -> Any:
-        node = aggs.Aggregate(self._local_stream, agg, example=self.example, op=op)
+        node = aggs.Aggregate(self.local_stream, agg, example=self.example, op=op)
         example = agg.example_result(self.example)
         return self.accumulate_node(node, example, "updating")
 
@@ -512,7 +512,7 @@ class Frame(BaseFrame):
         ``initial``/``on_new``/``on_old``; ``op`` names it in errors.
         """
         node = aggs.aggregate_node(
-            self._local_stream, aggregation, start=start, example=self.example, op=op
+            self.local_stream, aggregation, start=start, example=self.example, op=op
         )
         example = aggs.aggregate_example(aggregation, self.example)
         return self.accumulate_node(node, example, "updating")
@@ -591,7 +591,7 @@ class Frame(BaseFrame):
         return EWM(self, com, span, halflife, alpha, with_state, start)
 
     def _cumulative(self, op: str) -> Any:
-        node = aggs.Cumulative(self._local_stream, op, example=self.example)
+        node = aggs.Cumulative(self.local_stream, op, example=self.example)
         return self.accumulate_node(node, self.example, "streaming")
 
     def cumsum(self) -> Any:
@@ -705,8 +705,8 @@ class _DataFrameMixin:
             new = Streaming.map_partitions(_set_item, self, key, value)
         self.example = new.example
         self.stream = new.stream
-        self._root = new._root
-        self._fn = new._fn
+        self._root = new._root  # noqa: SLF001 - a frame of the same class
+        self._fn = new._fn  # noqa: SLF001 - a frame of the same class
 
     def query(self, expr: str, **kwargs: Any) -> Any:
         """Rows of each batch matching the pandas ``query`` expression."""
@@ -789,7 +789,7 @@ class DataFrame(Frame, _DataFrameMixin):
 
             combined = Streaming.map_partitions(_combine, *parts.values())
             Frame.__init__(self, combined.stream, combined.example)
-            self._root, self._fn = combined._root, combined._fn
+            self._root, self._fn = combined._root, combined._fn  # noqa: SLF001 - a frame of the same class
             return
         stream = kwargs.pop("stream", None)
         example = kwargs.pop("example", None)

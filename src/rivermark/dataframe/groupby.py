@@ -141,7 +141,7 @@ class GroupBy:
             key_is_index=self.key_is_index,
         )
         node = aggs.Aggregate(
-            self.root._local_stream,
+            self.root.local_stream,
             agg,
             n=self.n,
             value=self.value,

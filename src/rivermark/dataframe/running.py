@@ -68,7 +68,7 @@ class ConformingNode(Stream):
         return x
 
     def _where(self) -> str:
-        return f"{self._display_name()} {self.op.__qualname__}"
+        return f"{self.display_name()} {self.op.__qualname__}"
 
     def set_state(self, state: Any) -> None:
         for a in self._state_attrs:
@@ -252,7 +252,7 @@ class RollingAggregate(ConformingNode):
     def _step(self, x: Any) -> Any:
         x = self._conform(x)
         if not isinstance(self.window, int):
-            check_time_index(x, f"{self._display_name()} {self.op.__qualname__}")
+            check_time_index(x, f"{self.display_name()} {self.op.__qualname__}")
         tail = self.tail
         full = x if tail is None or not len(tail) else pd.concat([tail, x])
         r = full.rolling(self.window, min_periods=self.min_periods)

@@ -71,7 +71,7 @@ class StreamzAggregate(Stream):
     def set_state(self, state: Any) -> None:
         if not isinstance(state, dict) or "state" not in state:
             raise ConfigurationError(
-                f"{self._display_name()}: start/state must be a state this node emitted "
+                f"{self.display_name()}: start/state must be a state this node emitted "
                 f"(with_state=True) or checkpointed, got {state!r}; pass start=None to begin empty"
             )
         self.state = state["state"]

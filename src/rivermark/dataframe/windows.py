@@ -159,7 +159,7 @@ class Window:
         ``initial``/``on_new``/``on_old``; ``op`` names it in errors.
         """
         node = aggs.aggregate_node(
-            self.root._local_stream,
+            self.root.local_stream,
             agg,
             n=self.n,
             value=self.value,
@@ -247,8 +247,8 @@ for _op in (
 ):
     setattr(Window, f"__{_op}__", getattr(Streaming, f"__{_op}__"))
 Window.__hash__ = object.__hash__  # type: ignore[method-assign]
-Window._binop = Streaming._binop  # type: ignore[attr-defined]
-Window._rbinop = Streaming._rbinop  # type: ignore[attr-defined]
+Window._binop = Streaming._binop  # type: ignore[attr-defined]  # noqa: SLF001
+Window._rbinop = Streaming._rbinop  # type: ignore[attr-defined]  # noqa: SLF001
 del _op
 
 
@@ -354,7 +354,7 @@ class EWM:
     def mean(self) -> Any:
         """The exponentially weighted mean at each batch's newest row (a one-row frame)."""
         node = aggs.EWMMean(
-            self.root._local_stream,
+            self.root.local_stream,
             self.alpha,
             with_state=self.with_state,
             start=self.start,
@@ -446,7 +446,7 @@ class Rolling:
 
     def _known(self, op: str, *args: Any, **kwargs: Any) -> Any:
         node = aggs.RollingAggregate(
-            self.root._local_stream,
+            self.root.local_stream,
             self.window,
             op,
             min_periods=self.min_periods,

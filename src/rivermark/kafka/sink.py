@@ -228,7 +228,7 @@ class ToKafka(Stream):
             md = producer.list_topics(self.topic, timeout=10)
         except ck.KafkaException as e:
             logger.warning(
-                "%s: cannot check that topic %r exists (%s)", self._display_name(), self.topic, e
+                "%s: cannot check that topic %r exists (%s)", self.display_name(), self.topic, e
             )
             return
         self._topic_checked = True
@@ -242,7 +242,7 @@ class ToKafka(Stream):
             and (tmd.error.code() in missing or not tmd.error.retriable())
         ):
             raise KafkaTopicError(
-                f"{self._display_name()}: output topic {self.topic!r} does not exist on "
+                f"{self.display_name()}: output topic {self.topic!r} does not exist on "
                 f"{self.producer_config.get('bootstrap.servers')!r} ({tmd.error.str()}); "
                 "create it (or let the producer create it: allow.auto.create.topics=true on "
                 "a broker with auto.create.topics.enable) and run again"
@@ -350,14 +350,14 @@ class ToKafka(Stream):
         source = f" (input {where})" if where else ""
         if err.code() == err._MSG_TIMED_OUT:
             text = (
-                f"{self._display_name()}: the broker was unreachable: record {rec}{source} "
+                f"{self.display_name()}: the broker was unreachable: record {rec}{source} "
                 f"for topic {self.topic!r} was not acknowledged within "
                 f"{self.flush_timeout:g}s; the job stops. Run it again when the broker is "
                 "back: it resumes exactly from its last checkpoint"
             )
         else:
             text = (
-                f"{self._display_name()}: the broker did not acknowledge record {rec}{source} "
+                f"{self.display_name()}: the broker did not acknowledge record {rec}{source} "
                 f"for topic {self.topic!r}: {err.str()}; the record is not completed and the "
                 "job stops; fix the cause and run again (a checkpointed job resumes from its "
                 "last checkpoint), or pass on_error='skip' or a callable to to_kafka itself"
@@ -379,7 +379,7 @@ class ToKafka(Stream):
         left = self.producer.flush(self.flush_timeout)
         if left:
             raise KafkaDeliveryError(
-                f"{self._display_name()}: {left} records not acknowledged within "
+                f"{self.display_name()}: {left} records not acknowledged within "
                 f"{self.flush_timeout:g}s: the broker was unreachable; the job stops, and a "
                 "rerun resumes exactly from the last checkpoint"
             )
@@ -445,7 +445,7 @@ class ToKafka(Stream):
             except DeadlineExceeded:
                 self._stuck = True
                 raise KafkaCommitError(
-                    f"{self._display_name()}: the broker was unreachable: {what} for topic "
+                    f"{self.display_name()}: the broker was unreachable: {what} for topic "
                     f"{self.topic!r} did not finish within commit_timeout={self.commit_timeout:g}s; "
                     "the job stops. Run it again when the broker is back: it resumes exactly "
                     "from its last checkpoint"
@@ -455,12 +455,12 @@ class ToKafka(Stream):
                 retriable = err is not None and (err.retriable() or err.code() in retriable_codes)
                 if not retriable or time.monotonic() >= deadline:
                     raise KafkaCommitError(
-                        f"{self._display_name()}: {what} for topic {self.topic!r} failed: "
+                        f"{self.display_name()}: {what} for topic {self.topic!r} failed: "
                         f"{err.str() if err is not None else e}; the job stops. Run it again: "
                         "it resumes exactly from its last checkpoint"
                     ) from None
                 attempt += 1
-                logger.info("%s: %s failed (%s), retrying", self._display_name(), what, err)
+                logger.info("%s: %s failed (%s), retrying", self.display_name(), what, err)
                 time.sleep(min(0.05 * attempt, 0.5))
 
     def _read_committed_epoch(self) -> int:
@@ -481,7 +481,7 @@ class ToKafka(Stream):
         left = producer.flush(self.flush_timeout)
         if left:
             raise KafkaCommitError(
-                f"{self._display_name()}: the broker was unreachable: {left} records of epoch "
+                f"{self.display_name()}: the broker was unreachable: {left} records of epoch "
                 f"{epoch} not acknowledged within {self.flush_timeout:g}s; the job stops. Run it "
                 "again when the broker is back: it resumes exactly from its last checkpoint"
             )
@@ -528,7 +528,7 @@ class ToKafka(Stream):
             "%s: cannot tell whether epoch %d committed: the marker group %r has epoch %d "
             "(expired after offsets.retention.minutes?) and its first record %s is no longer "
             "readable (output retention?); rolling forward, so its records MAY APPEAR TWICE",
-            self._display_name(),
+            self.display_name(),
             epoch,
             self._marker_group(),
             marker,
@@ -587,7 +587,7 @@ class ToKafka(Stream):
                 logger.warning(
                     "%s: the checkpoint's transactional id is %r, this run's %r: the output "
                     "of the restored epoch cannot be resolved against the old id",
-                    self._display_name(),
+                    self.display_name(),
                     stored,
                     self.transactional_id,
                 )
@@ -611,7 +611,7 @@ class ToKafka(Stream):
             if done:
                 logger.warning(
                     "%s: epoch %d was checkpointed and committed (%s); nothing to redo",
-                    self._display_name(),
+                    self.display_name(),
                     epoch,
                     known,
                 )
@@ -621,7 +621,7 @@ class ToKafka(Stream):
             logger.error(
                 "%s: restoring checkpoint %d but epoch %d already committed output; "
                 "its records will appear twice (was a newer checkpoint lost?)",
-                self._display_name(),
+                self.display_name(),
                 epoch,
                 committed,
             )
@@ -653,7 +653,7 @@ class ToKafka(Stream):
         logger.warning(
             "%s: starting over from scratch: %r keeps the records committed by earlier runs "
             "(up to epoch %d); a new epoch sequence begins",
-            self._display_name(),
+            self.display_name(),
             self.topic,
             committed,
         )
@@ -670,7 +670,7 @@ class ToKafka(Stream):
         logger.warning(
             "%s: epoch %d was checkpointed but its transaction did not commit (%s); "
             "rolling forward: producing its %d records again",
-            self._display_name(),
+            self.display_name(),
             epoch,
             known,
             len(records),
@@ -693,7 +693,7 @@ class ToKafka(Stream):
             # a transactional call is still blocked inside librdkafka, or the
             # broker failed the sink: leave the producer and its open transaction
             # alone (the next run aborts it with init_transactions)
-            logger.info("%s: leaving the producer behind", self._display_name())
+            logger.info("%s: leaving the producer behind", self.display_name())
         elif self.producer is not None and not self.exactly_once:
             self.producer.flush(self.flush_timeout)
         elif self.producer is not None and self.exactly_once and self._in_txn:
@@ -708,7 +708,7 @@ class ToKafka(Stream):
                 )
             except Exception as e:  # the broker may be gone at shutdown
                 logger.warning(
-                    "%s: aborting the open transaction failed: %s", self._display_name(), e
+                    "%s: aborting the open transaction failed: %s", self.display_name(), e
                 )
             self._in_txn = False
         if self._marker_consumer is not None and not self._stuck:

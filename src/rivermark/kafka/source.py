@@ -264,7 +264,7 @@ class KafkaBatchedSource(Source):
             return
         if not isinstance(position, dict):
             raise ConfigurationError(
-                f"{self._display_name()}: seek() needs a dict {{'topic:partition': offset}}, "
+                f"{self.display_name()}: seek() needs a dict {{'topic:partition': offset}}, "
                 f"got {position!r}"
             )
         # a position written before topic ids were recorded has none: accepted,
@@ -335,7 +335,7 @@ class KafkaBatchedSource(Source):
             if self.npartitions is not None:
                 parts = parts[: self.npartitions]
             found.extend((topic, p) for p in parts)
-        lookup = self._id_lookup or TopicIds(self.consumer_params, self._display_name())
+        lookup = self._id_lookup or TopicIds(self.consumer_params, self.display_name())
         self._id_lookup = lookup
         # compared with the recorded ids on the loop (``_check_topic_ids``)
         self._fresh_ids = lookup.lookup(listed)
@@ -357,11 +357,11 @@ class KafkaBatchedSource(Source):
                 continue
             if not self.allow_offset_reset:
                 self._topic_ids[topic] = old  # a checkpoint taken now still names the old one
-                raise KafkaTopicError(recreated_message(self._display_name(), topic, old, new))
+                raise KafkaTopicError(recreated_message(self.display_name(), topic, old, new))
             logger.warning(
                 "%s: input topic %r was deleted and recreated (topic id %r, now %r); "
                 "allow_offset_reset=True: reading the new topic from its start",
-                self._display_name(),
+                self.display_name(),
                 topic,
                 old,
                 new,
@@ -396,7 +396,7 @@ class KafkaBatchedSource(Source):
         self._missing_warned[topic] = now
         logger.warning(
             "%s: input topic %r does not exist on %r (%s); %s",
-            self._display_name(),
+            self.display_name(),
             topic,
             self.consumer_params.get("bootstrap.servers"),
             error.str() if error is not None else "no metadata",
@@ -422,7 +422,7 @@ class KafkaBatchedSource(Source):
             return
         other, t, p, ago = found
         raise KafkaGroupInUseError(
-            f"{self._display_name()}: consumer group "
+            f"{self.display_name()}: consumer group "
             f"{self.consumer_params.get('group.id')!r} is in use by another job "
             f"({other!r} committed {t}[{p}] {ago:.0f}s ago), and this job "
             f"is {self.job_id!r}: two jobs on one group both read every partition "
@@ -438,9 +438,7 @@ class KafkaBatchedSource(Source):
         try:
             parts = await loop.run_in_executor(None, self._list_partitions)
         except ck.KafkaException as e:
-            logger.warning(
-                "%s: listing partitions failed (will retry): %s", self._display_name(), e
-            )
+            logger.warning("%s: listing partitions failed (will retry): %s", self.display_name(), e)
             return
         except RuntimeError:
             if not sys.is_finalizing() and "shutdown" not in str(sys.exc_info()[1]):
@@ -466,7 +464,7 @@ class KafkaBatchedSource(Source):
         if not set(new) <= self._ignored:
             logger.info(
                 "%s: stop_at_end: ignoring partitions that appeared after the start: %s",
-                self._display_name(),
+                self.display_name(),
                 sorted(set(new) - self._ignored),
             )
             self._ignored |= set(new)
@@ -492,7 +490,7 @@ class KafkaBatchedSource(Source):
             self._assigned.add((t, p))
         logger.info(
             "%s: assigning %s",
-            self._display_name(),
+            self.display_name(),
             [(a.topic, a.partition, a.offset) for a in assign],
         )
         self.consumer.incremental_assign(assign)
@@ -535,7 +533,7 @@ class KafkaBatchedSource(Source):
             except (ck.KafkaException, RuntimeError) as e:
                 logger.warning(
                     "%s: cannot resolve the start offset of %s[%d] (%s); the consumer resolves it",
-                    self._display_name(),
+                    self.display_name(),
                     t,
                     p,
                     e,
@@ -586,7 +584,7 @@ class KafkaBatchedSource(Source):
                 logger.warning(
                     "%s: cannot read the group's committed offsets (%s); the consumer resolves "
                     "the start offsets",
-                    self._display_name(),
+                    self.display_name(),
                     err,
                 )
                 return None
@@ -600,7 +598,7 @@ class KafkaBatchedSource(Source):
         for t, p in parts:
             _, high = self.consumer.get_watermark_offsets(ck.TopicPartition(t, p), timeout=10)
             out[(t, p)] = int(high)
-        logger.info("%s: stop_at_end: reading up to %s", self._display_name(), out)
+        logger.info("%s: stop_at_end: reading up to %s", self.display_name(), out)
         return out
 
     def _at_end(self) -> bool:
@@ -628,7 +626,7 @@ class KafkaBatchedSource(Source):
         except ck.KafkaException as e:
             logger.warning(
                 "%s: cannot read watermarks of %s[%d]: %s",
-                self._display_name(),
+                self.display_name(),
                 topic,
                 partition,
                 e,
@@ -641,7 +639,7 @@ class KafkaBatchedSource(Source):
         logger.warning(
             "%s: checkpointed offset %d of %s[%d] is outside the broker's range [%d, %d] "
             "(retention?); applying auto.offset.reset=%r -> starting at %d. RECORDS MAY BE LOST.",
-            self._display_name(),
+            self.display_name(),
             offset,
             topic,
             partition,
@@ -666,7 +664,7 @@ class KafkaBatchedSource(Source):
             self.consumer.commit(offsets=tps, asynchronous=True)
         except ck.KafkaException as e:
             logger.warning(
-                "%s: offset commit failed (will retry with the next): %s", self._display_name(), e
+                "%s: offset commit failed (will retry with the next): %s", self.display_name(), e
             )
 
     def _commit_once(self, offsets: dict[tuple[str, int], int]) -> None:
@@ -683,7 +681,7 @@ class KafkaBatchedSource(Source):
                 asynchronous=False,
             )
         except ck.KafkaException as e:
-            logger.warning("%s: final commit failed: %s", self._display_name(), e)
+            logger.warning("%s: final commit failed: %s", self.display_name(), e)
         finally:
             consumer.close()
 
@@ -717,7 +715,7 @@ class KafkaBatchedSource(Source):
             if self.stop_at_end and self._listed and self._at_end():
                 logger.info(
                     "%s: stop_at_end: every partition read to its end offset; finishing",
-                    self._display_name(),
+                    self.display_name(),
                 )
                 return
             msgs = self.consumer.consume(num_messages=max(self.max_batch_size, 500), timeout=0)
@@ -731,9 +729,9 @@ class KafkaBatchedSource(Source):
     def _consumer_error(self, err: Any) -> None:
         """A message that carries an error: logged, fatal ones raised (end of partition: nothing)."""
         if err.code() != -191:  # _PARTITION_EOF
-            logger.warning("%s: consumer error: %s", self._display_name(), err)
+            logger.warning("%s: consumer error: %s", self.display_name(), err)
             if err.fatal():
-                raise KafkaConnectorError(f"{self._display_name()}: fatal consumer error: {err}")
+                raise KafkaConnectorError(f"{self.display_name()}: fatal consumer error: {err}")
 
     async def _emit_messages(self, msgs: list[Any]) -> None:
         groups: dict[tuple[str, int], list[Any]] = {}
@@ -776,7 +774,7 @@ class KafkaBatchedSource(Source):
         if expected is None or off >= expected:
             return
         what = (
-            f"{self._display_name()}: the offsets of topic {t!r} partition {p} went backwards "
+            f"{self.display_name()}: the offsets of topic {t!r} partition {p} went backwards "
             f"(the next offset was {expected}, the broker returned {off}): the topic was "
             "deleted and recreated, or truncated"
         )
@@ -838,7 +836,7 @@ class KafkaBatchedSource(Source):
         else:
             final = self._tracker.committable()
         tag = self._owner_tag()
-        name = self._display_name()
+        name = self.display_name()
         if self.offset_committer is not None and final:
             self.offset_committer(final, tag)
             final = {}

@@ -194,7 +194,7 @@ class Metrics:
             nodes.append(
                 NodeMetrics(
                     id=nid,
-                    label=n._display_name() if n.name is None else n.name,
+                    label=n.display_name() if n.name is None else n.name,
                     kind=type(n).__name__,
                     records_in=counts[nid],
                     records_out=outs[id(n)],
@@ -219,7 +219,7 @@ class Metrics:
             sources.append(
                 SourceMetrics(
                     id=sid,
-                    label=s.name or s._display_name(),
+                    label=s.name or s.display_name(),
                     records=s.emitted_now(),
                     rate=rates.get(sid, 0.0),
                     position=position,

@@ -130,7 +130,7 @@ class MapAsync(Stream):
             if not inspect.isawaitable(coro):
                 coro = _raise(
                     TypeError(
-                        f"{self._display_name()}: func returned {coro!r}, not an awaitable; "
+                        f"{self.display_name()}: func returned {coro!r}, not an awaitable; "
                         "map_async needs a coroutine function (async def) or a function "
                         "returning an awaitable; for a plain function use .map(func)"
                     )
@@ -188,7 +188,7 @@ class MapAsync(Stream):
             logger.error(
                 "%s: %s -- the sources upstream were stopped (stop_on_exception=True); "
                 "start() goes on after this record",
-                self._display_name(),
+                self.display_name(),
                 describe(err),
             )
 

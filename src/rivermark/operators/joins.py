@@ -32,7 +32,7 @@ def _position(node: Stream, upstream: Stream) -> int:
         if up is upstream:
             return i
     raise GraphError(
-        f"{node._display_name()}: {upstream!r} is not one of its upstreams; nothing to disconnect"
+        f"{node.display_name()}: {upstream!r} is not one of its upstreams; nothing to disconnect"
     )
 
 
@@ -41,7 +41,7 @@ def _index_of(node: Stream, who: Stream | None) -> int:
         if up is who:
             return i
     raise GraphError(
-        f"{node._display_name()}: update() from {who!r}, which is not one of its upstreams; "
+        f"{node.display_name()}: update() from {who!r}, which is not one of its upstreams; "
         "connect the stream first (or pass who=<upstream>)"
     )
 
@@ -338,7 +338,7 @@ class ZipLatest(Stream):
         extra = len(self.upstreams) - len(self.last)
         if extra < 0:
             raise GraphError(
-                f"{self._display_name()}: an upstream was disconnected; "
+                f"{self.display_name()}: an upstream was disconnected; "
                 "build a new node instead of removing inputs from a join"
             )
         self.last.extend([None] * extra)
@@ -354,7 +354,7 @@ class ZipLatest(Stream):
         i = _position(self, upstream)
         if i == 0:
             raise GraphError(
-                f"{self._display_name()}: cannot disconnect {upstream!r}, the lossless stream "
+                f"{self.display_name()}: cannot disconnect {upstream!r}, the lossless stream "
                 "whose records it emits; build a new zip_latest instead"
             )
         if i < len(self.last):
@@ -502,7 +502,7 @@ class CombineLatest(Stream):
         extra = len(self.upstreams) - len(self.last)
         if extra < 0:
             raise GraphError(
-                f"{self._display_name()}: an upstream was disconnected; "
+                f"{self.display_name()}: an upstream was disconnected; "
                 "build a new node instead of removing inputs from a join"
             )
         self.last.extend([None] * extra)
@@ -522,7 +522,7 @@ class CombineLatest(Stream):
         if i < len(self.last):
             if not self._emit_all and self._emit_on_idx == (i,):
                 raise GraphError(
-                    f"{self._display_name()}: cannot disconnect {upstream!r}, its only emit_on "
+                    f"{self.display_name()}: cannot disconnect {upstream!r}, its only emit_on "
                     "upstream: nothing would be emitted any more; build a new combine_latest "
                     "with another emit_on"
                 )

@@ -160,7 +160,7 @@ class SinkToTextfile(Stream):
     def update(self, x: Any, who: Stream | None = None, metadata: Metadata | None = None) -> None:
         if self._file is None:
             raise ConfigurationError(
-                f"{self._display_name()}: received {x!r} after close(); "
+                f"{self.display_name()}: received {x!r} after close(); "
                 "stop the sources before closing the sink"
             )
         if self._truncate_pending:
@@ -182,7 +182,7 @@ class SinkToTextfile(Stream):
             return {"path": self.path, "length": 0}
         os.fsync(f.fileno())
         length = os.fstat(f.fileno()).st_size
-        logger.debug("%s: pre-commit epoch %s at %d bytes", self._display_name(), epoch, length)
+        logger.debug("%s: pre-commit epoch %s at %d bytes", self.display_name(), epoch, length)
         if self.path is None:
             return {"path": None, "length": length}
         return {
@@ -205,7 +205,7 @@ class SinkToTextfile(Stream):
             if handle is None and self.mode != "w":
                 return
             raise ConfigurationError(
-                f"{self._display_name()}: cannot restore a file given as an object without a "
+                f"{self.display_name()}: cannot restore a file given as an object without a "
                 "path; pass the file name to sink_to_textfile"
             )
         regular = _is_regular_file(self.path)
@@ -233,7 +233,7 @@ class SinkToTextfile(Stream):
             self._release_lock()
             raise
         self._truncate_pending = False
-        logger.info("%s: restored %r to %d bytes", self._display_name(), self.path, length)
+        logger.info("%s: restored %r to %d bytes", self.display_name(), self.path, length)
 
     def start_over(self) -> None:
         """Lock the file and truncate it to empty: the job starts from scratch.
@@ -251,13 +251,13 @@ class SinkToTextfile(Stream):
             os.fsync(f.fileno())
         except OSError as e:
             raise ConfigurationError(
-                f"{self._display_name()}: cannot start {self.path or f!r} over ({e}); "
+                f"{self.display_name()}: cannot start {self.path or f!r} over ({e}); "
                 "from_scratch needs an output that can be truncated: pass a file name"
             ) from e
         self._truncate_pending = False
         logger.warning(
             "%s: starting over from scratch: emptied %r (%d bytes discarded)",
-            self._display_name(),
+            self.display_name(),
             self.path,
             size,
         )
@@ -269,12 +269,12 @@ class SinkToTextfile(Stream):
         size = os.fstat(self._file.fileno()).st_size
         if size == 0:
             return None
-        return f"{self._display_name()}: {self.path!r} already holds {size} bytes"
+        return f"{self.display_name()}: {self.path!r} already holds {size} bytes"
 
     def _check_handle(self, handle: dict[str, Any], length: int) -> None:
         """Refuse a handle that does not belong to this file (see module docs)."""
         assert self.path is not None
-        name = self._display_name()
+        name = self.display_name()
         recorded = handle.get("realpath") or handle.get("path")
         here = os.path.realpath(self.path)
         if isinstance(recorded, str) and os.path.realpath(recorded) != here:
@@ -311,7 +311,7 @@ class SinkToTextfile(Stream):
             holder = lock_holder(lock.fileno())
             lock.close()
             raise FileInUseError(
-                f"{self._display_name()}: {self.path!r} is being written by another job "
+                f"{self.display_name()}: {self.path!r} is being written by another job "
                 f"({holder}); two jobs writing one file would mix their output. Stop that "
                 "job first, or write to another file"
             ) from None
@@ -324,7 +324,7 @@ class SinkToTextfile(Stream):
 
     def _require_file(self, what: str) -> IO[str]:
         if self._file is None:
-            raise ConfigurationError(f"{self._display_name()}: {what}() after close()")
+            raise ConfigurationError(f"{self.display_name()}: {what}() after close()")
         return self._file
 
     def close(self) -> None:

@@ -117,7 +117,7 @@ class Source(Stream):
         """
         if type(self)._run is Source._run:
             raise NotImplementedError(
-                f"{self._display_name()}: a Source subclass implements 'async def run(self)' "
+                f"{self.display_name()}: a Source subclass implements 'async def run(self)' "
                 "(the whole loop) or 'async def _run(self)' (one step, repeated until "
                 "self.stopped is set)"
             )
@@ -409,7 +409,7 @@ class Source(Stream):
     def _launch(self) -> None:
         self._done_event = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(
-            self._main(), name=f"rivermark-source-{self._display_name()}"
+            self._main(), name=f"rivermark-source-{self.display_name()}"
         )
 
     async def _main(self) -> None:
@@ -422,9 +422,9 @@ class Source(Stream):
             # ``wait_finished`` raises it), not left in the task for asyncio to
             # report at garbage collection
             if self.log_failures:
-                logger.exception("source %s failed", self._display_name())
+                logger.exception("source %s failed", self.display_name())
             else:
-                logger.debug("source %s failed", self._display_name(), exc_info=True)
+                logger.debug("source %s failed", self.display_name(), exc_info=True)
             self.error = True
             self.failure = e
         finally:
@@ -486,7 +486,7 @@ class Source(Stream):
         try:
             asyncio.run_coroutine_threadsafe(ended(), loop).result(self.stop_wait)
         except Exception as e:  # the loop stopped meanwhile, or the source is slow to end
-            logger.debug("%s: stop did not see the source end: %r", self._display_name(), e)
+            logger.debug("%s: stop did not see the source end: %r", self.display_name(), e)
 
     def _cancel_if_idle(self) -> None:
         if self._task is not None and not self._task.done() and not self._emitting:

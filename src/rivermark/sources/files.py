@@ -147,13 +147,13 @@ class FromTextfile(Source):
         if problem is not None:
             if self.on_changed != "restart":
                 raise ChangedFileError(
-                    f"{self._display_name()}: {problem}; resuming would skip its data. Put "
+                    f"{self.display_name()}: {problem}; resuming would skip its data. Put "
                     "the original file back, or pass on_changed='restart' to from_textfile "
                     "to read this file again from the beginning"
                 )
             logger.warning(
                 "%s: %s; on_changed='restart': reading it again from the beginning",
-                self._display_name(),
+                self.display_name(),
                 problem,
             )
             offset = 0

@@ -94,7 +94,7 @@ class _Server(Source):
         self.server = await asyncio.start_server(self._connection, host, self.port, **kwargs)
         sockets = self.server.sockets or ()
         self.bound_port = sockets[0].getsockname()[1] if sockets else self.port
-        logger.info("%s: listening on port %s", self._display_name(), self.bound_port)
+        logger.info("%s: listening on port %s", self.display_name(), self.bound_port)
         try:
             while not self.stopped:
                 await asyncio.sleep(_STOP_POLL)
@@ -135,7 +135,7 @@ class _Server(Source):
         server, self.server = self.server, None
         if server is not None:
             server.close()
-            logger.info("%s: closed port %s", self._display_name(), self.bound_port)
+            logger.info("%s: closed port %s", self.display_name(), self.bound_port)
         for w in list(self._writers):
             w.close()
         self._writers.clear()
@@ -199,7 +199,7 @@ class FromTcp(_Server):
                 return
             except asyncio.LimitOverrunError as e:
                 logger.warning(
-                    "%s: record too long, closing connection: %s", self._display_name(), e
+                    "%s: record too long, closing connection: %s", self.display_name(), e
                 )
                 return
             await self._emit_one(data)

@@ -75,7 +75,7 @@ class FromProcess(Source):
         self.process = process = await asyncio.create_subprocess_exec(
             *self._args, stdout=subprocess.PIPE, stderr=stderr, **self.open_kwargs
         )
-        logger.info("%s: started process %s", self._display_name(), process.pid)
+        logger.info("%s: started process %s", self.display_name(), process.pid)
         assert process.stdout is not None
         at_end = False
         try:
@@ -104,7 +104,7 @@ class FromProcess(Source):
             except asyncio.TimeoutError:
                 logger.warning(
                     "%s: process %s ignored SIGTERM; killing it",
-                    self._display_name(),
+                    self.display_name(),
                     process.pid,
                 )
                 process.kill()
@@ -112,7 +112,7 @@ class FromProcess(Source):
         else:
             await process.wait()
         logger.info(
-            "%s: process %s exited with %s", self._display_name(), process.pid, process.returncode
+            "%s: process %s exited with %s", self.display_name(), process.pid, process.returncode
         )
 
     def state_signature(self) -> str:

@@ -181,7 +181,7 @@ def test_start_over_empties_the_file_and_keeps_writing(tmp_path: Path) -> None:
     sink = s.sink_to_textfile(path)
     assert isinstance(sink, StartOverSink)
     assert (
-        sink.unaccounted_output() == f"{sink._display_name()}: {str(path)!r} already holds 8 bytes"
+        sink.unaccounted_output() == f"{sink.display_name()}: {str(path)!r} already holds 8 bytes"
     )
     sink.start_over()
     assert path.read_bytes() == b"" and sink.unaccounted_output() is None
