@@ -239,19 +239,7 @@ def conform(
     if isinstance(example, pd.DataFrame):
         if not isinstance(x, pd.DataFrame):
             raise SchemaError(f"{label}: expected a pandas.DataFrame batch, got {x!r}")
-        cols = example.columns
-        if not x.columns.equals(cols):
-            if len(x.columns) != len(cols) or set(x.columns) != set(cols):
-                missing = [c for c in cols if c not in x.columns]
-                extra = [c for c in x.columns if c not in cols]
-                detail = "; ".join(
-                    f"{k} {v!r}" for k, v in (("missing", missing), ("extra", extra)) if v
-                )
-                raise ColumnsError(
-                    f"{label}: batch columns {list(x.columns)!r} differ from the example's "
-                    f"{list(cols)!r} ({detail}); emit batches with the example's columns"
-                )
-            x = x[list(cols)]
+        x = _in_example_order(x, example.columns, label)
         if schema is None:
             if not len(x):
                 return x, None
@@ -263,17 +251,40 @@ def conform(
             return x.astype(schema.to_dict()), schema
         return check_dtypes(x, schema, str(label)), schema
     if isinstance(example, pd.Series):
-        if not isinstance(x, pd.Series):
-            raise SchemaError(f"{label}: expected a pandas.Series batch, got {x!r}")
-        if schema is None:
-            if not len(x):
-                return x, None
-            schema = first_schema(example, x) if with_example else widest(x.dtype)
-        if x.dtype != schema and not _is_object(schema):
-            if len(x) == 0:
-                return x.astype(schema), schema
-            conv = convert_column(x, schema)
-            if conv is None:
-                raise _refuse(str(label), x.name, schema, x.dtype)
-            return conv, schema
+        return _conform_series(x, example, schema, label, with_example)
+    return x, schema
+
+
+def _in_example_order(x: pd.DataFrame, cols: pd.Index, label: Any) -> pd.DataFrame:
+    """``x`` with the example's columns in the example's order; other columns are refused."""
+    if x.columns.equals(cols):
+        return x
+    if len(x.columns) != len(cols) or set(x.columns) != set(cols):
+        missing = [c for c in cols if c not in x.columns]
+        extra = [c for c in x.columns if c not in cols]
+        detail = "; ".join(f"{k} {v!r}" for k, v in (("missing", missing), ("extra", extra)) if v)
+        raise ColumnsError(
+            f"{label}: batch columns {list(x.columns)!r} differ from the example's "
+            f"{list(cols)!r} ({detail}); emit batches with the example's columns"
+        )
+    return x[list(cols)]
+
+
+def _conform_series(
+    x: Any, example: pd.Series, schema: Any, label: Any, with_example: bool
+) -> tuple[Any, Any]:
+    """:func:`conform` for a streaming Series."""
+    if not isinstance(x, pd.Series):
+        raise SchemaError(f"{label}: expected a pandas.Series batch, got {x!r}")
+    if schema is None:
+        if not len(x):
+            return x, None
+        schema = first_schema(example, x) if with_example else widest(x.dtype)
+    if x.dtype != schema and not _is_object(schema):
+        if len(x) == 0:
+            return x.astype(schema), schema
+        conv = convert_column(x, schema)
+        if conv is None:
+            raise _refuse(str(label), x.name, schema, x.dtype)
+        return conv, schema
     return x, schema

@@ -144,27 +144,9 @@ class MapAsync(Stream):
         while self._running:
             task, x, metadata = self._running[0]
             try:
-                try:
-                    y = await task
-                except Exception as e:
-                    if self.stop_on_exception:
-                        self._stop_on(x, e)
-                    else:
-                        self._user_error(x, e, self.func)  # returns if the policy drops it
-                else:
-                    results = self._emit(y, metadata)
-                    if results:
-                        await runtime.gather_results(results)
+                await self._pass_on_result(task, x, metadata)
             except Exception as e:  # a raise policy, or a failure downstream
-                # the record stays in flight and incomplete; no later result is
-                # emitted past it (their calls are cancelled, their records kept)
-                self._fail(e)
-                for other, _, _ in self._running:
-                    other.cancel()
-                for _, _, slot in self._waiting:
-                    if not slot.done():
-                        slot.set_exception(self._failed_error())
-                        slot.exception()  # retrieved: an upstream may not await it
+                self._fail_in_order(e)
                 return
             self._running.popleft()
             self._inflight -= 1
@@ -174,6 +156,34 @@ class MapAsync(Stream):
                 self._start_call(wx, wmeta)
                 if not slot.done():
                     slot.set_result(None)
+
+    async def _pass_on_result(self, task: Any, x: Any, metadata: Metadata | None) -> None:
+        """Pass on the result of the call at the head (or apply the error policy to its failure)."""
+        try:
+            y = await task
+        except Exception as e:
+            if self.stop_on_exception:
+                self._stop_on(x, e)
+            else:
+                self._user_error(x, e, self.func)  # returns if the policy drops it
+            return
+        results = self._emit(y, metadata)
+        if results:
+            await runtime.gather_results(results)
+
+    def _fail_in_order(self, exc: Exception) -> None:
+        """The node fails for good: the record at the head stays in flight and incomplete.
+
+        No later result is emitted past it: their calls are cancelled and
+        their records kept; senders waiting for a slot get the failure.
+        """
+        self._fail(exc)
+        for other, _, _ in self._running:
+            other.cancel()
+        for _, _, slot in self._waiting:
+            if not slot.done():
+                slot.set_exception(self._failed_error())
+                slot.exception()  # retrieved: an upstream may not await it
 
     def _stop_on(self, x: Any, exc: Exception) -> None:
         """``stop_on_exception=True``: stop the sources upstream and drop the record.
