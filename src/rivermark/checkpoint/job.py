@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import os
 import pickle
@@ -66,7 +65,7 @@ from ..errors import ConfigurationError, ErrorContext, NodeFailedError, describe
 from ..observe.metrics import Metrics
 from ..observe.prometheus import MetricsServer
 from ..observe.ui import UiServer
-from ..sinks.base import CheckpointedSink, EpochSealingSink
+from ..sinks.base import CheckpointedSink
 from ..sources.base import RecordBudget, Source
 from .errors import (
     CheckpointLockedError,
@@ -74,10 +73,17 @@ from .errors import (
     JobFailedError,
 )
 from .faults import fault_point
-from .keyed import COMPACT_EVERY, Chains, KeyedView, keyed_attrs
+from .keyed import Chains, KeyedView, keyed_attrs
 from .manifest import Manifest
+from .options import (
+    check_compact_every,
+    check_exactly_once,
+    check_options,
+    choose_background,
+    derive_job_id,
+)
 from .recovery import RecoveryAtStart
-from .store import LocalDirectoryStore, Store, open_store
+from .store import Store, open_store
 from .views import StateView
 
 logger = logging.getLogger(__name__)
@@ -114,18 +120,6 @@ class _Pending:
     handles: dict[str, Any]
     paused_at: float
     resumed_at: float | None = None
-
-
-def _env_compact_every() -> int:
-    text = os.environ.get("RIVERMARK_COMPACT_EVERY")
-    if not text:
-        return COMPACT_EVERY
-    try:
-        return int(text)
-    except ValueError:
-        raise ConfigurationError(
-            f"RIVERMARK_COMPACT_EVERY must be an integer >= 1, got {text!r}; e.g. 20"
-        ) from None
 
 
 def _resolve_when_durable(
@@ -170,33 +164,6 @@ def _unpicklable_part(value: Any, where: str = "state", depth: int = 0) -> tuple
             except Exception:
                 return _unpicklable_part(v, w, depth + 1)
     return where, value
-
-
-def _check_options(node: Any, keep: Any, every_batches: Any) -> None:
-    """Refuse a job's node, ``keep`` or ``every_batches`` of the wrong kind, naming the option."""
-    if not isinstance(node, Stream):
-        raise ConfigurationError(
-            f"Job: node must be a Stream node of the graph to run, got {node!r}"
-        )
-    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
-        raise ConfigurationError(f"Job: keep must be an integer >= 1, got {keep!r}; pass e.g. 10")
-    if every_batches is not None and (
-        isinstance(every_batches, bool) or not isinstance(every_batches, int) or every_batches < 1
-    ):
-        raise ConfigurationError(
-            f"Job: every_batches must be an integer >= 1 or None, got {every_batches!r}"
-        )
-
-
-def _compact_every(value: Any) -> int:
-    """``compact_every`` (default: the environment's, else 20), refused unless an integer >= 1."""
-    if value is None:
-        value = _env_compact_every()
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigurationError(
-            f"Job: compact_every must be an integer >= 1, got {value!r}; pass e.g. 20"
-        )
-    return value
 
 
 class Job(RecoveryAtStart):
@@ -258,7 +225,7 @@ class Job(RecoveryAtStart):
         ui: int | None = None,
         ui_addr: str = "127.0.0.1",
     ) -> None:
-        _check_options(node, keep, every_batches)
+        check_options(node, keep, every_batches)
         self.interval: float | None = (
             None if every is None else parse_interval(every, "Job", "every")
         )
@@ -286,11 +253,11 @@ class Job(RecoveryAtStart):
             n for n in self.nodes if isinstance(n, CheckpointedSink) and not isinstance(n, Source)
         ]
         #: write checkpoints after the sources resumed (see :meth:`_checkpoint`)
-        self.background = self._choose_background(background)
+        self.background = choose_background(self.store, self.sinks, background)
         #: stable across restarts on the same store: names transactional ids
-        self.job_id = self._derive_job_id()
+        self.job_id = derive_job_id(self.store)
         if exactly_once:
-            self._check_exactly_once()
+            check_exactly_once(self.nodes)
         #: roots fed by ``emit`` (not sources): the job runs until ``stop()``
         self._emit_roots = [n for n in self.nodes if not n.upstreams and not isinstance(n, Source)]
         self._adopt_nodes(on_error)
@@ -324,33 +291,12 @@ class Job(RecoveryAtStart):
         #: what ended the last run with an exception (None: it ended normally)
         self._ended_by: BaseException | None = None
         #: delta chains of the nodes whose state holds a ``KeyedState``
-        self._keyed = Chains(self.store, _compact_every(compact_every))
+        self._keyed = Chains(self.store, check_compact_every(compact_every))
         #: the checkpoint being written in the background (at most one)
         self._in_flight: asyncio.Future[None] | None = None
         #: triggers that found a checkpoint still in flight and waited (backpressure)
         self.checkpoint_waits = 0
         self.checkpoint_wait_seconds = 0.0
-
-    def _choose_background(self, background: bool | None) -> bool:
-        """Whether checkpoints are written after the sources resumed.
-
-        Only when every checkpointed sink fixes its epoch's output at
-        ``pre_commit``.  By default on local directories: a write through a
-        chatty client (S3: many requests, each taking the GIL back from a busy
-        pipeline) becomes durable much later in the background, while local
-        directories write in a few system calls.
-        """
-        if background is None:
-            background = isinstance(self.store, LocalDirectoryStore)
-        chosen = bool(background) and all(
-            isinstance(k, EpochSealingSink) and k.seals_epoch_at_pre_commit for k in self.sinks
-        )
-        if background and not chosen:
-            logger.info(
-                "checkpoints are written with the sources paused: %s",
-                ", ".join(repr(k) for k in self.sinks if not isinstance(k, EpochSealingSink)),
-            )
-        return chosen
 
     def _adopt_nodes(self, on_error: Any) -> None:
         """What the job sets on its nodes: job id, failure reporting, counting, error policy."""
@@ -383,35 +329,6 @@ class Job(RecoveryAtStart):
     def ui_url(self) -> str | None:
         """Where the live pipeline page is served (None without ``ui``)."""
         return None if self._ui is None else self._ui.url
-
-    def _derive_job_id(self) -> str:
-        path = getattr(self.store, "path", None)
-        location = self.store.location()
-        if location is not None:
-            resolved = location
-        elif path is None:
-            return "job"
-        else:
-            resolved = str(os.path.abspath(os.fspath(path)))
-        digest = hashlib.sha1(resolved.encode()).hexdigest()[:10]
-        return f"{os.path.basename(resolved) or 'job'}-{digest}"
-
-    def _check_exactly_once(self) -> None:
-        weak = [
-            n
-            for n in self.nodes
-            if (not n.downstreams and not n.is_stateful and not isinstance(n, CheckpointedSink))
-            or (not n.upstreams and not getattr(n, "replayable", False))
-        ]
-        if weak:
-            raise ConfigurationError(
-                "Job(exactly_once=True): "
-                + ", ".join(repr(n) for n in weak)
-                + " cannot give exactly-once results (a sink without the checkpointed-sink "
-                "contract is at-least-once, a source that is not replayable is at-most-once); "
-                "use checkpointed sinks (e.g. sink_to_textfile) and replayable sources, "
-                "or pass exactly_once=False"
-            )
 
     def id_of(self, node: Stream | CheckpointedSink) -> str:
         """The stable id the checkpoint stores ``node`` under."""
