@@ -30,22 +30,22 @@ every source is stopped and every sink
 closed before the error (:class:`CheckpointWriteError`) leaves the job and
 before the directory's lock is released; the torn checkpoint is removed.
 
-Recovery at start: the newest checkpoint that verifies is loaded (damaged
-ones are skipped with a WARNING); ``set_state`` on stateful nodes,
-``restore(handle)`` on checkpointed sinks (``None`` without a checkpoint),
-``seek(position)`` on sources; then the sources start.  When the store holds
-checkpoints and none verifies, the job refuses to start
-(:class:`NoValidCheckpointError`); on a store without checkpoints it refuses
-to append to sink output that no checkpoint accounts for
-(:class:`UnaccountedOutputError`).  ``from_scratch=True`` sets every
-checkpoint aside and calls ``start_over()`` on every checkpointed sink.
+Recovery at start (:mod:`rivermark.checkpoint.recovery`): the newest
+checkpoint that verifies is loaded (damaged ones are skipped with a
+WARNING); ``set_state`` on stateful nodes, ``restore(handle)`` on
+checkpointed sinks (``None`` without a checkpoint), ``seek(position)`` on
+sources; then the sources start.  When the store holds checkpoints and none
+verifies, the job refuses to start (:class:`NoValidCheckpointError`); on a
+store without checkpoints it refuses to append to sink output that no
+checkpoint accounts for (:class:`UnaccountedOutputError`).
+``from_scratch=True`` sets every checkpoint aside and calls
+``start_over()`` on every checkpointed sink.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import os
 import pickle
@@ -57,29 +57,33 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._app import check_run_allowed
-from .._frames import user_frame
 from ..core import counting, graph, runtime
 from ..core.node import Stream
 from ..core.timeutil import parse_interval
-from ..errors import ConfigurationError, ErrorContext, NodeFailedError, describe
+from ..errors import ConfigurationError
 from ..observe.metrics import Metrics
 from ..observe.prometheus import MetricsServer
 from ..observe.ui import UiServer
-from ..sinks.base import CheckpointedSink, EpochSealingSink, StartOverSink
+from ..sinks.base import CheckpointedSink
 from ..sources.base import RecordBudget, Source
 from .errors import (
-    CheckpointCorruptError,
     CheckpointLockedError,
-    CheckpointMismatchError,
     CheckpointWriteError,
     JobFailedError,
-    NoValidCheckpointError,
-    UnaccountedOutputError,
 )
 from .faults import fault_point
-from .keyed import COMPACT_EVERY, Chains, KeyedView, keyed_attrs
+from .keyed import Chains, KeyedView, keyed_attrs
 from .manifest import Manifest
-from .store import LocalDirectoryStore, Store, open_store
+from .options import (
+    check_compact_every,
+    check_exactly_once,
+    check_options,
+    choose_background,
+    derive_job_id,
+)
+from .recovery import RecoveryAtStart
+from .shutdown import Shutdown
+from .store import Store, open_store
 from .views import StateView
 
 logger = logging.getLogger(__name__)
@@ -118,18 +122,6 @@ class _Pending:
     resumed_at: float | None = None
 
 
-def _env_compact_every() -> int:
-    text = os.environ.get("RIVERMARK_COMPACT_EVERY")
-    if not text:
-        return COMPACT_EVERY
-    try:
-        return int(text)
-    except ValueError:
-        raise ConfigurationError(
-            f"RIVERMARK_COMPACT_EVERY must be an integer >= 1, got {text!r}; e.g. 20"
-        ) from None
-
-
 def _resolve_when_durable(
     fut: asyncio.Future[int], epoch: int, task: asyncio.Future[None] | None
 ) -> None:
@@ -152,8 +144,6 @@ def _resolve_when_durable(
 _POLL = 0.0005
 #: how often a job whose input is exhausted looks whether its nodes still hold records
 _DRAIN_POLL = 0.001
-#: how long a failed job waits for each source to stop (seconds)
-_STOP_WAIT = 30.0
 
 
 def _unpicklable_part(value: Any, where: str = "state", depth: int = 0) -> tuple[str, Any]:
@@ -174,34 +164,7 @@ def _unpicklable_part(value: Any, where: str = "state", depth: int = 0) -> tuple
     return where, value
 
 
-def _check_options(node: Any, keep: Any, every_batches: Any) -> None:
-    """Refuse a job's node, ``keep`` or ``every_batches`` of the wrong kind, naming the option."""
-    if not isinstance(node, Stream):
-        raise ConfigurationError(
-            f"Job: node must be a Stream node of the graph to run, got {node!r}"
-        )
-    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
-        raise ConfigurationError(f"Job: keep must be an integer >= 1, got {keep!r}; pass e.g. 10")
-    if every_batches is not None and (
-        isinstance(every_batches, bool) or not isinstance(every_batches, int) or every_batches < 1
-    ):
-        raise ConfigurationError(
-            f"Job: every_batches must be an integer >= 1 or None, got {every_batches!r}"
-        )
-
-
-def _compact_every(value: Any) -> int:
-    """``compact_every`` (default: the environment's, else 20), refused unless an integer >= 1."""
-    if value is None:
-        value = _env_compact_every()
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigurationError(
-            f"Job: compact_every must be an integer >= 1, got {value!r}; pass e.g. 20"
-        )
-    return value
-
-
-class Job:
+class Job(RecoveryAtStart, Shutdown):
     """Run the whole graph of ``node`` with checkpoints in ``checkpoint``.
 
     The job ends when every source is exhausted, or at :meth:`stop`; a graph
@@ -260,7 +223,7 @@ class Job:
         ui: int | None = None,
         ui_addr: str = "127.0.0.1",
     ) -> None:
-        _check_options(node, keep, every_batches)
+        check_options(node, keep, every_batches)
         self.interval: float | None = (
             None if every is None else parse_interval(every, "Job", "every")
         )
@@ -288,11 +251,11 @@ class Job:
             n for n in self.nodes if isinstance(n, CheckpointedSink) and not isinstance(n, Source)
         ]
         #: write checkpoints after the sources resumed (see :meth:`_checkpoint`)
-        self.background = self._choose_background(background)
+        self.background = choose_background(self.store, self.sinks, background)
         #: stable across restarts on the same store: names transactional ids
-        self.job_id = self._derive_job_id()
+        self.job_id = derive_job_id(self.store)
         if exactly_once:
-            self._check_exactly_once()
+            check_exactly_once(self.nodes)
         #: roots fed by ``emit`` (not sources): the job runs until ``stop()``
         self._emit_roots = [n for n in self.nodes if not n.upstreams and not isinstance(n, Source)]
         self._adopt_nodes(on_error)
@@ -326,33 +289,12 @@ class Job:
         #: what ended the last run with an exception (None: it ended normally)
         self._ended_by: BaseException | None = None
         #: delta chains of the nodes whose state holds a ``KeyedState``
-        self._keyed = Chains(self.store, _compact_every(compact_every))
+        self._keyed = Chains(self.store, check_compact_every(compact_every))
         #: the checkpoint being written in the background (at most one)
         self._in_flight: asyncio.Future[None] | None = None
         #: triggers that found a checkpoint still in flight and waited (backpressure)
         self.checkpoint_waits = 0
         self.checkpoint_wait_seconds = 0.0
-
-    def _choose_background(self, background: bool | None) -> bool:
-        """Whether checkpoints are written after the sources resumed.
-
-        Only when every checkpointed sink fixes its epoch's output at
-        ``pre_commit``.  By default on local directories: a write through a
-        chatty client (S3: many requests, each taking the GIL back from a busy
-        pipeline) becomes durable much later in the background, while local
-        directories write in a few system calls.
-        """
-        if background is None:
-            background = isinstance(self.store, LocalDirectoryStore)
-        chosen = bool(background) and all(
-            isinstance(k, EpochSealingSink) and k.seals_epoch_at_pre_commit for k in self.sinks
-        )
-        if background and not chosen:
-            logger.info(
-                "checkpoints are written with the sources paused: %s",
-                ", ".join(repr(k) for k in self.sinks if not isinstance(k, EpochSealingSink)),
-            )
-        return chosen
 
     def _adopt_nodes(self, on_error: Any) -> None:
         """What the job sets on its nodes: job id, failure reporting, counting, error policy."""
@@ -386,36 +328,7 @@ class Job:
         """Where the live pipeline page is served (None without ``ui``)."""
         return None if self._ui is None else self._ui.url
 
-    def _derive_job_id(self) -> str:
-        path = getattr(self.store, "path", None)
-        location = self.store.location()
-        if location is not None:
-            resolved = location
-        elif path is None:
-            return "job"
-        else:
-            resolved = str(os.path.abspath(os.fspath(path)))
-        digest = hashlib.sha1(resolved.encode()).hexdigest()[:10]
-        return f"{os.path.basename(resolved) or 'job'}-{digest}"
-
-    def _check_exactly_once(self) -> None:
-        weak = [
-            n
-            for n in self.nodes
-            if (not n.downstreams and not n.is_stateful and not isinstance(n, CheckpointedSink))
-            or (not n.upstreams and not getattr(n, "replayable", False))
-        ]
-        if weak:
-            raise ConfigurationError(
-                "Job(exactly_once=True): "
-                + ", ".join(repr(n) for n in weak)
-                + " cannot give exactly-once results (a sink without the checkpointed-sink "
-                "contract is at-least-once, a source that is not replayable is at-most-once); "
-                "use checkpointed sinks (e.g. sink_to_textfile) and replayable sources, "
-                "or pass exactly_once=False"
-            )
-
-    def id_of(self, node: Stream) -> str:
+    def id_of(self, node: Stream | CheckpointedSink) -> str:
         """The stable id the checkpoint stores ``node`` under."""
         return self._ids[id(node)]
 
@@ -565,55 +478,6 @@ class Job:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._wake.wait(), timeout)
 
-    async def _fail_if_a_node_failed(self) -> None:
-        """Stop the sources and raise if a node has failed for good (its ``failure``).
-
-        Such a node (e.g. a Dask ``gather`` that lost its scheduler) keeps its
-        records in flight, so a barrier waiting for them would wait forever;
-        no checkpoint is written after it failed.
-        """
-        failed = [n for n in self.nodes if isinstance(getattr(n, "failure", None), BaseException)]
-        # name the root cause, not a node that refused records after it
-        failed.sort(key=lambda n: isinstance(n.failure, NodeFailedError))
-        for n in failed[:1]:
-            exc = n.failure
-            if isinstance(exc, BaseException):
-                await self._shutdown_sources()
-                raise self._failed(n, exc)
-
-    def _source_failed(self, source: Source) -> JobFailedError:
-        """The error for a source whose run ended with an exception."""
-        return self._failed(source, source.failure)
-
-    def _failed(self, node: Stream, exc: BaseException | None) -> JobFailedError:
-        """The job's failure message for ``exc``, which failed ``node``.
-
-        A user function that raised downstream of a source is the cause, so
-        the node that ran it is named, not the source that fed it the record;
-        the user's own frame is shown where there is one.
-        """
-        resume = (
-            f"the job stopped; its last complete checkpoint in {self.store!r} is intact: "
-            "fix the cause and run again to resume from it"
-        )
-        ctx = getattr(exc, "rivermark_context", None)
-        if exc is not None and isinstance(ctx, ErrorContext) and isinstance(ctx.stream, Stream):
-            nid = self._ids.get(id(ctx.stream), "?")
-            where = user_frame(exc)
-            what = (
-                f"node {nid} failed: {ctx.node}: user function {ctx.function!r} raised "
-                f"{type(exc).__name__}: {exc} on record {ctx.record_text()}"
-            )
-        elif exc is not None:
-            where = user_frame(exc)
-            what = f"node {self.id_of(node)} {node!r} failed ({describe(exc)})"
-        else:
-            where = None
-            what = f"node {self.id_of(node)} {node!r} failed"
-        err = JobFailedError(f"Job: {what}" + (f" (at {where})" if where else "") + f"; {resume}")
-        err.__cause__ = exc
-        return err
-
     def _held_back(self) -> bool:
         """Whether a node still holds records it will pass on by itself, or work in flight."""
         return any(n.emits_later() or getattr(n, "_inflight", 0) for n in self.nodes)
@@ -638,31 +502,6 @@ class Job:
     async def _finish(self) -> None:
         """Final checkpoint with the sources paused, then stop and close everything."""
         await self._checkpoint(final=True)
-
-    async def _settle_in_flight(self) -> None:
-        """Let a background write that is still running end (the job is failing anyway)."""
-        task, self._in_flight = self._in_flight, None
-        if task is not None:
-            try:
-                await asyncio.shield(task)
-            except BaseException:
-                logger.warning("the checkpoint in flight failed too", exc_info=True)
-
-    async def _shutdown_sources(self) -> None:
-        await self._settle_in_flight()
-        for s in self.sources:
-            s.stop()
-        for s in self.sources:
-            if s.started:
-                try:
-                    await s.wait_finished()
-                except Exception:
-                    if s.failure is None:  # a known failure is reported by the caller
-                        logger.exception("source %r failed while stopping", s)
-        for k in self.sinks:
-            close = getattr(k, "close", None)
-            if callable(close):
-                close()
 
     def stop(self) -> None:
         """Stop gracefully: pause, drain, final checkpoint, stop sources, close sinks.
@@ -951,212 +790,3 @@ class Job:
 
     def _last_epoch_text(self) -> str:
         return f"epoch {self.epoch}" if self.epoch else "none yet"
-
-    async def _remove_torn(self, epoch: int) -> None:
-        """Delete what a failed write of ``epoch`` left behind (gives the space back)."""
-        loop = asyncio.get_running_loop()
-        try:
-            await loop.run_in_executor(None, self.store.delete, epoch)
-        except Exception as e:
-            # one line: the torn epoch has no manifest, so it is not a checkpoint
-            # and the next run ignores (and removes) it
-            logger.warning(
-                "could not remove the torn checkpoint %d (%s: %s); without a manifest it is "
-                "ignored, and removed by a later run",
-                epoch, type(e).__name__, e,
-            )  # fmt: skip
-            logger.debug("removing the torn checkpoint %d", epoch, exc_info=True)
-
-    async def _stop_everything(self) -> None:
-        """After a failed checkpoint: stop every source (not resumed) and close every sink."""
-        for s in self.sources:
-            s.stop()
-        for s in self.sources:
-            # a source paused at the barrier is cancelled at once by stop(); one
-            # that was still emitting ends at its next stop check
-            if s.started and not s.finished:
-                try:
-                    await asyncio.wait_for(s.wait_finished(), _STOP_WAIT)
-                except asyncio.TimeoutError:
-                    logger.warning("source %r did not stop within %s s", s, _STOP_WAIT)
-                except Exception:
-                    logger.debug("source %r failed while stopping", s, exc_info=True)
-        self._close_sinks()
-
-    def _close_sinks(self) -> None:
-        for k in self.sinks:
-            close = getattr(k, "close", None)
-            if callable(close):
-                try:
-                    close()
-                except Exception:
-                    logger.warning("sink %r failed to close", k, exc_info=True)
-
-    # ------------------------------------------------------------------ recovery
-    def _recover(self) -> None:
-        started = time.perf_counter()
-        try:
-            self._recover_newest()
-        finally:
-            self.restore_seconds = time.perf_counter() - started
-
-    def _recover_newest(self) -> None:
-        epochs = self.store.list_epochs()
-        incomplete = self.store.list_incomplete()
-        taken = [*epochs, *(int(p.name) for p in incomplete if p.name.isdigit())]
-        self.epoch = max(taken, default=0)
-        if self.from_scratch:
-            self._start_over(epochs)
-            return
-        damaged: dict[int, str] = {}
-        loaded: tuple[Manifest, dict[str, list[bytes]]] | None = None
-        for e in reversed(epochs):
-            try:
-                loaded = self.store.load_chains(e)
-                break
-            except CheckpointCorruptError as err:
-                damaged[e] = str(err)
-        if loaded is None:
-            if damaged:
-                raise NoValidCheckpointError(self._no_valid_message(damaged), damaged)
-            self._refuse_unaccounted_output()
-            for k in self.sinks:
-                k.restore(None)
-            return
-        manifest, blobs = loaded
-        for e, why in damaged.items():
-            logger.warning("skipping damaged checkpoint %d: %s", e, why)
-        self._check_fingerprint(manifest)
-        self._restore_from(manifest, blobs)
-
-    def _restore_from(self, manifest: Manifest, blobs: dict[str, list[bytes]]) -> None:
-        """Hand the nodes, sinks and sources what checkpoint ``manifest`` holds for them."""
-        for n in self.stateful:
-            nid = self.id_of(n)
-            if nid in manifest.chains:
-                link = manifest.chains[nid]
-                n.set_state(self._keyed.restored(nid, manifest.epoch, link, blobs[nid]))
-            elif nid in blobs:
-                n.set_state(pickle.loads(blobs[nid][-1]))
-        for k in self.sinks:
-            k.restore(manifest.sinks.get(self.id_of(k)))
-        for s in self.sources:
-            sid = self.id_of(s)
-            if sid in manifest.positions:
-                s.seek(manifest.positions[sid])
-        self.restored_epoch = manifest.epoch
-        self.restored_time = manifest.time
-        self.restored_positions = dict(manifest.positions)
-        logger.info(
-            "restored checkpoint %d from %r",
-            manifest.epoch,
-            self.store,
-            extra={"epoch": manifest.epoch, "position": manifest.positions},
-        )
-
-    def _no_valid_message(self, damaged: dict[int, str]) -> str:
-        lines = [
-            f"no checkpoint in {self.store!r} verifies; the job refuses to start, since "
-            "starting from the sources' beginning would write their output again:",
-            *(f"  {why}" for why in damaged.values()),
-            "restore a good copy of the checkpoint store (see 'rivermark checkpoints verify'), "
-            "or start over explicitly with 'rivermark run --from-scratch' "
-            "(Job(..., from_scratch=True)): it sets these checkpoints aside and starts every "
-            "checkpointed sink over",
-        ]
-        return "\n".join(lines)
-
-    def _refuse_unaccounted_output(self) -> None:
-        found = [
-            line
-            for k in self.sinks
-            if isinstance(k, StartOverSink) and (line := k.unaccounted_output()) is not None
-        ]
-        if found:
-            raise UnaccountedOutputError(
-                f"{self.store!r} holds no checkpoint, but output that no checkpoint accounts for "
-                f"exists ({'; '.join(found)}); running would append to it. Start over explicitly "
-                "with 'rivermark run --from-scratch' (Job(..., from_scratch=True)), which empties "
-                "it, or move it away, or point the job at the checkpoint store that wrote it"
-            )
-
-    def _start_over(self, epochs: list[int]) -> None:
-        cannot = [k for k in self.sinks if not isinstance(k, StartOverSink)]
-        if cannot:
-            raise ConfigurationError(
-                "Job(from_scratch=True): "
-                + ", ".join(f"{self.id_of(k)} {k!r}" for k in cannot)
-                + " cannot start its output over (it implements no start_over()); "
-                "reset its output by hand and use a new checkpoint store instead"
-            )
-        if epochs:
-            where = self.store.set_aside(epochs)
-            logger.warning(
-                "starting from scratch: checkpoints %s of %r set aside in %s",
-                ", ".join(map(str, epochs)),
-                self.store,
-                where,
-            )
-        for k in self.sinks:
-            assert isinstance(k, StartOverSink)
-            k.start_over()
-
-    def _check_fingerprint(self, manifest: Manifest) -> None:
-        old, new = manifest.fingerprint, self.fingerprint
-        sink_ids = {self.id_of(k) for k in self.sinks}
-        if not sink_ids & set(old):
-            # written before sinks were part of the fingerprint: compare the rest
-            new = {k: v for k, v in new.items() if k not in sink_ids}
-        if old == new:
-            return
-        by_id = {self.id_of(n): n for n in self.nodes}
-        added = sorted(set(new) - set(old))
-        removed = sorted(set(old) - set(new))
-        changed = sorted(k for k in set(old) & set(new) if old[k] != new[k])
-        if not removed and not changed and self.allow_new_nodes:
-            logger.warning("checkpoint %d: new nodes %s start empty", manifest.epoch, added)
-            return
-        lines = [
-            f"the graph differs from the one that wrote checkpoint {manifest.epoch} "
-            f"in {self.store!r}:"
-        ]
-        lines += [f"  added: {k} {by_id[k]!r}" for k in added]
-        lines += [f"  removed: {k} (was {old[k]})" for k in removed]
-        lines += [f"  changed: {k} {by_id[k]!r} (was {old[k]}, now {new[k]})" for k in changed]
-        # a node without name= whose derived id moved (e.g. a map inserted
-        # above it) shows up as removed + added with the same configuration
-        moved = [
-            (r, a) for r in removed for a in added if old[r] == new[a] and by_id[a].name is None
-        ]
-        lines += [
-            f"  {r} and {a} look like the same node ({new[a]}): its id is derived from the "
-            f"graph's shape, which changed; to restore its state from this checkpoint, "
-            f"pass name={r!r} to {by_id[a]!r}"
-            for r, a in moved
-        ]
-        hint = (
-            "to start over, run with --from-scratch (Job(..., from_scratch=True)): it sets "
-            "the checkpoints aside and starts the sinks' output over"
-        )
-        if moved or any(by_id[k].name is None for k in added):
-            hint = (
-                "give stateful nodes and sources explicit names (e.g. "
-                ".accumulate(f, name='totals')) so that their state survives changes of "
-                "the graph around them; " + hint
-            )
-        if added and not removed and not changed:
-            hint = "pass Job(..., allow_new_nodes=True) to start the added nodes empty, or " + hint
-        else:
-            hint = "removed or changed nodes cannot be restored; " + hint
-        raise CheckpointMismatchError("\n".join([*lines, hint]))
-
-    def _warn_not_replayable(self) -> None:
-        for n in self.nodes:
-            if n.upstreams:
-                continue
-            if not getattr(n, "replayable", False):
-                logger.warning(
-                    "source %s %r is not replayable: its records are at-most-once across crashes",
-                    self.id_of(n),
-                    n,
-                )

@@ -1,0 +1,396 @@
+"""Which partitions a Kafka source reads, and where each starts.
+
+The partition listing (refreshed while running; a topic that is missing is
+warned about, a recreated one refused or re-read from its start), the
+assignment of new partitions to the consumer, and their start offsets: the
+restored position, the group's committed offsets (after checking that no
+other live job commits to the group) or ``auto.offset.reset``, each checked
+against the broker's range; with ``stop_at_end``, the end offsets.  See the
+module docs of :mod:`rivermark.kafka.source` for the rules.
+
+:class:`PartitionAssignment` is the base class of
+:class:`~rivermark.kafka.source.KafkaBatchedSource`, which sets the
+attributes declared here in its ``__init__``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import time
+from typing import Any
+
+from ..sources.base import Source
+from .errors import KafkaGroupInUseError, KafkaTopicError
+from .offsets import OffsetTracker
+from .ownership import live_owner
+from .topic_ids import TopicIds, recreated_message
+
+# the source's messages keep the source's logger name
+logger = logging.getLogger("rivermark.kafka.source")
+
+__all__ = ["PartitionAssignment", "split_key"]
+
+_EARLIEST = ("earliest", "smallest", "beginning")
+
+
+def split_key(key: str) -> tuple[str, int]:
+    """``(topic, partition)`` of a position's ``"topic:partition"`` key."""
+    topic, _, part = key.rpartition(":")
+    return topic, int(part)
+
+
+class PartitionAssignment(Source):
+    """Listing, assigning and positioning the partitions of a Kafka source (its base class)."""
+
+    # what KafkaBatchedSource sets in its __init__
+    topics: list[str]
+    consumer_params: dict[str, Any]
+    npartitions: int | None
+    stop_at_end: bool
+    allow_offset_reset: bool
+    group_takeover: bool
+    group_live_window: float
+    job_id: str | None
+    consumer: Any
+    _end: dict[tuple[str, int], int]
+    _missing_warned: dict[str, float]
+    _ignored: set[tuple[str, int]]
+    _committed_meta: dict[tuple[str, int], str]
+    _offsets: dict[str, int]
+    _seek_position: dict[str, int] | None
+    _assigned: set[tuple[str, int]]
+    _tracker: OffsetTracker
+    _last_refresh: float
+    _listed: bool
+    _topic_ids: dict[str, str]
+    _id_lookup: TopicIds | None
+    _fresh_ids: dict[str, str]
+    _moved: set[tuple[str, int]]
+
+    def _list_partitions(self) -> list[tuple[str, int]]:
+        found: list[tuple[str, int]] = []
+        listed: list[str] = []
+        for topic in self.topics:
+            md = self.consumer.list_topics(topic, timeout=5)
+            tmd = md.topics.get(topic)
+            if tmd is None or tmd.error is not None:
+                self._warn_missing(topic, tmd.error if tmd is not None else None)
+                continue
+            self._missing_warned.pop(topic, None)
+            listed.append(topic)
+            parts = sorted(tmd.partitions)
+            if self.npartitions is not None:
+                parts = parts[: self.npartitions]
+            found.extend((topic, p) for p in parts)
+        lookup = self._id_lookup or TopicIds(self.consumer_params, self.display_name())
+        self._id_lookup = lookup
+        # compared with the recorded ids on the loop (``_check_topic_ids``)
+        self._fresh_ids = lookup.lookup(listed)
+        return found
+
+    def _check_topic_ids(self) -> None:
+        """Refuse (or, allowed, re-read from its start) an input topic whose id changed.
+
+        Runs after each partition listing, before new partitions are assigned:
+        at a restore, the ids come from the checkpoint.
+        """
+        fresh, self._fresh_ids = self._fresh_ids, {}
+        for topic, new in fresh.items():
+            old = self._topic_ids.get(topic)
+            self._topic_ids[topic] = new
+            moved = {tp for tp in self._moved if tp[0] == topic}
+            self._moved -= moved
+            if old is None or old == new:
+                continue
+            if not self.allow_offset_reset:
+                self._topic_ids[topic] = old  # a checkpoint taken now still names the old one
+                raise KafkaTopicError(recreated_message(self.display_name(), topic, old, new))
+            logger.warning(
+                "%s: input topic %r was deleted and recreated (topic id %r, now %r); "
+                "allow_offset_reset=True: reading the new topic from its start",
+                self.display_name(),
+                topic,
+                old,
+                new,
+            )
+            self._forget_partitions(topic, moved)
+
+    def _forget_partitions(self, topic: str, keep: set[tuple[str, int]]) -> None:
+        """Drop ``topic``'s offsets so its partitions are assigned again from their start.
+
+        ``keep``: partitions already moved to the new topic's offsets.
+        """
+        import confluent_kafka as ck
+
+        drop = {tp for tp in self._assigned if tp[0] == topic} - keep
+        if drop and self.consumer is not None:
+            self.consumer.incremental_unassign([ck.TopicPartition(t, p) for t, p in drop])
+        self._assigned -= drop
+        for t, p in drop:
+            self._end.pop((t, p), None)
+        stale = {k for k in self._offsets if split_key(k)[0] == topic and split_key(k) not in keep}
+        for key in stale:
+            self._offsets.pop(key, None)
+            if self._seek_position is not None:
+                self._seek_position.pop(key, None)
+
+    def _warn_missing(self, topic: str, error: Any) -> None:
+        """WARNING when an input topic is missing: at once, then every minute."""
+        now = time.monotonic()
+        last = self._missing_warned.get(topic)
+        if last is not None and now - last < 60.0:
+            return
+        self._missing_warned[topic] = now
+        logger.warning(
+            "%s: input topic %r does not exist on %r (%s); %s",
+            self.display_name(),
+            topic,
+            self.consumer_params.get("bootstrap.servers"),
+            error.str() if error is not None else "no metadata",
+            "nothing to read (stop_at_end)"
+            if self.stop_at_end
+            else "the source waits for it: check the topic name",
+        )
+
+    def _check_group_owner(
+        self, meta: dict[tuple[str, int], str], committed: dict[tuple[str, int], int] | None
+    ) -> None:
+        """Refuse to start while another live job commits to this group (see ``ownership``)."""
+        if self.group_takeover or self.job_id is None:
+            return
+        found = live_owner(
+            meta, self.job_id, committed, self._seek_position, self.group_live_window
+        )
+        if found is None:
+            return
+        other, t, p, ago = found
+        raise KafkaGroupInUseError(
+            f"{self.display_name()}: consumer group "
+            f"{self.consumer_params.get('group.id')!r} is in use by another job "
+            f"({other!r} committed {t}[{p}] {ago:.0f}s ago), and this job "
+            f"is {self.job_id!r}: two jobs on one group both read every partition "
+            "(duplicates). Use another group.id, stop the other job, or, if it has "
+            f"stopped for good, wait {self.group_live_window:.0f}s or pass "
+            "group_takeover=True to the source"
+        )
+
+    async def _refresh(self) -> None:
+        import confluent_kafka as ck
+
+        loop = asyncio.get_running_loop()
+        try:
+            parts = await loop.run_in_executor(None, self._list_partitions)
+        except ck.KafkaException as e:
+            logger.warning("%s: listing partitions failed (will retry): %s", self.display_name(), e)
+            return
+        except RuntimeError:
+            if not sys.is_finalizing() and "shutdown" not in str(sys.exc_info()[1]):
+                raise
+            # the process is exiting (e.g. after a job failed): end quietly
+            self.stopped = True
+            return
+        finally:
+            self._last_refresh = time.monotonic()
+        self._check_topic_ids()
+        # partitions of the first successful listing start at the configured
+        # start; those found later were added while running
+        initial, self._listed = not self._listed, True
+        new = [tp for tp in parts if tp not in self._assigned]
+        if self.stop_at_end and not initial and new:
+            self._ignore_added(new)
+            return
+        if new:
+            await self._assign_new(new, initial)
+
+    def _ignore_added(self, new: list[tuple[str, int]]) -> None:
+        """stop_at_end: partitions added after the start are not read (said once)."""
+        if not set(new) <= self._ignored:
+            logger.info(
+                "%s: stop_at_end: ignoring partitions that appeared after the start: %s",
+                self.display_name(),
+                sorted(set(new) - self._ignored),
+            )
+            self._ignored |= set(new)
+
+    async def _assign_new(self, new: list[tuple[str, int]], initial: bool) -> None:
+        """Assign the consumer the partitions in ``new`` at their start offsets."""
+        import confluent_kafka as ck
+
+        loop = asyncio.get_running_loop()
+        offsets = await loop.run_in_executor(None, self._start_offsets, new, initial)
+        if self.stop_at_end:
+            self._end.update(await loop.run_in_executor(None, self._end_offsets, new))
+        if self.consumer is None:  # closed meanwhile (stopped)
+            return
+        assign = []
+        for (t, p), off in zip(new, offsets):
+            assign.append(ck.TopicPartition(t, p, off))
+            if off >= 0:
+                # every assigned partition has a position from the start, so a
+                # checkpoint taken before its first record still pins it
+                self._offsets[f"{t}:{p}"] = off
+                self._tracker.reset(t, p, off)
+            self._assigned.add((t, p))
+        logger.info(
+            "%s: assigning %s",
+            self.display_name(),
+            [(a.topic, a.partition, a.offset) for a in assign],
+        )
+        self.consumer.incremental_assign(assign)
+
+    def _start_offsets(self, parts: list[tuple[str, int]], initial: bool) -> list[int]:
+        """The offsets newly assigned partitions start at (concrete offsets when possible).
+
+        * in the restored position: that offset (range-checked);
+        * restored, but not in the position: the partition appeared after the
+          checkpoint, so from its first offset;
+        * first run, at start: the group's committed offset, else
+          ``auto.offset.reset``;
+        * found while running: from its first offset.
+
+        Falls back to a symbolic offset (resolved by the consumer) when the
+        broker cannot be asked.  Runs in a thread (blocking calls).
+        """
+        import confluent_kafka as ck
+
+        group_start = initial and self._seek_position is None
+        committed = self._committed_offsets(parts) if initial else {}
+        if initial:
+            self._check_group_owner(self._committed_meta, committed)
+        if not group_start:
+            committed = {}
+        out: list[int] = []
+        for t, p in parts:
+            key = f"{t}:{p}"
+            if self._seek_position is not None and key in self._seek_position:
+                out.append(self._check_range(t, p, self._seek_position[key]))
+                continue
+            if committed is None:  # the group's offsets could not be read
+                out.append(int(ck.OFFSET_STORED))
+                continue
+            if committed.get((t, p), -1) >= 0:
+                out.append(self._check_range(t, p, committed[(t, p)]))
+                continue
+            try:
+                low, high = self.consumer.get_watermark_offsets(ck.TopicPartition(t, p), timeout=5)
+            except (ck.KafkaException, RuntimeError) as e:
+                logger.warning(
+                    "%s: cannot resolve the start offset of %s[%d] (%s); the consumer resolves it",
+                    self.display_name(),
+                    t,
+                    p,
+                    e,
+                )
+                out.append(int(ck.OFFSET_STORED if group_start else ck.OFFSET_BEGINNING))
+                continue
+            reset = str(self.consumer_params.get("auto.offset.reset", "earliest")).lower()
+            out.append(int(high if group_start and reset not in _EARLIEST else low))
+        return out
+
+    def _committed_offsets(
+        self, parts: list[tuple[str, int]], patience: float = 30.0
+    ) -> dict[tuple[str, int], int] | None:
+        """The group's committed offsets of ``parts`` (-1001 where none), or None.
+
+        A fresh broker answers "not coordinator" for a while; retriable errors
+        are retried for up to ``patience`` seconds.
+        """
+        import confluent_kafka as ck
+
+        retry = {
+            ck.KafkaError.NOT_COORDINATOR,
+            ck.KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+            ck.KafkaError.COORDINATOR_NOT_AVAILABLE,
+            ck.KafkaError._TRANSPORT,
+            ck.KafkaError._TIMED_OUT,
+        }
+        deadline = time.monotonic() + patience
+        while True:
+            err: Any
+            try:
+                found = self.consumer.committed(
+                    [ck.TopicPartition(t, p) for t, p in parts], timeout=5
+                )
+                errors = [f.error for f in found if f.error is not None]
+                if not errors:
+                    self._committed_meta = {
+                        (f.topic, f.partition): f.metadata for f in found if f.metadata
+                    }
+                    return {(f.topic, f.partition): int(f.offset) for f in found}
+                err = errors[0]
+            except ck.KafkaException as e:
+                err = e.args[0]
+            except RuntimeError:  # the consumer was closed (stopped)
+                return None
+            retriable = err.retriable() or err.code() in retry
+            if self.consumer is None or not retriable or time.monotonic() >= deadline:
+                logger.warning(
+                    "%s: cannot read the group's committed offsets (%s); the consumer resolves "
+                    "the start offsets",
+                    self.display_name(),
+                    err,
+                )
+                return None
+            time.sleep(0.2)
+
+    def _end_offsets(self, parts: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """stop_at_end: each partition's high watermark now (where the read ends)."""
+        import confluent_kafka as ck
+
+        out: dict[tuple[str, int], int] = {}
+        for t, p in parts:
+            _, high = self.consumer.get_watermark_offsets(ck.TopicPartition(t, p), timeout=10)
+            out[(t, p)] = int(high)
+        logger.info("%s: stop_at_end: reading up to %s", self.display_name(), out)
+        return out
+
+    def _at_end(self) -> bool:
+        """stop_at_end: every partition read up to its end offset."""
+        import confluent_kafka as ck
+
+        behind = [
+            (t, p) for (t, p), end in self._end.items() if self._offsets.get(f"{t}:{p}", -1) < end
+        ]
+        if not behind:
+            return True
+        # transaction markers occupy offsets no record is read at: ask the
+        # consumer where it would fetch next
+        where = self.consumer.position([ck.TopicPartition(t, p) for t, p in behind])
+        return all(tp.offset >= self._end[(tp.topic, tp.partition)] for tp in where)
+
+    def _check_range(self, topic: str, partition: int, offset: int) -> int:
+        """Apply the reset policy with a WARNING when ``offset`` is no longer on the broker."""
+        import confluent_kafka as ck
+
+        try:
+            low, high = self.consumer.get_watermark_offsets(
+                ck.TopicPartition(topic, partition), timeout=5
+            )
+        except ck.KafkaException as e:
+            logger.warning(
+                "%s: cannot read watermarks of %s[%d]: %s",
+                self.display_name(),
+                topic,
+                partition,
+                e,
+            )
+            return offset
+        if low <= offset <= high:
+            return offset
+        reset = str(self.consumer_params.get("auto.offset.reset", "earliest")).lower()
+        new = int(low if reset in _EARLIEST else high)
+        logger.warning(
+            "%s: checkpointed offset %d of %s[%d] is outside the broker's range [%d, %d] "
+            "(retention?); applying auto.offset.reset=%r -> starting at %d. RECORDS MAY BE LOST.",
+            self.display_name(),
+            offset,
+            topic,
+            partition,
+            low,
+            high,
+            reset,
+            new,
+        )
+        return new
