@@ -27,12 +27,14 @@ import argparse
 import json
 import logging
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import in_child  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -99,11 +101,8 @@ def job(data: list[Any], every: int) -> dict[str, float]:
 
 
 def measure(src: str, what: str, args: argparse.Namespace) -> dict[str, float]:
-    env = {**os.environ, "PYTHONPATH": src}
-    cmd = [sys.executable, __file__, "--child", what, "--keys", str(args.keys)]
-    cmd += ["--batches", str(args.batches), "--rows", str(args.rows), "--every", str(args.every)]
-    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
-    return dict(json.loads(out.splitlines()[-1]))
+    sizes = ["--keys", str(args.keys), "--batches", str(args.batches), "--rows", str(args.rows)]
+    return in_child(__file__, src, [what, *sizes, "--every", str(args.every)])
 
 
 def child(args: argparse.Namespace) -> dict[str, float]:

@@ -21,11 +21,13 @@ import argparse
 import json
 import logging
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import in_child  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -82,15 +84,7 @@ def child(shape: str, n: int, chunks: int = 10) -> float:
 
 
 def measure(src: str, shape: str, n: int) -> float:
-    env = {**os.environ, "PYTHONPATH": src}
-    out = subprocess.run(
-        [sys.executable, __file__, "--child", shape, "--n", str(n)],
-        env=env,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    return float(json.loads(out.splitlines()[-1])["seconds"])
+    return float(in_child(__file__, src, [shape, "--n", str(n)])["seconds"])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,11 +23,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import in_child  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 HERE_SRC = HERE.parent / "src"
@@ -111,15 +113,7 @@ def child(shape: str, path: str, n: int, slices: int = 10) -> float:
 
 
 def measure(src: str, shape: str, path: str, n: int) -> float:
-    env = {**os.environ, "PYTHONPATH": src}
-    out = subprocess.run(
-        [sys.executable, __file__, "--child", shape, "--path", path, "--n", str(n)],
-        env=env,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    return float(json.loads(out.splitlines()[-1])["seconds"])
+    return float(in_child(__file__, src, [shape, "--path", path, "--n", str(n)])["seconds"])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,7 +13,11 @@ Not a test: nothing here asserts on timings.
 from __future__ import annotations
 
 import gc
+import json
 import logging
+import os
+import subprocess
+import sys
 import time
 import tracemalloc
 from collections.abc import Callable
@@ -57,6 +61,18 @@ class Result:
     mem_large: int | None = None
     mem_ns: tuple[int, int] = (0, 0)
     notes: list[str] = field(default_factory=list)
+
+
+def in_child(script: str, src: str, args: list[str]) -> dict[str, Any]:
+    """Run ``script --child ARGS`` with ``PYTHONPATH=src`` (the tree measured).
+
+    Returns the JSON object the child printed on its last line: benchmarks
+    that compare two trees run each measurement in a process of its own.
+    """
+    env = {**os.environ, "PYTHONPATH": src}
+    cmd = [sys.executable, script, "--child", *args]
+    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
+    return dict(json.loads(out.splitlines()[-1]))
 
 
 def noop(x: Any) -> None:

@@ -20,10 +20,11 @@ record held on the way (in a ``buffer``, a ``delay``) is not, as in streamz.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Iterable
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["DeferredDelivery", "deferred_nodes", "counts", "waits"]
+__all__ = ["DeferredDelivery", "ProgressSignal", "deferred_nodes", "counts", "waits"]
 
 
 @runtime_checkable
@@ -42,6 +43,47 @@ class DeferredDelivery(Protocol):
         A record dropped by the node's error policy counts as passed on; a
         failure of the node is raised.
         """
+
+
+class ProgressSignal:
+    """What a :class:`DeferredDelivery` node's waiters sleep on until its counts move.
+
+    The node calls :meth:`notify` whenever a count changes (or it failed);
+    :meth:`wait_until` wakes on each and checks its condition, raising the
+    node's failure.  The event is made on first use, on the loop that waits.
+
+    >>> import asyncio
+    >>> signal, box = ProgressSignal(), []
+    >>> async def main():
+    ...     waiter = asyncio.ensure_future(signal.wait_until(lambda: box, lambda: None))
+    ...     await asyncio.sleep(0)
+    ...     box.append(1); signal.notify()
+    ...     await waiter
+    >>> asyncio.run(main())
+    """
+
+    def __init__(self) -> None:
+        self._event: asyncio.Event | None = None
+
+    def notify(self) -> None:
+        if self._event is not None:
+            self._event.set()
+
+    async def wait_until(
+        self, done: Callable[[], bool], failure: Callable[[], BaseException | None]
+    ) -> None:
+        """Wait until ``done()``; raise ``failure()`` whenever it is set."""
+        while not done():
+            exc = failure()
+            if exc is not None:
+                raise exc
+            if self._event is None:
+                self._event = asyncio.Event()
+            self._event.clear()
+            await self._event.wait()
+        exc = failure()
+        if exc is not None:
+            raise exc
 
 
 def deferred_nodes(downstreams: Iterable[Any]) -> tuple[DeferredDelivery, ...]:

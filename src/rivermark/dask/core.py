@@ -56,7 +56,7 @@ except ImportError as _e:  # pragma: no cover - depends on the environment
         "rivermark.dask needs dask.distributed: pip install 'rivermark[dask]'"
     ) from _e
 
-from ..core import runtime
+from ..core import delivery, runtime
 from ..core.node import Stream, check_callable, check_positive_int
 from ..core.refs import Metadata
 from ..errors import ConfigurationError
@@ -718,7 +718,7 @@ class DaskGather(Stream):
         self._delivered = 0
         self._pending: deque[_Pending] = deque()
         self._drainer: asyncio.Task[None] | None = None
-        self._changed: asyncio.Event | None = None
+        self._progress = delivery.ProgressSignal()
         self.failure: BaseException | None = None
         Stream.__init__(self, upstream, stream_name=stream_name, name=name, on_error=on_error)
 
@@ -765,19 +765,10 @@ class DaskGather(Stream):
         await runtime.gather_results(self.update(x, None, metadata))
 
     def _notify(self) -> None:
-        if self._changed is not None:
-            self._changed.set()
+        self._progress.notify()
 
     async def _wait_for(self, done: Callable[[], bool]) -> None:
-        while not done():
-            if self.failure is not None:
-                raise self.failure
-            if self._changed is None:
-                self._changed = asyncio.Event()
-            self._changed.clear()
-            await self._changed.wait()
-        if self.failure is not None:
-            raise self.failure
+        await self._progress.wait_until(done, lambda: self.failure)
 
     async def _wait_room(self) -> None:
         await self._wait_for(lambda: len(self._pending) < self.max_inflight)

@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Any, ClassVar
 
-from ..core import runtime
+from ..core import delivery, runtime
 from ..core.node import Stream, check_positive_int, identity
 from ..core.refs import Metadata, merge_metadata, release_refs
 from ..core.timeutil import parse_interval
@@ -493,7 +493,7 @@ class Latest(_Background):
         #: records accepted so far, and how many of them were passed on or dropped
         self._accepted = 0
         self._delivered = 0
-        self._changed: asyncio.Event | None = None
+        self._progress = delivery.ProgressSignal()
         self._init_background()
         Stream.__init__(self, upstream, **kwargs)
 
@@ -531,8 +531,7 @@ class Latest(_Background):
             self._notify()
 
     def _notify(self) -> None:
-        if self._changed is not None:
-            self._changed.set()
+        self._progress.notify()
 
     def accepted_count(self) -> int:
         """Records accepted so far (:class:`~rivermark.core.delivery.DeferredDelivery`)."""
@@ -540,15 +539,7 @@ class Latest(_Background):
 
     async def wait_delivered(self, count: int) -> None:
         """Wait until the first ``count`` accepted records were passed on or dropped."""
-        while self._delivered < count:
-            if self.failure is not None:
-                raise self.failure
-            if self._changed is None:
-                self._changed = asyncio.Event()
-            self._changed.clear()
-            await self._changed.wait()
-        if self.failure is not None:
-            raise self.failure
+        await self._progress.wait_until(lambda: self._delivered >= count, lambda: self.failure)
 
     def _resume_pending(self) -> None:
         if self._next and not self._busy:
