@@ -35,7 +35,9 @@ N = 20_000
 def _run_cmd(ckpt: Path, *extra: str) -> list[str]:
     return [
         RIVERMARK, "run", f"{APP}:source",
-        "--checkpoint", str(ckpt), "--every", "0.1s", "--keep", "3", *extra,
+        "--checkpoint", str(ckpt), "--every", "0.1s", "--keep", "3",
+        # checkpoints by record count too: the 6th falls mid-input however fast the job runs
+        "--every-batches", "2000", *extra,
     ]  # fmt: skip
 
 
