@@ -9,13 +9,21 @@ A node's *records out* is kept in one of two ways, chosen per node class:
   figures are read, and ``in`` of any node is the sum of its upstreams'
   ``out`` (every record a synchronous node passes on reaches each of its
   downstreams once).
-* **counted** (the default): every other node with downstreams adds one to
-  ``node.records_out`` per record it passes on.  The increment is attached
+* **counted** (the default): every other node with downstreams steps its
+  :func:`new_counter` once per record it passes on.  The step is attached
   where a node hands a record to its downstreams, in exactly two places:
   :meth:`rivermark.core.node.Stream._downstream_push` (the general and
   fused paths, through :func:`counting_push`) and
   :meth:`rivermark.fastpath.codegen.Codegen.push_down` (the generated code,
   through :func:`count_statement`).
+
+The counter is an ``itertools.repeat(None, 2**62)`` counting down: ``next``
+on it changes one C integer and returns the shared ``None``, where
+``node.records_out += 1`` makes a new Python integer per record (about
+half the cost on the loop a source runs, see docs/benchmarks.md).  Its
+remaining length (``operator.length_hint``) says how many steps were taken,
+exactly and from any thread, also while the loop is held inside a record:
+:func:`passed` is what ``Stream.records_out`` reads.
 
 Sources count ``emitted`` themselves (:class:`rivermark.sources.base.Source`)
 and are not counted again here.  A plain ``Stream()`` root fed by ``emit``
@@ -29,16 +37,45 @@ counting off, for measuring what it costs (``benchmarks/``).
 
 from __future__ import annotations
 
+import itertools
+from operator import length_hint
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable
+
     from .fusion import Push
     from .node import Stream
 
-__all__ = ["ENABLED", "counts_output", "counting_push", "count_statement", "count_emits"]
+__all__ = [
+    "ENABLED",
+    "Counter",
+    "new_counter",
+    "passed",
+    "counts_output",
+    "counting_push",
+    "count_statement",
+    "count_emits",
+]
 
 #: count records passed on by nodes that are not derived (see the module docs)
 ENABLED = True
+
+#: where a counter starts counting down (2**62 records: never reached)
+_START = 1 << 62
+
+Counter = itertools.repeat
+"""The type of a node's counter of records passed on."""
+
+
+def new_counter() -> Counter[None]:
+    """A counter of records passed on: ``next(counter)`` per record, read by :func:`passed`."""
+    return itertools.repeat(None, _START)
+
+
+def passed(counter: Counter[None]) -> int:
+    """How many times ``counter`` was stepped (exact, from any thread)."""
+    return _START - length_hint(counter)
 
 
 def counts_output(node: Stream) -> bool:
@@ -60,19 +97,23 @@ def count_emits(node: Stream) -> None:
 
 
 def counting_push(node: Stream, push: Push) -> Push:
-    """``push`` preceded by ``node.records_out += 1`` when the node counts."""
+    """``push`` preceded by a step of the node's counter when the node counts."""
     if not counts_output(node):
         return push
+    counter = node.out_counter
 
     def counted(x: Any, metadata: Any) -> Any:
-        node.records_out += 1
+        next(counter)
         return push(x, metadata)
 
     return counted
 
 
-def count_statement(node: Stream, name: str) -> str | None:
-    """The statement generated code runs per record ``node`` (bound as ``name``) passes on."""
+def count_statement(node: Stream, bind: Callable[[Any, str], str]) -> str | None:
+    """The statement generated code runs per record ``node`` passes on.
+
+    ``bind(obj, hint)`` names an object for the generated code (its counter).
+    """
     if not counts_output(node):
         return None
-    return f"{name}.records_out += 1"
+    return f"next({bind(node.out_counter, 'passed')})"

@@ -235,8 +235,8 @@ class Stream:
         #: records dropped by ``on_error="skip"`` / handed to an ``on_error`` callable
         self.errors_skipped = 0
         self.errors_handled = 0
-        #: records passed on to the downstreams (see :mod:`rivermark.core.counting`)
-        self.records_out = 0
+        #: stepped once per record passed on to the downstreams (:mod:`rivermark.core.counting`)
+        self.out_counter = counting.new_counter()
         if asynchronous is not None:
             _check_asynchronous(self.upstreams, asynchronous)
         self.asynchronous: bool | None = asynchronous
@@ -730,6 +730,16 @@ class Stream:
         assert callable(policy)
         self.errors_handled += 1
         policy(x, exc)
+
+    @property
+    def records_out(self) -> int:
+        """Records passed on to the downstreams so far, where this node counts them.
+
+        Exact from any thread (see :mod:`rivermark.core.counting`); 0 for a
+        node that does not count (``derived_out``, a leaf, a root outside a
+        job): :mod:`rivermark.observe.metrics` derives those.
+        """
+        return counting.passed(self.out_counter)
 
     def derive_records_out(self, records_in: list[int]) -> int:
         """Records passed on, for a node with ``derived_out`` (read by the metrics).

@@ -348,7 +348,7 @@ class Codegen:
             self.line(f"return self._emit({var}, {meta})")
             return
         ds = list(node.downstreams)
-        count = counting.count_statement(node, self.bind(node, "node"))
+        count = counting.count_statement(node, self.bind)
         if count is not None:
             self.line(count)
         tail = self.tail

@@ -150,8 +150,8 @@ def test_zip_counts_are_derived_and_survive_a_restore(tmp_path: Path) -> None:
 
 
 def test_counts_kept_in_a_chunk_survive_a_user_function_that_raises(tmp_path: Path) -> None:
-    # a source's generated loop counts a filter's output in a local variable
-    # per chunk; the records passed before the failure are still counted
+    # the records a filter passed on before a failure inside the same chunk
+    # of the source's generated loop are counted
     from rivermark.checkpoint import JobFailedError
 
     source = Stream.from_iterable(list(range(100)), name="numbers")
@@ -163,3 +163,35 @@ def test_counts_kept_in_a_chunk_survive_a_user_function_that_raises(tmp_path: Pa
     snap = Metrics(job).read()
     assert snap.node("evens").records_out == len(range(0, 41, 2)) == 21
     assert snap.node("fails_at_40").errors_raised == 1
+
+
+def test_counted_nodes_read_exactly_from_another_thread_while_a_record_is_held(
+    tmp_path: Path,
+) -> None:
+    import threading
+
+    reached, go = threading.Event(), threading.Event()
+
+    def hold(x: Any) -> None:
+        if x == (73, 73):
+            reached.set()
+            assert go.wait(60)
+
+    source = Stream.from_iterable(list(range(200)), name="numbers")
+    odd = source.filter(lambda x: x % 2 == 1, name="odd")
+    twice = odd.map(lambda x: [x, x]).flatten(name="flat")
+    twice.partition(2, name="pairs").sink(hold)
+    job = Job(source, checkpoint=tmp_path, every=None)
+    runner = threading.Thread(target=job.run)
+    runner.start()
+    try:
+        assert reached.wait(60)
+        # inside the pair of 73, in the middle of the source's first chunk
+        assert odd.records_out == 37  # 1, 3, ..., 73
+        assert twice.records_out == 74
+        assert job.metrics.read().node("pairs").records_out == 37
+    finally:
+        go.set()
+        runner.join(60)
+    assert not runner.is_alive()
+    assert odd.records_out == 100 and twice.records_out == 200
