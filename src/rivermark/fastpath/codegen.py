@@ -394,8 +394,13 @@ class Codegen:
         return "\n".join([*head, *self.lines, "    return None", ""])
 
     def loop_source(self) -> str:
+        # what the loop reads per record is bound once per call, as keyword-only
+        # defaults (fast locals), not looked up as a global per record; only
+        # ``_valid`` stays a global, for :func:`retire` to turn off
+        fixed = [k for k in self.scope if k != "__builtins__"] + ["next", "len", "tuple"]
+        params = ", ".join(f"{k}={k}" for k in fixed)
         head = [
-            "def run(records):",
+            f"def run(records, *, {params}):",
             "    _out = None",
             "    for x in records:",
             "        if not _valid:",
