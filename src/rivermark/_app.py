@@ -122,13 +122,23 @@ def load_app(target: str) -> Stream:
     except Exception as e:
         logger.debug("importing %r failed", path, exc_info=True)
         raise _import_error(path, e) from None
-    node = namespace.get(name)
+    node = namespace.get(name, _MISSING)
     if not isinstance(node, Stream):
+        nodes = sorted(k for k, v in namespace.items() if isinstance(v, Stream))
+        hint = f" ({path!r} has: {', '.join(nodes)})" if nodes else ""
+        if node is _MISSING:
+            raise AppError(
+                f"rivermark run: {path!r} defines no {name!r}; name a module-level "
+                f"variable that holds a node of the graph{hint}"
+            )
         raise AppError(
             f"rivermark run: {name!r} in {path!r} must be a stream node, got {node!r}; "
-            "name a module-level variable that holds a node of the graph"
+            f"name a module-level variable that holds a node of the graph{hint}"
         )
     return node
+
+
+_MISSING = object()
 
 
 def parse_every(text: str) -> float | None:

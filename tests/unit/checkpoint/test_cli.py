@@ -47,9 +47,14 @@ def test_run_bad_target(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert main(["run", "nocolon", "--checkpoint", str(tmp_path)]) == 2
     assert "app.py:name" in capsys.readouterr().err
     app = tmp_path / "app.py"
-    app.write_text("x = 1\n")
+    app.write_text("from rivermark import Stream\nx = 1\nsource = Stream()\n")
     assert main(["run", f"{app}:x", "--checkpoint", str(tmp_path / "c")]) == 2
-    assert "must be a stream node" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "must be a stream node" in err and "has: source" in err
+    assert main(["run", f"{app}:sourc", "--checkpoint", str(tmp_path / "c")]) == 2
+    err = capsys.readouterr().err
+    assert f"{str(app)!r} defines no 'sourc'" in err and "has: source" in err
+    assert len(err.strip().splitlines()) == 1
 
 
 def test_run_app_to_completion(tmp_path: Path) -> None:
