@@ -17,7 +17,7 @@ import pandas as pd
 
 from ..errors import ConfigurationError
 from . import aggregations as aggs
-from .core import Streaming
+from .streaming import Streaming
 
 logger = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ import pandas as pd
 
 from ..errors import ConfigurationError
 from . import aggregations as aggs
-from .core import Streaming
 from .running import check_rolling_window, informative_index
+from .streaming import Streaming
 
 logger = logging.getLogger(__name__)
 
