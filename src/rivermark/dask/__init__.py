@@ -5,6 +5,16 @@ the scattered operators on :class:`DaskStream` (see :mod:`rivermark.dask.core`).
 :class:`DaskDatasetStore` keeps a Job's checkpoints as Dask datasets
 (:mod:`rivermark.dask.store`); ``from_kafka_batched(..., dask=True)`` reads
 Kafka batches on the workers (:mod:`rivermark.dask.kafka`).
+
+The scattered streams' modules (each imports only ``errors`` and those before it):
+
+* ``tasks``: what runs on the workers (the functions the nodes submit);
+* ``client``: finding and checking the Dask client, fetching futures' values;
+* ``stream``: ``DaskStream``, the base of every scattered node; ``map``, ``starmap``;
+* ``batches``: a scattered ``accumulate``'s batch, and each record's handle to it;
+* ``gather``: ``DaskGather``, futures back as local values, in order;
+* ``core``: ``scatter``, ``accumulate``, the structural operators, and ``Remote``
+  (a future in checkpointed state); it also names everything above.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import pickle
 import re
 import signal
 import subprocess
@@ -313,6 +314,13 @@ def test_remote_state_helpers_round_trip(client: Client) -> None:
     assert fetched == {"buf": [Remote(1), (Remote(2), 7)], "last": Remote(3)}
     back = _rebuild(fetched, lambda r: client.submit(inc, r.value, pure=False), Remote)
     assert client.gather(back["buf"][1][0]) == 3
+
+
+def test_remote_in_a_written_checkpoint_still_loads() -> None:
+    # checkpoints pickle Remote by its module path; a state written earlier names this one
+    written = b"\x80\x02crivermark.dask.core\nRemote\nq\x00)\x81q\x01}q\x02X\x05\x00\x00\x00valueq\x03K\x03sb."
+    assert pickle.loads(written) == Remote(3)
+    assert pickle.dumps(Remote(3), protocol=2) == written
 
 
 # ---------------------------------------------------------------- structural operators

@@ -1,0 +1,110 @@
+"""The Dask client of a scattered stream: finding it, checking it, and fetching futures' values."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import distributed
+
+from ..core.node import Stream
+from ..errors import ConfigurationError
+from .errors import DaskConnectionError
+
+
+# ---------------------------------------------------------------------- futures in a value
+def _futures_in(obj: Any, out: list[Any]) -> list[Any]:
+    if isinstance(obj, distributed.Future):
+        out.append(obj)
+    elif isinstance(obj, (list, tuple, set, frozenset, deque)):
+        for v in obj:
+            _futures_in(v, out)
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            _futures_in(v, out)
+    return out
+
+
+def _rebuild(obj: Any, leaf: Callable[[Any], Any], kind: type) -> Any:
+    """Copy ``obj`` with every instance of ``kind`` replaced by ``leaf(instance)``."""
+    if isinstance(obj, kind):
+        return leaf(obj)
+    if isinstance(obj, deque):
+        return deque((_rebuild(v, leaf, kind) for v in obj), maxlen=obj.maxlen)
+    if isinstance(obj, list):
+        return [_rebuild(v, leaf, kind) for v in obj]
+    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
+        return tuple(_rebuild(v, leaf, kind) for v in obj)
+    if isinstance(obj, dict):
+        return {k: _rebuild(v, leaf, kind) for k, v in obj.items()}
+    return obj
+
+
+# ---------------------------------------------------------------------- client
+def _find_client(node: Stream) -> Any:
+    """The client given to an upstream ``scatter(client=...)``, else the default one."""
+    # getattr, not the instance __dict__: touching that slows every later
+    # attribute access on the node (CPython 3.11)
+    cached = getattr(node, "dask_client", None)
+    if cached is not None:
+        return cached
+    seen: set[int] = set()
+    todo = list(node.upstreams)
+    while todo:
+        n = todo.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        c = getattr(n, "dask_client", None)
+        if c is not None:
+            node.dask_client = c  # type: ignore[attr-defined]
+            return c
+        todo.extend(n.upstreams)
+    try:
+        return distributed.default_client()
+    except ValueError:
+        raise ConfigurationError(
+            f"{node.display_name()}: no Dask client found; start one first "
+            f"(client = distributed.Client(cluster)) or pass scatter(client=client)"
+        ) from None
+
+
+def _check_client(node: Stream, client: Any) -> None:
+    status = getattr(client, "status", "running")
+    if status in ("closing", "closed", "failed"):
+        raise DaskConnectionError(
+            f"{node.display_name()}: the Dask client is {status!r} (the connection to the "
+            f"scheduler at {_address(client)!r} was lost or closed); the job stops here and "
+            f"resumes from its last checkpoint once a client is connected again"
+        )
+
+
+def _address(client: Any) -> str:
+    try:
+        return str(client.scheduler.address)
+    except Exception:
+        return "<unknown>"
+
+
+async def _guarded(coro: Awaitable[Any]) -> tuple[bool, Any]:
+    try:
+        return True, await coro
+    except BaseException as e:  # noqa: BLE001 - reported to the gather node
+        return False, e
+
+
+def _label(func: Any) -> str:
+    name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
+    return str(name or type(func).__name__).replace("<", "").replace(">", "").strip("_") or "task"
+
+
+def _start_fetch(client: Any, x: Any) -> asyncio.Future[tuple[bool, Any]]:
+    """Start gathering ``x`` on the client's loop; a future on the running loop."""
+    loop = asyncio.get_running_loop()
+    coro = _guarded(client.gather(x, asynchronous=True))
+    client_loop = client.loop.asyncio_loop
+    if client_loop is loop:
+        return asyncio.ensure_future(coro)
+    return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, client_loop), loop=loop)

@@ -1,0 +1,104 @@
+"""``DaskStream``, the base of every scattered node, and the nodes that submit one task per record."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, ClassVar
+
+from ..core.node import Stream, check_callable
+from ..core.refs import Metadata
+from .client import _check_client, _find_client, _label
+from .tasks import _apply, _apply_star
+
+
+class DaskStream(Stream):
+    """A stream whose records are Dask futures (made by ``Stream.scatter()``).
+
+    ``map``, ``starmap`` and ``accumulate`` submit work to the cluster;
+    ``gather()`` returns to local values.
+
+    >>> from distributed import Client
+    >>> client = Client(processes=False, n_workers=1, dashboard_address=":0")
+    >>> source = Stream()
+    >>> total = source.scatter().map(lambda x: x * 10).accumulate(lambda a, b: a + b)
+    >>> out = total.gather()
+    >>> L = out.sink_to_list()
+    >>> for i in range(1, 4):
+    ...     source.emit(i)
+    >>> out.flush()
+    >>> L
+    [10, 30, 60]
+    >>> client.close()
+    """
+
+    _graphviz_fillcolor: ClassVar[str] = "lightblue"
+
+    @property
+    def client(self) -> Any:
+        """The Dask client this node submits to."""
+        return _find_client(self)
+
+    def _submit(self, func: Callable[..., Any], *args: Any, label: Any = None) -> Any:
+        client = self.client
+        _check_client(self, client)
+        # keys name the user's function, so errors and the dashboard say what ran
+        key = f"{_label(label if label is not None else func)}-{uuid.uuid4().hex}"
+        return client.submit(func, *args, key=key, pure=False)
+
+
+class _Inline:
+    """A record on its way from ``scatter`` into the task of the node right after it."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+def _arg(x: Any) -> Any:
+    return x.value if type(x) is _Inline else x
+
+
+@DaskStream.register_api(attribute_name="map")
+class DaskMap(DaskStream):
+    """Submit ``func(x, *args, **kwargs)`` for every future; emit the result's future.
+
+    >>> s = Stream()
+    >>> type(s.scatter().map(abs)).__name__
+    'DaskMap'
+    """
+
+    _worker_call: ClassVar[Callable[..., Any]] = staticmethod(_apply)
+
+    def __init__(
+        self, upstream: Stream, func: Callable[..., Any], *args: Any, **kwargs: Any
+    ) -> None:
+        check_callable("map", "func", func)
+        self.func = func
+        stream_name = kwargs.pop("stream_name", None)
+        name = kwargs.pop("name", None)
+        on_error = kwargs.pop("on_error", None)
+        self.args = args
+        self.kwargs = kwargs
+        DaskStream.__init__(self, upstream, stream_name=stream_name, name=name, on_error=on_error)
+
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> list[Awaitable[Any]] | None:
+        fut = self._submit(
+            self._worker_call, self.func, _arg(x), self.args, self.kwargs, label=self.func
+        )
+        return self._emit(fut, metadata)
+
+
+@DaskStream.register_api(attribute_name="starmap")
+class DaskStarmap(DaskMap):
+    """Submit ``func(*x, *args, **kwargs)`` for every future of a tuple.
+
+    >>> s = Stream()
+    >>> type(s.scatter().starmap(max)).__name__
+    'DaskStarmap'
+    """
+
+    _worker_call: ClassVar[Callable[..., Any]] = staticmethod(_apply_star)
