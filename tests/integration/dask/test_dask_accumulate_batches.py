@@ -180,4 +180,4 @@ def test_worker_killed_during_batched_run_does_not_change_output(client: Client)
     g.flush(timeout=30)
     assert killed == [victim]
     assert out == list(itertools.accumulate(items, add))
-    client.wait_for_workers(2, timeout=30)
+    client.wait_for_workers(2, timeout=180)

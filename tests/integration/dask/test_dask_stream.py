@@ -405,7 +405,7 @@ def test_worker_killed_mid_run_does_not_change_output(client: Client) -> None:
     run(source, g, items)
     assert killed == [victim]
     assert out == expected
-    client.wait_for_workers(2, timeout=30)
+    client.wait_for_workers(2, timeout=180)
     assert victim not in client.run(os.getpid).values()
 
 
