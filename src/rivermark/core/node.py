@@ -27,6 +27,11 @@ from ..errors import ConfigurationError, ErrorContext, NodeFailedError, add_cont
 from ..fastpath import codegen
 from ..fastpath import push as fusion
 from . import counting, delivery, runtime
+from .clock import _BOUND as _BOUND
+from .clock import _PUSHES as _PUSHES
+from .clock import _bump as _bump
+from .clock import _EmitMethod as _EmitMethod
+from .clock import _GraphClock as _GraphClock
 from .config import _VALID_POLICIES as _VALID_POLICIES
 from .config import ErrorPolicy, Fixed, check_callable, check_positive_int
 from .config import _check_policy as _check_policy
@@ -51,37 +56,6 @@ F = TypeVar("F")
 def identity(x: F) -> F:
     """Return ``x`` unchanged (the default ``register_api`` modifier)."""
     return x
-
-
-class _GraphClock:
-    """A counter bumped on every change of any graph's shape (cheap cache keys).
-
-    Change it only through :func:`_bump`, which also takes back every
-    ``emit`` installed on a node for the previous shape.
-    """
-
-    version = 0
-
-
-#: nodes with an ``emit`` of their own installed by ``Stream._bind_emit`` (weakly)
-_BOUND: list[weakref.ref[Stream]] = []
-#: generated loops handed out by ``Stream.record_loop`` for the current graph version
-_PUSHES: list[Callable[..., Any]] = []
-
-
-def _bump() -> None:
-    _GraphClock.version += 1
-    if _PUSHES:
-        for fn in _PUSHES:
-            codegen.retire(fn)
-        _PUSHES.clear()
-    if _BOUND:
-        bound = list(_BOUND)
-        _BOUND.clear()
-        for ref in bound:
-            node = ref()
-            if node is not None:
-                node._unbind_emit()  # noqa: SLF001 - the clock retires what nodes generated
 
 
 def _inherited(upstreams: list[Any], attr: str) -> Any:
@@ -904,27 +878,6 @@ def _attr_text(value: Any) -> str:
     if callable(value):
         return str(getattr(value, "__name__", "") or "")
     return str(value)
-
-
-class _EmitMethod:
-    """``Stream.emit``: on an instance, what :meth:`Stream._bind_emit` installs.
-
-    Looking ``emit`` up on a node that has nothing installed for the current
-    graph version builds it then, so ``emit = source.emit`` taken after
-    building a synchronous graph is its generated function.  On the class
-    it is the plain function.
-    """
-
-    def __init__(self, func: Callable[..., Any]) -> None:
-        self.func = func
-        self.__doc__ = func.__doc__
-        self.__name__ = func.__name__
-        self.__qualname__ = func.__qualname__
-
-    def __get__(self, obj: Stream | None, objtype: type | None = None) -> Any:
-        if obj is None:
-            return self.func
-        return obj._bind_emit()  # noqa: SLF001 - the descriptor of the node's own emit
 
 
 _general_emit: Callable[..., Any] = Stream.emit
