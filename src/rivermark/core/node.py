@@ -35,6 +35,8 @@ from .clock import _GraphClock as _GraphClock
 from .config import _VALID_POLICIES as _VALID_POLICIES
 from .config import ErrorPolicy, Fixed, check_callable, check_positive_int
 from .config import _check_policy as _check_policy
+from .facade import StreamFacade
+from .facade import _attr_text as _attr_text
 from .origin import describe_origin
 from .refs import Metadata, release_refs, retain_refs
 
@@ -80,7 +82,7 @@ def _check_asynchronous(upstreams: list[Any], asynchronous: bool) -> None:
             )
 
 
-class Stream:
+class Stream(StreamFacade):
     """A node in a stream graph; the root of every operator, source and sink.
 
     Parameters follow streamz: ``upstream``/``upstreams`` connect the node,
@@ -747,86 +749,6 @@ class Stream:
 
         return [asyncio.ensure_future(wait_then_release())]
 
-    # ------------------------------------------------------------------ display
-    def display_name(self) -> str:
-        """How messages name the node: its kind and its ``name`` (or ``stream_name``).
-
-        >>> Stream(name="numbers").map(str, name="text").display_name()
-        "Map('text')"
-        """
-        label = self.name or self.stream_name
-        kind = type(self).__name__
-        return f"{kind}({label!r})" if label else kind
-
-    def __str__(self) -> str:
-        """streamz's format: ``<map: inc>``, ``<name; partition: 3>``, ``<zip>``.
-
-        The node is named by its API name (the first name its class was
-        registered under, else the class name); the attributes of
-        :attr:`str_list` that are set follow, bare when there is only one.
-
-        >>> def inc(x): return x + 1
-        >>> s = Stream(stream_name="in")
-        >>> str(s), str(s.map(inc)), str(s.partition(3, stream_name="p")), str(s.zip(s))
-        ('<in; Stream>', '<map: inc>', '<p; partition: 3>', '<zip>')
-        """
-        cls = type(self)
-        kind = cls.__dict__.get("_api_name") or cls.__name__
-        head = f"{self.stream_name}; {kind}" if self.stream_name else kind
-        shown = [(attr, _attr_text(getattr(self, attr, None))) for attr in self.str_list]
-        shown = [(attr, text) for attr, text in shown if text]
-        items = [shown[0][1]] if len(shown) == 1 else [f"{attr}={text}" for attr, text in shown]
-        return f"<{head}: {', '.join(items)}>" if items else f"<{head}>"
-
-    __repr__ = __str__
-
-    def _ipython_display_(self) -> None:
-        """In Jupyter: a live output of the records this node passes on (``rivermark[notebook]``)."""
-        from ..observe.notebook import display_node
-
-        display_node(self)
-
-    def _repr_html_(self) -> str:
-        return str(self).replace("<", "&lt;").replace(">", "&gt;")
-
-    def visualize(self, filename: str = "mystream.png", **kwargs: Any) -> Any:
-        """Render the graph with graphviz (``pip install rivermark[viz]``)."""
-        from .graph import visualize
-
-        return visualize(self, filename, **kwargs)
-
-    def gather(self) -> Stream:
-        """Return this stream unchanged (as in streamz, so ``gather()`` works without Dask).
-
-        >>> s = Stream(); s.gather() is s
-        True
-        """
-        return self
-
-    def scatter(self, **kwargs: Any) -> Stream:
-        """Move records onto a Dask cluster (``pip install rivermark[dask]``)."""
-        from ..dask import scatter
-
-        return scatter(self, **kwargs)
-
-    def to_dataframe(self, example: Any) -> Any:
-        """Treat a stream of pandas DataFrames as a streaming DataFrame (``rivermark[dataframe]``).
-
-        Available without importing :mod:`rivermark.dataframe` first, as in streamz.
-        """
-        from ..dataframe import DataFrame
-
-        return DataFrame(self, example=example)
-
-    def to_batch(self, example: Any = None) -> Any:
-        """Treat a stream of lists of records as streamz's ``Batch`` (``rivermark.batch``).
-
-        Available without importing :mod:`rivermark.batch` first, as in streamz.
-        """
-        from ..batch import Batch
-
-        return Batch(self, example=example)
-
 
 async def _done() -> None:
     return None
@@ -866,18 +788,6 @@ def _emit_list(self: Stream, x: Any, metadata: Metadata | None = None) -> list[A
 
 async def _awaited(awaitable: Awaitable[Any]) -> Any:
     return await awaitable
-
-
-def _attr_text(value: Any) -> str:
-    """How ``str(node)`` shows an attribute: a function by name, other values with str()."""
-    try:
-        if not value:
-            return ""
-    except (TypeError, ValueError):  # no single truth value (an array, a frame)
-        pass
-    if callable(value):
-        return str(getattr(value, "__name__", "") or "")
-    return str(value)
 
 
 _general_emit: Callable[..., Any] = Stream.emit
