@@ -27,6 +27,16 @@ from ..errors import ConfigurationError, ErrorContext, NodeFailedError, add_cont
 from ..fastpath import codegen
 from ..fastpath import push as fusion
 from . import counting, delivery, runtime
+from .clock import _BOUND as _BOUND
+from .clock import _PUSHES as _PUSHES
+from .clock import _bump as _bump
+from .clock import _EmitMethod as _EmitMethod
+from .clock import _GraphClock as _GraphClock
+from .config import _VALID_POLICIES as _VALID_POLICIES
+from .config import ErrorPolicy, Fixed, check_callable, check_positive_int
+from .config import _check_policy as _check_policy
+from .facade import StreamFacade
+from .facade import _attr_text as _attr_text
 from .origin import describe_origin
 from .refs import Metadata, release_refs, retain_refs
 
@@ -44,108 +54,10 @@ __all__ = [
 
 F = TypeVar("F")
 
-ErrorPolicy = str | Callable[[Any, BaseException], Any]
-
-_VALID_POLICIES = ("raise", "skip")
-
 
 def identity(x: F) -> F:
     """Return ``x`` unchanged (the default ``register_api`` modifier)."""
     return x
-
-
-class _GraphClock:
-    """A counter bumped on every change of any graph's shape (cheap cache keys).
-
-    Change it only through :func:`_bump`, which also takes back every
-    ``emit`` installed on a node for the previous shape.
-    """
-
-    version = 0
-
-
-#: nodes with an ``emit`` of their own installed by ``Stream._bind_emit`` (weakly)
-_BOUND: list[weakref.ref[Stream]] = []
-#: generated loops handed out by ``Stream.record_loop`` for the current graph version
-_PUSHES: list[Callable[..., Any]] = []
-
-
-def _bump() -> None:
-    _GraphClock.version += 1
-    if _PUSHES:
-        for fn in _PUSHES:
-            codegen.retire(fn)
-        _PUSHES.clear()
-    if _BOUND:
-        bound = list(_BOUND)
-        _BOUND.clear()
-        for ref in bound:
-            node = ref()
-            if node is not None:
-                node._unbind_emit()  # noqa: SLF001 - the clock retires what nodes generated
-
-
-def check_callable(node_kind: str, arg: str, value: Any) -> None:
-    """Raise ConfigurationError unless ``value`` is callable."""
-    if not callable(value):
-        raise ConfigurationError(
-            f"{node_kind}: {arg} must be callable, got {value!r} of type "
-            f"{type(value).__name__}; pass a function, e.g. {node_kind}(lambda x: x)"
-        )
-
-
-def check_positive_int(node_kind: str, arg: str, value: Any, minimum: int = 1) -> None:
-    """Raise ConfigurationError unless ``value`` is an int >= ``minimum``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigurationError(
-            f"{node_kind}: {arg} must be an integer >= {minimum}, got {value!r}; "
-            f"pass e.g. {arg}={max(minimum, 2)}"
-        )
-
-
-def _check_policy(policy: Any) -> None:
-    if policy is None or callable(policy) or policy in _VALID_POLICIES:
-        return
-    raise ConfigurationError(
-        f"on_error must be 'raise', 'skip' or a callable(record, exception), got {policy!r}"
-    )
-
-
-class Fixed:
-    """An operator's configuration attribute that is fixed at construction.
-
-    Configuration that decides *how* a node processes records (extra
-    arguments of the user function, a key, a window length that sizes a
-    container) is set once, in ``__init__``; assigning it afterwards raises
-    :class:`ConfigurationError` instead of taking effect on one execution
-    path and not on another.  The value lives in the attribute ``_<name>``,
-    which ``__init__`` sets and the node's own code reads directly (a plain
-    attribute, as fast as any).  Configuration that is read on every record (``func``,
-    ``predicate``, ``n`` of ``partition``, ``maxsize`` of ``zip``) is a
-    plain attribute instead: assigning it takes effect on every path from
-    the next record on.
-
-    >>> s = Stream(); m = s.map(lambda x, k: x + k, 1)
-    >>> m.args = (2,)
-    Traceback (most recent call last):
-    rivermark.errors.ConfigurationError: Map.args is fixed when the node is created (got (2,)); build a new node with the new value instead
-    """
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-        self.slot = "_" + name
-
-    def __get__(self, obj: Any, objtype: Any = None) -> Any:
-        if obj is None:
-            return self
-        return getattr(obj, self.slot)
-
-    def __set__(self, obj: Any, value: Any) -> None:
-        # ``__init__`` sets ``_<name>``; the public name is read-only
-        raise ConfigurationError(
-            f"{obj.display_name()}.{self.name} is fixed when the node is created "
-            f"(got {value!r}); build a new node with the new value instead"
-        )
 
 
 def _inherited(upstreams: list[Any], attr: str) -> Any:
@@ -170,7 +82,7 @@ def _check_asynchronous(upstreams: list[Any], asynchronous: bool) -> None:
             )
 
 
-class Stream:
+class Stream(StreamFacade):
     """A node in a stream graph; the root of every operator, source and sink.
 
     Parameters follow streamz: ``upstream``/``upstreams`` connect the node,
@@ -837,86 +749,6 @@ class Stream:
 
         return [asyncio.ensure_future(wait_then_release())]
 
-    # ------------------------------------------------------------------ display
-    def display_name(self) -> str:
-        """How messages name the node: its kind and its ``name`` (or ``stream_name``).
-
-        >>> Stream(name="numbers").map(str, name="text").display_name()
-        "Map('text')"
-        """
-        label = self.name or self.stream_name
-        kind = type(self).__name__
-        return f"{kind}({label!r})" if label else kind
-
-    def __str__(self) -> str:
-        """streamz's format: ``<map: inc>``, ``<name; partition: 3>``, ``<zip>``.
-
-        The node is named by its API name (the first name its class was
-        registered under, else the class name); the attributes of
-        :attr:`str_list` that are set follow, bare when there is only one.
-
-        >>> def inc(x): return x + 1
-        >>> s = Stream(stream_name="in")
-        >>> str(s), str(s.map(inc)), str(s.partition(3, stream_name="p")), str(s.zip(s))
-        ('<in; Stream>', '<map: inc>', '<p; partition: 3>', '<zip>')
-        """
-        cls = type(self)
-        kind = cls.__dict__.get("_api_name") or cls.__name__
-        head = f"{self.stream_name}; {kind}" if self.stream_name else kind
-        shown = [(attr, _attr_text(getattr(self, attr, None))) for attr in self.str_list]
-        shown = [(attr, text) for attr, text in shown if text]
-        items = [shown[0][1]] if len(shown) == 1 else [f"{attr}={text}" for attr, text in shown]
-        return f"<{head}: {', '.join(items)}>" if items else f"<{head}>"
-
-    __repr__ = __str__
-
-    def _ipython_display_(self) -> None:
-        """In Jupyter: a live output of the records this node passes on (``rivermark[notebook]``)."""
-        from ..observe.notebook import display_node
-
-        display_node(self)
-
-    def _repr_html_(self) -> str:
-        return str(self).replace("<", "&lt;").replace(">", "&gt;")
-
-    def visualize(self, filename: str = "mystream.png", **kwargs: Any) -> Any:
-        """Render the graph with graphviz (``pip install rivermark[viz]``)."""
-        from .graph import visualize
-
-        return visualize(self, filename, **kwargs)
-
-    def gather(self) -> Stream:
-        """Return this stream unchanged (as in streamz, so ``gather()`` works without Dask).
-
-        >>> s = Stream(); s.gather() is s
-        True
-        """
-        return self
-
-    def scatter(self, **kwargs: Any) -> Stream:
-        """Move records onto a Dask cluster (``pip install rivermark[dask]``)."""
-        from ..dask import scatter
-
-        return scatter(self, **kwargs)
-
-    def to_dataframe(self, example: Any) -> Any:
-        """Treat a stream of pandas DataFrames as a streaming DataFrame (``rivermark[dataframe]``).
-
-        Available without importing :mod:`rivermark.dataframe` first, as in streamz.
-        """
-        from ..dataframe import DataFrame
-
-        return DataFrame(self, example=example)
-
-    def to_batch(self, example: Any = None) -> Any:
-        """Treat a stream of lists of records as streamz's ``Batch`` (``rivermark.batch``).
-
-        Available without importing :mod:`rivermark.batch` first, as in streamz.
-        """
-        from ..batch import Batch
-
-        return Batch(self, example=example)
-
 
 async def _done() -> None:
     return None
@@ -956,39 +788,6 @@ def _emit_list(self: Stream, x: Any, metadata: Metadata | None = None) -> list[A
 
 async def _awaited(awaitable: Awaitable[Any]) -> Any:
     return await awaitable
-
-
-def _attr_text(value: Any) -> str:
-    """How ``str(node)`` shows an attribute: a function by name, other values with str()."""
-    try:
-        if not value:
-            return ""
-    except (TypeError, ValueError):  # no single truth value (an array, a frame)
-        pass
-    if callable(value):
-        return str(getattr(value, "__name__", "") or "")
-    return str(value)
-
-
-class _EmitMethod:
-    """``Stream.emit``: on an instance, what :meth:`Stream._bind_emit` installs.
-
-    Looking ``emit`` up on a node that has nothing installed for the current
-    graph version builds it then, so ``emit = source.emit`` taken after
-    building a synchronous graph is its generated function.  On the class
-    it is the plain function.
-    """
-
-    def __init__(self, func: Callable[..., Any]) -> None:
-        self.func = func
-        self.__doc__ = func.__doc__
-        self.__name__ = func.__name__
-        self.__qualname__ = func.__qualname__
-
-    def __get__(self, obj: Stream | None, objtype: type | None = None) -> Any:
-        if obj is None:
-            return self.func
-        return obj._bind_emit()  # noqa: SLF001 - the descriptor of the node's own emit
 
 
 _general_emit: Callable[..., Any] = Stream.emit

@@ -1,0 +1,124 @@
+"""A node's outward face: how it is named and shown, and streamz's doors to other layers.
+
+:class:`StreamFacade` is a base of :class:`~rivermark.core.node.Stream`.  It
+holds the methods that no record passes through: the name messages use, the
+streamz-style ``str``/``repr``, the Jupyter and graphviz views, and the
+methods streamz has on every stream that an optional layer fulfils
+(``scatter``: Dask, ``to_dataframe``: DataFrame, ``to_batch``: Batch).  Those
+layers are imported inside the methods: the engine imports none of them at
+module level.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar, cast
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .node import Stream
+
+
+class StreamFacade:
+    """The methods of :class:`~rivermark.core.node.Stream` that face people and other layers."""
+
+    __slots__ = ()
+
+    #: set by ``Stream.__init__``
+    name: str | None
+    stream_name: str | None
+    #: attributes shown in ``str(node)`` (``Stream`` sets the list)
+    str_list: ClassVar[list[str]]
+
+    # ------------------------------------------------------------------ display
+    def display_name(self) -> str:
+        """How messages name the node: its kind and its ``name`` (or ``stream_name``).
+
+        >>> from rivermark import Stream
+        >>> Stream(name="numbers").map(str, name="text").display_name()
+        "Map('text')"
+        """
+        label = self.name or self.stream_name
+        kind = type(self).__name__
+        return f"{kind}({label!r})" if label else kind
+
+    def __str__(self) -> str:
+        """streamz's format: ``<map: inc>``, ``<name; partition: 3>``, ``<zip>``.
+
+        The node is named by its API name (the first name its class was
+        registered under, else the class name); the attributes of
+        :attr:`str_list` that are set follow, bare when there is only one.
+
+        >>> from rivermark import Stream
+        >>> def inc(x): return x + 1
+        >>> s = Stream(stream_name="in")
+        >>> str(s), str(s.map(inc)), str(s.partition(3, stream_name="p")), str(s.zip(s))
+        ('<in; Stream>', '<map: inc>', '<p; partition: 3>', '<zip>')
+        """
+        cls = type(self)
+        kind = cls.__dict__.get("_api_name") or cls.__name__
+        head = f"{self.stream_name}; {kind}" if self.stream_name else kind
+        shown = [(attr, _attr_text(getattr(self, attr, None))) for attr in self.str_list]
+        shown = [(attr, text) for attr, text in shown if text]
+        items = [shown[0][1]] if len(shown) == 1 else [f"{attr}={text}" for attr, text in shown]
+        return f"<{head}: {', '.join(items)}>" if items else f"<{head}>"
+
+    __repr__ = __str__
+
+    def _ipython_display_(self) -> None:
+        """In Jupyter: a live output of the records this node passes on (``rivermark[notebook]``)."""
+        from ..observe.notebook import display_node
+
+        display_node(cast("Stream", self))
+
+    def _repr_html_(self) -> str:
+        return str(self).replace("<", "&lt;").replace(">", "&gt;")
+
+    def visualize(self, filename: str = "mystream.png", **kwargs: Any) -> Any:
+        """Render the graph with graphviz (``pip install rivermark[viz]``)."""
+        from .graph import visualize
+
+        return visualize(cast("Stream", self), filename, **kwargs)
+
+    def gather(self) -> Stream:
+        """Return this stream unchanged (as in streamz, so ``gather()`` works without Dask).
+
+        >>> from rivermark import Stream
+        >>> s = Stream(); s.gather() is s
+        True
+        """
+        return cast("Stream", self)
+
+    def scatter(self, **kwargs: Any) -> Stream:
+        """Move records onto a Dask cluster (``pip install rivermark[dask]``)."""
+        from ..dask import scatter
+
+        return scatter(cast("Stream", self), **kwargs)
+
+    def to_dataframe(self, example: Any) -> Any:
+        """Treat a stream of pandas DataFrames as a streaming DataFrame (``rivermark[dataframe]``).
+
+        Available without importing :mod:`rivermark.dataframe` first, as in streamz.
+        """
+        from ..dataframe import DataFrame
+
+        return DataFrame(self, example=example)
+
+    def to_batch(self, example: Any = None) -> Any:
+        """Treat a stream of lists of records as streamz's ``Batch`` (``rivermark.batch``).
+
+        Available without importing :mod:`rivermark.batch` first, as in streamz.
+        """
+        from ..batch import Batch
+
+        return Batch(cast("Stream", self), example=example)
+
+
+def _attr_text(value: Any) -> str:
+    """How ``str(node)`` shows an attribute: a function by name, other values with str()."""
+    try:
+        if not value:
+            return ""
+    except (TypeError, ValueError):  # no single truth value (an array, a frame)
+        pass
+    if callable(value):
+        return str(getattr(value, "__name__", "") or "")
+    return str(value)
