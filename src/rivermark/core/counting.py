@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Callable
 
-    from .fusion import Push
+    from ..fastpath.push import Push
     from .node import Stream
 
 __all__ = [

@@ -17,7 +17,6 @@ import contextlib
 import functools
 import inspect
 import logging
-import threading
 import weakref
 from collections.abc import Awaitable, Callable, Iterator
 from types import MethodType
@@ -792,6 +791,3 @@ async def _awaited(awaitable: Awaitable[Any]) -> Any:
 
 _general_emit: Callable[..., Any] = Stream.emit
 setattr(Stream, "emit", _EmitMethod(_general_emit))  # noqa: B010 - keeps mypy's view of a method
-
-
-_thread_local = threading.local()
