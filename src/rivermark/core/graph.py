@@ -11,7 +11,7 @@ node changes, which is exactly when restoring its state would be wrong.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ..errors import ConfigurationError, GraphError
@@ -19,6 +19,7 @@ from .node import Stream
 
 __all__ = [
     "nodes_of",
+    "ancestors",
     "topological",
     "node_ids",
     "fingerprint",
@@ -31,6 +32,19 @@ __all__ = [
 def nodes_of(node: Stream) -> list[Stream]:
     """Every node connected to ``node``, in a deterministic order."""
     return list(node.walk())
+
+
+def ancestors(node: Stream) -> Iterator[Stream]:
+    """Every node upstream of ``node`` (not ``node`` itself), each once, nearest first."""
+    seen: set[int] = set()
+    todo = list(node.upstreams)
+    while todo:
+        n = todo.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        yield n
+        todo.extend(n.upstreams)
 
 
 def sources_of(node: Stream) -> list[Stream]:

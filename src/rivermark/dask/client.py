@@ -9,6 +9,7 @@ from typing import Any
 
 import distributed
 
+from ..core.graph import ancestors
 from ..core.node import Stream
 from ..errors import ConfigurationError
 from .errors import DaskConnectionError
@@ -50,18 +51,11 @@ def _find_client(node: Stream) -> Any:
     cached = getattr(node, "dask_client", None)
     if cached is not None:
         return cached
-    seen: set[int] = set()
-    todo = list(node.upstreams)
-    while todo:
-        n = todo.pop()
-        if id(n) in seen:
-            continue
-        seen.add(id(n))
+    for n in ancestors(node):
         c = getattr(n, "dask_client", None)
         if c is not None:
             node.dask_client = c  # type: ignore[attr-defined]
             return c
-        todo.extend(n.upstreams)
     try:
         return distributed.default_client()
     except ValueError:

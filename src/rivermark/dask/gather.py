@@ -13,6 +13,7 @@ from distributed.client import FutureCancelledError
 from distributed.scheduler import KilledWorker
 
 from ..core import delivery, runtime
+from ..core.graph import ancestors
 from ..core.node import Stream, check_positive_int
 from ..core.refs import Metadata
 from .batches import _Part, _PartError
@@ -144,28 +145,15 @@ class DaskGather(Stream):
         ``_inflight``; they are polled, this node is awaited.
         """
         while True:
-            busy = [n for n in self._upstream_nodes() if getattr(n, "_inflight", 0)]
+            busy = [n for n in ancestors(self) if getattr(n, "_inflight", 0)]
             if not busy:
                 await self._wait_for(lambda: self._inflight == 0)
-                if not any(getattr(n, "_inflight", 0) for n in self._upstream_nodes()):
+                if not any(getattr(n, "_inflight", 0) for n in ancestors(self)):
                     return
             else:
                 if self.failure is not None:
                     raise self.failure
                 await asyncio.sleep(0.001)
-
-    def _upstream_nodes(self) -> list[Stream]:
-        seen: set[int] = set()
-        out: list[Stream] = []
-        todo = list(self.upstreams)
-        while todo:
-            n = todo.pop()
-            if id(n) in seen:
-                continue
-            seen.add(id(n))
-            out.append(n)
-            todo.extend(n.upstreams)
-        return out
 
     def flush(self, timeout: float | None = None) -> None:
         """Block (from a thread other than the graph's loop) until drained."""

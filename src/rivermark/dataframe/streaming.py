@@ -17,6 +17,7 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
+from ..core.graph import ancestors
 from ..core.node import Stream
 from ..errors import ConfigurationError
 
@@ -407,19 +408,9 @@ class Streaming:
 
 def _sources_of(stream: Stream) -> set[int]:
     """The ids of the nodes without upstreams that ``stream`` derives from."""
-    found: set[int] = set()
-    seen: set[int] = set()
-    todo = [stream]
-    while todo:
-        n = todo.pop()
-        if id(n) in seen:
-            continue
-        seen.add(id(n))
-        if n.upstreams:
-            todo.extend(n.upstreams)
-        else:
-            found.add(id(n))
-    return found
+    if not stream.upstreams:
+        return {id(stream)}
+    return {id(n) for n in ancestors(stream) if not n.upstreams}
 
 
 def _share_a_source(streams: list[Stream]) -> bool:
