@@ -1,4 +1,4 @@
-"""Cost of checkpoints (issue 3): throughput ratio, and pause/duration/size for dict state.
+"""Cost of checkpoints: throughput ratio, and pause/duration/size for dict state.
 
 Run:  .venv/bin/python benchmarks/bench_checkpoint.py            # N=2,000,000, best of 3
       .venv/bin/python benchmarks/bench_checkpoint.py --quick    # smoke run
@@ -14,6 +14,14 @@ thread.  Measured per checkpoint: wall time of ``job.checkpoint()``, *pause*
 (first ``source.pause()`` to last ``source.resume()``, found by wrapping the
 two methods on the source instance; ``job.py`` is not modified) and the size
 of the checkpoint directory of that epoch.
+
+Part 3: the state file encoding (``rivermark.checkpoint.codec``, data that
+cannot run code when read) against ``pickle.dumps`` of the same value: time
+to encode and decode, and bytes, for a dict of ints, a dict of tuples and
+a DataFrame.  Part 2's pause includes only the barrier's in-memory pickle
+(the encoding runs in the background write).
+
+``--state-only`` runs parts 2 and 3.
 
 Not a test: it prints figures and exits 0.
 """
@@ -151,12 +159,70 @@ def dict_state(k: int, rounds: int) -> dict[str, Any]:
     }
 
 
+def _best(f: Any, repeat: int = 5) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        f()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def codec_vs_pickle(k: int) -> list[dict[str, Any]]:
+    """Encode/decode seconds and bytes of the codec and of pickle for three states."""
+    import pickle
+
+    import pandas as pd
+
+    from rivermark.checkpoint import codec
+
+    states = {
+        f"dict of {k:,} ints": {i: i * 3 for i in range(k)},
+        f"dict of {k:,} tuples": {i: (i, str(i)) for i in range(k)},
+        f"DataFrame {k:,} x 3": pd.DataFrame(
+            {"a": range(k), "b": [float(i) for i in range(k)], "c": [str(i) for i in range(k)]}
+        ),
+    }
+    rows = []
+    for name, value in states.items():
+        blob, pblob = codec.dumps(value), pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        rows.append(
+            {
+                "state": name,
+                "codec_dump": _best(lambda v=value: codec.dumps(v)),
+                "pickle_dump": _best(lambda v=value: pickle.dumps(v, protocol=5)),
+                "codec_load": _best(lambda b=blob: codec.loads(b)),
+                "pickle_load": _best(lambda b=pblob: pickle.loads(b)),
+                "codec_size": len(blob),
+                "pickle_size": len(pblob),
+            }
+        )
+    return rows
+
+
+def _print_codec(k: int) -> None:
+    print()
+    print(f"Part 3: state file encoding against pickle, best of 5 (k = {k:,})")
+    print()
+    print(
+        "| state | codec dump ms | pickle dump ms | codec load ms | pickle load ms | codec / pickle bytes |"
+    )
+    print("|---|---|---|---|---|---|")
+    for r in codec_vs_pickle(k):
+        print(
+            f"| {r['state']} | {r['codec_dump'] * 1e3:.1f} | {r['pickle_dump'] * 1e3:.1f} "
+            f"| {r['codec_load'] * 1e3:.1f} | {r['pickle_load'] * 1e3:.1f} "
+            f"| {r['codec_size']:,} / {r['pickle_size']:,} |"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
     p.add_argument("-n", type=int, default=None, help="events for part 1 (default 2,000,000)")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--rounds", type=int, default=5, help="checkpoints per dict size")
+    p.add_argument("--state-only", action="store_true", help="parts 2 and 3 only")
     args = p.parse_args(argv)
     n = args.n or (200_000 if args.quick else 2_000_000)
     sizes = (10_000, 100_000) if args.quick else (10_000, 100_000, 1_000_000)
@@ -167,15 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"rivermark {rivermark.__version__}, Python {sys.version.split()[0]}, {os.cpu_count()} cpus"
     )
-    t = throughput(n, args.repeat)
-    print()
-    print(f"Part 1: pipeline (a) over range({n:,}), best of {args.repeat} interleaved")
-    print()
-    print("| run | events/s | checkpoints written |")
-    print("|---|---|---|")
-    print(f"| Job(every=None) | {t['off']:,.0f} | start + final |")
-    print(f'| Job(every="1s") | {t["on"]:,.0f} | {t["epochs"]} ({t["seconds_on"]:.1f} s run) |')
-    print(f"| ratio with/without | {t['ratio']:.3f} | goal >= 0.9 |")
+    if not args.state_only:
+        _print_throughput(n, args.repeat)
     print()
     print(f"Part 2: accumulate holding a dict, median of {args.rounds} checkpoints (max)")
     print()
@@ -188,7 +247,27 @@ def main(argv: list[str] | None = None) -> int:
             f"| {r['pause'] * 1e3:.1f} ({r['pause_max'] * 1e3:.1f}) "
             f"| {r['size'] / 1024:,.0f} KiB |"
         )
+    if _has_codec():
+        _print_codec(sizes[-1])
     return 0
+
+
+def _has_codec() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("rivermark.checkpoint.codec") is not None
+
+
+def _print_throughput(n: int, repeat: int) -> None:
+    t = throughput(n, repeat)
+    print()
+    print(f"Part 1: pipeline (a) over range({n:,}), best of {repeat} interleaved")
+    print()
+    print("| run | events/s | checkpoints written |")
+    print("|---|---|---|")
+    print(f"| Job(every=None) | {t['off']:,.0f} | start + final |")
+    print(f'| Job(every="1s") | {t["on"]:,.0f} | {t["epochs"]} ({t["seconds_on"]:.1f} s run) |')
+    print(f"| ratio with/without | {t['ratio']:.3f} | goal >= 0.9 |")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Streaming DataFrame throughput (issue 5): running and windowed groupby sums.
+"""Streaming DataFrame throughput: running and windowed groupby sums.
 
 Run:  .venv/bin/python benchmarks/bench_dataframe.py            # 2,000 batches x 1,000 rows
       .venv/bin/python benchmarks/bench_dataframe.py --quick    # 200 batches, a smoke run
@@ -14,6 +14,14 @@ dependency), all in the same process:
   ``groupby().sum()`` added to the running total;
 - ``sdf.window(n=10000).groupby("name").amount.sum()``: plain loop = the same,
   minus the per-batch sums of batches that left the last 10,000 rows.
+
+Each pipeline runs with two examples: ``typed`` (``batches[0].iloc[:0]``: the
+int column's own dtype) and ``untyped`` (``pd.DataFrame({"name": [],
+"amount": []})``, the seed pipeline's: float64 columns, so the sums are
+float64 as ``pd.concat([example, batch])`` makes them); ``--example`` picks one.
+``--job`` feeds rivermark from ``Stream.from_iterable(batches)`` run to the end
+by ``Job(source, checkpoint=tmp, every="1s")`` (checkpoints included) instead
+of ``source.emit(batch)``; the pandas loop and streamz are the same either way.
 
 Rows/s counts input rows; best of ``--repeat`` interleaved runs.  The final
 results of the three are compared (``check``).  Peak memory: rivermark's peak
@@ -31,6 +39,7 @@ import gc
 import logging
 import os
 import sys
+import tempfile
 import time
 import tracemalloc
 from collections import deque
@@ -87,7 +96,16 @@ def plain_windowed(batches: list[pd.DataFrame]) -> pd.Series:
     return total
 
 
-def build(module: Any, windowed: bool, example: pd.DataFrame) -> tuple[Any, list[Any]]:
+#: the examples a pipeline runs with: the batches' own dtypes, or the seed's untyped one
+EXAMPLES: dict[str, Callable[[list[pd.DataFrame]], pd.DataFrame]] = {
+    "typed": lambda batches: batches[0].iloc[:0],
+    "untyped": lambda batches: pd.DataFrame({"name": [], "amount": []}),
+}
+
+
+def build(
+    module: Any, windowed: bool, example: pd.DataFrame, source: Any = None
+) -> tuple[Any, list[Any]]:
     """``(source, last)``: the pipeline on ``module`` (rivermark or streamz) and its output."""
     if module == "rivermark":
         from rivermark import Stream
@@ -95,7 +113,7 @@ def build(module: Any, windowed: bool, example: pd.DataFrame) -> tuple[Any, list
     else:
         from streamz import Stream
         from streamz.dataframe import DataFrame
-    source = Stream()
+    source = Stream() if source is None else source
     sdf = DataFrame(source, example=example)
     base = sdf.window(n=WINDOW) if windowed else sdf
     out = base.groupby("name").amount.sum()
@@ -108,15 +126,30 @@ def build(module: Any, windowed: bool, example: pd.DataFrame) -> tuple[Any, list
     return source, last
 
 
-def streamed(module: str, windowed: bool) -> Callable[[list[pd.DataFrame]], Any]:
+def streamed(
+    module: str, windowed: bool, example: str = "typed", job: bool = False
+) -> Callable[[list[pd.DataFrame]], Any]:
     def run(batches: list[pd.DataFrame]) -> Any:
-        source, last = build(module, windowed, batches[0].iloc[:0])
+        ex = EXAMPLES[example](batches)
+        if job and module == "rivermark":
+            return run_job(windowed, ex, batches)
+        source, last = build(module, windowed, ex)
         emit = source.emit
         for b in batches:
             emit(b)
         return last[0]
 
     return run
+
+
+def run_job(windowed: bool, example: pd.DataFrame, batches: list[pd.DataFrame]) -> Any:
+    """The rivermark pipeline fed by ``from_iterable(batches)`` under a checkpointing Job."""
+    from rivermark import Job, Stream
+
+    with tempfile.TemporaryDirectory() as tmp:
+        source, last = build("rivermark", windowed, example, Stream.from_iterable(batches))
+        Job(source, checkpoint=tmp, every="1s").run()
+    return last[0]
 
 
 #: the clock of the timings: wall time, or the process's CPU time (``--cpu``), which a
@@ -194,15 +227,19 @@ def peak(contender: str, windowed: bool, n: int) -> int:
     return top - base
 
 
-def print_pair_ratios(batches: list[pd.DataFrame], pairs: int) -> int:
+def print_pair_ratios(
+    batches: list[pd.DataFrame], pairs: int, examples: list[str], job: bool
+) -> int:
     """Print, per pipeline, the median over ``pairs`` adjacent runs of pandas time / rivermark time."""
     import statistics
 
     out = []
-    for windowed, plain in ((False, plain_running), (True, plain_windowed)):
-        riv = streamed("rivermark", windowed)
-        ratios = [timed(plain, batches) / timed(riv, batches) for _ in range(pairs)]
-        out.append(f"{'window' if windowed else 'running'}={statistics.median(ratios):.3f}")
+    for example in examples:
+        for windowed, plain in ((False, plain_running), (True, plain_windowed)):
+            riv = streamed("rivermark", windowed, example, job)
+            ratios = [timed(plain, batches) / timed(riv, batches) for _ in range(pairs)]
+            name = f"{example}-{'window' if windowed else 'running'}"
+            out.append(f"{name}={statistics.median(ratios):.3f}")
     print(" ".join(out))
     return 0
 
@@ -222,7 +259,14 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="only the ratios: the median over P pairs of (pandas loop time / rivermark time)",
     )
+    p.add_argument(
+        "--example", choices=("typed", "untyped", "both"), default="both", help="default both"
+    )
+    p.add_argument(
+        "--job", action="store_true", help="rivermark's source under a Job (from_iterable)"
+    )
     args = p.parse_args(argv)
+    examples = ["typed", "untyped"] if args.example == "both" else [args.example]
     global CLOCK
     CLOCK = time.process_time if args.cpu else time.perf_counter
     n = args.batches or (200 if args.quick else 2_000)
@@ -230,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     batches = make_batches(n)
     rows = n * ROWS
     if args.pairs:
-        return print_pair_ratios(batches, args.pairs)
+        return print_pair_ratios(batches, args.pairs, examples, args.job)
 
     import rivermark
 
@@ -242,25 +286,30 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"rivermark {rivermark.__version__}, streamz {sz_version}, pandas {pd.__version__}, "
         f"Python {sys.version.split()[0]}, {os.cpu_count()} cpus; {n:,} batches x {ROWS:,} rows, "
-        f"{KEYS} keys, best of {repeat}{', CPU time' if args.cpu else ''}"
+        f"{KEYS} keys, best of {repeat}{', CPU time' if args.cpu else ''}; rivermark "
+        f"{'from_iterable under Job(every=1s)' if args.job else 'source.emit'}"
     )
     print()
     print(
-        "| pipeline | rivermark rows/s | pandas loop rows/s | streamz rows/s "
+        "| pipeline | example | rivermark rows/s | pandas loop rows/s | streamz rows/s "
         "| vs pandas | vs streamz | check |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     ok = True
-    for windowed, title, plain in (
-        (False, 'groupby("name").amount.sum()', plain_running),
-        (True, 'window(n=10000).groupby("name").amount.sum()', plain_windowed),
+    for windowed, title, plain, example in (
+        (w, t, f, e)
+        for w, t, f in (
+            (False, 'groupby("name").amount.sum()', plain_running),
+            (True, 'window(n=10000).groupby("name").amount.sum()', plain_windowed),
+        )
+        for e in examples
     ):
         contenders: dict[str, Callable[[list[pd.DataFrame]], Any]] = {
             "plain": plain,
-            "rivermark": streamed("rivermark", windowed),
+            "rivermark": streamed("rivermark", windowed, example, args.job),
         }
         if not args.no_streamz:
-            contenders["streamz"] = streamed("streamz", windowed)
+            contenders["streamz"] = streamed("streamz", windowed, example)
         best = {k: float("inf") for k in contenders}
         for _ in range(repeat):  # interleaved
             for k, f in contenders.items():
@@ -276,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
         sz_rate = "n/a" if sz is None else f"{sz:,.0f}"
         sz_ratio = "n/a" if sz is None else f"{rate['rivermark'] / sz:.2f}"
         print(
-            f"| {title} | {rate['rivermark']:,.0f} | {rate['plain']:,.0f} | {sz_rate} | "
+            f"| {title} | {example} | {rate['rivermark']:,.0f} | {rate['plain']:,.0f} | {sz_rate} | "
             f"{rate['rivermark'] / rate['plain']:.2f} | {sz_ratio} | "
             f"{'; '.join(checks) or 'ok'} |"
         )

@@ -1,4 +1,4 @@
-"""Kafka throughput (issue 4) on a real single-node broker started by this script.
+"""Kafka throughput on a real single-node broker started by this script.
 
 Run:  .venv/bin/python benchmarks/bench_kafka.py              # 200,000 messages
       .venv/bin/python benchmarks/bench_kafka.py -n 1000000   # the issue's figure

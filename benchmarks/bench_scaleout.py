@@ -2,6 +2,7 @@
 
 Run:  .venv/bin/python benchmarks/bench_scaleout.py            # 6,000 records, 2 ms each
       .venv/bin/python benchmarks/bench_scaleout.py --quick    # 2,000 records
+      .venv/bin/python benchmarks/bench_scaleout.py --comeback-only --kills 5
 
 A single-node broker is started by this script.  The app is a
 ``PartitionedJob`` (``every="1s"``, at-least-once ``to_kafka``) whose tasks
@@ -18,6 +19,12 @@ its input partition.
   killed process's partitions is written again (session timeout 6 s, so the
   group notices the death after at most 6 s; then the new owner restores
   each task from its newest checkpoint).
+- **Comeback**: 3 processes read a backlog; one is SIGKILLed once output
+  flows and started again at once (as a supervisor restarts it), ``--kills``
+  times; reported per kill is the time from the kill until output from each
+  of the killed process's partitions is written again, next to the restore
+  time of those tasks in the new process (from its "task ... started" line to
+  its "restored checkpoint" line).
 
 Not a test: it prints the figures and the load average, and exits 0.
 """
@@ -63,6 +70,7 @@ def worker(bootstrap: str, inp: str, out: str, group: str, ckpt: str, rounds: in
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(process)d %(message)s")
     logging.getLogger("rivermark.checkpoint").setLevel(logging.WARNING)
+    logging.getLogger("rivermark.checkpoint.job").setLevel(logging.INFO)
 
     def build(source: PartitionSource) -> Stream:
         part = source.partition
@@ -160,10 +168,11 @@ class App:
         create_topic(bootstrap, self.out, partitions=PARTITIONS)
         self.log = tmp / f"app-{tag}.log"
         self.log.touch()
-        args = [sys.executable, __file__, "--worker", bootstrap, self.inp, self.out]
-        args += [f"g-{tag}", str(tmp / f"ckpt-{tag}"), str(rounds)]
-        with open(self.log, "ab") as f:
-            self.procs = [subprocess.Popen(args, stdout=f, stderr=f) for _ in range(procs)]
+        self.args = [sys.executable, __file__, "--worker", bootstrap, self.inp, self.out]
+        self.args += [f"g-{tag}", str(tmp / f"ckpt-{tag}"), str(rounds)]
+        self.procs: list[subprocess.Popen[bytes]] = []
+        for _ in range(procs):
+            self.start()
         self.reader = Reader(bootstrap, self.out)
 
         def settled() -> bool:
@@ -174,6 +183,12 @@ class App:
             )
 
         wait_until(settled, 120, f"{procs} processes holding all partitions")
+
+    def start(self) -> subprocess.Popen[bytes]:
+        with open(self.log, "ab") as f:
+            proc = subprocess.Popen(self.args, stdout=f, stderr=f)
+        self.procs.append(proc)
+        return proc
 
     def produce(self, n: int) -> None:
         import confluent_kafka as ck
@@ -187,6 +202,19 @@ class App:
                 except BufferError:
                     p.poll(0.05)
         assert p.flush(30) == 0
+
+    def produce_steadily(self, per_second: int, stop: threading.Event) -> None:
+        import confluent_kafka as ck
+
+        p = ck.Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5})
+        i = 0
+        while not stop.is_set():
+            for _ in range(max(1, per_second // 10)):
+                p.produce(self.inp, value=f"{i:08d}".encode(), partition=i % PARTITIONS)
+                i += 1
+            p.poll(0)
+            time.sleep(0.1)
+        p.flush(30)
 
     def close(self) -> None:
         for proc in self.procs:
@@ -238,6 +266,83 @@ def recovery(bootstrap: str, tmp: Path, rounds: int, n: int) -> tuple[float, lis
         app.close()
 
 
+_STAMP = r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) (\d+) "
+
+
+def _stamp(text: str) -> float:
+    return time.mktime(time.strptime(text[:19], "%Y-%m-%d %H:%M:%S")) + int(text[20:]) / 1000
+
+
+def restore_seconds(log: Path, pid: int, parts: set[int]) -> float:
+    """The longest restore of ``parts`` in process ``pid``: task started -> restored checkpoint."""
+    started: dict[int, float] = {}
+    longest = 0.0
+    for line in log.read_text(errors="replace").splitlines():
+        m = re.match(_STAMP + r"task \S+\[(\d+)\] started", line)
+        if m and int(m.group(2)) == pid:
+            started[int(m.group(3))] = _stamp(m.group(1))
+            continue
+        m = re.match(_STAMP + r"restored checkpoint \d+ from .*tasks/\S+-(\d+)'", line)
+        if m and int(m.group(2)) == pid and int(m.group(3)) in started:
+            p = int(m.group(3))
+            if p in parts:
+                longest = max(longest, _stamp(m.group(1)) - started.pop(p))
+    return longest
+
+
+def comeback(
+    bootstrap: str, tmp: Path, rounds: int, n: int, kills: int
+) -> list[tuple[float, float]]:
+    """(kill -> every lost partition producing, restore time) per kill; the victim comes back.
+
+    ``n``: records per second produced while the processes run.
+    """
+    app = App(bootstrap, tmp, rounds, 3)
+    out: list[tuple[float, float]] = []
+    stop = threading.Event()
+    # a steady input (about half the app's capacity), so every partition has
+    # records to produce output from after each kill
+    feeder = threading.Thread(target=app.produce_steadily, args=(n, stop), daemon=True)
+    feeder.start()
+    try:
+        for _ in range(kills):
+            seen = len(app.reader.seen)
+            wait_until(lambda s=seen: len(app.reader.seen) >= s + 200, 300, "output flowing")
+            live = {p.pid for p in app.procs if p.poll() is None}
+            wait_until(
+                lambda live=live: (
+                    sum(  # type: ignore[misc]
+                        len(v) for pid, v in owners(app.log).items() if pid in live
+                    )
+                    == PARTITIONS
+                ),
+                120,
+                "every partition owned",
+            )
+            victim = next(p for p in app.procs if p.poll() is None)
+            lost = owners(app.log)[victim.pid]
+            killed = time.time()
+            victim.send_signal(signal.SIGKILL)
+            victim.wait()
+            app.procs.remove(victim)
+            new = app.start()
+
+            def back(lost: set[int] = lost, killed: float = killed) -> bool:
+                return {p for t, p in list(app.reader.seen) if t > killed and p in lost} == lost
+
+            wait_until(back, 300, "output of the killed process's partitions")
+            first: dict[int, float] = {}
+            for t, p in app.reader.seen:
+                if t > killed and p in lost and p not in first:
+                    first[p] = t - killed
+            out.append((max(first.values()), restore_seconds(app.log, new.pid, lost)))
+        return out
+    finally:
+        stop.set()
+        feeder.join(30)
+        app.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "--worker":
@@ -248,6 +353,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("-n", type=int, default=None, help="records (default 6,000)")
     ap.add_argument("--work-ms", type=float, default=2.0, help="CPU time per record (ms)")
+    ap.add_argument("--kills", type=int, default=3, help="kills in the comeback run")
+    ap.add_argument(
+        "--comeback-only", action="store_true", help="only the comeback run (3 processes)"
+    )
     args = ap.parse_args(argv)
     n = args.n or (2000 if args.quick else 6000)
     from rivermark.testing.kafka_broker import start_broker, stop_broker
@@ -258,11 +367,28 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(d)
         broker = start_broker(tmp / "kafka")
         try:
-            one = throughput(broker.bootstrap, tmp, rounds, 1, n)
-            two = throughput(broker.bootstrap, tmp, rounds, 2, n)
-            worst, each = recovery(broker.bootstrap, tmp, rounds, n * 2)
+            if not args.comeback_only:
+                one = throughput(broker.bootstrap, tmp, rounds, 1, n)
+                two = throughput(broker.bootstrap, tmp, rounds, 2, n)
+                worst, each = recovery(broker.bootstrap, tmp, rounds, n * 2)
+            rate = int(0.5 * 1000 / args.work_ms)  # records/s, about half of one core
+            back = comeback(broker.bootstrap, tmp, rounds, rate, args.kills)
         finally:
             stop_broker(broker)
+    if not args.comeback_only:
+        _print_throughput(n, one, two, worst, each)
+    times = sorted(t for t, _ in back)
+    print(
+        f"3 processes, 8 partitions, killed process started again at once, {len(back)} kills: "
+        f"kill -> output of every lost partition again: median {times[len(times) // 2]:.2f} s, "
+        f"max {times[-1]:.2f} s; per kill (seconds, restore): "
+        + ", ".join(f"{t:.2f} ({r:.2f})" for t, r in back)
+    )
+    print(f"load average at end: {os.getloadavg()}")
+    return 0
+
+
+def _print_throughput(n: int, one: float, two: float, worst: float, each: list[float]) -> None:
     print(f"1 process : {one:6.2f} s  ({n / one:7.0f} records/s)")
     print(f"2 processes: {two:6.2f} s  ({n / two:7.0f} records/s)   speed-up {one / two:.2f}x")
     print(
@@ -270,8 +396,6 @@ def main(argv: list[str] | None = None) -> int:
         f"(per partition: {', '.join(f'{x:.2f}' for x in each)}; session timeout "
         f"{SESSION_MS / 1000:g} s)"
     )
-    print(f"load average at end: {os.getloadavg()}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -40,9 +40,7 @@ def write_events(path: Path, n: int) -> None:
 def command(checkpoint: Path) -> list[str]:
     app = str(ROOT / "examples" / "demo_app.py")
     return [
-        sys.executable,
-        "-m",
-        "rivermark.cli",
+        *rivermark_argv(),
         "run",
         f"{app}:totals",
         "--checkpoint",
@@ -52,12 +50,17 @@ def command(checkpoint: Path) -> list[str]:
     ]
 
 
-def rivermark_command() -> str:
-    """How to call this environment's ``rivermark`` from any directory."""
+def rivermark_argv() -> list[str]:
+    """This environment's ``rivermark`` command (its entry point script), from any directory."""
     script = Path(sys.executable).parent / "rivermark"
     if script.exists():
-        return str(script)
-    return f"{sys.executable} -m rivermark.cli"
+        return [str(script)]
+    return [sys.executable, "-m", "rivermark"]
+
+
+def rivermark_command() -> str:
+    """How to call this environment's ``rivermark`` from any directory."""
+    return " ".join(rivermark_argv())
 
 
 def main() -> int:

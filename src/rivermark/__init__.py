@@ -57,6 +57,7 @@ __all__ = [
     "sources",
 ]
 
+plugins.register_doors()
 plugins.register_all()
 
 

@@ -1,9 +1,13 @@
 """Loading an app for ``rivermark run``: one clear error instead of a traceback.
 
-:func:`load_app` imports ``path/to/app.py`` and returns the node that
-``name`` holds.  A syntax error, an exception raised while the app is
-imported, a missing file or a name that is not a node becomes an
-:class:`AppError` (exit code 2) that shows the user's own frame only.
+:func:`load_app` imports ``path/to/app.py:name`` or ``package.module:name``
+and returns the node that ``name`` holds.  A syntax error, an exception
+raised while the app is imported, a missing file or module or a name that is
+not a node becomes an :class:`AppError` (exit code 2) that shows the user's
+own frame only.  An app that calls ``sys.exit(N)`` while being imported ends
+the command with that status and one line saying so (:class:`AppExitedError`);
+Ctrl-C while it is imported ends it with status 130 and one line
+(:class:`AppInterruptedError`).  Neither runs anything.
 
 An app that starts its job itself (calls ``Job.run()`` when imported) is
 refused with :class:`AppRunsItselfError`: ``rivermark run`` is the one that
@@ -22,15 +26,20 @@ rivermark run: importing 'DIR/app.py' raised ZeroDivisionError: division by zero
 
 from __future__ import annotations
 
-import contextlib
+import importlib
 import logging
+import os
 import re
 import runpy
 import sys
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from ._frames import user_frames
+from ._runguard import AppError as AppError
+from ._runguard import AppRunsItselfError as AppRunsItselfError
+from ._runguard import check_run_allowed as check_run_allowed
+from ._runguard import loading_app
 from .core.node import Stream
 from .core.timeutil import parse_interval
 from .errors import ConfigurationError
@@ -40,6 +49,8 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "AppError",
     "AppRunsItselfError",
+    "AppExitedError",
+    "AppInterruptedError",
     "load_app",
     "parse_every",
     "check_run_allowed",
@@ -49,37 +60,21 @@ __all__ = [
 #: ``__name__`` of an app imported by ``rivermark run``
 APP_RUN_NAME = "__rivermark_app__"
 
-_loading: list[str] = []
 _ZERO = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*$")
 
 
-class AppError(ConfigurationError):
-    """The app given to ``rivermark run`` cannot be loaded."""
+class AppExitedError(AppError):
+    """The app called ``sys.exit()`` while being imported; the command exits with its status."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
-class AppRunsItselfError(AppError):
-    """The app called ``Job.run()`` while ``rivermark run`` was importing it."""
+class AppInterruptedError(AppError):
+    """Ctrl-C (SIGINT) arrived while the app was being imported."""
 
-
-@contextlib.contextmanager
-def _loading_app(path: str) -> Iterator[None]:
-    _loading.append(path)
-    try:
-        yield
-    finally:
-        _loading.remove(path)
-
-
-def check_run_allowed() -> None:
-    """Refuse ``Job.run()`` from an app that ``rivermark run`` is importing."""
-    if _loading:
-        path = _loading[-1]
-        raise AppRunsItselfError(
-            f"rivermark run: {path!r} calls Job.run() itself while being imported; use one "
-            f"or the other: either start it with 'python {path}', or remove the Job(...).run() "
-            f"call (or put it under 'if __name__ == \"__main__\":') and start it with "
-            f"'rivermark run {path}:<node> --checkpoint DIR'"
-        )
+    exit_code = 130
 
 
 def _syntax_error(path: str, e: SyntaxError) -> AppError:
@@ -101,27 +96,76 @@ def _import_error(path: str, e: BaseException) -> AppError:
     return AppError(msg)
 
 
+def _exit_error(what: str, e: SystemExit) -> AppExitedError:
+    code = e.code
+    if code is None or isinstance(code, int):
+        status = code or 0
+        said = f"sys.exit({code})" if code is not None else "sys.exit()"
+    else:  # sys.exit("message"): Python prints the message and exits 1
+        status = 1
+        said = f"sys.exit({str(code)!r})"
+    return AppExitedError(
+        f"rivermark run: {what} called {said} while being imported; nothing was run "
+        f"(exit status {status})",
+        status,
+    )
+
+
+def _is_path(spec: str) -> bool:
+    return spec.endswith(".py") or os.sep in spec or "/" in spec or Path(spec).is_file()
+
+
+def _import_namespace(spec: str) -> dict[str, Any]:
+    """Run the app's module and return its globals (a script path or a module name)."""
+    if _is_path(spec):
+        if not Path(spec).is_file():
+            raise AppError(f"rivermark run: no such file {spec!r}; check the path of the app")
+        sys.path.insert(0, str(Path(spec).resolve().parent))
+        return runpy.run_path(spec, run_name=APP_RUN_NAME)
+    # a module name, found like 'python -m' finds it: from the working directory first
+    sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(spec)
+    except ModuleNotFoundError as e:
+        if e.name is not None and (e.name == spec or spec.startswith(e.name + ".")):
+            raise AppError(
+                f"rivermark run: no module named {e.name!r}; give a file (path/to/app.py:name) "
+                "or a module importable from the working directory (package.module:name)"
+            ) from None
+        raise
+    return vars(module)
+
+
+def _load_namespace(spec: str) -> dict[str, Any]:
+    what = repr(spec)
+    try:
+        with loading_app(spec):
+            return _import_namespace(spec)
+    except AppError:
+        raise
+    except SyntaxError as e:
+        raise _syntax_error(spec, e) from None
+    except SystemExit as e:
+        raise _exit_error(what, e) from None
+    except KeyboardInterrupt:
+        raise AppInterruptedError(
+            f"rivermark run: interrupted (Ctrl-C) while importing {what}; nothing was run"
+        ) from None
+    except Exception as e:
+        logger.debug("importing %r failed", spec, exc_info=True)
+        raise _import_error(spec, e) from None
+
+
 def load_app(target: str) -> Stream:
-    """Import ``path/to/app.py:name`` and return the node ``name`` holds."""
+    """Import ``path/to/app.py:name`` or ``package.module:name``; return the node ``name`` holds."""
     path, sep, name = target.rpartition(":")
     if not sep or not path or not name:
         raise AppError(
-            f"rivermark run: expected path/to/app.py:name, got {target!r}; name a module-level "
-            "variable that holds a node of the graph, e.g. 'app.py:source'"
+            f"rivermark run: expected path/to/app.py:name or package.module:name, got "
+            f"{target!r}; name a module-level variable that holds a node of the graph, "
+            "e.g. 'app.py:source'"
         )
-    if not Path(path).is_file():
-        raise AppError(f"rivermark run: no such file {path!r}; check the path of the app")
-    sys.path.insert(0, str(Path(path).resolve().parent))
-    try:
-        with _loading_app(path):
-            namespace = runpy.run_path(path, run_name=APP_RUN_NAME)
-    except AppRunsItselfError:
-        raise
-    except SyntaxError as e:
-        raise _syntax_error(path, e) from None
-    except Exception as e:
-        logger.debug("importing %r failed", path, exc_info=True)
-        raise _import_error(path, e) from None
+    namespace = _load_namespace(path)
     node = namespace.get(name, _MISSING)
     if not isinstance(node, Stream):
         nodes = sorted(k for k, v in namespace.items() if isinstance(v, Stream))

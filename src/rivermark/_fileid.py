@@ -5,7 +5,10 @@ the bytes just before N (:func:`tail_digest`).  On restore, the file at that
 path must still hold those bytes: a file that was truncated, replaced or
 rewritten, or another file under the same name, is detected without relying
 on inode numbers (which change when a file is copied or restored from a
-backup, although its content is the same).
+backup, although its content is the same).  A reader's position also
+records the identity (:func:`identity`: device and inode) of the file it has
+open, so that a file renamed under it (log rotation) is found again in its
+directory (:func:`find_identity`).
 
 >>> import os, tempfile
 >>> path = os.path.join(tempfile.mkdtemp(), "f.txt")
@@ -19,10 +22,18 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import stat
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TAIL_BYTES", "tail_digest", "lock_holder"]
+__all__ = [
+    "TAIL_BYTES",
+    "tail_digest",
+    "fd_tail_digest",
+    "identity",
+    "find_identity",
+    "lock_holder",
+]
 
 #: how many bytes before a position the digest covers
 TAIL_BYTES = 4096
@@ -38,15 +49,45 @@ def tail_digest(path: str, length: int, tail: int = TAIL_BYTES) -> str | None:
     except FileNotFoundError:
         return None
     try:
-        if os.fstat(fd).st_size < length:
-            return None
-        start = max(0, length - tail)
-        data = os.pread(fd, length - start, start)
-        if len(data) != length - start:
-            return None
-        return hashlib.sha256(data).hexdigest()
+        return fd_tail_digest(fd, length, tail)
     finally:
         os.close(fd)
+
+
+def fd_tail_digest(fd: int, length: int, tail: int = TAIL_BYTES) -> str | None:
+    """:func:`tail_digest` of the file open as ``fd`` (read through that descriptor)."""
+    if os.fstat(fd).st_size < length:
+        return None
+    start = max(0, length - tail)
+    data = os.pread(fd, length - start, start)
+    if len(data) != length - start:
+        return None
+    return hashlib.sha256(data).hexdigest()
+
+
+def identity(info: os.stat_result) -> tuple[int, int]:
+    """``(st_dev, st_ino)``: which file a descriptor or path is, while it exists."""
+    return info.st_dev, info.st_ino
+
+
+def find_identity(directory: str, ident: tuple[int, int]) -> str | None:
+    """The path of the regular file in ``directory`` with identity ``ident``, if any.
+
+    A file renamed within its directory (``mv in in.1``, log rotation) keeps
+    its identity; symbolic links are not followed.
+    """
+    try:
+        entries = list(os.scandir(directory or "."))
+    except OSError:
+        return None
+    for entry in entries:
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if stat.S_ISREG(info.st_mode) and identity(info) == ident:
+            return entry.path
+    return None
 
 
 def lock_holder(fd: int) -> str:

@@ -31,7 +31,7 @@ from .dataframe.core import DataFrame, Streaming
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Batch", "Streaming"]
+__all__ = ["Batch", "Streaming", "to_batch"]
 
 
 class _Each:
@@ -122,3 +122,15 @@ class Batch(Streaming):
     def to_dataframe(self) -> DataFrame:
         """Every batch as a pandas DataFrame of its records (dicts or tuples)."""
         return DataFrame(self.stream.map(_to_frame), example=_to_frame(self.example))  # type: ignore[attr-defined]
+
+
+@Stream.register_api(attribute_name="to_batch")
+def to_batch(stream: Stream, example: Any = None) -> Batch:
+    """Treat a stream of lists of records as streamz's ``Batch``.
+
+    >>> source = Stream()
+    >>> L = source.to_batch(example=[1]).map(str).to_stream().sink_to_list()
+    >>> source.emit([1, 2]); L
+    ['1', '2']
+    """
+    return Batch(stream, example=example)

@@ -1,10 +1,12 @@
 """The ``rivermark`` command: run an app as a checkpointed job, inspect checkpoints.
 
 ``rivermark run path/to/app.py:name --checkpoint DIR [--every 2s] [--keep N]``
-imports the script, takes the graph that the module-level variable ``name``
-belongs to and runs it as a :class:`rivermark.checkpoint.Job`.  It exits 0
-once every source is exhausted and the final checkpoint is written; SIGTERM
-and Ctrl-C stop it gracefully (final checkpoint, exit 0).  Every option of
+(or ``package.module:name``) imports the app, takes the graph that the
+module-level variable ``name`` belongs to and runs it as a
+:class:`rivermark.checkpoint.Job`.  It exits 0 once every source is exhausted
+and the final checkpoint is written; SIGTERM and Ctrl-C stop it gracefully
+(final checkpoint, exit 0) and say where it stopped and how to resume.
+``python -m rivermark`` is the same command.  Every option of
 ``Job`` has a flag and an environment variable (``RIVERMARK_CHECKPOINT``,
 ``RIVERMARK_EVERY``, ...); ``rivermark run --help`` lists them.
 
@@ -12,7 +14,9 @@ and Ctrl-C stop it gracefully (final checkpoint, exit 0).  Every option of
 describes, verifies (exit 1 if any checkpoint is damaged) and compares
 checkpoints; ``--json`` prints the same as JSON.  They are read-only: a path
 that is not a checkpoint directory is a usage error and nothing is created.
-``--from-scratch`` starts over explicitly (``docs/checkpointing.md``).
+``--from-scratch`` starts over explicitly, ``--from-savepoint DIR[@EPOCH]``
+starts from a savepoint and ``--savepoint-on-stop`` makes a signal's final
+checkpoint one (``docs/checkpointing.md``).
 
 A usage error (unknown option, bad value) prints one line and exits 2.
 
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import sys
 from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
@@ -39,9 +44,12 @@ import click
 from ._app import load_app, parse_every
 from .checkpoint import CheckpointCorruptError, Job, Store
 from .checkpoint import inspection as insp
-from .errors import RivermarkError
+from .checkpoint.signing import Keyring, Trust
+from .checkpoint.upgrade import UpgradeRules, plan_restore
+from .errors import RivermarkError, exit_code_of
 from .observe.logs import configure_logging
-from .observe.progress import ProgressReporter
+from .observe.metrics import Snapshot
+from .observe.progress import ProgressReporter, summary_lines
 
 logger = logging.getLogger(__name__)
 
@@ -66,14 +74,19 @@ def _set_meta(key: str) -> Callable[[click.Context, click.Parameter, Any], None]
     return store
 
 
-def _logging_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    """``--log-level``, ``--log-format`` and ``-v`` on the group and on every subcommand."""
+def _logging_options(f: Callable[..., Any], hidden: bool = True) -> Callable[..., Any]:
+    """``--log-level``, ``--log-format`` and ``-v``: shown in the group's help only.
+
+    Every subcommand accepts them too (``rivermark run app.py:x -v``), hidden
+    from its help so that they are described once, in ``rivermark --help``.
+    """
     f = click.option(
         "-v",
         "--verbose",
         is_flag=True,
         expose_value=False,
         callback=_set_meta("verbose"),
+        hidden=hidden,
         help="Log at INFO level (same as --log-level INFO).",
     )(f)
     f = click.option(
@@ -82,6 +95,7 @@ def _logging_options(f: Callable[..., Any]) -> Callable[..., Any]:
         expose_value=False,
         envvar="RIVERMARK_LOG_FORMAT",
         callback=_set_meta("log_format"),
+        hidden=hidden,
         help="Log lines as text or as one JSON object per line (fields: time, level, "
         "logger, message, node, epoch, position).  [env: RIVERMARK_LOG_FORMAT]",
     )(f)
@@ -91,10 +105,15 @@ def _logging_options(f: Callable[..., Any]) -> Callable[..., Any]:
         expose_value=False,
         envvar="RIVERMARK_LOG_LEVEL",
         callback=_set_meta("log_level"),
+        hidden=hidden,
         help="Lowest level of log records written to stderr (default WARNING).  "
         "[env: RIVERMARK_LOG_LEVEL]",
     )(f)
     return f
+
+
+def _shown_logging_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    return _logging_options(f, hidden=False)
 
 
 def _setup_logging(ctx: click.Context) -> None:
@@ -103,22 +122,36 @@ def _setup_logging(ctx: click.Context) -> None:
         "INFO" if meta.get("rivermark.verbose") else "WARNING"
     )
     configure_logging(str(level).upper(), meta.get("rivermark.log_format") or "text")
+    # the live page's web server logs one line per request at INFO: only when asked
+    access = logging.getLogger("aiohttp.access")
+    access.setLevel(logging.INFO if meta.get("rivermark.ui_access_log") else logging.WARNING)
 
 
 # ---------------------------------------------------------------- the group
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(_version(), "--version", prog_name="rivermark")
-@_logging_options
+@_shown_logging_options
 def cli() -> None:
     """rivermark: stream jobs with consistent checkpoints.
 
     Run an app with 'rivermark run app.py:name --checkpoint DIR'; inspect its
     checkpoints with 'rivermark checkpoints list DIR'.  Every subcommand has
-    its own --help.
+    its own --help; the logging options below are accepted by every
+    subcommand as well (before or after its name).
     """
 
 
 # ---------------------------------------------------------------- run
+_trust_option = click.option(
+    "--trust-store",
+    is_flag=True,
+    envvar="RIVERMARK_TRUST_STORE",
+    help="Trust whoever can write the checkpoint store: accept unsigned checkpoints and load "
+    "pickled state without a verified signature (see docs/security.md).  "
+    "[env: RIVERMARK_TRUST_STORE]",
+)
+
+
 def _job_options(opts: dict[str, Any]) -> dict[str, Any]:
     """The keyword arguments of :class:`Job` from the ``run`` options."""
     return {
@@ -130,17 +163,104 @@ def _job_options(opts: dict[str, Any]) -> dict[str, Any]:
         "allow_new_nodes": opts["allow_new_nodes"],
         "on_error": opts["on_error"],
         "from_scratch": opts["from_scratch"],
+        "from_savepoint": opts["from_savepoint"],
         "metrics_port": opts["metrics_port"],
         "metrics_addr": opts["metrics_addr"],
         "ui": opts["ui"],
         "ui_addr": opts["ui_addr"],
+        "trust_store": opts["trust_store"],
+        "rename": opts["rename"],
+        "allow_dropped_state": opts["allow_dropped_state"],
     }
+
+
+def _parse_renames(ctx: click.Context, param: click.Parameter, value: Any) -> dict[str, str]:
+    """``--rename OLD=NEW`` (repeatable) as ``Job(rename=...)``."""
+    out: dict[str, str] = {}
+    for text in value or ():
+        old, sep, new = text.partition("=")
+        if not sep or not old or not new or "=" in new:
+            raise click.BadParameter(f"{text!r} is not OLD=NEW (two node ids)", ctx, param)
+        if old in out:
+            raise click.BadParameter(f"{old!r} is renamed twice", ctx, param)
+        out[old] = new
+    return out
+
+
+def _parse_dropped(ctx: click.Context, param: click.Parameter, value: Any) -> bool | list[str]:
+    """``--allow-dropped-state NODE`` (repeatable, or ``all``) as ``Job(allow_dropped_state=...)``."""
+    ids = list(value or ())
+    return True if "all" in ids else ids
+
+
+_rename_option = click.option(
+    "--rename",
+    multiple=True,
+    metavar="OLD=NEW",
+    callback=_parse_renames,
+    envvar="RIVERMARK_RENAME",
+    help="Restore the state of node OLD of the checkpoint into node NEW (repeatable; "
+    "see docs/upgrading.md).  [env: RIVERMARK_RENAME, space-separated]",
+)
+_dropped_option = click.option(
+    "--allow-dropped-state",
+    multiple=True,
+    metavar="NODE",
+    callback=_parse_dropped,
+    envvar="RIVERMARK_ALLOW_DROPPED_STATE",
+    help="Let the state of NODE, removed from the graph since the checkpoint, be dropped "
+    "(repeatable; 'all' for every removed node).  "
+    "[env: RIVERMARK_ALLOW_DROPPED_STATE, space-separated]",
+)
+
+
+def _note_stop_signals() -> list[int]:
+    """Remember which signal stopped the job, on top of the job's own handlers."""
+    received: list[int] = []
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        handler = signal.getsignal(signum)
+        if not callable(handler):  # pragma: no cover - Job always installs a function
+            continue
+
+        def noting(num: int, frame: Any, handler: Callable[[int, Any], Any] = handler) -> None:
+            received.append(num)
+            handler(num, frame)
+
+        signal.signal(signum, noting)
+    return received
+
+
+def stopped_line(signum: int, snap: Snapshot) -> str:
+    """What ``rivermark run`` says when a signal stopped the job gracefully.
+
+    >>> from rivermark.observe.metrics import SourceMetrics
+    >>> src = SourceMetrics("lines", "lines", 42, 0.0, 1234, None, "bytes", False)
+    >>> print(stopped_line(signal.SIGINT, Snapshot(0, 1, (), (src,), 3, (), None, 0, False)))
+    stopped by the user (Ctrl-C) at lines: 42 records, position 1234; no checkpoint written; run the same command again to resume
+    """
+    who = "the user (Ctrl-C)" if signum == signal.SIGINT else signal.Signals(signum).name
+    where = ", ".join(
+        f"{s.id}: {s.records:,} records, position {_short(s.position)}" for s in snap.sources
+    )
+    last = snap.last_checkpoint
+    epoch = f"last checkpoint epoch {last.epoch}" if last is not None else "no checkpoint written"
+    return (
+        f"stopped by {who} at {where or 'no source'}; {epoch}; run the same command again to resume"
+    )
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, dict) and isinstance(value.get("offset"), int):
+        value = value["offset"]  # a file's offset with the digest of the bytes before it
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _do_run(target: str, opts: dict[str, Any]) -> int:
     node = load_app(target)
     job = Job(node, **_job_options(opts))
-    job.install_signal_handlers()
+    job.install_signal_handlers(savepoint=opts["savepoint_on_stop"])
+    received = _note_stop_signals()
     reporter = None
     if not opts["quiet"]:
         reporter = ProgressReporter(job, sys.stdout, interval=opts["progress_interval"])
@@ -150,13 +270,22 @@ def _do_run(target: str, opts: dict[str, Any]) -> int:
     finally:
         if reporter is not None:
             reporter.stop()
-    if reporter is not None:
+    if received:
+        # said even with --quiet: the run did not finish, and this is how to go on
+        snap = job.metrics.read()
+        print(stopped_line(received[0], snap), file=sys.stderr)
+        if opts["savepoint_on_stop"] and job.last_savepoint is not None:
+            print(f"stopped with savepoint {job.last_savepoint}", file=sys.stderr)
+        if reporter is not None:
+            for line in summary_lines(snap)[1:]:  # the figures, without "done in ..."
+                print(line)
+    elif reporter is not None:
         reporter.summary()
     return 0
 
 
 @cli.command("run")
-@click.argument("target", metavar="APP.py:NAME")
+@click.argument("target", metavar="APP.py:NAME|MODULE:NAME")
 @click.option(
     "--checkpoint",
     "-c",
@@ -203,6 +332,8 @@ def _do_run(target: str, opts: dict[str, Any]) -> int:
     help="Let stateful nodes added since the checkpoint start empty.  "
     "[env: RIVERMARK_ALLOW_NEW_NODES]",
 )
+@_rename_option
+@_dropped_option
 @click.option(
     "--on-error",
     type=click.Choice(["raise", "skip"]),
@@ -246,12 +377,38 @@ def _do_run(target: str, opts: dict[str, Any]) -> int:
     metavar="ADDR",
     help="Address the page listens on.  [env: RIVERMARK_UI_ADDR]",
 )
+@_trust_option
+@click.option(
+    "--ui-access-log",
+    is_flag=True,
+    envvar="RIVERMARK_UI_ACCESS_LOG",
+    expose_value=False,
+    callback=_set_meta("ui_access_log"),
+    help="Log every request to the live page (at INFO level; off by default).  "
+    "[env: RIVERMARK_UI_ACCESS_LOG]",
+)
 @click.option(
     "--from-scratch",
     is_flag=True,
     envvar="RIVERMARK_FROM_SCRATCH",
     help="Set every checkpoint aside and start over, sinks included (empties output files).  "
     "[env: RIVERMARK_FROM_SCRATCH]",
+)
+@click.option(
+    "--from-savepoint",
+    default=None,
+    envvar="RIVERMARK_FROM_SAVEPOINT",
+    metavar="DIR[@EPOCH]",
+    help="Start from a savepoint: the newest in DIR (or URL), or DIR@EPOCH.  Into an empty "
+    "--checkpoint it is copied first; in its own location newer checkpoints are set aside.  "
+    "[env: RIVERMARK_FROM_SAVEPOINT]",
+)
+@click.option(
+    "--savepoint-on-stop",
+    is_flag=True,
+    envvar="RIVERMARK_SAVEPOINT_ON_STOP",
+    help="Make the final checkpoint of a stop by SIGTERM or Ctrl-C a savepoint.  "
+    "[env: RIVERMARK_SAVEPOINT_ON_STOP]",
 )
 @click.option(
     "--quiet",
@@ -273,12 +430,13 @@ def _do_run(target: str, opts: dict[str, Any]) -> int:
 @_logging_options
 @click.pass_context
 def run_command(ctx: click.Context, /, target: str, **opts: Any) -> int:
-    """Run APP.py:NAME as a checkpointed job.
+    """Run APP.py:NAME (or package.module:NAME) as a checkpointed job.
 
-    NAME is a module-level variable of APP.py holding a node of the graph
+    NAME is a module-level variable of the app holding a node of the graph
     (usually its source).  The job runs until every source is exhausted,
     writes a final checkpoint and exits 0; SIGTERM and Ctrl-C stop it the
-    same way.  Run it again on the same --checkpoint directory to resume.
+    same way and say where it stopped.  Run it again on the same
+    --checkpoint directory to resume.
 
     It says what it resumed from, shows progress (a live table on a
     terminal, a line every --progress-interval seconds otherwise) and ends
@@ -319,8 +477,11 @@ def graph_command(target: str, fmt: str) -> int:
 
 
 # ---------------------------------------------------------------- checkpoints
-def _store(directory: str) -> Store:
-    return insp.open_checkpoint_location(directory)
+def _store(directory: str, trust_store: bool = False) -> Store:
+    """The store at ``directory``, read with the configured checkpoint keys."""
+    store = insp.open_checkpoint_location(directory)
+    store.trust = Trust(Keyring.configured(), trust_store)
+    return store
 
 
 def _no_checkpoints(store: Store) -> int:
@@ -346,22 +507,41 @@ def _do_list(directory: str, as_json: bool) -> int:
     if not rows:
         print("no checkpoints")
         return 0
-    print(f"{'EPOCH':>12}  {'TIME (UTC)':<24}  {'STATE BYTES':>11}  {'SOURCES':>7}")
+    print(f"{'EPOCH':>12}  {'TIME (UTC)':<24}  {'KIND':<9}  {'STATE BYTES':>11}  {'SOURCES':>7}")
     for r in rows:
         if r["error"] is not None:
             print(f"{r['epoch']:>12}  DAMAGED: {r['error']}")
         else:
             print(
-                f"{r['epoch']:>12}  {insp.format_time(r['time']):<24}  "
+                f"{r['epoch']:>12}  {insp.format_time(r['time']):<24}  {r['kind']:<9}  "
                 f"{r['size']:>11} bytes  {r['sources']:>3}"
             )
     return 0
 
 
-def _do_show(
-    directory: str, epoch: int | None, state: str | None, max_chars: int, as_json: bool
-) -> int:
+def _do_prune(directory: str, keep: int, dry_run: bool, as_json: bool) -> int:
     store = _store(directory)
+    if not store.list_epochs():
+        return _no_checkpoints(store)
+    result = insp.prune_checkpoints(store, keep, dry_run)
+    if as_json:
+        _print_json({**result, "dry_run": dry_run})
+        return 0
+    verb = "would delete" if dry_run else "deleted"
+    gone = ", ".join(map(str, result["deleted"])) or "nothing"
+    print(f"{verb} {gone}; kept {', '.join(map(str, result['kept']))}")
+    return 0
+
+
+def _do_show(
+    directory: str,
+    epoch: int | None,
+    state: str | None,
+    max_chars: int,
+    as_json: bool,
+    trust_store: bool = False,
+) -> int:
+    store = _store(directory, trust_store)
     if not store.list_epochs():
         return _no_checkpoints(store)
     try:
@@ -406,27 +586,47 @@ def _print_checkpoint(info: dict[str, Any]) -> None:
         print(f"  sink {kid}: {handle!r}")
 
 
-def _do_verify(directory: str, epoch: int | None, as_json: bool) -> int:
-    store = _store(directory)
+#: how ``verify`` names each problem
+_PROBLEM = {
+    "damaged": "DAMAGED",
+    "unsigned": "UNSIGNED",
+    "foreign-signed": "FOREIGN-SIGNED",
+    "bad-signature": "BAD SIGNATURE",
+    "untrusted": "UNTRUSTED",
+}
+
+
+def _verify_line(r: dict[str, Any]) -> str:
+    if not r["ok"]:
+        return f"{r['epoch']:>12}  {_PROBLEM[r['problem']]}: {r['error']}"
+    sig = {"ok": ", signed", "unchecked": ", signed (not checked: no key)"}
+    return f"{r['epoch']:>12}  ok{sig.get(r['signature'], '')}"
+
+
+def _do_verify(directory: str, epoch: int | None, as_json: bool, trust_store: bool = False) -> int:
+    store = _store(directory, trust_store)
     results = insp.verify_checkpoints(store, epoch)
     if not results:
         return _no_checkpoints(store)
     if as_json:
         _print_json(results)
-    else:
-        for r in results:
+        return 0 if all(r["ok"] for r in results) else 1
+    for r in results:
+        print(_verify_line(r))
+    if epoch is None:
+        good = [r["epoch"] for r in results if r["ok"]]
+        if good:
+            print(f"{len(good)} of {len(results)} verify; a job resumes from {good[-1]}")
+        else:
             print(
-                f"{r['epoch']:>12}  ok" if r["ok"] else f"{r['epoch']:>12}  DAMAGED: {r['error']}"
+                f"none of {len(results)} verifies; a job refuses to start (restore a good "
+                "copy, or run with --from-scratch)"
             )
-        if epoch is None:
-            good = [r["epoch"] for r in results if r["ok"]]
-            if good:
-                print(f"{len(good)} of {len(results)} verify; a job resumes from {good[-1]}")
-            else:
-                print(
-                    f"none of {len(results)} verifies; a job refuses to start (restore a good "
-                    "copy, or run with --from-scratch)"
-                )
+    if store.trust.keyring is None and any(r["signature"] == "unsigned" for r in results):
+        print(
+            "checkpoints are not signed: set RIVERMARK_CHECKPOINT_KEY to sign them "
+            "(see docs/security.md)"
+        )
     return 0 if all(r["ok"] for r in results) else 1
 
 
@@ -451,6 +651,39 @@ def _do_diff(directory: str, a: int | None, b: int | None, as_json: bool) -> int
     if d["fingerprint_differs"]:
         print("  graph fingerprint differs")
     return 0
+
+
+def _do_diff_against(directory: str, target: str, opts: dict[str, Any], as_json: bool) -> int:
+    store = _store(directory)
+    node = load_app(target)
+    rules = UpgradeRules.checked(
+        opts["rename"], opts["allow_dropped_state"], opts["allow_new_nodes"]
+    )
+    manifest = None
+    for e in reversed(store.list_epochs()):
+        try:
+            manifest = store.load_chains(e)[0]
+            break
+        except CheckpointCorruptError as err:
+            print(f"rivermark: skipping damaged checkpoint {e}: {err}", file=sys.stderr)
+    if manifest is None:
+        return _no_checkpoints(store)
+    plan = plan_restore(manifest, node, rules)
+    ok = not plan.refused
+    if as_json:
+        _print_json(
+            {
+                "epoch": plan.epoch,
+                "restore": "would start" if ok else "refused",
+                "nodes": [d.as_dict() for d in plan.decisions],
+            }
+        )
+    else:
+        print(f"checkpoint {plan.epoch} of {insp.where(store)} into {target}:")
+        for d in plan.decisions:
+            print(f"  {d.action}: {d.node}: {d.detail}")
+        print("the restore would start" if ok else "the restore would be refused")
+    return 0 if ok else 2
 
 
 @cli.group("checkpoints")
@@ -479,7 +712,7 @@ def list_command(directory: str, as_json: bool) -> int:
 @click.option(
     "--state",
     metavar="NODE",
-    help="Print the state of node NODE (unpickled, pretty-printed); node ids are listed "
+    help="Print the state of node NODE (decoded, pretty-printed); node ids are listed "
     "by 'show' without --state.",
 )
 @click.option(
@@ -489,10 +722,16 @@ def list_command(directory: str, as_json: bool) -> int:
     show_default=True,
     help="Cut the printed state after this many characters (0: never).",
 )
+@_trust_option
 @_json_option
 @_logging_options
 def show_command(
-    directory: str, epoch: int | None, state: str | None, max_chars: int, as_json: bool
+    directory: str,
+    epoch: int | None,
+    state: str | None,
+    max_chars: int,
+    trust_store: bool,
+    as_json: bool,
 ) -> int:
     """Describe checkpoint EPOCH of DIR (default: the newest).
 
@@ -501,30 +740,140 @@ def show_command(
     handles.
     """
     _setup_logging(click.get_current_context())
-    return _do_show(directory, epoch, state, max_chars, as_json)
+    return _do_show(directory, epoch, state, max_chars, as_json, trust_store)
 
 
 @checkpoints.command("verify")
 @_dir_argument
 @click.argument("epoch", type=int, required=False)
+@_trust_option
 @_json_option
 @_logging_options
-def verify_command(directory: str, epoch: int | None, as_json: bool) -> int:
-    """Verify checksums of every checkpoint in DIR (or of EPOCH); exit 1 if one is damaged."""
+def verify_command(directory: str, epoch: int | None, trust_store: bool, as_json: bool) -> int:
+    """Verify every checkpoint in DIR (or EPOCH); exit 1 if one fails.
+
+    Checks checksums and, with the job's checkpoint key in the environment
+    (RIVERMARK_CHECKPOINT_KEY, RIVERMARK_CHECKPOINT_KEY_FILE), signatures:
+    unsigned, foreign-signed and bad-signature checkpoints fail.  State holding
+    pickled objects fails unless its checkpoint's signature verified or
+    --trust-store is given: loading it would run code.
+    """
     _setup_logging(click.get_current_context())
-    return _do_verify(directory, epoch, as_json)
+    return _do_verify(directory, epoch, as_json, trust_store)
+
+
+@checkpoints.command("prune")
+@_dir_argument
+@click.option(
+    "--keep",
+    type=click.IntRange(min=1),
+    required=True,
+    help="How many of the newest checkpoints to keep.",
+)
+@click.option("--dry-run", is_flag=True, help="Say what would be deleted; delete nothing.")
+@_json_option
+@_logging_options
+def prune_command(directory: str, keep: int, dry_run: bool, as_json: bool) -> int:
+    """Delete all but the newest --keep checkpoints of DIR.
+
+    A checkpoint that a kept one builds on (the base and deltas of its keyed
+    state) is kept too, so every checkpoint left restores.  Refused while a
+    job runs on DIR: a running job prunes to its own keep= itself.
+    """
+    _setup_logging(click.get_current_context())
+    return _do_prune(directory, keep, dry_run, as_json)
 
 
 @checkpoints.command("diff")
 @_dir_argument
 @click.argument("epoch", type=int, required=False)
 @click.argument("epoch2", type=int, required=False)
+@click.option(
+    "--against",
+    metavar="APP.py:NAME",
+    help="Instead: say what restoring the newest checkpoint into that app's graph would do "
+    "(kept, renamed, dropped, added, migrated, refused; exit 2 if refused), without running it.",
+)
+@_rename_option
+@_dropped_option
+@click.option(
+    "--allow-new-nodes", is_flag=True, help="With --against: as 'rivermark run --allow-new-nodes'."
+)
 @_json_option
 @_logging_options
-def diff_command(directory: str, epoch: int | None, epoch2: int | None, as_json: bool) -> int:
-    """Compare checkpoints EPOCH and EPOCH2 of DIR (default: the last two)."""
+def diff_command(
+    directory: str,
+    epoch: int | None,
+    epoch2: int | None,
+    against: str | None,
+    as_json: bool,
+    **rules: Any,
+) -> int:
+    """Compare checkpoints EPOCH and EPOCH2 of DIR (default: the last two).
+
+    With --against APP.py:NAME (and the upgrade options of 'rivermark run'),
+    print what a restore of the newest checkpoint that verifies into the
+    app's graph would do, one line per node; exit 0 if it would start, 2 if
+    it would be refused.  Migrations are Python and come from the app's own
+    Job: a changed node shows as refused here.
+    """
     _setup_logging(click.get_current_context())
+    if against is not None:
+        if epoch is not None:
+            raise click.UsageError("--against compares the newest checkpoint: give no EPOCH")
+        return _do_diff_against(directory, against, rules, as_json)
     return _do_diff(directory, epoch, epoch2, as_json)
+
+
+# ---------------------------------------------------------------- ui
+def _do_ui(directory: str, port: int, addr: str) -> int:
+    import asyncio
+    import signal
+
+    from .observe.history import HistoryServer
+
+    server = HistoryServer(_store(directory), port, addr)
+
+    async def serve() -> None:
+        await server.start()
+        print(f"serving the checkpoint history of {directory} at {server.url}", flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await stop.wait()
+        finally:
+            await server.stop()
+
+    asyncio.run(serve())
+    return 0
+
+
+@cli.command("ui")
+@_dir_argument
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8080,
+    show_default=True,
+    help="TCP port of the page (0: a free one, printed).",
+)
+@click.option(
+    "--addr",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to listen on (loopback by default; see docs/security.md).",
+)
+@_logging_options
+def ui_command(directory: str, port: int, addr: str) -> int:
+    """Serve a page with the checkpoint history of DIR (a job that ran or runs there).
+
+    One row per retained checkpoint: time, kind, state size per node, each
+    source's position.  Reads the store only; stops on Ctrl-C or SIGTERM.
+    """
+    _setup_logging(click.get_current_context())
+    return _do_ui(directory, port, addr)
 
 
 # ---------------------------------------------------------------- entry point
@@ -550,13 +899,20 @@ def main(argv: list[str] | None = None) -> int:
     except click.Abort:
         print("rivermark: aborted", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        # Ctrl-C before the job's own handlers are in place (e.g. while starting)
+        print(
+            "rivermark: interrupted (Ctrl-C) before the job started; nothing was run",
+            file=sys.stderr,
+        )
+        return 130
     except click.ClickException as e:
         print(f"rivermark: error: {e.format_message()}", file=sys.stderr)
         return e.exit_code
     except RivermarkError as e:
         msg = str(e)
         print(msg if msg.startswith("rivermark") else f"rivermark: {msg}", file=sys.stderr)
-        return e.exit_code
+        return exit_code_of(e)
     except OSError as e:
         logger.debug("rivermark failed", exc_info=True)
         print(f"rivermark: {e}", file=sys.stderr)

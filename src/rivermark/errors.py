@@ -18,9 +18,11 @@ __all__ = [
     "NodeFailedError",
     "ChangedFileError",
     "FileInUseError",
+    "InputDecodeError",
     "ErrorContext",
     "add_context",
     "describe",
+    "exit_code_of",
 ]
 
 
@@ -33,6 +35,33 @@ class RivermarkError(Exception):
     """
 
     exit_code: int = 2
+    #: the exit status of a job this error ends, whichever error of the job
+    #: wraps it (e.g. "the broker was unreachable" is 2 wherever it is noticed)
+    job_exit_code: int | None = None
+
+
+def exit_code_of(error: RivermarkError) -> int:
+    """The ``rivermark`` command's exit status for ``error``.
+
+    The first error in its chain of causes that declares a ``job_exit_code``
+    decides; else ``error.exit_code``.
+
+    >>> class Down(RivermarkError):
+    ...     job_exit_code = 2
+    >>> wrapper = RivermarkError("the job failed"); wrapper.exit_code = 1
+    >>> wrapper.__cause__ = Down("the broker was unreachable")
+    >>> exit_code_of(wrapper), exit_code_of(RivermarkError("bad option"))
+    (2, 2)
+    """
+    seen: set[int] = set()
+    cur: BaseException | None = error
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        code = getattr(cur, "job_exit_code", None)
+        if isinstance(code, int):
+            return code
+        cur = cur.__cause__ or cur.__context__
+    return error.exit_code
 
 
 class ConfigurationError(RivermarkError, ValueError):
@@ -80,6 +109,10 @@ class ChangedFileError(ConfigurationError):
 
 class FileInUseError(ConfigurationError):
     """Another job (or another sink of this job) holds the lock of an output file."""
+
+
+class InputDecodeError(RivermarkError, ValueError):
+    """A source read bytes that its encoding cannot decode (the message names the byte offset)."""
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,15 @@ access and registers it with :meth:`Stream.register_api` (sources as
 taken by a built-in (or by an earlier plugin) is not installed: a warning
 names the distribution and the name, and the built-in stays.
 
+The same lazy attributes open streamz's doors to the optional layers: each
+name in :data:`DOORS` (``scatter``, ``to_dataframe``, ``to_batch``, the
+notebook display) is defined once, by the module that implements it, which
+registers it on :class:`~rivermark.Stream` when imported;
+:func:`register_doors` (run when ``rivermark`` is imported) installs a stand-in
+that imports that module on first call.  :func:`door` finds a function in
+another layer the same way (``from_kafka_batched(dask=True)`` reaches Dask
+through it), so connectors do not import each other.
+
 >>> from rivermark import Stream
 >>> from rivermark.plugins import GROUPS
 >>> sorted(GROUPS)
@@ -30,7 +39,7 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Callable
-from importlib import metadata
+from importlib import import_module, metadata
 from typing import Any
 
 from .core.node import Stream, identity
@@ -45,8 +54,13 @@ __all__ = [
     "PluginTypeError",
     "PluginWarning",
     "register_entry_point",
+    "register_plugin_entry_point",
     "register_all",
     "load_plugins",
+    "DOORS",
+    "LAYER_FUNCTIONS",
+    "register_doors",
+    "door",
 ]
 
 #: entry-point group -> the ``register_api`` modifier for its members
@@ -210,6 +224,20 @@ def register_entry_point(
     return True
 
 
+def register_plugin_entry_point(
+    cls: type, entry_point: Any, modifier: Callable[[Any], Any] = identity
+) -> None:
+    """``Stream.register_plugin_entry_point``: a lazily loaded plugin from an entry point.
+
+    A name that is taken raises :class:`PluginNameError` (a ``ValueError``), as in streamz.
+    """
+    register_entry_point(cls, entry_point, modifier, strict=True)
+
+
+# a classmethod of Stream, as in streamz (installed here: the engine does not import plugins)
+setattr(Stream, "register_plugin_entry_point", classmethod(register_plugin_entry_point))  # noqa: B010
+
+
 def register_all() -> list[str]:
     """Install a lazy attribute for every plugin entry point; returns the new names.
 
@@ -237,3 +265,76 @@ def load_plugins() -> dict[str, type]:
     """
     register_all()
     return {name: stub.get_plugin() for name, stub in _REGISTERED.items()}
+
+
+#: ``Stream`` attribute -> the module that defines it and registers it on import
+DOORS: dict[str, str] = {
+    "scatter": "rivermark.dask.core",
+    "to_dataframe": "rivermark.dataframe.core",
+    "to_batch": "rivermark.batch",
+    "_ipython_display_": "rivermark.observe.notebook",
+}
+
+#: a function one layer calls in another -> ``module:attribute`` of its definition
+LAYER_FUNCTIONS: dict[str, str] = {
+    "from_kafka_batched_dask": "rivermark.dask.kafka:from_kafka_batched_dask",
+}
+
+
+class _LazyDoor:
+    """A ``Stream`` attribute standing in for a door until it is first called.
+
+    Looking the attribute up imports nothing (``hasattr`` stays cheap and true
+    without the optional dependency); calling it imports :attr:`module`, whose
+    ``register_api`` replaces this stand-in, and calls the real attribute.
+    """
+
+    def __init__(self, cls: type, name: str, module: str) -> None:
+        self.cls = cls
+        self.name = name
+        self.module = module
+        self.__doc__ = f"Defined by {module} (imported on first call)."
+
+    def load(self) -> Any:
+        """Import the module that defines the door; the class's real attribute."""
+        import_module(self.module)
+        real = self.cls.__dict__.get(self.name)
+        if real is None or real is self:
+            raise PluginError(
+                f"{self.cls.__name__}.{self.name}: importing {self.module} did not register it; "
+                f"the module must register {self.name!r} with {self.cls.__name__}.register_api"
+            )
+        return real
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            real = self.load()
+            bound = real.__get__(obj, owner if owner is not None else type(obj))
+            return bound(*args, **kwargs)
+
+        call.__name__ = self.name
+        call.__doc__ = self.__doc__
+        return call
+
+
+def register_doors(cls: type = Stream) -> None:
+    """Install the stand-in of every door of :data:`DOORS` that ``cls`` does not have yet.
+
+    >>> register_doors()
+    >>> callable(Stream().to_batch)
+    True
+    """
+    for name, module in DOORS.items():
+        if _class_attr(cls, name) is None:
+            setattr(cls, name, _LazyDoor(cls, name, module))
+
+
+def door(name: str) -> Callable[..., Any]:
+    """The function ``name`` of :data:`LAYER_FUNCTIONS`, importing its module.
+
+    >>> door("from_kafka_batched_dask").__module__
+    'rivermark.dask.kafka'
+    """
+    module, _, attribute = LAYER_FUNCTIONS[name].partition(":")
+    found: Callable[..., Any] = getattr(import_module(module), attribute)
+    return found

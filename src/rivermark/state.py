@@ -46,21 +46,27 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["KeyedState", "KeyedDelta", "DELETED", "as_keyed"]
+__all__ = ["KeyedState", "KeyedDelta", "DELETED", "as_keyed", "no_default"]
 
 
-class _Deleted:
-    """Marks a key deleted in a delta; pickles to the same object."""
+class _Marker:
+    """A named marker value; pickles to the module-level object of its name."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
 
     def __repr__(self) -> str:
-        return "DELETED"
+        return self.name
 
     def __reduce__(self) -> str:
-        return "DELETED"
+        return self.name
 
 
 #: the value of a key that was deleted, in a delta
-DELETED = _Deleted()
+DELETED = _Marker("DELETED")
+
+#: marker for "take the first record as the start state" in ``accumulate``
+no_default = _Marker("no_default")
 
 _lineages = itertools.count(1)
 

@@ -14,29 +14,40 @@ no capabilities, so the mode bits apply.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from rivermark.testing import wait_for
 
 RIVERMARK = str(Path(sys.executable).parent / "rivermark")
 MAX_LINES = 4
 
 
 def run(
-    *args: str, env: dict[str, str] | None = None, prefix: tuple[str, ...] = ()
+    *args: str,
+    env: dict[str, str] | None = None,
+    prefix: tuple[str, ...] = (),
+    cwd: Path | None = None,
+    command: tuple[str, ...] = (RIVERMARK,),
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*prefix, RIVERMARK, *args],
+        [*prefix, *command, *args],
         capture_output=True,
         text=True,
         timeout=120,
         env={**os.environ, **(env or {})},
+        cwd=cwd,
     )
 
 
@@ -45,6 +56,7 @@ def assert_clear(res: subprocess.CompletedProcess[str], code: int, *needles: str
     assert res.returncode == code, (res.returncode, err)
     assert "Traceback" not in err, err
     assert "Task was destroyed" not in err, err
+    assert "Invalid file descriptor" not in err, err
     assert 1 <= len(err.strip().splitlines()) <= MAX_LINES, err
     for n in needles:
         assert n in err, (n, err)
@@ -279,3 +291,121 @@ def test_input_truncated_below_the_checkpoint(tmp_path: Path) -> None:
     assert_clear(
         run(*args), 2, f"{str(inp)!r} has 2 bytes", f"checkpointed position {size}", "on_changed"
     )
+
+
+@pytest.mark.parametrize("code", [3, 0])
+def test_app_calling_sys_exit_at_import_says_so_and_keeps_the_status(
+    tmp_path: Path, code: int
+) -> None:
+    app = write_app(tmp_path, f"import sys\nsys.exit({code})\n")
+    ckpt = tmp_path / "c"
+    err = assert_clear(
+        run("run", f"{app}:source", "--checkpoint", str(ckpt)),
+        code,
+        f"rivermark run: {str(app)!r} called sys.exit({code}) while being imported; "
+        f"nothing was run (exit status {code})",
+    )
+    assert len(err.strip().splitlines()) == 1, err
+    assert not ckpt.exists()
+
+
+def test_module_target_and_python_dash_m(tmp_path: Path) -> None:
+    pkg = tmp_path / "jobs"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    out = tmp_path / "out.txt"
+    (pkg / "doubling.py").write_text(GOOD.format(n=50, out=str(out)))
+    # package.module:name, found from the working directory, via 'python -m rivermark'
+    res = run(
+        "run",
+        "jobs.doubling:source",
+        "--checkpoint",
+        str(tmp_path / "c"),
+        "--quiet",
+        cwd=tmp_path,
+        command=(sys.executable, "-m", "rivermark"),
+    )
+    assert res.returncode == 0, res.stderr
+    assert out.read_text().split() == [str(2 * i) for i in range(50)]
+    err = assert_clear(
+        run("run", "jobs.nosuch:source", "--checkpoint", str(tmp_path / "c"), cwd=tmp_path),
+        2,
+        "no module named 'jobs.nosuch'",
+    )
+    assert "package.module:name" in err
+    res = run("--help", command=(sys.executable, "-m", "rivermark"))
+    assert res.returncode == 0 and "Usage: rivermark" in res.stdout, res
+
+
+def test_logging_options_are_described_once_and_accepted_everywhere(tmp_path: Path) -> None:
+    top = run("--help")
+    assert "--log-level" in top.stdout and "--log-format" in top.stdout
+    for sub in (("run",), ("graph",), ("checkpoints", "list")):
+        res = run(*sub, "--help")
+        assert res.returncode == 0, res.stderr
+        assert "--log-level" not in res.stdout and "--verbose" not in res.stdout, res.stdout
+    # after the subcommand's name as well as before it
+    app = write_app(tmp_path, GOOD.format(n=3, out=str(tmp_path / "out.txt")))
+    for args in (
+        ("graph", f"{app}:source", "--log-level", "DEBUG"),
+        ("-v", "graph", f"{app}:source"),
+    ):
+        res = run(*args)
+        assert res.returncode == 0 and "digraph" in res.stdout, res.stderr
+
+
+SLOW = """\
+import time
+from rivermark import Stream
+
+def slow(x):
+    time.sleep(0.01)
+    return x
+
+source = Stream.from_iterable(list(range({n})), name="numbers")
+source.map(slow).accumulate(lambda a, x: a + x, start=0, name="sum").sink_to_list()
+"""
+
+
+def test_json_checkpoint_lines_carry_duration_pause_and_size(tmp_path: Path) -> None:
+    app = write_app(tmp_path, SLOW.format(n=20))
+    res = run("run", f"{app}:source", "-c", str(tmp_path / "c"), "-q", "-v", "--log-format", "json")
+    assert res.returncode == 0, res.stderr
+    lines = [json.loads(line) for line in res.stderr.splitlines()]
+    written = [r for r in lines if r["message"].startswith("checkpoint ")]
+    assert [r["epoch"] for r in written] == [1, 2], res.stderr  # at start, at the end
+    for r in written:
+        assert r["size_bytes"] > 0 and r["duration_seconds"] >= 0 and r["pause_seconds"] >= 0
+        assert f"{r['size_bytes']} bytes" in r["message"]
+
+
+@pytest.mark.parametrize("asked", [False, True])
+def test_live_page_access_log_only_when_asked(tmp_path: Path, asked: bool) -> None:
+    app = write_app(tmp_path, SLOW.format(n=100_000))
+    errlog = tmp_path / "stderr.txt"
+    cmd = [RIVERMARK, "run", f"{app}:source", "-c", str(tmp_path / "c"), "-q", "-v", "--ui", "0"]
+    with errlog.open("w") as errfile:
+        proc = subprocess.Popen([*cmd, *(["--ui-access-log"] if asked else [])], stderr=errfile)
+    try:
+        url: list[str] = []
+
+        def served() -> bool:
+            m = re.search(r"serving the live pipeline page at (\S+)", errlog.read_text())
+            if m:
+                url.append(m.group(1))
+            return bool(m)
+
+        wait_for(served, timeout=120)
+        with urllib.request.urlopen(url[0], timeout=60) as page:
+            assert page.status == 200
+        if asked:
+            wait_for(lambda: '"GET / HTTP' in errlog.read_text(), timeout=60)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 0, errlog.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    err = errlog.read_text()
+    assert ('"GET / HTTP' in err) is asked, err
+    assert "checkpoint 1 written" in err  # -v was on in both runs

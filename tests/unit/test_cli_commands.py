@@ -46,16 +46,21 @@ def test_version_and_help_of_every_command() -> None:
     assert res.returncode == 0 and res.stdout.startswith("rivermark, version ")
     for cmd, words in [
         ((), "Run an app"),
-        (("run",), "Run APP.py:NAME as a checkpointed job"),
+        (("run",), "Run APP.py:NAME (or package.module:NAME) as a checkpointed job"),
         (("checkpoints",), "Inspect a checkpoint directory"),
         (("checkpoints", "list"), "List the checkpoints"),
         (("checkpoints", "show"), "Describe checkpoint EPOCH"),
-        (("checkpoints", "verify"), "Verify checksums"),
+        (("checkpoints", "verify"), "Verify every checkpoint in DIR"),
         (("checkpoints", "diff"), "Compare checkpoints"),
     ]:
         res = run_cli(*cmd, "--help")
         assert res.returncode == 0, (cmd, res.stderr)
-        assert words in res.stdout and "--log-level" in res.stdout, cmd
+        assert words in res.stdout, cmd
+        # the logging options are described once, in the top-level help, and
+        # accepted by every subcommand
+        assert ("--log-level" in res.stdout) == (cmd == ()), cmd
+        res = run_cli(*cmd, "--log-level", "info", "--help")
+        assert res.returncode == 0 and words in res.stdout, (cmd, res.stderr)
 
 
 def test_every_job_option_has_a_flag_and_an_env_var() -> None:
@@ -78,6 +83,8 @@ def test_every_job_option_has_a_flag_and_an_env_var() -> None:
         (["run", "app.py:x"], "Missing option '--checkpoint'"),
         (["run", "app.py:x", "-c", "d", "--keep", "0"], "'--keep'"),
         (["run", "app.py:x", "-c", "d", "--on-error", "ignore"], "'ignore'"),
+        (["run", "app.py:x", "-c", "d", "--rename", "sum"], "'sum' is not OLD=NEW"),
+        (["run", "app.py:x", "-c", "d", "--rename", "a=b", "--rename", "a=c"], "renamed twice"),
         (["checkpoints", "show", "d", "--bogus"], "No such option '--bogus'"),
         (["checkpoints", "lst", "d"], "No such command 'lst'"),
         (["--log-level", "loud", "checkpoints", "list", "d"], "'loud'"),

@@ -8,27 +8,142 @@ from pathlib import Path
 import rivermark
 
 PKG = Path(rivermark.__file__).resolve().parent
+#: the engine: graph shape, data flow and the fast path's machinery
+ENGINE = ("rivermark.core", "rivermark.fastpath")
 
 
-def _imports(path: Path, top_level_only: bool) -> set[str]:
-    """Absolute names of the rivermark modules imported by ``path``."""
-    tree = ast.parse(path.read_text(), filename=str(path))
-    parts = path.relative_to(PKG.parent).with_suffix("").parts
-    package = parts[:-1] if parts[-1] != "__init__" else parts[:-1]
-    nodes = tree.body if top_level_only else list(ast.walk(tree))
-    found: set[str] = set()
-    for node in nodes:
+def _is_type_checking(node: ast.AST) -> bool:
+    """``if TYPE_CHECKING:`` (or ``if typing.TYPE_CHECKING:``)."""
+    if not isinstance(node, ast.If):
+        return False
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+class _ImportFinder(ast.NodeVisitor):
+    """The import statements of a module, each with where it is (nested, type checking only)."""
+
+    def __init__(self) -> None:
+        self.found: list[tuple[ast.Import | ast.ImportFrom, bool, bool]] = []
+        self.depth = 0
+        self.typing = 0
+
+    def visit_If(self, node: ast.If) -> None:
+        if not _is_type_checking(node):
+            self.generic_visit(node)
+            return
+        self.typing += 1
+        for child in node.body:
+            self.visit(child)
+        self.typing -= 1
+        for child in node.orelse:
+            self.visit(child)
+
+    def _nested(self, node: ast.AST) -> None:
+        self.depth += 1
+        self.generic_visit(node)
+        self.depth -= 1
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = visit_Lambda = _nested
+
+    def visit_Import(self, node: ast.Import) -> None:
+        self.found.append((node, self.depth > 0, self.typing > 0))
+
+    visit_ImportFrom = visit_Import  # type: ignore[assignment]
+
+
+def _imported(path: Path, top_level_only: bool, typing_too: bool) -> list[tuple[str, list[str]]]:
+    """Each rivermark import of ``path``: the module named and the names taken from it."""
+    finder = _ImportFinder()
+    finder.visit(ast.parse(path.read_text(), filename=str(path)))
+    package = path.relative_to(PKG.parent).with_suffix("").parts[:-1]
+    found: list[tuple[str, list[str]]] = []
+    for node, nested, typing_only in finder.found:
+        if (nested and top_level_only) or (typing_only and not typing_too):
+            continue
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = list(package[: len(package) - node.level + 1])
                 name = ".".join(base + ([node.module] if node.module else []))
             else:
                 name = node.module or ""
-            if name.startswith("rivermark"):
-                found.add(name)
-                found.update(f"{name}.{a.name}" for a in node.names)
-        elif isinstance(node, ast.Import):
-            found.update(a.name for a in node.names if a.name.startswith("rivermark"))
+            found.append((name, [a.name for a in node.names]))
+        else:
+            found.extend((a.name, []) for a in node.names)
+    return [(name, names) for name, names in found if name.startswith("rivermark")]
+
+
+def _imports(path: Path, top_level_only: bool, typing_too: bool = True) -> set[str]:
+    """Absolute names of the rivermark modules (and names in them) imported by ``path``.
+
+    ``top_level_only``: the imports at module level (not those inside a
+    function or class); ``typing_too``: also those made only for type checking.
+    """
+    found: set[str] = set()
+    for name, names in _imported(path, top_level_only, typing_too):
+        found.add(name)
+        found.update(f"{name}.{n}" for n in names)
+    return found
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PKG.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(typing_too: bool) -> dict[str, set[str]]:
+    """Module -> the rivermark modules it imports anywhere (inside functions too).
+
+    ``from package import name`` is an import of ``package.name`` when that is
+    a module, else of ``package`` itself (its ``__init__``).
+    """
+    paths = {_module_name(p): p for p in _modules()}
+    graph: dict[str, set[str]] = {}
+    for module, path in paths.items():
+        edges: set[str] = set()
+        for name, names in _imported(path, top_level_only=False, typing_too=typing_too):
+            if not names:
+                edges.add(name)
+            for n in names:
+                edges.add(f"{name}.{n}" if f"{name}.{n}" in paths else name)
+        graph[module] = {e for e in edges if e in paths and e != module}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The import circles: strongly connected sets of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[set[str]] = []
+
+    def connect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            members = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                members.add(w)
+                if w == v:
+                    break
+            if len(members) > 1:
+                found.append(members)
+
+    for v in sorted(graph):
+        if v not in index:
+            connect(v)
     return found
 
 
@@ -45,18 +160,21 @@ def test_production_code_imports_nothing_from_rivermark_testing() -> None:
     assert {k: v for k, v in offenders.items() if v} == {}
 
 
-def test_the_engine_imports_only_itself_and_the_errors_at_module_level() -> None:
-    # the engine may use the fast path's machinery, never the operators' kernels
+def test_the_engine_imports_only_itself_and_the_errors() -> None:
+    # anywhere, inside functions too: the engine may use the fast path's
+    # machinery, never the operators' kernels, a connector or a display;
+    # ``streamz_names`` answers ``rivermark.core.<streamz name>`` by name
     allowed = (
         "rivermark.core",
         "rivermark.errors",
         "rivermark.fastpath.codegen",
         "rivermark.fastpath.push",
+        "rivermark.streamz_names",
     )
     offenders = {
         str(p.relative_to(PKG)): sorted(
             i
-            for i in _imports(p, True)
+            for i in _imports(p, False)
             if not i.startswith(allowed) and i != "rivermark.fastpath"  # the package itself
         )
         for p in _modules("core")
@@ -80,3 +198,59 @@ def test_checkpoint_does_not_depend_on_connectors_or_dataframes() -> None:
         for p in _modules("checkpoint")
     }
     assert {k: v for k, v in offenders.items() if v} == {}
+
+
+def _engine(module: str) -> bool:
+    return module.startswith(ENGINE)
+
+
+def test_no_import_circle_passes_through_the_engine() -> None:
+    # counting every import a module runs, inside functions too
+    through = [sorted(c) for c in circles(import_graph(typing_too=False)) if any(map(_engine, c))]
+    assert through == []
+
+
+def test_the_engines_type_only_imports_stay_inside_the_engine() -> None:
+    # ``if TYPE_CHECKING:`` imports name the engine's own types (``Stream`` in
+    # annotations) in a circle of engine modules; none reaches out of it
+    mixed = [
+        sorted(c)
+        for c in circles(import_graph(typing_too=True))
+        if any(map(_engine, c)) and not all(map(_engine, c))
+    ]
+    assert mixed == []
+
+
+def test_the_circle_finder_sees_an_import_inside_a_function(tmp_path: Path) -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert circles(graph) == [{"a", "b", "c"}]
+    module = tmp_path / "m.py"
+    module.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from rivermark.core.node import Stream\n"
+        "def f():\n    from rivermark.dask import scatter\n"
+    )
+    finder = _ImportFinder()
+    finder.visit(ast.parse(module.read_text()))
+    assert [(type(n).__name__, nested, typing) for n, nested, typing in finder.found] == [
+        ("ImportFrom", False, False),
+        ("ImportFrom", False, True),
+        ("ImportFrom", True, False),
+    ]
+
+
+def test_every_module_logs_under_its_own_name() -> None:
+    # a module split off another logs as itself, not as the module it came from
+    named = {}
+    for p in _modules():
+        for node in ast.walk(ast.parse(p.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "getLogger"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and str(node.args[0].value).startswith("rivermark")
+            ):
+                named[str(p.relative_to(PKG))] = node.args[0].value
+    assert named == {}

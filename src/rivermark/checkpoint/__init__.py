@@ -21,12 +21,17 @@ from .errors import (
     ObjectStoreError,
     UnaccountedOutputError,
 )
+from .handle import JobHandle
+from .inspection import CheckpointContents, read
 from .job import Job
 from .manifest import Manifest
 from .store import LocalDirectoryStore, Store, open_store
 
 __all__ = [
     "Job",
+    "read",
+    "CheckpointContents",
+    "JobHandle",
     "Store",
     "LocalDirectoryStore",
     "open_store",

@@ -94,3 +94,21 @@ class ObjectStoreError(CheckpointError):
     The checkpoints already written are unchanged; the one being written, if
     any, has no manifest and therefore does not exist.
     """
+
+
+class UntrustedStateError(CheckpointError):
+    """A checkpoint's state holds pickled objects and the checkpoint is not trusted.
+
+    Unpickling runs code, so it is done only for a checkpoint whose
+    signature verified, or when the user trusts the store explicitly
+    (``--trust-store``, ``Job(trust_store=True)``).
+    """
+
+
+class CheckpointSignatureError(CheckpointCorruptError):
+    """A checkpoint is unsigned, signed with a key this job lacks, or its signature is wrong."""
+
+    def __init__(self, message: str, status: str) -> None:
+        super().__init__(message)
+        #: ``unsigned``, ``foreign-signed`` or ``bad-signature``
+        self.status = status

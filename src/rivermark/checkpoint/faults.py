@@ -16,6 +16,10 @@ mounted).  The one point of this kind, ``checkpoint-write``, sits in
 ``LocalDirectoryStore.write_checkpoint`` after the checkpoint's directory
 was created and before its first state file is written.
 
+``savepoint-after-state-files`` is passed only by a savepoint, right after
+``after-state-files`` (a savepoint's state files are written, its manifest
+not yet); it is not in :data:`FAULT_POINTS`, which every checkpoint passes.
+
 >>> fault_point("after-manifest")  # RIVERMARK_FAULT is unset: nothing happens
 """
 

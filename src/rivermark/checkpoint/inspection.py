@@ -24,6 +24,8 @@ errors, exit status 2); a damaged manifest raises
 [1, 2]
 >>> read_node_state(store, 2, "total")
 {'state': 6}
+>>> verify_checkpoints(store)[-1]["signature"]
+'unsigned'
 """
 
 from __future__ import annotations
@@ -31,26 +33,36 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import pickle
 import pprint
 import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigurationError
-from .errors import CheckpointCorruptError, CheckpointNotFoundError, NotACheckpointDirectoryError
+from . import codec
+from .errors import (
+    CheckpointCorruptError,
+    CheckpointNotFoundError,
+    CheckpointSignatureError,
+    NotACheckpointDirectoryError,
+)
 from .keyed import materialise
 from .manifest import Manifest
+from .signing import Keyring, Trust
 from .store import LocalDirectoryStore, Store, open_store
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "CheckpointContents",
+    "read",
     "open_checkpoint_location",
     "where",
     "list_checkpoints",
     "show_checkpoint",
+    "checkpoint_history",
     "verify_checkpoints",
     "diff_checkpoints",
     "describe_position",
@@ -117,12 +129,58 @@ def list_checkpoints(store: Store) -> list[dict[str, Any]]:
                 "epoch": e,
                 "time": m.time,
                 "size": m.total_size,
+                "kind": kind_of(m),
                 "sources": len(m.positions),
                 "state_files": len(m.state),
                 "error": None,
             }
         )
     return rows
+
+
+def checkpoint_history(store: Store) -> list[dict[str, Any]]:
+    """:func:`list_checkpoints` with each checkpoint's positions explained and state per node.
+
+    What ``rivermark ui DIR`` shows of a job that ran on ``store``; damaged
+    checkpoints keep their row with the error.
+    """
+    rows = list_checkpoints(store)
+    for row in rows:
+        if row["error"] is not None:
+            continue
+        try:
+            shown = show_checkpoint(store, row["epoch"])
+        except CheckpointCorruptError as err:  # damaged since it was listed
+            row["error"] = str(err)
+            continue
+        row["positions"] = {sid: " / ".join(p["meaning"]) for sid, p in shown["positions"].items()}
+        row["state"] = {nid: int(info.get("size", 0)) for nid, info in shown["state"].items()}
+    return rows
+
+
+def kind_of(m: Manifest) -> str:
+    """``"savepoint"``, ``"delta"`` if some keyed state of ``m`` builds on an older one, or ``"full"``."""
+    if m.savepoint:
+        return "savepoint"
+    return "delta" if any(link["base"] < m.epoch for link in m.chains.values()) else "full"
+
+
+def prune_checkpoints(store: Store, keep: int, dry_run: bool = False) -> dict[str, Any]:
+    """Delete all but the newest ``keep`` checkpoints of ``store``, as the job's retention does.
+
+    A checkpoint that a kept one's delta chain needs stays (see
+    :meth:`Store.prunable`).  The store's lock is taken first, so a job
+    running on the store refuses the prune (it prunes itself to its own
+    ``keep``).  Returns the epochs ``deleted`` (or, with ``dry_run``, those
+    that would be) and the epochs ``kept``.
+    """
+    store.lock()
+    try:
+        epochs = store.list_epochs()
+        doomed = store.prunable(epochs, keep) if dry_run else store.prune(keep)
+    finally:
+        store.unlock()
+    return {"deleted": doomed, "kept": [e for e in epochs if e not in doomed]}
 
 
 def _pick_epoch(store: Store, epoch: int | None) -> int:
@@ -272,8 +330,25 @@ def chain_sizes(store: Store, epoch: int, node: str) -> dict[str, Any]:
     raise CheckpointCorruptError(f"checkpoint {epoch}: the chain of {node!r} has no base")
 
 
+def _untrusted(store: Store, epoch: int, node: str, status: str) -> str:
+    """Why the pickled state of ``node`` is not loaded, and the remedy."""
+    return (
+        f"checkpoint {epoch} in {where(store)}: the state of {node!r} holds pickled objects "
+        f"(an older rivermark's state, or objects of the app's own classes) and unpickling "
+        f"runs code, but the checkpoint is {status}; set the job's checkpoint key "
+        "(RIVERMARK_CHECKPOINT_KEY or RIVERMARK_CHECKPOINT_KEY_FILE) to read signed "
+        "checkpoints, or pass --trust-store if you trust whoever can write the store"
+    )
+
+
 def read_node_state(store: Store, epoch: int | None, node: str) -> Any:
-    """The unpickled state of ``node`` in checkpoint ``epoch`` (default: the newest)."""
+    """The decoded state of ``node`` in checkpoint ``epoch`` (default: the newest).
+
+    Pickled parts are loaded only from a checkpoint whose signature verified
+    with the store's keys, or when the store is trusted (``store.trust``);
+    otherwise :class:`~rivermark.checkpoint.errors.UntrustedStateError` is
+    raised before any of it is unpickled.
+    """
     e = _pick_epoch(store, epoch)
     m: Manifest = store.load_manifest(e)
     if node not in m.state:
@@ -282,18 +357,94 @@ def read_node_state(store: Store, epoch: int | None, node: str) -> Any:
             f"checkpoint {e} has no state for node {node!r}; nodes with state: "
             f"{', '.join(known) if known else '(none)'}"
         )
-    if node in m.chains:
-        _, chains = store.load_chains(e)
-        rest, content = materialise(chains[node])
-        return {**rest, **content}
-    data = store.read_state(e, node)
+    chains = store.load_chains(e)[1] if node in m.chains else {}
+    return _decoded(store, e, m, node, chains)
+
+
+def _decoded(store: Store, e: int, m: Manifest, node: str, chains: dict[str, list[bytes]]) -> Any:
+    """The state of ``node`` in checkpoint ``e`` (``chains``: its delta chain's blobs)."""
+    allow = store.trust.allow_pickle(m.signature_status)
+    why = _untrusted(store, e, node, m.signature_status)
     try:
-        return pickle.loads(data)
-    except Exception as err:  # a class that is not importable here, a damaged file
+        if node in m.chains:
+            rest, content = materialise(chains[node], allow_pickle=allow, what=why)
+            return {**rest, **content}
+        return codec.loads(store.read_state(e, node), allow_pickle=allow, what=why)
+    except CheckpointCorruptError:
+        raise
+    except (ValueError, ImportError, AttributeError, EOFError, TypeError) as err:
+        # a class that is not importable here, a damaged file
         raise CheckpointCorruptError(
-            f"checkpoint {e}: the state of {node!r} does not unpickle here "
-            f"({type(err).__name__}: {err}); run this where the job's code is importable"
+            f"checkpoint {e}: the state of {node!r} does not decode here "
+            f"({type(err).__name__}: {err}); if it holds objects of the app's classes, "
+            "run this where the job's code is importable"
         ) from err
+
+
+@dataclass(frozen=True)
+class CheckpointContents:
+    """What one checkpoint holds, decoded: see :func:`read`."""
+
+    epoch: int
+    #: node id -> the node's state as its ``get_state()`` returned it (keyed
+    #: state as plain dicts, delta chains resolved)
+    state: dict[str, Any]
+    #: source id -> position
+    positions: dict[str, Any]
+    #: sink id -> handle
+    sinks: dict[str, Any]
+
+
+def read(
+    location: str | os.PathLike[str] | Store,
+    epoch: int | None = None,
+    *,
+    checkpoint_key: Any = None,
+    trust_store: bool = False,
+) -> CheckpointContents:
+    """The state of every node and the positions in a checkpoint, as Python objects.
+
+    ``location`` is a checkpoint directory, a store URL or a
+    :class:`~rivermark.checkpoint.Store`.  Without ``epoch``, the newest
+    checkpoint that verifies (a damaged newer one is skipped, as a restore
+    does).  Nothing is written.  Pickled state is loaded only from a checkpoint
+    signed with ``checkpoint_key`` (default: the job's environment variables)
+    or with ``trust_store=True`` (see ``docs/security.md``).
+
+    >>> import tempfile
+    >>> from rivermark import Stream
+    >>> from rivermark.checkpoint import Job
+    >>> d = tempfile.mkdtemp()
+    >>> source = Stream.from_iterable([1, 2, 3], name="numbers")
+    >>> _ = source.accumulate(lambda a, x: a + x, start=0, name="sum").sink_to_list()
+    >>> Job(source, checkpoint=d, every=None).run()
+    >>> contents = read(d)
+    >>> contents.state["sum"], contents.positions["numbers"]
+    ({'state': 6}, 3)
+    """
+    if isinstance(location, Store):
+        store = location
+    else:
+        store = open_checkpoint_location(location)
+        store.trust = Trust(Keyring.configured(checkpoint_key), bool(trust_store))
+    if epoch is not None:
+        picked = [_pick_epoch(store, epoch)]
+    else:
+        picked = list(reversed(store.list_epochs()))
+        if not picked:
+            raise CheckpointNotFoundError(f"no checkpoints in {where(store)}")
+    damaged: list[str] = []
+    for e in picked:
+        try:
+            m, chains = store.load_chains(e)
+        except CheckpointCorruptError as err:
+            if epoch is not None:
+                raise
+            damaged.append(str(err))
+            continue
+        state = {nid: _decoded(store, e, m, nid, chains) for nid in m.state}
+        return CheckpointContents(e, state, dict(m.positions), dict(m.sinks))
+    raise CheckpointCorruptError(f"no checkpoint in {where(store)} verifies: " + "; ".join(damaged))
 
 
 def render_value(value: Any, max_chars: int = 2000) -> str:
@@ -309,16 +460,40 @@ def render_value(value: Any, max_chars: int = 2000) -> str:
 
 
 def verify_checkpoints(store: Store, epoch: int | None = None) -> list[dict[str, Any]]:
-    """Verify ``epoch`` (or every checkpoint): ``[{"epoch", "ok", "error"}]``."""
+    """Verify ``epoch`` (or every checkpoint).
+
+    One row per checkpoint: ``{"epoch", "ok", "error", "problem", "signature",
+    "pickled"}``.  ``signature`` is ``ok``, ``unsigned``, ``foreign-signed``,
+    ``bad-signature`` or ``unchecked`` (signed, and no key to check it with);
+    ``pickled`` lists the nodes whose state holds pickled parts (found without
+    unpickling anything).  ``problem`` names what is wrong: ``damaged``, a
+    signature status, or ``untrusted`` (pickled state in a checkpoint that is
+    neither verified nor in a trusted store: loading it would run code).
+    """
     epochs = store.list_epochs() if epoch is None else [_pick_epoch(store, epoch)]
-    out: list[dict[str, Any]] = []
-    for e in epochs:
-        try:
-            store.verify(e)
-            out.append({"epoch": e, "ok": True, "error": None})
-        except CheckpointCorruptError as err:
-            out.append({"epoch": e, "ok": False, "error": str(err)})
-    return out
+    return [_verify_one(store, e) for e in epochs]
+
+
+def _verify_one(store: Store, e: int) -> dict[str, Any]:
+    row: dict[str, Any] = {"epoch": e, "ok": False, "error": None, "problem": None}
+    row.update(signature=None, pickled=[])
+    try:
+        m, chains = store.load_chains(e)
+    except CheckpointSignatureError as err:
+        row.update(error=str(err), problem=err.status, signature=err.status)
+        return row
+    except CheckpointCorruptError as err:
+        row.update(error=str(err), problem="damaged")
+        return row
+    row["signature"] = m.signature_status
+    row["pickled"] = sorted(n for n, blobs in chains.items() if any(map(codec.has_pickle, blobs)))
+    if row["pickled"] and not store.trust.allow_pickle(m.signature_status):
+        row.update(
+            problem="untrusted", error=_untrusted(store, e, row["pickled"][0], m.signature_status)
+        )
+        return row
+    row["ok"] = True
+    return row
 
 
 def diff_checkpoints(store: Store, a: int | None = None, b: int | None = None) -> dict[str, Any]:

@@ -6,7 +6,7 @@ points and what recovery does at each are in ``docs/checkpointing.md``):
 1. pause every source (``src.pause()``), after waiting for the checkpoint
    still in flight, if any (counted in ``checkpoint_waits``);
 2. ``await src.wait_quiescent()`` for each, then wait until every node's
-   ``_inflight`` counter is 0 (asynchronous work has drained);
+   ``in_flight`` counter is 0 (asynchronous work has drained);
 3. synchronously, on the loop thread, take the snapshot: an immutable view
    of every stateful node's state (pickled bytes, or a ``KeyedState``'s
    changed keys), every source's ``position()``, every checkpointed sink's
@@ -53,11 +53,14 @@ import signal
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
-from .._app import check_run_allowed
+from .._runguard import check_run_allowed
 from ..core import counting, graph, runtime
+from ..core.contracts import JobAware
+from ..core.inputend import EndsWithInput
 from ..core.node import Stream
 from ..core.timeutil import parse_interval
 from ..errors import ConfigurationError
@@ -72,7 +75,8 @@ from .errors import (
     JobFailedError,
 )
 from .faults import fault_point
-from .keyed import Chains, KeyedView, keyed_attrs
+from .handle import JobHandle, run_in_background
+from .keyed import Chains, KeyedView, checkpoint_kind, keyed_attrs
 from .manifest import Manifest
 from .options import (
     check_compact_every,
@@ -81,14 +85,16 @@ from .options import (
     choose_background,
     derive_job_id,
 )
-from .recovery import RecoveryAtStart
+from .recovery import RecoveryAtStart, parse_savepoint_spec
 from .shutdown import Shutdown
+from .signing import Keyring, Trust
 from .store import Store, open_store
-from .views import StateView
+from .upgrade import UpgradeRules, job_fingerprint
+from .views import PlainView, StateView
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Job", "CheckpointInfo"]
+__all__ = ["Job", "CheckpointInfo", "CheckpointFailure"]
 
 
 @dataclass(frozen=True)
@@ -98,7 +104,9 @@ class CheckpointInfo:
     ``duration`` is the durable write and post-commit (steps 4-5),
     ``pause`` the time the sources were held (from the pause to the resume:
     steps 1-3 for a background write, 1-5 for a blocking one), both in
-    seconds; ``size`` is the bytes of state written.
+    seconds; ``size`` is the bytes of state written, ``sizes`` per node id;
+    ``kind`` is ``"delta"`` when a node's keyed state was written as a delta,
+    ``"savepoint"`` for a savepoint.
     """
 
     epoch: int
@@ -106,6 +114,23 @@ class CheckpointInfo:
     duration: float
     pause: float
     size: int
+    kind: str = "full"
+    sizes: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CheckpointFailure:
+    """A checkpoint a running job could not complete (what the history shows).
+
+    ``fatal`` failures stop the job (the write failed, or the store's lock
+    was lost); a failed prune of older checkpoints is not fatal: the
+    checkpoint itself is complete and a later prune removes the old ones.
+    """
+
+    epoch: int
+    time: float
+    reason: str
+    fatal: bool = True
 
 
 @dataclass
@@ -175,13 +200,21 @@ class Job(RecoveryAtStart, Shutdown):
     the sources; ``keep`` is how many checkpoints are retained.  Running the
     same program on the same directory resumes where the last checkpoint was.
     ``allow_new_nodes=True`` lets stateful nodes added since the checkpoint
-    start empty.  ``on_error`` is the default error policy of the graph's
+    start empty; ``rename={"old-id": "new-id"}`` restores a node's state under
+    its new id; ``allow_dropped_state`` (``True`` or the ids) lets the state of
+    removed nodes go; ``migrate={"node-id": fn}`` turns a node's old state into
+    the state its changed code expects (see ``docs/upgrading.md``).  ``on_error`` is the default error policy of the graph's
     nodes that have none.  ``exactly_once=True`` refuses (``ConfigurationError``)
     graphs that cannot deliver it: a leaf that is neither a checkpointed sink nor
     stateful (``sink(func)``), or a source that is not replayable.
     ``from_scratch=True`` starts over explicitly: every checkpoint in the
     store is set aside (kept, not deleted), nothing is restored, and every
     checkpointed sink starts its output over (``start_over()``).
+    ``from_savepoint="DIR"`` (the newest savepoint there) or ``"DIR@EPOCH"``
+    restores that savepoint, verified like any checkpoint: in the job's own
+    location the newer checkpoints are set aside; into an empty location it
+    is first copied as that location's first checkpoint; a different location
+    that holds checkpoints is refused (see ``docs/checkpointing.md``).
     ``background=True`` (the default for a local directory; ``None`` picks
     it) writes each checkpoint in a worker thread after the sources resumed; it counts only once its manifest is
     durable, and one is in flight at a time (see ``docs/checkpointing.md``).
@@ -195,6 +228,13 @@ class Job(RecoveryAtStart, Shutdown):
     port: ``job.metrics_url``); ``job.metrics.read()`` gives the same
     figures in Python.  ``ui`` serves the live pipeline page at
     ``ui_addr:ui`` on the job's event loop (``job.ui_url``).
+    ``checkpoint_key`` (a key, a list whose first key signs and the others
+    are old keys still accepted, or the path of a key file; default: the
+    environment variables ``RIVERMARK_CHECKPOINT_KEY`` and
+    ``RIVERMARK_CHECKPOINT_KEY_FILE``) signs every checkpoint and refuses to
+    resume from one that is unsigned or signed otherwise.  ``trust_store=True``
+    resumes from unsigned checkpoints and loads pickled state without a
+    verified signature (see ``docs/security.md``).
 
     >>> import tempfile
     >>> from rivermark import Stream
@@ -216,14 +256,22 @@ class Job(RecoveryAtStart, Shutdown):
         allow_new_nodes: bool = False,
         on_error: Any = None,
         from_scratch: bool = False,
+        from_savepoint: str | os.PathLike[str] | None = None,
         background: bool | None = None,
         compact_every: int | None = None,
         metrics_port: int | None = None,
         metrics_addr: str = "127.0.0.1",
         ui: int | None = None,
         ui_addr: str = "127.0.0.1",
+        checkpoint_key: Any = None,
+        trust_store: bool = False,
+        rename: dict[str, str] | None = None,
+        allow_dropped_state: bool | Iterable[str] = False,
+        migrate: dict[str, Callable[[Any], Any]] | None = None,
     ) -> None:
         check_options(node, keep, every_batches)
+        #: how a restore meets a graph that changed since the checkpoint
+        self.upgrade = UpgradeRules.checked(rename, allow_dropped_state, allow_new_nodes, migrate)
         self.interval: float | None = (
             None if every is None else parse_interval(every, "Job", "every")
         )
@@ -234,15 +282,18 @@ class Job(RecoveryAtStart, Shutdown):
         self.exactly_once = exactly_once
         self.allow_new_nodes = allow_new_nodes
         self.from_scratch = bool(from_scratch)
+        if from_savepoint is not None and from_scratch:
+            raise ConfigurationError(
+                "Job: from_scratch and from_savepoint exclude each other; pass one of them"
+            )
+        self.from_savepoint = None if from_savepoint is None else os.fspath(from_savepoint)
+        if self.from_savepoint is not None:
+            parse_savepoint_spec(self.from_savepoint)  # a malformed one is refused here
         self.store: Store = open_store(checkpoint)
+        self.store.trust = Trust(Keyring.configured(checkpoint_key), bool(trust_store))
         self.nodes = graph.topological(node)
         self._ids = graph.node_ids(node)
-        self.fingerprint = graph.fingerprint(node)
-        sinks = [n for n in self.nodes if isinstance(n, CheckpointedSink)]
-        for k in sinks:
-            # a sink's output (file, topic) is part of the graph's identity: a
-            # checkpoint's handle is refused for another output
-            self.fingerprint.setdefault(self._ids[id(k)], k.state_signature())
+        self.fingerprint = job_fingerprint(node)
         self.sources: list[Source] = [n for n in self.nodes if isinstance(n, Source)]
         if every_batches is not None:
             self._budget = RecordBudget(every_batches, self._wake_up)
@@ -273,8 +324,13 @@ class Job(RecoveryAtStart, Shutdown):
         self.restored_positions: dict[str, Any] = {}
         #: wall time the recovery at start took (reading, checking, set_state), seconds
         self.restore_seconds = 0.0
+        #: whether the restore (or the fresh start's set-up of the sinks) finished
+        self.recovered = False
         #: the most recent checkpoints written by this run, oldest first
         self.checkpoints: deque[CheckpointInfo] = deque(maxlen=100)
+        #: the checkpoints of this run that failed, oldest first
+        self.checkpoint_failures: deque[CheckpointFailure] = deque(maxlen=100)
+        self.checkpoints_failed = 0
         self.checkpoints_written = 0
         #: unix time ``run`` started and (once it returned) ended
         self.started_at: float | None = None
@@ -282,10 +338,17 @@ class Job(RecoveryAtStart, Shutdown):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._stop_requested = False
+        self._input_ended = False
         self._running = False
         self._done = threading.Event()
         self._ckpt_lock: asyncio.Lock | None = None
         self._requests: list[asyncio.Future[int]] = []
+        #: the requests among ``_requests`` that asked for a savepoint
+        self._savepoint_wanted: set[asyncio.Future[int]] = set()
+        #: ``stop(savepoint=True)``: the final checkpoint is a savepoint
+        self._stop_savepoint = False
+        #: the epoch of the newest savepoint this job wrote (None: none yet)
+        self.last_savepoint: int | None = None
         #: what ended the last run with an exception (None: it ended normally)
         self._ended_by: BaseException | None = None
         #: delta chains of the nodes whose state holds a ``KeyedState``
@@ -299,8 +362,8 @@ class Job(RecoveryAtStart, Shutdown):
     def _adopt_nodes(self, on_error: Any) -> None:
         """What the job sets on its nodes: job id, failure reporting, counting, error policy."""
         for node in [*self.sinks, *self.sources]:
-            if getattr(node, "job_id", "") is None:
-                node.job_id = self.job_id  # type: ignore[attr-defined]
+            if isinstance(node, JobAware) and node.job_id is None:
+                node.job_id = self.job_id
         for n in self.nodes:
             # the job reports a node's or source's failure itself, once (see _failed)
             n.log_failures = False
@@ -317,6 +380,11 @@ class Job(RecoveryAtStart, Shutdown):
     def wait_ended(self, timeout: float | None = None) -> bool:
         """Block until the current (or next) run has ended; False if ``timeout`` passed first."""
         return self._done.wait(timeout)
+
+    @property
+    def ended_by(self) -> BaseException | None:
+        """What ended the last run with an exception (None: it ended normally, or runs)."""
+        return self._ended_by
 
     @property
     def metrics_url(self) -> str | None:
@@ -342,15 +410,19 @@ class Job(RecoveryAtStart, Shutdown):
         return f"Job({self.store!r}, sources={len(self.sources)}, epoch={self.epoch})"
 
     # ------------------------------------------------------------------ running
-    def run(self) -> None:
-        """Run until every source is exhausted or :meth:`stop` is called (blocking)."""
+    def run(self) -> JobHandle | None:
+        """Run until every source is exhausted or :meth:`stop` is called (blocking).
+
+        On a thread running an event loop (a Jupyter cell) it does not block:
+        the job runs on rivermark's background loop and a :class:`JobHandle`
+        (``wait``, ``stop``, ``result``) is returned at once.
+        """
         check_run_allowed()
+        if runtime.current_loop() is not None:
+            return run_in_background(self)
         loop = self.sources[0].loop if self.sources else runtime.background_loop()
-        if runtime.in_loop_thread(loop):
-            raise ConfigurationError(
-                "Job.run() was called on the event loop thread; use 'await job.run_async()'"
-            )
         runtime.run_sync(loop, self.run_async())
+        return None
 
     async def run_async(self) -> None:
         """Run on the current event loop until done (see :meth:`run`)."""
@@ -381,6 +453,12 @@ class Job(RecoveryAtStart, Shutdown):
 
     async def _start(self) -> None:
         """Recover, start the metrics endpoint and the page, record the job's graph."""
+        if self.store.trust.keyring is None:
+            logger.info(
+                "checkpoints in %r are not signed: whoever can write there can change what "
+                "the job resumes from; set RIVERMARK_CHECKPOINT_KEY (see docs/security.md)",
+                self.store,
+            )
         self._recover()
         if self._metrics_server is not None:
             self._metrics_server.start()
@@ -439,6 +517,8 @@ class Job(RecoveryAtStart, Shutdown):
                 await self._shutdown_sources()
                 raise self._source_failed(failed[0])
             exhausted = not self._emit_roots and all(s.finished for s in self.sources)
+            if exhausted and not self._stop_requested and not self._input_ended:
+                await self._end_of_input()
             # input exhausted: the nodes first pass on what they still hold
             # (timers, buffers, asynchronous work), then the final checkpoint
             draining = exhausted and not self._stop_requested and self._held_back()
@@ -459,8 +539,10 @@ class Job(RecoveryAtStart, Shutdown):
         """Take the checkpoints ``checkpoint()`` asked for; each caller gets its epoch once durable."""
         for fut in self._requests[:]:
             self._requests.remove(fut)
+            savepoint = fut in self._savepoint_wanted
+            self._savepoint_wanted.discard(fut)
             try:
-                epoch = await self._checkpoint()
+                epoch = await self._checkpoint(savepoint=savepoint)
             except BaseException as e:  # hand the failure to the caller
                 if not fut.done():
                     fut.set_exception(e)
@@ -478,36 +560,69 @@ class Job(RecoveryAtStart, Shutdown):
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._wake.wait(), timeout)
 
+    async def _end_of_input(self) -> None:
+        """Every source is exhausted: nodes that wait for more input (event time) finish now."""
+        self._input_ended = True
+        for n in self.nodes:
+            if isinstance(n, EndsWithInput):
+                await runtime.gather_results(n.end_of_input())
+
     def _held_back(self) -> bool:
         """Whether a node still holds records it will pass on by itself, or work in flight."""
-        return any(n.emits_later() or getattr(n, "_inflight", 0) for n in self.nodes)
+        return any(n.emits_later() or n.in_flight for n in self.nodes)
 
     def _answer_requests(self, failure: BaseException | None) -> None:
         """Answer ``checkpoint()`` calls the job ended before serving.
 
         After a normal end the final checkpoint covers every record, so its
         epoch is the answer; after a failure, the failure.
+
+        A ``savepoint()`` call is answered only by a savepoint: the final
+        checkpoint is one when such a call was waiting (see :meth:`_finish`).
         """
         requests, self._requests = self._requests, []
+        wanted, self._savepoint_wanted = self._savepoint_wanted, set()
         for fut in requests:
             if fut.done():
                 continue
-            if failure is None and self.epoch:
+            savepoint = fut in wanted
+            # a savepoint call is answered by the final checkpoint only if it is one
+            if (
+                failure is None
+                and self.epoch
+                and (not savepoint or self.last_savepoint == self.epoch)
+            ):
                 fut.set_result(self.epoch)
-            else:
-                fut.set_exception(
-                    JobFailedError(f"Job.checkpoint(): the job ended without it ({failure!r})")
+                continue
+            what = "savepoint" if savepoint else "checkpoint"
+            fut.set_exception(
+                JobFailedError(
+                    f"Job.{what}(): the job ended before taking it ({failure!r}); "
+                    f"the last complete checkpoint is {self._last_epoch_text()}"
                 )
+            )
 
     async def _finish(self) -> None:
-        """Final checkpoint with the sources paused, then stop and close everything."""
-        await self._checkpoint(final=True)
+        """Final checkpoint with the sources paused, then stop and close everything.
 
-    def stop(self) -> None:
+        It is a savepoint after ``stop(savepoint=True)`` or while a
+        ``savepoint()`` call waits for one.
+        """
+        savepoint = self._stop_savepoint or any(
+            f in self._savepoint_wanted and not f.done() for f in self._requests
+        )
+        await self._checkpoint(final=True, savepoint=savepoint)
+
+    def stop(self, savepoint: bool = False) -> None:
         """Stop gracefully: pause, drain, final checkpoint, stop sources, close sinks.
 
-        From another thread this waits until the job has finished.
+        With ``savepoint=True`` the final checkpoint is a savepoint (kept by
+        retention, self-contained; see :meth:`savepoint`); its epoch is then
+        :attr:`last_savepoint`.  From another thread this waits until the job
+        has finished.
         """
+        if savepoint:
+            self._stop_savepoint = True
         self._stop_requested = True
         loop = self._loop
         if loop is None or not self._running:
@@ -522,11 +637,11 @@ class Job(RecoveryAtStart, Shutdown):
         loop.call_soon_threadsafe(self._wake_up)
         self._done.wait(60)
 
-    def install_signal_handlers(self) -> None:
+    def install_signal_handlers(self, savepoint: bool = False) -> None:
         """Make SIGINT and SIGTERM stop this job (call from the main thread).
 
         The first signal stops gracefully (:meth:`stop`: final checkpoint,
-        sources stopped, sinks closed).  A second one stops the process at
+        sources stopped, sinks closed; a savepoint with ``savepoint=True``).  A second one stops the process at
         once with exit status 128 + the signal number: no final checkpoint,
         and the last complete checkpoint stays intact (a checkpoint is only
         complete once its manifest is durable), as after ``kill -9``.
@@ -540,7 +655,9 @@ class Job(RecoveryAtStart, Shutdown):
                     "signal %d: stopping with a final checkpoint (send it again to stop at once)",
                     signum,
                 )
-                threading.Thread(target=self.stop, name="rivermark-stop", daemon=True).start()
+                threading.Thread(
+                    target=self.stop, args=(savepoint,), name="rivermark-stop", daemon=True
+                ).start()
                 return
             logger.warning(
                 "signal %d again: stopping at once without a final checkpoint; "
@@ -582,8 +699,39 @@ class Job(RecoveryAtStart, Shutdown):
         self._wake.set()
         return await fut
 
+    def savepoint(self) -> int:
+        """Take a savepoint at the next barrier; returns its epoch once it is durable.
+
+        Callable from any thread but the job's loop while the job runs.  A
+        savepoint is a checkpoint that retention (``keep``, ``rivermark
+        checkpoints prune``) never deletes, and every keyed state in it is
+        written whole, so it needs no other checkpoint.  Raises
+        :class:`JobFailedError` if the job ends before taking it.
+        """
+        loop = self._loop
+        if loop is None or not self._running:
+            raise ConfigurationError(
+                "Job.savepoint(): the job is not running; call run() first, or stop it with "
+                "stop(savepoint=True) to end it with a savepoint"
+            )
+        return runtime.run_sync(loop, self.savepoint_async())
+
+    async def savepoint_async(self) -> int:
+        """Take a savepoint at the next barrier (on the loop); returns its epoch."""
+        assert self._loop is not None and self._wake is not None
+        fut: asyncio.Future[int] = self._loop.create_future()
+        self._requests.append(fut)
+        self._savepoint_wanted.add(fut)
+        if not self._running:
+            self._answer_requests(self._ended_by)
+        else:
+            self._wake.set()
+        return await fut
+
     # ------------------------------------------------------------------ the protocol
-    async def _checkpoint(self, final: bool = False, blocking: bool = False) -> int:
+    async def _checkpoint(
+        self, final: bool = False, blocking: bool = False, savepoint: bool = False
+    ) -> int:
         """The checkpoint protocol, steps 1-6 (see the module docs).
 
         With background writes (the default where every checkpointed sink
@@ -614,7 +762,7 @@ class Job(RecoveryAtStart, Shutdown):
                 await self._quiesce()  # (2)
                 # (3) snapshot, synchronously on the loop thread: an immutable view
                 # of every node's state, positions, sink handles (pre-commit)
-                views = self._snapshot_states(epoch)
+                views = self._snapshot_states(epoch, base=savepoint)
                 positions = {self.id_of(s): s.position() for s in self.sources}
                 if self._budget is not None:
                     self._budget.refill()  # the next record-count checkpoint counts from here
@@ -630,6 +778,7 @@ class Job(RecoveryAtStart, Shutdown):
                         for nid, v in views.items()
                         if isinstance(v, KeyedView)
                     },
+                    savepoint=savepoint,
                 )
                 pending = _Pending(epoch, manifest, views, positions, handles, paused_at)
                 if not background:
@@ -666,7 +815,7 @@ class Job(RecoveryAtStart, Shutdown):
         """Step 2: every record the sources emitted has been fully processed, none failed."""
         for s in self.sources:
             await s.wait_quiescent()
-        while any(getattr(n, "_inflight", 0) for n in self.nodes):
+        while any(n.in_flight for n in self.nodes):
             await self._fail_if_a_node_failed()
             await asyncio.sleep(_POLL)
         # a record that failed (source or node) may have left part of its
@@ -692,14 +841,17 @@ class Job(RecoveryAtStart, Shutdown):
             # (4) serialise and write durably in one trip to the worker thread
             # (fault points before-write / after-state-files / after-manifest)
             states = await loop.run_in_executor(None, self._write, p)
-        except CheckpointLockedError:
+        except CheckpointLockedError as e:
             # the lock (lease) was lost: another job may own the store now,
             # so nothing of it is touched, torn files included
+            self._checkpoint_failed(p.epoch, e)
             raise
-        except CheckpointWriteError:
+        except CheckpointWriteError as e:
+            self._checkpoint_failed(p.epoch, e)
             await self._remove_torn(p.epoch)
             raise
         except Exception as e:
+            self._checkpoint_failed(p.epoch, e)
             await self._remove_torn(p.epoch)
             raise CheckpointWriteError(
                 f"Job: checkpoint {p.epoch} could not be written to {self.store!r} "
@@ -710,6 +862,8 @@ class Job(RecoveryAtStart, Shutdown):
             ) from e
         fault_point("after-manifest")
         self.epoch = p.epoch
+        if p.manifest.savepoint:
+            self.last_savepoint = p.epoch
         for v in p.views.values():
             if isinstance(v, KeyedView):
                 self._keyed.written(v, p.epoch)
@@ -724,28 +878,43 @@ class Job(RecoveryAtStart, Shutdown):
         except Exception as e:
             # checkpoint p.epoch is complete; old ones stay until a later prune
             # succeeds (a store that is really gone fails the next write)
+            self._checkpoint_failed(p.epoch, e, fatal=False, what="pruning older checkpoints")
             logger.warning(
                 "checkpoint %d written, but older checkpoints could not be pruned from %r "
                 "(%s: %s); they are removed by a later checkpoint",
                 p.epoch, self.store, type(e).__name__, e,
             )  # fmt: skip
         done = time.monotonic()
-        self.checkpoints.append(
-            CheckpointInfo(
-                epoch=p.epoch,
-                time=p.manifest.time,
-                duration=done - write_started,
-                pause=(p.resumed_at or done) - p.paused_at,
-                size=sum(len(b) for b in states.values()),
-            )
+        info = CheckpointInfo(
+            epoch=p.epoch,
+            time=p.manifest.time,
+            duration=done - write_started,
+            pause=(p.resumed_at or done) - p.paused_at,
+            size=sum(len(b) for b in states.values()),
+            kind="savepoint" if p.manifest.savepoint else checkpoint_kind(p.views.values()),
+            sizes={nid: len(b) for nid, b in states.items()},
         )
+        self.checkpoints.append(info)
         self.checkpoints_written += 1
         logger.info(
-            "checkpoint %d written (%d state files)",
-            p.epoch,
-            len(states),
-            extra={"epoch": p.epoch, "position": p.positions},
-        )
+            "%s %d written: %d state files, %d bytes, in %.3f s (sources paused %.3f s)",
+            "savepoint" if p.manifest.savepoint else "checkpoint",
+            p.epoch, len(states), info.size, info.duration, info.pause,
+            extra={
+                "epoch": p.epoch,
+                "position": p.positions,
+                "duration_seconds": round(info.duration, 6),
+                "pause_seconds": round(info.pause, 6),
+                "size_bytes": info.size,
+            },
+        )  # fmt: skip
+
+    def _checkpoint_failed(
+        self, epoch: int, e: BaseException, fatal: bool = True, what: str = ""
+    ) -> None:
+        reason = f"{what + ': ' if what else ''}{type(e).__name__}: {str(e)[:300]}"
+        self.checkpoint_failures.append(CheckpointFailure(epoch, time.time(), reason, fatal))
+        self.checkpoints_failed += 1
 
     def _write(self, p: _Pending) -> dict[str, bytes]:
         """Serialise ``p``'s views and write the checkpoint (in the worker thread)."""
@@ -754,18 +923,29 @@ class Job(RecoveryAtStart, Shutdown):
         self.store.write_checkpoint(p.manifest, states)
         return states
 
-    def _snapshot_states(self, epoch: int) -> dict[str, bytes | StateView]:
-        """Pickle every stateful node's state; a failure names the node and the type."""
+    def _snapshot_states(self, epoch: int, base: bool = False) -> dict[str, bytes | StateView]:
+        """Pickle every stateful node's state; a failure names the node and the type.
+
+        With ``base`` (a savepoint) keyed state is written whole, not as a delta.
+        """
         states: dict[str, bytes | StateView] = {}
-        for n in self.stateful:
-            state = n.get_state()
+        current = [(n, n.get_state()) for n in self.stateful]
+        # every keyed chain is compacted at the same barrier (see Chains.compaction_due)
+        compact = any(
+            self._keyed.compaction_due(self.id_of(n), state, self.epoch)
+            for n, state in current
+            if keyed_attrs(state)
+        )
+        for n, state in current:
             nid = self.id_of(n)
             try:
                 if keyed_attrs(state):
                     # O(changed keys): the rest of the state is pickled here
-                    states[nid] = self._keyed.view(nid, state, epoch, self.epoch)
+                    states[nid] = self._keyed.view(
+                        nid, state, epoch, self.epoch, base=base, compact=compact
+                    )
                 else:
-                    states[nid] = pickle.dumps(state)
+                    states[nid] = PlainView.of(state)
             except Exception as e:
                 where, bad = _unpicklable_part(state)
                 raise CheckpointWriteError(

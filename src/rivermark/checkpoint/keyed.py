@@ -4,9 +4,12 @@ A stateful node whose ``get_state()`` is a dict with one or more
 ``KeyedState`` values (``accumulate(f, start=KeyedState())``) is written as
 one state file per checkpoint holding::
 
-    {"rest": <pickled dict of the node's other state>,
+    {"rest": <dict of the node's other state>,
      "keyed": {attr: {key: value or DELETED, ...}},
      "base": True}          # a base (holds no DELETED); absent in a delta
+
+in the data encoding of :mod:`.codec` (before format 4 of the manifest: a
+pickle whose ``rest`` was pickled on its own).
 
 In a *delta* the ``keyed`` part holds the keys changed since the parent
 checkpoint; in a *base* it holds every key.  The manifest's ``chains``
@@ -25,11 +28,14 @@ from __future__ import annotations
 
 import logging
 import pickle
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..state import DELETED, KeyedState, apply_delta
+from . import codec
 from .faults import fault_point
+from .manifest import sha256_of
 from .store import Store
 
 logger = logging.getLogger(__name__)
@@ -73,24 +79,34 @@ class KeyedView:
     compact_from: int | None = None
     store: Store | None = None
     size: int = field(default=0)
+    #: the sha256 of the chain files this job wrote or restored (see serialise)
+    known: set[str] = field(default_factory=set)
+    digest: str = ""
 
     def serialise(self) -> bytes:
         parts = self.parts
         if self.compact_from is not None:
             assert self.store is not None
-            _, chains = self.store.load_chains(self.compact_from)
-            _, content = materialise(chains[self.node_id])
+            m, chains = self.store.load_chains(self.compact_from)
+            blobs = chains[self.node_id]
+            # pickled parts are loaded if the checkpoint is trusted, or if every
+            # file is one this job wrote or restored (the same bytes: digests)
+            trusted = self.store.trust.allow_pickle(m.signature_status) or all(
+                sha256_of(b) in self.known for b in blobs
+            )
+            _, content = materialise(blobs, allow_pickle=trusted)
             for attr, changes in parts.items():
                 apply_delta(content.setdefault(attr, {}), changes)
             parts = content
             fault_point("compaction")
-        out: dict[str, Any] = {"rest": self.rest, "keyed": parts}
+        out: dict[str, Any] = {"rest": pickle.loads(self.rest), "keyed": parts}
         if self.parent is None:
             # a base is a copy of the whole content (``KeyedState.take_delta`` the
             # first time, ``copy_all``, or a compaction): no key marked deleted
             out["base"] = True
-        blob = pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL)
+        blob = codec.dumps(out)
         self.size = len(blob)
+        self.digest = sha256_of(blob)
         return blob
 
 
@@ -105,18 +121,30 @@ def without_deleted(changes: dict[Any, Any]) -> dict[Any, Any]:
     return changes
 
 
-def materialise(blobs: list[bytes]) -> tuple[dict[str, Any], dict[str, dict[Any, Any]]]:
+def checkpoint_kind(views: Iterable[object]) -> str:
+    """``"delta"`` when one of a checkpoint's views is a delta on a parent, else ``"full"``."""
+    return (
+        "delta" if any(isinstance(v, KeyedView) and v.parent is not None for v in views) else "full"
+    )
+
+
+def materialise(
+    blobs: list[bytes], *, allow_pickle: bool = False, what: str = "the state"
+) -> tuple[dict[str, Any], dict[str, dict[Any, Any]]]:
     """The node's other state and each keyed attribute's content, from base + deltas.
 
-    The base's dictionary is taken as it was unpickled (not copied key by
-    key: a compaction, and a restore, cost one ``pickle.loads`` of it); each
-    delta is applied to it in order.
+    The base's dictionary is taken as it was decoded (not copied key by
+    key: a compaction, and a restore, cost one decoding of it); each
+    delta is applied to it in order.  Pickled parts (and files of older
+    versions, pickles) are loaded only with ``allow_pickle``
+    (:func:`.codec.loads`).
     """
     rest: dict[str, Any] = {}
     content: dict[str, dict[Any, Any]] = {}
     for blob in blobs:
-        part = pickle.loads(blob)
-        rest = pickle.loads(part["rest"])
+        part = codec.loads(blob, allow_pickle=allow_pickle, what=what)
+        # an older version pickled the rest on its own (loading it was allowed above)
+        rest = pickle.loads(part["rest"]) if codec.is_legacy(blob) else part["rest"]
         for attr, changes in part["keyed"].items():
             if attr in content:
                 apply_delta(content[attr], changes)
@@ -132,29 +160,79 @@ class Chains:
         self.store = store
         self.compact_every = compact_every
         self._chains: dict[str, _Chain] = {}
+        #: the sha256 of every chain file this job wrote or restored
+        self.known: set[str] = set()
 
-    def view(self, node_id: str, state: dict[str, Any], epoch: int, last: int) -> KeyedView:
-        """At the barrier of ``epoch`` (the last durable one is ``last``): the node's view."""
+    def compaction_due(self, node_id: str, state: dict[str, Any], last: int) -> bool:
+        """Whether the node's chain, going on from ``last``, has grown to ``compact_every`` links.
+
+        The job asks every node before it takes their views: when one is
+        due, every chain is compacted at that barrier (``view(compact=True)``),
+        so no chain reaches back past the last compaction.  Chains compacted
+        at different checkpoints would make retention keep checkpoints
+        without end: each one kept for a node's chain holds another node's
+        chain reaching further back.  A chain that starts over on its own (a
+        new mapping, deltas outweighing the base) starts later than that
+        point, which keeps the bound.
+        """
+        chain = self._chains.get(node_id)
+        if chain is None or chain.parent != last:
+            return False
+        if chain.lineages != {a: ks.lineage for a, ks in keyed_attrs(state).items()}:
+            return False
+        return chain.deltas + 1 >= self.compact_every
+
+    def view(
+        self,
+        node_id: str,
+        state: dict[str, Any],
+        epoch: int,
+        last: int,
+        *,
+        base: bool = False,
+        compact: bool = False,
+    ) -> KeyedView:
+        """At the barrier of ``epoch`` (the last durable one is ``last``): the node's view.
+
+        With ``base`` (a savepoint) the view is a base holding the whole
+        content, copied from memory: it needs no older checkpoint.  With
+        ``compact`` a chain that would go on with a delta is compacted into
+        a base instead (see :meth:`compaction_due`).
+        """
         keyed = keyed_attrs(state)
         rest = pickle.dumps({a: v for a, v in state.items() if a not in keyed})
         deltas = {a: ks.take_delta() for a, ks in keyed.items()}
         chain = self._chains.get(node_id)
         lineages = {a: d.lineage for a, d in deltas.items()}
-        follows = chain is not None and chain.parent == last and chain.lineages == lineages
+        follows = (
+            not base and chain is not None and chain.parent == last and chain.lineages == lineages
+        )
         if follows:
             assert chain is not None
-            due = chain.deltas + 1 >= self.compact_every or (
-                chain.delta_bytes > chain.base_bytes > 0
+            due = (
+                compact
+                or chain.deltas + 1 >= self.compact_every
+                or (chain.delta_bytes > chain.base_bytes > 0)
             )
             changes = {a: d.changes for a, d in deltas.items()}
             if not due:
-                return KeyedView(node_id, rest, changes, last, chain.base, lineages)
+                return KeyedView(
+                    node_id, rest, changes, last, chain.base, lineages, known=self.known
+                )
             return KeyedView(
-                node_id, rest, changes, None, epoch, lineages, compact_from=last, store=self.store
+                node_id,
+                rest,
+                changes,
+                None,
+                epoch,
+                lineages,
+                compact_from=last,
+                store=self.store,
+                known=self.known,
             )
         # a new chain: the changes are the whole content, or the content is copied
         parts = {a: d.changes if d.complete else keyed[a].copy_all() for a, d in deltas.items()}
-        return KeyedView(node_id, rest, parts, None, epoch, lineages)
+        return KeyedView(node_id, rest, parts, None, epoch, lineages, known=self.known)
 
     def link(self, view: KeyedView) -> dict[str, Any]:
         """The manifest's ``chains`` entry of ``view``."""
@@ -162,6 +240,7 @@ class Chains:
 
     def written(self, view: KeyedView, epoch: int) -> None:
         """``view`` is durable as part of ``epoch``: the chain goes on from there."""
+        self.known.add(view.digest)
         if view.parent is None:
             self._chains[view.node_id] = _Chain(epoch, epoch, view.lineages, base_bytes=view.size)
             return
@@ -171,13 +250,28 @@ class Chains:
         chain.delta_bytes += view.size
 
     def restored(
-        self, node_id: str, epoch: int, link: dict[str, Any], blobs: list[bytes]
+        self,
+        node_id: str,
+        epoch: int,
+        link: dict[str, Any],
+        blobs: list[bytes],
+        *,
+        allow_pickle: bool = False,
+        what: str = "the state",
+        goes_on: bool = True,
     ) -> dict[str, Any]:
-        """The node's state from its chain's ``blobs``; the chain goes on from ``epoch``."""
-        rest, content = materialise(blobs)
+        """The node's state from its chain's ``blobs``; the chain goes on from ``epoch``.
+
+        ``goes_on=False`` (state restored under another id than it was written
+        with): the node's next checkpoint starts a new chain.
+        """
+        rest, content = materialise(blobs, allow_pickle=allow_pickle, what=what)
+        self.known.update(sha256_of(b) for b in blobs)
         state: dict[str, Any] = dict(rest)
         for attr, data in content.items():
             state[attr] = KeyedState.restored(data)
+        if not goes_on:
+            return state
         self._chains[node_id] = _Chain(
             parent=epoch,
             base=link["base"],

@@ -20,7 +20,11 @@ they hold it:
 - **take over**: a lease whose ``expires`` (the holder's wall clock) has
   passed, or whose holder is a process of this host (same host name and PID
   namespace) that no longer exists, is replaced conditionally on the version
-  that was read; of two contenders exactly one wins.
+  that was read; of two contenders exactly one wins.  A lease object that
+  does not parse (torn, or written by something else) names no expiry: it
+  is taken over only once it is ``ttl`` seconds old by the object's own
+  modification time (the store's clock), so a holder that is alive has
+  rewritten it by then.
 - **release**: a conditional delete at the end of the job.
 
 Expiry compares wall clocks of different machines: it assumes they agree to
@@ -66,6 +70,9 @@ class LeaseBackend(Protocol):
 
     def read(self) -> tuple[bytes, str] | None:
         """The object's content and version, or ``None`` if it does not exist."""
+
+    def modified_at(self) -> float | None:
+        """Unix time the object was last written (the store's clock), or ``None`` if gone."""
 
     def replace(self, data: bytes, version: str) -> str | None:
         """Write ``data`` if the object is at ``version``; the new version, or ``None``."""
@@ -121,6 +128,13 @@ class S3LeaseBackend:
         except FileNotFoundError:
             return None
         return bytes(data), str(head["ETag"])
+
+    def modified_at(self) -> float | None:
+        try:
+            head = self.fs.call_s3("head_object", Bucket=self.bucket, Key=self.key)
+        except FileNotFoundError:
+            return None
+        return float(head["LastModified"].timestamp())
 
     def replace(self, data: bytes, version: str) -> str | None:
         try:
@@ -195,6 +209,12 @@ class LocalLeaseBackend:
             return None if data is None else (data, self._version(data))
         finally:
             self._unguard(fd)
+
+    def modified_at(self) -> float | None:
+        try:
+            return os.stat(self.path).st_mtime
+        except FileNotFoundError:
+            return None
 
     def replace(self, data: bytes, version: str) -> str | None:
         fd = self._guarded()
@@ -334,6 +354,8 @@ class Lease:
                         f"{left:.0f} s unless renewed; stop that job first, or use a "
                         f"different checkpoint location"
                     )
+            else:
+                self._refuse_young_unreadable()
             started = time.monotonic()
             version = self.backend.replace(self._payload(), seen)
             if version is not None:
@@ -351,6 +373,20 @@ class Lease:
             f"checkpoint location {self.where!r}: other jobs keep changing its lease; "
             f"make sure only one job runs on it"
         )
+
+    def _refuse_young_unreadable(self) -> None:
+        """Refuse a lease object that does not parse until it is ``ttl`` seconds old."""
+        modified = self.backend.modified_at()
+        if modified is None:
+            return  # gone meanwhile: the conditional replace fails and we look again
+        age = time.time() - modified
+        if age < self.ttl:
+            raise CheckpointLockedError(
+                f"checkpoint location {self.where!r} has a lease object that does not parse, "
+                f"written {max(age, 0.0):.0f} s ago; it is taken over once it is {self.ttl:.0f} s "
+                f"old (in {self.ttl - age:.0f} s) unless a job rewrites it: run again then, "
+                "or delete it if you know no job uses this location"
+            )
 
     def _won(self, version: str, started: float) -> None:
         self._version = version

@@ -10,15 +10,29 @@
       "positions": {"source-id": <JSON position>, ...},
       "sinks": {"sink-id": <JSON handle>, ...},
       "state": {"node-id": {"file": "state/node-id.pkl", "size": 123, "sha256": "..."}},
-      "chains": {"node-id": {"parent": 41, "base": 37}},   # format 3 only
-      "checksum": "<sha256 of every other field>"
+      "chains": {"node-id": {"parent": 41, "base": 37}},   # formats 3 and 4
+      "savepoint": true,               # format 4, only in a savepoint
+      "checksum": "<sha256 of every other field>",
+      "signature": {"key": "<key id>", "hmac": "<HMAC-SHA256>"}   # format 4, with a key
     }
+
+Format 4 (this version) holds state files in the data encoding of
+:mod:`rivermark.checkpoint.codec` (formats 1-3: one pickle each) and may be
+signed (:mod:`rivermark.checkpoint.signing`): ``signature`` is the HMAC of
+the same canonical text the checksum covers, so it covers every state
+file's sha256.  Neither ``checksum`` nor ``signature`` is part of that text.
 
 Format 3 is written only when some node's state is a delta chain
 (``rivermark.KeyedState``): its state file holds the keys changed since the
 ``parent`` checkpoint, and restoring it needs every file back to ``base``.
 A reader that knows only formats 1 and 2 refuses it rather than misreading
 a delta as a whole state.
+
+``savepoint`` marks a checkpoint the user asked to keep (``Job.savepoint()``,
+``Job.stop(savepoint=True)``): retention never deletes it and every keyed
+state in it is a base, so it needs no other checkpoint.  It is part of the
+text the checksum and the signature cover; a manifest without it (every
+manifest written before savepoints existed) is an ordinary checkpoint.
 
 It is written last, under a temporary name, fsynced and renamed into place,
 so a checkpoint whose manifest is missing never existed.
@@ -43,19 +57,32 @@ import json
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import ManifestError, ManifestFormatError
 
+if TYPE_CHECKING:
+    from .signing import Keyring
+
 logger = logging.getLogger(__name__)
 
-__all__ = ["Manifest", "FORMAT_VERSION", "CHAINS_FORMAT", "READABLE_FORMATS", "sha256_of"]
+__all__ = [
+    "Manifest",
+    "FORMAT_VERSION",
+    "CHAINS_FORMAT",
+    "DATA_FORMAT",
+    "READABLE_FORMATS",
+    "sha256_of",
+]
 
-FORMAT_VERSION = 2
-#: the format of a manifest with delta chains (``chains``); older readers refuse it
+FORMAT_VERSION = 4
+#: the first format with delta chains (``chains``); older readers refuse it
 CHAINS_FORMAT = 3
-#: the formats this version reads (1: no checksum of its own; 3: delta chains)
-READABLE_FORMATS = (1, 2, 3)
+#: the first format whose state files are data (:mod:`.codec`) rather than pickles
+DATA_FORMAT = 4
+#: the formats this version reads (1: no checksum of its own; 3: delta chains;
+#: 4: data state files, signatures)
+READABLE_FORMATS = (1, 2, 3, 4)
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _FIELDS = ("format", "epoch", "time", "fingerprint", "positions", "sinks", "state")
@@ -70,9 +97,13 @@ def sha256_of(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def _canonical(body: dict[str, Any]) -> str:
+    """The text the checksum and the signature cover."""
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
 def _canonical_checksum(body: dict[str, Any]) -> str:
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return sha256_of(text.encode())
+    return sha256_of(_canonical(body).encode())
 
 
 def _is_int(v: Any) -> bool:
@@ -98,6 +129,23 @@ def _check_chains(d: dict[str, Any]) -> None:
         if not _is_int(base) or base > d["epoch"] or (parent is None) != (base == d["epoch"]):
             raise ManifestError(
                 f"manifest chain of {nid!r}: 'base' {base!r} does not fit parent {parent!r}"
+            )
+
+
+def _check_savepoint(d: dict[str, Any]) -> None:
+    """``savepoint`` (format 4, optional) is ``true`` and its keyed states are bases."""
+    if "savepoint" not in d:
+        return
+    if d["format"] < DATA_FORMAT or d["savepoint"] is not True:
+        raise ManifestError(
+            f"manifest field 'savepoint' must be true (format {DATA_FORMAT}), "
+            f"got {d['savepoint']!r} in format {d['format']}"
+        )
+    for nid, link in d.get("chains", {}).items():
+        if link["parent"] is not None:
+            raise ManifestError(
+                f"manifest of savepoint {d['epoch']}: the state of {nid!r} is a delta on "
+                f"checkpoint {link['parent']!r}; a savepoint holds a base of every state"
             )
 
 
@@ -166,10 +214,19 @@ class Manifest:
     #: node id -> ``{"parent": epoch | None, "base": epoch}`` for state written
     #: as a delta on top of ``parent``'s (``None``: a base); see ``KeyedState``
     chains: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: ``{"key": key id, "hmac": hex}`` of a signed manifest (see :mod:`.signing`)
+    signature: dict[str, Any] | None = None
+    #: a checkpoint the user asked for: never pruned, every keyed state a base
+    savepoint: bool = False
+    #: the canonical text the checksum (and signature) of a parsed manifest cover
+    canonical: str = field(default="", repr=False, compare=False)
+    #: set by the store that loaded it: ``ok``, ``unsigned``, ``foreign-signed``,
+    #: ``bad-signature``, or ``unchecked`` (signed, and the reader has no key)
+    signature_status: str = field(default="unsigned", compare=False)
 
     def _body(self) -> dict[str, Any]:
         raw: dict[str, Any] = {
-            "format": CHAINS_FORMAT if self.chains else FORMAT_VERSION,
+            "format": FORMAT_VERSION,
             "epoch": self.epoch,
             "time": self.time,
             "fingerprint": self.fingerprint,
@@ -177,17 +234,25 @@ class Manifest:
             "sinks": self.sinks,
             "state": self.state,
         }
-        if self.chains:
-            raw["chains"] = self.chains
+        raw["chains"] = self.chains
+        if self.savepoint:
+            # only when set: an ordinary checkpoint's text is what it always was
+            raw["savepoint"] = True
         # what a reader will see (string keys, lists for tuples): the checksum
         # is taken over that, so it matches after a round trip
         body: dict[str, Any] = json.loads(json.dumps(raw))
         return body
 
-    def to_json(self) -> str:
-        """The manifest as JSON, always in the current format, with its checksum."""
+    def to_json(self, keyring: Keyring | None = None) -> str:
+        """The manifest as JSON, always in the current format, with its checksum.
+
+        With a ``keyring`` it is signed with the keyring's first key.
+        """
         body = self._body()
-        body["checksum"] = _canonical_checksum(body)
+        canonical = _canonical(body)
+        body["checksum"] = sha256_of(canonical.encode())
+        if keyring is not None:
+            body["signature"] = keyring.sign(canonical)
         return json.dumps(body, indent=2, sort_keys=True)
 
     @classmethod
@@ -209,11 +274,15 @@ class Manifest:
                 "rivermark (upgrade to resume from it) or is damaged"
             )
         checksum = d.pop("checksum", None)
+        signature = d.pop("signature", None)
+        if signature is not None and fmt < DATA_FORMAT:
+            raise ManifestError(f"manifest format {fmt} cannot carry a 'signature'")
         if fmt >= 2 and checksum is None:
             raise ManifestError("manifest has no 'checksum' field")
         _check_schema(d)
         if fmt >= CHAINS_FORMAT:
             _check_chains(d)
+        _check_savepoint(d)
         if checksum is not None:
             actual = _canonical_checksum(d)
             if checksum != actual:
@@ -232,6 +301,9 @@ class Manifest:
             state={k: dict(v) for k, v in d["state"].items()},
             format=fmt,
             chains={k: dict(v) for k, v in d.get("chains", {}).items()},
+            signature=signature,
+            savepoint=d.get("savepoint", False),
+            canonical=_canonical(d),
         )
 
     @property

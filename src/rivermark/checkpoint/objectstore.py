@@ -297,6 +297,8 @@ class ObjectStore(Store):
             self._write(f"write the state of {node_id!r}", self._put, f"{base}/{rel}", blob)
             manifest.state[node_id] = {"file": rel, "size": len(blob), "sha256": sha256_of(blob)}
         fault_point("after-state-files")
+        if manifest.savepoint:
+            fault_point("savepoint-after-state-files")
         if self._lease is not None:
             self._write("renew the lease", self._lease.renew)
         try:
@@ -304,7 +306,7 @@ class ObjectStore(Store):
                 f"write the manifest of checkpoint {epoch}",
                 self._put,
                 f"{base}/manifest.json",
-                manifest.to_json().encode(),
+                manifest.to_json(self.trust.keyring).encode(),
                 True,
             )
         except FileExistsError:

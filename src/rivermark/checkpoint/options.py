@@ -20,7 +20,7 @@ from .keyed import COMPACT_EVERY
 from .store import LocalDirectoryStore, Store
 
 # the job's messages keep the job's logger name
-logger = logging.getLogger("rivermark.checkpoint.job")
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "check_options",

@@ -9,6 +9,12 @@ whose checkpoints all fail verification is refused
 accounts for (:class:`UnaccountedOutputError`); ``from_scratch=True`` sets
 the checkpoints aside and starts every checkpointed sink over.
 
+``from_savepoint="DIR"`` (its newest savepoint) or ``"DIR@EPOCH"`` restores
+a savepoint instead (:meth:`RecoveryAtStart._restore_savepoint`): verified
+like any checkpoint; in the job's own location the newer checkpoints are set
+aside; an empty location gets a verified copy of it as its first checkpoint;
+any other location is refused.
+
 :class:`RecoveryAtStart` is a part of ``Job`` (its base class): it reads the
 job's graph, store and delta chains, and sets what the job resumed from.
 """
@@ -16,14 +22,16 @@ job's graph, store and delta chains, and sets what the job resumed from.
 from __future__ import annotations
 
 import logging
-import pickle
+import os
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core.node import Stream
 from ..errors import ConfigurationError
 from ..sinks.base import CheckpointedSink, StartOverSink
 from ..sources.base import Source
+from . import codec
 from .errors import (
     CheckpointCorruptError,
     CheckpointMismatchError,
@@ -31,13 +39,48 @@ from .errors import (
     UnaccountedOutputError,
 )
 from .keyed import Chains
-from .manifest import Manifest
-from .store import Store
+from .manifest import DATA_FORMAT, Manifest
+from .store import LocalDirectoryStore, Store, open_store
+from .upgrade import UpgradePlan, UpgradeRules, plan_restore, renamed_manifest
 
 # recovery's messages are the job's: they keep the job's logger name
-logger = logging.getLogger("rivermark.checkpoint.job")
+logger = logging.getLogger(__name__)
 
-__all__ = ["RecoveryAtStart"]
+__all__ = ["RecoveryAtStart", "parse_savepoint_spec"]
+
+
+def parse_savepoint_spec(spec: str | os.PathLike[str]) -> tuple[str, int | None]:
+    """The location and epoch (``None``: its newest savepoint) named by ``spec``.
+
+    ``DIR`` or ``URL`` names the newest savepoint there, ``DIR@EPOCH`` one
+    epoch; a savepoint's own directory (``DIR/checkpoints/000000000042``)
+    names that one.
+
+    >>> parse_savepoint_spec("ckpt/job1@42"), parse_savepoint_spec("s3://b/p")
+    (('ckpt/job1', 42), ('s3://b/p', None))
+    >>> parse_savepoint_spec("ckpt/job1/checkpoints/000000000007")
+    ('ckpt/job1', 7)
+    """
+    text = os.fspath(spec)
+    where, at, epoch = text.rpartition("@")
+    if at and epoch.isdigit() and where:
+        return where, int(epoch)
+    if at and where and "/" not in epoch:
+        raise ConfigurationError(
+            f"from_savepoint {text!r}: the part after '@' must be an epoch number "
+            "(DIR@42), or leave it out for the newest savepoint in DIR"
+        )
+    path = Path(text)
+    if "://" not in text and path.name.isdigit() and path.parent.name == "checkpoints":
+        return str(path.parent.parent), int(path.name)
+    return text, None
+
+
+def _place(store: Store) -> str:
+    """What makes two stores the same location (a URL, or a resolved directory)."""
+    if isinstance(store, LocalDirectoryStore):
+        return str(store.path.resolve())
+    return store.location() or repr(store)
 
 
 class RecoveryAtStart:
@@ -51,12 +94,19 @@ class RecoveryAtStart:
     sources: list[Source]
     fingerprint: dict[str, str]
     allow_new_nodes: bool
+    upgrade: UpgradeRules
+    #: ids whose state came from another id (their delta chains start anew)
+    _renamed: set[str]
+    #: ids whose stored state goes through ``upgrade.migrate`` before ``set_state``
+    _migrating: set[str]
     from_scratch: bool
+    from_savepoint: str | None
     epoch: int
     restored_epoch: int | None
     restored_time: float | None
     restored_positions: dict[str, Any]
     restore_seconds: float
+    recovered: bool
     _keyed: Chains
 
     if TYPE_CHECKING:
@@ -65,8 +115,10 @@ class RecoveryAtStart:
 
     def _recover(self) -> None:
         started = time.perf_counter()
+        self.recovered = False
         try:
             self._recover_newest()
+            self.recovered = True
         finally:
             self.restore_seconds = time.perf_counter() - started
 
@@ -75,8 +127,11 @@ class RecoveryAtStart:
         incomplete = self.store.list_incomplete()
         taken = [*epochs, *(int(p.name) for p in incomplete if p.name.isdigit())]
         self.epoch = max(taken, default=0)
+        self._renamed, self._migrating = set(), set()
         if self.from_scratch:
             self._start_over(epochs)
+            return
+        if self.from_savepoint is not None and self._restore_savepoint(self.from_savepoint, epochs):
             return
         damaged: dict[int, str] = {}
         loaded: tuple[Manifest, dict[str, list[bytes]]] | None = None
@@ -96,18 +151,142 @@ class RecoveryAtStart:
         manifest, blobs = loaded
         for e, why in damaged.items():
             logger.warning("skipping damaged checkpoint %d: %s", e, why)
-        self._check_fingerprint(manifest)
+        self._restore_upgraded(manifest, blobs, self._check_fingerprint(manifest))
+
+    def _restore_upgraded(
+        self, manifest: Manifest, blobs: dict[str, list[bytes]], plan: UpgradePlan | None
+    ) -> None:
+        """Restore ``manifest`` with the renames and migrations of ``plan`` (None: unchanged)."""
+        if plan is not None:
+            manifest, blobs = renamed_manifest(manifest, blobs, plan.renames)
+            self._renamed = set(plan.renames.values())
+            self._migrating = set(plan.migrated)
         self._restore_from(manifest, blobs)
+
+    def _restore_savepoint(self, spec: str, epochs: list[int]) -> bool:
+        """Restore the savepoint ``spec`` names (see :func:`parse_savepoint_spec`); True if done.
+
+        False when this location already starts with a copy of that savepoint
+        (an earlier run of the same command made it): the job then resumes
+        from its newest checkpoint, as any restart does.
+
+        In the job's own location the checkpoints newer than the savepoint
+        are set aside; an empty location gets a copy of the savepoint (its
+        state files and manifest, through the store) as its first checkpoint,
+        which is verified before it is restored; a different location that
+        holds checkpoints is refused.
+        """
+        where, wanted = parse_savepoint_spec(spec)
+        what = f"from_savepoint {spec!r}"
+        source = open_store(where, create=False)
+        same = _place(source) == _place(self.store)
+        if same:
+            source = self.store
+        else:
+            source.trust = self.store.trust
+        saved = source.list_epochs()
+        if wanted is None:
+            points = source.savepoints(saved)
+            if not points:
+                raise ConfigurationError(
+                    f"{what}: {source!r} holds no savepoint; take one with Job.savepoint() "
+                    "or 'rivermark run --savepoint-on-stop', or name a checkpoint as DIR@EPOCH"
+                )
+            wanted = points[-1]
+        elif wanted not in saved:
+            raise ConfigurationError(
+                f"{what}: {source!r} holds no checkpoint {wanted} (it holds "
+                f"{', '.join(map(str, saved)) or 'none'}); see 'rivermark checkpoints list'"
+            )
+        manifest, blobs = source.load_chains(wanted)  # verified, signature included
+        if not manifest.savepoint:
+            raise ConfigurationError(
+                f"{what}: checkpoint {wanted} in {source!r} is not a savepoint (it may need "
+                "other checkpoints); name a savepoint (see 'rivermark checkpoints list')"
+            )
+        plan = self._check_fingerprint(manifest)
+        if same:
+            newer = [e for e in epochs if e > wanted]
+            if newer:
+                aside = self.store.set_aside(newer)
+                logger.info(
+                    "starting from savepoint %d: newer checkpoints %s of %r set aside in %s",
+                    wanted,
+                    ", ".join(map(str, newer)),
+                    self.store,
+                    aside,
+                )
+        else:
+            if self._copied_here(wanted, manifest, epochs):
+                # the same command run again (a restart): go on from the newest checkpoint
+                logger.info(
+                    "savepoint %d of %r was copied to %r by an earlier run; resuming from the "
+                    "newest checkpoint there",
+                    wanted,
+                    source,
+                    self.store,
+                )
+                return False
+            if epochs or self.store.list_incomplete():
+                raise ConfigurationError(
+                    f"{what}: the checkpoint location {self.store!r} already holds checkpoints; "
+                    "start from a savepoint into an empty location, or into the savepoint's own "
+                    "location (newer checkpoints there are set aside)"
+                )
+            copy = Manifest(
+                epoch=manifest.epoch,
+                time=manifest.time,
+                fingerprint=dict(manifest.fingerprint),
+                positions=dict(manifest.positions),
+                sinks=dict(manifest.sinks),
+                chains={nid: dict(link) for nid, link in manifest.chains.items()},
+                savepoint=True,
+            )
+            self.store.write_checkpoint(copy, {nid: b[-1] for nid, b in blobs.items()})
+            manifest, blobs = self.store.load_chains(wanted)
+            logger.info(
+                "savepoint %d of %r copied as the first checkpoint of %r",
+                wanted,
+                source,
+                self.store,
+            )
+            self.epoch = max(self.epoch, wanted)
+        self._restore_upgraded(manifest, blobs, plan)
+        return True
+
+    def _copied_here(self, wanted: int, manifest: Manifest, epochs: list[int]) -> bool:
+        """Whether this location starts with a copy of savepoint ``manifest`` (epoch ``wanted``).
+
+        A copy is the oldest checkpoint, of the same epoch, marked a savepoint,
+        with the same positions and state files (by digest).
+        """
+        if not epochs or epochs[0] != wanted:
+            return False
+        try:
+            mine = self.store.load_manifest(wanted)
+        except CheckpointCorruptError:
+            return False
+        digests = {n: e["sha256"] for n, e in mine.state.items()}
+        return (
+            mine.savepoint
+            and mine.positions == manifest.positions
+            and digests == {n: e["sha256"] for n, e in manifest.state.items()}
+        )
 
     def _restore_from(self, manifest: Manifest, blobs: dict[str, list[bytes]]) -> None:
         """Hand the nodes, sinks and sources what checkpoint ``manifest`` holds for them."""
+        allow = self.store.trust.allow_pickle(manifest.signature_status)
+        if allow and manifest.format < DATA_FORMAT and manifest.signature_status != "ok":
+            logger.warning(
+                "checkpoint %d was written by an older rivermark (its state is pickled) and is "
+                "not signed: loaded because the store is trusted (trust_store); the next "
+                "checkpoints are written as data",
+                manifest.epoch,
+            )
         for n in self.stateful:
             nid = self.id_of(n)
-            if nid in manifest.chains:
-                link = manifest.chains[nid]
-                n.set_state(self._keyed.restored(nid, manifest.epoch, link, blobs[nid]))
-            elif nid in blobs:
-                n.set_state(pickle.loads(blobs[nid][-1]))
+            if nid in blobs:
+                self._restore_node(n, nid, manifest, blobs[nid], allow)
         for k in self.sinks:
             k.restore(manifest.sinks.get(self.id_of(k)))
         for s in self.sources:
@@ -123,6 +302,60 @@ class RecoveryAtStart:
             self.store,
             extra={"epoch": manifest.epoch, "position": manifest.positions},
         )
+
+    def _restore_node(
+        self, n: Stream, nid: str, manifest: Manifest, blobs: list[bytes], allow: bool
+    ) -> None:
+        """``set_state`` of node ``n`` from its state files; one line if they do not fit it."""
+        where = f"checkpoint {manifest.epoch} in {self.store!r}"
+        untrusted = (
+            f"{where}: the state of node {nid} {n!r} holds pickled objects (written by an "
+            "older rivermark, or objects of the app's own classes) and unpickling runs code, "
+            f"but the checkpoint is {manifest.signature_status}; set a checkpoint key "
+            "(RIVERMARK_CHECKPOINT_KEY, see docs/security.md) so that checkpoints are signed, "
+            "or, if you trust whoever can write the store, run with --trust-store "
+            "(Job(trust_store=True))"
+        )
+        if nid in manifest.chains:
+            link = manifest.chains[nid]
+            state = self._keyed.restored(
+                nid,
+                manifest.epoch,
+                link,
+                blobs,
+                allow_pickle=allow,
+                what=untrusted,
+                goes_on=nid not in self._renamed,
+            )
+        else:
+            try:
+                state = codec.loads(blobs[-1], allow_pickle=allow, what=untrusted)
+            except ValueError as e:
+                raise CheckpointCorruptError(f"{where}: state of {nid!r}: {e}") from e
+        if nid in self._migrating:
+            state = self._migrated(n, nid, state, where)
+        try:
+            n.set_state(state)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+            raise CheckpointMismatchError(
+                f"{where}: the state stored for node {nid} {n!r} does not fit it "
+                f"({type(e).__name__}: {e}); the node's code or options changed since the "
+                "checkpoint was written: restore the code that wrote it, turn the old state into "
+                f"the new with Job(migrate={{{nid!r}: ...}}) (docs/upgrading.md), give the "
+                "changed node a new name= (Job(..., allow_new_nodes=True)) so that it starts "
+                "empty, or start "
+                "over with --from-scratch"
+            ) from e
+
+    def _migrated(self, n: Stream, nid: str, state: Any, where: str) -> Any:
+        fn = self.upgrade.migrate[nid]
+        try:
+            return fn(state)
+        except Exception as e:
+            raise CheckpointMismatchError(
+                f"{where}: the migration {fn!r} of node {nid} {n!r} failed on the stored "
+                f"state ({type(e).__name__}: {e}); fix it (Job(migrate={{{nid!r}: ...}}))"
+            ) from e
 
     def _no_valid_message(self, damaged: dict[int, str]) -> str:
         lines = [
@@ -171,54 +404,16 @@ class RecoveryAtStart:
             assert isinstance(k, StartOverSink)
             k.start_over()
 
-    def _check_fingerprint(self, manifest: Manifest) -> None:
-        old, new = manifest.fingerprint, self.fingerprint
-        sink_ids = {self.id_of(k) for k in self.sinks}
-        if not sink_ids & set(old):
-            # written before sinks were part of the fingerprint: compare the rest
-            new = {k: v for k, v in new.items() if k not in sink_ids}
-        if old == new:
-            return
-        by_id = {self.id_of(n): n for n in self.nodes}
-        added = sorted(set(new) - set(old))
-        removed = sorted(set(old) - set(new))
-        changed = sorted(k for k in set(old) & set(new) if old[k] != new[k])
-        if not removed and not changed and self.allow_new_nodes:
-            logger.warning("checkpoint %d: new nodes %s start empty", manifest.epoch, added)
-            return
-        lines = [
-            f"the graph differs from the one that wrote checkpoint {manifest.epoch} "
-            f"in {self.store!r}:"
-        ]
-        lines += [f"  added: {k} {by_id[k]!r}" for k in added]
-        lines += [f"  removed: {k} (was {old[k]})" for k in removed]
-        lines += [f"  changed: {k} {by_id[k]!r} (was {old[k]}, now {new[k]})" for k in changed]
-        # a node without name= whose derived id moved (e.g. a map inserted
-        # above it) shows up as removed + added with the same configuration
-        moved = [
-            (r, a) for r in removed for a in added if old[r] == new[a] and by_id[a].name is None
-        ]
-        lines += [
-            f"  {r} and {a} look like the same node ({new[a]}): its id is derived from the "
-            f"graph's shape, which changed; to restore its state from this checkpoint, "
-            f"pass name={r!r} to {by_id[a]!r}"
-            for r, a in moved
-        ]
-        hint = (
-            "to start over, run with --from-scratch (Job(..., from_scratch=True)): it sets "
-            "the checkpoints aside and starts the sinks' output over"
-        )
-        if moved or any(by_id[k].name is None for k in added):
-            hint = (
-                "give stateful nodes and sources explicit names (e.g. "
-                ".accumulate(f, name='totals')) so that their state survives changes of "
-                "the graph around them; " + hint
-            )
-        if added and not removed and not changed:
-            hint = "pass Job(..., allow_new_nodes=True) to start the added nodes empty, or " + hint
-        else:
-            hint = "removed or changed nodes cannot be restored; " + hint
-        raise CheckpointMismatchError("\n".join([*lines, hint]))
+    def _check_fingerprint(self, manifest: Manifest) -> UpgradePlan | None:
+        """The upgrade rules' decisions when the graph changed; a refusal raises."""
+        plan = plan_restore(manifest, self.nodes[0], self.upgrade)
+        if not plan.changes:
+            return None
+        if plan.refused:
+            raise CheckpointMismatchError(plan.message(repr(self.store)))
+        for d in plan.decisions:
+            logger.info("checkpoint %d: %s", manifest.epoch, d.line())
+        return plan
 
     def _warn_not_replayable(self) -> None:
         for n in self.nodes:

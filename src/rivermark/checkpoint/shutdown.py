@@ -24,7 +24,7 @@ from .errors import JobFailedError
 from .store import Store
 
 # the job's messages keep the job's logger name
-logger = logging.getLogger("rivermark.checkpoint.job")
+logger = logging.getLogger(__name__)
 
 __all__ = ["Shutdown"]
 

@@ -36,11 +36,13 @@ from .errors import (
     CheckpointError,
     CheckpointLockedError,
     CheckpointNotFoundError,
+    CheckpointSignatureError,
     ManifestError,
     ManifestFormatError,
 )
 from .faults import fault_error, fault_point
 from .manifest import FORMAT_VERSION, Manifest, sha256_of
+from .signing import Trust, key_id
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +59,13 @@ class Store(abc.ABC):
     has a known format, and names the epoch of the place it sits in),
     :meth:`load_checkpoint` and :meth:`verify` (every state blob has the size
     and sha256 its entry records).  A store should not override these three.
+
+    ``trust`` (set by the job or the inspecting command) holds the keys:
+    with a key, every manifest is signed when written and its signature is
+    checked when loaded (:meth:`load_manifest`).
     """
+
+    trust: Trust = Trust()
 
     @abc.abstractmethod
     def list_epochs(self) -> list[int]:
@@ -135,21 +143,44 @@ class Store(abc.ABC):
         """The complete checkpoints among ``epochs`` that retention may delete.
 
         All but the newest ``keep``, except those whose state files a kept
-        checkpoint's delta chain needs (its parents back to the base).  A
-        manifest that cannot be read keeps everything older than it.
+        checkpoint's delta chain needs (its parents back to the base), and,
+        in turn, what each checkpoint kept that way needs for its own chains
+        (another node's base may be older): the closure, so every checkpoint
+        left in the store verifies.  A manifest that cannot be read keeps
+        everything older than it.  A savepoint (``Manifest.savepoint``) is
+        never prunable, nor what it needs (nothing, as written: its keyed
+        states are bases).
         """
         if keep <= 0 or len(epochs) <= keep:
             return []
-        kept = epochs[-keep:]
-        needed: set[int] = set()
-        for e in kept:
+        kept = set(epochs[-keep:]) | set(self.savepoints(epochs[:-keep]))
+        todo = list(kept)
+        while todo:
+            e = todo.pop()
             try:
                 m = self.read_manifest(e)
             except Exception:
-                return [x for x in epochs[:-keep] if x > e]  # nothing older than e
-            for link in m.chains.values():
-                needed.update(x for x in epochs if link["base"] <= x < e)
-        return [e for e in epochs[:-keep] if e not in needed]
+                needed = {x for x in epochs if x < e}  # nothing older than e goes
+            else:
+                needed = {x for link in m.chains.values() for x in epochs if link["base"] <= x < e}
+            todo.extend(needed - kept)
+            kept |= needed
+        return [e for e in epochs if e not in kept]
+
+    def savepoints(self, epochs: list[int]) -> list[int]:
+        """The epochs among ``epochs`` whose manifest marks a savepoint.
+
+        A manifest that cannot be read is not counted (it cannot be restored
+        from either).
+        """
+        out = []
+        for e in epochs:
+            try:
+                if self.read_manifest(e).savepoint:
+                    out.append(e)
+            except Exception:  # damaged: not a savepoint anyone can restore
+                continue
+        return out
 
     # ------------------------------------------------------------------ integrity (all stores)
     def load_manifest(self, epoch: int) -> Manifest:
@@ -170,7 +201,40 @@ class Store(abc.ABC):
                 f"{where}: the manifest says epoch {m.epoch!r}, the place it sits in is "
                 f"epoch {epoch} (copied or moved from another checkpoint)"
             )
+        self._check_signature(m, where)
         return m
+
+    def _check_signature(self, m: Manifest, where: str) -> None:
+        """Set ``m.signature_status``; with a key, refuse what did not verify."""
+        keyring = self.trust.keyring
+        if keyring is None:
+            m.signature_status = "unsigned" if m.signature is None else "unchecked"
+            return
+        status = m.signature_status = keyring.check(m.canonical, m.signature)
+        if status == "ok":
+            return
+        if status == "bad-signature":
+            raise CheckpointSignatureError(
+                f"{where}: bad signature: its contents changed after it was signed (edited or "
+                "damaged); restore a good copy of the checkpoint store",
+                status,
+            )
+        if self.trust.trust_store:
+            logger.warning("%s is %s; loaded anyway (trust_store)", where, status)
+            return
+        if status == "unsigned":
+            why = "not signed, and this job has a checkpoint key (written without it, or planted)"
+        else:
+            assert m.signature is not None
+            why = (
+                f"signed with key {m.signature.get('key')!r}, which is none of this job's keys "
+                f"({', '.join(key_id(k) for k in keyring.keys)})"
+            )
+        raise CheckpointSignatureError(
+            f"{where}: {why}; add the key that wrote it as an old key, or, if you trust "
+            "whoever wrote the store, run once with --trust-store (Job(trust_store=True))",
+            status,
+        )
 
     def load_checkpoint(self, epoch: int) -> tuple[Manifest, dict[str, bytes]]:
         """The checked manifest of ``epoch`` and every state blob, each checked.
@@ -269,11 +333,46 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+#: files a store writes are its owner's alone (state holds the job's data)
+FILE_MODE = 0o600
+DIR_MODE = 0o700
+
+
 def _write_durable(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
+    # O_NOFOLLOW: a symlink planted where a file is written is not followed
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, FILE_MODE)
+    with open(fd, "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
+
+
+def _read_no_symlink(path: Path, within: Path) -> bytes:
+    """The bytes of ``path``, refusing a symlink on the way from ``within`` (the store)."""
+    rel = path.relative_to(within)
+    p = within
+    for part in rel.parts:
+        p = p / part
+        if p.is_symlink():
+            raise CheckpointCorruptError(
+                f"{str(p)!r} is a symbolic link (to {os.readlink(p)!r}); a checkpoint store "
+                "holds no links and rivermark does not follow them: replace it by the file "
+                "itself or restore a good copy of the store"
+            )
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with open(fd, "rb") as f:
+        return f.read()
+
+
+def _refuse_dangling_link(path: Path) -> None:
+    """Refuse a path (or a parent of it) that is a symbolic link to nothing, naming its target."""
+    for p in (path, *path.parents):
+        if p.is_symlink() and not p.exists():
+            raise ConfigurationError(
+                f"checkpoint directory {str(path)!r}: {str(p)!r} is a symbolic link to "
+                f"{os.readlink(p)!r}, which does not exist; create that directory, or pass "
+                "another checkpoint path"
+            )
 
 
 def _unusable(path: Path, e: OSError) -> ConfigurationError:
@@ -310,8 +409,10 @@ class LocalDirectoryStore(Store):
                 "pass the name of a directory (it is created if missing)"
             )
         if create:
+            _refuse_dangling_link(self.path)
             try:
-                self.checkpoints.mkdir(parents=True, exist_ok=True)
+                self.path.mkdir(DIR_MODE, parents=True, exist_ok=True)
+                self.checkpoints.mkdir(DIR_MODE, exist_ok=True)
             except OSError as e:
                 raise _unusable(self.path, e) from None
         self._lock_file: IO[str] | None = None
@@ -345,7 +446,8 @@ class LocalDirectoryStore(Store):
         d = self.epoch_dir(manifest.epoch)
         if d.exists():
             shutil.rmtree(d)
-        (d / "state").mkdir(parents=True)
+        d.mkdir(DIR_MODE)
+        (d / "state").mkdir(DIR_MODE)
         fault_error("checkpoint-write")
         for node_id, blob in states.items():
             rel = f"state/{node_id}.pkl"
@@ -355,13 +457,16 @@ class LocalDirectoryStore(Store):
         _fsync_dir(d)
         _fsync_dir(self.checkpoints)
         fault_point("after-state-files")
+        if manifest.savepoint:
+            fault_point("savepoint-after-state-files")
         tmp = d / "manifest.json.tmp"
-        _write_durable(tmp, manifest.to_json().encode())
+        _write_durable(tmp, manifest.to_json(self.trust.keyring).encode())
         os.replace(tmp, d / "manifest.json")
         _fsync_dir(d)
 
     def read_manifest(self, epoch: int) -> Manifest:
-        return Manifest.from_json((self.epoch_dir(epoch) / "manifest.json").read_bytes())
+        path = self.epoch_dir(epoch) / "manifest.json"
+        return Manifest.from_json(_read_no_symlink(path, self.path))
 
     def read_state(self, epoch: int, node_id: str) -> bytes:
         entry = self.read_manifest(epoch).state[node_id]
@@ -373,7 +478,7 @@ class LocalDirectoryStore(Store):
             raise CheckpointCorruptError(
                 f"state file of {node_id!r} is {entry['file']!r}, outside the checkpoint"
             )
-        return (self.epoch_dir(epoch) / rel).read_bytes()
+        return _read_no_symlink(self.epoch_dir(epoch) / rel, self.path)
 
     def set_aside(self, epochs: list[int]) -> str:
         """Move the directories of ``epochs`` to ``DIR/set-aside-<UTC time>/``."""
@@ -383,7 +488,7 @@ class LocalDirectoryStore(Store):
         while dest.exists():
             n += 1
             dest = self.path / f"set-aside-{stamp}-{n}"
-        dest.mkdir()
+        dest.mkdir(DIR_MODE)
         for e in epochs:
             os.rename(self.epoch_dir(e), dest / self.epoch_dir(e).name)
         _fsync_dir(dest)

@@ -9,21 +9,27 @@ calls :meth:`StateView.serialise` in a worker thread after resuming.
 Two kinds exist:
 
 * plain state (anything a node's ``get_state`` returns) is pickled at the
-  barrier: the bytes are the view.  Pickling is the one generic way to
-  freeze arbitrary mutable objects, so its cost stays in the pause;
+  barrier, in memory (:class:`PlainView`): pickling is the one generic way
+  to freeze arbitrary mutable objects, so its cost stays in the pause.  The
+  state file is written in the data encoding of :mod:`.codec` from those
+  bytes in the background (pickle is only kept for the parts that need it);
 * :class:`rivermark.KeyedState` hands out its changed keys since the last
   checkpoint (:mod:`rivermark.state`), which costs O(1) at the barrier; the
-  values are pickled in the background (see ``docs/checkpointing.md``).
+  values are encoded in the background (see ``docs/checkpointing.md``).
 """
 
 from __future__ import annotations
 
 import logging
+import pickle
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
+
+from . import codec
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["StateView"]
+__all__ = ["StateView", "PlainView"]
 
 
 @runtime_checkable
@@ -32,3 +38,19 @@ class StateView(Protocol):
 
     def serialise(self) -> bytes:
         """The bytes of the state file (called once, in a worker thread)."""
+
+
+@dataclass
+class PlainView:
+    """Plain state frozen at the barrier as pickle bytes (made here, in memory)."""
+
+    frozen: bytes
+
+    @classmethod
+    def of(cls, state: object) -> PlainView:
+        return cls(pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def serialise(self) -> bytes:
+        # the bytes were made by this process a moment ago: loading them runs
+        # only the job's own classes, as the live state did
+        return codec.dumps(pickle.loads(self.frozen))

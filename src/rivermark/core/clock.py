@@ -13,8 +13,6 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..fastpath import codegen
-
 if TYPE_CHECKING:  # pragma: no cover
     from .node import Stream
 
@@ -35,11 +33,21 @@ _BOUND: list[weakref.ref[Stream]] = []
 _PUSHES: list[Callable[..., Any]] = []
 
 
+def retire(fn: Callable[..., Any]) -> None:
+    """Make the generated function ``fn`` hand every call to its node's current ``emit``.
+
+    Every generated function checks the flag ``_valid`` in its own globals
+    (see :mod:`rivermark.fastpath.codegen`); clearing it takes the function back.
+    """
+    if hasattr(fn, "rivermark_source"):
+        fn.__globals__["_valid"] = False
+
+
 def _bump() -> None:
     _GraphClock.version += 1
     if _PUSHES:
         for fn in _PUSHES:
-            codegen.retire(fn)
+            retire(fn)
         _PUSHES.clear()
     if _BOUND:
         bound = list(_BOUND)

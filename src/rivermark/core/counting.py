@@ -41,6 +41,8 @@ import itertools
 from operator import length_hint
 from typing import TYPE_CHECKING, Any
 
+from .clock import _bump
+
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Callable
 
@@ -89,8 +91,6 @@ def counts_output(node: Stream) -> bool:
 
 def count_emits(node: Stream) -> None:
     """Count the records a root fed by ``emit`` passes on (from now on)."""
-    from .node import _bump
-
     if not node.counts_emits:
         node.counts_emits = True
         _bump()

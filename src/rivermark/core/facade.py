@@ -1,12 +1,12 @@
-"""A node's outward face: how it is named and shown, and streamz's doors to other layers.
+"""A node's outward face: how it is named and shown.
 
 :class:`StreamFacade` is a base of :class:`~rivermark.core.node.Stream`.  It
 holds the methods that no record passes through: the name messages use, the
-streamz-style ``str``/``repr``, the Jupyter and graphviz views, and the
-methods streamz has on every stream that an optional layer fulfils
-(``scatter``: Dask, ``to_dataframe``: DataFrame, ``to_batch``: Batch).  Those
-layers are imported inside the methods: the engine imports none of them at
-module level.
+streamz-style ``str``/``repr``, the HTML and graphviz views, and ``gather``.
+The methods streamz has on every stream that an optional layer fulfils
+(``scatter``: Dask, ``to_dataframe``: DataFrame, ``to_batch``: Batch, the
+Jupyter display: the notebook outputs) are defined and registered by those
+layers; :mod:`rivermark.plugins` loads them on first call.
 """
 
 from __future__ import annotations
@@ -63,12 +63,6 @@ class StreamFacade:
 
     __repr__ = __str__
 
-    def _ipython_display_(self) -> None:
-        """In Jupyter: a live output of the records this node passes on (``rivermark[notebook]``)."""
-        from ..observe.notebook import display_node
-
-        display_node(cast("Stream", self))
-
     def _repr_html_(self) -> str:
         return str(self).replace("<", "&lt;").replace(">", "&gt;")
 
@@ -86,30 +80,6 @@ class StreamFacade:
         True
         """
         return cast("Stream", self)
-
-    def scatter(self, **kwargs: Any) -> Stream:
-        """Move records onto a Dask cluster (``pip install rivermark[dask]``)."""
-        from ..dask import scatter
-
-        return scatter(cast("Stream", self), **kwargs)
-
-    def to_dataframe(self, example: Any) -> Any:
-        """Treat a stream of pandas DataFrames as a streaming DataFrame (``rivermark[dataframe]``).
-
-        Available without importing :mod:`rivermark.dataframe` first, as in streamz.
-        """
-        from ..dataframe import DataFrame
-
-        return DataFrame(self, example=example)
-
-    def to_batch(self, example: Any = None) -> Any:
-        """Treat a stream of lists of records as streamz's ``Batch`` (``rivermark.batch``).
-
-        Available without importing :mod:`rivermark.batch` first, as in streamz.
-        """
-        from ..batch import Batch
-
-        return Batch(cast("Stream", self), example=example)
 
 
 def _attr_text(value: Any) -> str:

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError, GraphError
-from .node import Stream
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .node import Stream
 
 __all__ = [
     "nodes_of",

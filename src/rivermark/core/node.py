@@ -25,7 +25,7 @@ from typing import Any, ClassVar, TypeVar
 from ..errors import ConfigurationError, ErrorContext, NodeFailedError, add_context
 from ..fastpath import codegen
 from ..fastpath import push as fusion
-from . import counting, delivery, runtime
+from . import clock, counting, delivery, runtime
 from .clock import _BOUND as _BOUND
 from .clock import _PUSHES as _PUSHES
 from .clock import _bump as _bump
@@ -106,6 +106,9 @@ class Stream(StreamFacade):
     str_list: ClassVar[list[str]] = ["func", "predicate", "n", "interval"]
     #: True for nodes whose ``update`` schedules work on an event loop
     _is_async: bool = False
+    #: records taken in and not yet passed on or written
+    #: (:class:`~rivermark.core.contracts.HoldsWork`); nodes that hold work count it here
+    in_flight: int = 0
     #: names of attributes that make up the node's checkpointed state
     _state_attrs: ClassVar[tuple[str, ...]] = ()
     #: True when ``records_out`` is not counted by :mod:`rivermark.core.counting`:
@@ -146,6 +149,8 @@ class Stream(StreamFacade):
         #: records dropped by ``on_error="skip"`` / handed to an ``on_error`` callable
         self.errors_skipped = 0
         self.errors_handled = 0
+        #: the last record whose user function raised, and the exception (read by the metrics)
+        self.last_error: tuple[Any, BaseException] | None = None
         #: stepped once per record passed on to the downstreams (:mod:`rivermark.core.counting`)
         self.out_counter = counting.new_counter()
         if asynchronous is not None:
@@ -253,18 +258,6 @@ class Stream(StreamFacade):
 
         return register
 
-    @classmethod
-    def register_plugin_entry_point(
-        cls, entry_point: Any, modifier: Callable[[Any], Any] = identity
-    ) -> None:
-        """Register a lazily loaded plugin from an ``importlib.metadata`` entry point.
-
-        A name that is taken raises ``PluginNameError`` (a ``ValueError``), as in streamz.
-        """
-        from ..plugins import register_entry_point
-
-        register_entry_point(cls, entry_point, modifier, strict=True)
-
     # ------------------------------------------------------------------ graph shape
     @property
     def upstream(self) -> Stream | None:
@@ -340,6 +333,12 @@ class Stream(StreamFacade):
             else:
                 self._loop = runtime.current_loop() or runtime.background_loop()
         return self._loop
+
+    @loop.setter
+    def loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Move this node's asynchronous work to ``loop`` (before the graph runs)."""
+        self._loop = loop
+        _bump()
 
     def _downstream_loop(self) -> asyncio.AbstractEventLoop | None:
         """The loop needed to run an emit from here, or None for a purely sync subgraph.
@@ -427,7 +426,7 @@ class Stream(StreamFacade):
             if generated is not None:
                 _PUSHES.append(generated)
                 if _GraphClock.version != version:  # changed meanwhile (another thread)
-                    codegen.retire(generated)
+                    clock.retire(generated)
                     return fn
                 fn = generated
         self._record_loop_fn = fn
@@ -532,7 +531,7 @@ class Stream(StreamFacade):
             fn = codegen.compile_emit(self, _general_emit) or general
         if _GraphClock.version != version:
             # the graph changed meanwhile (another thread): use nothing built for the old shape
-            codegen.retire(fn)
+            clock.retire(fn)
             return general
         self._unbind_emit()
         self._emit_fn = fn
@@ -549,7 +548,7 @@ class Stream(StreamFacade):
         if fn is None:
             return
         self._emit_fn = None
-        codegen.retire(fn)
+        clock.retire(fn)
         with contextlib.suppress(AttributeError):
             object.__delattr__(self, "emit")
 
@@ -624,6 +623,7 @@ class Stream(StreamFacade):
         a PEP 678 note).
         """
         self.error_count += 1
+        self.last_error = (x, exc)
         policy = self.on_error
         if policy is None or policy == "raise":
             fname = (

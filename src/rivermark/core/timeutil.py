@@ -43,10 +43,13 @@ _UNITS: dict[str, float] = {
 _PATTERN = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*$")
 
 
-def parse_interval(value: Any, node_kind: str = "interval", arg: str = "interval") -> float:
-    """Return ``value`` as a positive number of seconds.
+def parse_interval(
+    value: Any, node_kind: str = "interval", arg: str = "interval", allow_zero: bool = False
+) -> float:
+    """Return ``value`` as a positive number of seconds (or 0 with ``allow_zero``).
 
     ``node_kind`` and ``arg`` name the node and argument in the error message.
+    ``allow_zero`` is for a poll interval where 0 means "do not wait".
 
     >>> parse_interval(2)
     2.0
@@ -54,6 +57,8 @@ def parse_interval(value: Any, node_kind: str = "interval", arg: str = "interval
     0.5
     >>> parse_interval("1min")
     60.0
+    >>> parse_interval("0s", allow_zero=True)
+    0.0
     """
     seconds: float | None = None
     if isinstance(value, datetime.timedelta):
@@ -66,9 +71,15 @@ def parse_interval(value: Any, node_kind: str = "interval", arg: str = "interval
             unit = m.group(2).lower() or "s"
             if unit in _UNITS:
                 seconds = float(m.group(1)) * _UNITS[unit]
-    if seconds is None or not math.isfinite(seconds) or seconds <= 0:
+    if (
+        seconds is None
+        or not math.isfinite(seconds)
+        or seconds < 0
+        or (seconds == 0 and not allow_zero)
+    ):
+        least = "a number of seconds >= 0" if allow_zero else "a positive number of seconds"
         raise ConfigurationError(
-            f"{node_kind}: {arg} must be a positive number of seconds or a duration "
+            f"{node_kind}: {arg} must be {least} or a duration "
             f"string, got {value!r}; pass e.g. {arg}=0.5 or {arg}='500ms'"
         )
     return seconds

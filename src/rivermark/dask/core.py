@@ -16,7 +16,7 @@ Guarantees:
 * *Completion.*  ``gather`` holds a record's references from the moment the
   future arrives until its value has been emitted downstream and the
   downstream work has finished; it counts outstanding futures in
-  ``_inflight`` so a checkpoint barrier waits for them.
+  ``in_flight`` so a checkpoint barrier waits for them.
 * *State on the cluster.*  The scattered ``accumulate`` keeps its state as a
   future; ``get_state()`` fetches the value (and restarts the task lineage
   from it), ``set_state()`` puts a value back.  Scattered windows and joins

@@ -51,7 +51,7 @@ class DaskGather(Stream):
 
     >>> s = Stream()
     >>> g = s.scatter().gather(max_inflight=4)
-    >>> g.max_inflight, g._inflight
+    >>> g.max_inflight, g.in_flight
     (4, 0)
     """
 
@@ -69,7 +69,7 @@ class DaskGather(Stream):
     ) -> None:
         check_positive_int("gather", "max_inflight", max_inflight)
         self.max_inflight = max_inflight
-        self._inflight = 0
+        self.in_flight = 0
         #: records accepted by ``update`` and passed on (or dropped) so far
         self._accepted = 0
         self._delivered = 0
@@ -97,7 +97,7 @@ class DaskGather(Stream):
         elif part:
             _check_client(self, x.batch.node.client)
         self._retain_refs(metadata)
-        self._inflight += 1
+        self.in_flight += 1
         self._accepted += 1
         fetch: asyncio.Future[tuple[bool, Any]]
         try:
@@ -142,13 +142,13 @@ class DaskGather(Stream):
         """Wait until nothing is in flight here or in the asynchronous nodes upstream.
 
         Upstream nodes (``buffer``, ``delay``, ...) count their held records in
-        ``_inflight``; they are polled, this node is awaited.
+        ``in_flight``; they are polled, this node is awaited.
         """
         while True:
-            busy = [n for n in ancestors(self) if getattr(n, "_inflight", 0)]
+            busy = [n for n in ancestors(self) if n.in_flight]
             if not busy:
-                await self._wait_for(lambda: self._inflight == 0)
-                if not any(getattr(n, "_inflight", 0) for n in ancestors(self)):
+                await self._wait_for(lambda: self.in_flight == 0)
+                if not any(n.in_flight for n in ancestors(self)):
                     return
             else:
                 if self.failure is not None:
@@ -178,7 +178,7 @@ class DaskGather(Stream):
                     raise
                 return
             self._pending.popleft()
-            self._inflight -= 1
+            self.in_flight -= 1
             self._delivered += 1
             self._release_refs(p.metadata)
             self._notify()

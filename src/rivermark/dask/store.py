@@ -12,7 +12,7 @@ any other client of the cluster can read the newest state.
 Datasets, for ``prefix="sums"``::
 
     sums/job                                      job info (JSON text)
-    sums/checkpoints/000000000042/state/<node-id> pickled state of one node (bytes)
+    sums/checkpoints/000000000042/state/<node-id> state file of one node (bytes)
     sums/checkpoints/000000000042/manifest        the manifest (JSON text)
 
 Write order: every state dataset, then the manifest.  Publishing a dataset
@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import pickle
 import re
 import socket
 import time
@@ -40,6 +39,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..checkpoint import codec
 from ..checkpoint.errors import CheckpointCorruptError, CheckpointLockedError
 from ..checkpoint.faults import fault_point
 from ..checkpoint.manifest import FORMAT_VERSION, Manifest, sha256_of
@@ -94,7 +94,7 @@ class DaskDatasetStore(Store):
     >>> from distributed import Client
     >>> client = Client(processes=False, n_workers=1, dashboard_address=":0")
     >>> store = DaskDatasetStore(client, prefix="demo")
-    >>> store.write_checkpoint(Manifest(1, 0.0, {}), {"acc": pickle.dumps({"state": 6})})
+    >>> store.write_checkpoint(Manifest(1, 0.0, {}), {"acc": codec.dumps({"state": 6})})
     >>> store.list_epochs(), store.latest_states()
     ([1], {'acc': {'state': 6}})
     >>> client.close()
@@ -196,7 +196,7 @@ class DaskDatasetStore(Store):
         return f"{self._epoch_name(epoch)}/manifest"
 
     def state_name(self, epoch: int, node_id: str) -> str:
-        """The dataset that holds ``node_id``'s pickled state in ``epoch``."""
+        """The dataset that holds ``node_id``'s state file in ``epoch``."""
         return f"{self._epoch_name(epoch)}/state/{node_id}"
 
     def _datasets_by_epoch(self) -> dict[int, list[str]]:
@@ -360,5 +360,14 @@ class DaskDatasetStore(Store):
             except CheckpointCorruptError as e:
                 logger.warning("%r: skipping checkpoint %d: %s", self, epoch, e)
                 continue
-            return {nid: pickle.loads(self.read_state(epoch, nid)) for nid in m.state}
+            allow = self.trust.allow_pickle(m.signature_status)
+            what = (
+                f"checkpoint {epoch} in {self!r}: a node's state holds pickled objects and the "
+                f"checkpoint is {m.signature_status}; give the store the job's checkpoint key "
+                "(store.trust, see docs/security.md) or trust the store"
+            )
+            return {
+                nid: codec.loads(self.read_state(epoch, nid), allow_pickle=allow, what=what)
+                for nid in m.state
+            }
         return {}

@@ -62,6 +62,7 @@ from .running import (
     RollingAggregate,
     check_time_index,
 )
+from .schema import DtypePlan, conform_deferring
 from .streamz_aggregate import StreamzAggregate
 
 logger = logging.getLogger(__name__)
@@ -420,6 +421,12 @@ class Aggregate(ConformingNode):
         self.rows = 0
         #: running per-key partials: a KeyedState of them for incremental checkpoints
         self._book = KeyedPartials() if agg.keyed and not self.windowed else None
+        #: columns a running aggregation takes unconverted (a window keeps converted batches)
+        self._plan = (
+            DtypePlan(agg.deferrable(example.columns))
+            if isinstance(example, pd.DataFrame) and not self.windowed and not agg.full
+            else None
+        )
         Stream.__init__(self, upstream, **kwargs)
         if start is not None:
             acc = None if self.windowed else agg.from_streamz_start(start)
@@ -604,8 +611,17 @@ class Aggregate(ConformingNode):
         return x.index.max()
 
     # ---------------------------------------------------------------- data flow
+    def _conform_deferring(self, x: Any) -> tuple[Any, dict[Any, Any]]:
+        """``x`` matched to the schema, but for the columns the partial converts (with their dtypes)."""
+        if self._plan is None:
+            return self._conform(x), {}
+        x, self.schema, deferred = conform_deferring(
+            x, self.example, self.schema, self._where, self._plan
+        )
+        return x, deferred
+
     def _step(self, x: Any) -> Any:
-        x = self._conform(x)
+        x, deferred = self._conform_deferring(x)
         agg = self.agg
         n = len(x)
         if agg.full:
@@ -617,6 +633,8 @@ class Aggregate(ConformingNode):
             return _concat([f for f, _ in self.parts], x)
         if n:
             p = agg.partial(x)
+            if deferred:
+                p = agg.converted(p, deferred, self.acc)
             self.acc = agg.combine(self.acc, p)
             if self._book is not None:
                 self._book.note(p[0].index, len(self.acc.keys))

@@ -82,6 +82,23 @@ class Aggregation:
         """The accumulator for a ``start=`` in streamz's form (e.g. ``sum(start=10)``), or None."""
         return None
 
+    def deferrable(self, columns: Any) -> frozenset[Any]:
+        """The columns (of ``columns``) a running aggregation may take in the batch's own dtype.
+
+        For those, :meth:`converted` turns the partial of the batch as it is
+        into the partial of the batch converted to the schema's dtypes (see
+        :func:`rivermark.dataframe.schema.conform_deferring`); none by default.
+        """
+        return frozenset()
+
+    def converted(self, p: Any, deferred: dict[Any, Any], acc: Any) -> Any:
+        """``p``, the partial of a batch with ``deferred``'s columns unconverted, for ``acc``.
+
+        What :meth:`combine` makes of ``acc`` and the result must be what it
+        makes of ``acc`` and the partial of the converted batch.
+        """
+        return p
+
     def signature(self) -> str:
         return type(self).__name__
 

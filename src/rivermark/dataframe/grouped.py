@@ -17,6 +17,7 @@ import pandas as pd
 from ..errors import ConfigurationError
 from .base import Aggregation
 from .partials import KeyedAcc, merge_moment_arrays, nan_extreme
+from .schema import exact_sums_in_float64
 
 logger = logging.getLogger(__name__)
 
@@ -25,6 +26,8 @@ __all__ = ["GroupbyAggregation"]
 
 _GROUPBY_HOWS = ("sum", "count", "size", "mean", "var", "std", "min", "max")
 _ADDITIVE = ("sum", "count", "size", "mean")
+#: the aggregations whose partial of ints is the same converted afterwards (see ``deferrable``)
+_DEFERRING = ("sum", "count", "size", "mean", "min", "max")
 
 
 def _add_comps(a: list[np.ndarray], b: list[np.ndarray]) -> list[np.ndarray]:
@@ -108,8 +111,13 @@ class GroupbyAggregation(Aggregation):
         return g if sel is None else g[sel]
 
     def partial(self, batch: Any) -> Any:
-        g = self._grouped(batch)
         how = self.how
+        fast = _counted_sums(batch, self.by, self.selection) if how in _COUNTED else None
+        if fast is not None:
+            sums, counts = fast
+            p0 = {"sum": (sums,), "mean": (sums, counts)}.get(how, (counts,))
+            return self._keep_freq(p0, batch.index) if self.key_is_index else p0
+        g = self._grouped(batch)
         if how == "mean":
             p: tuple[Any, ...] = (g.sum(), g.count())
         elif how in ("var", "std"):
@@ -125,6 +133,26 @@ class GroupbyAggregation(Aggregation):
         if getattr(index, "freq", None) is None or not p[0].index.equals(index):
             return p
         return tuple(x.set_axis(index.rename(x.index.name)) for x in p)
+
+    def deferrable(self, columns: Any) -> frozenset[Any]:
+        # sums, means, extremes and counts of ints within 2**53 are the same in float64
+        if self.how not in _DEFERRING:
+            return frozenset()
+        keys = _as_list(self.by)
+        return frozenset(c for c in columns if c not in keys)
+
+    def converted(self, p: Any, deferred: dict[Any, Any], acc: Any) -> Any:
+        if self.how in ("count", "size"):
+            return p  # counts do not depend on the values' dtype
+        first = p[0]
+        if (
+            acc is not None
+            and self.how in _ADDITIVE
+            and isinstance(first, pd.Series)
+            and acc.comps[0].dtype == deferred.get(first.name)
+        ):
+            return p  # added in place into the sums of the kept dtype, each int exactly
+        return (_astype(first, deferred), *p[1:])
 
     def from_streamz_start(self, start: Any) -> Any:
         """streamz's form of a grouped ``sum``/``count``/``size``/``min``/``max`` start.
@@ -193,6 +221,58 @@ class GroupbyAggregation(Aggregation):
 
     def signature(self) -> str:
         return f"Groupby({self.how}, by={self.by!r}, selection={self.selection!r})"
+
+
+#: the aggregations :func:`_counted_sums` answers
+_COUNTED = ("sum", "mean", "count", "size")
+
+
+def _counted_sums(batch: pd.DataFrame, by: Any, sel: Any) -> tuple[pd.Series, pd.Series] | None:
+    """Per-key sums and row counts of an int64 column by one ``factorize`` and ``np.bincount``.
+
+    Only where that is pandas' answer: one key column of ints, strings or
+    objects (``pd.factorize(keys, sort=True)`` is how pandas' groupby finds
+    and orders the groups; missing keys are left out as it does), and one
+    int64 column whose magnitudes add up to at most 2**53, so that the
+    float64 sums of ``bincount`` are the exact int sums.  None otherwise
+    (the caller asks pandas).  An int column has no missing value: its
+    count is the group's size.
+    """
+    if isinstance(by, (list, tuple)) or sel is None or isinstance(sel, (list, tuple)) or sel == by:
+        return None
+    values = batch[sel]
+    keys = batch[by]
+    kind = keys.dtype
+    plain = isinstance(kind, np.dtype) and kind.kind in "iuO"
+    if values.dtype != np.int64 or not (plain or isinstance(kind, pd.StringDtype)):
+        return None
+    if not exact_sums_in_float64(values):
+        return None
+    try:
+        codes, uniques = pd.factorize(keys, sort=True)
+    except TypeError:  # keys pandas cannot order: its own groupby says so
+        return None
+    arr = values.to_numpy()
+    if len(codes) and codes.min() < 0:
+        kept = codes >= 0
+        codes, arr = codes[kept], arr[kept]
+    n = len(uniques)
+    # pandas infers the dtype of object keys' groups (strings, ints, ...), as a list's
+    index = pd.Index(uniques.tolist() if kind == np.dtype(object) else uniques, name=by)
+    sums = np.bincount(codes, weights=arr, minlength=n).astype(np.int64)
+    counts = np.bincount(codes, minlength=n).astype(np.int64)
+    return pd.Series(sums, index=index, name=sel), pd.Series(counts, index=index, name=sel)
+
+
+def _astype(x: Any, dtypes: dict[Any, Any]) -> Any:
+    """``x`` (a per-key Series or DataFrame) with its columns in ``dtypes`` converted."""
+    if isinstance(x, pd.Series):
+        if x.name not in dtypes:
+            return x
+        # a new Series of the converted values costs a fraction of ``astype``
+        return pd.Series(x.to_numpy().astype(dtypes[x.name]), index=x.index, name=x.name)
+    cols = {c: d for c, d in dtypes.items() if c in x.columns}
+    return x.astype(cols) if cols else x
 
 
 def _as_list(x: Any) -> list[Any]:

@@ -173,10 +173,12 @@ def nan_extreme(a: np.ndarray, b: np.ndarray, op: Callable[[Any, Any], Any]) -> 
 
 
 def _add_into(c: np.ndarray, pos: Any, v: np.ndarray) -> np.ndarray:
-    if np.can_cast(v.dtype, c.dtype, casting="same_kind") and c.dtype.kind == v.dtype.kind:
+    dtype = np.result_type(c.dtype, v.dtype)
+    if dtype == c.dtype:
+        # in place (ints into float64 sums too: numpy converts each as ``astype`` would)
         c[pos] += v
         return c
-    out = c.astype(np.result_type(c.dtype, v.dtype))
+    out = c.astype(dtype)
     out[pos] += v
     return out
 
@@ -277,15 +279,6 @@ class KeyedAcc:
             for c, m in zip(comps, merged):
                 c[at] = m
         return KeyedAcc(keys, comps, self.meta, self.layout)
-
-    def drop_empty(self) -> None:
-        sizes = self.comps[0]
-        keep: Any = sizes > 0
-        if keep.ndim > 1:
-            keep = keep.any(axis=1)
-        if not keep.all():
-            self.keys = self.keys[keep]
-            self.comps = [c[keep] for c in self.comps]
 
     def wrap(self, values: np.ndarray, meta: Any, keep_dtypes: bool = False) -> Any:
         kind, label, dtypes = meta

@@ -20,18 +20,26 @@ that no aggregation ever works on a batch unlike its example:
   dtype only when the conversion is a safe widening and every value survives
   it exactly (``int32`` into ``int64``, ints into ``float64`` below 2**53,
   ``float32`` into ``float64``, values among a categorical's categories,
-  strings between ``object`` and ``str``; anything into ``object``);
+  strings between ``object`` and ``str``; numpy bools into ``float64``, as an
+  untyped example makes them; anything into ``object``);
   otherwise :class:`SchemaError` names the column and both dtypes (a float
   batch into an int column, the ``a=[1]`` then ``a=[0.5]`` case, is refused:
   declare the column float64 from the start);
 - an empty batch takes the kept dtypes (it has no value to lose).
+
+A node whose result is the same either way may take a column in the batch's
+own dtype and convert only its small result (:func:`conform_deferring`):
+numpy ints bound for a float64 column when the batch's magnitudes add up to
+at most 2**53, so every sum of them, and so every sum, mean, minimum and
+maximum, is exact in both dtypes.  A batch beyond that bound is converted
+(or refused) as above.
 """
 
 from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import numpy as np
@@ -42,7 +50,16 @@ from ..errors import RivermarkError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SchemaError", "ColumnsError", "conform", "check_dtypes", "first_schema"]
+__all__ = [
+    "SchemaError",
+    "ColumnsError",
+    "conform",
+    "conform_deferring",
+    "check_dtypes",
+    "DtypePlan",
+    "exact_sums_in_float64",
+    "first_schema",
+]
 
 
 class SchemaError(RivermarkError, TypeError):
@@ -108,7 +125,8 @@ def convert_column(values: pd.Series, dtype: Any) -> pd.Series | None:
     Allowed: the same dtype; a numeric dtype that widens safely (``int32`` to
     ``int64``, ints to ``float64``, ``float32`` to ``float64``) when every
     value round-trips; values among a categorical's categories; strings
-    between ``object`` and ``str``; anything into ``object``.
+    between ``object`` and ``str``; anything into ``object``; ``bool`` into
+    ``float64`` (the dtype an untyped example gives bool data).
 
     >>> convert_column(pd.Series([1, 2], dtype="int32"), np.dtype("int64")).dtype
     dtype('int64')
@@ -120,6 +138,9 @@ def convert_column(values: pd.Series, dtype: Any) -> pd.Series | None:
         return values
     if isinstance(dtype, pd.CategoricalDtype):
         return _exact(values, dtype)
+    if is_bool_dtype(have) and dtype == np.float64 and isinstance(have, np.dtype):
+        # what pd.concat makes of bool data after an untyped (float64) example: 0.0 and 1.0
+        return values.astype(dtype)
     if is_bool_dtype(have) or is_bool_dtype(dtype):
         return None
     if is_numeric_dtype(have) and is_numeric_dtype(dtype):
@@ -189,21 +210,94 @@ class _Where:
         return self.make()
 
 
-def check_dtypes(batch: pd.DataFrame, schema: pd.Series, where: str) -> pd.DataFrame:
-    """``batch`` with each column converted to the dtype in ``schema`` (or SchemaError)."""
+def exact_sums_in_float64(values: pd.Series) -> bool:
+    """Whether every sum of ``values`` (numpy ints) is a float64 exactly: magnitudes add up to <= 2**53.
+
+    >>> exact_sums_in_float64(pd.Series([2**52, -(2**52)])), exact_sums_in_float64(pd.Series([2**53, 1]))
+    (True, False)
+    """
+    arr = values.to_numpy()
+    if not len(arr):
+        return True
+    return max(-int(arr.min()), int(arr.max())) * len(arr) <= _FLOAT64_EXACT
+
+
+#: one column of a :class:`DtypePlan`: (label, kept dtype, batch dtype, may wait)
+Step = tuple[Any, Any, Any, bool]
+
+
+class DtypePlan:
+    """What a batch of given dtypes needs, decided once per dtypes (and schema) a node sees.
+
+    For each column whose dtype differs from the schema's (and is not bound
+    for ``object``, which takes anything): whether the caller may take it as
+    it is (a numpy int bound for float64, in ``defer``); the magnitudes are
+    checked per batch.
+    """
+
+    #: distinct batch dtypes remembered (streams see a handful)
+    LIMIT = 64
+
+    def __init__(self, defer: Collection[Any] = ()) -> None:
+        self.defer = frozenset(defer)
+        self.schema: Any = None
+        self.plans: dict[tuple[Any, ...], list[Step]] = {}
+
+    def steps(self, schema: pd.Series, have: list[Any]) -> list[Step]:
+        if schema is not self.schema:
+            self.schema, self.plans = schema, {}
+        key = tuple(have)
+        steps = self.plans.get(key)
+        if steps is None:
+            steps = [
+                (col, want, got, self._may_wait(col, got, want))
+                for col, want, got in zip(schema.index.tolist(), schema.tolist(), have)
+                if want != got and not _is_object(want)
+            ]
+            if len(self.plans) < self.LIMIT:
+                self.plans[key] = steps
+        return steps
+
+    def _may_wait(self, col: Any, have: Any, want: Any) -> bool:
+        return (
+            col in self.defer
+            and isinstance(have, np.dtype)
+            and have.kind in "iu"
+            and want == np.float64
+        )
+
+
+def check_dtypes(
+    batch: pd.DataFrame,
+    schema: pd.Series,
+    where: Any,
+    plan: DtypePlan | None = None,
+    deferred: dict[Any, Any] | None = None,
+    have: list[Any] | None = None,
+) -> pd.DataFrame:
+    """``batch`` with each column converted to the dtype in ``schema`` (or SchemaError).
+
+    With ``plan``, a column it lets wait whose sums are exact in float64 is
+    left as it is and recorded in ``deferred`` (column -> the dtype it
+    stands for).  ``where`` (formatted only for an error) names the operation;
+    ``have``: the batch's dtypes, when the caller has them.
+    """
     fixed: dict[Any, pd.Series] = {}
-    for col, want, have in zip(schema.index, schema.to_numpy(), batch.dtypes.to_numpy()):
-        if want == have or _is_object(want):
+    dtypes = batch.dtypes.tolist() if have is None else have
+    for col, want, got, may_wait in (plan or DtypePlan()).steps(schema, dtypes):
+        values = batch[col]
+        if may_wait and deferred is not None and exact_sums_in_float64(values):
+            deferred[col] = want
             continue
-        conv = convert_column(batch[col], want)
+        conv = convert_column(values, want)
         if conv is None:
-            raise _refuse(where, col, want, have)
+            raise _refuse(str(where), col, want, got)
         fixed[col] = conv
     if not fixed:
         return batch
     out = batch.copy(deep=False)
-    for col, values in fixed.items():
-        out[col] = values
+    for col, conv in fixed.items():
+        out[col] = conv
     return out
 
 
@@ -237,22 +331,56 @@ def conform(
     """
     label: Any = _Where(where) if callable(where) else where
     if isinstance(example, pd.DataFrame):
-        if not isinstance(x, pd.DataFrame):
-            raise SchemaError(f"{label}: expected a pandas.DataFrame batch, got {x!r}")
-        x = _in_example_order(x, example.columns, label)
-        if schema is None:
-            if not len(x):
-                return x, None
-            schema = first_schema(example, x) if with_example else widest(x.dtypes)
-        have = x.dtypes.tolist()  # lists compare faster than Series.equals
-        if have == schema.tolist():
-            return x, schema
-        if len(x) == 0:
-            return x.astype(schema.to_dict()), schema
-        return check_dtypes(x, schema, str(label)), schema
+        x, schema, _ = _conform_frame(x, example, schema, label, with_example, None, None)
+        return x, schema
     if isinstance(example, pd.Series):
         return _conform_series(x, example, schema, label, with_example)
     return x, schema
+
+
+def conform_deferring(
+    x: Any, example: pd.DataFrame, schema: Any, where: Callable[[], str], plan: DtypePlan
+) -> tuple[Any, Any, dict[Any, Any]]:
+    """:func:`conform` for a DataFrame, leaving the columns ``plan`` lets wait as they are.
+
+    Returns ``(x, schema, deferred)``: ``deferred`` maps each column left in
+    the batch's own dtype to the dtype the schema keeps for it (see the
+    module docs for when a column may wait); the caller converts what it
+    computes from those columns.  ``plan`` is the caller's, kept across batches.
+
+    >>> ex = pd.DataFrame({"k": [], "x": []})
+    >>> x, schema, deferred = conform_deferring(
+    ...     pd.DataFrame({"k": ["a"], "x": [3]}), ex, None, lambda: "sum()", DtypePlan(["x"]))
+    >>> str(x.x.dtype), deferred
+    ('int64', {'x': dtype('float64')})
+    """
+    return _conform_frame(x, example, schema, _Where(where), True, plan, {})
+
+
+def _conform_frame(
+    x: Any,
+    example: pd.DataFrame,
+    schema: Any,
+    label: Any,
+    with_example: bool,
+    plan: DtypePlan | None,
+    deferred: dict[Any, Any] | None,
+) -> tuple[Any, Any, dict[Any, Any]]:
+    """:func:`conform` for a streaming DataFrame (``deferred`` as :func:`check_dtypes`)."""
+    out: dict[Any, Any] = {} if deferred is None else deferred
+    if not isinstance(x, pd.DataFrame):
+        raise SchemaError(f"{label}: expected a pandas.DataFrame batch, got {x!r}")
+    x = _in_example_order(x, example.columns, label)
+    if schema is None:
+        if not len(x):
+            return x, None, out
+        schema = first_schema(example, x) if with_example else widest(x.dtypes)
+    have = x.dtypes.tolist()  # lists compare faster than Series.equals
+    if have == schema.tolist():
+        return x, schema, out
+    if len(x) == 0:
+        return x.astype(schema.to_dict()), schema, out
+    return check_dtypes(x, schema, label, plan, deferred, have), schema, out
 
 
 def _in_example_order(x: pd.DataFrame, cols: pd.Index, label: Any) -> pd.DataFrame:

@@ -400,6 +400,12 @@ class Streaming:
             ex = ex.head(2)
         return f"{type(self).__name__} - elements like:\n{ex!r}"
 
+    def _ipython_display_(self) -> None:
+        """In Jupyter: the latest rows, kept current as records flow (``rivermark[notebook]``)."""
+        from ..observe.notebook import display_frame
+
+        display_frame(self)
+
     def _repr_html_(self) -> str:
         ex = self.example
         body = ex.head(2)._repr_html_() if hasattr(ex, "_repr_html_") else repr(ex)

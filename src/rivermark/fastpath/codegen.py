@@ -49,6 +49,7 @@ from types import CodeType, MethodType
 from typing import TYPE_CHECKING, Any
 
 from ..core import counting
+from ..core.clock import retire as retire
 from . import push as fusion
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -93,12 +94,6 @@ def _code(src: str) -> CodeType:
     # graphs of the same shape and configuration give the same source: compiling
     # it (the costly part) once serves graphs rebuilt or changed back and forth
     return compile(src, "<rivermark emit>", "exec")
-
-
-def retire(fn: Callable[..., Any]) -> None:
-    """Make the generated function ``fn`` hand every call to its node's current ``emit``."""
-    if hasattr(fn, "rivermark_source"):
-        fn.__globals__["_valid"] = False
 
 
 def register_inliner(cls: type, inliner: Inliner) -> None:

@@ -28,7 +28,7 @@ from .ownership import live_owner
 from .topic_ids import TopicIds, recreated_message
 
 # the source's messages keep the source's logger name
-logger = logging.getLogger("rivermark.kafka.source")
+logger = logging.getLogger(__name__)
 
 __all__ = ["PartitionAssignment", "split_key"]
 

@@ -7,10 +7,13 @@ from ..errors import RivermarkError
 __all__ = [
     "DeadLetterError",
     "KafkaCommitError",
+    "KafkaCommitTimeoutError",
     "KafkaConnectorError",
     "KafkaDeliveryError",
+    "KafkaDeliveryTimeoutError",
     "KafkaGroupInUseError",
     "KafkaTopicError",
+    "KafkaUnreachableError",
 ]
 
 
@@ -45,3 +48,21 @@ class KafkaTopicError(KafkaConnectorError):
 
 class KafkaGroupInUseError(KafkaConnectorError):
     """Another live job commits to the consumer group this source would read with."""
+
+
+class KafkaUnreachableError(KafkaConnectorError):
+    """The broker did not answer within one of the sink's deadlines.
+
+    A job this ends exits with status 2, whichever deadline fired first and
+    whatever wraps the error (a node's failure, a checkpoint's).
+    """
+
+    job_exit_code = 2
+
+
+class KafkaDeliveryTimeoutError(KafkaDeliveryError, KafkaUnreachableError):
+    """Records were not acknowledged within ``flush_timeout``: the broker was unreachable."""
+
+
+class KafkaCommitTimeoutError(KafkaCommitError, KafkaUnreachableError):
+    """A transactional call did not finish within its deadline: the broker was unreachable."""

@@ -13,8 +13,11 @@ Membership.  Each process holds one consumer that joins the group
 (``subscribe``, ``cooperative-sticky`` assignment unless the caller's config
 names another strategy).  That consumer reads no records (its partitions
 are paused); it only learns which partitions this process owns and commits
-the tasks' checkpointed offsets to the group (only a member may).  Its
-rebalance callbacks run in its polling thread:
+the tasks' checkpointed offsets to the group (only a member may).  It joins
+as a static member (``group.instance.id``: ``instance_id=``, else the
+identity of :mod:`rivermark.kafka.membership`), so a process started again
+within the session timeout gets its partitions back without a rebalance.
+Its rebalance callbacks run in its polling thread:
 
 * assigned: a task is built and started for each new partition; its job
   restores the newest checkpoint of the partition's store before its source
@@ -23,6 +26,11 @@ rebalance callbacks run in its polling thread:
 * revoked (or lost): the task stops with a final checkpoint and closes its
   source and sinks; the callback returns (and the partition can move) only
   then, or after ``revoke_timeout`` seconds.
+
+A task that fails for a broker deadline, a fenced producer or a lost store
+lock gives its partition up (started again after ``RETRY_AFTER`` seconds
+while the partition is still this process's); any other failure stops every
+task and ends :meth:`PartitionedJob.run` with one line and exit status 1.
 
 A partition's store is locked by the task that runs it (the store's lock or
 lease), so two processes never run one task: a new owner waits until the old
@@ -59,19 +67,21 @@ import concurrent.futures
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .._app import check_run_allowed
+from .._runguard import check_run_allowed
 from ..checkpoint.errors import CheckpointLockedError
 from ..checkpoint.job import Job
 from ..core import graph, runtime
 from ..core.node import Stream
 from ..errors import ConfigurationError
-from .errors import KafkaConnectorError
+from .errors import KafkaCommitError, KafkaConnectorError, KafkaDeliveryError
+from .membership import InstanceSlot
 from .sink import ToKafka
 from .source import KafkaBatchedSource
 
@@ -90,8 +100,23 @@ _REFUSED_SOURCE_OPTIONS = {
     "dask": "tasks run in this process",
     "start": "the job starts the tasks' sources",
 }
+#: failures after which a task gives its partition up and the process goes on:
+#: the broker was away past a deadline, the producer was fenced, the store's
+#: lock or lease was lost (another process owns the partition now)
+_TASK_FAILURES = (KafkaCommitError, KafkaDeliveryError, CheckpointLockedError)
+#: seconds before a task that gave up is started again while the partition is still ours
+RETRY_AFTER = 5.0
 #: Job options a partitioned job passes to every task's job
-_JOB_OPTIONS = ("every", "every_batches", "keep", "exactly_once", "on_error", "allow_new_nodes")
+_JOB_OPTIONS = (
+    "every",
+    "every_batches",
+    "keep",
+    "exactly_once",
+    "on_error",
+    "allow_new_nodes",
+    "checkpoint_key",
+    "trust_store",
+)
 
 
 class PartitionSource(KafkaBatchedSource):
@@ -133,6 +158,31 @@ class _Task:
     revoked: bool = False
 
 
+def _check_instance_id(instance_id: Any, consumer_params: dict[str, Any]) -> None:
+    if instance_id is not None and (not isinstance(instance_id, str) or not instance_id):
+        raise ConfigurationError(
+            f"PartitionedJob: instance_id must be a non-empty string, 'auto' or None, got "
+            f"{instance_id!r}"
+        )
+    if instance_id not in ("auto", None) and "group.instance.id" in consumer_params:
+        raise ConfigurationError(
+            "PartitionedJob: both instance_id= and consumer_params['group.instance.id'] "
+            "are set; pass one"
+        )
+
+
+def _task_failure(e: BaseException) -> BaseException | None:
+    """The cause in ``e``'s chain that only ends its task (see ``_TASK_FAILURES``), or None."""
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, _TASK_FAILURES):
+            return cur
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
 class PartitionedJob:
     """Run ``build(source)`` once per input partition this process owns (see the module docs).
 
@@ -161,6 +211,7 @@ class PartitionedJob:
         batched: bool = True,
         source_options: dict[str, Any] | None = None,
         revoke_timeout: float = 60.0,
+        instance_id: str | None = "auto",
         **job_options: Any,
     ) -> None:
         self.topics = [topics] if isinstance(topics, str) else list(topics)
@@ -214,6 +265,12 @@ class PartitionedJob:
         self.source_options = options
         self.job_options = job_options
         self.revoke_timeout = float(revoke_timeout)
+        _check_instance_id(instance_id, consumer_params)
+        self.instance_id = instance_id
+        #: the group.instance.id this process joined with (None: dynamic membership)
+        self.member_identity: str | None = None
+        #: partitions whose task gave up, with the time it may start again
+        self._retry: dict[TP, float] = {}
         #: the tasks this process runs now, by (topic, partition)
         self.tasks: dict[TP, _Task] = {}
         self._consumer: Any = None
@@ -329,6 +386,22 @@ class PartitionedJob:
                 self._fail(task, e)
 
     def _fail(self, task: _Task, e: BaseException) -> None:
+        """A task failed: give its partition up (see ``_TASK_FAILURES``), else stop the process."""
+        cause = _task_failure(e)
+        if cause is not None:
+            logger.error(
+                "task %s[%d] gave its partition up: %s; the other tasks go on%s",
+                task.tp[0],
+                task.tp[1],
+                cause,
+                f", and it starts again from its last checkpoint in {RETRY_AFTER:g}s while "
+                "this process owns the partition"
+                if not task.revoked
+                else "",
+            )
+            if not task.revoked:
+                self._retry[task.tp] = time.monotonic() + RETRY_AFTER
+            return
         logger.error("task %s[%d] failed: %s", task.tp[0], task.tp[1], e)
         if self._error is None:
             self._error = e
@@ -341,6 +414,13 @@ class PartitionedJob:
                 exc = task.future.exception()
                 if exc is not None:
                     self._fail(task, exc)
+        now = time.monotonic()
+        for tp, when in list(self._retry.items()):
+            if tp not in self._owned:
+                del self._retry[tp]
+            elif when <= now and tp not in self.tasks and not self._stop.is_set():
+                del self._retry[tp]
+                self._start_task(tp)
 
     # ------------------------------------------------------------------ the group
     def _commit(self, offsets: dict[TP, int], tag: str) -> None:
@@ -392,6 +472,7 @@ class PartitionedJob:
         self._owned.update(gained)
         logger.info("partitions assigned: %s", gained)
         for tp in gained:
+            self._retry.pop(tp, None)
             if tp not in self.tasks and not self._stop.is_set():
                 self._start_task(tp)
 
@@ -415,22 +496,57 @@ class PartitionedJob:
         )
         self._on_revoke(consumer, partitions)
 
-    def run(self) -> None:
-        """Join the group and run this process's tasks until :meth:`stop` (blocking)."""
-        import confluent_kafka as ck
+    def _member_conf(self, slot: InstanceSlot) -> dict[str, Any]:
+        """The group consumer's configuration, with this process's static identity."""
+        conf = dict(self.consumer_params)
+        conf["enable.auto.commit"] = False
+        conf.setdefault("partition.assignment.strategy", "cooperative-sticky")
+        if "group.instance.id" not in conf and self.instance_id is not None:
+            conf["group.instance.id"] = (
+                slot.acquire() if self.instance_id == "auto" else self.instance_id
+            )
+        self.member_identity = conf.get("group.instance.id")
+        return conf
 
+    def run(self) -> None:
+        """Join the group and run this process's tasks until :meth:`stop` (blocking).
+
+        A fatal error (a task failure that is not one of the broker, fencing
+        or lock failures a task gives its partition up for, or a fatal error
+        of the group's consumer) stops every task and ends the process with
+        one line on stderr and exit status 1 (``SystemExit``).
+        """
         check_run_allowed()
         self._loop = runtime.background_loop()
         if runtime.in_loop_thread(self._loop):
             raise ConfigurationError(
                 "PartitionedJob.run() was called on the event loop thread; call it from a thread"
             )
-        conf = dict(self.consumer_params)
-        conf["enable.auto.commit"] = False
-        conf.setdefault("partition.assignment.strategy", "cooperative-sticky")
+        slot = InstanceSlot(str(self.consumer_params["group.id"]), self.location)
+        try:
+            self._run_member(self._member_conf(slot))
+        except KafkaConnectorError as e:
+            self._error = self._error or e
+        finally:
+            slot.release()
+        if self._error is not None:
+            line = str(self._error).splitlines()[0] if str(self._error) else repr(self._error)
+            print(f"rivermark: PartitionedJob stopped: {line}", file=sys.stderr, flush=True)
+            raise SystemExit(1)
+
+    def _run_member(self, conf: dict[str, Any]) -> None:
+        import confluent_kafka as ck
+
         self._incremental = "cooperative" in str(conf["partition.assignment.strategy"])
         self._done.clear()
         self._runner = threading.current_thread()
+        logger.info(
+            "joining group %r as %s",
+            conf["group.id"],
+            f"static member {self.member_identity!r}"
+            if self.member_identity
+            else "a dynamic member",
+        )
         self._consumer = consumer = ck.Consumer(conf)
         try:
             consumer.subscribe(
@@ -443,7 +559,7 @@ class PartitionedJob:
                 msg = consumer.poll(0.2)  # rebalance callbacks run in here
                 err = None if msg is None else msg.error()
                 if err is not None and err.fatal():
-                    raise KafkaConnectorError(f"PartitionedJob: fatal consumer error: {err}")
+                    raise KafkaConnectorError(f"fatal error of the group's consumer: {err.str()}")
                 self._check_tasks()
                 self._flush_commits()
         finally:
@@ -451,13 +567,11 @@ class PartitionedJob:
             self._stop_tasks(list(self.tasks))
             self._flush_commits(wait=True)
             try:
-                consumer.close()  # leaves the group (revokes nothing: no task is left)
+                consumer.close()  # a dynamic member leaves the group (no task is left)
             except RuntimeError as e:
                 logger.debug("closing the group consumer: %s", e)
             self._consumer = None
             self._done.set()
-        if self._error is not None:
-            raise self._error
 
     def stop(self) -> None:
         """Stop every task with a final checkpoint and leave the group; waits up to a minute."""

@@ -4,7 +4,7 @@ Producing.  Every record is handed to ``Producer.produce`` (no flush per
 record); a task on the node's loop calls ``poll(0)`` while deliveries are
 outstanding, so delivery callbacks run on the loop thread.  A record counts
 as completed (its metadata references are released) only when the broker
-acknowledged it.  ``_inflight`` counts unacknowledged records, so a
+acknowledged it.  ``in_flight`` counts unacknowledged records, so a
 checkpoint barrier waits for every acknowledgement; ``pre_commit`` also
 flushes; ``stop`` flushes.
 
@@ -88,7 +88,14 @@ from ..core.node import Stream
 from ..core.origin import describe_origin, record_origin
 from ..core.refs import Metadata, release_refs, retain_refs
 from ..errors import ConfigurationError
-from .errors import KafkaCommitError, KafkaDeliveryError, KafkaTopicError
+from .errors import (
+    KafkaCommitError,
+    KafkaCommitTimeoutError,
+    KafkaDeliveryError,
+    KafkaDeliveryTimeoutError,
+    KafkaTopicError,
+)
+from .topic_ids import TopicIds
 from .transactions import DeadlineExceeded, call_with_deadline, first_record_visible
 
 logger = logging.getLogger(__name__)
@@ -106,10 +113,6 @@ def _encode(v: Any) -> Any:
     return str(v).encode()
 
 
-def _is_false(v: Any) -> bool:
-    return v is False or str(v).lower() in ("false", "0")
-
-
 @Stream.register_api(attribute_name="to_kafka")
 class ToKafka(Stream):
     """Produce every record to ``topic`` (see the module docs for guarantees).
@@ -123,7 +126,7 @@ class ToKafka(Stream):
 
     >>> src = Stream().map(int, on_error="skip")
     >>> sink = src.to_kafka("out", {"bootstrap.servers": "127.0.0.1:1"})
-    >>> sink.topic, sink.exactly_once, sink._inflight, sink.on_error
+    >>> sink.topic, sink.exactly_once, sink.in_flight, sink.on_error
     ('out', False, 0, 'raise')
     """
 
@@ -175,7 +178,7 @@ class ToKafka(Stream):
         #: set by a checkpoint job (used to derive the transactional.id)
         self.job_id: str | None = None
         self.producer: Any = None
-        self._inflight = 0
+        self.in_flight = 0
         self._poller: asyncio.Task[None] | None = None
         self._epoch_records: list[tuple[Any, Any]] = []
         self._epoch_first: tuple[int, int] | None = None
@@ -184,6 +187,8 @@ class ToKafka(Stream):
         self._stuck = False
         self._marker_consumer: Any = None
         self._topic_checked = False
+        #: the output topic's id, looked up at the restore ('' when unknown)
+        self._topic_id = ""
         self.delivered = 0
         self.committed_epoch: int | None = None
 
@@ -286,7 +291,7 @@ class ToKafka(Stream):
         return None
 
     def _after_produce(self, x: Any, key: Any) -> None:
-        self._inflight += 1
+        self.in_flight += 1
         if self.exactly_once:
             self._epoch_records.append((x, key))
         if self._poller is None or self._poller.done():
@@ -310,9 +315,9 @@ class ToKafka(Stream):
             await asyncio.sleep(0.002)
 
     async def _poll_loop(self) -> None:
-        while self._inflight > 0 and self.producer is not None:
+        while self.in_flight > 0 and self.producer is not None:
             self.producer.poll(0)
-            if self._inflight > 0:
+            if self.in_flight > 0:
                 await asyncio.sleep(0.002)
 
     def _fail_delivery(self, exc: BaseException) -> None:
@@ -325,7 +330,7 @@ class ToKafka(Stream):
         self, x: Any, metadata: Metadata | None, origin: dict[str, Any] | None
     ) -> Callable[[Any, Any], None]:
         def on_delivery(err: Any, msg: Any) -> None:
-            self._inflight -= 1
+            self.in_flight -= 1
             if err is None:
                 self.delivered += 1
                 if self.exactly_once and self._epoch_first is None:
@@ -362,7 +367,8 @@ class ToKafka(Stream):
                 "job stops; fix the cause and run again (a checkpointed job resumes from its "
                 "last checkpoint), or pass on_error='skip' or a callable to to_kafka itself"
             )
-        exc = KafkaDeliveryError(text, x, err)
+        kind = KafkaDeliveryTimeoutError if err.code() == err._MSG_TIMED_OUT else KafkaDeliveryError
+        exc = kind(text, x, err)
         policy = self.on_error
         if policy is None or policy == "raise":
             self._fail_delivery(exc)
@@ -378,7 +384,7 @@ class ToKafka(Stream):
             return
         left = self.producer.flush(self.flush_timeout)
         if left:
-            raise KafkaDeliveryError(
+            raise KafkaDeliveryTimeoutError(
                 f"{self.display_name()}: {left} records not acknowledged within "
                 f"{self.flush_timeout:g}s: the broker was unreachable; the job stops, and a "
                 "rerun resumes exactly from the last checkpoint"
@@ -444,7 +450,7 @@ class ToKafka(Stream):
                 return call_with_deadline(what, call, left)
             except DeadlineExceeded:
                 self._stuck = True
-                raise KafkaCommitError(
+                raise KafkaCommitTimeoutError(
                     f"{self.display_name()}: the broker was unreachable: {what} for topic "
                     f"{self.topic!r} did not finish within commit_timeout={self.commit_timeout:g}s; "
                     "the job stops. Run it again when the broker is back: it resumes exactly "
@@ -453,7 +459,15 @@ class ToKafka(Stream):
             except ck.KafkaException as e:
                 err = e.args[0] if e.args else None
                 retriable = err is not None and (err.retriable() or err.code() in retriable_codes)
-                if not retriable or time.monotonic() >= deadline:
+                if retriable and time.monotonic() >= deadline:
+                    raise KafkaCommitTimeoutError(
+                        f"{self.display_name()}: the broker was unreachable: {what} for topic "
+                        f"{self.topic!r} kept failing ({err.str() if err is not None else e}) "
+                        f"for commit_timeout={self.commit_timeout:g}s; the job stops. Run it "
+                        "again when the broker is back: it resumes exactly from its last "
+                        "checkpoint"
+                    ) from None
+                if not retriable:
                     raise KafkaCommitError(
                         f"{self.display_name()}: {what} for topic {self.topic!r} failed: "
                         f"{err.str() if err is not None else e}; the job stops. Run it again: "
@@ -480,7 +494,7 @@ class ToKafka(Stream):
         producer = self._ensure_producer()
         left = producer.flush(self.flush_timeout)
         if left:
-            raise KafkaCommitError(
+            raise KafkaCommitTimeoutError(
                 f"{self.display_name()}: the broker was unreachable: {left} records of epoch "
                 f"{epoch} not acknowledged within {self.flush_timeout:g}s; the job stops. Run it "
                 "again when the broker is back: it resumes exactly from its last checkpoint"
@@ -500,8 +514,30 @@ class ToKafka(Stream):
         self._in_txn = False
         self.committed_epoch = epoch
 
+    def _recreated(self, epoch: int, handle: dict[str, Any]) -> str | None:
+        """What it means when the output topic is not the one epoch ``epoch`` was written to."""
+        old = handle.get("topic_id")
+        if not isinstance(old, str) or not old or not self._topic_id or old == self._topic_id:
+            return None
+        logger.warning(
+            "%s: cannot tell whether epoch %d committed: the output topic %r was deleted and "
+            "recreated since the checkpoint (topic id %r, now %r), and its marker and the "
+            "epoch's first record went with the old topic. Rolling forward: epoch %d's records "
+            "are produced into the new topic, which holds none of the earlier epochs' output",
+            self.display_name(),
+            epoch,
+            self.topic,
+            old,
+            self._topic_id,
+            epoch,
+        )
+        return f"unknown: output topic recreated (topic id {old!r}, now {self._topic_id!r})"
+
     def _epoch_outcome(self, epoch: int, handle: dict[str, Any], marker: int) -> tuple[bool, str]:
         """Whether restored epoch ``epoch`` committed, and what is known about it."""
+        recreated = self._recreated(epoch, handle)
+        if recreated is not None:
+            return False, recreated
         if marker >= epoch:
             return True, f"the marker group {self._marker_group()!r} has epoch {marker}"
         first = handle.get("first")
@@ -559,6 +595,8 @@ class ToKafka(Stream):
         if self.exactly_once:
             handle["transactional_id"] = self._txid()
             handle["first"] = list(self._epoch_first) if self._epoch_first else None
+            if self._topic_id:
+                handle["topic_id"] = self._topic_id
         return handle
 
     def commit(self, epoch: int, handle: Any) -> None:
@@ -602,6 +640,14 @@ class ToKafka(Stream):
             "init_transactions", lambda: producer.init_transactions(self.flush_timeout)
         )
         self._in_txn = False
+        ids = TopicIds(
+            self.producer_config,
+            self.display_name(),
+            what=f"the output topic {self.topic!r}",
+            then="a topic deleted and recreated since a checkpoint is then not told apart "
+            "when that checkpoint's epoch is resolved",
+        )
+        self._topic_id = ids.lookup([self.topic]).get(self.topic, "")
         committed = self._read_committed_epoch()
         epoch = handle.get("epoch")
         records = self._restored_records or []

@@ -34,10 +34,11 @@ and only the contiguous finished prefix of each partition is committed to the
 group, so a commit never passes a batch still in flight.  Under a job
 (``source.checkpointing = True``, set by the first ``pause()``, which a job
 calls for the checkpoint it takes before starting the sources) the source
-does not commit completed ranges; instead the position taken at each
-checkpoint barrier is committed to the group when the barrier ends
-(``resume``) or when the job's final checkpoint closes the source, so lag
-tools see progress.  A job may also call
+does not commit completed ranges; instead a checkpoint's position is
+committed to the group once that checkpoint is durable
+(:meth:`KafkaBatchedSource.checkpoint_durable`, which the job calls after
+the write; a failed checkpoint commits nothing), and once more, synchronously,
+when the source closes, so lag tools see progress.  A job may also call
 :meth:`KafkaBatchedSource.checkpoint_committed` itself.  Group offsets are
 used only when there is no checkpoint.
 
@@ -58,7 +59,9 @@ from typing import Any
 from ..core.node import Stream
 from ..core.origin import record_origin
 from ..core.refs import Metadata, RefCounter
+from ..core.timeutil import parse_interval
 from ..errors import ConfigurationError
+from ..plugins import door
 from .assignment import PartitionAssignment, split_key
 from .errors import KafkaConnectorError, KafkaTopicError
 from .offsets import OffsetTracker
@@ -76,20 +79,16 @@ logger = logging.getLogger(__name__)
 __all__ = ["KafkaBatchedSource", "KafkaSource", "from_kafka", "from_kafka_batched"]
 
 
-def _parse_interval(value: Any, node_kind: str, arg: str) -> float:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
-        return float(value)
-    if isinstance(value, str):
-        try:
-            import pandas as pd
+#: ``Message.timestamp()``'s type of a record without a timestamp (TIMESTAMP_NOT_AVAILABLE)
+_NO_TIMESTAMP = 0
 
-            return float(pd.Timedelta(value).total_seconds())
-        except (ValueError, ImportError):
-            pass
-    raise ConfigurationError(
-        f"{node_kind}: {arg} must be a number of seconds or a duration string, got {value!r}; "
-        f"pass e.g. {arg}=0.1 or {arg}='1s'"
-    )
+
+def _record_time(m: Any) -> float | None:
+    """The record's Kafka timestamp (producer or broker time, per the topic) in epoch seconds."""
+    kind, ms = m.timestamp()
+    if kind == _NO_TIMESTAMP or ms < 0:
+        return None
+    return ms / 1000  # type: ignore[no-any-return]
 
 
 class KafkaBatchedSource(PartitionAssignment):
@@ -127,9 +126,15 @@ class KafkaBatchedSource(PartitionAssignment):
         stop_at_end: bool = False,
         allow_offset_reset: bool = False,
         group_takeover: bool = False,
+        timestamps: bool = False,
         **kwargs: Any,
     ) -> None:
         kind = "from_kafka_batched" if batched else "from_kafka"
+        if timestamps and batched:
+            raise ConfigurationError(
+                f"{kind}: timestamps=True gives each record its Kafka timestamp, which needs "
+                "one record at a time; read with from_kafka(..., timestamps=True)"
+            )
         if isinstance(topics, str):
             topics = [topics]
         if (
@@ -178,7 +183,7 @@ class KafkaBatchedSource(PartitionAssignment):
         self.consumer_params["enable.auto.commit"] = False
         self.consumer_params.setdefault("enable.partition.eof", False)
         self.consumer_params.setdefault("queued.max.messages.kbytes", 16384)
-        self.poll_interval = _parse_interval(poll_interval, kind, "poll_interval")
+        self.poll_interval = parse_interval(poll_interval, kind, "poll_interval", allow_zero=True)
         self.npartitions = npartitions
         self.refresh_partitions = refresh_partitions
         self.max_batch_size = max_batch_size if batched else 1
@@ -188,6 +193,8 @@ class KafkaBatchedSource(PartitionAssignment):
         self.stop_at_end = bool(stop_at_end)
         self.allow_offset_reset = bool(allow_offset_reset)
         self.group_takeover = bool(group_takeover)
+        #: each record's metadata carries its Kafka timestamp (epoch seconds) as "timestamp"
+        self.record_timestamps = bool(timestamps)
         #: set by a checkpoint job: offsets are then committed only after checkpoints
         self.checkpointing = False
         #: set by a checkpoint job: tags the group's offsets with the job that committed them
@@ -429,6 +436,8 @@ class KafkaBatchedSource(PartitionAssignment):
                     origin["end"] = end
                 else:
                     origin["key"] = chunk[0].key()
+                    if self.record_timestamps:
+                        origin["timestamp"] = _record_time(chunk[0])
                 await self._emit_one(
                     t, p, first, end, values if self.batched else values[0], origin
                 )
@@ -468,6 +477,8 @@ class KafkaBatchedSource(PartitionAssignment):
         self._tracker.started(t, p, first, end)
         ref = RefCounter(initial=1, callback=self._completion(t, p, first, end))
         metadata: Metadata = [{"ref": ref, "topic": t, "partition": p, "offset": first}]
+        if self.record_timestamps:
+            metadata[0]["timestamp"] = origin["timestamp"]
         # if the emit raises (a user function under on_error="raise"), the batch
         # is neither completed (never committed to the group) nor passed by the
         # position: the source fails and a restart reads it again.  The origin
@@ -581,6 +592,12 @@ def from_kafka(
     ``consumer_params`` is a confluent-kafka consumer config (copied, never
     changed) with ``bootstrap.servers`` and ``group.id``.
 
+    With ``timestamps=True`` each record's metadata also carries its Kafka
+    timestamp in epoch seconds (``"timestamp"``: the producer's time, or the
+    broker's on a ``LogAppendTime`` topic; None when the record has none),
+    which ``stream.timestamps()`` without a function takes as the event
+    time.  The options of :func:`from_kafka_batched` apply too.
+
     >>> src = Stream.from_kafka(["t"], {"bootstrap.servers": "127.0.0.1:1", "group.id": "g"})
     >>> type(src).__name__, src.replayable
     ('KafkaSource', True)
@@ -639,9 +656,7 @@ def from_kafka_batched(
             "pass dask=False for a bounded read"
         )
     if dask:
-        from ..dask.kafka import from_kafka_batched_dask
-
-        return from_kafka_batched_dask(
+        scattered: Stream = door("from_kafka_batched_dask")(
             topic,
             consumer_params,
             start=start,
@@ -653,6 +668,7 @@ def from_kafka_batched(
             engine=engine,
             **kwargs,
         )
+        return scattered
     source = KafkaBatchedSource(
         topic,
         consumer_params,

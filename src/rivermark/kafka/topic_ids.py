@@ -111,11 +111,20 @@ class TopicIds:
     Blocking: call it from a thread, as the source's partition listing does.
     """
 
-    def __init__(self, consumer_params: Mapping[str, Any], name: str, timeout: float = 5.0):
+    def __init__(
+        self,
+        consumer_params: Mapping[str, Any],
+        name: str,
+        timeout: float = 5.0,
+        what: str = "the input topics",
+        then: str = "a topic deleted and recreated under the same name is then noticed only "
+        "when its offsets go backwards",
+    ):
         self._params = {
             k: v for k, v in consumer_params.items() if any(k.startswith(a) for a in _ADMIN_KEYS)
         }
         self._name = name
+        self._what, self._then = what, then
         self._timeout = timeout
         self._admin: Any = None
         self.unavailable = False
@@ -162,10 +171,7 @@ class TopicIds:
     def _give_up(self, why: object) -> None:
         self.unavailable = True
         logger.warning(
-            "%s: cannot read the ids of the input topics (%s); a topic deleted and recreated "
-            "under the same name is then noticed only when its offsets go backwards",
-            self._name,
-            why,
+            "%s: cannot read the ids of %s (%s); %s", self._name, self._what, why, self._then
         )
 
 

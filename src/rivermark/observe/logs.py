@@ -1,7 +1,10 @@
 """Log output of the ``rivermark`` command: text lines or one JSON object per line.
 
-Records may carry ``node``, ``epoch``, ``position`` and ``source`` (passed
-with ``extra=``); the JSON format writes them as fields of their own.
+Records may carry ``node``, ``epoch``, ``position``, ``source`` and, for a
+written checkpoint, ``duration_seconds``, ``pause_seconds`` and ``size_bytes``
+(passed with ``extra=``); the JSON format writes them as fields of their own.
+The text format is for a person: time of day, level, message, and the
+logger's name only at DEBUG level.
 
 >>> import logging
 >>> rec = logging.LogRecord("rivermark.x", logging.INFO, "f", 1, "checkpoint %d", (3,), None)
@@ -18,12 +21,37 @@ import sys
 import time
 from typing import Any
 
-__all__ = ["JsonFormatter", "configure_logging", "LOG_FIELDS"]
+__all__ = ["JsonFormatter", "TextFormatter", "configure_logging", "LOG_FIELDS"]
 
 #: record attributes written as JSON fields when present
-LOG_FIELDS = ("node", "epoch", "position", "source", "partition")
+LOG_FIELDS = (
+    "node",
+    "epoch",
+    "position",
+    "source",
+    "partition",
+    "duration_seconds",
+    "pause_seconds",
+    "size_bytes",
+)
 
-_TEXT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+class TextFormatter(logging.Formatter):
+    """``06:24:38.615 INFO    checkpoint 3 written: ...``; DEBUG lines also name their logger.
+
+    >>> rec = logging.LogRecord("rivermark.x", logging.INFO, "f", 1, "checkpoint %d", (3,), None)
+    >>> TextFormatter().format(rec)[12:]
+    ' INFO    checkpoint 3'
+    """
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s.%(msecs)03d %(levelname)-7s %(message)s", "%H:%M:%S")
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        if record.levelno <= logging.DEBUG:
+            text += f"  [{record.name}]"
+        return text
 
 
 class JsonFormatter(logging.Formatter):
@@ -57,7 +85,7 @@ def configure_logging(level: str, fmt: str) -> logging.Handler | None:
     if root.handlers:
         return None
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(_TEXT))
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root.addHandler(handler)
     root.setLevel(level)
     return handler

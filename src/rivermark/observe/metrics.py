@@ -7,7 +7,10 @@ any thread:
 
 * per node: records in, records out (a root fed by ``emit`` is counted
   once a job runs it), errors by policy (raised, skipped,
-  handled by an ``on_error`` callable such as a dead-letter sender) and,
+  handled by an ``on_error`` callable such as a dead-letter sender), the
+  last failing record with its exception, busy time and backpressure
+  (sampled while someone watches: :mod:`rivermark.observe.busy`), the bytes
+  of state in the last checkpoint and,
   where a node holds records (asynchronous and windowed nodes), its backlog
   (a reading taken while a record is inside a one-to-one node's function
   counts it as passed on by that node already; at a checkpoint and at the
@@ -43,9 +46,10 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.node import Stream
 from ..sources.base import Source
+from .busy import BusySampler
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..checkpoint.job import CheckpointInfo, Job
+    from ..checkpoint.job import CheckpointFailure, CheckpointInfo, Job
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +71,17 @@ class NodeMetrics:
     backlog: int | None
     rate: float
     upstreams: tuple[str, ...]
+    #: seconds the node's step was seen running, and its upstream waited for it and below
+    busy_seconds: float = 0.0
+    backpressure_seconds: float = 0.0
+    #: the same as fractions of the time since the previous reading (0.0 to 1.0)
+    busy: float = 0.0
+    backpressure: float = 0.0
+    #: the last record whose user function raised and the exception, as text
+    last_error_record: str | None = None
+    last_error: str | None = None
+    #: bytes of the node's state in the last checkpoint (None: stateless or none yet)
+    state_size: int | None = None
 
     @property
     def errors(self) -> int:
@@ -108,6 +123,9 @@ class Snapshot:
     #: checkpoint triggers that waited for the one in flight (backpressure), and how long
     checkpoint_waits: int = 0
     checkpoint_wait_seconds: float = 0.0
+    #: the checkpoints of this run that failed, oldest first
+    checkpoint_failures: tuple[CheckpointFailure, ...] = field(default=())
+    checkpoints_failed: int = 0
 
     def node(self, node_id: str) -> NodeMetrics:
         for n in self.nodes:
@@ -136,14 +154,91 @@ def node_backlog(node: Stream) -> int | None:
     return node.records_held()
 
 
+def _text(value: Any, limit: int = 300) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _error_texts(n: Stream) -> tuple[str | None, str | None]:
+    """The last failing record of ``n`` and its exception, as text (None, None: no error)."""
+    last = n.last_error
+    if last is None:
+        return None, None
+    record, exc = last
+    return _text(record), f"{type(exc).__name__}: {str(exc)[:300]}"
+
+
+#: histogram buckets (upper bounds) of the checkpoints' duration and pause (s) and size (bytes)
+BUCKETS = {
+    "duration": (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
+    "pause": (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+    "size": tuple(float(4**k) for k in range(4, 17)),  # 256 B to 4 GiB
+}
+
+
+class _Histogram:
+    """Counts per bucket of every checkpoint this run wrote (folded in as they appear)."""
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last one: above every bound
+        self.sum = 0.0
+
+    def add(self, value: float) -> None:
+        i = next((i for i, b in enumerate(self.bounds) if value <= b), len(self.bounds))
+        self.counts[i] += 1
+        self.sum += value
+
+    def cumulative(self) -> list[tuple[str, float]]:
+        out, total = [], 0
+        for bound, count in zip([*map(repr, self.bounds), "+Inf"], self.counts):
+            total += count
+            out.append((bound, float(total)))
+        return out
+
+
 class Metrics:
     """Reads a :class:`Job`'s figures; rates are per second since the previous :meth:`read`."""
 
     def __init__(self, job: Job) -> None:
         self.job = job
         self._lock = threading.Lock()
-        self._last: tuple[float, dict[str, int]] | None = None
+        self._last: tuple[float, dict[str, float]] | None = None
         self._rates: dict[str, float] = {}
+        self._sampler: BusySampler | None = None
+        self._histograms = {k: _Histogram(v) for k, v in BUCKETS.items()}
+        #: the last checkpoint (run start, epoch) folded into the histograms
+        self._folded: tuple[float | None, int] = (None, -1)
+
+    def checkpoint_histogram(self, figure: str) -> tuple[list[tuple[str, float]], float]:
+        """Cumulative buckets and sum of the checkpoints' ``duration``, ``pause`` or ``size``.
+
+        Counts every checkpoint of the current run that the job still lists
+        (its last 100) when this is read: read at least once per 100
+        checkpoints (a scrape does) and none is missed.
+        """
+        with self._lock:
+            run, last = self._folded
+            if run != self.job.started_at:
+                self._histograms = {k: _Histogram(v) for k, v in BUCKETS.items()}
+                run, last = self.job.started_at, -1
+            for c in list(self.job.checkpoints):
+                if c.epoch > last and c.time >= (self.job.started_at or 0.0):
+                    self._histograms["duration"].add(c.duration)
+                    self._histograms["pause"].add(c.pause)
+                    self._histograms["size"].add(c.size)
+                    last = c.epoch
+            self._folded = (run, last)
+            hist = self._histograms[figure]
+            return hist.cumulative(), hist.sum
+
+    def watch(self) -> None:
+        """Start sampling busy time and backpressure until the job ends (the page, the
+        terminal display and the metrics endpoint call this; idempotent)."""
+        with self._lock:
+            if self._sampler is None:
+                self._sampler = BusySampler(self.job)
+        self._sampler.start()
 
     def _outs(self) -> dict[int, int]:
         """``records_out`` of every node, derived where the node does not count it."""
@@ -169,28 +264,56 @@ class Metrics:
             return n.derive_records_out([outs.get(id(u), 0) for u in n.upstreams])
         return n.records_out
 
-    def read(self) -> Snapshot:
-        """The figures now (thread-safe; reading costs one pass over the graph)."""
-        job = self.job
-        now = time.time()
+    def _busy(self, ids: dict[int, str]) -> tuple[dict[str, float], dict[str, float]]:
+        """Busy seconds per node, and backpressure: the busy seconds of everything below it."""
+        busy = {} if self._sampler is None else self._sampler.busy_seconds()
+        below: dict[str, set[str]] = {}
+        for n in reversed(self.job.nodes):  # downstreams first
+            seen: set[str] = set()
+            for d in n.downstreams:
+                if id(d) in ids:
+                    seen.add(ids[id(d)])
+                    seen |= below.get(ids[id(d)], set())
+            below[ids[id(n)]] = seen
+        waits = {nid: sum(busy.get(d, 0.0) for d in ds) for nid, ds in below.items()}
+        return busy, waits
+
+    def _update_rates(self, counters: dict[str, float]) -> dict[str, float]:
+        """Per-second rates of ``counters`` since the previous reading (at least 0.2 s ago)."""
         mono = time.monotonic()
-        outs = self._outs()
-        ids = {id(n): job.id_of(n) for n in job.nodes}
-        counts = {ids[id(n)]: self._in(n, outs) for n in job.nodes}
         with self._lock:
             if self._last is not None and mono - self._last[0] >= 0.2:
                 dt = mono - self._last[0]
                 prev = self._last[1]
-                self._rates = {k: max(v - prev.get(k, 0), 0) / dt for k, v in counts.items()}
-                self._last = (mono, counts)
+                self._rates = {k: max(v - prev.get(k, 0), 0) / dt for k, v in counters.items()}
+                self._last = (mono, counters)
             elif self._last is None:
-                self._last = (mono, counts)
-            rates = dict(self._rates)
+                self._last = (mono, counters)
+            return dict(self._rates)
+
+    def read(self) -> Snapshot:
+        """The figures now (thread-safe; reading costs one pass over the graph)."""
+        job = self.job
+        now = time.time()
+        outs = self._outs()
+        ids = {id(n): job.id_of(n) for n in job.nodes}
+        counts = {ids[id(n)]: self._in(n, outs) for n in job.nodes}
+        busy, waits = self._busy(ids)
+        rates = self._update_rates(
+            {
+                **counts,
+                **{"busy:" + k: v for k, v in busy.items()},
+                **{"wait:" + k: v for k, v in waits.items()},
+            }
+        )
+        last = job.checkpoints[-1] if job.checkpoints else None
+        sizes = {} if last is None else last.sizes
         nodes = []
         edges = []
         for n in job.nodes:
             nid = ids[id(n)]
             raised = n.error_count - n.errors_skipped - n.errors_handled
+            record, error = _error_texts(n)
             nodes.append(
                 NodeMetrics(
                     id=nid,
@@ -204,6 +327,13 @@ class Metrics:
                     backlog=node_backlog(n),
                     rate=rates.get(nid, 0.0),
                     upstreams=tuple(ids[id(u)] for u in n.upstreams if id(u) in ids),
+                    busy_seconds=busy.get(nid, 0.0),
+                    backpressure_seconds=waits.get(nid, 0.0),
+                    busy=min(rates.get("busy:" + nid, 0.0), 1.0),
+                    backpressure=min(rates.get("wait:" + nid, 0.0), 1.0),
+                    last_error_record=record,
+                    last_error=error,
+                    state_size=sizes.get(nid),
                 )
             )
             edges += [(ids[id(u)], nid) for u in n.upstreams if id(u) in ids]
@@ -243,4 +373,6 @@ class Metrics:
             edges=tuple(edges),
             checkpoint_waits=job.checkpoint_waits,
             checkpoint_wait_seconds=job.checkpoint_wait_seconds,
+            checkpoint_failures=tuple(list(job.checkpoint_failures)),
+            checkpoints_failed=job.checkpoints_failed,
         )

@@ -10,6 +10,12 @@ a second while it runs; :func:`job_output` builds that widget.
 Showing a node adds a plain ``sink`` after it (a leaf that is not
 checkpointed), as in streamz; a ``Job(exactly_once=True)`` refuses such a
 graph, so display nodes before building that job, not in it.
+
+A streaming DataFrame or Series shown in a cell displays its latest rows
+(the last batch, or an updating frame's current result), redrawn at most
+every ``interval`` seconds and always after the last record
+(:func:`frame_output`).  Without ipywidgets the same outputs are plain HTML
+displays that are replaced in place (IPython's ``display_id``).
 """
 
 from __future__ import annotations
@@ -17,19 +23,31 @@ from __future__ import annotations
 import html
 import logging
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..core.node import Stream
 from ..errors import ConfigurationError
 from ..sinks.basic import Sink
-from .progress import format_age, progress_line
+from .progress import checkpoint_text, progress_line
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..checkpoint.job import Job
+    from ..dataframe.streaming import Streaming
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["node_output", "job_output", "display_node", "display_job"]
+__all__ = [
+    "node_output",
+    "job_output",
+    "frame_output",
+    "display_node",
+    "display_job",
+    "display_frame",
+]
+
+#: replaces the HTML of one output
+SetHtml = Callable[[str], None]
 
 
 def _widgets() -> Any:
@@ -46,15 +64,48 @@ def _cut(text: str, limit: int = 2000) -> str:
     return text if len(text) <= limit else text[:limit] + f"... ({len(text) - limit} more)"
 
 
-def node_output(node: Stream) -> Any:
-    """An ``ipywidgets.HTML`` showing the latest record ``node`` passes on, as they come."""
-    widgets = _widgets()
-    box = widgets.HTML(value=f"<code>{html.escape(str(node))}</code>: no record yet")
+def _widget(value: str) -> tuple[Any, SetHtml]:
+    """An ``ipywidgets.HTML`` holding ``value``, and how to replace it."""
+    box = _widgets().HTML(value=value)
 
+    def set_html(text: str) -> None:
+        box.value = text
+
+    return box, set_html
+
+
+def _show(value: str) -> SetHtml:
+    """Display ``value`` in the current cell; the widget, else an HTML display replaced in place."""
+    from IPython.display import HTML, display
+
+    try:
+        box, set_html = _widget(value)
+    except ConfigurationError:
+        handle = display(HTML(value), display_id=True)
+
+        def replace(text: str) -> None:
+            handle.update(HTML(text))
+
+        return replace
+    display(box)
+    return set_html
+
+
+def _node_intro(node: Stream) -> str:
+    return f"<code>{html.escape(str(node))}</code>: no record yet"
+
+
+def _follow_node(node: Stream, set_html: SetHtml) -> None:
     def show(x: Any) -> None:
-        box.value = f"<pre>{html.escape(_cut(repr(x)))}</pre>"
+        set_html(f"<pre>{html.escape(_cut(repr(x)))}</pre>")
 
     Sink(node, show)
+
+
+def node_output(node: Stream) -> Any:
+    """An ``ipywidgets.HTML`` showing the latest record ``node`` passes on, as they come."""
+    box, set_html = _widget(_node_intro(node))
+    _follow_node(node, set_html)
     return box
 
 
@@ -66,12 +117,7 @@ def _job_html(job: Job) -> str:
         f"<td>{html.escape(_cut(repr(s.position), 80))}</td></tr>"
         for s in snap.sources
     )
-    last = snap.last_checkpoint
-    ck = (
-        f"checkpoint {last.epoch}, {format_age(snap.last_checkpoint_age or 0)} ago"
-        if last is not None
-        else "no checkpoint yet"
-    )
+    ck = checkpoint_text(snap)
     errors = sum(n.errors for n in snap.nodes)
     return (
         f"<b>rivermark job</b> {state}, {snap.elapsed:.1f}s; {ck}; errors {errors:,}"
@@ -80,33 +126,95 @@ def _job_html(job: Job) -> str:
     )
 
 
-def job_output(job: Job, interval: float = 0.5) -> Any:
-    """An ``ipywidgets.HTML`` with ``job``'s progress, refreshed every ``interval`` seconds."""
-    widgets = _widgets()
-    box = widgets.HTML(value=_job_html(job))
+def _follow_job(job: Job, set_html: SetHtml, interval: float) -> None:
+    job.metrics.watch()
 
     def refresh() -> None:
         # until the job has run and ended: a job displayed before run() waits for it
         while True:
             ended = job.ended_at is not None
-            box.value = _job_html(job)
+            set_html(_job_html(job))
             if ended:
                 return
             job.wait_ended(interval)
 
     threading.Thread(target=refresh, name="rivermark-notebook", daemon=True).start()
+
+
+def job_output(job: Job, interval: float = 0.5) -> Any:
+    """An ``ipywidgets.HTML`` with ``job``'s progress, refreshed every ``interval`` seconds."""
+    box, set_html = _widget(_job_html(job))
+    _follow_job(job, set_html, interval)
     return box
 
 
+def _rows_html(value: Any, rows: int) -> str:
+    """The last ``rows`` rows of a pandas object as an HTML table; anything else as text."""
+    tail = getattr(value, "tail", None)
+    if callable(tail):
+        value = tail(rows)
+        if hasattr(value, "to_frame"):
+            value = value.to_frame()
+        if hasattr(value, "_repr_html_"):
+            return str(value._repr_html_())
+    return f"<pre>{html.escape(_cut(repr(value)))}</pre>"
+
+
+class _Throttled:
+    """Render the latest value at most every ``interval`` seconds, and always the last one."""
+
+    def __init__(self, render: Callable[[Any], str], set_html: SetHtml, interval: float) -> None:
+        self._render, self._set_html, self._interval = render, set_html, interval
+        self._lock = threading.Lock()
+        self._latest: Any = None
+        self._timer: threading.Timer | None = None
+
+    def __call__(self, value: Any) -> None:
+        with self._lock:
+            self._latest = value
+            if self._timer is not None:
+                return
+            self._timer = threading.Timer(self._interval, self._flush)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _flush(self) -> None:
+        with self._lock:
+            value, self._timer = self._latest, None
+        self._set_html(self._render(value))
+
+
+def _frame_title(frame: Streaming) -> str:
+    return f"<h5>{html.escape(type(frame).__name__)}: latest rows</h5>"
+
+
+def _frame_intro(frame: Streaming) -> str:
+    return _frame_title(frame) + "no rows yet; elements like" + _rows_html(frame.example, 2)
+
+
+def _follow_frame(frame: Streaming, set_html: SetHtml, rows: int, interval: float) -> None:
+    title = _frame_title(frame)
+    Sink(frame.local_stream, _Throttled(lambda v: title + _rows_html(v, rows), set_html, interval))
+
+
+def frame_output(frame: Streaming, rows: int = 10, interval: float = 0.25) -> Any:
+    """An ``ipywidgets.HTML`` with the last ``rows`` rows ``frame`` produced, kept current."""
+    box, set_html = _widget(_frame_intro(frame))
+    _follow_frame(frame, set_html, rows, interval)
+    return box
+
+
+@Stream.register_api(attribute_name="_ipython_display_")
 def display_node(node: Stream) -> None:
     """What a node shows as a cell's result (``Stream._ipython_display_``)."""
-    from IPython.display import display
-
-    display(node_output(node))
+    _follow_node(node, _show(_node_intro(node)))
 
 
 def display_job(job: Job) -> None:
     """What a job shows as a cell's result (``Job._ipython_display_``)."""
-    from IPython.display import display
+    _follow_job(job, _show(_job_html(job)), 0.5)
 
-    display(job_output(job))
+
+def display_frame(frame: Streaming) -> None:
+    """What a streaming frame shows as a cell's result (``Streaming._ipython_display_``)."""
+    _follow_frame(frame, _show(_frame_intro(frame)), 10, 0.25)

@@ -1,11 +1,15 @@
 """What ``rivermark run`` shows while a job runs: start line, progress, summary.
 
 * At start: ``resuming from checkpoint 12 written 3 min ago; positions: ...``
-  or ``starting fresh: no checkpoint in ...``.
+  or ``starting fresh: no checkpoint in ...``, or, when the restore itself
+  failed (a sink's broker unreachable while it was being set up), ``not
+  started: the restore from ... did not finish``.
 * While running, on a terminal: a live table drawn with ``rich`` (the
   ``progress`` extra) with one row per source (records, records/s, position
-  and lag or % of the file), the last checkpoint's epoch and age, and
-  errors.  When stdout is not a terminal (or ``rich`` is missing): one plain
+  or % of the file, lag), the last checkpoint's epoch, age and duration (or,
+  after a restore and before this run's first checkpoint, "resumed from
+  checkpoint N"), errors, and the busiest nodes (records in, records/s,
+  busy and backpressure: :mod:`rivermark.observe.busy`).  When stdout is not a terminal (or ``rich`` is missing): one plain
   line every ``interval`` seconds.
 * At the end: a summary (records per source, outputs per sink, skipped and
   dead-lettered records, checkpoints written, elapsed time).
@@ -28,7 +32,14 @@ if TYPE_CHECKING:  # pragma: no cover
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ProgressReporter", "format_age", "start_line", "progress_line", "summary_lines"]
+__all__ = [
+    "ProgressReporter",
+    "format_age",
+    "start_line",
+    "progress_line",
+    "checkpoint_text",
+    "summary_lines",
+]
 
 
 def format_age(seconds: float) -> str:
@@ -59,7 +70,11 @@ def _position_text(s: SourceMetrics) -> str:
 
 
 def start_line(job: Job) -> str:
-    """What the job resumed from, or that it starts fresh."""
+    """What the job resumed from, that it starts fresh, or that its restore did not finish."""
+    if not job.recovered:
+        return (
+            f"not started: the restore from {job.store!r} did not finish (the error below says why)"
+        )
     if job.restored_epoch is None:
         return f"starting fresh: no checkpoint in {job.store!r}"
     age = format_age(max(time.time() - (job.restored_time or time.time()), 0.0))
@@ -78,17 +93,24 @@ def start_line(job: Job) -> str:
     )
 
 
+def checkpoint_text(snap: Snapshot) -> str:
+    """The last checkpoint with its age and duration; after a restore, where it resumed."""
+    last = snap.last_checkpoint
+    if last is not None:
+        age = format_age(snap.last_checkpoint_age or 0)
+        return f"checkpoint {last.epoch} ({age} ago, took {last.duration * 1000:,.0f} ms)"
+    if snap.restored_epoch is not None:
+        return f"resumed from checkpoint {snap.restored_epoch}"
+    return "no checkpoint yet"
+
+
 def progress_line(snap: Snapshot) -> str:
     """One plain line: per source records, rate, position; last checkpoint; errors."""
     parts = [
         f"{s.id}: {s.records:,} records ({s.rate:,.0f}/s), {_position_text(s)}"
         for s in snap.sources
     ]
-    last = snap.last_checkpoint
-    if last is not None:
-        parts.append(f"checkpoint {last.epoch} ({format_age(snap.last_checkpoint_age or 0)} ago)")
-    else:
-        parts.append("no checkpoint yet")
+    parts.append(checkpoint_text(snap))
     errors = sum(n.errors for n in snap.nodes)
     parts.append(f"errors {errors:,}")
     return "progress: " + "; ".join(parts)
@@ -110,18 +132,22 @@ def summary_lines(snap: Snapshot) -> list[str]:
     return lines
 
 
+def _lag_text(s: SourceMetrics) -> str:
+    lag = s.total_lag
+    return "–" if lag is None else f"{lag:,} {s.lag_unit}"
+
+
+#: the node rows the terminal shows: the busiest ones
+BUSIEST = 5
+
+
 def _table(snap: Snapshot) -> Any:
+    from rich.console import Group
     from rich.table import Table
 
-    last = snap.last_checkpoint
-    title = (
-        f"checkpoint {last.epoch}, {format_age(snap.last_checkpoint_age or 0)} ago"
-        if last is not None
-        else "no checkpoint yet"
-    )
     errors = sum(n.errors for n in snap.nodes)
     table = Table(
-        title=f"rivermark  {snap.elapsed:.0f}s  {title}  errors {errors:,}",
+        title=f"rivermark  {snap.elapsed:.0f}s  {checkpoint_text(snap)}  errors {errors:,}",
         title_justify="left",
         expand=False,
     )
@@ -129,9 +155,24 @@ def _table(snap: Snapshot) -> Any:
     table.add_column("records", justify="right")
     table.add_column("records/s", justify="right")
     table.add_column("position")
+    table.add_column("lag", justify="right")
     for s in snap.sources:
-        table.add_row(s.id, f"{s.records:,}", f"{s.rate:,.0f}", _position_text(s))
-    return table
+        table.add_row(s.id, f"{s.records:,}", f"{s.rate:,.0f}", _position_text(s), _lag_text(s))
+    busiest = sorted(snap.nodes, key=lambda n: (-n.busy, -n.backpressure, n.id))[:BUSIEST]
+    nodes = Table(title="busiest nodes", title_justify="left", expand=False)
+    nodes.add_column("node")
+    for head in ("records in", "records/s", "busy", "backpressure", "errors"):
+        nodes.add_column(head, justify="right")
+    for n in busiest:
+        nodes.add_row(
+            n.id,
+            f"{n.records_in:,}",
+            f"{n.rate:,.0f}",
+            f"{100 * n.busy:.0f}%",
+            f"{100 * n.backpressure:.0f}%",
+            f"{n.errors:,}",
+        )
+    return Group(table, nodes)
 
 
 class ProgressReporter:
@@ -181,6 +222,7 @@ class ProgressReporter:
             return
         self._print(start_line(self.job))
         metrics = self.job.metrics
+        metrics.watch()
         if self.live:
             self._run_live()
             return

@@ -1,30 +1,12 @@
 """The Prometheus endpoint of a running job (``Job(metrics_port=...)``, ``--metrics-port``).
 
 Served by ``prometheus-client`` (the ``metrics`` extra) from its own thread,
-in its own registry; each scrape reads :class:`~rivermark.observe.metrics.Metrics`
-once.  Metric names (all prefixed ``rivermark_``):
-
-=====================================  =========  ================================
-name                                   type       labels
-=====================================  =========  ================================
-``records_in_total``                   counter    node, kind
-``records_out_total``                  counter    node, kind
-``errors_total``                       counter    node, policy (raised, skipped,
-                                                  handled)
-``backlog``                            gauge      node (nodes that hold records)
-``source_records_total``               counter    source
-``source_records_per_second``          gauge      source
-``source_lag``                         gauge      source, partition, unit
-``checkpoints_total``                  counter
-``checkpoint_epoch``                   gauge      (the last one written)
-``checkpoint_age_seconds``             gauge
-``checkpoint_duration_seconds``        gauge      (write and commit of the last)
-``checkpoint_pause_seconds``           gauge      (sources held for the last)
-``checkpoint_size_bytes``              gauge
-``restores_total``                     counter
-``job_elapsed_seconds``                gauge
-``job_running``                        gauge
-=====================================  =========  ================================
+in its own registry, with prometheus-client's process and platform
+collectors; each scrape reads :class:`~rivermark.observe.metrics.Metrics`
+once.  By Prometheus' conventions: counts are counters (rates come from
+``rate()``), times of day are timestamps, and the checkpoints' duration,
+pause and size are histograms.  The names and labels are in the table of
+``docs/operating.md`` (a test keeps the two equal).
 """
 
 from __future__ import annotations
@@ -34,18 +16,16 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..errors import ConfigurationError
-from .metrics import Metrics
+from .metrics import Metrics, Snapshot
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["MetricsServer", "collect_families"]
 
 
-def collect_families(metrics: Metrics) -> Iterator[Any]:
-    """The Prometheus metric families of one reading of ``metrics``."""
+def _node_families(snap: Snapshot) -> Iterator[Any]:
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-    snap = metrics.read()
     rin = CounterMetricFamily(
         "rivermark_records_in", "Records received by a node", labels=["node", "kind"]
     )
@@ -57,6 +37,16 @@ def collect_families(metrics: Metrics) -> Iterator[Any]:
         "Records whose user function raised, by error policy",
         labels=["node", "policy"],
     )
+    busy = CounterMetricFamily(
+        "rivermark_node_busy_seconds",
+        "Seconds a node's step was seen running (sampled); rate() is the busy share",
+        labels=["node"],
+    )
+    waits = CounterMetricFamily(
+        "rivermark_node_backpressure_seconds",
+        "Seconds a node waited for the nodes below it (sampled); rate() is the share",
+        labels=["node"],
+    )
     backlog = GaugeMetricFamily(
         "rivermark_backlog", "Records a node holds (in flight or in open windows)", labels=["node"]
     )
@@ -66,32 +56,51 @@ def collect_families(metrics: Metrics) -> Iterator[Any]:
         errs.add_metric([n.id, "raised"], n.errors_raised)
         errs.add_metric([n.id, "skipped"], n.errors_skipped)
         errs.add_metric([n.id, "handled"], n.errors_handled)
+        busy.add_metric([n.id], n.busy_seconds)
+        waits.add_metric([n.id], n.backpressure_seconds)
         if n.backlog is not None:
             backlog.add_metric([n.id], n.backlog)
-    yield from (rin, rout, errs, backlog)
+    yield from (rin, rout, errs, busy, waits, backlog)
+
+
+def _source_families(snap: Snapshot) -> Iterator[Any]:
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
     srec = CounterMetricFamily(
         "rivermark_source_records", "Records emitted by a source", labels=["source"]
     )
-    srate = GaugeMetricFamily(
-        "rivermark_source_records_per_second",
-        "Records emitted per second since the previous reading",
-        labels=["source"],
-    )
     slag = GaugeMetricFamily(
         "rivermark_source_lag",
-        "Left to read (Kafka: high watermark minus position; files: bytes)",
+        "Left to read, all partitions (Kafka: records to the high watermarks; files: bytes)",
+        labels=["source", "unit"],
+    )
+    plag = GaugeMetricFamily(
+        "rivermark_source_partition_lag",
+        "Left to read in one partition (Kafka: high watermark minus position)",
         labels=["source", "partition", "unit"],
     )
     for s in snap.sources:
         srec.add_metric([s.id], s.records)
-        srate.add_metric([s.id], s.rate)
-        for part, lag in sorted((s.lag or {}).items()):
-            slag.add_metric([s.id, part, s.lag_unit], lag)
-    yield from (srec, srate, slag)
+        if s.lag is None:
+            continue
+        slag.add_metric([s.id, s.lag_unit], sum(s.lag.values()))
+        for part, lag in sorted(s.lag.items()):
+            if part:  # a file has one unnamed part: its total says it all
+                plag.add_metric([s.id, part, s.lag_unit], lag)
+    yield from (srec, slag, plag)
+
+
+def _checkpoint_families(metrics: Metrics, snap: Snapshot) -> Iterator[Any]:
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
     yield CounterMetricFamily(
         "rivermark_checkpoints", "Checkpoints written by this run", value=snap.checkpoints_written
+    )
+    yield CounterMetricFamily(
+        "rivermark_checkpoint_failures",
+        "Checkpoints of this run that failed (a failed write stops the job; a failed prune "
+        "of older checkpoints does not)",
+        value=snap.checkpoints_failed,
     )
     yield CounterMetricFamily(
         "rivermark_checkpoint_waits",
@@ -99,31 +108,54 @@ def collect_families(metrics: Metrics) -> Iterator[Any]:
         value=snap.checkpoint_waits,
     )
     last = snap.last_checkpoint
-    if last is not None:
-        age = snap.last_checkpoint_age or 0.0
-        for name, doc, value in [
-            ("rivermark_checkpoint_epoch", "Epoch of the last checkpoint", last.epoch),
-            ("rivermark_checkpoint_age_seconds", "Seconds since the last checkpoint", age),
-            (
-                "rivermark_checkpoint_duration_seconds",
-                "Write and commit time of the last checkpoint",
-                last.duration,
-            ),
-            (
-                "rivermark_checkpoint_pause_seconds",
-                "Time the sources were held for the last checkpoint",
-                last.pause,
-            ),
-            ("rivermark_checkpoint_size_bytes", "State bytes of the last checkpoint", last.size),
-        ]:
-            yield GaugeMetricFamily(name, doc, value=value)
+    epoch = last.epoch if last is not None else snap.restored_epoch
+    if epoch is not None:
+        yield GaugeMetricFamily(
+            "rivermark_checkpoint_epoch",
+            "Epoch of the last checkpoint (after a restore: the one resumed from)",
+            value=epoch,
+        )
+    stamp = last.time if last is not None else metrics.job.restored_time
+    if stamp is not None:
+        yield GaugeMetricFamily(
+            "rivermark_last_checkpoint_timestamp_seconds",
+            "Unix time the last checkpoint was written (after a restore: the one resumed from)",
+            value=stamp,
+        )
+    for name, doc, hist in [
+        (
+            "rivermark_checkpoint_duration_seconds",
+            "Write and commit time of checkpoints",
+            "duration",
+        ),
+        (
+            "rivermark_checkpoint_pause_seconds",
+            "Time the sources were held for checkpoints",
+            "pause",
+        ),
+        ("rivermark_checkpoint_size_bytes", "State bytes written by checkpoints", "size"),
+    ]:
+        buckets, total = metrics.checkpoint_histogram(hist)
+        yield HistogramMetricFamily(name, doc, buckets=buckets, sum_value=total)
     yield CounterMetricFamily(
         "rivermark_restores", "Restores from a checkpoint at start", value=snap.restores
     )
-    yield GaugeMetricFamily("rivermark_job_elapsed_seconds", "Run time", value=snap.elapsed)
+    yield GaugeMetricFamily(
+        "rivermark_job_start_timestamp_seconds",
+        "Unix time this run started",
+        value=metrics.job.started_at or 0.0,
+    )
     yield GaugeMetricFamily(
         "rivermark_job_running", "1 while the job runs", value=1 if snap.running else 0
     )
+
+
+def collect_families(metrics: Metrics) -> Iterator[Any]:
+    """The Prometheus metric families of one reading of ``metrics``."""
+    snap = metrics.read()
+    yield from _node_families(snap)
+    yield from _source_families(snap)
+    yield from _checkpoint_families(metrics, snap)
 
 
 class _Collector:
@@ -156,13 +188,21 @@ class MetricsServer:
 
     def start(self) -> None:
         try:
-            from prometheus_client import CollectorRegistry, start_http_server
+            from prometheus_client import (
+                CollectorRegistry,
+                PlatformCollector,
+                ProcessCollector,
+                start_http_server,
+            )
         except ImportError as e:
             raise ConfigurationError(
                 "metrics_port needs prometheus-client: pip install 'rivermark[metrics]'"
             ) from e
+        self.metrics.watch()
         registry = CollectorRegistry(auto_describe=False)
         registry.register(_Collector(self.metrics))
+        ProcessCollector(registry=registry)
+        PlatformCollector(registry=registry)
         try:
             self._server, self._thread = start_http_server(
                 self.port, addr=self.addr, registry=registry

@@ -15,6 +15,7 @@ An ``aiohttp`` server (the ``ui`` extra) on the job's own event loop serves:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from importlib.resources import files
@@ -28,7 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["UiServer", "layout", "snapshot_json"]
+__all__ = ["UiServer", "layout", "positions", "snapshot_json"]
 
 
 def layout(job: Job) -> dict[str, Any]:
@@ -70,12 +71,74 @@ def layout(job: Job) -> dict[str, Any]:
     return {"nodes": nodes, "edges": edges}
 
 
-def snapshot_json(snap: Snapshot) -> dict[str, Any]:
+#: a node's box on the page, in pixels (the page draws boxes of this size)
+BOX_W, BOX_H, PAD = 190, 108, 16
+
+
+def _dot_source(graph: dict[str, Any]) -> str:
+    quote = json.dumps  # a JSON string is a valid quoted Graphviz id
+    lines = [
+        "digraph rivermark {",
+        "rankdir=LR; nodesep=0.35; ranksep=0.8;",
+        f"node [shape=box, fixedsize=true, width={BOX_W / 72:.3f}, height={BOX_H / 72:.3f}];",
+    ]
+    lines += [f"{quote(n['id'])};" for n in graph["nodes"]]
+    lines += [f"{quote(e['from'])} -> {quote(e['to'])};" for e in graph["edges"]]
+    return "\n".join([*lines, "}"])
+
+
+def positions(graph: dict[str, Any]) -> dict[str, Any]:
+    """``graph`` (from :func:`layout`) with pixel positions laid out by Graphviz ``dot``.
+
+    Each node gets ``x``, ``y`` (its box's top left corner) and the graph its
+    ``width``, ``height`` and ``layout`` (``"dot"``).  Without the ``dot``
+    program (or the ``graphviz`` package) the columns of :func:`layout` are
+    used and ``layout`` is ``"columns"``.
+    """
+    try:
+        import graphviz
+
+        placed = json.loads(graphviz.Source(_dot_source(graph)).pipe(format="json"))
+        _, _, width, height = (float(v) for v in placed["bb"].split(","))
+        centre = {o["name"]: o["pos"].split(",") for o in placed.get("objects", [])}
+        for n in graph["nodes"]:
+            cx, cy = (float(v) for v in centre[n["id"]])
+            # dot's y axis points up; the page's points down
+            n["x"], n["y"] = PAD + cx - BOX_W / 2, PAD + height - cy - BOX_H / 2
+        graph.update(layout="dot", width=width + 2 * PAD, height=height + 2 * PAD)
+    except Exception as e:  # no dot program, or no graphviz package: plain columns
+        logger.debug("Graphviz layout unavailable (%s): laying out in columns", e)
+        cols = rows = 0
+        for n in graph["nodes"]:
+            n["x"], n["y"] = PAD + n["col"] * (BOX_W + 60), PAD + n["row"] * (BOX_H + 24)
+            cols, rows = max(cols, n["col"] + 1), max(rows, n["row"] + 1)
+        graph.update(
+            layout="columns",
+            width=2 * PAD + cols * BOX_W + max(cols - 1, 0) * 60,
+            height=2 * PAD + rows * BOX_H + max(rows - 1, 0) * 24,
+        )
+    graph.update(box_width=BOX_W, box_height=BOX_H)
+    return graph
+
+
+def _state(snap: Snapshot, job: Job) -> str:
+    """``running``, ``not started``, ``finished`` or ``failed: <exception>``."""
+    if snap.running:
+        return "running"
+    if job.ended_at is None:
+        return "not started"
+    failure = job.ended_by
+    return "finished" if failure is None else f"failed: {type(failure).__name__}: {failure}"
+
+
+def snapshot_json(snap: Snapshot, job: Job | None = None) -> dict[str, Any]:
     """A reading of the metrics as the page uses it."""
     return {
         "time": snap.time,
         "elapsed": snap.elapsed,
         "running": snap.running,
+        "state": _state(snap, job) if job is not None else ("running" if snap.running else "ended"),
+        "restored_epoch": snap.restored_epoch,
         "checkpoints_written": snap.checkpoints_written,
         "last_checkpoint_age": snap.last_checkpoint_age,
         "nodes": {
@@ -88,6 +151,11 @@ def snapshot_json(snap: Snapshot) -> dict[str, Any]:
                 "raised": n.errors_raised,
                 "skipped": n.errors_skipped,
                 "handled": n.errors_handled,
+                "busy": n.busy,
+                "backpressure": n.backpressure,
+                "last_error": n.last_error,
+                "last_error_record": n.last_error_record,
+                "state_size": n.state_size,
             }
             for n in snap.nodes
         },
@@ -110,10 +178,38 @@ def snapshot_json(snap: Snapshot) -> dict[str, Any]:
                 "duration": c.duration,
                 "pause": c.pause,
                 "size": c.size,
+                "kind": c.kind,
             }
             for c in snap.recent_checkpoints[-20:]
         ],
+        "checkpoint_failures": [
+            {"epoch": f.epoch, "time": f.time, "reason": f.reason, "fatal": f.fatal}
+            for f in snap.checkpoint_failures[-20:]
+        ],
     }
+
+
+async def serve(
+    app: Any, addr: str, port: int, what: str, remedy: str, access_log: bool = True
+) -> tuple[Any, int]:
+    """Serve the aiohttp ``app`` on ``addr:port``; returns its runner and the port it got.
+
+    A port that cannot be bound is a :class:`ConfigurationError` naming
+    ``what`` and the ``remedy``.  ``access_log=False`` turns aiohttp's
+    access log off.
+    """
+    from aiohttp import web
+
+    kw: dict[str, Any] = {} if access_log else {"access_log": None}
+    runner = web.AppRunner(app, handle_signals=False, **kw)
+    await runner.setup()
+    site = web.TCPSite(runner, addr, port)
+    try:
+        await site.start()
+    except OSError as e:
+        await runner.cleanup()
+        raise ConfigurationError(f"cannot serve {what} on {addr}:{port!r} ({e}); {remedy}") from e
+    return runner, int(runner.addresses[0][1])
 
 
 class UiServer:
@@ -130,6 +226,8 @@ class UiServer:
         self.interval = interval
         self._runner: Any = None
         self._closing: asyncio.Event | None = None
+        #: the tasks streaming events to open pages
+        self._streams: set[asyncio.Task[Any]] = set()
 
     @property
     def url(self) -> str:
@@ -142,28 +240,23 @@ class UiServer:
         except ImportError as e:
             raise ConfigurationError("ui needs aiohttp: pip install 'rivermark[ui]'") from e
         self._closing = asyncio.Event()
+        self.job.metrics.watch()
         app = web.Application()
         app.router.add_get("/", self._page)
         app.router.add_get("/graph.json", self._graph)
         app.router.add_get("/events", self._events)
-        runner = web.AppRunner(app, handle_signals=False)
-        await runner.setup()
-        site = web.TCPSite(runner, self.addr, self.port)
-        try:
-            await site.start()
-        except OSError as e:
-            await runner.cleanup()
-            raise ConfigurationError(
-                f"cannot serve the pipeline page on {self.addr}:{self.port!r} ({e}); "
-                "pick another --ui port"
-            ) from e
-        self._runner = runner
-        self.port = int(runner.addresses[0][1])
+        self._runner, self.port = await serve(
+            app, self.addr, self.port, "the pipeline page", "pick another --ui port"
+        )
         logger.info("serving the live pipeline page at %s", self.url)
 
     async def stop(self) -> None:
+        """Send every open page the job's final state, then stop serving."""
         if self._closing is not None:
             self._closing.set()
+        if self._streams:
+            # each open page gets its last reading (finished / failed) before the server goes
+            await asyncio.wait(list(self._streams), timeout=5)
         runner, self._runner = self._runner, None
         if runner is not None:
             await runner.cleanup()
@@ -177,8 +270,8 @@ class UiServer:
     async def _graph(self, request: Any) -> Any:
         from aiohttp import web
 
-        body = {"store": repr(self.job.store), **layout(self.job)}
-        return web.json_response(body)
+        graph = await asyncio.get_running_loop().run_in_executor(None, positions, layout(self.job))
+        return web.json_response({"store": repr(self.job.store), **graph})
 
     async def _events(self, request: Any) -> Any:
         from aiohttp import web
@@ -188,15 +281,20 @@ class UiServer:
         )
         await resp.prepare(request)
         assert self._closing is not None
+        task = asyncio.current_task()
+        assert task is not None
+        self._streams.add(task)
         try:
             while True:
-                data = json.dumps(snapshot_json(self.job.metrics.read()), default=repr)
+                closing = self._closing.is_set()
+                data = json.dumps(snapshot_json(self.job.metrics.read(), self.job), default=repr)
                 await resp.write(f"data: {data}\n\n".encode())
-                try:
-                    await asyncio.wait_for(self._closing.wait(), self.interval)
+                if closing:  # the job has ended: that was its final state
                     break
-                except asyncio.TimeoutError:
-                    pass
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._closing.wait(), self.interval)
         except ConnectionResetError:
             pass
+        finally:
+            self._streams.discard(task)
         return resp

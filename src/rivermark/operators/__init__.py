@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from . import asyncops as asyncops
+from . import eventtime as eventtime
+from . import eventtimers as eventtimers
 from . import joins as joins
 from . import stateful as stateful
 from . import timing as timing

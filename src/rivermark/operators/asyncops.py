@@ -93,7 +93,7 @@ class MapAsync(Stream):
         on_error = kwargs.pop("on_error", None)
         self.args = args
         self.kwargs = kwargs
-        self._inflight = 0
+        self.in_flight = 0
         # calls started, in input order: (task, record, metadata)
         self._running: deque[tuple[asyncio.Task[Any], Any, Metadata | None]] = deque()
         # records waiting for a free slot, with the future their upstream awaits
@@ -102,14 +102,14 @@ class MapAsync(Stream):
         Stream.__init__(self, upstream, stream_name=stream_name, name=name, on_error=on_error)
 
     def records_held(self) -> int | None:
-        return self._inflight
+        return self.in_flight
 
     def update(
         self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
     ) -> list[Awaitable[Any]] | None:
         self._raise_if_failed()
         self._retain_refs(metadata)
-        self._inflight += 1
+        self.in_flight += 1
         if self._has_slot() and not self._waiting:
             self._start_call(x, metadata)
             return None
@@ -149,7 +149,7 @@ class MapAsync(Stream):
                 self._fail_in_order(e)
                 return
             self._running.popleft()
-            self._inflight -= 1
+            self.in_flight -= 1
             release_refs(metadata)
             while self._waiting and self._has_slot():
                 wx, wmeta, slot = self._waiting.popleft()

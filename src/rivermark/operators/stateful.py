@@ -17,27 +17,13 @@ from ..core.node import Fixed, Stream, check_callable, check_positive_int, ident
 from ..core.refs import Metadata, merge_metadata
 from ..errors import ConfigurationError
 from ..fastpath.codegen import Codegen, derived_update
-from ..state import KeyedState, as_keyed
+from ..state import KeyedState, as_keyed, no_default
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["Accumulate", "Frequencies", "Slice", "Unique", "Collect", "no_default"]
 
 Results = list[Awaitable[Any]] | None
-
-
-class _NoDefault:
-    """The "no start value given" marker; pickles to the same object."""
-
-    def __repr__(self) -> str:
-        return "no_default"
-
-    def __reduce__(self) -> str:
-        return "no_default"
-
-
-#: marker for "take the first record as the start state" in ``accumulate``
-no_default = _NoDefault()
 
 
 def _fname(func: Any) -> str:

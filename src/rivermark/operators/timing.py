@@ -8,7 +8,7 @@ downstream work finished, or when the record is dropped (a duplicate in
 
 Parked records are checkpoint state (their values only; after a restore they
 come back without metadata).  Work that is being emitted right now counts in
-``_inflight``, which a checkpoint barrier waits to reach zero.
+``in_flight``, which a checkpoint barrier waits to reach zero.
 
 Work started in the background (a delayed emit, a window flush) has no caller
 to raise into: an error downstream of it is logged and the node goes on.
@@ -41,14 +41,14 @@ class _Background(Stream):
     _is_async = True
 
     def _init_background(self) -> None:
-        self._inflight = 0
+        self.in_flight = 0
         self._tasks: set[asyncio.Task[Any]] = set()
 
     def records_held(self) -> int | None:
-        return self._inflight
+        return self.in_flight
 
     def emits_later(self) -> bool:
-        return self._inflight > 0
+        return self.in_flight > 0
 
     def _on_loop(self, fn: Callable[[], Any]) -> None:
         loop = self.loop
@@ -77,7 +77,7 @@ class _Background(Stream):
         Returns False when the emit raised: the node has failed (:meth:`_fail`)
         and the record stays in flight and incomplete; the caller stops.
         """
-        self._inflight += 1
+        self.in_flight += 1
         try:
             results = self._emit(x, metadata)
             if results:
@@ -85,7 +85,7 @@ class _Background(Stream):
         except Exception as e:
             self._fail(e)
             return False
-        self._inflight -= 1
+        self.in_flight -= 1
         release_refs(metadata)
         return True
 
@@ -140,7 +140,7 @@ class Delay(_Background):
                 return
 
     def emits_later(self) -> bool:
-        return bool(self._pending) or self._inflight > 0
+        return bool(self._pending) or self.in_flight > 0
 
     def get_state(self) -> Any:
         now = self.loop.time()
@@ -190,7 +190,7 @@ class RateLimit(_Background):
         if slot <= now:
             return self._emit(x, metadata)
         self._retain_refs(metadata)
-        self._inflight += 1
+        self.in_flight += 1
         return [self._spawn(self._later(slot - now, x, metadata))]
 
     async def _later(self, wait: float, x: Any, metadata: Metadata | None) -> None:
@@ -199,9 +199,9 @@ class RateLimit(_Background):
         except BaseException:
             # cancelled (the loop is closing): the record was never emitted, so
             # it is not completed either
-            self._inflight -= 1
+            self.in_flight -= 1
             raise
-        self._inflight -= 1  # _emit_and_finish counts it again while it emits
+        self.in_flight -= 1  # _emit_and_finish counts it again while it emits
         if not await self._emit_and_finish(x, metadata):
             self._raise_if_failed()  # the upstream awaiting this record fails too
 
@@ -291,7 +291,7 @@ class TimedWindow(_Ticker):
         return window, metas
 
     def emits_later(self) -> bool:
-        return bool(self._buffer) or self._inflight > 0
+        return bool(self._buffer) or self.in_flight > 0
 
     def get_state(self) -> Any:
         return {"buffer": list(self._buffer)}
@@ -375,7 +375,7 @@ class TimedWindowUnique(_Ticker):
         return tuple(x for x, _ in items.values()), [m for _, m in items.values()]
 
     def emits_later(self) -> bool:
-        return bool(self._buffer) or self._inflight > 0
+        return bool(self._buffer) or self.in_flight > 0
 
     def get_state(self) -> Any:
         return {"buffer": [x for x, _ in self._buffer.values()]}
@@ -450,7 +450,7 @@ class Buffer(_Background):
             await asyncio.sleep(0)
 
     def emits_later(self) -> bool:
-        return bool(self._items or self._waiting) or self._inflight > 0
+        return bool(self._items or self._waiting) or self.in_flight > 0
 
     def get_state(self) -> Any:
         return {"items": [x for x, _ in self._items] + [x for x, _, _ in self._waiting]}
@@ -547,7 +547,7 @@ class Latest(_Background):
             self._spawn(self._drain())
 
     def emits_later(self) -> bool:
-        return bool(self._next) or self._inflight > 0
+        return bool(self._next) or self.in_flight > 0
 
     def get_state(self) -> Any:
         return {"next": list(self._next)}

@@ -130,7 +130,7 @@ class Partition(Stream):
         self._metas: dict[Any, list[dict[str, Any]]] = {}
         self._timers: dict[Any, asyncio.TimerHandle] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._inflight = 0
+        self.in_flight = 0
         # asynchronous only when a timeout needs the event loop
         self._is_async = timeout is not None
         Stream.__init__(self, upstream, **kwargs)
@@ -150,7 +150,7 @@ class Partition(Stream):
         # with a timeout, an open partition is emitted when it expires
         if self._timeout is not None and any(self._buffers.values()):
             return True
-        return self._inflight > 0
+        return self.in_flight > 0
 
     update = derived_update(_partition_kernel)
 
@@ -222,14 +222,14 @@ class Partition(Stream):
             return
         out, meta = self._take(k)
         # emit at once (so partitions keep their order); only the waiting is a task
-        self._inflight += 1
+        self.in_flight += 1
         try:
             results = self._emit(out, meta)
         except Exception as e:
             self._fail(e)  # the partition stays in flight and incomplete
             return
         if not results:
-            self._inflight -= 1
+            self.in_flight -= 1
             release_refs(meta)
             return
         task = asyncio.ensure_future(self._finish_later(results, meta))
@@ -242,7 +242,7 @@ class Partition(Stream):
         except Exception as e:
             self._fail(e)  # the partition stays in flight and incomplete
             return
-        self._inflight -= 1
+        self.in_flight -= 1
         release_refs(meta)
 
     # ------------------------------------------------------------------ state

@@ -87,18 +87,18 @@ class Sink(Stream):
         # on the event loop and wait for the awaitable (backpressure).
         if func is not None and is_coroutine_function(func):
             self._is_async = True
-        self._inflight = 0
+        self.in_flight = 0
         Stream.__init__(self, upstream, **node_kwargs)
 
     def records_held(self) -> int | None:
-        return self._inflight if self._is_async else None
+        return self.in_flight if self._is_async else None
 
     update = derived_update(_sink_kernel)
 
     def _after_call(self, x: Any, r: Any, metadata: Metadata | None) -> list[Awaitable[Any]] | None:
         if inspect.isawaitable(r):
             retain_refs(metadata)
-            self._inflight += 1
+            self.in_flight += 1
             if runtime.current_loop() is None:
                 # a plain function returned an awaitable in a synchronous graph
                 runtime.run_sync(self.loop, self._finish(x, r, metadata))
@@ -119,9 +119,9 @@ class Sink(Stream):
                 self._user_error(x, e, self.func)  # returns if the policy drops it
             except BaseException:
                 # raised to whoever awaits the record; it stays incomplete
-                self._inflight -= 1
+                self.in_flight -= 1
                 raise
-        self._inflight -= 1
+        self.in_flight -= 1
         release_refs(metadata)
 
 

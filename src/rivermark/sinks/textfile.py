@@ -134,11 +134,14 @@ class SinkToTextfile(Stream):
         self._file: IO[str] | None
         self._truncate_pending = False
         self._lock: IO[bytes] | None = None
+        self._closed = False
         if isinstance(file, (str, os.PathLike)):
             self.path: str | None = os.fspath(file)
-            # mode "w" truncates on the first write, not here: a job restoring
-            # from a checkpoint truncates to the checkpoint's length instead.
-            self._file = open(self.path, "a", **self.open_kwargs)  # noqa: SIM115
+            # the file is opened on first use, not here: a job refused before it
+            # restores (its checkpoint directory is locked) leaves it untouched.
+            # Mode "w" truncates on the first write: a job restoring from a
+            # checkpoint truncates to the checkpoint's length instead.
+            self._file = None
             self._truncate_pending = mode == "w"
         elif hasattr(file, "write"):
             self._file = file
@@ -154,19 +157,22 @@ class SinkToTextfile(Stream):
 
     @property
     def file(self) -> IO[str] | None:
-        """The open file (``None`` after :meth:`close`)."""
+        """The open file (``None`` before the first use and after :meth:`close`)."""
         return self._file
 
     def update(self, x: Any, who: Stream | None = None, metadata: Metadata | None = None) -> None:
-        if self._file is None:
-            raise ConfigurationError(
-                f"{self.display_name()}: received {x!r} after close(); "
-                "stop the sources before closing the sink"
-            )
+        f = self._file
+        if f is None:
+            if self._closed:
+                raise ConfigurationError(
+                    f"{self.display_name()}: received {x!r} after close(); "
+                    "stop the sources before closing the sink"
+                )
+            f = self._require_file("update")
         if self._truncate_pending:
             self._truncate_pending = False
-            self._file.truncate(0)
-        self._file.write(str(x) + self.end)
+            f.truncate(0)
+        f.write(str(x) + self.end)
         return None
 
     # ------------------------------------------------------------ checkpoint sink contract
@@ -225,6 +231,7 @@ class SinkToTextfile(Stream):
                 self._file = None
             if regular:
                 with open(self.path, "r+b") as raw:
+                    self._warn_dropped(os.fstat(raw.fileno()).st_size, length)
                     raw.truncate(length)
                     raw.flush()
                     os.fsync(raw.fileno())
@@ -262,11 +269,33 @@ class SinkToTextfile(Stream):
             size,
         )
 
+    def _warn_dropped(self, size: int, length: int) -> None:
+        """Say how many bytes after the checkpoint's length a restore truncates away."""
+        if size > length:
+            logger.warning(
+                "%s: truncating %r from %d to the checkpoint's %d bytes: %d bytes after the "
+                "checkpoint are discarded (written by the job after its last checkpoint, or "
+                "appended to the file since; the job writes its own again)",
+                self.display_name(),
+                self.path,
+                size,
+                length,
+                size - length,
+            )
+
     def unaccounted_output(self) -> str | None:
         """The file's size if it has content that mode ``"a"`` would append to."""
-        if self.mode == "w" or self._file is None:
+        if self.mode == "w" or self._closed:
             return None
-        size = os.fstat(self._file.fileno()).st_size
+        try:
+            if self._file is not None:
+                size = os.fstat(self._file.fileno()).st_size
+            elif self.path is not None:
+                size = os.path.getsize(self.path)
+            else:
+                return None
+        except FileNotFoundError:
+            return None
         if size == 0:
             return None
         return f"{self.display_name()}: {self.path!r} already holds {size} bytes"
@@ -323,12 +352,16 @@ class SinkToTextfile(Stream):
             lock.close()  # releases the flock
 
     def _require_file(self, what: str) -> IO[str]:
+        """The open file, opened now on first use; refused after :meth:`close`."""
         if self._file is None:
-            raise ConfigurationError(f"{self.display_name()}: {what}() after close()")
+            if self._closed or self.path is None:
+                raise ConfigurationError(f"{self.display_name()}: {what}() after close()")
+            self._file = open(self.path, "a", **self.open_kwargs)  # noqa: SIM115 - see close()
         return self._file
 
     def close(self) -> None:
         """Flush and close the file and release its lock (idempotent)."""
+        self._closed = True
         try:
             if self._file is not None:
                 try:

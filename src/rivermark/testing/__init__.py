@@ -12,35 +12,59 @@ from ..errors import RivermarkError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["wait_for", "wait_for_async", "WaitTimeout"]
+__all__ = ["wait_for", "wait_value", "wait_for_async", "WaitTimeout"]
 
 
 class WaitTimeout(RivermarkError, TimeoutError):
     """A condition awaited by :func:`wait_for` did not become true in time."""
 
 
-def _fail(predicate: Callable[[], Any], timeout: float) -> WaitTimeout:
-    name = getattr(predicate, "__qualname__", repr(predicate))
+def _fail(predicate: Callable[[], Any], timeout: float, what: str | None = None) -> WaitTimeout:
+    name = what or getattr(predicate, "__qualname__", repr(predicate))
     return WaitTimeout(
         f"wait_for: condition {name!r} was still false after {timeout!r} s; "
         "check that the source was started, or pass a larger timeout="
     )
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 30, interval: float = 0.002) -> None:
-    """Block until ``predicate()`` is true; raise :class:`WaitTimeout` after ``timeout`` s.
+def wait_value(
+    predicate: Callable[[], Any],
+    timeout: float = 60,
+    what: str | None = None,
+    *,
+    interval: float = 0.002,
+) -> Any:
+    """Block until ``predicate()`` returns a true value, and return that value.
 
-    Use it from a thread that does not run the pipeline's event loop (tests
-    whose graph runs on the background loop).
+    Raises :class:`WaitTimeout` (naming ``what``, else the predicate) after
+    ``timeout`` s.  Use it from a thread that does not run the pipeline's
+    event loop (tests whose graph runs on the background loop).
+
+    >>> box = [1]
+    >>> wait_value(lambda: box, what="a full box")
+    [1]
+    """
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        if time.monotonic() > deadline:
+            raise _fail(predicate, timeout, what)
+        time.sleep(interval)
+    return value
+
+
+def wait_for(
+    predicate: Callable[[], Any],
+    timeout: float = 60,
+    what: str | None = None,
+    *,
+    interval: float = 0.002,
+) -> None:
+    """Block until ``predicate()`` is true (:func:`wait_value`, without the value).
 
     >>> box = [1]
     >>> wait_for(lambda: box)
     """
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise _fail(predicate, timeout)
-        time.sleep(interval)
+    wait_value(predicate, timeout, what, interval=interval)
 
 
 async def wait_for_async(

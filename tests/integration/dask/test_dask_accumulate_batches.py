@@ -83,7 +83,7 @@ def test_records_share_tasks_and_results_match_local(client: Client) -> None:
     # batches are smaller on a busy machine (fewer records per loop turn), so
     # the test asks only for an average batch of more than two records
     assert 0 < n_tasks < len(items) // 2, n_tasks
-    assert g._inflight == 0
+    assert g.in_flight == 0
 
 
 def test_error_in_the_middle_of_a_batch_keeps_the_previous_state(client: Client) -> None:
@@ -111,7 +111,7 @@ def test_error_in_a_batch_with_raise_names_the_function_and_record(client: Clien
     assert "record 3 of an accumulate batch" in describe(g.failure)
     assert out == [0, 1, 3]
     # the failed record is not completed: a checkpoint must not pass it
-    assert g._inflight >= 1
+    assert g.in_flight >= 1
 
 
 def test_returns_state_and_with_state_in_batches(client: Client) -> None:

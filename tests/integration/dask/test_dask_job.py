@@ -15,7 +15,6 @@ What the Dask issue's guarantees mean, each tested against real processes:
 from __future__ import annotations
 
 import os
-import pickle
 import signal
 import subprocess
 import sys
@@ -31,9 +30,10 @@ import pytest
 from distributed import Client
 
 from rivermark import Job, Stream
-from rivermark.checkpoint import JobFailedError, LocalDirectoryStore
+from rivermark.checkpoint import JobFailedError, LocalDirectoryStore, codec
 from rivermark.dask import DaskAccumulate, DaskConnectionError
 from rivermark.dask.store import DaskDatasetStore
+from rivermark.testing import wait_for
 from rivermark.testing.crash import run_uncrashed, run_with_crashes
 
 # the workers cannot import this test module: ship its functions by value
@@ -86,13 +86,6 @@ def run_in_thread(job: Job) -> tuple[threading.Thread, dict[str, BaseException]]
     return t, failure
 
 
-def wait_until(cond: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
-
-
 # ---------------------------------------------------------------- the barrier
 def test_every_checkpoint_holds_state_position_and_output_in_step(
     client: Client, tmp_path: Path
@@ -111,8 +104,8 @@ def test_every_checkpoint_holds_state_position_and_output_in_step(
         m = store.verify(epoch)
         pos = m.positions["numbers"]
         written = out.read_bytes()[: m.sinks["out"]["length"]].decode().splitlines()
-        acc = pickle.loads(store.read_state(epoch, "running-sum"))
-        triples = pickle.loads(store.read_state(epoch, "triples"))
+        acc = codec.loads(store.read_state(epoch, "running-sum"))
+        triples = codec.loads(store.read_state(epoch, "triples"))
         held = [r.value for _, items in triples["buffers"] for r in items]
         # every record before the position went through the cluster and is in
         # the state: in the accumulate (a value, not a future) and either in
@@ -136,7 +129,7 @@ def test_worker_killed_under_a_job_does_not_change_output(client: Client, tmp_pa
     t, failure = run_in_thread(job)
     pids = client.run(os.getpid)
 
-    wait_until(lambda: out.exists() and len(out.read_bytes().splitlines()) >= 30, 60, "output")
+    wait_for(lambda: out.exists() and len(out.read_bytes().splitlines()) >= 30, 60, "output")
     # the worker that holds the running sum: its loss forces a recomputation
     holders = client.who_has(acc.state).get(acc.state.key, ()) if hasattr(acc.state, "key") else ()
     victim_address = next(iter(holders), next(iter(pids)))
@@ -164,7 +157,7 @@ def own_scheduler(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Pat
     )  # fmt: skip
     worker = None
     try:
-        wait_until(scheduler_file.exists, 60, "the scheduler")
+        wait_for(scheduler_file.exists, 60, "the scheduler")
         worker = subprocess.Popen(
             [sys.executable, "-m", "distributed.cli.dask_worker", "--no-nanny", "--nthreads", "1",
              "--no-dashboard", "--scheduler-file", str(scheduler_file)],
@@ -192,7 +185,7 @@ def test_lost_scheduler_stops_the_job_and_its_last_checkpoint_resumes_exactly(
         job = Job(source, checkpoint=str(ckpt), every="0.1s")
         t, failure = run_in_thread(job)
         store = LocalDirectoryStore(ckpt)
-        wait_until(lambda: len(store.list_epochs()) >= 3, 60, "three checkpoints")
+        wait_for(lambda: len(store.list_epochs()) >= 3, 60, "three checkpoints")
         scheduler.kill()
         scheduler.wait(timeout=30)
         t.join(60)

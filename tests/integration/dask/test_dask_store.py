@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import pickle
 import re
 import subprocess
 import sys
@@ -15,7 +14,7 @@ import pytest
 from distributed import Client
 
 from rivermark import Job, Stream
-from rivermark.checkpoint import CheckpointCorruptError, CheckpointLockedError, Manifest
+from rivermark.checkpoint import CheckpointCorruptError, CheckpointLockedError, Manifest, codec
 from rivermark.dask.store import DaskDatasetStore
 from rivermark.errors import ConfigurationError
 
@@ -34,12 +33,12 @@ def test_write_list_read_verify_prune(client: Client) -> None:
     store = new_store(client)
     assert store.list_epochs() == [] and store.latest_states() == {}
     for e in (1, 2, 3):
-        write(store, e, {"acc": pickle.dumps({"state": e})})
+        write(store, e, {"acc": codec.dumps({"state": e})})
     assert store.list_epochs() == [1, 2, 3]
     m = store.verify(3)
     assert m.positions == {"src": 30}
     assert m.state["acc"]["file"] == store.state_name(3, "acc")
-    assert pickle.loads(store.read_state(2, "acc")) == {"state": 2}
+    assert codec.loads(store.read_state(2, "acc")) == {"state": 2}
     assert store.prune(2) == [1]
     assert store.list_epochs() == [2, 3]
     assert store.state_name(1, "acc") not in client.list_datasets()
@@ -62,8 +61,8 @@ def test_checkpoint_without_manifest_does_not_exist_and_is_pruned(client: Client
 
 def test_damaged_checkpoint_fails_verification_and_readers_fall_back(client: Client) -> None:
     store = new_store(client)
-    write(store, 1, {"acc": pickle.dumps("good")})
-    write(store, 2, {"acc": pickle.dumps("newer")})
+    write(store, 1, {"acc": codec.dumps("good")})
+    write(store, 2, {"acc": codec.dumps("newer")})
     client.publish_dataset(b"garbage", name=store.state_name(2, "acc"), override=True)
     with pytest.raises(CheckpointCorruptError, match="has 7 bytes, the manifest says"):
         store.verify(2)
@@ -75,8 +74,8 @@ def test_damaged_checkpoint_fails_verification_and_readers_fall_back(client: Cli
 
 def test_damaged_manifest_and_set_aside(client: Client) -> None:
     store = new_store(client)
-    write(store, 1, {"acc": pickle.dumps("one")})
-    write(store, 2, {"acc": pickle.dumps("two")})
+    write(store, 1, {"acc": codec.dumps("one")})
+    write(store, 2, {"acc": codec.dumps("two")})
     text = client.get_dataset(store.manifest_name(2)).replace('"epoch": 2', '"epoch": 1')
     client.publish_dataset(text, name=store.manifest_name(2), override=True)
     with pytest.raises(CheckpointCorruptError, match="checksum mismatch"):
@@ -84,7 +83,7 @@ def test_damaged_manifest_and_set_aside(client: Client) -> None:
     where = store.set_aside([1, 2])
     assert store.list_epochs() == [] and store.list_incomplete() == []
     assert f"{where}/000000000001/manifest" in client.list_datasets()
-    assert client.get_dataset(f"{where}/000000000002/state/acc") == pickle.dumps("two")
+    assert client.get_dataset(f"{where}/000000000002/state/acc") == codec.dumps("two")
 
 
 def test_a_job_resumes_from_the_dataset_store(client: Client, tmp_path: Path) -> None:

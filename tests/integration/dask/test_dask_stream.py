@@ -18,6 +18,7 @@ import pytest
 from distributed import Client
 
 from rivermark import RefCounter, Stream
+from rivermark.checkpoint import codec
 from rivermark.dask import (
     SCATTERED_OPERATORS,
     DaskAccumulate,
@@ -104,7 +105,7 @@ def test_emit_returns_once_gather_passed_the_result_on(client: Client) -> None:
     for i in range(5):
         source.emit(i)
         assert out == [j + 1 for j in range(i + 1)]
-    assert g._inflight == 0
+    assert g.in_flight == 0
 
 
 def test_starmap_and_map_args(client: Client) -> None:
@@ -156,7 +157,7 @@ def test_results_in_order_with_several_in_flight(client: Client) -> None:
     assert out == [x * x for x in items]
     assert max(seen_pending) > 1, "futures were gathered one at a time"
     assert max(seen_pending) <= 8, "more futures in flight than max_inflight"
-    assert g._inflight == 0
+    assert g.in_flight == 0
 
 
 def timed_sleep(x: int) -> tuple[int, int, float, float]:
@@ -244,7 +245,7 @@ def test_user_error_raise_fails_gather_and_names_the_task(client: Client) -> Non
     with pytest.raises(ValueError, match="three is bad"):
         g.flush(timeout=30)
     # the failed record is not completed: a checkpoint must not pass it
-    assert g._inflight == 1
+    assert g.in_flight == 1
 
 
 def test_accumulate_error_keeps_previous_state(client: Client) -> None:
@@ -321,6 +322,12 @@ def test_remote_in_a_written_checkpoint_still_loads() -> None:
     written = b"\x80\x02crivermark.dask.core\nRemote\nq\x00)\x81q\x01}q\x02X\x05\x00\x00\x00valueq\x03K\x03sb."
     assert pickle.loads(written) == Remote(3)
     assert pickle.dumps(Remote(3), protocol=2) == written
+
+
+def test_remote_is_written_as_data_not_as_a_pickle() -> None:
+    blob = codec.dumps({"buf": [(Remote(1), 7)], "last": Remote([2, 3])})
+    assert not codec.has_pickle(blob)
+    assert codec.loads(blob) == {"buf": [(Remote(1), 7)], "last": Remote([2, 3])}
 
 
 # ---------------------------------------------------------------- structural operators

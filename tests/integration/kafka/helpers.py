@@ -6,11 +6,13 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import confluent_kafka as ck
+
+from rivermark.testing import wait_for
 
 
 def produce(
@@ -70,15 +72,6 @@ def consume_all(
     finally:
         c.close()
     return out
-
-
-def wait_for(cond: Callable[[], bool], timeout: float = 60.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 _COORDINATOR_MOVING = {

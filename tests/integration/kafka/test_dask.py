@@ -11,7 +11,6 @@ SIGKILL of the job process.
 from __future__ import annotations
 
 import os
-import pickle
 import sys
 import textwrap
 import threading
@@ -26,7 +25,7 @@ import pytest
 from distributed import Client, LocalCluster
 
 from rivermark import Job, Stream
-from rivermark.checkpoint import LocalDirectoryStore
+from rivermark.checkpoint import LocalDirectoryStore, codec
 from rivermark.dask.errors import KafkaRangeReadError
 from rivermark.dask.kafka import KafkaRange, KafkaRangeSource, read_kafka_range
 from rivermark.kafka.topic_ids import offsets_of
@@ -240,7 +239,7 @@ def test_checkpoints_keep_the_cluster_state_and_the_offsets_in_step(
     def in_step(epoch: int) -> int:
         m = store.verify(epoch)
         pos = offsets_of(m.positions["orders"])
-        total = pickle.loads(store.read_state(epoch, "total"))["state"]
+        total = codec.loads(store.read_state(epoch, "total"))["state"]
         # the state holds every record below the positions, and no other
         assert total == sum(sum(range(pos.get(f"{topic}:{p}", 0))) for p in range(3)), epoch
         return int(sum(pos.values()))

@@ -15,11 +15,13 @@ import pytest
 from rivermark import Stream
 from rivermark.checkpoint import Job
 from rivermark.kafka import KafkaGroupInUseError
+from rivermark.testing.kafka_broker import create_topic
 
 from .helpers import (
     committed,
     consume_all,
     delete_group,
+    delete_topic,
     produce,
     run_in_thread,
     start_app,
@@ -130,6 +132,42 @@ def test_an_aborted_epoch_is_rolled_forward_when_the_marker_expired(
     assert _counts(bootstrap, out, n) == _expected(n)
     assert "epoch 3 was checkpointed but its transaction did not commit" in text, text[-3000:]
     assert "was aborted" in text
+
+
+def test_a_recreated_output_topic_makes_the_epoch_unknown_not_aborted(
+    bootstrap: str, new_topic: Callable[..., str], group: str, tmp_path: Path
+) -> None:
+    n = 3000
+    inp, out = new_topic(prefix="in"), new_topic(prefix="out")
+    produce(bootstrap, inp, [json.dumps({"k": i % KEYS}) for i in range(n)])
+    env = {
+        "FAULT_BOOTSTRAP": bootstrap,
+        "FAULT_IN": inp,
+        "FAULT_OUT": out,
+        "FAULT_GROUP": group,
+        "FAULT_THROTTLE": "0.03",
+        "FAULT_STOP_AT_END": "1",
+    }
+    ckpt, log = tmp_path / "ckpt", tmp_path / "runs.log"
+    proc = start_app(ckpt, env, log, fault="after-manifest:3")
+    assert proc.wait(timeout=120) == -signal.SIGKILL, log.read_text()[-3000:]
+    # the output topic is deleted and created again: its offsets start at 0 again
+    delete_topic(bootstrap, out)
+    create_topic(bootstrap, out, partitions=1)
+    proc = start_app(ckpt, env, log)
+    assert proc.wait(timeout=180) == 0, log.read_text()[-3000:]
+    text = log.read_text().split("--- run")[-1]
+    assert "was aborted" not in text, text[-3000:]
+    assert "cannot tell whether epoch 3 committed: the output topic" in text, text[-3000:]
+    assert "deleted and recreated since the checkpoint" in text
+    # the new topic holds epoch 3 (rolled forward) and everything after it, once:
+    # per key a run of counts without a gap, up to the last one
+    msgs = consume_all(bootstrap, out, timeout=60, committed_only=True)
+    got = Counter(tuple(json.loads(m.value())) for m in msgs)
+    assert got and max(got.values()) == 1, "duplicates"
+    for k in range(KEYS):
+        counts = sorted(c for key, c in got if key == str(k))
+        assert counts and counts == list(range(counts[0], n // KEYS + 1)), (k, counts[:5])
 
 
 def test_a_second_job_on_the_same_group_is_refused_at_start(

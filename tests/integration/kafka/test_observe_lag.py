@@ -22,7 +22,7 @@ def lag_samples(url: str) -> dict[str, float]:
         text = resp.read().decode()
     out = {}
     for line in text.splitlines():
-        if line.startswith("rivermark_source_lag{"):
+        if line.startswith(("rivermark_source_lag{", "rivermark_source_partition_lag{")):
             key, _, value = line.rpartition(" ")
             out[key] = float(value)
     return out
@@ -49,8 +49,10 @@ def test_lag_is_high_watermark_minus_position(
     try:
         wait_for(lambda: job._running and job.metrics_url is not None, what="the endpoint")
         url = str(job.metrics_url)
-        key = f'rivermark_source_lag{{partition="{topic}:0",source="events",unit="records"}}'
+        key = f'rivermark_source_partition_lag{{partition="{topic}:0",source="events",unit="records"}}'
+        total = 'rivermark_source_lag{source="events",unit="records"}'
         wait_for(lambda: lag_samples(url).get(key) == 70, what="lag 70")
+        assert lag_samples(url)[total] == 70
         assert len(seen) == 30
         gate.set()
         wait_for(lambda: len(seen) == 100, what="the rest")

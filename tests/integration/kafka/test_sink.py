@@ -41,7 +41,7 @@ def test_to_kafka_completes_records_only_after_ack(
             if res:
                 await asyncio.gather(*res)
         assert len(done) < 200  # linger.ms: not all acknowledged yet, so not all completed
-        while sink._inflight:
+        while sink.in_flight:
             await asyncio.sleep(0.01)
 
     asyncio.run_coroutine_threadsafe(feed(), sink.loop).result(30)
@@ -64,7 +64,7 @@ def test_a_delivery_error_fails_the_node_and_completes_no_record() -> None:
             ref = RefCounter(initial=1, callback=lambda x=x: ref_done.append(x))
             src.emit(x, metadata=[{"ref": ref}])
             ref.release()
-            while sink._inflight:
+            while sink.in_flight:
                 await asyncio.sleep(0.01)
 
     asyncio.run_coroutine_threadsafe(feed(), sink.loop).result(30)

@@ -28,7 +28,7 @@ def test_a_missing_input_topic_is_warned_about_loudly(
     )
     seen: list[bytes] = []
     src.flatten().sink(seen.append)
-    with caplog.at_level(logging.WARNING, logger="rivermark.kafka.source"):
+    with caplog.at_level(logging.WARNING, logger="rivermark.kafka"):
         src.start()
         try:
             wait_for(

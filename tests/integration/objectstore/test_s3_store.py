@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import pickle
 import re
 import signal
 import subprocess
@@ -23,7 +22,7 @@ from typing import Any
 import pytest
 
 from rivermark import Stream
-from rivermark.checkpoint import CheckpointLockedError, Job, Manifest, ObjectStoreError
+from rivermark.checkpoint import CheckpointLockedError, Job, Manifest, ObjectStoreError, codec
 from rivermark.checkpoint.objectstore import ObjectStore
 from rivermark.cli import main
 from rivermark.testing.crash import run_uncrashed
@@ -223,7 +222,7 @@ def test_frozen_holder_loses_its_lease_after_expiry(
     final = store.list_epochs()
     assert final[-1] > frozen_at
     assert store.read_manifest(final[-1]).positions["numbers"] == n
-    assert pickle.loads(store.read_state(final[-1], "sum")) == {"state": sum(range(n))}
+    assert codec.loads(store.read_state(final[-1], "sum")) == {"state": sum(range(n))}
 
     # the first job wakes up, finds its lease gone, and stops without a checkpoint
     first.send_signal(signal.SIGCONT)
@@ -231,7 +230,7 @@ def test_frozen_holder_loses_its_lease_after_expiry(
     assert first.returncode == 2, err.decode()
     assert "lost its lease" in err.decode()
     assert store.list_epochs() == final
-    assert pickle.loads(store.read_state(final[-1], "sum")) == {"state": sum(range(n))}
+    assert codec.loads(store.read_state(final[-1], "sum")) == {"state": sum(range(n))}
 
 
 def test_unreachable_store_stops_the_job_and_keeps_the_last_checkpoint(
@@ -315,3 +314,32 @@ def test_a_lease_that_cannot_be_renewed_is_lost_after_its_ttl(
     other.lock()
     assert other.list_epochs() == [1]
     other.unlock()
+
+
+def test_a_lease_that_does_not_parse_is_taken_over_only_after_the_lease_period(
+    bucket: str,
+) -> None:
+    url = f"s3://{bucket}/jobs/torn-lease"
+    probe = ObjectStore(url)
+    lease_key = f"{probe.root}/LEASE"
+    probe.fs.pipe_file(lease_key, b"{not json")
+    written = probe.fs.info(lease_key)["LastModified"].timestamp()
+    store = ObjectStore(url, lease_ttl=3)
+    with pytest.raises(CheckpointLockedError, match="does not parse"):
+        store.lock()
+    deadline = time.monotonic() + 60
+    while True:  # the refusal lasts until the object is 3 s old by its own time
+        age = time.time() - written
+        try:
+            store.lock()
+            break
+        except CheckpointLockedError as e:
+            assert "does not parse" in str(e)
+            assert age < 3, f"refused at age {age:.1f} s, past the lease period"
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+    try:
+        assert time.time() - written >= 3
+        assert _lease(store)["ttl"] == 3
+    finally:
+        store.unlock()

@@ -8,7 +8,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,8 @@ import pytest
 from rivermark import Stream
 from rivermark.checkpoint import Job
 from rivermark.errors import ConfigurationError
+from rivermark.observe.prometheus import collect_families
+from rivermark.testing import wait_for, wait_value
 
 
 def scrape(url: str) -> dict[str, float]:
@@ -32,16 +33,6 @@ def scrape(url: str) -> dict[str, float]:
             key, _, value = line.rpartition(" ")
             out[key] = float(value)
     return out
-
-
-def wait_for(cond: Any, timeout: float = 60.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_counters_move_and_equal_the_records_processed(tmp_path: Path) -> None:
@@ -61,12 +52,12 @@ def test_counters_move_and_equal_the_records_processed(tmp_path: Path) -> None:
     runner = threading.Thread(target=job.run)
     runner.start()
     try:
-        url = wait_for(lambda: job.metrics_url if job._running else None, what="the endpoint")
+        url = wait_value(lambda: job.metrics_url if job._running else None, what="the endpoint")
         key = 'rivermark_records_in_total{kind="Sink",node="hold"}'
         for held_at in (100, 600):
             # held inside record held_at: everything before it is counted, exactly
             wait_for(lambda h=held_at: len(out) == h // 2, what=f"the gate at {held_at}")
-            m = wait_for(lambda h=held_at: (s := scrape(url))[key] == h // 2 + 1 and s)
+            m = wait_value(lambda h=held_at: (s := scrape(url))[key] == h // 2 + 1 and s)
             assert m['rivermark_source_records_total{source="numbers"}'] == held_at + 1
             assert m['rivermark_records_in_total{kind="Filter",node="evens"}'] == held_at + 1
             assert m['rivermark_records_out_total{kind="Filter",node="evens"}'] == held_at // 2 + 1
@@ -104,8 +95,8 @@ def test_file_lag(tmp_path: Path) -> None:
     runner = threading.Thread(target=job.run)
     runner.start()
     try:
-        url = wait_for(lambda: job.metrics_url if job._running else None)
-        lag_key = 'rivermark_source_lag{partition="",source="lines",unit="bytes"}'
+        url = wait_value(lambda: job.metrics_url if job._running else None)
+        lag_key = 'rivermark_source_lag{source="lines",unit="bytes"}'
         # held inside line 51: the source's position moves once per chunk of
         # lines, so the lag shown is at least the 150 bytes after line 50
         wait_for(lambda: (scrape(url).get(lag_key) or 0) >= 150, what="lag of at least 150")
@@ -165,3 +156,78 @@ def test_cli_metrics_port(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def exposition(url: str) -> dict[str, Any]:
+    """The families on the page, read by prometheus-client's own text parser."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        text = resp.read().decode()
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def test_exposition_follows_prometheus_conventions(tmp_path: Path) -> None:
+    gate = threading.Event()
+
+    def hold(x: int) -> int:
+        if x == 250:
+            gate.wait(60)
+        return x
+
+    def job_on(items: list[int]) -> tuple[Job, threading.Thread]:
+        source = Stream.from_iterable(items, name="numbers")
+        source.map(hold, name="hold").accumulate(lambda a, x: a + x, start=0, name="sum").sink(
+            lambda x: None, name="drop"
+        )
+        job = Job(source, checkpoint=tmp_path, every=None, metrics_port=0)
+        return job, threading.Thread(target=job.run)
+
+    first, runner = job_on(list(range(200)))
+    runner.start()
+    runner.join(60)
+    written = first.checkpoints[-1]
+    # resumed, and held inside record 250 before this run's first checkpoint
+    job, runner = job_on(list(range(300)))
+    runner.start()
+    try:
+        url = wait_value(lambda: job.metrics_url if job.running else None, what="the endpoint")
+        fams = wait_value(
+            lambda: (
+                (f := exposition(url))["rivermark_records_in"].samples
+                and any(s.value == 51 for s in f["rivermark_records_in"].samples)
+                and f
+            ),
+            what="record 250",
+        )
+        ours = {k: f for k, f in fams.items() if k.startswith("rivermark_")}
+        for name, fam in ours.items():
+            assert fam.documentation, name
+            assert not name.endswith(("_per_second", "_age_seconds")), name
+            for sample in fam.samples:
+                assert all(v != "" for v in sample.labels.values()), sample
+        # prometheus-client's process and platform collectors are on
+        assert "process_cpu_seconds" in fams and "python_info" in fams
+        # the epoch and the time of the checkpoint resumed from, at once
+        assert ours["rivermark_checkpoint_epoch"].samples[0].value == written.epoch
+        stamp = ours["rivermark_last_checkpoint_timestamp_seconds"].samples[0].value
+        assert stamp == pytest.approx(written.time)
+        assert ours["rivermark_restores"].samples[0].value == 1
+        # the checkpoints as histograms (none written by this run yet)
+        for name in ("duration_seconds", "pause_seconds", "size_bytes"):
+            fam = ours[f"rivermark_checkpoint_{name}"]
+            assert fam.type == "histogram"
+            count = next(s for s in fam.samples if s.name.endswith("_count"))
+            assert count.value == 0
+        assert ours["rivermark_records_in"].type == "counter"
+        busy = {s.labels["node"]: s.value for s in ours["rivermark_node_busy_seconds"].samples}
+        assert set(busy) == {"numbers", "hold", "sum", "drop"}
+    finally:
+        gate.set()
+        runner.join(60)
+    # the final checkpoint of the second run lands in the histograms
+    final = {f.name: f for f in collect_families(job.metrics)}
+    hist = final["rivermark_checkpoint_size_bytes"]
+    buckets = [s for s in hist.samples if s.name.endswith("_bucket")]
+    assert [s.value for s in buckets] == sorted(s.value for s in buckets)
+    assert buckets[-1].labels["le"] == "+Inf" and buckets[-1].value == job.checkpoints_written

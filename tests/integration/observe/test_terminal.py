@@ -6,11 +6,12 @@ import os
 import re
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
 import pytest
+
+from rivermark.testing import wait_for, wait_value
 
 RIVERMARK = [sys.executable, "-m", "rivermark.cli"]
 
@@ -20,7 +21,7 @@ from rivermark import Stream
 
 def held(line):
     # wait at line 150 until the test says go: progress lines get printed meanwhile
-    while line == "150\\n" and not os.path.exists(os.environ["GO"]):
+    while line == os.environ.get("HOLD", "150") + "\\n" and not os.path.exists(os.environ["GO"]):
         time.sleep(0.01)
     return line
 
@@ -43,16 +44,6 @@ def app(tmp_path: Path) -> tuple[Path, dict[str, str]]:
         "GO": str(tmp_path / "go"),
     }
     return path, env
-
-
-def wait_for(cond, timeout: float = 60.0, what: str = "condition"):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_plain_progress_lines_and_summary(app: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
@@ -85,7 +76,7 @@ def test_plain_progress_lines_and_summary(app: tuple[Path, dict[str, str]], tmp_
     assert progress and all(
         re.fullmatch(
             r"progress: lines: [\d,]+ records \([\d,]+/s\), byte [\d,]+ \(\d+% of file\); "
-            r"(checkpoint \d+ \(\d+s ago\)|no checkpoint yet); errors [\d,]+",
+            r"(checkpoint \d+ \(\d+s ago, took [\d,]+ ms\)|no checkpoint yet); errors [\d,]+",
             line,
         )
         for line in progress
@@ -112,6 +103,30 @@ def test_plain_progress_lines_and_summary(app: tuple[Path, dict[str, str]], tmp_
         r"resuming from checkpoint 2 written \d+s ago; positions: lines byte 1,090", first
     ), first
     assert "  source lines: 0 records" in again.stdout
+
+    # more input, held inside line 400: before its first checkpoint the resumed run
+    # says which checkpoint it resumed from
+    with Path(env["IN"]).open("a") as f:
+        f.write("".join(f"{i}\n" for i in range(300, 450)))
+    env = {**env, "HOLD": "400", "GO": str(tmp_path / "go-again")}
+    out_file.write_text("")
+    with out_file.open("w") as out:
+        proc = subprocess.Popen(
+            [*cmd, "--progress-interval", "0.1"], env=env, stdout=out, stderr=subprocess.PIPE
+        )
+        try:
+            wait_for(
+                lambda: "lines: 101 records" in out_file.read_text(), what="the resumed progress"
+            )
+            Path(env["GO"]).write_text("")
+            _, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 0, err
+    held = [x for x in out_file.read_text().splitlines() if "lines: 101 records" in x]
+    assert held and all("; resumed from checkpoint 3; errors " in x for x in held), held
 
 
 def test_quiet_prints_nothing(app: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
@@ -167,7 +182,7 @@ def test_live_table_on_a_terminal(app: tuple[Path, dict[str, str]], tmp_path: Pa
 
     try:
         # held inside line 151: the count is exact (the position moves per chunk)
-        shown = wait_for(
+        shown = wait_value(
             lambda: shown if re.search(r"│ lines\s+│\s+151 │", shown := screen()) else "",
             what="the table",
         )
@@ -175,9 +190,22 @@ def test_live_table_on_a_terminal(app: tuple[Path, dict[str, str]], tmp_path: Pa
         assert re.search(r"source\s+┃\s+records\s+┃\s+records/s\s+┃\s+position", shown), shown
         assert re.search(r"│ lines\s+│\s+151 │", shown), shown
         assert "progress: " not in shown  # a live table, not log lines
+        # the busiest nodes: the map holding line 150 runs its function all the time
+        busy = wait_value(
+            lambda: re.search(r"│ (map-\w+)\s+│\s+151 │\s+\d+ │\s+(\d+)% │", screen()),
+            what="the busiest nodes",
+        )
+        assert "busiest nodes" in screen()
+        wait_for(
+            lambda: (
+                (m := re.search(rf"│ {busy[1]}\s+│\s+151 │\s+\d+ │\s+(\d+)% │", screen()))
+                and int(m[1]) >= 50
+            ),
+            what="the held node's busy time",
+        )
         Path(env["GO"]).write_text("")
         wait_for(done.exists, what="the job to end")
-        final = wait_for(lambda: screen_with("checkpoints written"), what="the summary")
+        final = wait_value(lambda: screen_with("checkpoints written"), what="the summary")
         assert done.read_text().strip() == "0"
         assert "  source lines: 300 records" in final
         assert re.search(r"│ lines\s+│\s+300 │", final), final

@@ -18,16 +18,7 @@ from selenium.webdriver.common.by import By
 from rivermark import Stream
 from rivermark.checkpoint import Job
 from rivermark.errors import ConfigurationError
-
-
-def wait_for(cond: Any, timeout: float = 60.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+from rivermark.testing import wait_for, wait_value
 
 
 @pytest.fixture
@@ -58,10 +49,10 @@ def test_page_shows_every_node_and_live_numbers(tmp_path: Path, browser: Any) ->
     runner = threading.Thread(target=job.run)
     runner.start()
     try:
-        url = wait_for(lambda: job.ui_url if job._running else None, what="the page")
+        url = wait_value(lambda: job.ui_url if job._running else None, what="the page")
         browser.get(url)
         # every node of the graph is drawn
-        drawn = wait_for(
+        drawn = wait_value(
             lambda: (
                 {
                     e.get_attribute("data-node")
@@ -87,7 +78,7 @@ def test_page_shows_every_node_and_live_numbers(tmp_path: Path, browser: Any) ->
             box = browser.find_element(By.CSS_SELECTOR, f'[data-node="{node}"] .counts')
             return str(box.text)
 
-        first = wait_for(lambda: counts("evens") if "in –" not in counts("evens") else None)
+        first = wait_value(lambda: counts("evens") if "in –" not in counts("evens") else None)
         # the numbers change while the job runs (pushed by server-sent events)
         wait_for(lambda: counts("evens") != first, what="the numbers to change")
         rate = browser.find_element(By.CSS_SELECTOR, '[data-node="slow"] .rate').text

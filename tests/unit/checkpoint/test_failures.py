@@ -93,6 +93,19 @@ def test_failed_write_stops_sources_and_sinks_before_reporting(tmp_path: Path) -
     other.lock()
     other.unlock()
     assert out.stat().st_size == size
+    # the failure is in the job's checkpoint history, on the page and in the metrics
+    from rivermark.observe.metrics import Metrics
+    from rivermark.observe.prometheus import collect_families
+    from rivermark.observe.ui import snapshot_json
+
+    (failure,) = job.checkpoint_failures
+    assert failure.epoch == 4 and failure.fatal and "No space left on device" in failure.reason
+    metrics = Metrics(job)
+    shown = snapshot_json(metrics.read(), job)["checkpoint_failures"]
+    assert [(f["epoch"], f["fatal"]) for f in shown] == [(4, True)]
+    assert "No space left on device" in shown[0]["reason"]
+    families = {f.name: f for f in collect_families(metrics)}
+    assert families["rivermark_checkpoint_failures"].samples[0].value == 1
     # a rerun on the same directory resumes from checkpoint 3: exact, no duplicates
     source, _ = graph(out)
     Job(source, checkpoint=ckpt, every=None, every_batches=1000).run()

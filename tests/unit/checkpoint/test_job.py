@@ -118,7 +118,7 @@ def test_changed_graph_is_refused_with_diff(tmp_path: Path) -> None:
     assert "added: extra" in msg and "allow_new_nodes=True" in msg
     with pytest.raises(CheckpointMismatchError, match="removed: sum"):
         Job(_graph_with("removed")[0], checkpoint=tmp_path, every=None, allow_new_nodes=True).run()
-    with pytest.raises(CheckpointMismatchError, match="changed: sum .*returns_state=True"):
+    with pytest.raises(CheckpointMismatchError, match="changed: sum: .*returns_state=True"):
         Job(_graph_with("changed")[0], checkpoint=tmp_path, every=None, allow_new_nodes=True).run()
     # the refused jobs released the lock and did not write anything
     assert LocalDirectoryStore(tmp_path).list_epochs() == [1, 2]

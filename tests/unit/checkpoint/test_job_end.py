@@ -10,20 +10,19 @@ on its record, however large the sources' chunks.
 
 from __future__ import annotations
 
-import pickle
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from rivermark import Stream
-from rivermark.checkpoint import Job, LocalDirectoryStore
+from rivermark.checkpoint import Job, LocalDirectoryStore, codec
 
 
 def _final_state(tmp_path: Path, job: Job, node: Stream) -> Any:
     store = LocalDirectoryStore(tmp_path)
     _, states = store.load_checkpoint(store.list_epochs()[-1])
-    return pickle.loads(states[job.id_of(node)])
+    return codec.loads(states[job.id_of(node)])
 
 
 def _held_graph(stage: str) -> tuple[Stream, Stream, list[Any]]:
@@ -105,7 +104,7 @@ def test_every_batches_falls_exactly_on_its_record(tmp_path: Path, every_batches
     for e in epochs:
         m, states = store.load_checkpoint(e)
         pos = m.positions["numbers"]
-        assert pickle.loads(states["sum"])["state"] == sum(range(pos))
+        assert codec.loads(states["sum"])["state"] == sum(range(pos))
         positions.append(pos)
     # the start checkpoint, one per every_batches records, and the final one
     want = list(range(0, n + 1, every_batches))

@@ -83,7 +83,7 @@ def test_a_checkpoint_writes_only_the_changed_keys_and_restores_exactly(tmp_path
     store = LocalDirectoryStore(ckpt)
     assert store.list_epochs() == [1, 2]
     m1, m2 = store.verify(1), store.verify(2)
-    assert m1.chains == {"counts": {"parent": None, "base": 1}} and m1.format == 3
+    assert m1.chains == {"counts": {"parent": None, "base": 1}} and m1.format == 4
     assert m2.chains == {"counts": {"parent": 1, "base": 1}}
     # the delta holds the 10 hot keys, not the 20,000 loaded ones
     assert m2.state["counts"]["size"] * 50 < m1.state["counts"]["size"]
@@ -215,3 +215,74 @@ def test_a_function_that_returns_a_new_mapping_is_exact_but_writes_bases(
     acc2 = source.accumulate(replace, start=KeyedState(), name="counts")
     Job(source, checkpoint=ckpt, every=None).run()
     assert dict(acc2.state) == dict(acc.state) == {49: 1, 100: 5}
+
+
+def test_prune_keeps_what_the_kept_checkpoints_build_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    records = keys(3000, 97)
+    out, ckpt = tmp_path / "out.txt", tmp_path / "ckpt"
+    run_in_steps(records[:2000], {}, out, ckpt, 9, keep=50, compact_every=4)
+    store = LocalDirectoryStore(ckpt)
+    epochs = store.list_epochs()
+    newest = store.read_manifest(epochs[-1])
+    base = newest.chains["counts"]["base"]
+    assert base < epochs[-1]  # the newest checkpoint is a delta
+    assert main(["checkpoints", "list", str(ckpt)]) == 0
+    listed = capsys.readouterr().out
+    assert " delta " in listed and " full " in listed
+    assert main(["checkpoints", "prune", str(ckpt), "--keep", "1", "--dry-run"]) == 0
+    assert "would delete" in capsys.readouterr().out
+    assert store.list_epochs() == epochs
+    # refused while a job holds the store
+    holder = LocalDirectoryStore(ckpt)
+    holder.lock()
+    try:
+        assert main(["checkpoints", "prune", str(ckpt), "--keep", "1"]) != 0
+        assert "in use by another job" in capsys.readouterr().err
+    finally:
+        holder.unlock()
+    assert main(["checkpoints", "prune", str(ckpt), "--keep", "1"]) == 0
+    left = store.list_epochs()
+    assert left == [e for e in epochs if e >= base] and len(left) < len(epochs)
+    assert main(["checkpoints", "verify", str(ckpt)]) == 0
+    capsys.readouterr()
+    # the job resumes from what is left as if nothing had been pruned
+    source, _ = build(records, KeyedState(), out)
+    Job(source, checkpoint=ckpt, every=None).run()
+    assert out.read_text() == expected(records, {})[1]
+    assert main(["checkpoints", "prune", str(ckpt), "--keep", "0"]) == 2
+    assert "--keep" in capsys.readouterr().err
+
+
+def test_retention_stays_bounded_when_chains_would_compact_at_different_checkpoints(
+    tmp_path: Path,
+) -> None:
+    # "small" has a handful of keys (its deltas soon outweigh its base, so it
+    # starts over on its own), "big" many: their chains would drift apart, and
+    # each checkpoint kept for one chain would hold the other's reaching further
+    # back. Compacting every chain at the same barrier keeps retention bounded.
+    records = [(i * 7919) % 5000 for i in range(30_000)]
+    source = Stream.from_iterable(records, name="keys")
+    big = source.accumulate(count, start=KeyedState(), name="big")
+    small = source.map(lambda k: k % 3).accumulate(count, start=KeyedState(), name="small")
+    big.map(len).sink_to_list()
+    small.map(len).sink_to_list()
+    ckpt = tmp_path / "ckpt"
+    sizes = []
+
+    class Watch(LocalDirectoryStore):
+        def prune(self, keep: int) -> list[int]:
+            gone = super().prune(keep)
+            sizes.append(len(self.list_epochs()))
+            return gone
+
+    Job(
+        source, checkpoint=Watch(ckpt), every=None, every_batches=500, keep=2, compact_every=3
+    ).run()
+    assert len(sizes) >= 40
+    # the newest two and what they build on: at most one compaction interval more
+    assert max(sizes) <= 2 + 3, sizes
+    store = LocalDirectoryStore(ckpt)
+    newest = store.read_manifest(store.list_epochs()[-1])
+    assert len({link["base"] for link in newest.chains.values()}) <= 2

@@ -43,7 +43,7 @@ def _edit(edit: Any) -> str:
 def test_round_trip_with_int_keys_keeps_the_checksum() -> None:
     text = _manifest().to_json()
     d = json.loads(text)
-    assert d["format"] == FORMAT_VERSION == 2 and re.fullmatch(r"[0-9a-f]{64}", d["checksum"])
+    assert d["format"] == FORMAT_VERSION == 4 and re.fullmatch(r"[0-9a-f]{64}", d["checksum"])
     m = Manifest.from_json(text)
     assert m.positions == {"src": {"2": 10, "10": 4}} and m.epoch == 7
     assert Manifest.from_json(m.to_json()).to_json() == text
@@ -95,8 +95,8 @@ def test_edited_removed_or_retyped_fields_are_damage(edit: Any, message: str) ->
 
 
 def test_unknown_format_is_refused_with_a_message() -> None:
-    with pytest.raises(ManifestFormatError, match=re.escape("manifest format 4 is not one")):
-        Manifest.from_json(_edit(_set(("format",), 4)))
+    with pytest.raises(ManifestFormatError, match=re.escape("manifest format 5 is not one")):
+        Manifest.from_json(_edit(_set(("format",), 5)))
 
 
 @pytest.mark.parametrize("text", ["", "{", "[]", "null", '"x"', b"\xff\xfe"])
@@ -216,7 +216,7 @@ def test_a_new_store_gets_every_check() -> None:
     store.manifests[2] = store.manifests[1]
     with pytest.raises(CheckpointCorruptError, match="says epoch 1"):
         store.verify(2)
-    store.manifests[2] = store.manifests[2].replace('"format": 2', '"format": 7')
+    store.manifests[2] = store.manifests[2].replace('"format": 4', '"format": 7')
     with pytest.raises(ManifestFormatError, match="checkpoint 2 in .*format 7"):
         store.verify(2)
     store.blobs[1, "acc"] = b"y"

@@ -122,3 +122,32 @@ def test_job_refuses_locked_directory(tmp_path: Path) -> None:
             Job(source, checkpoint=tmp_path, every=None).run()
     finally:
         holder.unlock()
+
+
+#: per epoch, each node's delta-chain link: three nodes compacting at different epochs
+_CHAINS = {
+    3: {"a": (None, 3), "b": (None, 3), "c": (None, 3)},
+    4: {"a": (3, 3), "b": (3, 3), "c": (3, 3)},
+    5: {"a": (4, 3), "b": (None, 5), "c": (4, 3)},
+    6: {"a": (5, 3), "b": (5, 5), "c": (None, 6)},
+    7: {"a": (None, 7), "b": (6, 5), "c": (6, 6)},
+    8: {"a": (7, 7), "b": (None, 8), "c": (7, 6)},
+    9: {"a": (8, 7), "b": (8, 8), "c": (None, 9)},
+}
+
+
+def test_retention_keeps_what_every_kept_checkpoint_needs_in_turn(tmp_path: Path) -> None:
+    from rivermark.checkpoint import codec
+    from rivermark.cli import main
+
+    store = LocalDirectoryStore(tmp_path)
+    for epoch in (1, 2):
+        _write(store, epoch)
+    for epoch, links in _CHAINS.items():
+        chains = {n: {"parent": p, "base": b} for n, (p, b) in links.items()}
+        m = Manifest(epoch, 1.0, {n: "A()" for n in links}, chains=chains)
+        store.write_checkpoint(m, {n: codec.dumps(f"{n}{epoch}") for n in links})
+    # 9 needs 7 and 8 (a's base is 7); 7 needs 5 (b's base) and 6; 6 needs 3 (a's base)
+    assert store.prune(1) == [1, 2]
+    assert store.list_epochs() == [3, 4, 5, 6, 7, 8, 9]
+    assert main(["checkpoints", "verify", str(tmp_path)]) == 0

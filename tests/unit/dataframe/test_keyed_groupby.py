@@ -19,7 +19,7 @@ import pandas.testing as tm
 import pytest
 
 from rivermark import KeyedState, Stream
-from rivermark.checkpoint import Job, LocalDirectoryStore
+from rivermark.checkpoint import Job, LocalDirectoryStore, codec
 from rivermark.core.graph import topological
 from rivermark.dataframe import Aggregate, DataFrame
 
@@ -139,7 +139,7 @@ def test_a_job_writes_deltas_of_the_changed_keys(tmp_path: Path) -> None:
     epochs = store.list_epochs()
     (nid,) = store.read_manifest(epochs[-1]).chains
     links = [store.read_manifest(e).chains[nid] for e in epochs]
-    written = [pickle.loads(store.read_state(e, nid))["keyed"]["partials"] for e in epochs]
+    written = [codec.loads(store.read_state(e, nid))["keyed"]["partials"] for e in epochs]
     # the start checkpoint (no key yet), then the first batch's 400 keys
     assert [len(w) for w in written[:2]] == [0, N_KEYS]
     later = list(zip(written[2:], links[2:]))

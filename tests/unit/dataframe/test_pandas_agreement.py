@@ -1,6 +1,6 @@
 """Each class of disagreement with pandas found by differential testing, as a named case.
 
-Numbered as in issue 16: (1) cumulative ops through NaN, (2) stable
+Numbered: (1) cumulative ops through NaN, (2) stable
 variance, (3) windows without subtraction drift, (4) columns matched by name,
 (5) dtype changes converted exactly or refused, (6) empty and all-NaN input,
 (7) value_counts order, ewm and NaN, error names, time windows checked at

@@ -2,26 +2,19 @@
 
 from __future__ import annotations
 
+import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 from rivermark import Stream
 from rivermark.checkpoint import Job
 from rivermark.observe.notebook import job_output, node_output
-
-
-def wait_for(cond: Any, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.02)
-    raise AssertionError("timed out")
+from rivermark.testing import wait_for
 
 
 def test_node_output_follows_the_records() -> None:
@@ -69,3 +62,34 @@ def test_displayed_in_ipython() -> None:
         ]
     finally:
         InteractiveShell.clear_instance()
+
+
+def test_without_ipywidgets_outputs_are_html_displays_replaced_in_place(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import pandas as pd
+
+    from rivermark.dataframe import DataFrame
+
+    monkeypatch.setitem(sys.modules, "ipywidgets", None)  # as if not installed
+    InteractiveShell.instance()
+    try:
+        with capture_output() as captured:
+            s = Stream()
+            s.map(lambda x: 2 * x)._ipython_display_()
+            frames = s.map(lambda x: pd.DataFrame({"x": [x]}))
+            DataFrame(frames, example=pd.DataFrame({"x": [0]}))._ipython_display_()
+            s.emit(21)
+            wait_for(lambda: any(o.update and "<td>21</td>" in html(o) for o in captured.outputs))
+        first, second, *updates = captured.outputs
+        assert not first.update and "no record yet" in html(first)
+        assert not second.update and "DataFrame: latest rows" in html(second)
+        ids = {o.transient["display_id"] for o in (first, second)}
+        assert len(ids) == 2 and {o.transient["display_id"] for o in updates} <= ids
+        assert any(o.update and html(o) == "<pre>42</pre>" for o in updates)
+    finally:
+        InteractiveShell.clear_instance()
+
+
+def html(output: Any) -> str:
+    return str(output.data.get("text/html", ""))

@@ -69,7 +69,7 @@ def test_results_in_input_order_with_parallelism() -> None:
         await wait_for_async(lambda: len(out) == 3)
         assert out == [0, 10, 20]
         assert all(fired == [1] for fired, _ in sent)
-        assert node._inflight == 0
+        assert node.in_flight == 0
 
     run(main())
 
@@ -85,7 +85,7 @@ def test_backpressure_when_parallelism_calls_wait_behind_the_head() -> None:
         assert r[0][1] is None and r[1][1] is None and r[2][1] is None
         assert r[3][1] and r[4][1]
         await wait_for_async(lambda: len(f.started) == 3)
-        assert node._inflight == 5
+        assert node.in_flight == 5
         assert not r[3][1][0].done()
         f.finish(1)  # not the head: nothing leaves, no slot frees
         await asyncio.sleep(0.01)
@@ -96,7 +96,7 @@ def test_backpressure_when_parallelism_calls_wait_behind_the_head() -> None:
         for i in (2, 3, 4):
             f.finish(i)
         await wait_for_async(lambda: len(out) == 5)
-        assert out == [0, 1, 2, 3, 4] and f.max_running == 3 and node._inflight == 0
+        assert out == [0, 1, 2, 3, 4] and f.max_running == 3 and node.in_flight == 0
 
     run(main())
 
@@ -114,7 +114,7 @@ def test_calls_overlap_and_results_keep_input_order() -> None:
         for i in (2, 1, 0):
             f.finish(i)
         await wait_for_async(lambda: len(out) == 3)
-        assert out == [0, 1, 2] and node._inflight == 0
+        assert out == [0, 1, 2] and node.in_flight == 0
 
     run(main())
 
@@ -196,7 +196,7 @@ def test_raise_policy_fails_the_node_and_keeps_the_record(caplog: Any) -> None:
         await asyncio.sleep(0.01)
         # neither the failed record nor the one behind it completes or leaves
         assert out == [] and fired0 == [] and fired5 == []
-        assert node._inflight == 2  # a checkpoint barrier cannot pass them
+        assert node.in_flight == 2  # a checkpoint barrier cannot pass them
         with pytest.raises(NodeFailedError, match=re.escape("failed earlier (ValueError")):
             s.emit(6)
 
@@ -259,7 +259,7 @@ def test_func_returning_no_awaitable_is_a_record_error() -> None:
         rec, exc = bad[0]
         assert rec == 1 and out == []
         assert isinstance(exc, TypeError) and "returned 2, not an awaitable" in str(exc)
-        assert node._inflight == 0
+        assert node.in_flight == 0
 
     run(main())
 
@@ -279,6 +279,6 @@ def test_stop_on_exception_stops_the_sources_and_completes_the_record() -> None:
         await wait_for_async(lambda: source.finished)
         assert 1 not in out and out[:1] == [0] and node.error_count == 1
         assert source.position() < 4  # stopped before the end
-        await wait_for_async(lambda: node._inflight == 0)
+        await wait_for_async(lambda: node.in_flight == 0)
 
     run(main())

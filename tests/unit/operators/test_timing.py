@@ -142,10 +142,10 @@ def test_delay_waits_for_async_downstream_before_completing() -> None:
         gated_sink(node, gate)
         ref, fired, _ = send(s, "x")
         await wait_for_async(lambda: gate.seen == ["x"])
-        assert fired == [] and node._inflight == 1
+        assert fired == [] and node.in_flight == 1
         gate.open()
         await wait_for_async(lambda: fired == [1])
-        assert node._inflight == 0
+        assert node.in_flight == 0
 
     run(main())
 
@@ -186,9 +186,9 @@ def test_rate_limit_spaces_records_and_releases_only_after_emit() -> None:
         ref1, fired1, res1 = send(s, 1)
         assert fired1 == [1] and res1 is None  # the first passes straight through
         ref2, fired2, res2 = send(s, 2)
-        assert res2 and fired2 == [] and node._inflight == 1  # held, upstream must wait
+        assert res2 and fired2 == [] and node.in_flight == 1  # held, upstream must wait
         await asyncio.gather(*res2)
-        assert fired2 == [1] and node._inflight == 0
+        assert fired2 == [1] and node.in_flight == 0
         # the second record's slot is interval after the first one arrived (not
         # after its sink ran, which a loaded machine may delay)
         assert len(times) == 2 and times[1] - before >= 0.02 - 1e-3
@@ -369,7 +369,7 @@ def test_buffer_backpressure_when_full_and_state() -> None:
         # 0 is being emitted (in flight), 1 and 2 fill the buffer, 3 waits for room
         assert all(r is None or all(f.done() for f in r) for r in results[:3])
         assert results[3] and not results[3][0].done()
-        assert node._inflight == 1
+        assert node.in_flight == 1
         state = pickle.loads(pickle.dumps(node.get_state()))
         assert state == {"items": [1, 2, 3]}
         assert node.state_signature() == "Buffer(n=2)"
@@ -429,7 +429,7 @@ def test_latest_drops_superseded_values_and_releases_them() -> None:
         gate.open()
         await wait_for_async(lambda: gate.done == [0, 3])
         assert first[1] == [1] and refs[2][1] == [1]
-        assert node._inflight == 0 and node.get_state() == {"next": []}
+        assert node.in_flight == 0 and node.get_state() == {"next": []}
         assert not node.emits_later()
 
         s2 = Stream()
@@ -523,7 +523,7 @@ def test_downstream_error_in_background_fails_the_node_and_keeps_the_record(
         # a window emits 0 and 1 together: the failed emit completes neither
         assert seen == [0] and fired0 == ([] if windowed else [1])
         assert fired1 == []
-        assert node._inflight == 1
+        assert node.in_flight == 1
         with pytest.raises(NodeFailedError, match=re.escape("failed earlier (ValueError")):
             s.emit(2)
         assert seen == [0]

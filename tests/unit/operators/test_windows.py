@@ -113,7 +113,7 @@ def test_partition_timeout_emits_partial() -> None:
         await wait_for_async(lambda: L == [(1, 2)])
         await wait_for_async(lambda: r2.fired == 1)
         assert r1.fired == 1 and r1.late == r2.late == 0
-        assert node._inflight == 0
+        assert node.in_flight == 0
         for i in range(3):  # a full partition cancels its timer
             s.emit(i)
         assert L == [(1, 2), (0, 1, 2)]
@@ -341,10 +341,10 @@ def test_partition_timeout_waits_for_downstream_and_counts_inflight() -> None:
         node.sink(slow)
         r, _ = send(node, 1, s)
         await wait_for_async(lambda: got == [(1,)])
-        assert node._inflight == 1 and r.fired == 0
+        assert node.in_flight == 1 and r.fired == 0
         fut.set_result(None)
         await wait_for_async(lambda: r.fired == 1)
-        assert node._inflight == 0 and r.late == 0
+        assert node.in_flight == 0 and r.late == 0
 
     run(main())
 
@@ -363,7 +363,7 @@ def test_partition_timeout_downstream_error_fails_the_node(
         r, _ = send(node, 1, s)
         await wait_for_async(lambda: node.failure is not None)
         # the timed-out partition is not completed and stays in flight
-        assert r.fired == 0 and node._inflight == 1
+        assert r.fired == 0 and node.in_flight == 1
         with pytest.raises(NodeFailedError, match="sink broke"):
             node.update(2, s)
 

@@ -26,10 +26,10 @@ def test_async_sink_ref_completes_only_when_awaitable_finishes() -> None:
         ref.release()  # the source lets go after the synchronous call
         assert results  # the upstream can wait for the write (backpressure)
         await asyncio.sleep(0.01)
-        assert fired == [] and written == [] and node._inflight == 1
+        assert fired == [] and written == [] and node.in_flight == 1
         release.set()
         await asyncio.gather(*results)
-        assert fired == [1] and written == ["x"] and node._inflight == 0
+        assert fired == [1] and written == ["x"] and node.in_flight == 0
         ref.release()  # a stray extra release never fires the callback twice
         assert fired == [1]
 

@@ -1,0 +1,305 @@
+"""State files as data: a tagged msgpack encoding that cannot run code when read.
+
+A state file written by this version starts with :data:`MAGIC` and holds
+one msgpack document.  msgpack's own types carry ``None``, ``bool``,
+``int`` (64 bits), ``float``, ``str``, ``bytes``, ``list`` and ``dict``;
+everything else rivermark's operators keep is an extension with a type tag
+(:class:`Tag`): tuples, sets, frozensets, integers beyond 64 bits,
+complex numbers, the ``DELETED`` and ``no_default`` markers,
+:class:`rivermark.KeyedState`, rivermark's own data classes of state (by a
+fixed table of names), numpy arrays, scalars and dtypes of a numeric,
+boolean, string or time dtype, and pandas ``Series`` / ``DataFrame`` /
+``Index`` whose columns have such dtypes (a tagged columnar form).  Reading
+any of these builds the value from its parts; no class named by the file is
+looked up, no constructor it names is called.
+
+Anything else (a user's own class, an object-dtype array of such objects) is
+written as a :attr:`Tag.PICKLE` extension holding pickle bytes, and only
+that part: decoding one needs ``allow_pickle=True``, which the job and the
+``rivermark checkpoints`` command give only for a checkpoint whose
+signature verified, or when the user said ``--trust-store``
+(``Job(trust_store=True)``).  Otherwise it raises
+:class:`~rivermark.checkpoint.errors.UntrustedStateError`.  A state file
+without :data:`MAGIC` was written by an older rivermark as one pickle, and
+is treated as a pickle part as a whole.
+
+>>> blob = dumps({"n": 3, "pair": (1, "a"), "seen": {2, 3}})
+>>> loads(blob)
+{'n': 3, 'pair': (1, 'a'), 'seen': {2, 3}}
+>>> has_pickle(blob), has_pickle(dumps(object()))
+(False, True)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import importlib
+import pickle
+import sys
+import threading
+from typing import Any
+
+import msgpack
+
+from ..state import DELETED, KeyedState, no_default
+from .errors import UntrustedStateError
+
+__all__ = ["MAGIC", "Tag", "dumps", "loads", "has_pickle", "is_legacy"]
+
+#: the first bytes of a state file in this encoding (older ones are a bare pickle)
+MAGIC = b"RMS\x01"
+
+
+class Tag(enum.IntEnum):
+    """msgpack extension type codes of the values msgpack has no type of its own for."""
+
+    TUPLE = 1
+    SET = 2
+    FROZENSET = 3
+    BIGINT = 4
+    COMPLEX = 5
+    DELETED = 6
+    NO_DEFAULT = 7
+    KEYED = 8
+    NDARRAY = 9
+    NPSCALAR = 10
+    PANDAS = 11
+    NPDTYPE = 12
+    DATACLASS = 13
+    PICKLE = 127
+
+
+#: rivermark's own classes that state holds, by name, with their module and the
+#: attributes their constructor takes as keywords (all of them): decoding calls
+#: only these constructors, never a class the file names
+_DATA_CLASSES = {
+    "KeyedLayout": (
+        "rivermark.dataframe.keyed",
+        ("template", "freq", "dtypes", "tails", "meta", "layout"),
+    ),
+    "KeyedAcc": ("rivermark.dataframe.partials", ("keys", "comps", "meta", "layout")),
+    "Remote": ("rivermark.dask.core", ("value",)),
+}
+
+
+def _data_class_fields(value: Any) -> dict[str, Any] | None:
+    """The attributes of one of rivermark's classes in :data:`_DATA_CLASSES`, or ``None``."""
+    t = type(value)
+    known = _DATA_CLASSES.get(t.__qualname__)
+    if known is None or known[0] != t.__module__:
+        return None
+    attrs = (
+        {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+        if (dataclasses.is_dataclass(value))
+        else dict(getattr(value, "__dict__", {}))
+    )
+    return attrs if tuple(attrs) == known[1] else None
+
+
+_TUPLE_CODE = 1  # Tag.TUPLE, without the enum's cost per tuple
+
+
+#: per thread, packers not in use (a tagged value packs its parts with another
+#: packer while the outer one is busy); making one per value costs more than packing
+_packers = threading.local()
+
+
+def _pack(value: Any) -> bytes:
+    free: list[msgpack.Packer] = _packers.__dict__.setdefault("free", [])
+    packer = (
+        free.pop()
+        if free
+        else msgpack.Packer(default=_default, strict_types=True, use_bin_type=True)
+    )
+    out: bytes = packer.pack(value)  # on an error the packer is dropped, not reused
+    free.append(packer)
+    return out
+
+
+def _ext(tag: Tag, value: Any) -> msgpack.ExtType:
+    return msgpack.ExtType(int(tag), _pack(value))
+
+
+def _pickled(value: Any) -> msgpack.ExtType:
+    return msgpack.ExtType(int(Tag.PICKLE), pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _default(value: Any) -> Any:
+    """The tagged form of a value msgpack does not carry itself (strict types)."""
+    t = type(value)
+    if t is tuple:
+        return msgpack.ExtType(_TUPLE_CODE, _pack(list(value)))
+    if t is set or t is frozenset:
+        return _ext(Tag.SET if t is set else Tag.FROZENSET, list(value))
+    if t is int:  # beyond 64 bits
+        return _ext(Tag.BIGINT, str(value))
+    if t is complex:
+        return _ext(Tag.COMPLEX, [value.real, value.imag])
+    if value is DELETED:
+        return _ext(Tag.DELETED, None)
+    if value is no_default:
+        return _ext(Tag.NO_DEFAULT, None)
+    if t is KeyedState:
+        return _ext(Tag.KEYED, dict(value))
+    fields = _data_class_fields(value)
+    if fields is not None:
+        return _ext(Tag.DATACLASS, [t.__qualname__, fields])
+    encoded = _numpy_or_pandas(value)
+    return _pickled(value) if encoded is None else encoded
+
+
+def _plain_dtype(dtype: Any) -> bool:
+    """A numpy dtype whose bytes are the whole value (no Python objects, no fields)."""
+    return bool(dtype.kind in "biufcmMSU" and dtype.fields is None)
+
+
+def _numpy_or_pandas(value: Any) -> msgpack.ExtType | None:
+    np = sys.modules.get("numpy")
+    if np is not None:
+        if type(value) is np.ndarray:
+            if _plain_dtype(value.dtype):
+                a = np.ascontiguousarray(value)
+                return _ext(Tag.NDARRAY, [a.dtype.str, list(a.shape), a.tobytes()])
+            if value.dtype.kind == "O":
+                return _ext(Tag.NDARRAY, ["|O", list(value.shape), value.ravel().tolist()])
+            return None
+        if isinstance(value, np.generic) and _plain_dtype(value.dtype):
+            return _ext(Tag.NPSCALAR, [value.dtype.str, value.tobytes()])
+        if isinstance(value, np.dtype) and (_plain_dtype(value) or value.kind == "O"):
+            return _ext(Tag.NPDTYPE, value.str)
+    pd = sys.modules.get("pandas")
+    if pd is not None:
+        from ._pandas_codec import encode_pandas
+
+        parts = encode_pandas(pd, value)
+        if parts is not None:
+            return _ext(Tag.PANDAS, parts)
+    return None
+
+
+def dumps(value: Any) -> bytes:
+    """The state file of ``value``: :data:`MAGIC` and its tagged msgpack document."""
+    return MAGIC + _pack(value)
+
+
+def is_legacy(blob: bytes) -> bool:
+    """Whether ``blob`` is a state file of an older rivermark (one pickle)."""
+    return not blob.startswith(MAGIC)
+
+
+class _Decoder:
+    def __init__(self, allow_pickle: bool, what: str) -> None:
+        self.allow_pickle = allow_pickle
+        self.what = what
+        self.pickles = 0
+
+    def unpack(self, data: bytes) -> Any:
+        return msgpack.unpackb(data, ext_hook=self.ext, raw=False, strict_map_key=False)
+
+    def ext(self, code: int, data: bytes) -> Any:
+        if code == _TUPLE:  # the most frequent one: no enum, no table
+            return tuple(msgpack.unpackb(data, ext_hook=self.ext, raw=False, strict_map_key=False))
+        if code == _PICKLE:
+            self.pickles += 1
+            if not self.allow_pickle:
+                raise UntrustedStateError(self.what)
+            return pickle.loads(data)
+        tag = Tag(code)
+        if tag is Tag.DELETED:
+            return DELETED
+        if tag is Tag.NO_DEFAULT:
+            return no_default
+        v = self.unpack(data)
+        return _BUILD[tag](v, self)
+
+
+_TUPLE, _PICKLE = int(Tag.TUPLE), int(Tag.PICKLE)
+
+
+def _ndarray(v: list[Any], dec: _Decoder) -> Any:
+    import numpy as np
+
+    dtype, shape, data = v
+    if dtype == "|O":
+        out = np.empty(len(data), dtype=object)
+        out[:] = data
+        return out.reshape(shape)
+    return np.frombuffer(data, dtype=np.dtype(dtype)).reshape(shape).copy()
+
+
+def _npscalar(v: list[Any], dec: _Decoder) -> Any:
+    import numpy as np
+
+    return np.frombuffer(v[1], dtype=np.dtype(v[0]))[0]
+
+
+def _npdtype(v: str, dec: _Decoder) -> Any:
+    import numpy as np
+
+    return np.dtype(v)
+
+
+def _dataclass(v: list[Any], dec: _Decoder) -> Any:
+    name, fields = v
+    known = _DATA_CLASSES.get(name)
+    if known is None or not isinstance(fields, dict) or tuple(fields) != known[1]:
+        raise ValueError(f"not a data class of rivermark's state: {name!r}")
+    return getattr(importlib.import_module(known[0]), name)(**fields)
+
+
+def _pandas(v: dict[str, Any], dec: _Decoder) -> Any:
+    from ._pandas_codec import decode_pandas
+
+    return decode_pandas(v)
+
+
+_BUILD: dict[Tag, Any] = {
+    Tag.TUPLE: lambda v, d: tuple(v),
+    Tag.SET: lambda v, d: set(v),
+    Tag.FROZENSET: lambda v, d: frozenset(v),
+    Tag.BIGINT: lambda v, d: int(v),
+    Tag.COMPLEX: lambda v, d: complex(v[0], v[1]),
+    Tag.KEYED: lambda v, d: KeyedState(v),
+    Tag.NDARRAY: _ndarray,
+    Tag.NPSCALAR: _npscalar,
+    Tag.PANDAS: _pandas,
+    Tag.NPDTYPE: _npdtype,
+    Tag.DATACLASS: _dataclass,
+}
+
+
+def loads(blob: bytes, *, allow_pickle: bool = False, what: str = "the state") -> Any:
+    """The value of state file ``blob``.
+
+    A pickle part (or an older rivermark's whole-pickle file) is loaded only
+    with ``allow_pickle``; otherwise :class:`UntrustedStateError` (its message
+    is ``what``) is raised before any of it is read.  A file that is not
+    valid in this encoding raises ``ValueError``.
+    """
+    if is_legacy(blob):
+        if not allow_pickle:
+            raise UntrustedStateError(what)
+        return pickle.loads(blob)
+    try:
+        return _Decoder(allow_pickle, what).unpack(blob[len(MAGIC) :])
+    except UntrustedStateError:
+        raise
+    except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as e:
+        raise ValueError(f"not a valid state file ({type(e).__name__}: {e})") from None
+
+
+def has_pickle(blob: bytes) -> bool:
+    """Whether reading ``blob`` needs to unpickle (nothing is unpickled to tell).
+
+    >>> has_pickle(dumps([1, (2, 3)]))
+    False
+    """
+    if is_legacy(blob):
+        return True
+    dec = _Decoder(allow_pickle=False, what="")
+    try:
+        dec.unpack(blob[len(MAGIC) :])
+    except UntrustedStateError:
+        return True
+    return False

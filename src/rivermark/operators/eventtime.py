@@ -1,0 +1,698 @@
+"""Event time: ``timestamps`` and the tumbling, hopping and session windows after it.
+
+``stream.timestamps(func, max_delay=..., idle_timeout=...)`` reads each
+record's event time (epoch seconds, see :mod:`.watermarks`) and keeps the
+watermark of its input.  The windows below it (``tumbling_window``,
+``hopping_window``, ``session_window``) group records by that time, keyed or
+not, and emit a :class:`WindowResult` per window once the watermark has
+passed the window's end plus its ``grace``.  Records that arrive after their
+window closed go to the window's ``late`` stream.  The open windows (one
+:class:`~rivermark.KeyedState` entry per key and window) and the watermark
+are checkpoint state, so a resumed job emits exactly the windows an
+uninterrupted run emits.  At the end of a job's input the watermark becomes
+``+inf`` and every open window is emitted.  See ``docs/event-time.md``.
+
+>>> s = Stream()
+>>> t = s.timestamps(lambda r: r[0])
+>>> w = t.tumbling_window(10, agg="sum", value=lambda r: r[1])
+>>> L = w.sink_to_list()
+>>> for rec in [(1, 5), (4, 1), (12, 7), (25, 1)]:
+...     s.emit(rec)
+>>> L
+[WindowResult(start=0.0, end=10.0, key=None, value=6, final=True), WindowResult(start=10.0, end=20.0, key=None, value=7, final=True)]
+>>> t.end_of_input(); L[-1]
+WindowResult(start=20.0, end=30.0, key=None, value=1, final=True)
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import math
+import operator
+from collections.abc import Awaitable, Callable, Hashable, Iterator, Sequence
+from fractions import Fraction
+from typing import Any, NamedTuple, Protocol
+
+from ..core.node import Stream, check_callable
+from ..core.refs import Metadata
+from ..core.timeutil import parse_interval
+from ..errors import ConfigurationError
+from ..state import KeyedState, as_keyed
+from .aggregations import Aggregation, aggregation
+from .watermarks import WatermarkTracker, to_epoch
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "Timestamps",
+    "WindowResult",
+    "TumblingWindow",
+    "HoppingWindow",
+    "SessionWindow",
+    "LateRecords",
+]
+
+Results = list[Awaitable[Any]] | None
+
+
+class WindowResult(NamedTuple):
+    """One window's result: ``[start, end)`` in epoch seconds, the key (None unkeyed), the value.
+
+    ``final`` is False for the intermediate results of ``emit="updates"``.
+    """
+
+    start: float
+    end: float
+    key: Any
+    value: Any
+    final: bool = True
+
+
+#: what ``_add`` returns when no window result is to be emitted
+_UNCHANGED: tuple[Sequence[WindowResult], bool] = ((), False)
+_UNCHANGED_LATE: tuple[Sequence[WindowResult], bool] = ((), True)
+
+
+def _merge(a: Results, b: Results) -> Results:
+    if not b:
+        return a
+    if not a:
+        return b
+    return [*a, *b]
+
+
+def _fname(func: Any) -> str:
+    return getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
+
+
+def _partition_of(metadata: Metadata | None) -> Any:
+    """The input partition a record comes from: its Kafka ``(topic, partition)``, else one."""
+    if metadata:
+        m = metadata[0]
+        if "partition" in m:
+            return (m.get("topic"), m["partition"])
+    return None
+
+
+def _source_time(metadata: Metadata | None) -> Any:
+    """The time the source recorded for a record (``from_kafka(..., timestamps=True)``)."""
+    if metadata:
+        for m in metadata:
+            t = m.get("timestamp")
+            if t is not None:
+                return t
+    raise ValueError(
+        "timestamps: the record carries no source timestamp; read it with "
+        "from_kafka(..., timestamps=True) (a Kafka record without a timestamp has none), "
+        "or pass func=lambda record: <its time>"
+    )
+
+
+def _delay(value: Any, kind: str, arg: str) -> float:
+    """A non-negative interval (0 allowed, unlike :func:`parse_interval`)."""
+    if value == 0 and not isinstance(value, bool):
+        return 0.0
+    return parse_interval(value, kind, arg)
+
+
+@Stream.register_api(attribute_name="timestamps")
+class Timestamps(Stream):
+    """Give each record its event time and keep the watermark of the input.
+
+    ``func(record)`` returns the record's time: epoch seconds (``int`` or
+    ``float``) or a timezone-aware ``datetime``.  A time that is missing or
+    of another type (a ``KeyError`` in ``func``, a naive datetime, a string)
+    goes through the node's error policy (``on_error``).  Records are passed
+    on unchanged.  Without ``func`` the time is the one the source recorded
+    with the record: the Kafka record timestamp of ``from_kafka(...,
+    timestamps=True)`` (a record without one goes through ``on_error``).
+
+    The watermark is, per input partition (a Kafka partition; any other
+    source is one partition), the largest time seen minus ``max_delay``
+    (seconds or a duration string, default 0), and over the partitions the
+    minimum; a partition that received nothing for ``idle_timeout`` (wall
+    clock) is left out of the minimum until its next record.  It never goes
+    backwards.  :meth:`end_of_input` (called by a :class:`~rivermark.Job`
+    when every source is exhausted) makes it ``+inf``.
+
+    >>> s = Stream()
+    >>> t = s.timestamps(lambda r: r["ts"], max_delay="5s")
+    >>> s.emit({"ts": 100}); s.emit({"ts": 90}); t.watermark
+    95.0
+    """
+
+    _graphviz_shape = "cds"
+    str_list = ["func", "max_delay"]
+    #: one record out per record in, less those whose time was refused
+    derived_out = True
+
+    def __init__(
+        self,
+        upstream: Stream,
+        func: Callable[[Any], Any] | None = None,
+        max_delay: Any = 0,
+        idle_timeout: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        if func is not None:
+            check_callable("timestamps", "func", func)
+        self.func = func
+        self.max_delay = _delay(max_delay, "timestamps", "max_delay")
+        self.idle_timeout = (
+            None
+            if idle_timeout is None
+            else parse_interval(idle_timeout, "timestamps", "idle_timeout")
+        )
+        self.tracker = WatermarkTracker(self.max_delay, self.idle_timeout)
+        #: the event time of the record being passed on (read by the windows below)
+        self.current = math.nan
+        #: the watermark that record is judged against (moved by it already)
+        self.record_watermark = -math.inf
+        self._windows: list[WatermarkClient] = []
+        #: the watermark at which the next window may close (none open: +inf)
+        self.due = math.inf
+        Stream.__init__(self, upstream, **kwargs)
+
+    @property
+    def watermark(self) -> float:
+        """The current watermark (epoch seconds; ``-inf`` before the first record)."""
+        return self.tracker.watermark
+
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> Results:
+        func = self.func
+        try:
+            ts = _source_time(metadata) if func is None else func(x)
+            if type(ts) is not float or not -math.inf < ts < math.inf:
+                ts = to_epoch(ts)  # the conversions and the refusals
+        except Exception as e:
+            self._user_error(x, e, func or "source timestamp")
+            return None
+        # the watermark moves first (what it closes, and the timers it fires, come
+        # before this record, which it can never make late: it is at most ts - max_delay)
+        watermark = self.tracker.observe(_partition_of(metadata) if metadata else None, ts)
+        results = self._advance(watermark) if watermark >= self.due else None
+        self.current = ts
+        self.record_watermark = watermark
+        return _merge(results, self._emit(x, metadata))
+
+    def _advance(self, watermark: float) -> Results:
+        results: Results = None
+        due = math.inf
+        for w in self._windows:
+            results = _merge(results, w.close_until(watermark))
+            due = min(due, w.next_due())
+        self.due = due
+        return results
+
+    def end_of_input(self) -> Results:
+        """The input is complete: the watermark becomes ``+inf`` and every window is emitted."""
+        return self._advance(self.tracker.end())
+
+    def get_state(self) -> Any:
+        return {"watermarks": self.tracker.get_state()}
+
+    def set_state(self, state: Any) -> None:
+        self.tracker.set_state(state["watermarks"])
+        self.due = -math.inf  # the windows' own restores set it; the next record looks again
+
+    def state_signature(self) -> str:
+        func = "source timestamp" if self.func is None else _fname(self.func)
+        return f"Timestamps(func={func}, max_delay={self.max_delay})"
+
+
+class WatermarkClient(Protocol):
+    """A node below :class:`Timestamps` that acts when the watermark moves (windows, timers)."""
+
+    def close_until(self, watermark: float) -> Results:
+        """Emit what is due at ``watermark``; return what ``_emit`` returned."""
+        ...
+
+    def next_due(self) -> float:
+        """The watermark at which something is due next (``+inf``: nothing)."""
+        ...
+
+
+def attach(node: Stream, kind: str, upstream: Stream) -> Timestamps:
+    """``upstream`` as the event-time clock of ``node`` (refused unless it is a :class:`Timestamps`)."""
+    if not isinstance(upstream, Timestamps):
+        raise ConfigurationError(
+            f"{kind}: needs event times from the node right above it; "
+            f"write stream.timestamps(func, max_delay=...).{kind}(...)"
+        )
+    return upstream
+
+
+class LateRecords(Stream):
+    """The records a window received after it had closed (``window.late``).
+
+    Each late record is passed on unchanged, with its metadata; sink it or
+    send it to a dead-letter output.  The window's results do not come here.
+    """
+
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> Results:
+        return None  # the window's own results: only late records are passed on
+
+    def pass_late(self, x: Any, metadata: Metadata | None) -> Results:
+        return self._emit(x, metadata)
+
+
+class EventWindow(Stream):
+    """What the event-time windows share: configuration, the open windows, closing, state.
+
+    The open windows are a :class:`~rivermark.KeyedState` ``{(key, start):
+    (end, seq, acc, ...)}`` (``seq`` numbers windows in the order they opened;
+    a session also keeps its last record's time);
+    a heap of ``(end, start, seq, key)`` orders them for closing (rebuilt on
+    restore).  Subclasses assign a record to windows (:meth:`_add`).
+    """
+
+    _graphviz_shape = "box3d"
+    kind = "window"
+
+    def __init__(
+        self,
+        upstream: Stream,
+        key: Hashable | Callable[[Any], Any] | None = None,
+        agg: str | Aggregation | None = None,
+        value: Callable[[Any], Any] | None = None,
+        reduce: Callable[[Any, Any], Any] | None = None,
+        fold: Callable[[Any, Any], Any] | None = None,
+        start: Any = None,
+        merge: Callable[[Any, Any], Any] | None = None,
+        grace: Any = 0,
+        emit: str = "final",
+        **kwargs: Any,
+    ) -> None:
+        kind = self.kind
+        self.clock = attach(self, kind, upstream)
+        if emit not in ("final", "updates"):
+            raise ConfigurationError(
+                f"{kind}: emit must be 'final' (one result per window when it closes) or "
+                f"'updates' (also a result after every record), got {emit!r}"
+            )
+        if value is not None:
+            check_callable(kind, "value", value)
+        self.key = key
+        self._key_of = self._key_function(key)
+        self.value = value
+        self.agg = aggregation(kind, agg, reduce, fold, start, merge)
+        self.grace = _delay(grace, kind, "grace")
+        self.emit_mode = emit
+        self._open = KeyedState()
+        self._seq = 0
+        self._heap: list[tuple[float, float, int, Any]] = []
+        self._late: LateRecords | None = None
+        #: records that arrived after (one of) their window(s) had closed
+        self.late_count = 0
+        Stream.__init__(self, upstream, **kwargs)
+        self.clock._windows.append(self)  # noqa: SLF001 - the clock notifies its windows
+
+    @property
+    def late(self) -> LateRecords:
+        """The stream of records that arrived after their window had closed."""
+        if self._late is None:
+            self._late = LateRecords(self, stream_name=f"{self.kind}.late")
+        return self._late
+
+    @staticmethod
+    def _key_function(key: Any) -> Callable[[Any], Any] | None:
+        if key is None or callable(key):
+            return key  # type: ignore[no-any-return]
+        return operator.itemgetter(key)
+
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> Results:
+        clock = self.clock
+        try:
+            k = None if self._key_of is None else self._key_of(x)
+            v = x if self.value is None else self.value(x)
+            changed, late = self._add(k, v, clock.current, clock.record_watermark)
+        except Exception as e:
+            self._user_error(x, e, self.agg.name)
+            return None
+        results: Results = None
+        if self.emit_mode == "updates":
+            for w in changed:
+                results = _merge(results, self._emit(w, None))
+        if late:
+            self.late_count += 1
+            if self._late is not None:
+                results = _merge(results, self._late.pass_late(x, metadata))
+            elif self.late_count == 1:
+                logger.warning(
+                    "%s: a record arrived after its window closed (time %s, watermark %s); "
+                    "such records are counted in late_count; sink %s.late to keep them",
+                    self.display_name(),
+                    clock.current,
+                    clock.record_watermark,
+                    self.kind,
+                )
+        return results
+
+    def _add(
+        self, k: Any, v: Any, ts: float, watermark: float
+    ) -> tuple[Sequence[WindowResult], bool]:
+        """Put value ``v`` of key ``k`` at time ``ts`` in its windows.
+
+        Returns the updated windows (for ``emit="updates"``) and whether the
+        record was late for one of its windows.  Raises what the aggregation
+        raises, before changing anything.
+        """
+        raise NotImplementedError
+
+    def _open_window(self, k: Any, start: float, end: float, acc: Any, *extra: Any) -> None:
+        seq = self._seq
+        self._open[(k, start)] = (end, seq, acc, *extra)
+        self._seq = seq + 1
+        heapq.heappush(self._heap, (end, start, seq, k))
+        due = end + self.grace
+        clock = self.clock
+        if due < clock.due:
+            clock.due = due
+
+    def next_due(self) -> float:
+        """The watermark at which this node's next window may close (+inf: none open)."""
+        heap = self._heap
+        return heap[0][0] + self.grace if heap else math.inf
+
+    def close_until(self, watermark: float) -> Results:
+        """Emit every window whose end plus grace is at or below ``watermark``."""
+        heap, open_, grace = self._heap, self._open, self.grace
+        result = self.agg.result
+        results: Results = None
+        while heap and heap[0][0] + grace <= watermark:
+            end, start, seq, k = heap[0]
+            cur = open_.get((k, start))
+            if cur is None or cur[0] != end or cur[1] != seq:
+                heapq.heappop(heap)
+                continue  # a session that grew or merged: its newer entry decides
+            if not self._ripe(cur, watermark):
+                break  # rounding in end + grace: the exact check says not yet
+            heapq.heappop(heap)
+            del open_[(k, start)]
+            self._closed(k, start)
+            results = _merge(results, self._emit(WindowResult(start, end, k, result(cur[2])), None))
+        return results
+
+    def _ripe(self, cur: Any, watermark: float) -> bool:
+        """Whether open window ``cur`` (``(end, seq, acc, ...)``) may close at ``watermark``.
+
+        Called once the float test ``end + grace <= watermark`` holds; a
+        subclass whose windows close by an exact rule checks it here.
+        """
+        return True
+
+    def _closed(self, k: Any, start: float) -> None:
+        """Window ``(k, start)`` was emitted (a subclass forgets what it derived from it)."""
+
+    def records_held(self) -> int | None:
+        return len(self._open)
+
+    def get_state(self) -> Any:
+        # the live container: the checkpoint takes its changed windows at the barrier
+        return {"open": self._open, "seq": self._seq}
+
+    def set_state(self, state: Any) -> None:
+        self._open = as_keyed(state["open"])
+        self._seq = int(state["seq"])
+        self._heap = [(v[0], start, v[1], k) for (k, start), v in self._open.items()]
+        heapq.heapify(self._heap)
+        self.clock.due = -math.inf  # the next record looks which windows are due
+        self._restored()
+
+    def _restored(self) -> None:
+        """Rebuild what a subclass derives from the open windows."""
+
+    def _config(self) -> str:
+        return (
+            f"key={_fname(self.key) if callable(self.key) else repr(self.key)}, "
+            f"agg={self.agg.name}, grace={self.grace}, emit={self.emit_mode}"
+        )
+
+
+def _slot(ts: float, width: float, offset: float, shift: float = 0.0) -> int:
+    """``floor((ts - offset - shift) / width)`` computed exactly on the float values.
+
+    Float division is exact enough far from a slot boundary; near one (where
+    rounding could put ``ts`` in the neighbouring slot) the index is computed
+    with fractions, so ``ts`` is in slot ``k`` exactly when
+    ``offset + shift + k * width <= ts < offset + shift + (k + 1) * width``.
+    """
+    q = (ts - offset - shift) / width
+    k = math.floor(q)
+    tol = ((abs(ts) + abs(offset) + abs(shift)) / width + 1.0) * 1e-14
+    if tol < q - k < 1.0 - tol:
+        return k
+    exact = (Fraction(ts) - Fraction(offset) - Fraction(shift)) / Fraction(width)
+    return math.floor(exact)
+
+
+def _sign(*terms: float) -> int:
+    """The sign (-1, 0 or 1) of the exact sum of ``terms`` (floats, at most one infinite).
+
+    :func:`math.fsum` rounds the exact sum correctly, and a correctly
+    rounded sum of floats is zero, negative or positive exactly when the
+    exact sum is.
+    """
+    total = math.fsum(terms)
+    return (total > 0) - (total < 0)
+
+
+def _fixed_starts(ts: float, size: float, step: float, offset: float) -> Iterator[float]:
+    """The starts of the windows ``[start, start + size)`` (every ``step``) holding ``ts``.
+
+    Window ``j`` is ``[offset + j * step, offset + j * step + size)`` in exact
+    arithmetic and is labelled by the float ``offset + j * step``.
+    """
+    last = _slot(ts, step, offset)
+    first = _slot(ts, step, offset, size) + 1
+    for j in range(last, first - 1, -1):
+        yield offset + j * step
+
+
+class _FixedWindows(EventWindow):
+    """Windows of a fixed ``size`` starting every ``step`` seconds (from ``offset``)."""
+
+    size: float
+    step: float
+    offset: float
+
+    def _add(
+        self, k: Any, v: Any, ts: float, watermark: float
+    ) -> tuple[Sequence[WindowResult], bool]:
+        agg, open_, grace = self.agg, self._open, self.grace
+        late = False
+        new: list[tuple[float, float, Any, tuple[float, int, Any] | None]] = []
+        for start in _fixed_starts(ts, self.size, self.step, self.offset):
+            end = start + self.size
+            if end + grace <= watermark:
+                late = True
+                continue
+            cur = open_.get((k, start))
+            acc = agg.create(v) if cur is None else agg.add(cur[2], v)
+            new.append((start, end, acc, cur))
+        changed = []
+        for start, end, acc, cur in reversed(new):  # earliest window first
+            if cur is None:
+                self._open_window(k, start, end, acc)
+            else:
+                open_[(k, start)] = (end, cur[1], acc)
+            if self.emit_mode == "updates":
+                changed.append(WindowResult(start, end, k, agg.result(acc), False))
+        return changed, late
+
+
+@Stream.register_api(attribute_name="tumbling_window")
+class TumblingWindow(_FixedWindows):
+    """Event-time windows ``[start, start + size)`` side by side; each record is in one.
+
+    Needs :meth:`Stream.timestamps` right above it.  ``key`` (a callable,
+    or an index/field for ``x[key]``) keeps separate windows per key.  What
+    is computed per window: ``agg`` (``"count"``, ``"sum"``, ``"mean"``,
+    ``"min"``, ``"max"``, ``"collect"``; the default), ``reduce=func``
+    (``func(acc, x)``, the first record as start) or ``fold=func`` with
+    ``start=``; ``value=func`` picks what is aggregated (default the
+    record).  A window closes when the watermark reaches ``end + grace``
+    and is emitted as a :class:`WindowResult`; with ``emit="updates"`` a
+    non-final result also follows every record.  A record whose window has
+    closed goes to ``.late``.  ``offset`` shifts the window boundaries.
+
+    >>> s = Stream()
+    >>> w = s.timestamps(lambda r: r).tumbling_window(5, agg="count")
+    >>> L = w.sink_to_list()
+    >>> for t in [1, 2, 6, 11]:
+    ...     s.emit(t)
+    >>> [(r.start, r.value) for r in L]
+    [(0.0, 2), (5.0, 1)]
+    """
+
+    kind = "tumbling_window"
+
+    def __init__(self, upstream: Stream, size: Any, offset: float = 0.0, **kwargs: Any) -> None:
+        self.size = self.step = parse_interval(size, self.kind, "size")
+        self.offset = float(offset)
+        super().__init__(upstream, **kwargs)
+
+    def _add(
+        self, k: Any, v: Any, ts: float, watermark: float
+    ) -> tuple[Sequence[WindowResult], bool]:
+        # the one window of _FixedWindows._add when step == size, without the loop
+        size = self.size
+        start = self.offset + _slot(ts, size, self.offset) * size
+        end = start + size
+        if end + self.grace <= watermark:
+            return _UNCHANGED_LATE
+        open_ = self._open
+        cur = open_.get((k, start))
+        if cur is None:
+            acc = self.agg.create(v)
+            self._open_window(k, start, end, acc)
+        else:
+            acc = self.agg.add(cur[2], v)
+            open_[(k, start)] = (end, cur[1], acc)
+        if self.emit_mode == "updates":
+            return [WindowResult(start, end, k, self.agg.result(acc), False)], False
+        return _UNCHANGED
+
+    def state_signature(self) -> str:
+        return f"TumblingWindow(size={self.size}, offset={self.offset}, {self._config()})"
+
+
+@Stream.register_api(attribute_name="hopping_window")
+class HoppingWindow(_FixedWindows):
+    """Event-time windows of ``size`` seconds starting every ``step``; a record is in ``size/step``.
+
+    Everything else as :class:`TumblingWindow` (a record late for one of
+    its windows still counts in those that are open, and goes to ``.late``).
+
+    >>> s = Stream()
+    >>> w = s.timestamps(lambda r: r).hopping_window(10, 5, agg="count")
+    >>> L = w.sink_to_list()
+    >>> for t in [1, 6, 12]:
+    ...     s.emit(t)
+    >>> t = w.upstream.end_of_input()
+    >>> [(r.start, r.end, r.value) for r in L]
+    [(-5.0, 5.0, 1), (0.0, 10.0, 2), (5.0, 15.0, 2), (10.0, 20.0, 1)]
+    """
+
+    kind = "hopping_window"
+
+    def __init__(
+        self, upstream: Stream, size: Any, step: Any, offset: float = 0.0, **kwargs: Any
+    ) -> None:
+        self.size = parse_interval(size, self.kind, "size")
+        self.step = parse_interval(step, self.kind, "step")
+        if self.step > self.size:
+            raise ConfigurationError(
+                f"hopping_window: step ({self.step}) is larger than size ({self.size}): records "
+                "between windows would belong to none; pass step <= size"
+            )
+        self.offset = float(offset)
+        super().__init__(upstream, **kwargs)
+
+    def state_signature(self) -> str:
+        return (
+            f"HoppingWindow(size={self.size}, step={self.step}, offset={self.offset}, "
+            f"{self._config()})"
+        )
+
+
+@Stream.register_api(attribute_name="session_window")
+class SessionWindow(EventWindow):
+    """Event-time sessions: records of a key less than ``gap`` apart share a window.
+
+    A session is ``[first time, last time + gap)``; a record that falls
+    within ``gap`` of two sessions merges them (``agg``'s merge; with
+    ``reduce=func``, ``func`` also merges two sessions' values; ``fold``
+    needs ``merge=``).  It closes when the watermark reaches its end plus
+    ``grace``.  A record is late, and goes to ``.late``, when its time is
+    below ``watermark - grace`` (it might belong to a session already
+    emitted).  Everything else as :class:`TumblingWindow`.
+
+    >>> s = Stream()
+    >>> w = s.timestamps(lambda r: r, max_delay=15).session_window(5, agg="collect")
+    >>> L = w.sink_to_list()
+    >>> for t in [1, 3, 20, 7]:
+    ...     s.emit(t)
+    >>> t = w.upstream.end_of_input()
+    >>> [(r.start, r.end, r.value) for r in L]
+    [(1.0, 12.0, (1, 3, 7)), (20.0, 25.0, (20,))]
+    """
+
+    kind = "session_window"
+
+    def __init__(self, upstream: Stream, gap: Any, **kwargs: Any) -> None:
+        self.gap = parse_interval(gap, self.kind, "gap")
+        #: per key, the starts of its open sessions (derived from the open windows)
+        self._sessions: dict[Any, list[float]] = {}
+        super().__init__(upstream, **kwargs)
+        if self.agg.merge is None:
+            raise ConfigurationError(
+                "session_window: fold= needs merge=func(acc1, acc2) to join two sessions "
+                "that a record connects; pass merge=, or use reduce= or agg="
+            )
+
+    def _add(
+        self, k: Any, v: Any, ts: float, watermark: float
+    ) -> tuple[Sequence[WindowResult], bool]:
+        gap = self.gap
+        if _sign(ts, self.grace, -watermark) < 0:  # ts + grace < watermark, exactly
+            return [], True
+        agg, open_ = self.agg, self._open
+        merge = agg.merge
+        assert merge is not None
+        starts = self._sessions.get(k, [])
+        start, end, last = ts, ts + gap, ts
+        pieces = [(ts, agg.create(v))]
+        keep = []
+        for s in starts:
+            e, _, a, s_last = open_[(k, s)]
+            # within gap of the session [s, s_last]: s - ts < gap and ts - s_last < gap, exactly
+            if _sign(s, -ts, -gap) < 0 and _sign(ts, -s_last, -gap) < 0:
+                pieces.append((s, a))
+                start, end, last = min(start, s), max(end, e), max(last, s_last)
+                del open_[(k, s)]
+            else:
+                keep.append(s)
+        pieces.sort(key=lambda p: p[0])  # stable: a record at a session's start goes first
+        acc = pieces[0][1]
+        for _, a in pieces[1:]:
+            acc = merge(acc, a)
+        keep.append(start)
+        keep.sort()
+        self._sessions[k] = keep
+        self._open_window(k, start, end, acc, last)
+        if self.emit_mode == "updates":
+            return [WindowResult(start, end, k, agg.result(acc), False)], False
+        return [], False
+
+    def _ripe(self, cur: Any, watermark: float) -> bool:
+        # no record that is not late (time + grace >= watermark) can join it any more:
+        # last + gap + grace <= watermark, exactly
+        return _sign(cur[3], self.gap, self.grace, -watermark) <= 0
+
+    def _closed(self, k: Any, start: float) -> None:
+        starts = self._sessions[k]
+        starts.remove(start)
+        if not starts:
+            del self._sessions[k]
+
+    def _restored(self) -> None:
+        sessions: dict[Any, list[float]] = {}
+        open_ = self._open
+        for (k, s), v in list(open_.items()):
+            if len(v) == 3:  # written before sessions kept their last time: end - gap
+                open_[(k, s)] = (*v, v[0] - self.gap)
+            sessions.setdefault(k, []).append(s)
+        for starts in sessions.values():
+            starts.sort()
+        self._sessions = sessions
+
+    def state_signature(self) -> str:
+        return f"SessionWindow(gap={self.gap}, {self._config()})"

@@ -1,0 +1,136 @@
+"""Event times and watermarks: the time convention and the per-partition watermark.
+
+Event times are **epoch seconds as a float** (seconds since 1970-01-01 UTC).
+A record's time may be given as an ``int``/``float`` of epoch seconds or as a
+timezone-aware :class:`datetime.datetime` (a ``pandas.Timestamp`` with a
+timezone is one), which is converted; a naive datetime, a string, ``None``,
+``NaN`` or anything else is refused with a :class:`TypeError` or
+:class:`ValueError` naming what was given (the node's error policy decides
+what happens to the record).
+
+The watermark of a :class:`WatermarkTracker` is the minimum, over the input
+partitions that are not idle, of ``largest time seen in the partition -
+max_delay``; it starts at ``-inf``, never goes backwards, and is ``+inf``
+after :meth:`WatermarkTracker.end`.  A partition that has received nothing
+for ``idle_timeout`` seconds (wall clock) is left out of the minimum until
+its next record.
+
+>>> w = WatermarkTracker(max_delay=5.0)
+>>> w.observe("p0", 100.0), w.observe("p1", 110.0), w.observe("p0", 120.0)
+(95.0, 95.0, 105.0)
+>>> to_epoch(dt.datetime(1970, 1, 1, 0, 1, tzinfo=dt.timezone.utc))
+60.0
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["to_epoch", "WatermarkTracker"]
+
+NEG_INF = -math.inf
+
+
+def to_epoch(value: Any) -> float:
+    """``value`` (epoch seconds or a timezone-aware datetime) as epoch seconds.
+
+    >>> to_epoch(12), to_epoch(1.5)
+    (12.0, 1.5)
+    >>> to_epoch(dt.datetime(2024, 1, 1))
+    Traceback (most recent call last):
+    ...
+    TypeError: event time: a naive datetime (2024-01-01 00:00:00) has no timezone; give it one (tzinfo=datetime.timezone.utc) or return epoch seconds
+    """
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+        if not math.isfinite(seconds):
+            raise ValueError(f"event time: {value!r} is not a finite number of epoch seconds")
+        return seconds
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise TypeError(
+                f"event time: a naive datetime ({value}) has no timezone; give it one "
+                "(tzinfo=datetime.timezone.utc) or return epoch seconds"
+            )
+        return value.timestamp()
+    raise TypeError(
+        f"event time: expected epoch seconds (int or float) or a timezone-aware datetime, "
+        f"got {type(value).__name__} {value!r}"
+    )
+
+
+class WatermarkTracker:
+    """The watermark of several input partitions (see the module docs).
+
+    ``clock`` gives the wall-clock seconds used for idleness only (a test may
+    pass its own).  The state (:meth:`get_state`) is the largest time seen
+    per partition and the watermark; idleness restarts from the restore.
+    """
+
+    def __init__(
+        self,
+        max_delay: float = 0.0,
+        idle_timeout: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.max_delay = max_delay
+        self.idle_timeout = idle_timeout
+        self.clock = clock
+        #: the largest event time seen per partition
+        self.largest: dict[Any, float] = {}
+        #: wall-clock time of each partition's last record (idleness only)
+        self._last_seen: dict[Any, float] = {}
+        self.watermark = NEG_INF
+
+    def observe(self, partition: Any, seconds: float) -> float:
+        """Note a record of ``partition`` at ``seconds``; return the watermark after it."""
+        largest = self.largest
+        before = largest.get(partition)
+        if self.idle_timeout is not None:
+            self._last_seen[partition] = self.clock()
+        elif before is not None and seconds <= before:
+            return self.watermark  # nothing that the minimum depends on changed
+        if before is None or seconds > before:
+            largest[partition] = seconds
+        if len(largest) == 1 and self.idle_timeout is None:
+            candidate = seconds - self.max_delay  # one partition: its own watermark
+            if candidate > self.watermark:
+                self.watermark = candidate
+            return self.watermark
+        return self._recompute()
+
+    def _recompute(self) -> float:
+        largest = self.largest
+        if self.idle_timeout is None:
+            low = min(largest.values())
+        else:
+            cutoff = self.clock() - self.idle_timeout
+            seen = self._last_seen
+            active = [v for p, v in largest.items() if seen.get(p, cutoff) > cutoff]
+            # every partition idle: the most recent one still holds the watermark
+            low = min(active) if active else max(largest.values())
+        candidate = low - self.max_delay
+        if candidate > self.watermark:
+            self.watermark = candidate
+        return self.watermark
+
+    def end(self) -> float:
+        """The end of the input: the watermark becomes ``+inf``."""
+        self.watermark = math.inf
+        return self.watermark
+
+    def get_state(self) -> dict[str, Any]:
+        return {"largest": dict(self.largest), "watermark": self.watermark}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.largest = dict(state["largest"])
+        now = self.clock()
+        self._last_seen = dict.fromkeys(self.largest, now)
+        self.watermark = float(state["watermark"])

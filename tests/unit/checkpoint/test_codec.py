@@ -1,0 +1,116 @@
+"""The data encoding of state files: exact round trips, and nothing runs when read."""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import numpy as np
+import pandas as pd
+import pytest
+
+from rivermark import KeyedState, Stream
+from rivermark.checkpoint import Job, LocalDirectoryStore, codec
+from rivermark.checkpoint.errors import UntrustedStateError
+from rivermark.operators.stateful import no_default
+from rivermark.state import DELETED
+
+VALUES: list[Any] = [
+    None, True, 0, -(2**63), 2**64, -(2**90), 1.5, float("inf"), 1 + 2j, "é", b"\x00",
+    [1, [2]], (1, (2, "a")), {(1, "a"): {2}}, frozenset({(1, 2)}), set(), {"x": DELETED},
+    no_default, KeyedState({1: (2, 3)}), np.int64(7), np.float32(1.5), np.dtype("<M8[ns]"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("value", VALUES, ids=lambda v: type(v).__name__)
+def test_builtin_values_round_trip_exactly_without_pickle(value: Any) -> None:
+    blob = codec.dumps(value)
+    assert not codec.has_pickle(blob)
+    back = codec.loads(blob)
+    assert back == value and type(back) is type(value)
+    if isinstance(value, tuple):
+        assert type(back[1]) is tuple
+
+
+def _frames() -> list[Any]:
+    times = pd.date_range("2026-01-01", periods=3, freq="s", name="t")
+    multi = pd.MultiIndex.from_tuples([("a", 1), ("b", 2)], names=["k", "n"])
+    return [
+        np.arange(12, dtype="<i4").reshape(3, 4),
+        np.array(["x", None, 3], dtype=object),
+        pd.Series([1.0, 2.0, 3.0], index=times, name="v"),
+        pd.Series([1, 2], index=pd.CategoricalIndex(["a", "b"], ordered=True)),
+        pd.DataFrame({"a": [1, 2], "b": ["x", "y"]}, index=multi),
+        pd.DataFrame({"when": pd.to_datetime(["2026-01-01", "2026-01-02"])}),
+        pd.CategoricalDtype(["a", "b"]),
+        pd.Timestamp("2026-01-01 00:00:01.5"),
+        pd.Timedelta("1.5s"),
+    ]
+
+
+@pytest.mark.parametrize("value", _frames(), ids=lambda v: type(v).__name__)
+def test_numpy_and_pandas_values_round_trip_without_pickle(value: Any) -> None:
+    blob = codec.dumps(value)
+    assert not codec.has_pickle(blob)
+    back = codec.loads(blob)
+    assert type(back) is type(value)
+    if isinstance(value, (pd.Series, pd.DataFrame)):
+        assert value.equals(back) and value.index.equals(back.index)
+        assert list(map(str, value.dtypes if hasattr(value, "columns") else [value.dtype])) == list(
+            map(str, back.dtypes if hasattr(back, "columns") else [back.dtype])
+        )
+        assert getattr(value.index, "freq", None) == getattr(back.index, "freq", None)
+    elif isinstance(value, np.ndarray):
+        assert back.dtype == value.dtype and back.shape == value.shape
+        assert (back == value).all()
+    else:
+        assert back == value
+
+
+class Marker:
+    """An object of an app's own class: unpickling it creates a file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (os.system, (f"touch {self.path}",))
+
+
+def test_a_pickled_part_is_refused_unless_allowed(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    blob = codec.dumps({"ok": 1, "user": Marker(marker)})
+    assert codec.has_pickle(blob) and not marker.exists()
+    with pytest.raises(UntrustedStateError, match="nope"):
+        codec.loads(blob, what="nope")
+    with pytest.raises(UntrustedStateError):
+        codec.loads(pickle.dumps(Marker(marker)))  # an older rivermark's file: one pickle
+    assert not marker.exists()
+    codec.loads(blob, allow_pickle=True)
+    assert marker.exists()
+
+
+def test_a_class_name_in_the_file_is_never_looked_up(tmp_path: Path) -> None:
+    part = msgpack.packb(["system", {"command": "true"}], use_bin_type=True)
+    blob = codec.MAGIC + msgpack.packb(msgpack.ExtType(int(codec.Tag.DATACLASS), part))
+    with pytest.raises(ValueError, match="not a data class of rivermark's state"):
+        codec.loads(blob)
+    with pytest.raises(ValueError, match="not a valid state file"):
+        codec.loads(codec.MAGIC + b"\xc1")
+
+
+def test_a_job_without_a_key_says_once_that_its_checkpoints_are_unsigned(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    source = Stream.from_iterable(range(10))
+    source.accumulate(lambda a, x: a + x, start=0, name="total").sink_to_list()
+    with caplog.at_level(logging.INFO, logger="rivermark.checkpoint.job"):
+        Job(source, checkpoint=tmp_path, every=None).run()
+    unsigned = [r for r in caplog.records if "not signed" in r.getMessage()]
+    assert len(unsigned) == 1
+    store = LocalDirectoryStore(tmp_path)
+    assert store.read_manifest(store.list_epochs()[-1]).signature is None

@@ -1,0 +1,117 @@
+"""Upgrade rules of a restore (rename, dropped, added, migrated state), in memory."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rivermark import Stream
+from rivermark.checkpoint import CheckpointMismatchError, Job, LocalDirectoryStore
+from rivermark.errors import ConfigurationError
+
+from .conftest import total
+
+
+def _freq(values: list[str], name: str) -> tuple[Stream, list[dict[str, int]]]:
+    source = Stream.from_iterable(values, name="words")
+    return source, source.frequencies(name=name).sink_to_list(name="out")
+
+
+def test_renamed_keyed_state_goes_on_as_a_new_chain(tmp_path: Path) -> None:
+    words = [f"w{i % 7}" for i in range(60)]
+    Job(_freq(words[:20], "freq")[0], checkpoint=tmp_path, every_batches=3).run()
+    # the renamed node's state comes from the old id; its later checkpoints are
+    # deltas of a chain of its own, which the third run reads back
+    source, out = _freq(words[:40], "counts")
+    Job(source, checkpoint=tmp_path, every_batches=3, rename={"freq": "counts"}).run()
+    assert out[-1] == Counter(words[:40])
+    store = LocalDirectoryStore(tmp_path)
+    newest = store.load_manifest(store.list_epochs()[-1])
+    assert "counts" in newest.chains and "freq" not in newest.state
+    source, out = _freq(words, "counts")
+    Job(source, checkpoint=tmp_path, every_batches=3, rename={"freq": "counts"}).run()
+    assert out[-1] == Counter(words)
+
+
+def test_migration_turns_the_old_state_into_the_new(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    def pair(acc: tuple[int, int], x: int) -> tuple[tuple[int, int], int]:
+        s, n = acc
+        return (s + x, n + 1), s + x
+
+    source = Stream.from_iterable(list(range(10)), name="numbers")
+    source.accumulate(total, start=0, name="sum").sink_to_list(name="out")
+    Job(source, checkpoint=tmp_path, every=None).run()
+
+    def graph() -> tuple[Stream, list[int], Any]:
+        source = Stream.from_iterable(list(range(20)), name="numbers")
+        node = source.accumulate(pair, start=(0, 0), name="sum", returns_state=True)
+        return source, node.sink_to_list(name="out"), node
+
+    with pytest.raises(CheckpointMismatchError) as info:
+        Job(graph()[0], checkpoint=tmp_path, every=None).run()
+    assert re.search(
+        r"changed: sum: .*\(was Accumulate\(func=total.*now Accumulate\(", str(info.value)
+    )
+    assert "migrate={'sum'" in str(info.value)
+    source, out, node = graph()
+    with caplog.at_level(logging.INFO, logger="rivermark.checkpoint.recovery"):
+        Job(
+            source,
+            checkpoint=tmp_path,
+            every=None,
+            migrate={"sum": lambda old: {"state": (old["state"], 10)}},
+        ).run()
+    assert out == [sum(range(k + 1)) for k in range(20)]
+    assert node.state == (sum(range(20)), 20)
+    assert sum("migrated: sum: state migrated from" in m for m in caplog.messages) == 1
+
+
+def test_a_failing_migration_names_itself(tmp_path: Path) -> None:
+    source = Stream.from_iterable([1, 2], name="numbers")
+    source.accumulate(total, start=0, name="sum").sink_to_list(name="out")
+    Job(source, checkpoint=tmp_path, every=None).run()
+
+    def broken(old: Any) -> Any:
+        raise KeyError("missing")
+
+    source = Stream.from_iterable([1, 2, 3], name="numbers")
+    source.accumulate(max, start=0, name="sum").sink_to_list(name="out")
+    with pytest.raises(CheckpointMismatchError, match="the migration .*broken.* of node sum"):
+        Job(source, checkpoint=tmp_path, every=None, migrate={"sum": broken}).run()
+
+
+def test_a_rename_to_an_unknown_id_is_refused(tmp_path: Path) -> None:
+    Job(_freq(["a"], "freq")[0], checkpoint=tmp_path, every=None).run()
+    with pytest.raises(CheckpointMismatchError, match=re.escape("rename freq=nope, but the graph")):
+        Job(_freq(["a", "b"], "freq")[0], checkpoint=tmp_path, rename={"freq": "nope"}).run()
+    # a misspelt old id would let the new node start empty: refused as well
+    with pytest.raises(CheckpointMismatchError, match=re.escape("holds neither 'fre' nor 'freq2'")):
+        Job(
+            _freq(["a", "b"], "freq2")[0],
+            checkpoint=tmp_path,
+            rename={"fre": "freq2"},
+            allow_new_nodes=True,
+        ).run()
+
+
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        ({"rename": {"a": "c", "b": "c"}}, "are both renamed to 'c'"),
+        ({"rename": {"a": 3}}, "is not a pair of node ids"),
+        ({"allow_dropped_state": [3]}, "Job(allow_dropped_state=...): 3 is not a node id"),
+        ({"migrate": {"a": 3}}, "the migration of 'a' is 3, not a function"),
+    ],
+)
+def test_bad_upgrade_arguments_are_one_line(
+    tmp_path: Path, kwargs: dict[str, Any], words: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=re.escape(words)):
+        Job(_freq(["a"], "freq")[0], checkpoint=tmp_path, **kwargs)
