@@ -33,6 +33,9 @@ __all__ = [
     "stop_background_loop",
 ]
 
+#: how often the main thread, waiting in :func:`run_sync`, runs pending signal handlers
+_SIGNAL_POLL = 0.1
+
 _lock = threading.Lock()
 _bg_loop: asyncio.AbstractEventLoop | None = None
 _bg_thread: threading.Thread | None = None
@@ -76,6 +79,10 @@ def stop_background_loop() -> None:
     loop.call_soon_threadsafe(loop.stop)
     if thread is not None and thread is not threading.current_thread():
         thread.join(timeout=5)
+    if thread is None or not thread.is_alive():
+        # closed here, not by the loop's finaliser during interpreter teardown,
+        # when its self-pipe may already be gone (an "Invalid file descriptor")
+        loop.close()
 
 
 atexit.register(stop_background_loop)
@@ -104,6 +111,13 @@ def run_sync(
             "use 'await' (or emit(..., asynchronous=True)) there instead"
         )
     fut: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(coro, loop)
+    if timeout is None and threading.current_thread() is threading.main_thread():
+        # The kernel may hand a signal (SIGTERM) to any thread; its C handler
+        # only flags it, and Python runs the handler on the main thread when
+        # that thread next executes bytecode.  A wait without end would keep
+        # a job's graceful-stop handler from ever running, so wake up often.
+        while not fut.done():
+            concurrent.futures.wait((fut,), timeout=_SIGNAL_POLL)
     return fut.result(timeout)
 
 
