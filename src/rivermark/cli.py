@@ -642,15 +642,37 @@ def _do_diff(directory: str, a: int | None, b: int | None, as_json: bool) -> int
         _print_json(d)
         return 0
     print(f"diff {d['from']} -> {d['to']}")
-    for sid, (pa, pb) in d["positions"].items():
-        print(f"  position {sid}: {pa!r} -> {pb!r}")
-    for nid, (sa, sb) in d["state"].items():
-        print(f"  state {nid}: {sa} -> {sb} bytes (checksum differs)")
+    for sid in d["positions"]:
+        print(f"  position {sid}: {d['moved'][sid]['text']}")
+    for nid, sizes in d["state"].items():
+        print(f"  state {nid}: {_state_change(sizes, d['entries'][nid])}")
     for kid, (ha, hb) in d["sinks"].items():
         print(f"  sink {kid}: {ha!r} -> {hb!r}")
     if d["fingerprint_differs"]:
         print("  graph fingerprint differs")
     return 0
+
+
+def _state_change(sizes: list[int | None], entries: list[int | None]) -> str:
+    """A node's state from one checkpoint to another, for a person.
+
+    >>> _state_change([9471, 14471], [2000, 3000])
+    'grew by 1,000 entries (2,000 -> 3,000), 9471 -> 14471 bytes'
+    >>> _state_change([16, 16], [None, None])
+    '16 -> 16 bytes (contents differ)'
+    >>> _state_change([None, 20], [None, 0])
+    'new in the later checkpoint, 20 bytes'
+    """
+    (sa, sb), (ka, kb) = sizes, entries
+    if sa is None:
+        return f"new in the later checkpoint, {sb} bytes"
+    if sb is None:
+        return f"gone from the later checkpoint (was {sa} bytes)"
+    if ka is None or kb is None or ka == kb:
+        same = f"{ka:,} entries, " if ka is not None and ka == kb else ""
+        return f"{same}{sa} -> {sb} bytes (contents differ)"
+    how = "grew" if kb > ka else "shrank"
+    return f"{how} by {abs(kb - ka):,} entries ({ka:,} -> {kb:,}), {sa} -> {sb} bytes"
 
 
 def _do_diff_against(directory: str, target: str, opts: dict[str, Any], as_json: bool) -> int:

@@ -189,3 +189,38 @@ def test_diff_json(ckpt: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert d["from"] == epochs[0] and d["to"] == epochs[-1]
     assert d["positions"]["lines"][0]["offset"] == 0 and d["positions"]["lines"][1]["offset"] > 0
     assert "seen" in d["state"] and d["fingerprint_differs"] is False
+
+
+def test_diff_says_what_moved_and_grew(ckpt: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    epochs = LocalDirectoryStore(ckpt).list_epochs()
+    assert main(["checkpoints", "diff", str(ckpt), str(epochs[0]), str(epochs[-1])]) == 0
+    text = capsys.readouterr().out
+    # 300 lines of "i\n": 10 of 2 bytes, 90 of 3, 200 of 4
+    assert "position lines: moved +1,090 bytes (0 -> 1090)" in text, text
+    assert "state seen: grew by 300 entries (0 -> 300)" in text, text
+    assert main(["checkpoints", "diff", str(ckpt), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["moved"]["lines"]["unit"] == "bytes" and d["moved"]["lines"]["count"] > 0
+    assert d["entries"]["seen"][1] == 300
+
+
+def test_diff_counts_the_keys_of_keyed_state_across_its_deltas(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rivermark import KeyedState
+
+    def add(acc: KeyedState, x: int) -> KeyedState:
+        acc[x] = acc.get(x, 0) + 1
+        return acc
+
+    for n in (100, 250, 400):  # three runs: a base, then deltas on top of it
+        source = Stream.from_iterable(range(n), name="keys")
+        source.accumulate(add, start=KeyedState(), name="counts")
+        Job(source, checkpoint=tmp_path / "ck", every=None).run()
+    store = LocalDirectoryStore(tmp_path / "ck")
+    epochs = store.list_epochs()
+    assert store.load_manifest(epochs[-1]).chains["counts"]["parent"] is not None  # a delta
+    assert main(["checkpoints", "diff", str(tmp_path / "ck"), str(epochs[0]), str(epochs[-1])]) == 0
+    text = capsys.readouterr().out
+    assert "position keys: moved +400 items" in text, text
+    assert "state counts: grew by 400 entries (0 -> 400)" in text, text

@@ -47,6 +47,7 @@ from .errors import (
     CheckpointNotFoundError,
     CheckpointSignatureError,
     NotACheckpointDirectoryError,
+    UntrustedStateError,
 )
 from .keyed import materialise
 from .manifest import Manifest
@@ -512,11 +513,16 @@ def diff_checkpoints(store: Store, a: int | None = None, b: int | None = None) -
         for sid in sorted(set(ma.positions) | set(mb.positions))
         if ma.positions.get(sid) != mb.positions.get(sid)
     }
-    state = {}
+    moved = {
+        sid: describe_move(mb.fingerprint.get(sid) or ma.fingerprint.get(sid), pa, pb)
+        for sid, (pa, pb) in positions.items()
+    }
+    state, entries = {}, {}
     for nid in sorted(set(ma.state) | set(mb.state)):
         sa, sb = ma.state.get(nid), mb.state.get(nid)
         if sa != sb:
             state[nid] = [sa["size"] if sa else None, sb["size"] if sb else None]
+            entries[nid] = [_entries(store, a, ma, nid), _entries(store, b, mb, nid)]
     sinks = {
         kid: [ma.sinks.get(kid), mb.sinks.get(kid)]
         for kid in sorted(set(ma.sinks) | set(mb.sinks))
@@ -526,7 +532,103 @@ def diff_checkpoints(store: Store, a: int | None = None, b: int | None = None) -
         "from": a,
         "to": b,
         "positions": positions,
+        "moved": moved,
         "state": state,
+        "entries": entries,
         "sinks": sinks,
         "fingerprint_differs": ma.fingerprint != mb.fingerprint,
     }
+
+
+#: state files larger than this are not decoded to count their entries in a diff
+_COUNT_ENTRIES_UP_TO = 64 << 20
+_CONTAINERS = (dict, list, tuple, set, frozenset)
+
+
+def _entries(store: Store, epoch: int, m: Manifest, node: str) -> int | None:
+    """How many entries (keys, items) the state of ``node`` holds, if that says something.
+
+    The count is that of the state's one container (the dictionary of a
+    keyed node, an accumulate's dict, a window's list); ``None`` when the
+    state has none or several, is too large to decode here, or holds
+    pickled parts that this reader may not load (nothing is unpickled to
+    count).
+    """
+    info = m.state.get(node)
+    if info is None or int(info.get("size", 0)) > _COUNT_ENTRIES_UP_TO:
+        return None
+    try:
+        chains = store.load_chains(epoch)[1] if node in m.chains else {}
+        value = _decoded(store, epoch, m, node, chains)
+    except (CheckpointCorruptError, UntrustedStateError, ConfigurationError):
+        return None
+    if isinstance(value, dict):
+        sized = [v for v in value.values() if isinstance(v, _CONTAINERS)]
+        value = sized[0] if len(sized) == 1 else None
+    return len(value) if isinstance(value, _CONTAINERS) else None
+
+
+def describe_move(signature: str | None, before: Any, after: Any) -> dict[str, Any]:
+    """How far a source's position moved between two checkpoints.
+
+    ``count`` is the distance in ``unit`` (``None`` when it has no measure),
+    ``text`` says it for a person.
+
+    >>> describe_move("FromIterable()", 2000, 3000)["text"]
+    'moved +1,000 items (2000 -> 3000)'
+    >>> describe_move("FromKafka(topics=['t'])", {"t:0": 5, "t:1": 7}, {"t:0": 15, "t:1": 9})
+    {'count': 12, 'unit': 'records', 'text': 'moved +12 records over 2 partitions (t:0 +10, t:1 +2)'}
+    >>> rotated = {"offset": 4, "dev": 1, "ino": 3}
+    >>> describe_move("FromTextfile(path='in')", {"offset": 9, "dev": 1, "ino": 2}, rotated)["text"]
+    'moved to another file (rotated or replaced): byte 9 -> byte 4'
+    """
+    sig = signature or ""
+    unit = "items" if sig.startswith("FromIterable") else "records"
+    if sig.startswith("FromTextfile"):
+        if _other_file(before, after):
+            text = (
+                f"moved to another file (rotated or replaced): byte {_offset(before)} -> "
+                f"byte {_offset(after)}"
+            )
+            return {"count": None, "unit": "bytes", "text": text}
+        before, after, unit = _offset(before), _offset(after), "bytes"
+    if _is_int(before) and _is_int(after):
+        text = f"moved {after - before:+,} {unit} ({before} -> {after})"
+        return {"count": after - before, "unit": unit, "text": text}
+    if isinstance(before, dict) and isinstance(after, dict):
+        moved = _partitions_moved(before, after)
+        if moved is not None:
+            return moved
+    return {"count": None, "unit": None, "text": f"{before!r} -> {after!r}"}
+
+
+def _offset(position: Any) -> Any:
+    """A file position's byte offset (a dict with its digest, or a plain offset)."""
+    return position.get("offset") if isinstance(position, dict) else position
+
+
+def _other_file(before: Any, after: Any) -> bool:
+    """Whether two file positions name different files (device and inode)."""
+    if not (isinstance(before, dict) and isinstance(after, dict)):
+        return False
+    return (before.get("dev"), before.get("ino")) != (after.get("dev"), after.get("ino"))
+
+
+def _partitions_moved(before: dict[Any, Any], after: dict[Any, Any]) -> dict[str, Any] | None:
+    """How far a Kafka source moved over the partitions both positions hold."""
+    parts = sorted(k for k in after if _KAFKA_KEY.match(str(k)) and _is_int(after[k]))
+    common = [k for k in parts if _is_int(before.get(k))]
+    if not common:
+        return None
+    steps = {k: after[k] - before[k] for k in common}
+    total = sum(steps.values())
+    each = ", ".join(f"{k} {v:+,}" for k, v in steps.items() if v)
+    text = f"moved {total:+,} records over {len(common)} partitions"
+    text += f" ({each})" if each else ""
+    if len(parts) > len(common):
+        text += f"; {len(parts) - len(common)} partitions not in the older checkpoint"
+    return {"count": total, "unit": "records", "text": text}
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)

@@ -166,7 +166,7 @@ def test_cli_on_an_s3_url(bucket: str, capsys: pytest.CaptureFixture[str]) -> No
     assert main(["checkpoints", "show", url]) == 0
     assert "position numbers = 500" in capsys.readouterr().out
     assert main(["checkpoints", "diff", url, str(epochs[0]), str(epochs[-1])]) == 0
-    assert "position numbers: 0 -> 500" in capsys.readouterr().out
+    assert "position numbers: moved +500 items (0 -> 500)" in capsys.readouterr().out
     assert main(["checkpoints", "verify", url]) == 0
     store = ObjectStore(url)
     newest = _file(store, epochs[-1], "sum")

@@ -31,7 +31,7 @@ def test_list_show_diff(ckpt: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "position numbers = 500" in shown and "state sum:" in shown
     assert main(["checkpoints", "diff", str(ckpt), str(epochs[0]), str(epochs[-1])]) == 0
     diff = capsys.readouterr().out
-    assert "position numbers: 0 -> 500" in diff and "state sum:" in diff
+    assert "position numbers: moved +500 items (0 -> 500)" in diff and "state sum:" in diff
 
 
 def test_verify_exit_status(ckpt: Path, capsys: pytest.CaptureFixture[str]) -> None:

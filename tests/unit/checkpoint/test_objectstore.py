@@ -146,7 +146,7 @@ def test_cli_inspects_a_url(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert main(["checkpoints", "show", url]) == 0
     assert "position numbers = 500" in capsys.readouterr().out
     assert main(["checkpoints", "diff", url, str(epochs[0]), str(epochs[-1])]) == 0
-    assert "position numbers: 0 -> 500" in capsys.readouterr().out
+    assert "position numbers: moved +500 items (0 -> 500)" in capsys.readouterr().out
     assert main(["checkpoints", "verify", url]) == 0
     newest = ObjectStore(url).read_manifest(epochs[-1]).state["sum"]["file"]
     (tmp_path / "checkpoints" / f"{epochs[-1]:012d}" / newest).write_bytes(b"x")
