@@ -17,6 +17,7 @@ from .errors import (
     KafkaCommitError,
     KafkaConnectorError,
     KafkaDeliveryError,
+    KafkaFencedError,
     KafkaGroupInUseError,
     KafkaTopicError,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "KafkaCommitError",
     "KafkaConnectorError",
     "KafkaDeliveryError",
+    "KafkaFencedError",
     "KafkaGroupInUseError",
     "KafkaSource",
     "KafkaTopicError",

@@ -11,6 +11,7 @@ __all__ = [
     "KafkaConnectorError",
     "KafkaDeliveryError",
     "KafkaDeliveryTimeoutError",
+    "KafkaFencedError",
     "KafkaGroupInUseError",
     "KafkaTopicError",
     "KafkaUnreachableError",
@@ -40,6 +41,14 @@ class DeadLetterError(KafkaConnectorError):
 
 class KafkaCommitError(KafkaConnectorError):
     """An exactly-once sink could not commit an epoch's transaction in time."""
+
+
+class KafkaFencedError(KafkaCommitError):
+    """The sink's producer failed for good: fenced by a newer producer with its transactional id.
+
+    Kafka then refuses every write and commit of this producer; the job
+    stops, and a run resumes from its last checkpoint with a new producer.
+    """
 
 
 class KafkaTopicError(KafkaConnectorError):

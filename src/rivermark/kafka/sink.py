@@ -93,6 +93,7 @@ from .errors import (
     KafkaCommitTimeoutError,
     KafkaDeliveryError,
     KafkaDeliveryTimeoutError,
+    KafkaFencedError,
     KafkaTopicError,
 )
 from .topic_ids import TopicIds
@@ -269,7 +270,11 @@ class ToKafka(Stream):
             return None
         producer = self._ensure_producer()
         if self.exactly_once and not self._in_txn:
-            self._begin()
+            try:
+                self._begin()
+            except KafkaFencedError:
+                retain_refs(metadata)  # failed for good, as above
+                return None
         try:
             key = self._key_of(x)
         except Exception as e:
@@ -282,7 +287,9 @@ class ToKafka(Stream):
             producer.produce(self.topic, value=value, key=key, on_delivery=cb)
         except BufferError:
             return [asyncio.ensure_future(self._produce_when_room(value, key, cb, x))]
-        except Exception:
+        except Exception as e:
+            if self._failed_for_good(e):
+                return None  # its refs stay held, never completed: the job stops
             release_refs(metadata)
             raise
         self._after_produce(x, key)
@@ -301,24 +308,71 @@ class ToKafka(Stream):
         self, value: Any, key: Any, cb: Callable[..., None], x: Any
     ) -> None:
         while True:
-            self.producer.poll(0)
+            self._poll()
+            if self.failure is not None:
+                return  # not produced, never completed: the job stops at its barrier
             try:
                 self.producer.produce(self.topic, value=value, key=key, on_delivery=cb)
                 break
             except BufferError:
                 await asyncio.sleep(0.005)
+            except Exception as e:
+                if not self._failed_for_good(e):
+                    raise
         self._after_produce(x, key)
 
     async def _drain(self, below: int) -> None:
-        while len(self.producer) > below:
-            self.producer.poll(0)
+        while len(self.producer) > below and self.failure is None:
+            self._poll()
             await asyncio.sleep(0.002)
 
     async def _poll_loop(self) -> None:
+        # goes on after a fatal error: the producer then hands back every
+        # queued record with a delivery error, which ends ``in_flight``
         while self.in_flight > 0 and self.producer is not None:
-            self.producer.poll(0)
+            self._poll()
             if self.in_flight > 0:
                 await asyncio.sleep(0.002)
+
+    def _poll(self) -> None:
+        """Serve delivery reports; a fatal error of the producer fails the sink for good.
+
+        ``poll`` raises a fatal error (the producer was fenced) once; the
+        sink then fails, so a barrier waiting for its records in flight ends
+        with the failure instead of waiting for acknowledgements that will
+        never come.
+        """
+        try:
+            self.producer.poll(0)
+        except Exception as e:
+            if not self._failed_for_good(e):
+                raise
+
+    def _failed_for_good(self, e: BaseException) -> bool:
+        """If ``e`` is a fatal error of the producer, fail the sink with it (once) and say so."""
+        import confluent_kafka as ck
+
+        fatal_codes = {
+            ck.KafkaError._FATAL,  # what produce() raises once the producer failed
+            ck.KafkaError._FENCED,
+        }
+        err = e.args[0] if isinstance(e, ck.KafkaException) and e.args else None
+        if not isinstance(err, ck.KafkaError) or not (err.fatal() or err.code() in fatal_codes):
+            return False
+        fenced = (
+            f"another producer with its transactional id {self._txid()!r} (a newer run of "
+            "this job, or another process running this task) fenced it"
+            if self.exactly_once
+            else "the broker refused it"
+        )
+        self._fail_delivery(
+            KafkaFencedError(
+                f"{self.display_name()}: the Kafka producer failed for good ({err.str()}): "
+                f"{fenced}; it can write and commit nothing more, so the job stops. A run "
+                "resumes exactly from the last checkpoint"
+            )
+        )
+        return True
 
     def _fail_delivery(self, exc: BaseException) -> None:
         """Fail the node for good with one log line (no traceback: not a bug)."""
@@ -394,12 +448,22 @@ class ToKafka(Stream):
 
     # ---------------------------------------------------------------- transactions
     def _begin(self) -> None:
-        producer = self._ensure_producer()
+        self._ensure_producer()
         if self.committed_epoch is None:
             # started without restore() (no job): initialise like a fresh start
             self.restore(None)
             return
-        producer.begin_transaction()
+        self._begin_transaction()
+
+    def _begin_transaction(self) -> None:
+        """Open the next transaction; a fenced producer fails the sink (KafkaFencedError)."""
+        try:
+            self.producer.begin_transaction()
+        except Exception as e:
+            if self._failed_for_good(e):
+                assert self.failure is not None
+                raise self.failure from None
+            raise
         self._in_txn = True
 
     def _marker_group(self) -> str:
@@ -607,13 +671,11 @@ class ToKafka(Stream):
             self._ensure_producer()
             if self.committed_epoch is None:
                 self.restore(None)
-            self.producer.begin_transaction()
-            self._in_txn = True
+            self._begin_transaction()
         self._commit_epoch(epoch)
         self._epoch_records = []
         self._epoch_first = None
-        self.producer.begin_transaction()
-        self._in_txn = True
+        self._begin_transaction()
 
     def restore(self, handle: Any) -> None:
         """Check the topic; exactly-once: fence zombies, resolve the restored epoch, begin."""

@@ -32,11 +32,35 @@ def slow(batch: list[bytes]) -> list[bytes]:
     return batch
 
 
+def _dump_tasks(signum: int, frame: Any) -> None:
+    import asyncio
+
+    from rivermark.core import runtime
+
+    loop = runtime.background_loop()
+
+    def dump() -> None:
+        for task in asyncio.all_tasks(loop):
+            print(f"task {task.get_name()}:", file=sys.stderr)
+            coro: Any = task.get_coro()
+            while coro is not None:
+                frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+                if frame is not None:
+                    print(
+                        f"  {frame.f_code.co_filename}:{frame.f_lineno} {frame.f_code.co_name}",
+                        file=sys.stderr,
+                    )
+                coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+
+    loop.call_soon_threadsafe(dump)
+
+
 def main() -> None:
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(process)d %(name)s %(message)s"
     )
     faulthandler.register(signal.SIGUSR1)  # thread dumps when a test is stuck
+    signal.signal(signal.SIGUSR2, _dump_tasks)  # and the event loop's tasks
     bootstrap, inp, out, group, ckpt = sys.argv[1:6]
 
     def build(source: Stream) -> Stream:

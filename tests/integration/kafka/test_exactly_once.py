@@ -86,3 +86,60 @@ def test_read_committed_sees_each_result_once_across_sigkills(
     assert rolled and max(rolled) > 0, text[-3000:]
     # and the kills landed in the middle of the work: the runs made progress one by one
     assert "after-manifest" in text
+
+
+def test_a_producer_fenced_before_its_first_write_fails_the_job_instead_of_hanging(
+    bootstrap: str, new_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    # The fence is noticed by the producer's poll (not by a commit): the sink
+    # must fail then, or the barrier waits for acknowledgements forever.
+    import contextlib
+    import threading
+
+    import confluent_kafka as ck
+
+    from rivermark import Stream
+    from rivermark.checkpoint import Job
+    from rivermark.checkpoint.errors import JobFailedError
+    from rivermark.kafka import KafkaFencedError
+    from rivermark.testing import wait_for
+
+    out = new_topic(partitions=1, prefix="out")
+    root = Stream(name="manual")
+    sink = root.to_kafka(out, {"bootstrap.servers": bootstrap}, exactly_once=True, name="out")
+    # no interval checkpoint: the first to notice the fence is the producer's poll
+    job = Job(root, checkpoint=str(tmp_path / "ckpt"), every=None)
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            job.run()
+        except BaseException as e:
+            failure.append(e)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    # the start checkpoint committed, the next transaction open
+    wait_for(lambda: sink.committed_epoch == 1 and sink._in_txn, timeout=90)
+    fencer = ck.Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": sink.transactional_id}
+    )
+    fencer.init_transactions(60)
+    for i in range(20):
+        if sink.failure is not None:
+            break
+        root.emit(json.dumps({"i": i}))
+
+    # a checkpoint asked for now must not wait for those records' acknowledgements
+    def ask_checkpoint() -> None:
+        with contextlib.suppress(Exception):  # it fails with the job
+            job.checkpoint()
+
+    threading.Thread(target=ask_checkpoint, daemon=True).start()
+    thread.join(timeout=120)
+    assert not thread.is_alive(), "the job went on with a fenced producer"
+    assert failure and isinstance(failure[0], JobFailedError), failure
+    cause = failure[0].__cause__
+    assert isinstance(cause, KafkaFencedError), repr(cause)
+    assert sink.transactional_id in str(cause) and "fenced" in str(cause)
+    assert consume_all(bootstrap, out, timeout=5, committed_only=True) == []

@@ -281,11 +281,6 @@ def _transactional_id(task_store: Path) -> str | None:
     return None
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known bug under investigation: in some runs the task whose transactional id "
-    "another producer took goes on committing checkpoints and never learns it was fenced",
-)
 def test_a_fenced_task_gives_its_partition_up_and_the_process_goes_on(
     bootstrap: str, new_topic: Callable[..., str], group: str, tmp_path: Path
 ) -> None:
