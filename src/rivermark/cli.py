@@ -507,14 +507,18 @@ def _do_list(directory: str, as_json: bool) -> int:
     if not rows:
         print("no checkpoints")
         return 0
-    print(f"{'EPOCH':>12}  {'TIME (UTC)':<24}  {'KIND':<9}  {'STATE BYTES':>11}  {'SOURCES':>7}")
+    print(
+        f"{'EPOCH':>12}  {'TIME (UTC)':<24}  {'KIND':<9}  {'STATE BYTES':>11}  {'SOURCES':>7}"
+        "  RUN"
+    )
     for r in rows:
         if r["error"] is not None:
             print(f"{r['epoch']:>12}  DAMAGED: {r['error']}")
         else:
+            began = f"  {r['run_began']}" if r["run_began"] else ""
             print(
                 f"{r['epoch']:>12}  {insp.format_time(r['time']):<24}  {r['kind']:<9}  "
-                f"{r['size']:>11} bytes  {r['sources']:>3}"
+                f"{r['size']:>11} bytes  {r['sources']:>7}{began}"
             )
     return 0
 

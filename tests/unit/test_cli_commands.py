@@ -224,3 +224,19 @@ def test_diff_counts_the_keys_of_keyed_state_across_its_deltas(
     text = capsys.readouterr().out
     assert "position keys: moved +400 items" in text, text
     assert "state counts: grew by 400 entries (0 -> 400)" in text, text
+
+
+def test_list_says_where_each_run_began(ckpt: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = LocalDirectoryStore(ckpt)
+    first, second = store.list_epochs()[0], store.list_epochs()[-1]
+    assert main(["checkpoints", "list", str(ckpt)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[-1] == "RUN"
+    began = [line.split(None, 1)[0] + " " + line.split("  ")[-1] for line in lines[1:]]
+    marked = [b for b in began if "started fresh" in b or "resumed from" in b]
+    # the fixture's two runs: a fresh one, then one that resumed from the first's last
+    assert marked[0] == f"{first} started fresh", lines
+    assert len(marked) == 2 and marked[1].endswith(f"resumed from {second - 1}"), lines
+    assert main(["checkpoints", "list", str(ckpt), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows[-1]["run"]["resumed_from"] == second - 1

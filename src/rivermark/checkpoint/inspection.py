@@ -117,14 +117,26 @@ def format_time(t: float) -> str:
 
 
 def list_checkpoints(store: Store) -> list[dict[str, Any]]:
-    """One row per checkpoint: epoch, time, state size, or the error reading its manifest."""
+    """One row per checkpoint: epoch, time, state size, or the error reading its manifest.
+
+    ``run`` is what the manifest says of the run that wrote it (``None`` for
+    a checkpoint of an older rivermark); ``run_began`` says where a run
+    begins in the list: ``"started fresh"`` or ``"resumed from N"`` on the
+    first checkpoint listed of each run, ``None`` on the others.
+    """
     rows: list[dict[str, Any]] = []
+    previous = None
     for e in store.list_epochs():
         try:
             m = store.load_manifest(e)
         except CheckpointCorruptError as err:
             rows.append({"epoch": e, "time": None, "size": None, "error": str(err)})
             continue
+        began = None
+        if m.run is not None and m.run.get("started") != previous:
+            resumed = m.run.get("resumed_from")
+            began = "started fresh" if resumed is None else f"resumed from {resumed}"
+        previous = m.run.get("started") if m.run is not None else None
         rows.append(
             {
                 "epoch": e,
@@ -133,6 +145,8 @@ def list_checkpoints(store: Store) -> list[dict[str, Any]]:
                 "kind": kind_of(m),
                 "sources": len(m.positions),
                 "state_files": len(m.state),
+                "run": m.run,
+                "run_began": began,
                 "error": None,
             }
         )

@@ -779,6 +779,7 @@ class Job(RecoveryAtStart, Shutdown):
                         if isinstance(v, KeyedView)
                     },
                     savepoint=savepoint,
+                    run={"started": self.started_at, "resumed_from": self.restored_epoch},
                 )
                 pending = _Pending(epoch, manifest, views, positions, handles, paused_at)
                 if not background:

@@ -12,6 +12,7 @@
       "state": {"node-id": {"file": "state/node-id.pkl", "size": 123, "sha256": "..."}},
       "chains": {"node-id": {"parent": 41, "base": 37}},   # formats 3 and 4
       "savepoint": true,               # format 4, only in a savepoint
+      "run": {"started": 1764679000.0, "resumed_from": 41},   # optional: the run that wrote it
       "checksum": "<sha256 of every other field>",
       "signature": {"key": "<key id>", "hmac": "<HMAC-SHA256>"}   # format 4, with a key
     }
@@ -33,6 +34,11 @@ a delta as a whole state.
 state in it is a base, so it needs no other checkpoint.  It is part of the
 text the checksum and the signature cover; a manifest without it (every
 manifest written before savepoints existed) is an ordinary checkpoint.
+
+``run`` (optional, written from format 4 on) says which run of the job
+wrote the checkpoint: the unix time the run started and the epoch it
+resumed from (``null``: it started without a checkpoint), so a reader can
+tell where each run began (``rivermark checkpoints list``).
 
 It is written last, under a temporary name, fsynced and renamed into place,
 so a checkpoint whose manifest is missing never existed.
@@ -149,6 +155,22 @@ def _check_savepoint(d: dict[str, Any]) -> None:
             )
 
 
+def _check_run(d: dict[str, Any]) -> None:
+    """``run`` (optional) is ``{"started": number, "resumed_from": epoch or null}``."""
+    if "run" not in d:
+        return
+    run = d["run"]
+    ok = isinstance(run, dict) and set(run) == {"started", "resumed_from"}
+    ok = ok and isinstance(run["started"], (int, float)) and not isinstance(run["started"], bool)
+    resumed = run.get("resumed_from") if isinstance(run, dict) else None
+    ok = ok and (resumed is None or (_is_int(resumed) and 0 <= resumed < d["epoch"]))
+    if not ok:
+        raise ManifestError(
+            "manifest field 'run' must be {\"started\": <time>, \"resumed_from\": "
+            f"<an earlier epoch> or null}}, got {run!r}"
+        )
+
+
 def _check_schema(d: dict[str, Any]) -> None:
     """Raise :class:`ManifestError` naming the first missing or mistyped field."""
     for key in _FIELDS:
@@ -218,6 +240,8 @@ class Manifest:
     signature: dict[str, Any] | None = None
     #: a checkpoint the user asked for: never pruned, every keyed state a base
     savepoint: bool = False
+    #: ``{"started": unix time, "resumed_from": epoch | None}`` of the run that wrote it
+    run: dict[str, Any] | None = None
     #: the canonical text the checksum (and signature) of a parsed manifest cover
     canonical: str = field(default="", repr=False, compare=False)
     #: set by the store that loaded it: ``ok``, ``unsigned``, ``foreign-signed``,
@@ -238,6 +262,8 @@ class Manifest:
         if self.savepoint:
             # only when set: an ordinary checkpoint's text is what it always was
             raw["savepoint"] = True
+        if self.run is not None:
+            raw["run"] = self.run
         # what a reader will see (string keys, lists for tuples): the checksum
         # is taken over that, so it matches after a round trip
         body: dict[str, Any] = json.loads(json.dumps(raw))
@@ -283,6 +309,7 @@ class Manifest:
         if fmt >= CHAINS_FORMAT:
             _check_chains(d)
         _check_savepoint(d)
+        _check_run(d)
         if checksum is not None:
             actual = _canonical_checksum(d)
             if checksum != actual:
@@ -303,6 +330,7 @@ class Manifest:
             chains={k: dict(v) for k, v in d.get("chains", {}).items()},
             signature=signature,
             savepoint=d.get("savepoint", False),
+            run=dict(d["run"]) if "run" in d else None,
             canonical=_canonical(d),
         )
 

@@ -241,6 +241,7 @@ class RecoveryAtStart:
                 sinks=dict(manifest.sinks),
                 chains={nid: dict(link) for nid, link in manifest.chains.items()},
                 savepoint=True,
+                run=manifest.run,
             )
             self.store.write_checkpoint(copy, {nid: b[-1] for nid, b in blobs.items()})
             manifest, blobs = self.store.load_chains(wanted)

@@ -233,3 +233,26 @@ def test_a_new_store_gets_every_check() -> None:
     with pytest.raises(rivermark.RivermarkError, match="store offline") as info:
         store.verify(2)
     assert not isinstance(info.value, CheckpointCorruptError)
+
+
+def test_the_run_that_wrote_it_is_covered_by_the_checksum_and_checked() -> None:
+    m = _manifest()
+    m.run = {"started": 11.0, "resumed_from": 6}
+    text = m.to_json()
+    assert Manifest.from_json(text).run == {"started": 11.0, "resumed_from": 6}
+    assert Manifest.from_json(_manifest().to_json()).run is None  # optional
+    edited = json.loads(text)
+    edited["run"]["resumed_from"] = 5
+    with pytest.raises(ManifestError, match="checksum mismatch"):
+        Manifest.from_json(json.dumps(edited))
+    for bad in (
+        {"started": 11.0},
+        {"started": "x", "resumed_from": None},
+        {"started": 1.0, "resumed_from": 7},
+        [1],
+    ):
+        d = json.loads(text)
+        d["run"] = bad
+        d["checksum"] = sha256_of(json.dumps(d, sort_keys=True, separators=(",", ":")).encode())
+        with pytest.raises(ManifestError, match="'run' must be"):
+            Manifest.from_json(json.dumps(d))
