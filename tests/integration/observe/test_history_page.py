@@ -89,6 +89,8 @@ def test_history_of_a_finished_job(tmp_path: Path, browser: Any) -> None:
         assert "item 1000 of the iterable is the next to emit" in newest, newest
         assert "sum:" in newest and "full" in newest
         assert rows[-1][0] == epochs[0] and "DAMAGED" in rows[-1][1]
+        # the run's first checkpoint still readable says where the run began
+        assert "started fresh" in rows[-2][1] and "started fresh" not in newest, rows
         assert f"{len(epochs)} checkpoint(s) retained" in browser.find_element(By.ID, "store").text
         # reading the history wrote nothing: no lock, no file
         assert _files(ckpt) == before
