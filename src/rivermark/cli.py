@@ -508,8 +508,7 @@ def _do_list(directory: str, as_json: bool) -> int:
         print("no checkpoints")
         return 0
     print(
-        f"{'EPOCH':>12}  {'TIME (UTC)':<24}  {'KIND':<9}  {'STATE BYTES':>11}  {'SOURCES':>7}"
-        "  RUN"
+        f"{'EPOCH':>12}  {'TIME (UTC)':<24}  {'KIND':<9}  {'STATE BYTES':>11}  {'SOURCES':>7}  RUN"
     )
     for r in rows:
         if r["error"] is not None:
@@ -900,6 +899,50 @@ def ui_command(directory: str, port: int, addr: str) -> int:
     """
     _setup_logging(click.get_current_context())
     return _do_ui(directory, port, addr)
+
+
+# ---------------------------------------------------------------- control
+_target_argument = click.argument("target", metavar="DIR|URL")
+
+
+def _control(target: str, path: str, what: str) -> int:
+    from .observe import control
+
+    answer = control.request(target, path, control.control_token())
+    print(f"{what} {answer['epoch']}")
+    return 0
+
+
+@cli.command("savepoint")
+@_target_argument
+@_logging_options
+def savepoint_command(target: str) -> int:
+    """Take a savepoint of the running job at DIR|URL; print its epoch once durable.
+
+    DIR is the job's checkpoint directory (a job started with --ui names its
+    page there), URL its page (http://HOST:PORT/).  Needs the job's control
+    token in RIVERMARK_CONTROL_TOKEN or RIVERMARK_CONTROL_TOKEN_FILE.
+    """
+    _setup_logging(click.get_current_context())
+    return _control(target, "api/savepoint", "savepoint")
+
+
+@cli.command("stop")
+@_target_argument
+@click.option("--savepoint", is_flag=True, help="Make the final checkpoint a savepoint.")
+@_logging_options
+def stop_command(target: str, savepoint: bool) -> int:
+    """Stop the running job at DIR|URL gracefully; print its final checkpoint's epoch.
+
+    The job writes its final checkpoint (a savepoint with --savepoint),
+    commits its sinks and exits 0, as after SIGTERM.  Needs the job's
+    control token (see 'rivermark savepoint --help').
+    """
+    _setup_logging(click.get_current_context())
+    path = "api/stop?savepoint=true" if savepoint else "api/stop"
+    return _control(
+        target, path, "stopped; final savepoint" if savepoint else "stopped; final checkpoint"
+    )
 
 
 # ---------------------------------------------------------------- entry point

@@ -52,6 +52,8 @@ def test_version_and_help_of_every_command() -> None:
         (("checkpoints", "show"), "Describe checkpoint EPOCH"),
         (("checkpoints", "verify"), "Verify every checkpoint in DIR"),
         (("checkpoints", "diff"), "Compare checkpoints"),
+        (("savepoint",), "Take a savepoint of the running job"),
+        (("stop",), "Stop the running job at DIR|URL gracefully"),
     ]:
         res = run_cli(*cmd, "--help")
         assert res.returncode == 0, (cmd, res.stderr)

@@ -377,6 +377,11 @@ class Job(RecoveryAtStart, Shutdown):
         """Whether the job is running now (recovered, and not ended yet)."""
         return self._running
 
+    @property
+    def stop_requested(self) -> bool:
+        """Whether :meth:`stop` was called for the current run (it is stopping or stopped)."""
+        return self._stop_requested
+
     def wait_ended(self, timeout: float | None = None) -> bool:
         """Block until the current (or next) run has ended; False if ``timeout`` passed first."""
         return self._done.wait(timeout)
@@ -469,6 +474,8 @@ class Job(RecoveryAtStart, Shutdown):
             {
                 "fingerprint": self.fingerprint,
                 "node_ids": [self.id_of(n) for n in self.nodes],
+                # where 'rivermark savepoint/stop DIR' reach this run (its page)
+                "control": None if self._ui is None else self._ui.local_url,
             }
         )
         self._ended_by = None

@@ -166,7 +166,7 @@ def _check_run(d: dict[str, Any]) -> None:
     ok = ok and (resumed is None or (_is_int(resumed) and 0 <= resumed < d["epoch"]))
     if not ok:
         raise ManifestError(
-            "manifest field 'run' must be {\"started\": <time>, \"resumed_from\": "
+            'manifest field \'run\' must be {"started": <time>, "resumed_from": '
             f"<an earlier epoch> or null}}, got {run!r}"
         )
 

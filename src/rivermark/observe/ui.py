@@ -9,7 +9,10 @@ An ``aiohttp`` server (the ``ui`` extra) on the job's own event loop serves:
   duration, size); each source's records, rate, position and lag;
 * ``/graph.json``: the nodes, edges and their layout;
 * ``/events``: server-sent events, one JSON reading of the metrics about
-  once a second (``interval``), which the page applies as they arrive.
+  once a second (``interval``), which the page applies as they arrive;
+* the control API (:mod:`rivermark.observe.control`): health, the job's
+  status and checkpoints, and, with the job's token, checkpoint, savepoint
+  and stop requests.
 """
 
 from __future__ import annotations
@@ -233,6 +236,12 @@ class UiServer:
     def url(self) -> str:
         return f"http://{self.addr}:{self.port}/"
 
+    @property
+    def local_url(self) -> str:
+        """The page's URL from this machine (loopback when it listens on every address)."""
+        addr = {"0.0.0.0": "127.0.0.1", "::": "[::1]", "": "127.0.0.1"}.get(self.addr, self.addr)
+        return f"http://{addr}:{self.port}/"
+
     async def start(self) -> None:
         """Start serving on the running loop (the job's)."""
         try:
@@ -245,6 +254,9 @@ class UiServer:
         app.router.add_get("/", self._page)
         app.router.add_get("/graph.json", self._graph)
         app.router.add_get("/events", self._events)
+        from .control import ControlApi, control_token
+
+        ControlApi(self.job, control_token()).add_routes(app)
         self._runner, self.port = await serve(
             app, self.addr, self.port, "the pipeline page", "pick another --ui port"
         )

@@ -1,0 +1,51 @@
+"""The control API's token and the address a checkpoint directory names."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rivermark.errors import ConfigurationError
+from rivermark.observe import control
+
+
+def test_the_token_comes_from_the_variable_or_the_first_line_of_a_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(control.TOKEN_ENV, raising=False)
+    monkeypatch.delenv(control.TOKEN_FILE_ENV, raising=False)
+    assert control.control_token() is None
+    secret = tmp_path / "token"
+    secret.write_text("0123456789abcdef-from-a-file\nignored\n")
+    monkeypatch.setenv(control.TOKEN_FILE_ENV, str(secret))
+    assert control.control_token() == "0123456789abcdef-from-a-file"
+    monkeypatch.setenv(control.TOKEN_ENV, "0123456789abcdef-from-the-env")
+    assert control.control_token() == "0123456789abcdef-from-the-env"
+
+
+def test_a_short_token_or_an_unreadable_file_is_refused_without_showing_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(control.TOKEN_ENV, "short-secret")
+    with pytest.raises(ConfigurationError, match="12 characters, fewer than 16") as err:
+        control.control_token()
+    assert "short-secret" not in str(err.value)
+    monkeypatch.delenv(control.TOKEN_ENV)
+    monkeypatch.setenv(control.TOKEN_FILE_ENV, str(tmp_path / "missing"))
+    with pytest.raises(ConfigurationError, match="cannot be read"):
+        control.control_token()
+
+
+def test_a_directory_names_its_job_only_on_loopback(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="names no running job's control address"):
+        control.resolve(str(tmp_path))
+    info = tmp_path / "job.json"
+    info.write_text(json.dumps({"control": "http://127.0.0.1:4567/"}))
+    assert control.resolve(str(tmp_path)) == "http://127.0.0.1:4567/"
+    # a writer of the store must not be able to send the token elsewhere
+    info.write_text(json.dumps({"control": "http://203.0.113.9:4567/"}))
+    with pytest.raises(ConfigurationError, match="not on this machine's loopback"):
+        control.resolve(str(tmp_path))
+    assert control.resolve("http://203.0.113.9:4567") == "http://203.0.113.9:4567/"
