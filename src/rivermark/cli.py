@@ -37,6 +37,7 @@ import signal
 import sys
 from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from typing import Any
 
 import click
@@ -766,6 +767,84 @@ def show_command(
     """
     _setup_logging(click.get_current_context())
     return _do_show(directory, epoch, state, max_chars, as_json, trust_store)
+
+
+def _jsonable(value: Any) -> Any:
+    """A value of a state row as JSON has it: numpy scalars as numbers, times as ISO text."""
+    item = getattr(value, "item", None)
+    if callable(item) and getattr(value, "shape", None) == ():
+        return item()
+    iso = getattr(value, "isoformat", None)
+    if callable(iso):
+        return iso()
+    return repr(value)
+
+
+def _do_export(
+    directory: str, node: str, epoch: int | None, fmt: str, output: str | None, trust: bool
+) -> int:
+    store = _store(directory, trust)
+    if not store.list_epochs():
+        return _no_checkpoints(store)
+    if fmt == "parquet" and output is None:
+        raise click.UsageError("--format parquet writes a file: give --output FILE")
+    try:
+        rows = insp.state_rows(insp.read_node_state(store, epoch, node))
+    except CheckpointCorruptError as err:
+        return _damaged(err)
+    if fmt == "jsonl":
+        lines = "".join(json.dumps(r, default=_jsonable) + "\n" for r in rows)
+        if output is None:
+            sys.stdout.write(lines)
+        else:
+            Path(output).write_text(lines, encoding="utf-8")
+        return 0
+    import pandas as pd
+
+    try:
+        pd.DataFrame(rows).to_parquet(output, index=False)
+    except ImportError:
+        raise click.UsageError(
+            "--format parquet needs pyarrow: pip install pyarrow, or use --format jsonl"
+        ) from None
+    except (TypeError, ValueError) as e:  # pyarrow cannot type a column of mixed values
+        raise click.UsageError(
+            f"the state of {node!r} does not fit a parquet table ({e}); use --format jsonl"
+        ) from None
+    return 0
+
+
+@checkpoints.command("export")
+@_dir_argument
+@click.argument("node", metavar="NODE")
+@click.option("--epoch", type=int, default=None, help="The checkpoint (default: the newest).")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["jsonl", "parquet"]),
+    default="jsonl",
+    show_default=True,
+    help="One JSON object a line, or a parquet file (needs pyarrow).",
+)
+@click.option("--output", "-o", metavar="FILE", help="Write to FILE (jsonl: default stdout).")
+@_trust_option
+@_logging_options
+def export_command(
+    directory: str,
+    node: str,
+    epoch: int | None,
+    fmt: str,
+    output: str | None,
+    trust_store: bool,
+) -> int:
+    """Write the state of NODE in a checkpoint of DIR as rows, for people and notebooks.
+
+    A keyed or accumulated mapping gives one row per key (key, value), a
+    list one per item (index, value), a DataFrame aggregation its rows.
+    Reads the store only; pickled state only as 'show --state' does.
+    """
+    _setup_logging(click.get_current_context())
+    return _do_export(directory, node, epoch, fmt, output, trust_store)
 
 
 @checkpoints.command("verify")

@@ -242,3 +242,37 @@ def test_list_says_where_each_run_began(ckpt: Path, capsys: pytest.CaptureFixtur
     assert main(["checkpoints", "list", str(ckpt), "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert rows[-1]["run"]["resumed_from"] == second - 1
+
+
+def test_export_writes_a_nodes_state_as_rows(
+    tmp_path: Path, ckpt: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import pandas as pd
+
+    from rivermark import KeyedState
+
+    assert main(["checkpoints", "export", str(ckpt), "seen"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert rows == [{"index": i, "value": i} for i in range(300)]
+
+    def add(acc: KeyedState, x: int) -> KeyedState:
+        acc[f"k{x % 7}"] = acc.get(f"k{x % 7}", 0) + x
+        return acc
+
+    for n in (50, 120):  # a base and a delta on it
+        source = Stream.from_iterable(range(n), name="numbers")
+        source.accumulate(add, start=KeyedState(), name="sums")
+        Job(source, checkpoint=tmp_path / "keyed", every=None).run()
+    expected = {f"k{r}": sum(x for x in range(120) if x % 7 == r) for r in range(7)}
+    out = tmp_path / "sums.parquet"
+    args = ["checkpoints", "export", str(tmp_path / "keyed"), "sums"]
+    assert main([*args, "--format", "parquet", "-o", str(out)]) == 0
+    frame = pd.read_parquet(out)
+    assert dict(zip(frame["key"], frame["value"])) == expected
+    assert main([*args, "-o", str(tmp_path / "sums.jsonl")]) == 0
+    lines = (tmp_path / "sums.jsonl").read_text().splitlines()
+    assert {d["key"]: d["value"] for d in map(json.loads, lines)} == expected
+    res = run_cli("checkpoints", "export", str(ckpt), "nope")
+    assert res.returncode == 2 and "no state for node 'nope'" in res.stderr and "seen" in res.stderr
+    res = run_cli("checkpoints", "export", str(ckpt), "seen", "--format", "parquet")
+    assert res.returncode == 2 and "give --output FILE" in res.stderr

@@ -462,6 +462,43 @@ def read(
     raise CheckpointCorruptError(f"no checkpoint in {where(store)} verifies: " + "; ".join(damaged))
 
 
+def state_rows(state: Any) -> list[dict[str, Any]]:
+    """A node's decoded state as rows, for ``rivermark checkpoints export``.
+
+    The state's one container (a keyed state, an accumulated dict or list,
+    a DataFrame aggregation) gives one row per entry: ``{"key", "value"}``
+    for a mapping or a Series, ``{"index", "value"}`` for a sequence, the
+    columns (and the index) for a DataFrame; a state of several parts gives
+    one row per part.
+
+    >>> state_rows({"state": {"river": 2, "mark": 1}})
+    [{'key': 'river', 'value': 2}, {'key': 'mark', 'value': 1}]
+    >>> state_rows({"buffer": [7, 8], "count": 2})
+    [{'key': 'buffer', 'value': [7, 8]}, {'key': 'count', 'value': 2}]
+    """
+    import pandas as pd
+
+    value = state
+    if isinstance(state, dict):
+        sized = [
+            v for v in state.values() if isinstance(v, (*_CONTAINERS, pd.DataFrame, pd.Series))
+        ]
+        if len(sized) == 1 and len(state) == 1:
+            value = sized[0]
+    if isinstance(value, pd.DataFrame):
+        rows: list[dict[str, Any]] = value.reset_index().to_dict(orient="records")
+        return rows
+    if isinstance(value, pd.Series):
+        value = value.to_dict()
+    if isinstance(value, dict):
+        return [{"key": k, "value": v} for k, v in value.items()]
+    if isinstance(value, (list, tuple)):
+        return [{"index": i, "value": v} for i, v in enumerate(value)]
+    if isinstance(value, (set, frozenset)):
+        return [{"index": i, "value": v} for i, v in enumerate(sorted(value, key=repr))]
+    return [{"value": value}]
+
+
 def render_value(value: Any, max_chars: int = 2000) -> str:
     """``value`` pretty-printed, cut to ``max_chars`` characters with a note saying so.
 
