@@ -38,14 +38,18 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConfigurationError, RivermarkError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..checkpoint.job import Job
+    from collections.abc import Iterable
+
+    from ..checkpoint.job import CheckpointFailure, CheckpointInfo, Job
 
 __all__ = [
     "TOKEN_ENV",
     "TOKEN_FILE_ENV",
     "ControlApi",
     "ControlRequestError",
+    "checkpoint_rows",
     "control_token",
+    "failure_rows",
     "request",
     "resolve",
 ]
@@ -83,6 +87,28 @@ def control_token() -> str | None:
             f"{MIN_TOKEN}; use a long random one, e.g. the output of 'openssl rand -hex 32'"
         )
     return token
+
+
+def checkpoint_rows(checkpoints: Iterable[CheckpointInfo]) -> list[dict[str, Any]]:
+    """The checkpoints a job wrote, as the page and the control API show them."""
+    return [
+        {
+            "epoch": c.epoch,
+            "time": c.time,
+            "duration": c.duration,
+            "pause": c.pause,
+            "size": c.size,
+            "kind": c.kind,
+        }
+        for c in checkpoints
+    ]
+
+
+def failure_rows(failures: Iterable[CheckpointFailure]) -> list[dict[str, Any]]:
+    """The checkpoints a job could not complete, as the page and the control API show them."""
+    return [
+        {"epoch": f.epoch, "time": f.time, "reason": f.reason, "fatal": f.fatal} for f in failures
+    ]
 
 
 class ControlApi:
@@ -145,21 +171,8 @@ class ControlApi:
         job = self.job
         return web.json_response(
             {
-                "checkpoints": [
-                    {
-                        "epoch": c.epoch,
-                        "time": c.time,
-                        "duration": c.duration,
-                        "pause": c.pause,
-                        "size": c.size,
-                        "kind": c.kind,
-                    }
-                    for c in job.checkpoints
-                ],
-                "failures": [
-                    {"epoch": f.epoch, "time": f.time, "reason": f.reason, "fatal": f.fatal}
-                    for f in job.checkpoint_failures
-                ],
+                "checkpoints": checkpoint_rows(job.checkpoints),
+                "failures": failure_rows(job.checkpoint_failures),
             }
         )
 

@@ -25,6 +25,7 @@ from importlib.resources import files
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError
+from .control import ControlApi, checkpoint_rows, control_token, failure_rows
 from .metrics import Snapshot
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -174,21 +175,8 @@ def snapshot_json(snap: Snapshot, job: Job | None = None) -> dict[str, Any]:
             }
             for s in snap.sources
         ],
-        "checkpoints": [
-            {
-                "epoch": c.epoch,
-                "time": c.time,
-                "duration": c.duration,
-                "pause": c.pause,
-                "size": c.size,
-                "kind": c.kind,
-            }
-            for c in snap.recent_checkpoints[-20:]
-        ],
-        "checkpoint_failures": [
-            {"epoch": f.epoch, "time": f.time, "reason": f.reason, "fatal": f.fatal}
-            for f in snap.checkpoint_failures[-20:]
-        ],
+        "checkpoints": checkpoint_rows(snap.recent_checkpoints[-20:]),
+        "checkpoint_failures": failure_rows(snap.checkpoint_failures[-20:]),
     }
 
 
@@ -254,8 +242,6 @@ class UiServer:
         app.router.add_get("/", self._page)
         app.router.add_get("/graph.json", self._graph)
         app.router.add_get("/events", self._events)
-        from .control import ControlApi, control_token
-
         ControlApi(self.job, control_token()).add_routes(app)
         self._runner, self.port = await serve(
             app, self.addr, self.port, "the pipeline page", "pick another --ui port"

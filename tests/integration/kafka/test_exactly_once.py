@@ -16,7 +16,7 @@ import pytest
 
 from rivermark.testing.faults import FAULT_POINTS
 
-from .helpers import consume_all, produce
+from .helpers import consume_all, produce, run_in_thread
 
 pytestmark = pytest.mark.kafka
 
@@ -109,16 +109,7 @@ def test_a_producer_fenced_before_its_first_write_fails_the_job_instead_of_hangi
     sink = root.to_kafka(out, {"bootstrap.servers": bootstrap}, exactly_once=True, name="out")
     # no interval checkpoint: the first to notice the fence is the producer's poll
     job = Job(root, checkpoint=str(tmp_path / "ckpt"), every=None)
-    failure: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            job.run()
-        except BaseException as e:
-            failure.append(e)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
+    thread, failure = run_in_thread(job)
     # the start checkpoint committed, the next transaction open
     wait_for(lambda: sink.committed_epoch == 1 and sink._in_txn, timeout=90)
     fencer = ck.Producer(
