@@ -12,7 +12,7 @@ from ..errors import RivermarkError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["wait_for", "wait_value", "wait_for_async", "WaitTimeout"]
+__all__ = ["wait_for", "wait_value", "wait_for_async", "wait_progress", "WaitTimeout"]
 
 
 class WaitTimeout(RivermarkError, TimeoutError):
@@ -65,6 +65,41 @@ def wait_for(
     >>> wait_for(lambda: box)
     """
     wait_value(predicate, timeout, what, interval=interval)
+
+
+def wait_progress(
+    count: Callable[[], int],
+    goal: int,
+    stall: float = 120,
+    what: str | None = None,
+    *,
+    limit: float = 1800,
+    interval: float = 0.01,
+) -> None:
+    """Block until ``count()`` reaches ``goal``, for as long as it keeps growing.
+
+    A deadline that follows progress rather than the wall clock: it raises
+    :class:`WaitTimeout` when ``count()`` has not grown for ``stall`` s (or
+    after ``limit`` s in all), so a slow machine that still makes progress
+    is waited for, and a stuck one is not.
+
+    >>> seen = iter(range(100))
+    >>> wait_progress(lambda: next(seen), 50, stall=5, what="records")
+    """
+    start = last_change = time.monotonic()
+    best = count()
+    while best < goal:
+        now = time.monotonic()
+        if now - last_change > stall or now - start > limit:
+            name = what or "count"
+            raise WaitTimeout(
+                f"wait_progress: {name} reached {best} of {goal} and did not grow for "
+                f"{now - last_change:.0f} s ({now - start:.0f} s in all)"
+            )
+        time.sleep(interval)
+        n = count()
+        if n > best:
+            best, last_change = n, time.monotonic()
 
 
 async def wait_for_async(
