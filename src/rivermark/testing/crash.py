@@ -117,6 +117,8 @@ def run_with_crashes(
     seed: int = 0,
     on_kill: Callable[[int], None] | None = None,
     ready: Callable[[int], bool] | None = None,
+    progress: Callable[[], int | None] | None = None,
+    limit: float = 1800.0,
 ) -> CrashReport:
     """Kill ``cmd`` ``kills`` times at random, then once at each fault point.
 
@@ -125,11 +127,14 @@ def run_with_crashes(
     ``ready(pid)``, if given, is polled after each start and the random delay
     counts from when it first returns true (e.g. "the job holds its lock"), so
     slow interpreter start-up under load does not eat the delay.
-    Raises
-    :class:`CrashHarnessError` when a run fails on its own or ``timeout``
-    seconds pass.
+    ``progress()``, if given, says how far the job got (e.g. the position
+    in its newest checkpoint, None before the first): then ``timeout`` is
+    counted from the last time that grew, not from the start, so a loaded
+    machine that is slow but still moving is waited for (``limit`` seconds
+    at most in all).  Raises :class:`CrashHarnessError` when a run fails on
+    its own or the deadline passes.
     """
-    run = _Runs(cmd, env, timeout)
+    run = _Runs(cmd, env, timeout, progress, limit)
     rng = random.Random(seed)
     # phase 1: random kills (skipped when kills == 0)
     done = kills <= 0
@@ -150,12 +155,12 @@ def run_with_crashes(
     # phase 2: one self-kill per fault point, then run to completion
     for point in fault_points:
         proc = run.start(point)
-        rc = proc.wait(timeout=run.remaining())
+        rc = run.to_end(proc)
         _check_failed(proc, rc, cmd)
         if rc == -signal.SIGKILL:
             run.report.fault_kills[point] = run.report.fault_kills.get(point, 0) + 1
         proc = run.start(None)
-        rc = proc.wait(timeout=run.remaining())
+        rc = run.to_end(proc)
         _check_failed(proc, rc, cmd)
         if rc != 0:
             raise CrashHarnessError(f"run_with_crashes: {list(cmd)!r} was killed unexpectedly")
@@ -166,10 +171,21 @@ def run_with_crashes(
 class _Runs:
     """The runs of one :func:`run_with_crashes`: starts, the overall deadline, the report."""
 
-    def __init__(self, cmd: Sequence[str], env: dict[str, str] | None, timeout: float) -> None:
+    def __init__(
+        self,
+        cmd: Sequence[str],
+        env: dict[str, str] | None,
+        timeout: float,
+        progress: Callable[[], int | None] | None = None,
+        limit: float = 1800.0,
+    ) -> None:
         self.cmd, self.env, self.timeout = list(cmd), env, timeout
         self.report = CrashReport()
-        self.deadline = time.monotonic() + timeout
+        self.start_time = time.monotonic()
+        self.deadline = self.start_time + timeout
+        self.progress, self.limit = progress, limit
+        self.best: int | None = None
+        self.next_poll = 0.0  # progress() is asked at most once a second
 
     def start(self, fault: str | None) -> subprocess.Popen[bytes]:
         self.report.runs += 1
@@ -178,10 +194,18 @@ class _Runs:
         )
 
     def remaining(self) -> float:
-        left = self.deadline - time.monotonic()
+        now = time.monotonic()
+        if self.progress is not None and now >= self.next_poll:
+            self.next_poll = now + 1.0
+            got = self.progress()
+            if got is not None and (self.best is None or got > self.best):
+                self.best = got
+                self.deadline = min(now + self.timeout, self.start_time + self.limit)
+        left = self.deadline - now
         if left <= 0:
+            moving = "" if self.progress is None else f" without progress (it got to {self.best})"
             raise CrashHarnessError(
-                f"run_with_crashes: {self.cmd!r} did not finish in {self.timeout} s"
+                f"run_with_crashes: {self.cmd!r} did not finish in {self.timeout} s{moving}"
             )
         return left
 
@@ -192,27 +216,36 @@ class _Runs:
 
     def killed_after(self, proc: subprocess.Popen[bytes], delay: float) -> int | None:
         """SIGKILL ``proc`` after ``delay`` s (None), unless it ended first (its exit status)."""
-        try:
-            return proc.wait(timeout=min(delay, self.remaining()))
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
-            self.report.kills += 1
-            if proc.stderr:
-                proc.stderr.close()
-            return None
+        kill_at = time.monotonic() + delay
+        while (left := kill_at - time.monotonic()) > 0:
+            try:
+                # in slices: past the deadline this raises rather than counting a kill
+                return proc.wait(timeout=min(left, self.remaining(), 1.0))
+            except subprocess.TimeoutExpired:
+                pass
+            except CrashHarnessError:
+                proc.kill()
+                proc.wait()
+                raise
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        self.report.kills += 1
+        if proc.stderr:
+            proc.stderr.close()
+        return None
 
     def to_end(self, proc: subprocess.Popen[bytes]) -> int:
         """Wait for ``proc`` to end by itself; its exit status."""
-        try:
-            rc = proc.wait(timeout=self.remaining())
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            raise CrashHarnessError(
-                f"run_with_crashes: {self.cmd!r} did not finish in {self.timeout} s"
-            ) from None
-        return rc
+        while True:
+            try:
+                # in slices, so that progress made meanwhile moves the deadline
+                return proc.wait(timeout=min(self.remaining(), 1.0))
+            except subprocess.TimeoutExpired:
+                pass
+            except CrashHarnessError:
+                proc.kill()
+                proc.wait()
+                raise
 
 
 _hold_at = os.environ.get(HOLD_AT_ENV)
