@@ -499,6 +499,11 @@ def _print_json(value: Any) -> None:
     print(json.dumps(value, indent=2, sort_keys=True, default=repr))
 
 
+def _seconds(value: float | None) -> str:
+    """``0.042 s``, or ``-`` when the checkpoint did not record it."""
+    return "-" if value is None else f"{value:.3f} s"
+
+
 def _do_list(directory: str, as_json: bool) -> int:
     store = _store(directory)
     rows = insp.list_checkpoints(store)
@@ -509,7 +514,8 @@ def _do_list(directory: str, as_json: bool) -> int:
         print("no checkpoints")
         return 0
     print(
-        f"{'EPOCH':>12}  {'TIME (UTC)':<24}  {'KIND':<9}  {'STATE BYTES':>11}  {'SOURCES':>7}  RUN"
+        f"{'EPOCH':>12}  {'TIME (UTC)':<24}  {'KIND':<9}  {'DURATION':>9}  {'PAUSE':>9}  "
+        f"{'STATE BYTES':>17}  {'SOURCES':>7}  RUN"
     )
     for r in rows:
         if r["error"] is not None:
@@ -518,6 +524,7 @@ def _do_list(directory: str, as_json: bool) -> int:
             began = f"  {r['run_began']}" if r["run_began"] else ""
             print(
                 f"{r['epoch']:>12}  {insp.format_time(r['time']):<24}  {r['kind']:<9}  "
+                f"{_seconds(r['duration']):>9}  {_seconds(r['pause']):>9}  "
                 f"{r['size']:>11} bytes  {r['sources']:>7}{began}"
             )
     return 0
@@ -988,7 +995,11 @@ def _control(target: str, path: str, what: str) -> int:
     from .observe import control
 
     answer = control.request(target, path, control.control_token())
-    print(f"{what} {answer['epoch']}")
+    if "tasks" in answer:  # a partitioned job: one line per task
+        for task, epoch in sorted(answer["tasks"].items()):
+            print(f"{what} {epoch} of task {task}")
+    else:
+        print(f"{what} {answer['epoch']}")
     return 0
 
 

@@ -103,6 +103,14 @@ def _read_lease(url: str) -> dict[str, Any] | None:
         return None
 
 
+def _final_counts(ckpt: str) -> dict[str, list[int]]:
+    """The records in and out per node that the newest checkpoint of ``ckpt`` holds."""
+    store = open_store(ckpt, create=False)
+    counts = store.read_manifest(store.list_epochs()[-1]).counts
+    assert counts, f"the newest checkpoint in {ckpt} holds no counts"
+    return counts
+
+
 def _env(workdir: Path, out: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["RIVERMARK_APP_INPUT"] = str(workdir / "in.jsonl")
@@ -190,6 +198,9 @@ def test_random_kills_give_identical_output(workdir: Path, reference: bytes, whe
     assert len(set(progress)) >= 5, progress
     assert sum(0 < p < N for p in progress) >= 3, progress
     assert out.read_bytes() == reference
+    # the records counted carry over every restore: the final checkpoint counts
+    # what one uncrashed run counted, node by node, though records were replayed
+    assert _final_counts(ckpt) == _final_counts(str(workdir / f"ref-ckpt-{where.app.stem}"))
     final = _store(ckpt)
     # keep=3; a keyed chain also keeps the links its newest checkpoints need
     # (at most one compaction interval, RIVERMARK_COMPACT_EVERY=3, more)
@@ -217,6 +228,7 @@ def test_fault_points_give_identical_output(
     )
     assert report.fault_kills == {name: 1}
     assert out.read_bytes() == reference
+    assert _final_counts(ckpt) == _final_counts(str(workdir / f"ref-ckpt-{where.app.stem}"))
 
 
 @pytest.mark.parametrize("nth", [1, 2])

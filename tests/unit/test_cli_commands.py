@@ -244,6 +244,30 @@ def test_list_says_where_each_run_began(ckpt: Path, capsys: pytest.CaptureFixtur
     assert rows[-1]["run"]["resumed_from"] == second - 1
 
 
+def test_list_shows_how_long_each_checkpoint_took(
+    ckpt: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["checkpoints", "list", str(ckpt)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[4:6] == ["DURATION", "PAUSE"]
+    for line in lines[1:]:
+        duration, pause = float(line.split()[4]), float(line.split()[6])
+        assert 0 < pause <= duration < 30, line  # "0.004 s  0.004 s": a blocking write
+    assert main(["checkpoints", "list", str(ckpt), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert all(r["duration"] >= r["pause"] > 0 for r in rows)
+
+
+def test_counts_carry_over_a_restore(ckpt: Path) -> None:
+    store = LocalDirectoryStore(ckpt)
+    last = store.read_manifest(store.list_epochs()[-1])
+    # the second run read lines 101-300 only: the first run's 100 are carried
+    assert last.counts is not None and last.run is not None
+    assert last.run["resumed_from"] is not None
+    assert last.counts["lines"] == [300, 300]
+    assert last.counts["seen"] == [300, 0]  # a leaf passes nothing on
+
+
 def test_export_writes_a_nodes_state_as_rows(
     tmp_path: Path, ckpt: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

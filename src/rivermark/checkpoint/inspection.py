@@ -123,6 +123,8 @@ def list_checkpoints(store: Store) -> list[dict[str, Any]]:
     a checkpoint of an older rivermark); ``run_began`` says where a run
     begins in the list: ``"started fresh"`` or ``"resumed from N"`` on the
     first checkpoint listed of each run, ``None`` on the others.
+    ``duration`` and ``pause`` are the manifest's ``timing`` in seconds
+    (``None`` for a checkpoint of an older rivermark).
     """
     rows: list[dict[str, Any]] = []
     previous = None
@@ -143,6 +145,8 @@ def list_checkpoints(store: Store) -> list[dict[str, Any]]:
                 "time": m.time,
                 "size": m.total_size,
                 "kind": kind_of(m),
+                "duration": None if m.timing is None else m.timing["duration"],
+                "pause": None if m.timing is None else m.timing["pause"],
                 "sources": len(m.positions),
                 "state_files": len(m.state),
                 "run": m.run,

@@ -146,6 +146,14 @@ class _Pending:
     paused_at: float
     resumed_at: float | None = None
 
+    def timing(self) -> dict[str, float]:
+        """Seconds since the pause, and of it the sources held (the manifest's ``timing``)."""
+        now = time.monotonic()
+        return {
+            "duration": now - self.paused_at,
+            "pause": (self.resumed_at or now) - self.paused_at,
+        }
+
 
 def _resolve_when_durable(
     fut: asyncio.Future[int], epoch: int, task: asyncio.Future[None] | None
@@ -322,6 +330,8 @@ class Job(RecoveryAtStart, Shutdown):
         self.restored_time: float | None = None
         #: the positions the run resumed from (empty when starting fresh)
         self.restored_positions: dict[str, Any] = {}
+        #: node id -> [records in, records out] the restored checkpoint carried
+        self.restored_counts: dict[str, list[int]] = {}
         #: wall time the recovery at start took (reading, checking, set_state), seconds
         self.restore_seconds = 0.0
         #: whether the restore (or the fresh start's set-up of the sinks) finished
@@ -787,8 +797,10 @@ class Job(RecoveryAtStart, Shutdown):
                     },
                     savepoint=savepoint,
                     run={"started": self.started_at, "resumed_from": self.restored_epoch},
+                    counts=self.metrics.totals(),
                 )
                 pending = _Pending(epoch, manifest, views, positions, handles, paused_at)
+                manifest.timer = pending.timing
                 if not background:
                     # (4)-(5) with the sources paused
                     await self._complete(pending)

@@ -13,6 +13,8 @@
       "chains": {"node-id": {"parent": 41, "base": 37}},   # formats 3 and 4
       "savepoint": true,               # format 4, only in a savepoint
       "run": {"started": 1764679000.0, "resumed_from": 41},   # optional: the run that wrote it
+      "timing": {"duration": 0.042, "pause": 0.003},   # optional: seconds, up to the commit
+      "counts": {"node-id": [records in, records out], ...},   # optional: totals so far
       "checksum": "<sha256 of every other field>",
       "signature": {"key": "<key id>", "hmac": "<HMAC-SHA256>"}   # format 4, with a key
     }
@@ -40,6 +42,18 @@ wrote the checkpoint: the unix time the run started and the epoch it
 resumed from (``null``: it started without a checkpoint), so a reader can
 tell where each run began (``rivermark checkpoints list``).
 
+``timing`` (optional, format 4) is how long the checkpoint took, measured
+when the manifest is serialised, the last step before the commit (the
+rename): ``duration`` from the moment the sources were paused, ``pause``
+how long they were held by then (a background write resumes them before
+it writes; a blocking one holds them throughout).  What follows the commit
+(the sinks' commits, pruning) is not in it.
+
+``counts`` (optional, format 4) holds every node's records in and out
+since the job first started, as they stood at the snapshot: a resumed job
+counts on from there, so its metrics carry over a restore exactly (the
+records after the checkpoint are processed again and counted again).
+
 It is written last, under a temporary name, fsynced and renamed into place,
 so a checkpoint whose manifest is missing never existed.
 
@@ -62,6 +76,7 @@ import hashlib
 import json
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -171,6 +186,39 @@ def _check_run(d: dict[str, Any]) -> None:
         )
 
 
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _check_timing(d: dict[str, Any]) -> None:
+    """``timing`` (optional) is ``{"duration": seconds, "pause": seconds}``."""
+    if "timing" not in d:
+        return
+    t = d["timing"]
+    ok = isinstance(t, dict) and set(t) == {"duration", "pause"}
+    if not (ok and all(_is_number(v) and v >= 0 for v in t.values())):
+        raise ManifestError(
+            'manifest field \'timing\' must be {"duration": <seconds>, "pause": <seconds>}, '
+            f"got {t!r}"
+        )
+
+
+def _check_counts(d: dict[str, Any]) -> None:
+    """``counts`` (optional) maps node ids to ``[records in, records out]``."""
+    if "counts" not in d:
+        return
+    counts = d["counts"]
+    ok = isinstance(counts, dict) and all(
+        isinstance(v, list) and len(v) == 2 and all(_is_int(x) and x >= 0 for x in v)
+        for v in counts.values()
+    )
+    if not ok:
+        raise ManifestError(
+            "manifest field 'counts' must map node ids to [<records in>, <records out>], "
+            f"got {str(counts)[:200]}"
+        )
+
+
 def _check_schema(d: dict[str, Any]) -> None:
     """Raise :class:`ManifestError` naming the first missing or mistyped field."""
     for key in _FIELDS:
@@ -242,6 +290,12 @@ class Manifest:
     savepoint: bool = False
     #: ``{"started": unix time, "resumed_from": epoch | None}`` of the run that wrote it
     run: dict[str, Any] | None = None
+    #: ``{"duration": s, "pause": s}`` up to the commit (see the module docs)
+    timing: dict[str, float] | None = None
+    #: node id -> ``[records in, records out]`` since the job first started
+    counts: dict[str, list[int]] | None = None
+    #: called when the manifest is serialised, gives ``timing`` (the job sets it)
+    timer: Callable[[], dict[str, float]] | None = field(default=None, repr=False, compare=False)
     #: the canonical text the checksum (and signature) of a parsed manifest cover
     canonical: str = field(default="", repr=False, compare=False)
     #: set by the store that loaded it: ``ok``, ``unsigned``, ``foreign-signed``,
@@ -264,6 +318,10 @@ class Manifest:
             raw["savepoint"] = True
         if self.run is not None:
             raw["run"] = self.run
+        if self.timing is not None:
+            raw["timing"] = self.timing
+        if self.counts is not None:
+            raw["counts"] = self.counts
         # what a reader will see (string keys, lists for tuples): the checksum
         # is taken over that, so it matches after a round trip
         body: dict[str, Any] = json.loads(json.dumps(raw))
@@ -272,8 +330,11 @@ class Manifest:
     def to_json(self, keyring: Keyring | None = None) -> str:
         """The manifest as JSON, always in the current format, with its checksum.
 
-        With a ``keyring`` it is signed with the keyring's first key.
+        With a ``keyring`` it is signed with the keyring's first key.  With a
+        ``timer``, ``timing`` is taken now.
         """
+        if self.timer is not None:
+            self.timing = {k: round(v, 6) for k, v in self.timer().items()}
         body = self._body()
         canonical = _canonical(body)
         body["checksum"] = sha256_of(canonical.encode())
@@ -310,6 +371,8 @@ class Manifest:
             _check_chains(d)
         _check_savepoint(d)
         _check_run(d)
+        _check_timing(d)
+        _check_counts(d)
         if checksum is not None:
             actual = _canonical_checksum(d)
             if checksum != actual:
@@ -331,6 +394,8 @@ class Manifest:
             signature=signature,
             savepoint=d.get("savepoint", False),
             run=dict(d["run"]) if "run" in d else None,
+            timing=dict(d["timing"]) if "timing" in d else None,
+            counts={k: list(v) for k, v in d["counts"].items()} if "counts" in d else None,
             canonical=_canonical(d),
         )
 

@@ -105,6 +105,7 @@ class RecoveryAtStart:
     restored_epoch: int | None
     restored_time: float | None
     restored_positions: dict[str, Any]
+    restored_counts: dict[str, list[int]]
     restore_seconds: float
     recovered: bool
     _keyed: Chains
@@ -242,6 +243,8 @@ class RecoveryAtStart:
                 chains={nid: dict(link) for nid, link in manifest.chains.items()},
                 savepoint=True,
                 run=manifest.run,
+                timing=manifest.timing,
+                counts=manifest.counts,
             )
             self.store.write_checkpoint(copy, {nid: b[-1] for nid, b in blobs.items()})
             manifest, blobs = self.store.load_chains(wanted)
@@ -297,6 +300,7 @@ class RecoveryAtStart:
         self.restored_epoch = manifest.epoch
         self.restored_time = manifest.time
         self.restored_positions = dict(manifest.positions)
+        self.restored_counts = dict(manifest.counts or {})
         logger.info(
             "restored checkpoint %d from %r",
             manifest.epoch,

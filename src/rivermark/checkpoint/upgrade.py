@@ -348,5 +348,6 @@ def renamed_manifest(
         sinks=ren(manifest.sinks),
         state=ren(manifest.state),
         chains=ren(manifest.chains),
+        counts=None if manifest.counts is None else ren(manifest.counts),
     )
     return m, ren(blobs)

@@ -81,6 +81,7 @@ from ..core import graph, runtime
 from ..core.node import Stream
 from ..errors import ConfigurationError
 from .errors import KafkaCommitError, KafkaConnectorError, KafkaDeliveryError
+from .group_control import GroupControl
 from .membership import InstanceSlot
 from .sink import ToKafka
 from .source import KafkaBatchedSource
@@ -158,6 +159,16 @@ class _Task:
     revoked: bool = False
 
 
+def _check_control_port(port: Any) -> None:
+    if port is not None and (
+        isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535
+    ):
+        raise ConfigurationError(
+            f"PartitionedJob: control_port must be a TCP port number (0-65535) or None, got "
+            f"{port!r}; pass e.g. control_port=8081"
+        )
+
+
 def _check_instance_id(instance_id: Any, consumer_params: dict[str, Any]) -> None:
     if instance_id is not None and (not isinstance(instance_id, str) or not instance_id):
         raise ConfigurationError(
@@ -198,7 +209,10 @@ class PartitionedJob:
     record at a time); ``source_options`` go to the source (``poll_interval``,
     ``max_batch_size``, ``keys``, ...), ``every``, ``every_batches``,
     ``keep``, ``exactly_once``, ``on_error`` and ``allow_new_nodes`` to every
-    task's :class:`~rivermark.checkpoint.Job`.
+    task's :class:`~rivermark.checkpoint.Job`.  ``control_port`` serves the
+    control API for this process's tasks on ``control_addr`` (loopback by
+    default; ``0`` picks a free port, :attr:`control_url` says which): see
+    :mod:`rivermark.kafka.group_control`.
     """
 
     def __init__(
@@ -212,6 +226,8 @@ class PartitionedJob:
         source_options: dict[str, Any] | None = None,
         revoke_timeout: float = 60.0,
         instance_id: str | None = "auto",
+        control_port: int | None = None,
+        control_addr: str = "127.0.0.1",
         **job_options: Any,
     ) -> None:
         self.topics = [topics] if isinstance(topics, str) else list(topics)
@@ -257,6 +273,14 @@ class PartitionedJob:
             raise ConfigurationError(
                 f"PartitionedJob: revoke_timeout must be a number of seconds, got {revoke_timeout!r}"
             )
+        _check_control_port(control_port)
+        self.control_port, self.control_addr = control_port, control_addr
+        self.control: GroupControl | None = None
+        #: a graceful stop was asked for (signal, stop(), the control API)
+        self.stop_requested = False
+        #: run() has returned (or is returning)
+        self.ended = False
+        self._stop_savepoint = False
         self.consumer_params: dict[str, Any] = dict(consumer_params)
         self.build = build
         text = os.fspath(checkpoint)
@@ -361,14 +385,16 @@ class PartitionedJob:
                     waiting = True
                 await asyncio.sleep(0.2)
 
-    def _stop_tasks(self, tps: list[TP]) -> None:
-        """Stop these tasks with a final checkpoint each, and wait for them (polling thread)."""
+    def _stop_tasks(self, tps: list[TP], savepoint: bool = False) -> None:
+        """Stop these tasks with a final checkpoint (a savepoint) each, and wait (polling thread)."""
         tasks = [self.tasks.pop(tp) for tp in tps if tp in self.tasks]
         for task in tasks:
             task.revoked = True
         deadline = time.monotonic() + self.revoke_timeout
         for task in tasks:
-            stopper = threading.Thread(target=task.job.stop, daemon=True)
+            stopper = threading.Thread(
+                target=task.job.stop, kwargs={"savepoint": savepoint}, daemon=True
+            )
             stopper.start()
         for task in tasks:
             assert task.future is not None
@@ -524,11 +550,14 @@ class PartitionedJob:
             )
         slot = InstanceSlot(str(self.consumer_params["group.id"]), self.location)
         try:
+            self._start_control()
             self._run_member(self._member_conf(slot))
         except KafkaConnectorError as e:
             self._error = self._error or e
         finally:
+            self.ended = True
             slot.release()
+            self._stop_control()
         if self._error is not None:
             line = str(self._error).splitlines()[0] if str(self._error) else repr(self._error)
             print(f"rivermark: PartitionedJob stopped: {line}", file=sys.stderr, flush=True)
@@ -564,7 +593,7 @@ class PartitionedJob:
                 self._flush_commits()
         finally:
             self._stop.set()
-            self._stop_tasks(list(self.tasks))
+            self._stop_tasks(list(self.tasks), savepoint=self._stop_savepoint)
             self._flush_commits(wait=True)
             try:
                 consumer.close()  # a dynamic member leaves the group (no task is left)
@@ -573,11 +602,49 @@ class PartitionedJob:
             self._consumer = None
             self._done.set()
 
-    def stop(self) -> None:
-        """Stop every task with a final checkpoint and leave the group; waits up to a minute."""
-        self._stop.set()
+    def stop(self, savepoint: bool = False) -> None:
+        """Stop every task with a final checkpoint and leave the group; waits up to a minute.
+
+        With ``savepoint`` each task's final checkpoint is a savepoint.
+        """
+        self.request_stop(savepoint)
         if self._runner is not None and self._runner is not threading.current_thread():
-            self._done.wait(60)
+            self.wait_stopped(60)
+
+    def request_stop(self, savepoint: bool = False) -> None:
+        """Ask for a graceful stop (returns at once; :meth:`wait_stopped` waits for it)."""
+        self._stop_savepoint = self._stop_savepoint or savepoint
+        self.stop_requested = True
+        self._stop.set()
+
+    def wait_stopped(self, timeout: float | None = None) -> bool:
+        """Wait until every task stopped and the process left the group; False on timeout."""
+        return self._done.wait(self.revoke_timeout + 60 if timeout is None else timeout)
+
+    @property
+    def control_url(self) -> str | None:
+        """The control API's URL on this machine, while it is served."""
+        if self.control is None or self.control.port is None:
+            return None
+        addr = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1"}.get(self.control_addr, self.control_addr)
+        return f"http://{addr}:{self.control.port}/"
+
+    def _start_control(self) -> None:
+        if self.control_port is None:
+            return
+        assert self._loop is not None
+        self.control = GroupControl(self)
+        start = self.control.start(self.control_port, self.control_addr)
+        asyncio.run_coroutine_threadsafe(start, self._loop).result(60)
+
+    def _stop_control(self) -> None:
+        if self.control is None or self._loop is None:
+            return
+        stop = self.control.stop()
+        try:
+            asyncio.run_coroutine_threadsafe(stop, self._loop).result(90)
+        except (concurrent.futures.TimeoutError, RuntimeError) as e:
+            logger.warning("stopping the control API: %s", e)
 
     def install_signal_handlers(self) -> None:
         """SIGINT/SIGTERM: stop gracefully; a second signal exits at once (as ``Job``'s)."""
@@ -587,7 +654,7 @@ class PartitionedJob:
             received.append(signum)
             if len(received) == 1:
                 logger.warning("signal %d: stopping every task with a final checkpoint", signum)
-                self._stop.set()
+                self.request_stop()
                 return
             os._exit(128 + signum)
 

@@ -32,8 +32,9 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import ConfigurationError, RivermarkError
 
@@ -47,6 +48,8 @@ __all__ = [
     "TOKEN_FILE_ENV",
     "ControlApi",
     "ControlRequestError",
+    "ControlTarget",
+    "JobControl",
     "checkpoint_rows",
     "control_token",
     "failure_rows",
@@ -111,13 +114,73 @@ def failure_rows(failures: Iterable[CheckpointFailure]) -> list[dict[str, Any]]:
     ]
 
 
-class ControlApi:
-    """The routes of the control API for ``job`` (added to the live page's application)."""
+class ControlTarget(Protocol):
+    """What the control API serves: a :class:`~rivermark.checkpoint.Job`
+    (:class:`JobControl`) or a group of tasks (``rivermark.kafka.PartitionedJob``)."""
 
-    def __init__(self, job: Job, token: str | None) -> None:
+    def status(self) -> str:
+        """``running``, ``stopping`` (a stop was asked for) or ``ended``."""
+
+    def describe(self) -> dict[str, Any]:
+        """The body of ``GET /api/job``."""
+
+    def history(self) -> dict[str, Any]:
+        """The body of ``GET /api/checkpoints``."""
+
+    async def take(self, savepoint: bool) -> dict[str, Any]:
+        """Take a checkpoint (a savepoint) now; the answer once it is durable."""
+
+    async def stop_with(self, savepoint: bool) -> dict[str, Any]:
+        """Stop gracefully; the answer once the final checkpoint is durable."""
+
+
+class JobControl:
+    """:class:`ControlTarget` of one job."""
+
+    def __init__(self, job: Job) -> None:
         self.job = job
-        self._token = token
         self.started = time.time()
+
+    def status(self) -> str:
+        job = self.job
+        if not job.running:
+            return "ended"
+        return "stopping" if job.stop_requested else "running"
+
+    def describe(self) -> dict[str, Any]:
+        job = self.job
+        return {
+            "status": self.status(),
+            "store": repr(job.store),
+            "epoch": job.epoch,
+            "restored_epoch": job.restored_epoch,
+            "last_savepoint": job.last_savepoint,
+            "positions": {job.id_of(s): s.position() for s in job.sources},
+            "uptime_seconds": round(time.time() - (job.started_at or self.started), 3),
+        }
+
+    def history(self) -> dict[str, Any]:
+        return {
+            "checkpoints": checkpoint_rows(self.job.checkpoints),
+            "failures": failure_rows(self.job.checkpoint_failures),
+        }
+
+    async def take(self, savepoint: bool) -> dict[str, Any]:
+        take = self.job.savepoint_async if savepoint else self.job.checkpoint_async
+        return {"epoch": await take(), "savepoint": savepoint}
+
+    async def stop_with(self, savepoint: bool) -> dict[str, Any]:
+        self.job.stop(savepoint=savepoint)  # on the loop: returns at once
+        # answered by the final checkpoint (a savepoint when asked for)
+        return await self.take(savepoint)
+
+
+class ControlApi:
+    """The routes of the control API for ``target`` (added to an aiohttp application)."""
+
+    def __init__(self, target: ControlTarget, token: str | None) -> None:
+        self.target = target
+        self._token = token
 
     def add_routes(self, app: Any) -> None:
         app.router.add_get("/healthz", self._healthz)
@@ -129,52 +192,28 @@ class ControlApi:
         app.router.add_post("/api/stop", self._stop)
 
     # ------------------------------------------------------------------ reading
-    def status(self) -> str:
-        """``running``, ``stopping`` (a stop was asked for) or ``ended``."""
-        job = self.job
-        if not job.running:
-            return "ended"
-        return "stopping" if job.stop_requested else "running"
-
     async def _healthz(self, request: Any) -> Any:
         from aiohttp import web
 
-        return web.json_response({"status": self.status()})
+        return web.json_response({"status": self.target.status()})
 
     async def _readyz(self, request: Any) -> Any:
         from aiohttp import web
 
-        status = self.status()
+        status = self.target.status()
         return web.json_response({"status": status}, status=200 if status == "running" else 503)
 
     async def _job(self, request: Any) -> Any:
         from aiohttp import web
 
-        job = self.job
-        positions = {job.id_of(s): s.position() for s in job.sources}
         return web.json_response(
-            {
-                "status": self.status(),
-                "store": repr(job.store),
-                "epoch": job.epoch,
-                "restored_epoch": job.restored_epoch,
-                "last_savepoint": job.last_savepoint,
-                "positions": positions,
-                "uptime_seconds": round(time.time() - (job.started_at or self.started), 3),
-            },
-            dumps=lambda v: json.dumps(v, default=repr),
+            self.target.describe(), dumps=lambda v: json.dumps(v, default=repr)
         )
 
     async def _checkpoints(self, request: Any) -> Any:
         from aiohttp import web
 
-        job = self.job
-        return web.json_response(
-            {
-                "checkpoints": checkpoint_rows(job.checkpoints),
-                "failures": failure_rows(job.checkpoint_failures),
-            }
-        )
+        return web.json_response(self.target.history())
 
     # ------------------------------------------------------------------ changing
     def _refused(self, request: Any) -> Any:
@@ -201,40 +240,32 @@ class ControlApi:
                 },
                 status=401,
             )
-        if self.status() != "running":
-            return web.json_response({"error": f"the job is {self.status()}"}, status=409)
+        status = self.target.status()
+        if status != "running":
+            return web.json_response({"error": f"the job is {status}"}, status=409)
         return None
 
-    async def _answer(self, take: Any, savepoint: bool) -> Any:
+    async def _answer(self, request: Any, act: Callable[[bool], Awaitable[Any]], sp: bool) -> Any:
         from aiohttp import web
 
+        refused = self._refused(request)
+        if refused is not None:
+            return refused
         try:
-            epoch = await take()
+            answer = await act(sp)
         except Exception as e:
             return web.json_response({"error": f"{type(e).__name__}: {e}"}, status=500)
-        return web.json_response({"epoch": epoch, "savepoint": savepoint})
+        return web.json_response(answer)
 
     async def _checkpoint(self, request: Any) -> Any:
-        refused = self._refused(request)
-        if refused is not None:
-            return refused
-        return await self._answer(self.job.checkpoint_async, False)
+        return await self._answer(request, self.target.take, False)
 
     async def _savepoint(self, request: Any) -> Any:
-        refused = self._refused(request)
-        if refused is not None:
-            return refused
-        return await self._answer(self.job.savepoint_async, True)
+        return await self._answer(request, self.target.take, True)
 
     async def _stop(self, request: Any) -> Any:
-        refused = self._refused(request)
-        if refused is not None:
-            return refused
         savepoint = request.query.get("savepoint", "").lower() in ("1", "true", "yes")
-        self.job.stop(savepoint=savepoint)  # on the loop: returns at once
-        # answered by the final checkpoint (a savepoint when asked for)
-        take = self.job.savepoint_async if savepoint else self.job.checkpoint_async
-        return await self._answer(take, savepoint)
+        return await self._answer(request, self.target.stop_with, savepoint)
 
 
 # ---------------------------------------------------------------------- the client

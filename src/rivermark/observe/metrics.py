@@ -291,13 +291,29 @@ class Metrics:
                 self._last = (mono, counters)
             return dict(self._rates)
 
+    def totals(self) -> dict[str, list[int]]:
+        """Node id -> ``[records in, records out]`` since the job first started.
+
+        This run's counts plus those the restored checkpoint carried
+        (``job.restored_counts``); a job writes them into each checkpoint,
+        so the figures carry over a restore.
+        """
+        outs = self._outs()
+        carried = self.job.restored_counts
+        totals = {}
+        for n in self.job.nodes:
+            nid = self.job.id_of(n)
+            before = carried.get(nid, (0, 0))
+            totals[nid] = [self._in(n, outs) + before[0], outs[id(n)] + before[1]]
+        return totals
+
     def read(self) -> Snapshot:
         """The figures now (thread-safe; reading costs one pass over the graph)."""
         job = self.job
         now = time.time()
-        outs = self._outs()
         ids = {id(n): job.id_of(n) for n in job.nodes}
-        counts = {ids[id(n)]: self._in(n, outs) for n in job.nodes}
+        totals = self.totals()
+        counts = {nid: pair[0] for nid, pair in totals.items()}
         busy, waits = self._busy(ids)
         rates = self._update_rates(
             {
@@ -320,7 +336,7 @@ class Metrics:
                     label=n.display_name() if n.name is None else n.name,
                     kind=type(n).__name__,
                     records_in=counts[nid],
-                    records_out=outs[id(n)],
+                    records_out=totals[nid][1],
                     errors_raised=max(raised, 0),
                     errors_skipped=n.errors_skipped,
                     errors_handled=n.errors_handled,
@@ -350,7 +366,7 @@ class Metrics:
                 SourceMetrics(
                     id=sid,
                     label=s.name or s.display_name(),
-                    records=s.emitted_now(),
+                    records=counts[sid],
                     rate=rates.get(sid, 0.0),
                     position=position,
                     lag=lag,

@@ -25,7 +25,7 @@ from importlib.resources import files
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError
-from .control import ControlApi, checkpoint_rows, control_token, failure_rows
+from .control import ControlApi, JobControl, checkpoint_rows, control_token, failure_rows
 from .metrics import Snapshot
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -242,7 +242,7 @@ class UiServer:
         app.router.add_get("/", self._page)
         app.router.add_get("/graph.json", self._graph)
         app.router.add_get("/events", self._events)
-        ControlApi(self.job, control_token()).add_routes(app)
+        ControlApi(JobControl(self.job), control_token()).add_routes(app)
         self._runner, self.port = await serve(
             app, self.addr, self.port, "the pipeline page", "pick another --ui port"
         )

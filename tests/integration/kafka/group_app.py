@@ -11,6 +11,7 @@ from __future__ import annotations
 import faulthandler
 import json
 import logging
+import os
 import signal
 import sys
 import time
@@ -89,6 +90,10 @@ def main() -> None:
         checkpoint=ckpt,
         every="0.5s",
         source_options={"poll_interval": 0.05, "max_batch_size": 50},
+        # the control API for this process's tasks, when the test asks for it
+        control_port=int(os.environ["APP_CONTROL_PORT"])
+        if "APP_CONTROL_PORT" in os.environ
+        else None,
     )
     job.install_signal_handlers()
     job.run()

@@ -88,6 +88,10 @@ def test_history_of_a_finished_job(tmp_path: Path, browser: Any) -> None:
         assert newest_epoch == epochs[-1]
         assert "item 1000 of the iterable is the next to emit" in newest, newest
         assert "sum:" in newest and "full" in newest
+        # how long it took and held the sources, as its manifest recorded
+        timing = store.read_manifest(epochs[-1]).timing
+        assert timing is not None and timing["duration"] > 0
+        assert f"{timing['duration']:.3f} s" in newest and f"{timing['pause']:.3f} s" in newest
         assert rows[-1][0] == epochs[0] and "DAMAGED" in rows[-1][1]
         # the run's first checkpoint still readable says where the run began
         assert "started fresh" in rows[-2][1] and "started fresh" not in newest, rows

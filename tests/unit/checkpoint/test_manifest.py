@@ -256,3 +256,42 @@ def test_the_run_that_wrote_it_is_covered_by_the_checksum_and_checked() -> None:
         d["checksum"] = sha256_of(json.dumps(d, sort_keys=True, separators=(",", ":")).encode())
         with pytest.raises(ManifestError, match="'run' must be"):
             Manifest.from_json(json.dumps(d))
+
+
+def _rechecked(d: dict[str, Any]) -> str:
+    """``d`` as a manifest whose checksum matches its (edited) content."""
+    body = {k: v for k, v in d.items() if k != "checksum"}
+    d["checksum"] = sha256_of(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
+    return json.dumps(d)
+
+
+def test_timing_is_taken_when_the_manifest_is_written_and_checked() -> None:
+    m = _manifest()
+    calls = []
+    m.timer = lambda: calls.append(1) or {"duration": 0.25, "pause": 0.0312345678}
+    text = m.to_json()
+    assert calls == [1]  # asked once, at serialisation
+    assert Manifest.from_json(text).timing == {"duration": 0.25, "pause": 0.031235}
+    assert Manifest.from_json(_manifest().to_json()).timing is None  # optional
+    edited = json.loads(text)
+    edited["timing"]["duration"] = 9.0
+    with pytest.raises(ManifestError, match="checksum mismatch"):
+        Manifest.from_json(json.dumps(edited))
+    for bad in ({"duration": 1.0}, {"duration": -1.0, "pause": 0.0}, {"duration": "1", "pause": 0}):
+        d = json.loads(text)
+        d["timing"] = bad
+        with pytest.raises(ManifestError, match="'timing' must be"):
+            Manifest.from_json(_rechecked(d))
+
+
+def test_counts_are_covered_by_the_checksum_and_checked() -> None:
+    m = _manifest()
+    m.counts = {"src": [10, 10], "acc": [10, 9]}
+    text = m.to_json()
+    assert Manifest.from_json(text).counts == {"src": [10, 10], "acc": [10, 9]}
+    assert Manifest.from_json(_manifest().to_json()).counts is None
+    for bad in ({"src": [1]}, {"src": [1, -2]}, {"src": [1.5, 2]}, {"src": "12"}, [1, 2]):
+        d = json.loads(text)
+        d["counts"] = bad
+        with pytest.raises(ManifestError, match="'counts' must map"):
+            Manifest.from_json(_rechecked(d))

@@ -1,0 +1,147 @@
+"""The control API of a :class:`~rivermark.kafka.PartitionedJob`: one address for its tasks.
+
+``PartitionedJob(..., control_port=PORT)`` serves the routes of
+:mod:`rivermark.observe.control` for the tasks this process runs: reading
+needs nothing, changing needs the control token, as for a single job.  A
+request is answered for every task, keyed ``topic[partition]``:
+
+* ``GET /api/job``: the process's status, its group member identity and,
+  per task, its status, epoch, last savepoint and position;
+* ``GET /api/checkpoints``: per task, the checkpoints its job wrote in this
+  process and its failures;
+* ``POST /api/checkpoint`` and ``POST /api/savepoint``: every task takes one
+  at once; ``{"tasks": {"events[0]": 7, ...}}`` once each is durable.  A
+  task that fails its checkpoint is named with its error and the answer is
+  an error (500);
+* ``POST /api/stop`` (``?savepoint=true``): every task stops with a final
+  checkpoint (a savepoint) and the process leaves the group;
+  ``{"tasks": {...}}`` of the final epochs, once the last task stopped.
+
+Each task's checkpoints live in its own store, so a savepoint of the group is
+one savepoint per partition, each restorable on its own (``from_savepoint``
+of a task's store) or by the group: a task restores the newest checkpoint of
+its store, the savepoint when it is the newest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from ..observe.control import ControlApi, checkpoint_rows, control_token, failure_rows
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .partitioned import PartitionedJob, _Task
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["GroupControl", "task_key"]
+
+
+def task_key(topic: str, partition: int) -> str:
+    """How a task is named in the answers: ``events[3]``."""
+    return f"{topic}[{partition}]"
+
+
+class GroupControl:
+    """:class:`~rivermark.observe.control.ControlTarget` of a partitioned job's tasks."""
+
+    def __init__(self, group: PartitionedJob) -> None:
+        self.group = group
+        self.started = time.time()
+        self._runner: Any = None
+        self.port: int | None = None
+
+    # ------------------------------------------------------------------ the target
+    def _tasks(self) -> dict[str, _Task]:
+        return {task_key(*tp): task for tp, task in sorted(self.group.tasks.items())}
+
+    def status(self) -> str:
+        if self.group.ended:
+            return "ended"
+        return "stopping" if self.group.stop_requested else "running"
+
+    def describe(self) -> dict[str, Any]:
+        tasks = {}
+        for key, task in self._tasks().items():
+            job = task.job
+            tasks[key] = {
+                "status": "running"
+                if job.running
+                else "starting"
+                if not job.recovered
+                else "ended",
+                "store": repr(job.store),
+                "epoch": job.epoch,
+                "restored_epoch": job.restored_epoch,
+                "last_savepoint": job.last_savepoint,
+                "positions": {job.id_of(s): s.position() for s in job.sources},
+            }
+        return {
+            "status": self.status(),
+            "group": str(self.group.consumer_params["group.id"]),
+            "member": self.group.member_identity,
+            "location": self.group.location,
+            "tasks": tasks,
+            "uptime_seconds": round(time.time() - self.started, 3),
+        }
+
+    def history(self) -> dict[str, Any]:
+        return {
+            "tasks": {
+                key: {
+                    "checkpoints": checkpoint_rows(task.job.checkpoints),
+                    "failures": failure_rows(task.job.checkpoint_failures),
+                }
+                for key, task in self._tasks().items()
+            }
+        }
+
+    async def take(self, savepoint: bool) -> dict[str, Any]:
+        tasks = self._tasks()
+        if not tasks:
+            raise RuntimeError("this process runs no task yet (no partition assigned to it)")
+        take = [
+            t.job.savepoint_async if savepoint else t.job.checkpoint_async for t in tasks.values()
+        ]
+        results = await asyncio.gather(*(f() for f in take), return_exceptions=True)
+        failed = {k: r for k, r in zip(tasks, results) if isinstance(r, BaseException)}
+        if failed:
+            raise RuntimeError(
+                "; ".join(f"task {k}: {type(e).__name__}: {e}" for k, e in failed.items())
+            )
+        return {"tasks": dict(zip(tasks, results)), "savepoint": savepoint}
+
+    async def stop_with(self, savepoint: bool) -> dict[str, Any]:
+        tasks = self._tasks()
+        self.group.request_stop(savepoint=savepoint)
+        # the polling thread stops every task with its final checkpoint, then leaves
+        await asyncio.get_running_loop().run_in_executor(None, self.group.wait_stopped)
+        finals = {
+            key: task.job.last_savepoint if savepoint else task.job.epoch
+            for key, task in tasks.items()
+        }
+        return {"tasks": finals, "savepoint": savepoint}
+
+    # ------------------------------------------------------------------ the server
+    async def start(self, port: int, addr: str) -> None:
+        """Serve the control API on ``addr:port`` (``0``: a free port, see :attr:`port`)."""
+        from aiohttp import web
+
+        from ..observe.ui import serve
+
+        app = web.Application()
+        ControlApi(self, control_token()).add_routes(app)
+        self._runner, self.port = await serve(
+            app, addr, port, "the control API", "pick another control_port", access_log=False
+        )
+        shown = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1"}.get(addr, addr)
+        logger.info("serving the control API at http://%s:%d/", shown, self.port)
+
+    async def stop(self) -> None:
+        """Stop serving (a stop request still being answered is answered first)."""
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
