@@ -6,7 +6,10 @@ numpy array per column; only numpy dtypes and pandas' string dtypes are
 taken (numbers, booleans, times without a time zone, strings and other
 objects element by element).  ``CategoricalDtype``, ``Timestamp`` (without
 a time zone), ``Timedelta`` and date offsets (an index's ``freq``) are
-written by their parts.  Anything else (other
+written by their parts.  A pandas extension dtype on its own (a frame's
+schema holds them: ``str``, ``string``, ``Int64``, ``datetime64[ns, UTC]``)
+is written by its name when pandas reads that name back as an equal dtype.
+Anything else (other
 extension dtypes, a time zone) is left to the pickle part of the codec
 (``None`` here).
 """
@@ -83,7 +86,19 @@ def _other(pd: Any, value: Any) -> dict[str, Any] | None:
         return {"kind": "timedelta", "value": value.value, "unit": value.unit}
     if isinstance(value, pd.offsets.BaseOffset) and isinstance(value.freqstr, str):
         return {"kind": "offset", "freq": value.freqstr}
+    if isinstance(value, pd.api.extensions.ExtensionDtype):
+        return _named_dtype(pd, value)
     return None
+
+
+def _named_dtype(pd: Any, dtype: Any) -> dict[str, Any] | None:
+    """An extension dtype by its name, if the name gives it back exactly."""
+    name = str(dtype)
+    try:
+        same = pd.api.types.pandas_dtype(name) == dtype
+    except (TypeError, ValueError):
+        same = False
+    return {"kind": "dtype", "name": name} if same else None
 
 
 def encode_pandas(pd: Any, value: Any) -> dict[str, Any] | None:
@@ -143,6 +158,8 @@ def decode_pandas(parts: dict[str, Any]) -> Any:
         return pd.Timestamp(parts["value"], unit="ns").as_unit(parts["unit"])
     if kind == "timedelta":
         return pd.Timedelta(parts["value"], unit="ns").as_unit(parts["unit"])
+    if kind == "dtype":
+        return pd.api.types.pandas_dtype(parts["name"])
     if kind == "offset":
         from pandas.tseries.frequencies import to_offset
 

@@ -49,6 +49,13 @@ def _frames() -> list[Any]:
         pd.CategoricalDtype(["a", "b"]),
         pd.Timestamp("2026-01-01 00:00:01.5"),
         pd.Timedelta("1.5s"),
+        # extension dtypes on their own, as a frame's schema holds them
+        pd.Series(["a"]).dtype,  # "str" with pandas 3, object before
+        pd.StringDtype(),
+        pd.Int64Dtype(),
+        pd.BooleanDtype(),
+        pd.DatetimeTZDtype("ns", "UTC"),
+        pd.DataFrame({"k": ["a"], "n": pd.array([1], dtype="Int64")}).dtypes,
     ]
 
 
@@ -114,3 +121,27 @@ def test_a_job_without_a_key_says_once_that_its_checkpoints_are_unsigned(
     assert len(unsigned) == 1
     store = LocalDirectoryStore(tmp_path)
     assert store.read_manifest(store.list_epochs()[-1]).signature is None
+
+
+def test_a_dataframe_aggregation_over_string_keys_resumes_without_a_key(tmp_path: Path) -> None:
+    # its state holds the frame's schema (dtypes): written as data, so an
+    # unsigned, untrusted store restores it
+    from rivermark.dataframe import DataFrame
+
+    frames = [
+        pd.DataFrame({"k": ["a", "b", "a"], "v": [1, 2, 3]}),
+        pd.DataFrame({"k": ["c", "b"], "v": [4, 5]}),
+    ]
+    results = []
+    for run in (1, 2):
+        source = Stream.from_iterable(frames * run, name="frames")
+        sums = DataFrame(source, example=frames[0]).groupby("k").v.sum()
+        out = sums.stream.sink_to_list()
+        Job(source, checkpoint=tmp_path, every=None).run()
+        results.append(out[-1].to_dict())
+    assert results == [{"a": 4, "b": 7, "c": 4}, {"a": 8, "b": 14, "c": 8}]
+    store = LocalDirectoryStore(tmp_path)
+    last = store.list_epochs()[-1]
+    assert not any(
+        codec.has_pickle(store.read_state(last, nid)) for nid in store.read_manifest(last).state
+    )
