@@ -26,10 +26,12 @@ from .inspection import CheckpointContents, read
 from .job import Job
 from .manifest import Manifest
 from .store import LocalDirectoryStore, Store, open_store
+from .writer import write_savepoint
 
 __all__ = [
     "Job",
     "read",
+    "write_savepoint",
     "CheckpointContents",
     "JobHandle",
     "Store",

@@ -80,6 +80,10 @@ _DATA_CLASSES = {
     ),
     "KeyedAcc": ("rivermark.dataframe.partials", ("keys", "comps", "meta", "layout")),
     "Remote": ("rivermark.dask.core", ("value",)),
+    "WindowResult": (
+        "rivermark.operators.eventtime",
+        ("start", "end", "key", "value", "final"),
+    ),
 }
 
 
@@ -89,11 +93,12 @@ def _data_class_fields(value: Any) -> dict[str, Any] | None:
     known = _DATA_CLASSES.get(t.__qualname__)
     if known is None or known[0] != t.__module__:
         return None
-    attrs = (
-        {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
-        if (dataclasses.is_dataclass(value))
-        else dict(getattr(value, "__dict__", {}))
-    )
+    if dataclasses.is_dataclass(value):
+        attrs = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    elif isinstance(value, tuple):  # a NamedTuple
+        attrs = dict(value._asdict())  # type: ignore[attr-defined]
+    else:
+        attrs = dict(getattr(value, "__dict__", {}))
     return attrs if tuple(attrs) == known[1] else None
 
 

@@ -90,7 +90,7 @@ from .shutdown import Shutdown
 from .signing import Keyring, Trust
 from .store import Store, open_store
 from .upgrade import UpgradeRules, job_fingerprint
-from .views import PlainView, StateView
+from .views import StateView, view_of
 
 logger = logging.getLogger(__name__)
 
@@ -959,13 +959,10 @@ class Job(RecoveryAtStart, Shutdown):
         for n, state in current:
             nid = self.id_of(n)
             try:
-                if keyed_attrs(state):
-                    # O(changed keys): the rest of the state is pickled here
-                    states[nid] = self._keyed.view(
-                        nid, state, epoch, self.epoch, base=base, compact=compact
-                    )
-                else:
-                    states[nid] = PlainView.of(state)
+                # keyed state: O(changed keys), the rest of the state is pickled here
+                states[nid] = view_of(
+                    self._keyed, nid, state, epoch, self.epoch, base=base, compact=compact
+                )
             except Exception as e:
                 where, bad = _unpicklable_part(state)
                 raise CheckpointWriteError(

@@ -23,13 +23,14 @@ from __future__ import annotations
 import logging
 import pickle
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from . import codec
+from .keyed import Chains, keyed_attrs
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["StateView", "PlainView"]
+__all__ = ["StateView", "PlainView", "view_of"]
 
 
 @runtime_checkable
@@ -54,3 +55,25 @@ class PlainView:
         # the bytes were made by this process a moment ago: loading them runs
         # only the job's own classes, as the live state did
         return codec.dumps(pickle.loads(self.frozen))
+
+
+def view_of(
+    chains: Chains,
+    node_id: str,
+    state: Any,
+    epoch: int,
+    last: int,
+    *,
+    base: bool = False,
+    compact: bool = False,
+) -> StateView:
+    """The view of one node's ``state`` at the barrier of ``epoch`` (``last``: the durable one).
+
+    State holding a :class:`rivermark.KeyedState` is a
+    :class:`~rivermark.checkpoint.keyed.KeyedView` on the node's delta chain
+    in ``chains`` (a base with ``base``, as in a savepoint; see
+    :meth:`Chains.view`); anything else is a :class:`PlainView`.
+    """
+    if keyed_attrs(state):
+        return chains.view(node_id, state, epoch, last, base=base, compact=compact)
+    return PlainView.of(state)

@@ -145,3 +145,14 @@ def test_a_dataframe_aggregation_over_string_keys_resumes_without_a_key(tmp_path
     assert not any(
         codec.has_pickle(store.read_state(last, nid)) for nid in store.read_manifest(last).state
     )
+
+
+def test_event_time_results_held_in_state_are_data() -> None:
+    # a sink_to_list of window results keeps them in its state
+    from rivermark.operators.eventtime import WindowResult
+
+    held = {"L": [WindowResult(0.0, 10.0, "k", (1.5, 2), True), WindowResult(10.0, 20.0, None, 3)]}
+    blob = codec.dumps(held)
+    assert not codec.has_pickle(blob)
+    back = codec.loads(blob)
+    assert back == held and all(type(r) is WindowResult for r in back["L"])
