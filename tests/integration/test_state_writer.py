@@ -435,3 +435,36 @@ def test_the_example_of_docs_upgrading_runs_as_written(
     namespace: dict[str, Any] = {}
     exec(compile(blocks[0], "docs/upgrading.md", "exec"), namespace)
     assert namespace["fixed"][-1] == {"river": 8, "mark": 2}
+
+
+def test_dataframe_aggregations_round_trip_without_a_key(tmp_path: Path) -> None:
+    # a groupby sum over string keys and a mean: their state (partials, the
+    # frame's schema) is data, read and written back without a key
+    import pandas as pd
+
+    from rivermark.dataframe import DataFrame
+
+    frames = [
+        pd.DataFrame({"k": ["a", "b", "a"], "v": [1, 2, 3]}),
+        pd.DataFrame({"k": ["c", "b"], "v": [4, 5]}),
+        pd.DataFrame({"k": ["a", "d"], "v": [10, 1]}),
+    ]
+
+    def build(items: list[Any]) -> tuple[Stream, list[Any], list[Any]]:
+        source = Stream.from_iterable(items, name="frames")
+        sdf = DataFrame(source, example=frames[0])
+        sums = sdf.groupby("k").v.sum().stream.sink_to_list(name="sums")
+        means = sdf.v.mean().stream.sink_to_list(name="means")
+        return source, sums, means
+
+    first, _, _ = build(frames[:2])
+    Job(first, checkpoint=tmp_path / "first", every=None).run()
+    old = read(tmp_path / "first")
+    aggregates = {nid: s for nid, s in old.state.items() if nid not in ("sums", "means")}
+    assert len(aggregates) == 2
+    source, sums, means = build(frames)
+    write_savepoint(tmp_path / "sp", source, state=aggregates, positions=old.positions)
+    Job(source, checkpoint=tmp_path / "resumed", every=None, from_savepoint=tmp_path / "sp").run()
+    assert sums[-1].to_dict() == {"a": 14, "b": 7, "c": 4, "d": 1}
+    assert means[-1] == pytest.approx(sum([1, 2, 3, 4, 5, 10, 1]) / 7)
+    assert len(sums) == len(means) == 1  # only the third frame was read
