@@ -72,6 +72,12 @@ def _newest_manifest(ckpt: Path) -> dict[str, Any] | None:
     return max(found, key=lambda t: t[0])[1] if found else None
 
 
+def _checkpointed(ckpt: Path) -> int | None:
+    """The epoch of the newest checkpoint in ``ckpt`` (how far the crashed job got)."""
+    epochs = [int(m.parent.name) for m in (ckpt / "checkpoints").glob("*/manifest.json")]
+    return max(epochs, default=None)
+
+
 def _check_manifest(manifest: dict[str, Any], topic: str) -> None:
     """Offsets and DataFrame state in the same manifest."""
     (pos,) = manifest["positions"].values()
@@ -145,10 +151,11 @@ def test_seed0_dataframe_state_and_offsets_resume_in_sync(
             min_delay=0.3,
             max_delay=1.2,
             fault_points=FAULT_POINTS,
-            timeout=90,
+            timeout=90,  # without a new checkpoint; a loaded machine may take longer in all
             seed=5,
             on_kill=on_kill,
             ready=ready,
+            progress=lambda: _checkpointed(crash_ckpt),
         )
     finally:
         producer.join(60)
