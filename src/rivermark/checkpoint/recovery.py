@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -97,8 +98,8 @@ class RecoveryAtStart:
     upgrade: UpgradeRules
     #: ids whose state came from another id (their delta chains start anew)
     _renamed: set[str]
-    #: ids whose stored state goes through ``upgrade.migrate`` before ``set_state``
-    _migrating: set[str]
+    #: id -> the migration its stored state goes through before ``set_state``
+    _migrating: dict[str, Callable[[Any], Any]]
     from_scratch: bool
     from_savepoint: str | None
     epoch: int
@@ -128,7 +129,7 @@ class RecoveryAtStart:
         incomplete = self.store.list_incomplete()
         taken = [*epochs, *(int(p.name) for p in incomplete if p.name.isdigit())]
         self.epoch = max(taken, default=0)
-        self._renamed, self._migrating = set(), set()
+        self._renamed, self._migrating = set(), {}
         if self.from_scratch:
             self._start_over(epochs)
             return
@@ -157,11 +158,16 @@ class RecoveryAtStart:
     def _restore_upgraded(
         self, manifest: Manifest, blobs: dict[str, list[bytes]], plan: UpgradePlan | None
     ) -> None:
-        """Restore ``manifest`` with the renames and migrations of ``plan`` (None: unchanged)."""
+        """Restore ``manifest`` with the renames and migrations of ``plan`` (None: unchanged).
+
+        The ids of a checkpoint written before readable ids (``plan.legacy``)
+        are replaced first; like renamed nodes, their delta chains start anew.
+        """
         if plan is not None:
+            manifest, blobs = renamed_manifest(manifest, blobs, plan.legacy)
             manifest, blobs = renamed_manifest(manifest, blobs, plan.renames)
-            self._renamed = set(plan.renames.values())
-            self._migrating = set(plan.migrated)
+            self._renamed = set(plan.legacy.values()) | set(plan.renames.values())
+            self._migrating = dict(plan.migrations)
         self._restore_from(manifest, blobs)
 
     def _restore_savepoint(self, spec: str, epochs: list[int]) -> bool:
@@ -353,7 +359,7 @@ class RecoveryAtStart:
             ) from e
 
     def _migrated(self, n: Stream, nid: str, state: Any, where: str) -> Any:
-        fn = self.upgrade.migrate[nid]
+        fn = self._migrating[nid]
         try:
             return fn(state)
         except Exception as e:
@@ -410,10 +416,17 @@ class RecoveryAtStart:
             k.start_over()
 
     def _check_fingerprint(self, manifest: Manifest) -> UpgradePlan | None:
-        """The upgrade rules' decisions when the graph changed; a refusal raises."""
+        """The upgrade rules' decisions when the graph (or the ids) changed; a refusal raises."""
         plan = plan_restore(manifest, self.nodes[0], self.upgrade)
+        if plan.legacy:
+            logger.info(
+                "checkpoint %d holds the node ids of rivermark before readable ids; restoring "
+                "them under the current ids: %s",
+                manifest.epoch,
+                ", ".join(f"{old} -> {new}" for old, new in sorted(plan.legacy.items())),
+            )
         if not plan.changes:
-            return None
+            return plan if plan.legacy else None
         if plan.refused:
             raise CheckpointMismatchError(plan.message(repr(self.store)))
         for d in plan.decisions:

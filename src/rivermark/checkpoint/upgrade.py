@@ -1,22 +1,30 @@
 """Upgrade rules: what a restore does when the job's graph changed since its checkpoint.
 
-State is matched by node id (``name=``, else derived from the graph's
-shape).  When the graph's fingerprint differs from the checkpoint's, every
-node id gets one decision, in this order of the rules:
+State is matched by node id (``name=``, else derived from the node's kind
+and number in the graph, see :mod:`rivermark.core.graph`).  When the
+graph's fingerprint differs from the checkpoint's, every node id gets one
+decision, in this order of the rules:
 
 1. ``rename={"old": "new"}``: the old node's state, position or sink handle
-   goes to the new id (``renamed``);
+   goes to the new id (``renamed``); what the checkpoint holds under the new
+   id itself, unless it is renamed too, is removed as in 2;
 2. an id only in the checkpoint is ``dropped`` when ``allow_dropped_state``
    is ``True`` or names it, else ``refused`` with the size of its state; a
    removed source's position or sink's handle (no state) is dropped;
 3. an id only in the graph starts empty (``added``) with
    ``allow_new_nodes``, else ``refused``;
 4. an id in both whose signature differs is ``migrated`` by
-   ``migrate[id](old_state)``, else ``refused`` naming both signatures;
+   ``migrate[id](old_state)``, else ``refused`` naming both signatures; an
+   unnamed node whose place (the pipeline in front of it, the end of its
+   signature) changed is ``refused`` whatever the rules say, since the state
+   stored under its derived id may be another node's;
 
-the rest are ``kept``.  :func:`plan_upgrade` makes the decisions without
-touching anything; :func:`renamed_manifest` applies the renames to what a
-checkpoint holds.  See ``docs/upgrading.md``.
+the rest are ``kept``.  A rename, or a ``name=``, says which node is which:
+the place is then not compared.  :func:`plan_upgrade` makes the decisions
+without touching anything; :func:`renamed_manifest` applies the renames to
+what a checkpoint holds.  :func:`plan_restore` first maps the ids of a
+checkpoint written before readable ids (``accumulate-534cb309``) to the
+graph's (:func:`legacy_renames`).  See ``docs/upgrading.md``.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ __all__ = [
     "UpgradePlan",
     "UpgradeRules",
     "job_fingerprint",
+    "legacy_renames",
     "plan_restore",
     "plan_upgrade",
     "renamed_manifest",
@@ -113,6 +122,29 @@ class UpgradeRules:
         d = self.allow_dropped_state
         return d if isinstance(d, bool) else nid in d
 
+    def with_ids(self, in_graph: Mapping[str, str], stored: Mapping[str, str]) -> UpgradeRules:
+        """The rules with earlier ids replaced: ``in_graph`` for the graph's, ``stored`` the checkpoint's.
+
+        A rename's new id and a migration name nodes of the graph; a
+        rename's old id and a dropped id name what the checkpoint holds.
+        A rename that becomes ``x=x`` is left out.
+
+        >>> rules = UpgradeRules.checked(rename={"a-1f": "s"}, migrate={"b-2e": len})
+        >>> rules = rules.with_ids({"b-2e": "b-1"}, {"a-1f": "a-1"})
+        >>> rules.rename, list(rules.migrate)
+        ({'a-1': 's'}, ['b-1'])
+        """
+        rename = {stored.get(o, o): in_graph.get(n, n) for o, n in self.rename.items()}
+        dropped = self.allow_dropped_state
+        if not isinstance(dropped, bool):
+            dropped = frozenset(stored.get(d, d) for d in dropped)
+        return UpgradeRules(
+            {o: n for o, n in rename.items() if o != n},
+            dropped,
+            self.allow_new_nodes,
+            {in_graph.get(k, k): fn for k, fn in self.migrate.items()},
+        )
+
 
 @dataclass(frozen=True)
 class Decision:
@@ -144,6 +176,11 @@ class UpgradePlan:
     migrated: frozenset[str]
     #: what to do when refused
     hint: str = ""
+    #: id in the checkpoint -> id in the graph, for a checkpoint written with the
+    #: ids of rivermark before readable ids (applied before ``renames``)
+    legacy: dict[str, str] = field(default_factory=dict)
+    #: the migration of each id in ``migrated`` (a rule may name it by its legacy id)
+    migrations: Mapping[str, Callable[[Any], Any]] = field(default_factory=dict)
 
     @property
     def changes(self) -> bool:
@@ -187,51 +224,128 @@ def plan_upgrade(
     new = dict(fingerprint)
     out: list[Decision] = []
     renames = _renames(manifest, new, rules, out)
-    old = {renames.get(k, k): v for k, v in manifest.fingerprint.items()}
-    was = {renames.get(k, k): k for k in manifest.fingerprint}
+    by = {n: o for o, n in renames.items()}
+    # what the checkpoint holds under a rename's new id gives way to the renamed state
+    out += [
+        _displaced(manifest, k, by[k], rules) for k in manifest.fingerprint if _gives_way(k, by)
+    ]
+    was = {renames.get(k, k): k for k in manifest.fingerprint if not _gives_way(k, by)}
+    old = {nid: manifest.fingerprint[k] for nid, k in was.items()}
     for nid in sorted(set(old) | set(new)):
         if nid not in new:
             out.append(_removed(manifest, nid, rules))
         elif nid not in old:
             out.append(_added(nid, describe(nid), rules))
-        elif old[nid] != new[nid]:
-            out.append(_changed(nid, describe(nid), old[nid], new[nid], rules))
+        elif was[nid] == nid and derived(nid) and _place(old[nid]) != _place(new[nid]):
+            there = [a for a, sig in new.items() if a != nid and sig == old[nid] and derived(a)]
+            elsewhere = there[0] if len(there) == 1 else None
+            out.append(_moved(nid, describe(nid), old[nid], new[nid], elsewhere))
+        elif graph.base_signature(old[nid]) != graph.base_signature(new[nid]):
+            was_sig, now_sig = graph.base_signature(old[nid]), graph.base_signature(new[nid])
+            out.append(_changed(nid, describe(nid), was_sig, now_sig, rules))
         elif was[nid] != nid:
             out.append(Decision("renamed", nid, f"state of {was[nid]} goes to {nid}"))
         else:
             out.append(Decision("kept", nid, "restored"))
     migrated = frozenset(d.node for d in out if d.action == "migrated")
-    return UpgradePlan(manifest.epoch, out, renames, migrated, _hint(out, old, new, derived))
+    hint = _hint(out, dict(manifest.fingerprint), new, derived)
+    migrations = {nid: rules.migrate[nid] for nid in migrated}
+    return UpgradePlan(manifest.epoch, out, renames, migrated, hint, migrations=migrations)
+
+
+def _gives_way(nid: str, by: Mapping[str, str]) -> bool:
+    """Whether the checkpoint's ``nid`` is a rename's new id (``by``: new -> old), not renamed itself."""
+    return nid in by and by[nid] != nid and nid not in by.values()
+
+
+def _place(signature: str) -> str:
+    """The place an unnamed node's signature ends with (`` after 1f0c22ab``), else ``""``."""
+    return signature[len(graph.base_signature(signature)) :]
 
 
 def job_fingerprint(node: Stream) -> dict[str, str]:
     """Id -> signature of every stateful node, source and checkpointed sink of the graph."""
     ids = graph.node_ids(node)
     out = graph.fingerprint(node)
-    for n in graph.topological(node):
-        if isinstance(n, CheckpointedSink):
-            # a sink's output (file, topic) is part of the graph's identity: a
-            # checkpoint's handle is refused for another output
-            out.setdefault(ids[id(n)], n.state_signature())
+    # a sink's output (file, topic) is part of the graph's identity: a
+    # checkpoint's handle is refused for another output
+    sinks = graph.signatures(node, lambda n: isinstance(n, CheckpointedSink))
+    for k, sig in sinks.items():
+        out.setdefault(ids[k], sig)
     return out
 
 
+def legacy_renames(manifest: Manifest, node: Stream) -> dict[str, str]:
+    """Id in ``manifest`` -> id in the graph of ``node``, when the checkpoint holds legacy ids.
+
+    rivermark before readable ids derived ``<kind>-<8 hex>`` ids
+    (:func:`rivermark.core.graph.legacy_node_ids`); a checkpoint that holds
+    such an id of a node of this graph, and none of the ids the graph's
+    unnamed nodes have now, was written with them.  Empty for any other.
+    """
+    return _stored_legacy(manifest, node, _legacy_to_current(node))
+
+
+def _stored_legacy(manifest: Manifest, node: Stream, current: Mapping[str, str]) -> dict[str, str]:
+    """:func:`legacy_renames`, given :func:`_legacy_to_current` of ``node``."""
+    ids = graph.node_ids(node)
+    derived = {ids[id(n)] for n in graph.topological(node) if n.name is None}
+    if derived & set(manifest.fingerprint):
+        return {}
+    return {old: nid for old, nid in current.items() if old in manifest.fingerprint}
+
+
+def _legacy_to_current(node: Stream) -> dict[str, str]:
+    """Legacy id -> current id of every node of ``node``'s graph whose id changed."""
+    ids = graph.node_ids(node)
+    legacy = graph.legacy_node_ids(node)
+    now = set(ids.values())
+    return {old: ids[k] for k, old in legacy.items() if old != ids[k] and old not in now}
+
+
 def plan_restore(manifest: Manifest, node: Stream, rules: UpgradeRules) -> UpgradePlan:
-    """The decisions of restoring ``manifest`` into the graph of ``node`` (nothing is done)."""
+    """The decisions of restoring ``manifest`` into the graph of ``node`` (nothing is done).
+
+    A checkpoint written with legacy ids is compared under the graph's ids
+    (the plan's ``legacy``); rules may name nodes by either.
+    """
     ids = graph.node_ids(node)
     by_id = {ids[id(n)]: n for n in graph.topological(node)}
     new = job_fingerprint(node)
+    current = _legacy_to_current(node)
+    legacy = _stored_legacy(manifest, node, current)
+    rules = rules.with_ids(current, legacy)
+    if legacy:
+        manifest = _in_current_ids(manifest, legacy, new)
     sink_ids = {nid for nid, n in by_id.items() if isinstance(n, CheckpointedSink)}
     if not sink_ids & set(manifest.fingerprint):
         # written before sinks were part of the fingerprint: compare the rest
         new = {k: v for k, v in new.items() if k not in sink_ids}
-    return plan_upgrade(
+    plan = plan_upgrade(
         manifest,
         new,
         rules,
         describe=lambda nid: repr(by_id[nid]),
         derived=lambda nid: by_id[nid].name is None,
     )
+    return dataclasses.replace(plan, legacy=legacy)
+
+
+def _in_current_ids(
+    manifest: Manifest, legacy: Mapping[str, str], fingerprint: Mapping[str, str]
+) -> Manifest:
+    """``manifest`` under the graph's ids; a node's stored signature gets its place here.
+
+    The legacy id already pins the pipeline in front of the node (it is a
+    digest of it), so the place the graph gives the node is the stored one.
+    """
+    renamed, _ = renamed_manifest(manifest, {}, legacy)
+    mapped = set(legacy.values())
+    placed = {
+        k: sig + _place(fingerprint.get(k, "")) if k in mapped else sig
+        for k, sig in renamed.fingerprint.items()
+    }
+    return dataclasses.replace(renamed, fingerprint=placed)
 
 
 def _renames(
@@ -287,6 +401,60 @@ def _added(nid: str, what: str, rules: UpgradeRules) -> Decision:
     )
 
 
+def _displaced(manifest: Manifest, nid: str, by: str, rules: UpgradeRules) -> Decision:
+    """What the checkpoint holds under ``nid`` when the rename ``by=nid`` gives ``nid`` other state."""
+    if rules.may_drop(nid) or nid not in manifest.state:
+        return Decision("dropped", nid, f"{_size(manifest, nid)} is dropped (rename {by}={nid})")
+    return Decision(
+        "refused",
+        nid,
+        f"the rename {by}={nid} gives {nid} the state of {by}, but the checkpoint holds "
+        f"{_size(manifest, nid)} under {nid} itself (was {manifest.fingerprint[nid]}); to "
+        f"drop it, run with --allow-dropped-state {nid} (Job(allow_dropped_state=[{nid!r}])); "
+        f"to keep it, rename it too: --rename {nid}=NEW-ID",
+        "displaced",
+    )
+
+
+def _moved(nid: str, what: str, was: str, now: str, elsewhere: str | None) -> Decision:
+    """The refusal of an unnamed node whose place changed: its stored state may be another's.
+
+    ``elsewhere`` is the one other unnamed node of the graph whose signature,
+    place included, is the stored one.
+    """
+    then = _place(was).removeprefix(" after ") or "none, it had a name="
+    here = _place(now).removeprefix(" after ")
+    head = (
+        f"the pipeline in front of node {nid} ({what}) changed since the checkpoint (its "
+        f"place was {then}, now {here}): its id is derived from its kind and its number in "
+        f"the graph, so the state stored under {nid} may be another node's"
+    )
+    if elsewhere is not None:
+        return Decision(
+            "refused",
+            nid,
+            f"{head}. It matches {elsewhere} here (the same configuration and place): a node "
+            f"of its kind was added or removed before it, which renumbered it; to restore "
+            f"its state there, run with --rename {nid}={elsewhere} "
+            f"(Job(rename={{{nid!r}: {elsewhere!r}}}))",
+            "moved",
+        )
+    also = ""
+    if graph.base_signature(was) != graph.base_signature(now):
+        also = (
+            f"; its configuration changed too (was {graph.base_signature(was)}, now "
+            f"{graph.base_signature(now)}): then also pass Job(migrate={{{nid!r}: ...}})"
+        )
+    return Decision(
+        "refused",
+        nid,
+        f"{head}. If it is the same node, pass name={nid!r} to it: its state is then "
+        f"restored, and its id no longer depends on the graph around it{also}; else "
+        "restore the code that wrote the checkpoint",
+        "moved",
+    )
+
+
 def _changed(nid: str, what: str, was: str, now: str, rules: UpgradeRules) -> Decision:
     if nid in rules.migrate:
         return Decision("migrated", nid, f"state migrated from {was} to {now}")
@@ -302,27 +470,40 @@ def _changed(nid: str, what: str, was: str, now: str, rules: UpgradeRules) -> De
 
 def _hint(
     decisions: list[Decision],
-    old: Mapping[str, str],
+    stored: Mapping[str, str],
     new: Mapping[str, str],
     derived: Callable[[str], bool],
 ) -> str:
     refused = [d for d in decisions if d.action == "refused"]
     removed = sorted(d.node for d in refused if d.change == "removed")
-    added = sorted(d.node for d in refused if d.change == "added")
-    # a node without name= whose derived id moved (e.g. a map inserted above
-    # it) shows up as removed + added with the same configuration
-    moved = [(r, a) for r in removed for a in added if old[r] == new[a] and derived(a)]
-    lines = [
-        f"  {r} and {a} look like the same node ({new[a]}): its id is derived from the "
-        f"graph's shape, which changed; to restore its state from this checkpoint, pass "
-        f"name={r!r} to it, or run with --rename {r}={a}"
-        for r, a in moved
+    # derived ids without state of their own here: new, or holding another node's place
+    takers = sorted(
+        d.node
+        for d in decisions
+        if (d.action == "added" or d.change in ("added", "moved")) and derived(d.node)
+    )
+    # a node without name= whose derived id moved (renumbered, or the pipeline in
+    # front of it changed) shows up as removed + added with the same configuration
+    pairs = [
+        (r, a)
+        for r in removed
+        for a in takers
+        if graph.base_signature(stored[r]) == graph.base_signature(new[a])
+    ]
+    lines = [_pair_line(r, a, stored[r], new[a]) for r, a in pairs]
+    paired = {r for r, _ in pairs}
+    lines += [
+        f"  {r} was an unnamed node: unnamed nodes of a kind are numbered in the graph's "
+        "order, so adding or removing one renumbers those after it; see which node's state "
+        f"{r} holds ('rivermark checkpoints show DIR --state {r}') before dropping it"
+        for r in removed
+        if r not in paired and _place(stored[r])
     ]
     tail = (
         "or start over: run with --from-scratch (Job(..., from_scratch=True)): it sets the "
         "checkpoints aside and starts the sinks' output over; see docs/upgrading.md"
     )
-    if moved or any(derived(a) for a in added):
+    if pairs or any(d.change in ("added", "moved") and derived(d.node) for d in refused):
         tail = (
             "give stateful nodes and sources explicit names (e.g. "
             ".accumulate(f, name='totals')) so that their state survives changes of the "
@@ -331,15 +512,32 @@ def _hint(
     return "\n".join([*lines, "apply one of the remedies above, " + tail])
 
 
+def _pair_line(old: str, new: str, was: str, now: str) -> str:
+    """The hint for a checkpoint's ``old`` that looks like the graph's ``new``."""
+    where = (
+        "in the same place: unnamed nodes are numbered in the graph's order, and the "
+        "numbering changed"
+        if was == now
+        else "its id is derived from its kind and its place in the graph, which changed"
+    )
+    return (
+        f"  {old} and {new} look like the same node ({graph.base_signature(now)}), {where}; "
+        f"to restore its state from this checkpoint, run with --rename {old}={new} "
+        f"(Job(rename={{{old!r}: {new!r}}}))"
+    )
+
+
 def renamed_manifest(
     manifest: Manifest, blobs: dict[str, list[bytes]], renames: Mapping[str, str]
 ) -> tuple[Manifest, dict[str, list[bytes]]]:
     """``manifest`` and its state ``blobs`` with the old ids of ``renames`` replaced."""
     if not renames:
         return manifest, blobs
+    by = {n: o for o, n in renames.items()}
 
     def ren(d: Mapping[str, Any]) -> dict[str, Any]:
-        return {renames.get(k, k): v for k, v in d.items()}
+        # what a rename's new id held itself gives way (see plan_upgrade)
+        return {renames.get(k, k): v for k, v in d.items() if not _gives_way(k, by)}
 
     m = dataclasses.replace(
         manifest,

@@ -1,17 +1,37 @@
 """Walking a graph: ordering, stable node identity, fingerprints, pictures.
 
 Stable identity is what checkpoints are matched by.  A node's id is its
-``name=`` when one was given.  Otherwise it is derived from the graph's
-shape: the node's kind, the ids of its upstreams, and its position among the
-same-kind downstreams of its first upstream.  The id therefore survives a
-restart of the same program, and changes when the pipeline in front of the
-node changes, which is exactly when restoring its state would be wrong.
+``name=`` when one was given.  Otherwise it is derived: the node's kind, its
+number among the nodes of that kind in the graph's order (upstreams first,
+roots in the order they were created), and, after a colon, the name of its
+function when it has one that is named (not a lambda): ``map-1:parse``,
+``accumulate-2:total``, ``fromiterable-1``.  Nodes with a ``name=`` keep their
+number, so naming one node does not renumber the others.  The same program
+gives the same ids in every process, whichever of its nodes the graph is
+walked from.
+
+A derived id says where a node is in the order, not what is in front of it:
+inserting a ``map`` above an unnamed ``accumulate`` keeps the id
+``accumulate-1``.  So the configuration signature an unnamed node has in the
+graph's :func:`fingerprint` ends with its *place*, `` after <8 hex>``: a
+digest of the kinds of the nodes in front of it, up to the nearest ones a
+fingerprint checks by themselves (named and stateful nodes and sources,
+taken by their ids), and of its position among the nodes of its kind beside
+it.  A checkpoint written before the pipeline in front of the node changed
+then no longer matches it, which is exactly when restoring its state would
+be wrong.
+
+Checkpoints written by rivermark versions before readable ids hold the ids
+:func:`legacy_node_ids` derives (``accumulate-534cb309``); a restore maps
+them to the current ids (:mod:`rivermark.checkpoint.upgrade`).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator
+import re
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError, GraphError
@@ -24,10 +44,15 @@ __all__ = [
     "ancestors",
     "topological",
     "node_ids",
+    "legacy_node_ids",
+    "function_name",
+    "signatures",
     "fingerprint",
+    "base_signature",
     "sources_of",
     "visualize",
     "create_graph",
+    "dot_quote",
 ]
 
 
@@ -55,9 +80,20 @@ def sources_of(node: Stream) -> list[Stream]:
 
 
 def topological(node: Stream) -> list[Stream]:
-    """The graph's nodes, upstreams before downstreams, deterministic for a given program."""
+    """The graph's nodes, upstreams before downstreams, deterministic for a given program.
+
+    The roots come first, in the order they were created; then every node
+    once all its upstreams are placed, each node's downstreams in the order
+    they were connected.  The order does not depend on which node of the
+    graph ``node`` is.
+    """
     everything = nodes_of(node)
-    roots = [n for n in everything if not n.upstreams]
+    roots = sorted((n for n in everything if not n.upstreams), key=lambda n: n._serial)  # noqa: SLF001 - a node of the graph
+    return _ordered(everything, roots)
+
+
+def _ordered(everything: list[Stream], roots: list[Stream]) -> list[Stream]:
+    """``everything``, upstreams first, starting from ``roots`` in their order."""
     order: list[Stream] = []
     placed: set[int] = set()
     remaining = {id(n): len(n.upstreams) for n in everything}
@@ -80,15 +116,111 @@ def topological(node: Stream) -> list[Stream]:
     return order
 
 
+def function_name(n: Stream) -> str | None:
+    """The name of ``n``'s own function, as its derived id shows it; None without one.
+
+    A lambda, a callable without ``__name__`` (a ``functools.partial``) and
+    the functions rivermark supplies itself have none.
+
+    >>> from rivermark import Stream
+    >>> def parse(x): return x
+    >>> s = Stream()
+    >>> function_name(s.map(parse)), function_name(s.map(lambda x: x)), function_name(s)
+    ('parse', None, None)
+    """
+    func = getattr(n, "func", None) or getattr(n, "predicate", None)
+    if not callable(func):
+        return None
+    name = getattr(func, "__name__", None)
+    if not isinstance(name, str) or not name.isidentifier():
+        return None
+    code = getattr(func, "__code__", None)
+    if code is not None and Path(code.co_filename).is_relative_to(_PACKAGE):
+        return None  # one of rivermark's own (a sink's default, a layer's helper)
+    return name
+
+
+#: where rivermark's own functions are defined
+_PACKAGE = Path(__file__).resolve().parent.parent
+
+
+def _claim(taken: dict[str, Stream], nid: str, n: Stream) -> None:
+    """Record ``nid`` as ``n``'s id; :class:`GraphError` if another node has it."""
+    if nid in taken:
+        raise GraphError(
+            f"two nodes share the id {nid!r} ({taken[nid]!r} and {n!r}); "
+            f"give each node a unique name= for checkpoints"
+        )
+    taken[nid] = n
+
+
 def node_ids(node: Stream) -> dict[int, str]:
     """Map ``id(n)`` to the stable id of every node in the graph.
 
-    Raises :class:`GraphError` when two nodes would get the same id (two
-    nodes given the same ``name=``).
+    A node's ``name=``, else ``<kind>-<number>[:<function>]``: its kind (its
+    class's name in lower case), its number among the nodes of that kind in
+    :func:`topological` order (from 1, named ones included) and the name of
+    its function (:func:`function_name`).  Raises :class:`GraphError` when
+    two nodes would get the same id (two nodes given the same ``name=``).
+
+    >>> from rivermark import Stream
+    >>> def parse(line): return line.split()
+    >>> s = Stream.from_iterable(["a b"], name="lines")
+    >>> words = s.map(parse).map(len).map(lambda n: n * 2)
+    >>> ids = node_ids(s)
+    >>> [ids[id(n)] for n in topological(s)]
+    ['lines', 'map-1:parse', 'map-2:len', 'map-3']
     """
     ids: dict[int, str] = {}
     taken: dict[str, Stream] = {}
+    counts: dict[str, int] = {}
     for n in topological(node):
+        kind = type(n).__name__.lower()
+        counts[kind] = counts.get(kind, 0) + 1
+        if n.name is not None:
+            nid = n.name
+        else:
+            func = function_name(n)
+            nid = f"{kind}-{counts[kind]}" if func is None else f"{kind}-{counts[kind]}:{func}"
+        _claim(taken, nid, n)
+        ids[id(n)] = nid
+    return ids
+
+
+def legacy_node_ids(node: Stream) -> dict[int, str]:
+    """``id(n)`` -> the id rivermark derived before readable ids, ``<kind>-<8 hex>``.
+
+    Checkpoints written by those versions hold these ids.  Their roots of
+    one kind were numbered in the order the graph was walked from the node
+    given to the job, which the graph no longer knows; when the graph has
+    two roots of one kind (named or not), only the ids that every starting
+    node gives are returned (an id that depends on the start is left out, so
+    nothing is guessed).  Empty when no start gives a valid derivation.
+    """
+    everything = nodes_of(node)
+    kinds = [type(r) for r in everything if not r.upstreams]
+    starts = everything if len(set(kinds)) < len(kinds) else [node]
+    # the roots in the order each start walks them: few distinct orders
+    orders: dict[tuple[int, ...], list[Stream]] = {}
+    for s in starts:
+        roots = [n for n in nodes_of(s) if not n.upstreams]
+        orders.setdefault(tuple(map(id, roots)), roots)
+    found: list[dict[int, str]] = []
+    for roots in orders.values():
+        try:
+            found.append(_legacy_ids(_ordered(everything, roots)))
+        except GraphError:
+            continue
+    if not found:
+        return {}
+    return {k: v for k, v in found[0].items() if all(f.get(k) == v for f in found[1:])}
+
+
+def _legacy_ids(order: list[Stream]) -> dict[int, str]:
+    """The ids of rivermark before readable ids, over the graph's ``order`` then."""
+    ids: dict[int, str] = {}
+    taken: dict[str, Stream] = {}
+    for n in order:
         if n.name is not None:
             nid = n.name
         else:
@@ -102,24 +234,73 @@ def node_ids(node: Stream) -> dict[int, str]:
             key = "|".join([type(n).__name__, *ups, str(pos)])
             digest = hashlib.sha1(key.encode()).hexdigest()[:8]
             nid = f"{type(n).__name__.lower()}-{digest}"
-        if nid in taken:
-            raise GraphError(
-                f"two nodes share the id {nid!r} ({taken[nid]!r} and {n!r}); "
-                f"give each node a unique name= for checkpoints"
-            )
-        taken[nid] = n
+        _claim(taken, nid, n)
         ids[id(n)] = nid
     return ids
 
 
+def _places(order: list[Stream], ids: dict[int, str]) -> dict[int, str]:
+    """``id(n)`` -> the place digest of every unnamed node with upstreams (see the module's docs).
+
+    A node's place hashes its kind, what is in front of it and its position
+    among the nodes of its kind below its first upstream (named ones
+    included).  An upstream that a fingerprint checks by itself (a named
+    node, a stateful one, a source) is taken by its id, any other by its
+    place, so the digest covers the stateless nodes in front up to those.
+    """
+    places: dict[int, str] = {}
+    for n in order:
+        if n.name is not None or not n.upstreams:
+            continue
+        below = [d for d in n.upstreams[0].downstreams if type(d) is type(n)]
+        pos = next(i for i, d in enumerate(below) if d is n)
+        front = [
+            places[id(u)] if id(u) in places and not u.is_stateful else f"={ids[id(u)]}"
+            for u in n.upstreams
+        ]
+        key = "|".join([type(n).__name__, *front, str(pos)])
+        places[id(n)] = hashlib.sha1(key.encode()).hexdigest()[:8]
+    return places
+
+
+#: the end of the signature of an unnamed node with upstreams: its place
+_PLACE = re.compile(r" after [0-9a-f]{8}$")
+
+
+def signatures(node: Stream, keep: Callable[[Stream], bool]) -> dict[int, str]:
+    """``id(n)`` -> the signature node ``n`` has in a fingerprint, for the nodes ``keep`` keeps.
+
+    A node's ``state_signature()``; an unnamed node with upstreams adds its
+    place (`` after <8 hex>``), so that its signature changes when the
+    pipeline in front of it changes while its derived id stays.
+    """
+    order = topological(node)
+    places = _places(order, node_ids(node))
+    return {
+        id(n): (
+            f"{n.state_signature()} after {places[id(n)]}"
+            if n.name is None and n.upstreams
+            else n.state_signature()
+        )
+        for n in order
+        if keep(n)
+    }
+
+
+def base_signature(signature: str) -> str:
+    """``signature`` without the place an unnamed node's signature ends with.
+
+    >>> base_signature("Accumulate(func=total) after 1f0c22ab"), base_signature("FromIterable()")
+    ('Accumulate(func=total)', 'FromIterable()')
+    """
+    return _PLACE.sub("", signature)
+
+
 def fingerprint(node: Stream) -> dict[str, str]:
-    """Stable id -> configuration signature, for every stateful node and source."""
+    """Stable id -> signature (see :func:`signatures`), for every stateful node and source."""
     ids = node_ids(node)
-    out: dict[str, str] = {}
-    for n in topological(node):
-        if n.is_stateful or not n.upstreams:
-            out[ids[id(n)]] = n.state_signature()
-    return out
+    sigs = signatures(node, lambda n: n.is_stateful or not n.upstreams)
+    return {ids[k]: sig for k, sig in sigs.items()}
 
 
 def create_graph(node: Stream, graph: Any) -> Any:
@@ -172,6 +353,15 @@ _DIGRAPH_KWARGS = frozenset(
 )
 
 
+def dot_quote(text: str) -> str:
+    """``text`` as a quoted Graphviz string: an id (which may hold ``:``), a label, a style.
+
+    >>> print(dot_quote('map-1:parse'), dot_quote('say "hi"'))
+    "map-1:parse" "say \\"hi\\""
+    """
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
 def node_label(n: Stream) -> str:
     """The label of ``n`` in pictures: its ``str`` without the outer angle brackets.
 
@@ -217,7 +407,8 @@ def visualize(
             fillcolor=n._graphviz_fillcolor,
         )
         for d in n.downstreams:
-            g.edge(ids[id(n)], ids[id(d)])
+            # written as a line: graphviz's edge() reads "map-1:parse" as node "map-1", port "parse"
+            g.body.append(f"\t{dot_quote(ids[id(n)])} -> {dot_quote(ids[id(d)])}\n")
     if filename is not None:
         base, _, fmt = filename.rpartition(".")
         if not base:

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import functools
 import inspect
+import itertools
 import logging
 import weakref
 from collections.abc import Awaitable, Callable, Iterator
@@ -57,6 +58,10 @@ F = TypeVar("F")
 def identity(x: F) -> F:
     """Return ``x`` unchanged (the default ``register_api`` modifier)."""
     return x
+
+
+#: numbers the nodes in the order they are created (``Stream._serial``)
+_SERIALS = itertools.count(1)
 
 
 def _inherited(upstreams: list[Any], attr: str) -> Any:
@@ -121,6 +126,10 @@ class Stream(StreamFacade):
     #: the attributes generated code may use (state, live configuration, methods);
     #: see :meth:`rivermark.fastpath.codegen.Codegen.field`
     _kernel_fields: ClassVar[frozenset[str]] = frozenset()
+    #: the order nodes were created in: roots are ordered by it (see
+    #: :func:`rivermark.core.graph.topological`), so a graph's order and its
+    #: derived ids do not depend on the node it is walked from
+    _serial: int = 0
 
     def __init__(
         self,
@@ -133,6 +142,7 @@ class Stream(StreamFacade):
         name: str | None = None,
         on_error: ErrorPolicy | None = None,
     ) -> None:
+        self._serial = next(_SERIALS)
         self.downstreams: list[Stream] = []
         self.upstreams: list[Stream] = (
             list(upstreams) if upstreams is not None else [] if upstream is None else [upstream]

@@ -18,7 +18,7 @@ flowchart LR
 
 from __future__ import annotations
 
-from ..core.graph import node_ids, node_label, topological
+from ..core.graph import dot_quote, node_ids, node_label, topological
 from ..core.node import Stream
 
 __all__ = ["to_dot", "to_mermaid"]
@@ -26,10 +26,6 @@ __all__ = ["to_dot", "to_mermaid"]
 
 def _label(n: Stream) -> str:
     return node_label(n)
-
-
-def _dot_quote(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
 def to_dot(node: Stream) -> str:
@@ -51,13 +47,13 @@ def to_dot(node: Stream) -> str:
     order = topological(node)
     for n in order:
         lines.append(
-            f"    {_dot_quote(ids[id(n)])} [label={_dot_quote(_label(n))}, "
-            f"shape={n._graphviz_shape}, style={_dot_quote(n._graphviz_style)}, "
+            f"    {dot_quote(ids[id(n)])} [label={dot_quote(_label(n))}, "
+            f"shape={n._graphviz_shape}, style={dot_quote(n._graphviz_style)}, "
             f"fillcolor={n._graphviz_fillcolor}];"
         )
     for n in order:
         for d in n.downstreams:
-            lines.append(f"    {_dot_quote(ids[id(n)])} -> {_dot_quote(ids[id(d)])};")
+            lines.append(f"    {dot_quote(ids[id(n)])} -> {dot_quote(ids[id(d)])};")
     lines.append("}")
     return "\n".join(lines)
 

@@ -124,7 +124,7 @@ def test_changed_graph_is_refused_with_diff(tmp_path: Path) -> None:
     assert LocalDirectoryStore(tmp_path).list_epochs() == [1, 2]
 
 
-def test_node_whose_derived_id_moved_is_named_in_the_refusal(tmp_path: Path) -> None:
+def test_node_whose_pipeline_in_front_changed_is_named_in_the_refusal(tmp_path: Path) -> None:
     def graph(insert_map: bool) -> Stream:
         source = Stream.from_iterable(list(range(5)), name="numbers")
         upstream = source.map(lambda x: x) if insert_map else source
@@ -135,16 +135,17 @@ def test_node_whose_derived_id_moved_is_named_in_the_refusal(tmp_path: Path) -> 
     with pytest.raises(CheckpointMismatchError) as info:
         Job(graph(True), checkpoint=tmp_path, every=None).run()
     msg = str(info.value)
-    assert re.search(r"accumulate-\w+ and accumulate-\w+ look like the same node", msg), msg
+    # the derived id stays accumulate-1:total; its place in the signature changed
+    assert "moved: accumulate-1:total: the pipeline in front of node accumulate-1:total" in msg
     assert "explicit names (e.g. .accumulate(f, name='totals'))" in msg
-    # the remedy named in the message works: the old id as an explicit name
-    old_id = re.search(r"pass name='(accumulate-\w+)'", msg)
-    assert old_id is not None, msg
+    # the remedy named in the message works: the id as an explicit name
+    remedy = re.search(r"pass name='(accumulate-1:total)' to it", msg)
+    assert remedy is not None, msg
     source = Stream.from_iterable(list(range(8)), name="numbers")
-    out = source.map(lambda x: x).accumulate(total, start=0, name=old_id.group(1)).sink_to_list()
-    job = Job(source, checkpoint=tmp_path, every=None, allow_new_nodes=True)
+    out = source.map(lambda x: x).accumulate(total, start=0, name=remedy.group(1)).sink_to_list()
+    job = Job(source, checkpoint=tmp_path, every=None)
     job.run()
-    # the list sink below it keeps its derived id, so it is restored as well
+    # the list sink below it keeps its derived id and place, so it is restored as well
     assert out == [0, 1, 3, 6, 10, 15, 21, 28]
 
 
@@ -261,7 +262,7 @@ def test_failing_source_stops_job_and_releases_lock(tmp_path: Path) -> None:
     # the message carries the cause: node, function, record, and what to do
     msg = str(info.value)
     # the node whose function raised is named, not the source that fed it
-    assert re.search(r"Job: node map-[0-9a-f]+ failed: Map: user function", msg), msg
+    assert re.search(r"Job: node map-1:boom failed: Map: user function", msg), msg
     assert "'_boom_graph.<locals>.boom' raised ValueError: boom on record 5" in msg
     assert "numbers" not in msg and "from_iterable" not in msg
     assert re.search(r"\(at .*test_job\.py:\d+ in boom\)", msg), msg
