@@ -54,6 +54,7 @@ def test_version_and_help_of_every_command() -> None:
         (("checkpoints", "diff"), "Compare checkpoints"),
         (("savepoint",), "Take a savepoint of the running job"),
         (("stop",), "Stop the running job at DIR|URL gracefully"),
+        (("replay",), "Dry-run APP.py:NAME from a checkpoint of the live job"),
     ]:
         res = run_cli(*cmd, "--help")
         assert res.returncode == 0, (cmd, res.stderr)

@@ -55,6 +55,7 @@ class PartitionAssignment(Source):
     job_id: str | None
     consumer: Any
     _end: dict[tuple[str, int], int]
+    _until: dict[tuple[str, int], int] | None
     _missing_warned: dict[str, float]
     _ignored: set[tuple[str, int]]
     _committed_meta: dict[tuple[str, int], str]
@@ -336,9 +337,15 @@ class PartitionAssignment(Source):
             time.sleep(0.2)
 
     def _end_offsets(self, parts: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
-        """stop_at_end: each partition's high watermark now (where the read ends)."""
+        """stop_at_end: each partition's high watermark now (where the read ends).
+
+        After ``stop_at(position)``: the position's offsets instead; a
+        partition it does not name is not read.
+        """
         import confluent_kafka as ck
 
+        if self._until is not None:
+            return {tp: self._until.get(tp, 0) for tp in parts}
         out: dict[tuple[str, int], int] = {}
         for t, p in parts:
             _, high = self.consumer.get_watermark_offsets(ck.TopicPartition(t, p), timeout=10)

@@ -254,6 +254,11 @@ class ToKafka(Stream):
                 "a broker with auto.create.topics.enable) and run again"
             )
 
+    def output_text(self, x: Any) -> str:
+        """The message value produced for ``x`` as a line of text (undecodable bytes replaced)."""
+        value = _encode(x)
+        return ("" if value is None else bytes(value).decode("utf-8", "replace")) + "\n"
+
     def _key_of(self, x: Any) -> Any:
         k = self.key
         if k is None:

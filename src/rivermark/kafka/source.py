@@ -91,6 +91,10 @@ def _record_time(m: Any) -> float | None:
     return ms / 1000  # type: ignore[no-any-return]
 
 
+def _commit_nothing(offsets: dict[tuple[str, int], int], tag: str) -> None:
+    """The offset committer of a source that reads only (:meth:`KafkaBatchedSource.read_only`)."""
+
+
 class KafkaBatchedSource(PartitionAssignment):
     """Read Kafka topics and emit lists of records per partition.
 
@@ -204,6 +208,8 @@ class KafkaBatchedSource(PartitionAssignment):
         self.offset_committer: Callable[[dict[tuple[str, int], int], str], None] | None = None
         #: stop_at_end: the end offset (high watermark at start) of every partition
         self._end: dict[tuple[str, int], int] = {}
+        #: stop_at: where each partition's read ends (None: at the watermarks, or never)
+        self._until: dict[tuple[str, int], int] | None = None
         self._missing_warned: dict[str, float] = {}
         self._ignored: set[tuple[str, int]] = set()
         self._committed_meta: dict[tuple[str, int], str] = {}
@@ -284,6 +290,28 @@ class KafkaBatchedSource(PartitionAssignment):
 
     def state_signature(self) -> str:
         return f"{type(self).__name__}(topics={sorted(self.topics)!r}, keys={self.keys!r})"
+
+    def stop_at(self, position: Any) -> None:
+        """Read every partition up to its offset in ``position`` (a bounded read, as ``stop_at_end``).
+
+        Partitions that ``position`` does not name are not read.
+        """
+        if not isinstance(position, dict):
+            raise ConfigurationError(
+                f"{self.display_name()}: stop_at() needs a dict {{'topic:partition': offset}}, "
+                f"got {position!r}"
+            )
+        self._until = {split_key(k): int(v) for k, v in offsets_of(position).items()}
+        self.stop_at_end = True
+
+    def stop_at_input_end(self) -> None:
+        """Read every partition up to its high watermark at start, as ``stop_at_end=True``."""
+        self.stop_at_end = True
+
+    def read_only(self) -> None:
+        """Commit no offsets to the consumer group, and read even while another job uses it."""
+        self.offset_committer = _commit_nothing
+        self.group_takeover = True
 
     def pause(self) -> None:
         """Hold the source at a checkpoint barrier; from then on it runs under a job.

@@ -29,13 +29,18 @@ checkpointed sink does not implement it.  ``unaccounted_output()`` is asked
 when a job starts on a store without any checkpoint: a sink that finds output
 of an earlier run (a file with content) describes it in one line, and the
 job refuses to append to it unless started from scratch.
+
+Text output (:class:`TextOutputSink`, optional).  ``output_text(x)`` is the
+text a sink writes for record ``x`` (``sink_to_textfile``: ``str(x)`` and
+its line end; ``to_kafka``: the message value).  ``rivermark replay`` writes
+it to a side file in place of the sink's real output.
 """
 
 from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["CheckpointedSink", "EpochSealingSink", "StartOverSink"]
+__all__ = ["CheckpointedSink", "EpochSealingSink", "StartOverSink", "TextOutputSink"]
 
 
 @runtime_checkable
@@ -76,3 +81,11 @@ class EpochSealingSink(CheckpointedSink, Protocol):
     """
 
     seals_epoch_at_pre_commit: bool
+
+
+@runtime_checkable
+class TextOutputSink(Protocol):
+    """A sink that can say what it writes for a record, as text (see module docs)."""
+
+    def output_text(self, x: Any) -> str:
+        """The text written for record ``x``, its line end included."""

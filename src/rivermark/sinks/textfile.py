@@ -172,8 +172,12 @@ class SinkToTextfile(Stream):
         if self._truncate_pending:
             self._truncate_pending = False
             f.truncate(0)
-        f.write(str(x) + self.end)
+        f.write(self.output_text(x))
         return None
+
+    def output_text(self, x: Any) -> str:
+        """What the sink writes for ``x``: ``str(x) + end``."""
+        return str(x) + self.end
 
     # ------------------------------------------------------------ checkpoint sink contract
     def pre_commit(self, epoch: int) -> dict[str, Any]:

@@ -41,6 +41,7 @@ from typing import Any, ClassVar
 from ..core import runtime
 from ..core.node import Stream
 from ..core.refs import Metadata
+from ..errors import ConfigurationError
 
 logger = logging.getLogger(__name__)
 
@@ -161,6 +162,39 @@ class Source(Stream):
         configured start is relative ("the group's offset", "latest").  The
         default does nothing: most sources' configured start is already a
         concrete position.
+        """
+
+    def stop_at(self, position: Any) -> None:
+        """End once the source reaches ``position`` (a value :meth:`position` returned).
+
+        No record at or after ``position`` is emitted: the source finishes as
+        if its input ended there, so a job started from an earlier checkpoint
+        reads exactly the input up to a later one (``rivermark replay --until
+        EPOCH``).  Call it before the source starts.  A source that cannot
+        raises :class:`~rivermark.errors.ConfigurationError` (the default).
+        """
+        raise ConfigurationError(
+            f"{self.display_name()} cannot stop at a given position (it has no stop_at())"
+        )
+
+    def stop_at_input_end(self) -> None:
+        """Finish at the end of the input instead of waiting for more.
+
+        ``rivermark replay --until end`` calls it before the source starts
+        (``from_textfile`` then behaves as with ``stop_at_eof=True``, a Kafka
+        source as with ``stop_at_end=True``).  A source whose input has no
+        end raises :class:`~rivermark.errors.ConfigurationError` (the default).
+        """
+        raise ConfigurationError(
+            f"{self.display_name()} never ends: its input has no end it can stop at"
+        )
+
+    def read_only(self) -> None:
+        """Leave no trace outside the job while it reads (``rivermark replay``).
+
+        Called before a copy of a job runs beside the live one.  The default
+        does nothing: a file or an iterable is only read.  A Kafka source
+        commits no offsets to its consumer group from then on.
         """
 
     def checkpoint_durable(self, epoch: int, position: Any) -> None:

@@ -53,6 +53,8 @@ class FromIterable(Source):
         self._iterator: Iterator[Any] | None = None if self.replayable else it
         #: items taken from a one-shot iterator but not emitted yet (a stop came first)
         self._pending: list[Any] = []
+        #: the index the source stops before (:meth:`stop_at`; None: at the end)
+        self._stop: int | None = None
         super().__init__(**kwargs)
         self._position = 0
 
@@ -65,13 +67,30 @@ class FromIterable(Source):
             )
         self._position = position
 
+    def stop_at(self, position: Any) -> None:
+        """Emit the items before index ``position`` only (a replayable iterable)."""
+        if not self.replayable:
+            raise ConfigurationError(
+                f"{self.display_name()} cannot stop at a position: it reads a one-shot "
+                "iterator, which cannot be read again from a checkpoint"
+            )
+        if isinstance(position, bool) or not isinstance(position, int) or position < 0:
+            raise ConfigurationError(
+                f"from_iterable: stop_at needs an index >= 0 that position() returned, "
+                f"got {position!r}"
+            )
+        self._stop = position
+
+    def stop_at_input_end(self) -> None:
+        """Nothing to do: the source finishes after the last item."""
+
     def _advance(self, k: int) -> None:
         self._position = (self._position or 0) + k
 
     async def run(self) -> None:
         index = self._position or 0
         if self.replayable:
-            it: Iterator[Any] = itertools.islice(iter(self._iterable), index, None)
+            it: Iterator[Any] = itertools.islice(iter(self._iterable), index, self._stop)
             chunk: list[Any] = []
         else:
             assert self._iterator is not None

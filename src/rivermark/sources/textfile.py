@@ -129,6 +129,8 @@ class FromTextfile(Source):
         #: the last bytes read, to notice the file rewritten under the reader
         self._seen = b""
         self._rotated = False
+        #: :meth:`stop_at`'s offset and the identity of its file (None: any file)
+        self._until: tuple[int, tuple[int, int] | None] | None = None
         super().__init__(start=False, **kwargs)
         offset = 0
         if from_end:
@@ -183,23 +185,7 @@ class FromTextfile(Source):
         shorter than the position or whose bytes before it changed (see the
         class docs; ``on_changed``).
         """
-        digest, ident, unterminated = None, None, 0
-        offset = position
-        if isinstance(position, dict):
-            offset, digest = position.get("offset"), position.get("tail_sha256")
-            if isinstance(position.get("dev"), int) and isinstance(position.get("ino"), int):
-                ident = (position["dev"], position["ino"])
-            unterminated = position.get("unterminated", 0)
-        if (
-            isinstance(offset, bool)
-            or not isinstance(offset, int)
-            or offset < 0
-            or not isinstance(unterminated, int)
-        ):
-            raise ConfigurationError(
-                f"from_textfile: position must be a byte offset >= 0, got {position!r}; "
-                "pass a value that position() returned"
-            )
+        offset, digest, ident, unterminated = _parse_position(position)
         self._reading = self._rotated_file(offset, digest, ident)
         problem = None if self._reading else self._changed(offset, digest)
         self._unterminated = unterminated
@@ -218,6 +204,45 @@ class FromTextfile(Source):
             offset, self._unterminated = 0, 0
         self._position = offset
         self._check_continued(offset)
+
+    def stop_at(self, position: Any) -> None:
+        """End at byte ``position`` of the file it belongs to, as at its end with ``stop_at_eof``.
+
+        The position names the file by its identity (device and inode): a
+        rotated file read before it is read to its end.  The records before
+        the offset are emitted, none after it (a last line that the position
+        records as emitted without its delimiter is emitted so as well).
+        """
+        offset, _, ident, _ = _parse_position(position)
+        self._until = (offset, ident)
+
+    def stop_at_input_end(self) -> None:
+        """End at the end of the file, as with ``stop_at_eof=True``."""
+        self.stop_at_eof = True
+
+    def _stops_in_this_file(self) -> bool:
+        """Whether :meth:`stop_at`'s position is in the file being read."""
+        until = self._until
+        return until is not None and (until[1] is None or until[1] == self._ident)
+
+    def _read_size(self, raw: IO[bytes]) -> int:
+        """How much the next read takes: a chunk, or what is left before :meth:`stop_at`'s position."""
+        if self._until is None or not self._stops_in_this_file():
+            return _CHUNK
+        return max(0, min(_CHUNK, self._until[0] - raw.tell()))
+
+    async def _end_at_stop(self) -> bool:
+        """At :meth:`stop_at`'s offset: the last record, then the end; short of it: refuse."""
+        assert self._until is not None and self._raw is not None
+        at, until = self._raw.tell(), self._until[0]
+        if at < until:
+            raise ChangedFileError(
+                f"{self.display_name()}: input file {self._reading or self.path!r} ends at byte "
+                f"{at}, before the position {until} this source is to stop at (truncated or "
+                "replaced since that position was read)"
+            )
+        await self._emit_last_line()
+        return True
 
     def _rotated_file(
         self, offset: int, digest: str | None, ident: tuple[int, int] | None
@@ -289,7 +314,7 @@ class FromTextfile(Source):
     async def run(self) -> None:
         raw = self._open((self._reading or self.path) if self._follows else None)
         while not self.stopped:
-            chunk = raw.read(_CHUNK)
+            chunk = raw.read(self._read_size(raw))
             if not chunk:
                 if await self._at_end():
                     break
@@ -337,6 +362,8 @@ class FromTextfile(Source):
     async def _at_end(self) -> bool:
         """At the end of the file: move to a rotated file's successor, end, or wait and check."""
         assert self.path is not None or not self._follows
+        if self._stops_in_this_file():
+            return await self._end_at_stop()
         if (self._reading is not None or self._rotated) and os.path.exists(self.path or ""):
             await self._emit_last_line()
             self._switch()
@@ -481,6 +508,28 @@ class FromTextfile(Source):
 
 def _bytes(n: int) -> str:
     return f"{n} byte" if n == 1 else f"{n} bytes"
+
+
+def _parse_position(position: Any) -> tuple[int, str | None, tuple[int, int] | None, int]:
+    """Offset, digest, file identity and unterminated length of a position (or a byte offset)."""
+    digest, ident, unterminated = None, None, 0
+    offset = position
+    if isinstance(position, dict):
+        offset, digest = position.get("offset"), position.get("tail_sha256")
+        if isinstance(position.get("dev"), int) and isinstance(position.get("ino"), int):
+            ident = (position["dev"], position["ino"])
+        unterminated = position.get("unterminated", 0)
+    if (
+        isinstance(offset, bool)
+        or not isinstance(offset, int)
+        or offset < 0
+        or not isinstance(unterminated, int)
+    ):
+        raise ConfigurationError(
+            f"from_textfile: position must be a byte offset >= 0, got {position!r}; "
+            "pass a value that position() returned"
+        )
+    return offset, digest, ident, unterminated
 
 
 def _drop_undecodable(lines: list[Any], sizes: list[int]) -> tuple[list[Any], list[int]]:
