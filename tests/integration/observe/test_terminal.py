@@ -118,7 +118,8 @@ def test_plain_progress_lines_and_summary(app: tuple[Path, dict[str, str]], tmp_
         try:
             wait_for(
                 # 300 counted by the first run, carried over, and 101 read now
-                lambda: "lines: 401 records" in out_file.read_text(), what="the resumed progress"
+                lambda: "lines: 401 records" in out_file.read_text(),
+                what="the resumed progress",
             )
             Path(env["GO"]).write_text("")
             _, err = proc.communicate(timeout=120)
