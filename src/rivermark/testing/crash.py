@@ -214,19 +214,28 @@ class _Runs:
             self.remaining()
             time.sleep(0.002)
 
+    def _wait(self, proc: subprocess.Popen[bytes], most: float) -> int | None:
+        """Wait up to ``most`` s (1 s at most, so progress meanwhile moves the deadline).
+
+        The exit status, or None if ``proc`` still runs; past the deadline it
+        kills ``proc`` and raises :class:`CrashHarnessError`.
+        """
+        try:
+            return proc.wait(timeout=min(most, self.remaining(), 1.0))
+        except subprocess.TimeoutExpired:
+            return None
+        except CrashHarnessError:
+            proc.kill()
+            proc.wait()
+            raise
+
     def killed_after(self, proc: subprocess.Popen[bytes], delay: float) -> int | None:
         """SIGKILL ``proc`` after ``delay`` s (None), unless it ended first (its exit status)."""
         kill_at = time.monotonic() + delay
         while (left := kill_at - time.monotonic()) > 0:
-            try:
-                # in slices: past the deadline this raises rather than counting a kill
-                return proc.wait(timeout=min(left, self.remaining(), 1.0))
-            except subprocess.TimeoutExpired:
-                pass
-            except CrashHarnessError:
-                proc.kill()
-                proc.wait()
-                raise
+            rc = self._wait(proc, left)
+            if rc is not None:
+                return rc
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         self.report.kills += 1
@@ -236,16 +245,9 @@ class _Runs:
 
     def to_end(self, proc: subprocess.Popen[bytes]) -> int:
         """Wait for ``proc`` to end by itself; its exit status."""
-        while True:
-            try:
-                # in slices, so that progress made meanwhile moves the deadline
-                return proc.wait(timeout=min(self.remaining(), 1.0))
-            except subprocess.TimeoutExpired:
-                pass
-            except CrashHarnessError:
-                proc.kill()
-                proc.wait()
-                raise
+        while (rc := self._wait(proc, 1.0)) is None:
+            pass
+        return rc
 
 
 _hold_at = os.environ.get(HOLD_AT_ENV)
