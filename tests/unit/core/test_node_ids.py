@@ -218,7 +218,6 @@ def test_legacy_ids_that_depended_on_the_walk_are_left_out() -> None:
 
 
 def test_visualize_keeps_ids_with_a_colon_whole() -> None:
-    pytest.importorskip("graphviz")
     s = Stream.from_iterable([1])
     s.map(parse).sink(print)
     source = s.visualize(filename=None).source
