@@ -3,7 +3,7 @@
 Run:  .venv/bin/python benchmarks/bench_paths.py --baseline /path/to/other/checkout/src
 
 Three paths per graph shape: ``update`` (node by node: the generated code
-turned off, ``codegen.ENABLED = False``, so every record goes through each
+turned off, ``graphcode.ENABLED = False``, so every record goes through each
 node's ``update``), ``emit`` (the generated ``emit`` of a synchronous
 graph) and ``loop`` (the generated loop a source runs over a chunk of
 1,024 records).  The shapes are the six of ``bench_pipelines.py`` and one
@@ -85,12 +85,19 @@ def _build(shape: str) -> Any:
     return getattr(bench_pipelines, f"build_{shape}")(Stream, noop)
 
 
+def _generated_code_off() -> None:
+    """Leave every graph on its node-by-node path (this tree, or an older one measured against)."""
+    try:
+        from rivermark.execution import graphcode
+    except ImportError:  # a tree from before the execution package
+        from rivermark.fastpath import codegen as graphcode  # type: ignore[no-redef]
+    graphcode.ENABLED = False
+
+
 def child(shape: str, path: str, n: int, slices: int = 10) -> float:
     """Seconds per record over the fastest of ``slices`` slices of ``n // slices`` records."""
-    from rivermark.fastpath import codegen
-
     if path == "update":
-        codegen.ENABLED = False
+        _generated_code_off()
     source = _build(shape)
     size = n // slices
     best = float("inf")

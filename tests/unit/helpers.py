@@ -6,8 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from rivermark import RefCounter
-from rivermark.core.node import _bump
-from rivermark.fastpath import codegen
+from rivermark.execution import graphcode, plan
 
 
 class StrictRef(RefCounter):
@@ -30,10 +29,10 @@ class StrictRef(RefCounter):
 @contextmanager
 def node_by_node() -> Iterator[None]:
     """Graphs built and run inside take the node-by-node path (no generated code)."""
-    codegen.ENABLED = False
-    _bump()
+    graphcode.ENABLED = False
+    plan.retire_all()
     try:
         yield
     finally:
-        codegen.ENABLED = True
-        _bump()
+        graphcode.ENABLED = True
+        plan.retire_all()

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rivermark import Stream
-from rivermark.fastpath import codegen
+from rivermark.execution import graphcode as codegen
 
 from .helpers import StrictRef, node_by_node
 

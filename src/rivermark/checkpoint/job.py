@@ -58,12 +58,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._runguard import check_run_allowed
-from ..core import counting, graph, runtime
+from ..core import graph, runtime
 from ..core.contracts import JobAware
 from ..core.inputend import EndsWithInput
 from ..core.node import Stream
 from ..core.timeutil import parse_interval
 from ..errors import ConfigurationError
+from ..execution import plan as execution_plan
 from ..observe.metrics import Metrics
 from ..observe.prometheus import MetricsServer
 from ..observe.ui import UiServer
@@ -380,7 +381,7 @@ class Job(RecoveryAtStart, Shutdown):
             if on_error is not None and n.on_error is None:
                 n.on_error = on_error
         for root in self._emit_roots:
-            counting.count_emits(root)
+            execution_plan.count_emits(root)
 
     @property
     def running(self) -> bool:

@@ -13,25 +13,17 @@ can wait for the slowest branch (backpressure).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import inspect
 import itertools
 import logging
-import weakref
 from collections.abc import Awaitable, Callable, Iterator
-from types import MethodType
 from typing import Any, ClassVar, TypeVar
 
 from ..errors import ConfigurationError, ErrorContext, NodeFailedError, add_context
-from ..fastpath import codegen
-from ..fastpath import push as fusion
-from . import clock, counting, delivery, runtime
-from .clock import _BOUND as _BOUND
-from .clock import _PUSHES as _PUSHES
-from .clock import _bump as _bump
-from .clock import _EmitMethod as _EmitMethod
-from .clock import _GraphClock as _GraphClock
+from ..execution import counting, emitting, plan, push
+from ..execution.steps import step, step_of
+from . import runtime
 from .config import _VALID_POLICIES as _VALID_POLICIES
 from .config import ErrorPolicy, Fixed, check_callable, check_positive_int
 from .config import _check_policy as _check_policy
@@ -116,16 +108,13 @@ class Stream(StreamFacade):
     in_flight: int = 0
     #: names of attributes that make up the node's checkpointed state
     _state_attrs: ClassVar[tuple[str, ...]] = ()
-    #: True when ``records_out`` is not counted by :mod:`rivermark.core.counting`:
+    #: True when ``records_out`` is not counted by :mod:`rivermark.execution.counting`:
     #: the node passes on one record per record received unless its function
     #: fails (derived when read), or counts what it emits itself (sources)
     derived_out: bool = False
     #: a root fed by ``emit`` counts what it passes on only when this is set
-    #: (:func:`rivermark.core.counting.count_emits`)
+    #: (:func:`rivermark.execution.plan.count_emits`)
     counts_emits: bool = False
-    #: the attributes generated code may use (state, live configuration, methods);
-    #: see :meth:`rivermark.fastpath.codegen.Codegen.field`
-    _kernel_fields: ClassVar[frozenset[str]] = frozenset()
     #: the order nodes were created in: roots are ordered by it (see
     #: :func:`rivermark.core.graph.topological`), so a graph's order and its
     #: derived ids do not depend on the node it is walked from
@@ -161,7 +150,7 @@ class Stream(StreamFacade):
         self.errors_handled = 0
         #: the last record whose user function raised, and the exception (read by the metrics)
         self.last_error: tuple[Any, BaseException] | None = None
-        #: stepped once per record passed on to the downstreams (:mod:`rivermark.core.counting`)
+        #: stepped once per record passed on to the downstreams (:mod:`rivermark.execution.counting`)
         self.out_counter = counting.new_counter()
         if asynchronous is not None:
             _check_asynchronous(self.upstreams, asynchronous)
@@ -175,15 +164,9 @@ class Stream(StreamFacade):
             self._loop = _inherited(self.upstreams, "_loop")
         if self._loop is None and (ensure_io_loop or self._is_async):
             self._loop = runtime.current_loop()
-        self._loop_cache_version = -1
-        self._loop_needed: asyncio.AbstractEventLoop | None = None
-        #: the nodes below that pass records on after ``update`` returned (Dask's
-        #: ``gather``), found with ``_loop_needed``; an emit waits for them
-        self._deferred: tuple[delivery.DeferredDelivery, ...] = ()
         for up in self.upstreams:
             if isinstance(up, Stream):
                 up._add_downstream(self)  # noqa: SLF001 - a node links itself below its upstreams
-        _bump()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Let node classes written for streamz return what streamz accepts from ``update``.
@@ -198,10 +181,10 @@ class Stream(StreamFacade):
         ``await asyncio.gather(*self._emit(x))`` works).
         """
         super().__init_subclass__(**kwargs)
-        if cls.__module__.startswith("rivermark."):
-            return
+        if cls.__module__.startswith("rivermark.") or step_of(cls.__dict__.get("update")):
+            return  # rivermark's own kind of node (a step returns None or a list)
         if "_emit" not in cls.__dict__:
-            cls._emit = _emit_list  # type: ignore[method-assign]
+            cls._emit = _emit_list  # type: ignore[assignment]
         update = cls.__dict__.get("update")
         if (
             update is None
@@ -211,7 +194,7 @@ class Stream(StreamFacade):
             return
         if is_coroutine_function(update):
             cls._is_async = True
-        cls.update = _wrap_user_update(update)  # type: ignore[assignment]
+        cls.update = _wrap_user_update(update)  # type: ignore[method-assign]
 
     def _user_results(self, result: Any) -> list[Awaitable[Any]] | None:
         """The awaitable a user ``update`` returned, as the list rivermark passes upstream.
@@ -225,7 +208,7 @@ class Stream(StreamFacade):
             return None  # streamz ignores other return values as well
         if not self._is_async:
             self._is_async = True
-            _bump()
+            plan.changed(self)
         if runtime.current_loop() is not None:
             return [asyncio.ensure_future(result)]
         # called outside any event loop: run it to the end on the node's loop
@@ -279,7 +262,7 @@ class Stream(StreamFacade):
     def _add_downstream(self, d: Stream) -> None:
         if d not in self.downstreams:
             self.downstreams.append(d)
-        _bump()
+        plan.changed(self, d)
 
     def _add_upstream(self, upstream: Stream) -> None:
         """Record ``upstream`` as a new input (called by :meth:`connect`).
@@ -298,7 +281,7 @@ class Stream(StreamFacade):
         self._add_downstream(downstream)
         if self not in downstream.upstreams:
             downstream._add_upstream(self)
-        _bump()
+        plan.changed(self, downstream)
 
     def disconnect(self, downstream: Stream) -> None:
         """Disconnect this node from ``downstream``."""
@@ -306,16 +289,17 @@ class Stream(StreamFacade):
             self.downstreams.remove(downstream)
         if self in downstream.upstreams:
             downstream._remove_upstream(self)
-        _bump()
+        plan.changed(self, downstream)
 
     def destroy(self, streams: list[Stream] | None = None) -> None:
         """Unlink this node from its upstreams so it (and what only it feeds) can be freed."""
-        for up in list(streams if streams is not None else self.upstreams):
+        ups = list(streams if streams is not None else self.upstreams)
+        for up in ups:
             if self in up.downstreams:
                 up.downstreams.remove(self)
             if up in self.upstreams:
                 self._remove_upstream(up)
-        _bump()
+        plan.changed(self, *ups)
 
     def walk(self) -> Iterator[Stream]:
         """Every node connected to this one (upstream or downstream), each once."""
@@ -348,64 +332,23 @@ class Stream(StreamFacade):
     def loop(self, loop: asyncio.AbstractEventLoop) -> None:
         """Move this node's asynchronous work to ``loop`` (before the graph runs)."""
         self._loop = loop
-        _bump()
-
-    def _downstream_loop(self) -> asyncio.AbstractEventLoop | None:
-        """The loop needed to run an emit from here, or None for a purely sync subgraph.
-
-        Also finds ``_deferred`` for the same graph shape.
-        """
-        if self._loop_cache_version == _GraphClock.version:
-            return self._loop_needed
-        found: Stream | None = None
-        seen: set[int] = set()
-        todo: list[Stream] = [self]
-        while todo:
-            n = todo.pop()
-            if id(n) in seen:
-                continue
-            seen.add(id(n))
-            if n._is_async:  # noqa: SLF001 - a node of the same graph
-                found = n
-                break
-            todo.extend(n.downstreams)
-        self._loop_needed = found.loop if found is not None else None
-        # only an asynchronous node defers delivery, so a synchronous subgraph has none
-        self._deferred = () if found is None else delivery.deferred_nodes(self.downstreams)
-        self._loop_cache_version = _GraphClock.version
-        return self._loop_needed
+        plan.changed(self)
 
     # ------------------------------------------------------------------ data flow
-    #: receive ``x`` from upstream ``who``; the base node passes it on (the
-    #: kernel ``pass_on``, also how a plain node is written out in a graph)
-    update = codegen.derived_update(codegen.pass_on)
+    #: the plan of this node's graph (:mod:`rivermark.execution.plan`); None until built
+    _rivermark_plan: plan.Plan | None = None
 
-    def _emit(self, x: Any, metadata: Metadata | None = None) -> list[Awaitable[Any]] | None:
-        if self._push_version != _GraphClock.version:
-            self._downstream_push()
-        return self._push(x, metadata)  # type: ignore[no-any-return]
+    @step
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> list[Awaitable[Any]] | None:
+        """Receive ``x`` from upstream ``who``; the base node passes it on unchanged."""
+        return self._emit(x, metadata)
 
-    _push_version = -1
-    _sync_version = -1
-    _push: fusion.Push = fusion.no_downstream
-
-    def _downstream_push(self) -> fusion.Push:
-        """The (possibly fused) function that delivers a record to every downstream."""
-        if self._push_version == _GraphClock.version:
-            return self._push
-        ds = self.downstreams
-        if not ds:
-            push: fusion.Push = fusion.no_downstream
-        elif len(ds) == 1:
-            push = fusion.build_push(ds[0], self)
-        else:
-            push = fusion.fan_out([fusion.build_push(d, self) for d in ds])
-        self._push = push = counting.counting_push(self, push)
-        self._push_version = _GraphClock.version
-        return push
-
-    _record_loop_version = -1
-    _record_loop_fn: Callable[[Iterator[Any]], Any] | None = None
+    #: pass ``x`` on to every downstream; returns their awaitables (the node's push)
+    _emit = push.pass_down
+    #: the push to the downstreams, put on the node by its plan (built on first use)
+    _push = plan.unplanned_push
 
     def record_loop(self) -> Callable[[Iterator[Any]], list[Awaitable[Any]] | None]:
         """``run(records)``: pass untracked records from an iterator to every downstream.
@@ -416,32 +359,13 @@ class Stream(StreamFacade):
         record, and the caller waits for them and calls ``run`` again with
         the same iterator.  This is how a source emits a chunk of records.
         When every node below this one is synchronous it is the generated
-        loop of :func:`rivermark.fastpath.codegen.compile_loop` (the whole graph
-        written out inside one ``for`` loop); otherwise a loop calling
-        :meth:`_emit`.  Take it again after awaiting: a graph change retires
-        the generated loop (it then hands every record to :meth:`_emit`,
-        which is correct but slower).
+        loop of :func:`rivermark.execution.graphcode.compile_loop` (the
+        whole graph written out inside one ``for`` loop); otherwise a loop
+        calling :meth:`_emit`.  Take it again after awaiting: a graph change
+        retires the generated loop (it then hands every record to
+        :meth:`_emit`, which is correct but slower).
         """
-        version = _GraphClock.version
-        fn = self._record_loop_fn
-        if fn is not None and self._record_loop_version == version:
-            return fn
-        fn = functools.partial(_emit_loop, self._emit)
-        if (
-            codegen.ENABLED
-            and type(self)._emit is Stream._emit
-            and all(d._downstream_loop() is None for d in self.downstreams)  # noqa: SLF001
-        ):
-            generated = codegen.compile_loop(self)
-            if generated is not None:
-                _PUSHES.append(generated)
-                if _GraphClock.version != version:  # changed meanwhile (another thread)
-                    clock.retire(generated)
-                    return fn
-                fn = generated
-        self._record_loop_fn = fn
-        self._record_loop_version = version
-        return fn
+        return plan.plan_of(self).record_loop(self)
 
     def emit(self, x: Any, asynchronous: bool = False, metadata: Metadata | None = None) -> Any:
         """Push ``x`` into the stream.
@@ -454,127 +378,7 @@ class Stream(StreamFacade):
         with ``asynchronous=True`` always returns such an awaitable (as in
         streamz: ``await source.emit(x)``).
         """
-        if not asynchronous and self._sync_version == _GraphClock.version:
-            # purely synchronous subgraph, push function built, node not
-            # created with asynchronous=True
-            self._push(x, metadata)
-            return None
-        if self.asynchronous:
-            asynchronous = True
-        loop = self._downstream_loop()
-        if loop is None:
-            return self._emit_sync(x, asynchronous, metadata)
-        if self._emit_version != _GraphClock.version:
-            self._bind_emit()
-        deferred = self._deferred
-        if runtime.in_loop_thread(loop):
-            return self._emit_on_loop(x, asynchronous, metadata)
-        coro = (
-            self._emit_and_deliver(x, metadata, deferred)
-            if deferred
-            else self._emit_and_wait(x, metadata)
-        )
-        fut = asyncio.run_coroutine_threadsafe(coro, loop)
-        if asynchronous:
-            return asyncio.wrap_future(fut)
-        return fut.result()
-
-    def _emit_sync(self, x: Any, asynchronous: bool, metadata: Metadata | None) -> Any:
-        """:meth:`emit` into a graph without an event loop (run in the calling thread)."""
-        results = self._emit(x, metadata)
-        if not self.asynchronous:
-            self._sync_version = self._push_version
-            version = _GraphClock.version
-            if self._sync_version == version and self._emit_version != version:
-                self._bind_emit()
-        if not asynchronous:
-            return None
-        # a synchronous node may still hand back awaitables when the caller
-        # runs on a loop (zip's backpressure on a full buffer): await them
-        return runtime.gather_results(results) if results else _done()
-
-    def _emit_on_loop(self, x: Any, asynchronous: bool, metadata: Metadata | None) -> Any:
-        """:meth:`emit` called on the graph's own event loop thread."""
-        deferred = self._deferred
-        if deferred and asynchronous:
-            # as streamz: the awaitable also covers what Dask's gather passes on later
-            before = delivery.counts(deferred)
-            results = self._emit(x, metadata)
-            waits = delivery.waits(deferred, before)
-            return runtime.gather_results([*(results or ()), *waits])
-        results = self._emit(x, metadata)
-        if asynchronous:
-            return runtime.gather_results(results)
-        return results
-
-    _emit_version = -1
-    _emit_fn: Callable[..., Any] | None = None
-
-    def _bind_emit(self) -> Callable[..., Any]:
-        """What ``self.emit`` is for the graph as it is now; installed on the instance.
-
-        For a purely synchronous graph below a node whose class keeps
-        ``Stream.emit`` and that was not created with ``asynchronous=True``,
-        the generated function of :mod:`rivermark.fastpath.codegen` (one call
-        per record for the whole graph).  Otherwise the ordinary bound
-        method.  It is set as an instance attribute, which attribute lookup
-        finds before the class's ``emit``, and taken back by the next graph
-        change (:func:`_bump`), after which a generated function that was
-        kept elsewhere hands its calls to the node's new ``emit``.  (The
-        instance ``__dict__`` is never touched: on CPython 3.11 that makes
-        every later attribute access on the node slower.)
-        """
-        version = _GraphClock.version
-        fn = self._emit_fn
-        if fn is not None and self._emit_version == version:
-            return fn
-        general = MethodType(_general_emit, self)
-        if type(self).emit is not _general_emit:
-            return general  # a class with its own emit calling super().emit(): never shadow it
-        fn = general
-        if (
-            codegen.ENABLED
-            and not self.asynchronous
-            and type(self)._emit is Stream._emit  # the generated code passes records on itself
-            and self._downstream_loop() is None
-        ):
-            fn = codegen.compile_emit(self, _general_emit) or general
-        if _GraphClock.version != version:
-            # the graph changed meanwhile (another thread): use nothing built for the old shape
-            clock.retire(fn)
-            return general
-        self._unbind_emit()
-        self._emit_fn = fn
-        self._emit_version = version
-        object.__setattr__(self, "emit", fn)
-        _BOUND.append(weakref.ref(self))
-        if _GraphClock.version != version:  # changed before this node was listed
-            self._unbind_emit()
-        return fn
-
-    def _unbind_emit(self) -> None:
-        """Take back the ``emit`` installed by :meth:`_bind_emit`, if any."""
-        fn = self._emit_fn
-        if fn is None:
-            return
-        self._emit_fn = None
-        clock.retire(fn)
-        with contextlib.suppress(AttributeError):
-            object.__delattr__(self, "emit")
-
-    async def _emit_and_wait(self, x: Any, metadata: Metadata | None = None) -> None:
-        await runtime.gather_results(self._emit(x, metadata))
-
-    async def _emit_and_deliver(
-        self,
-        x: Any,
-        metadata: Metadata | None,
-        deferred: tuple[delivery.DeferredDelivery, ...],
-    ) -> None:
-        """Emit, then wait for the records ``deferred`` nodes accepted to be passed on."""
-        before = delivery.counts(deferred)
-        results = self._emit(x, metadata)
-        await runtime.gather_results([*(results or ()), *delivery.waits(deferred, before)])
+        return emitting.emit(self, x, asynchronous, metadata)
 
     # ------------------------------------------------------------------ errors
     #: the error that failed this node for good (see :meth:`_fail`); a Job stops on it
@@ -656,7 +460,7 @@ class Stream(StreamFacade):
     def records_out(self) -> int:
         """Records passed on to the downstreams so far, where this node counts them.
 
-        Exact from any thread (see :mod:`rivermark.core.counting`); 0 for a
+        Exact from any thread (see :mod:`rivermark.execution.counting`); 0 for a
         node that does not count (``derived_out``, a leaf, a root outside a
         job): :mod:`rivermark.observe.metrics` derives those.
         """
@@ -740,6 +544,24 @@ class Stream(StreamFacade):
     def _release_refs(self, metadata: Metadata | None, n: int = 1) -> None:
         release_refs(metadata, n)
 
+    def _emit_and_release(
+        self, x: Any, metadata: Metadata | None, release: Metadata | None
+    ) -> list[Awaitable[Any]] | None:
+        """Pass on ``x``, made of held records, and release ``release`` once it is done.
+
+        For what a node builds from records it held (a window, a group, a
+        tuple): ``metadata`` travels with ``x``, and the references in
+        ``release`` (those of the records leaving the node with it) are
+        released when the downstream work has finished, or at once if
+        passing it on raised.
+        """
+        try:
+            results = self._emit(x, metadata)
+        except BaseException:
+            release_refs(release)
+            raise
+        return self._release_after(results, release)
+
     def _release_after(
         self, results: list[Awaitable[Any]] | None, metadata: Metadata | None
     ) -> list[Awaitable[Any]] | None:
@@ -757,21 +579,6 @@ class Stream(StreamFacade):
                 release_refs(metadata)
 
         return [asyncio.ensure_future(wait_then_release())]
-
-
-async def _done() -> None:
-    return None
-
-
-def _emit_loop(
-    emit: Callable[[Any, Metadata | None], list[Awaitable[Any]] | None], records: Iterator[Any]
-) -> list[Awaitable[Any]] | None:
-    """``Stream.record_loop`` of a graph with asynchronous nodes: one ``_emit`` per record."""
-    for x in records:
-        results = emit(x, None)
-        if results:
-            return results
-    return None
 
 
 def is_coroutine_function(func: Any) -> bool:
@@ -799,5 +606,4 @@ async def _awaited(awaitable: Awaitable[Any]) -> Any:
     return await awaitable
 
 
-_general_emit: Callable[..., Any] = Stream.emit
-setattr(Stream, "emit", _EmitMethod(_general_emit))  # noqa: B010 - keeps mypy's view of a method
+setattr(Stream, "emit", plan.EmitMethod(Stream.emit))  # noqa: B010 - keeps mypy's view of a method

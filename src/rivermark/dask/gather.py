@@ -12,10 +12,11 @@ from typing import Any, ClassVar
 from distributed.client import FutureCancelledError
 from distributed.scheduler import KilledWorker
 
-from ..core import delivery, runtime
+from ..core import runtime
 from ..core.graph import ancestors
 from ..core.node import Stream, check_positive_int
 from ..core.refs import Metadata
+from ..execution import delivery
 from .batches import _Part, _PartError
 from .client import _address, _check_client, _futures_in, _start_fetch
 from .errors import DaskConnectionError, DaskError, DaskWorkerLostError
@@ -46,7 +47,7 @@ class DaskGather(Stream):
     A synchronous ``source.emit(x)`` (and an awaited
     ``source.emit(x, asynchronous=True)``) returns once the values of the
     futures it produced have been emitted here, as in streamz (the node is a
-    :class:`~rivermark.core.delivery.DeferredDelivery`); sources keep up to
+    :class:`~rivermark.execution.delivery.DeferredDelivery`); sources keep up to
     ``max_inflight`` futures outstanding.
 
     >>> s = Stream()
@@ -131,7 +132,7 @@ class DaskGather(Stream):
         await self._wait_for(lambda: len(self._pending) < self.max_inflight)
 
     def accepted_count(self) -> int:
-        """Records accepted so far (:class:`~rivermark.core.delivery.DeferredDelivery`)."""
+        """Records accepted so far (:class:`~rivermark.execution.delivery.DeferredDelivery`)."""
         return self._accepted
 
     async def wait_delivered(self, count: int) -> None:

@@ -1,7 +1,7 @@
 """One metrics model for a running job: nodes, sources, checkpoints.
 
 The hot path only keeps plain integers on the nodes (see
-:mod:`rivermark.core.counting`); :class:`Metrics` turns them into figures
+:mod:`rivermark.execution.counting`); :class:`Metrics` turns them into figures
 when they are read, which is cheap enough to do a few times a second from
 any thread:
 

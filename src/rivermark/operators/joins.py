@@ -17,7 +17,7 @@ from typing import Any
 from ..core.node import Fixed, Stream, check_positive_int
 from ..core.refs import Metadata, merge_metadata, release_refs
 from ..errors import ConfigurationError, GraphError
-from ..fastpath.codegen import Codegen, derived_update, pass_on
+from ..execution.steps import step
 
 logger = logging.getLogger(__name__)
 
@@ -44,75 +44,6 @@ def _index_of(node: Stream, who: Stream | None) -> int:
         f"{node.display_name()}: update() from {who!r}, which is not one of its upstreams; "
         "connect the stream first (or pass who=<upstream>)"
     )
-
-
-def _emit_tracked(node: Stream, out: Any, meta: Metadata) -> Any:
-    """Emit a tuple that took over the references of the records it was made of (zip)."""
-    try:
-        results = node._emit(out, meta)
-    except BaseException:
-        release_refs(meta)
-        raise
-    return node._release_after(results, meta)  # noqa: SLF001 - zip's own kernel
-
-
-def _zip_side(cg: Codegen, node: Zip, x: str, index: int, general: str) -> None:
-    """The plain step of a record from upstream ``index`` (0 or 1) of a zip of two."""
-    n = cg.fields(node)
-    buf, other, y, meta, out = cg.tmp("buf"), cg.tmp("other"), cg.tmp(), cg.tmp("m"), cg.tmp()
-    # one unpacking for both buffers; a node whose buffers are not two any
-    # more (they are replaced by set_state) takes the general step
-    pair = f"{buf}, {other}" if index == 0 else f"{other}, {buf}"
-    cg.attempt(f"{pair} = {n('_buffers')}", "ValueError", general)
-    # records already wait on this side: this one waits too (a full buffer
-    # takes the general step, which applies backpressure)
-    cg.skip_if(
-        buf,
-        f"if len({buf}) < {n('maxsize')}:",
-        f"    {buf}.append(({x}, None))",
-        "else:",
-        f"    {general}",
-    )
-    cg.skip_if(f"not {other}", f"{buf}.append(({x}, None))")
-    # a tuple is complete; an asynchronous caller waiting for room: general step
-    cg.skip_if(f"{n('_waiters')}", general)
-    cg.line(f"{y}, {meta} = {other}.popleft()")
-    cg.line(f"{out} = ({x}, {y})" if index == 0 else f"{out} = ({y}, {x})")
-    # the other side's record was tracked: the tuple takes over its references
-    cg.skip_if(
-        meta, cg.result(f"{cg.bind(_emit_tracked, 'tracked')}({cg.bind(node)}, {out}, {meta})")
-    )
-    cg.push_down(node, out, "None")
-
-
-def _zip_kernel(cg: Codegen, node: Zip, who: Stream | None, x: str) -> bool:
-    # a record waits in its upstream's buffer until every buffer has one; then
-    # the heads leave together as a tuple
-    if node.literals:  # literals placed in every tuple: the general step only
-        return cg.delegate(node, "_update_general")
-    if cg.node is None:  # a graph: the shape is known (a change retires the code)
-        ups = node.upstreams
-        if len(ups) != 2 or ups[0] is ups[1] or not any(u is who for u in ups):
-            return False
-        if len(node._buffers) != 2:  # noqa: SLF001 - zip's own kernel
-            return False
-        general = cg.result(cg.fallback(node, who, x))
-        _zip_side(cg, node, x, 0 if ups[0] is who else 1, general)
-        return True
-    # the node's own update: the shape is read at every record (connect and
-    # disconnect change it); a tracked record, another shape: the general step
-    n = cg.fields(node)
-    general = f"return {n('_update_general')}({x}, who, metadata)"
-    cg.line(f"if metadata: {general}")
-    u = cg.tmp("ups")
-    cg.line(f"{u} = {n('upstreams')}")
-    cg.line(f"if len({u}) != 2 or {u}[0] is {u}[1]: {general}")
-    for index in (0, 1):
-        cg.open(f"if who is {u}[{index}]")
-        _zip_side(cg, node, x, index, general)
-        cg.indent -= 1
-    cg.line(general)
-    return True
 
 
 @Stream.register_api(attribute_name="zip")
@@ -142,7 +73,6 @@ class Zip(Stream):
     #: records the first buffer held when its state was restored
     _restored_held = 0
     literals = Fixed()
-    _kernel_fields = frozenset({"_buffers", "_waiters", "maxsize", "upstreams", "_update_general"})
 
     def __init__(self, *upstreams: Any, maxsize: int = 10, **kwargs: Any) -> None:
         check_positive_int("zip", "maxsize", maxsize)
@@ -163,16 +93,57 @@ class Zip(Stream):
             values.insert(i, v)
         return tuple(values)
 
-    update = derived_update(_zip_kernel)
-
-    def _update_general(
+    @step
+    def update(
         self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
     ) -> Results:
-        """The step for a tracked record, a full buffer, literals, other shapes."""
         buffers = self._buffers
         ups = self.upstreams
-        if len(buffers) != len(ups):  # an upstream was connected later
-            buffers.extend(deque() for _ in range(len(ups) - len(buffers)))
+        if (
+            len(ups) == 2
+            and ups[0] is not ups[1]
+            and (who is ups[0] or who is ups[1])
+            and not self._literals
+        ):
+            # two distinct streams: the record meets the other side's first, or waits
+            side = 0 if who is ups[0] else 1
+            mine = buffers[side]
+            other = buffers[1 - side]
+            if metadata:
+                self._retain_refs(metadata)
+            if mine:  # records already wait on this side: this one waits behind them
+                mine.append((x, metadata))
+                if len(mine) > self.maxsize:
+                    return self._wait_for_room()
+                return None
+            if not other:  # nothing to meet on the other side yet
+                mine.append((x, metadata))
+                return None
+            y, held = other.popleft()
+            if self._waiters:
+                self._wake_waiters()
+            out = (x, y) if side == 0 else (y, x)
+            if metadata or held:  # the tuple takes over the references of both records
+                meta = merge_metadata([metadata, held] if side == 0 else [held, metadata])
+                return self._emit_and_release(out, meta, meta)
+            return self._emit(out, None)
+        # any other shape: more streams, literals, a stream zipped with itself
+        filled, over = self._enqueue(x, who, metadata)
+        if filled and all(buffers):
+            return self._emit_heads()
+        if over:
+            return self._wait_for_room()
+        return None
+
+    def _enqueue(self, x: Any, who: Stream | None, metadata: Metadata | None) -> tuple[bool, bool]:
+        """Append ``x`` to the buffer of each position ``who`` holds (any shape of zip).
+
+        Returns whether a buffer went from empty to holding a record, and
+        whether one holds more than ``maxsize``.
+        """
+        buffers, ups = self._buffers, self.upstreams
+        while len(buffers) < len(ups):  # an upstream was connected later
+            buffers.append(deque())
         filled = over = matched = False
         for i, up in enumerate(ups):
             if up is who:  # the same stream may be zipped more than once
@@ -185,13 +156,9 @@ class Zip(Stream):
                 elif len(buf) > self.maxsize:
                     over = True
                 matched = True
-        if filled and all(buffers):
-            return self._emit_heads()
-        if over:
-            return self._wait_for_room()
         if not matched:
             _index_of(self, who)  # raises: not an upstream
-        return None
+        return filled, over
 
     def _wait_for_room(self) -> Results:
         """A buffer is over ``maxsize``: the sender waits until the other side catches up.
@@ -206,22 +173,22 @@ class Zip(Stream):
         self._waiters.append(fut)
         return [fut]
 
+    def _wake_waiters(self) -> None:
+        """A tuple left: senders waiting for room in a buffer may go on."""
+        waiters, self._waiters = self._waiters, []
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
+
     def _emit_heads(self) -> Results:
+        """Pass on the tuple of every buffer's first record (any shape)."""
         heads = [b.popleft() for b in self._buffers]
         if self._waiters:
-            waiters, self._waiters = self._waiters, []
-            for w in waiters:
-                if not w.done():
-                    w.set_result(None)
+            self._wake_waiters()
         values = [h[0] for h in heads]
         out = self._pack(values) if self._literals else tuple(values)
         meta = merge_metadata(h[1] for h in heads)
-        try:
-            results = self._emit(out, meta)
-        except BaseException:
-            release_refs(meta)
-            raise
-        return self._release_after(results, meta)
+        return self._emit_and_release(out, meta, meta)
 
     def _add_upstream(self, upstream: Stream) -> None:
         super()._add_upstream(upstream)
@@ -235,17 +202,20 @@ class Zip(Stream):
             for _, metadata in self._buffers.pop(i):
                 release_refs(metadata)
         del self.upstreams[i]
-        waiters, self._waiters = self._waiters, []
-        for w in waiters:
-            if not w.done():
-                w.set_result(None)
+        self._wake_waiters()
 
     def get_state(self) -> Any:
         return {"buffers": [[v for v, _ in b] for b in self._buffers]}
 
     def set_state(self, state: Any) -> None:
-        self._buffers = [deque((v, None) for v in b) for b in state["buffers"]]
-        self._restored_held = len(self._buffers[0]) if self._buffers else 0
+        buffers = [deque((v, None) for v in b) for b in state["buffers"]]
+        if self.upstreams and len(buffers) != len(self.upstreams):
+            raise GraphError(
+                f"{self.display_name()}: the restored state has {len(buffers)} buffers for "
+                f"{len(self.upstreams)} upstreams; restore it into a zip of as many streams"
+            )
+        self._buffers = buffers  # one per upstream, always (the step relies on it)
+        self._restored_held = len(buffers[0]) if buffers else 0
 
     def derive_records_out(self, records_in: list[int]) -> int:
         buffers = self._buffers
@@ -566,5 +536,3 @@ class Union(Stream):
                     f"union: every upstream must be a stream, got {u!r}; pass streams"
                 )
         Stream.__init__(self, upstreams=list(upstreams), **kwargs)
-
-    update = derived_update(pass_on)

@@ -16,7 +16,7 @@ from typing import Any
 from ..core.node import Fixed, Stream, check_callable, check_positive_int, identity
 from ..core.refs import Metadata, merge_metadata
 from ..errors import ConfigurationError
-from ..fastpath.codegen import Codegen, derived_update
+from ..execution.steps import step
 from ..state import KeyedState, as_keyed, no_default
 
 logger = logging.getLogger(__name__)
@@ -32,32 +32,6 @@ def _fname(func: Any) -> str:
 
 def _node_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     return {k: kwargs.pop(k) for k in ("stream_name", "name", "on_error", "loop") if k in kwargs}
-
-
-def _accumulate_kernel(cg: Codegen, node: Accumulate, who: Stream | None, x: str) -> bool:
-    # state = func(state, x, **kwargs) (returns_state: state, result = ...); the
-    # state changes only when func returns; emit result ((state, result) with_state)
-    s = cg.tmp("s")
-    cg.line(f"{s} = {cg.field(node, 'state')}")
-
-    def first() -> None:  # no start: the first record is the state, emitted as it is
-        cg.line(f"{cg.field(node, 'state')} = {x}")
-        cg.push_down(node, cg.value(f"({x}, {x})") if node.with_state else x)
-
-    cg.rare(f"{s} is {cg.bind(no_default, 'nodefault')}", node, who, x, first)
-    f = cg.read(node, "func")
-    kw = f", **{cg.bind(node.kwargs, 'kw')}" if node.kwargs else ""
-    call = f"{f}({s}, {x}{kw})"
-    state = cg.tmp("s")
-    if node.returns_state:
-        result = cg.tmp()
-        cg.call_user(f"{state}, {result}", call, x, node, f)
-    else:
-        result = state
-        cg.call_user(state, call, x, node, f)
-    cg.line(f"{cg.field(node, 'state')} = {state}")
-    cg.push_down(node, cg.value(f"({state}, {result})") if node.with_state else result)
-    return True
 
 
 @Stream.register_api(attribute_name="accumulate")
@@ -89,7 +63,6 @@ class Accumulate(Stream):
     returns_state = Fixed()
     with_state = Fixed()
     kwargs = Fixed()
-    _kernel_fields = frozenset({"func"})
 
     def __init__(
         self,
@@ -108,7 +81,25 @@ class Accumulate(Stream):
         self._kwargs = kwargs
         Stream.__init__(self, upstream, **node_kwargs)
 
-    update = derived_update(_accumulate_kernel)
+    @step
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> Results:
+        state = self.state
+        if state is no_default:  # no start: the first record is the state, passed on as it is
+            self.state = x
+            return self._emit((x, x) if self._with_state else x, metadata)
+        func = self.func
+        try:
+            if self._returns_state:
+                state, result = func(state, x, **self._kwargs)
+            else:
+                state = result = func(state, x, **self._kwargs)
+        except Exception as e:
+            self._user_error(x, e, func)  # the state stays as it was
+            return None
+        self.state = state
+        return self._emit((state, result) if self._with_state else result, metadata)
 
     def state_signature(self) -> str:
         return (

@@ -22,11 +22,12 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Any, ClassVar
 
-from ..core import delivery, runtime
+from ..core import runtime
 from ..core.node import Stream, check_positive_int, identity
 from ..core.refs import Metadata, merge_metadata, release_refs
 from ..core.timeutil import parse_interval
 from ..errors import ConfigurationError
+from ..execution import delivery
 
 logger = logging.getLogger(__name__)
 
@@ -475,7 +476,7 @@ class Latest(_Background):
     checkpoint state (and a job's end waits for it to be passed on).  A
     synchronous ``emit`` (and an awaited ``emit(x, asynchronous=True)``)
     returns once its record was passed on or superseded (the node is a
-    :class:`~rivermark.core.delivery.DeferredDelivery`), so records emitted
+    :class:`~rivermark.execution.delivery.DeferredDelivery`), so records emitted
     one at a time from synchronous code all pass.
 
     >>> s = Stream()
@@ -534,7 +535,7 @@ class Latest(_Background):
         self._progress.notify()
 
     def accepted_count(self) -> int:
-        """Records accepted so far (:class:`~rivermark.core.delivery.DeferredDelivery`)."""
+        """Records accepted so far (:class:`~rivermark.execution.delivery.DeferredDelivery`)."""
         return self._accepted
 
     async def wait_delivered(self, count: int) -> None:

@@ -1,9 +1,9 @@
 """Record-by-record operators: map, starmap, filter, remove, pluck, flatten (concat).
 
-The per-record step of map, starmap, filter, remove and pluck is written
-once, as a kernel (``_*_kernel`` below): ``update = derived_update(kernel)``
-makes it both the node's own ``update`` and what generated graphs write
-out (see ``docs/architecture.md``, "One definition per operator").
+The per-record step of map, starmap, filter, remove and pluck is the
+class's ``update``, marked :func:`~rivermark.execution.steps.step`: the one
+definition that generated graphs write out in place and the node-by-node
+path runs (see ``docs/architecture.md``, "One definition per operator").
 
 None of these holds a record past the synchronous call, so completion
 tracking needs little from them: a record dropped by a filter is complete
@@ -19,20 +19,13 @@ from typing import Any
 
 from ..core.node import Fixed, Stream, check_callable
 from ..core.refs import Metadata
-from ..fastpath.codegen import Codegen, derived_update
+from ..execution.steps import step
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["Map", "Starmap", "Filter", "Remove", "Pluck", "Flatten"]
 
-
-def _map_kernel(cg: Codegen, node: Map, who: Stream | None, x: str) -> bool:
-    # y = func(x, *args, **kwargs); an error goes to the node's policy
-    f = cg.read(node, "func")
-    y = cg.tmp()
-    cg.call_user(y, f"{f}({cg.call_args(x, node.args, node.kwargs)})", x, node, f)
-    cg.push_down(node, y)
-    return True
+Results = list[Awaitable[Any]] | None
 
 
 @Stream.register_api(attribute_name="map")
@@ -51,7 +44,6 @@ class Map(Stream):
     derived_out = True
     args = Fixed()
     kwargs = Fixed()
-    _kernel_fields = frozenset({"func"})
 
     def __init__(
         self, upstream: Stream, func: Callable[..., Any], *args: Any, **kwargs: Any
@@ -65,16 +57,17 @@ class Map(Stream):
         self._args = args
         Stream.__init__(self, upstream, stream_name=stream_name, name=name, on_error=on_error)
 
-    update = derived_update(_map_kernel)
-
-
-def _starmap_kernel(cg: Codegen, node: Starmap, who: Stream | None, x: str) -> bool:
-    # y = func(*x, *args, **kwargs)
-    f = cg.read(node, "func")
-    y = cg.tmp()
-    cg.call_user(y, f"{f}({cg.call_args('*' + x, node.args, node.kwargs)})", x, node, f)
-    cg.push_down(node, y)
-    return True
+    @step
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> Results:
+        func = self.func
+        try:
+            y = func(x, *self._args, **self._kwargs)
+        except Exception as e:
+            self._user_error(x, e, func)  # raises, or the policy drops the record
+            return None
+        return self._emit(y, metadata)
 
 
 @Stream.register_api(attribute_name="starmap")
@@ -87,7 +80,17 @@ class Starmap(Map):
     [3]
     """
 
-    update = derived_update(_starmap_kernel)
+    @step
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> Results:
+        func = self.func
+        try:
+            y = func(*x, *self._args, **self._kwargs)
+        except Exception as e:
+            self._user_error(x, e, func)
+            return None
+        return self._emit(y, metadata)
 
 
 def _node_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -97,16 +100,6 @@ def _node_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 def _truthy(x: Any) -> bool:
     return bool(x)
-
-
-def _filter_kernel(cg: Codegen, node: Filter, who: Stream | None, x: str) -> bool:
-    # keep = predicate(x, *args, **kwargs); pass x on when keep (remove: when not keep)
-    p = cg.read(node, "predicate")
-    k = cg.tmp("k")
-    cg.call_user(k, f"{p}({cg.call_args(x, node.args, node.kwargs)})", x, node, p)
-    cg.only_if(f"not {k}" if node._invert else k)  # noqa: SLF001 - filter's own kernel
-    cg.push_down(node, x)
-    return True
 
 
 @Stream.register_api(attribute_name="filter")
@@ -129,10 +122,11 @@ class Filter(Stream):
     [1, 'a']
     """
 
+    #: remove: pass on the records for which the predicate is false
+    invert = Fixed()
     _invert = False
     args = Fixed()
     kwargs = Fixed()
-    _kernel_fields = frozenset({"predicate"})
 
     def __init__(
         self, upstream: Stream, predicate: Callable[..., Any] | None, *args: Any, **kwargs: Any
@@ -146,7 +140,21 @@ class Filter(Stream):
         self._kwargs = kwargs
         Stream.__init__(self, upstream, **node_kwargs)
 
-    update = derived_update(_filter_kernel)
+    @step
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> Results:
+        predicate = self.predicate
+        try:
+            keep = predicate(x, *self._args, **self._kwargs)
+        except Exception as e:
+            self._user_error(x, e, predicate)
+            return None
+        if self._invert:
+            keep = not keep
+        if not keep:
+            return None  # dropped: complete when this call returns
+        return self._emit(x, metadata)
 
 
 @Stream.register_api(attribute_name="remove")
@@ -169,23 +177,9 @@ class Remove(Filter):
         check_callable("remove", "predicate", predicate)
         Filter.__init__(self, upstream, predicate, *args, **kwargs)
 
-    update = derived_update(_filter_kernel)  # registers the kernel for Remove too
-
 
 def _pick_all(x: Any, picks: list[Any]) -> tuple[Any, ...]:
     return tuple([x[i] for i in picks])
-
-
-def _pluck_kernel(cg: Codegen, node: Pluck, who: Stream | None, x: str) -> bool:
-    # y = x[pick], or a tuple of x[i] for every i of a list of picks
-    pick = cg.bind(node.pick, "pick")
-    label = cg.bind(f"pluck({node.pick!r})", "label")
-    y = cg.tmp()
-    many = node._many  # noqa: SLF001 - pluck's own kernel
-    get = f"{cg.bind(_pick_all, 'pickall')}({x}, {pick})" if many else f"{x}[{pick}]"
-    cg.call_user(y, get, x, node, label)
-    cg.push_down(node, y)
-    return True
 
 
 @Stream.register_api(attribute_name="pluck")
@@ -205,13 +199,25 @@ class Pluck(Stream):
 
     str_list = ["pick"]
     pick = Fixed()
+    #: the pick is a list: a tuple of ``x[i]`` for each of its items
+    many = Fixed()
 
     def __init__(self, upstream: Stream, pick: Any, **kwargs: Any) -> None:
         self._pick = pick
         self._many = isinstance(pick, list)
         Stream.__init__(self, upstream, **kwargs)
 
-    update = derived_update(_pluck_kernel)
+    @step
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> Results:
+        pick = self._pick
+        try:
+            y = _pick_all(x, pick) if self._many else x[pick]
+        except Exception as e:
+            self._user_error(x, e, f"pluck({pick!r})")
+            return None
+        return self._emit(y, metadata)
 
 
 @Stream.register_api(attribute_name="flatten")

@@ -5,11 +5,12 @@ until the window it belongs to has been emitted and the downstream work has
 finished, or until it is dropped (a duplicate in ``partition_unique``).
 The parked values (without metadata) are checkpoint state.
 
-The step of ``partition`` and ``sliding_window`` for untracked records is
-their kernel (``update = derived_update(kernel)``: the node's own update and
-what generated graphs write out); tracked records take a method of the node
-(``_update_general``, ``_update_tracked``), as does a keyed or timed
-partition.
+The per-record step of ``partition`` and ``sliding_window`` is each
+class's ``update`` (a :func:`~rivermark.execution.steps.step`), one
+definition for every configuration and for tracked and untracked records
+alike: the bookkeeping of references sits under ``if metadata`` (and the
+node's count of tracked records held), which a generated graph, carrying
+untracked records only, leaves out.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from ..core import runtime
 from ..core.node import Fixed, Stream, check_positive_int, identity
 from ..core.refs import Metadata, merge_metadata, release_refs
 from ..errors import ConfigurationError
-from ..fastpath.codegen import Codegen, derived_update
+from ..execution.steps import step
 from ..state import KeyedState, as_keyed
 
 logger = logging.getLogger(__name__)
@@ -38,38 +39,6 @@ def _key_name(key: Any) -> str:
     if callable(key):
         return getattr(key, "__qualname__", None) or repr(key)
     return repr(key)
-
-
-def _partition_kernel(cg: Codegen, node: Partition, who: Stream | None, x: str) -> bool:
-    # append x to the open group; once it holds n records, emit it as a tuple
-    n = cg.fields(node)
-    if node.key is not None or node.timeout is not None:
-        # groups per key, timers: the method is the node's update (a graph calls it)
-        return cg.delegate(node, "_update_general")
-    general = f"return {n('_update_general')}({x}, who, metadata)"
-    # a tracked record: its references are kept with the group (the node's own
-    # update only; a graph carries none)
-    if cg.node is not None:
-        cg.rare("metadata", node, who, x, lambda: cg.line(general))
-    buf, meta, out = cg.tmp("buf"), cg.tmp("m"), cg.tmp()
-    # The list of the key None stays in ``_buffers`` (emptied in place when a
-    # partition is emitted; ``_update_general`` pops it): an empty list and
-    # no entry are the same state for the node (``get_state`` lists only
-    # non-empty buffers; ``_update_general`` appends to an empty one as to a new one).
-    cg.line("try:")
-    cg.line(f"    {buf} = {n('_buffers')}[None]")
-    cg.line("except KeyError:")
-    cg.line(f"    {buf} = {n('_buffers')}[None] = []")
-    cg.line(f"    {n('_metas')}[None] = []")
-    cg.line(f"{buf}.append({x})")
-    cg.only_if(f"len({buf}) >= {n('n')}")
-    cg.line(f"{meta} = {n('_metas')}[None]")
-    # tracked records in the group: the node's flush merges their metadata
-    cg.skip_if(meta, cg.result(f"{n('_flush_now')}(None)"))
-    cg.line(f"{out} = tuple({buf})")
-    cg.line(f"{buf}.clear()")
-    cg.push_down(node, out, "None")
-    return True
 
 
 @Stream.register_api(attribute_name="partition")
@@ -100,9 +69,6 @@ class Partition(Stream):
 
     key = Fixed()
     timeout = Fixed()
-    #: a partition's list (key None) stays in ``_buffers`` once created (emptied in
-    #: place when emitted); ``_flush_now`` emits one with its records' metadata
-    _kernel_fields = frozenset({"_buffers", "_metas", "n", "_flush_now", "_update_general"})
 
     def __init__(
         self,
@@ -123,10 +89,11 @@ class Partition(Stream):
         self.n = n
         self._timeout = timeout
         self._key = key
-        #: per-key groups with a key (checkpointed incrementally), else one group
-        self._buffers: dict[Any, list[Any]] | KeyedState = (
-            {} if key is None else KeyedState(freeze=list)
-        )
+        #: the open group (no key)
+        self._buffer: list[Any] = []
+        #: the open group of each key (with a key; checkpointed incrementally)
+        self._buffers: KeyedState = KeyedState(freeze=list)
+        #: the metadata of the tracked records in each open group (key None: no key)
         self._metas: dict[Any, list[dict[str, Any]]] = {}
         self._timers: dict[Any, asyncio.TimerHandle] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -135,72 +102,71 @@ class Partition(Stream):
         self._is_async = timeout is not None
         Stream.__init__(self, upstream, **kwargs)
 
-    def _get_key(self, x: Any) -> Any:
-        k = self._key
-        if k is None:
-            return None
-        if callable(k):
-            return k(x)
-        return x[k]
+    def _groups(self) -> list[list[Any]]:
+        return [self._buffer] if self._key is None else list(self._buffers.values())
 
     def records_held(self) -> int | None:
-        return sum(len(b) for b in list(self._buffers.values()))
+        return sum(len(b) for b in self._groups())
 
     def emits_later(self) -> bool:
         # with a timeout, an open partition is emitted when it expires
-        if self._timeout is not None and any(self._buffers.values()):
+        if self._timeout is not None and any(self._groups()):
             return True
         return self.in_flight > 0
 
-    update = derived_update(_partition_kernel)
-
-    def _update_general(
+    @step
+    def update(
         self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
     ) -> Results:
-        """The step with a key or a timeout, or for a tracked record."""
-        if self.failure is not None:  # a timed-out emit failed
-            self._raise_if_failed()
-        try:
-            k = self._get_key(x)
-        except Exception as e:
-            self._user_error(x, e, self._key)
-            return None
-        buf = self._buffers.get(k)
-        if buf is None:
+        if self._timeout is not None and self.failure is not None:
+            self._raise_if_failed()  # a timed-out partition could not be passed on
+        if self._key is None:
+            k = None
+            buf = self._buffer
+        else:
             try:
-                buf = self._buffers[k] = []
-            except TypeError as e:  # unhashable key
+                k = self._key_of(x)
+                buf = self._group(k)
+            except Exception as e:  # the key function raised, or the key is unhashable
                 self._user_error(x, e, self._key)
                 return None
-            self._metas[k] = []
         buf.append(x)
-        if self._key is not None:
-            self._buffers.touched(k)  # type: ignore[union-attr]
-        if metadata:
+        if metadata:  # a tracked record: its references are kept with the group
             self._retain_refs(metadata)
-            self._metas[k].extend(metadata)
-        if len(buf) >= self.n:
-            timer = self._timers.pop(k, None)
-            if timer is not None:
-                timer.cancel()
-            return self._flush_now(k)
-        if self._timeout is not None and k not in self._timers:
-            self._arm(k)
-        return None
+            self._metas.setdefault(k, []).extend(metadata)
+        if len(buf) < self.n:
+            if self._timeout is not None and k not in self._timers:
+                self._arm(k)
+            return None
+        if self._timeout is not None:
+            self._disarm(k)
+        out, meta = self._take(k)
+        if meta:  # tracked records in the group: it carries their references on
+            return self._emit_and_release(out, meta, meta)
+        return self._emit(out, None)
+
+    def _key_of(self, x: Any) -> Any:
+        k = self._key
+        return k(x) if callable(k) else x[k]
+
+    def _group(self, k: Any) -> list[Any]:
+        """The open group of key ``k`` (a new one if there is none), marked as changed."""
+        groups = self._buffers
+        buf = groups.get(k)
+        if buf is None:
+            buf = groups[k] = []
+        groups.touched(k)
+        return buf
 
     def _take(self, k: Any) -> tuple[tuple[Any, ...], Metadata | None]:
-        buf = self._buffers.pop(k, [])
-        meta = self._metas.pop(k, [])
-        return tuple(buf), (meta or None)
-
-    def _flush_now(self, k: Any) -> Results:
-        out, meta = self._take(k)
-        try:
-            results = self._emit(out, meta)
-        except BaseException:
-            release_refs(meta)
-            raise
-        return self._release_after(results, meta)
+        """Group ``k`` as a tuple, with its tracked records' metadata; the group is emptied."""
+        if self._key is None:
+            out = tuple(self._buffer)
+            self._buffer.clear()
+        else:
+            out = tuple(self._buffers.pop(k, ()))
+        meta = self._metas.pop(k, None) if self._metas else None
+        return out, (meta or None)
 
     # ------------------------------------------------------------------ timeout
     def _arm(self, k: Any) -> None:
@@ -211,14 +177,22 @@ class Partition(Stream):
         else:  # called from another thread: arm it on the loop
             loop.call_soon_threadsafe(self._arm_if_pending, k)
 
+    def _disarm(self, k: Any) -> None:
+        timer = self._timers.pop(k, None)
+        if timer is not None:
+            timer.cancel()
+
+    def _pending(self, k: Any) -> bool:
+        return bool(self._buffer) if self._key is None else k in self._buffers
+
     def _arm_if_pending(self, k: Any) -> None:
-        if k in self._buffers and k not in self._timers:
+        if self._pending(k) and k not in self._timers:
             assert self._timeout is not None
             self._timers[k] = self.loop.call_later(self._timeout, self._on_timeout, k)
 
     def _on_timeout(self, k: Any) -> None:
         self._timers.pop(k, None)
-        if not self._buffers.get(k):
+        if not self._pending(k):
             return
         out, meta = self._take(k)
         # emit at once (so partitions keep their order); only the waiting is a task
@@ -247,28 +221,30 @@ class Partition(Stream):
 
     # ------------------------------------------------------------------ state
     def get_state(self) -> Any:
-        if isinstance(self._buffers, KeyedState):
+        if self._key is not None:
             # the live groups: the checkpoint copies the changed ones at the barrier
             return {"buffers": self._buffers}
-        return {"buffers": [(k, list(v)) for k, v in self._buffers.items() if v]}
+        return {"buffers": [(None, list(self._buffer))] if self._buffer else []}
 
     def set_state(self, state: Any) -> None:
         for t in self._timers.values():
             t.cancel()
         self._timers.clear()
         buffers = state["buffers"]
+        self._metas = {}
         if self._key is None:
-            self._buffers = {k: list(v) for k, v in buffers}
+            self._buffer = [v for _, group in buffers for v in group]
+            keys: list[Any] = [None] if self._buffer else []
         else:
             # a checkpoint before keyed state held a list of (key, records) pairs
             self._buffers = as_keyed(
                 buffers if isinstance(buffers, KeyedState) else {k: list(v) for k, v in buffers},
                 freeze=list,
             )
-        self._metas = {k: [] for k in self._buffers}
+            keys = list(self._buffers)
         if self._timeout is not None:
             # restored partial partitions get a fresh timeout (timers are not state)
-            for k in self._buffers:
+            for k in keys:
                 self.loop.call_soon_threadsafe(self._arm_if_pending, k)
 
     def state_signature(self) -> str:
@@ -363,31 +339,6 @@ class PartitionUnique(Stream):
         return f"PartitionUnique(n={self.n}, key={_key_name(self.key)}, keep={self.keep!r})"
 
 
-def _sliding_window_kernel(cg: Codegen, node: SlidingWindow, who: Stream | None, x: str) -> bool:
-    # append x to the window (a deque of n); emit the window as a tuple once it
-    # holds n records (return_partial: at every record)
-    n = cg.fields(node)
-    # a tracked record, or one held in the window: its references are kept per
-    # record and merged into each window (``_update_tracked``, the node's own
-    # update only; a generated graph hands such a record to it)
-    tracked = f"metadata or {n('_n_meta')}" if cg.node is not None else n("_n_meta")
-    cg.rare(tracked, node, who, x, lambda: cg.line(f"return {n('_update_tracked')}({x}, metadata)"))
-    buf, out = cg.tmp("buf"), cg.tmp()
-    cg.line(f"{buf} = {n('_buffer')}")
-    cg.line(f"{buf}.append({x})")
-    # ``_meta`` holds one entry per record still held: all but the oldest of a
-    # full window.  A record that fills the window (or arrives at a full one)
-    # leaves it as it was (appended, then the oldest released); otherwise it
-    # gains a None.
-    if node.partial:
-        cg.when(f"len({buf}) != {node.n}", f"{n('_meta')}.append(None)")
-    else:
-        cg.skip_if(f"len({buf}) != {node.n}", f"{n('_meta')}.append(None)")
-    cg.line(f"{out} = tuple({buf})")
-    cg.push_down(node, out, "None")
-    return True
-
-
 @Stream.register_api(attribute_name="sliding_window")
 class SlidingWindow(Stream):
     """Emit overlapping tuples of the last ``n`` records.
@@ -414,7 +365,6 @@ class SlidingWindow(Stream):
     _graphviz_shape = "diamond"
     n = Fixed()  # sizes the window's deque
     partial = Fixed()
-    _kernel_fields = frozenset({"_buffer", "_meta", "_n_meta", "_update_tracked"})
 
     def __init__(
         self, upstream: Stream, n: int, return_partial: bool = True, **kwargs: Any
@@ -425,50 +375,54 @@ class SlidingWindow(Stream):
         # with partial windows it passes on one window per record (derived count)
         self.derived_out = self._partial
         self._buffer: deque[Any] = deque(maxlen=n)
-        # metadata of the records still held (the oldest value may already be released)
-        self._meta: deque[Metadata | None] = deque()
+        #: while tracked records are held: the metadata of each record in the
+        #: window (None for an untracked one); None when no tracked record is held
+        self._meta: deque[Metadata | None] | None = None
+        #: tracked records held whose references are not released yet
         self._n_meta = 0
         Stream.__init__(self, upstream, **kwargs)
 
-    update = derived_update(_sliding_window_kernel)
-
-    def _update_tracked(self, x: Any, metadata: Metadata | None) -> Results:
-        """The step while tracked records are in the window (or ``x`` is one)."""
+    @step
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> Results:
         buf = self._buffer
-        buf.append(x)
-        if metadata:
-            self._retain_refs(metadata)
-            self._n_meta += 1
-        self._meta.append(metadata)
-        full = len(buf) == self._n
-        if not (full or self._partial):
+        buf.append(x)  # the deque drops the oldest record of a full window
+        metas = self._meta
+        if metadata and metas is None:  # the first tracked record held
+            metas = self._meta = deque([None] * (len(buf) - 1), maxlen=self._n)
+        if metas is not None:
+            metas.append(metadata)
+            if metadata:
+                self._retain_refs(metadata)
+                self._n_meta += 1
+        if not self._partial and len(buf) < self._n:
             return None
-        meta = merge_metadata(self._meta) if self._n_meta else None
-        try:
-            results = self._emit(tuple(buf), meta)
-        except BaseException:
-            if full:
-                self._evict(None)
-            raise
-        if full:
-            return self._evict(results)
-        return results
+        out = tuple(buf)
+        if metas is not None:
+            return self._pass_tracked_window(out, metas)
+        return self._emit(out, None)
 
-    def _evict(self, results: Results) -> Results:
-        evicted = self._meta.popleft()
-        if not evicted:
-            return results
-        self._n_meta -= 1
-        return self._release_after(results, evicted)
+    def _pass_tracked_window(self, out: tuple[Any, ...], metas: deque[Metadata | None]) -> Results:
+        """Pass on a window holding tracked records: it carries their references.
+
+        The oldest record of a full window is in no later window: its
+        references are released once this one's downstream work is done.
+        """
+        leaving = metas[0] if len(metas) == self._n else None
+        meta = merge_metadata(metas) if self._n_meta else None
+        if leaving:
+            self._n_meta -= 1
+        if not self._n_meta:  # none held any more: back to the untracked way
+            self._meta = None
+        return self._emit_and_release(out, meta, leaving)
 
     def get_state(self) -> Any:
         return {"buffer": list(self._buffer)}
 
     def set_state(self, state: Any) -> None:
         self._buffer = deque(state["buffer"], maxlen=self._n)
-        # the oldest of a full window was already released when it was emitted
-        held = len(self._buffer) - (1 if len(self._buffer) == self._n else 0)
-        self._meta = deque([None] * held)
+        self._meta = None
         self._n_meta = 0
 
     def state_signature(self) -> str:

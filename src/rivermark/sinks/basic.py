@@ -12,9 +12,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
 from ..core import runtime
-from ..core.node import Fixed, Stream, _bump, check_callable, is_coroutine_function
+from ..core.node import Fixed, Stream, check_callable, is_coroutine_function
 from ..core.refs import Metadata, release_refs, retain_refs
-from ..fastpath.codegen import Codegen, derived_update
+from ..execution import plan
+from ..execution.steps import step
 
 __all__ = ["Sink", "SinkToList"]
 
@@ -25,21 +26,6 @@ def _no_call(x: Any, *args: Any, **kwargs: Any) -> None:
 
 #: keyword arguments of a sink that configure the node, not the user function
 _NODE_KWARGS = ("stream_name", "name", "on_error", "loop", "asynchronous", "ensure_io_loop")
-
-
-def _sink_kernel(cg: Codegen, node: Sink, who: Stream | None, x: str) -> bool:
-    # r = func(x, *args, **kwargs); an awaitable r: the node waits for it (_after_call)
-    f = cg.read(node, "func")
-    r = cg.tmp("r")
-    cg.call_user(r, f"{f}({cg.call_args(x, node.args, node.kwargs)})", x, node, f)
-    after = cg.field(node, "_after_call")
-    cg.when(f"{r} is not None", cg.result(f"{after}({x}, {r}, {cg.meta})"))
-    return True
-
-
-def _sink_to_list_kernel(cg: Codegen, node: SinkToList, who: Stream | None, x: str) -> bool:
-    cg.line(f"{cg.field(node, 'L')}.append({x})")
-    return True
 
 
 @Stream.register_api(attribute_name="sink")
@@ -72,7 +58,6 @@ class Sink(Stream):
     _graphviz_shape: ClassVar[str] = "trapezium"
     args = Fixed()
     kwargs = Fixed()
-    _kernel_fields: ClassVar[frozenset[str]] = frozenset({"func", "_after_call"})
 
     def __init__(
         self, upstream: Stream, func: Callable[..., Any] | None = None, *args: Any, **kwargs: Any
@@ -93,7 +78,19 @@ class Sink(Stream):
     def records_held(self) -> int | None:
         return self.in_flight if self._is_async else None
 
-    update = derived_update(_sink_kernel)
+    @step
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> list[Awaitable[Any]] | None:
+        func = self.func
+        try:
+            r = func(x, *self._args, **self._kwargs)
+        except Exception as e:
+            self._user_error(x, e, func)
+            return None
+        if r is None:
+            return None
+        return self._after_call(x, r, metadata)  # an awaitable: the record waits for it
 
     def _after_call(self, x: Any, r: Any, metadata: Metadata | None) -> list[Awaitable[Any]] | None:
         if inspect.isawaitable(r):
@@ -107,7 +104,7 @@ class Sink(Stream):
                 # e.g. sink(tornado_queue.put) called on a loop: from now on the
                 # sink is asynchronous, so ``emit`` waits for what it returns
                 self._is_async = True
-                _bump()
+                plan.changed(self)
             return [asyncio.ensure_future(self._finish(x, r, metadata))]
         return None
 
@@ -152,7 +149,12 @@ class SinkToList(Stream):
         self.L: list[Any] = []
         Stream.__init__(self, upstream, **kwargs)
 
-    update = derived_update(_sink_to_list_kernel)
+    @step
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> list[Awaitable[Any]] | None:
+        self.L.append(x)
+        return None
 
     def set_state(self, state: Any) -> None:
         # keep the list object the user holds; replace its contents

@@ -213,8 +213,11 @@ class Source(Stream):
 
     # ---------------------------------------------------------------- emitting
     _step = 1
-    #: the iterator over the chunk being emitted, while ``_emit_chunk`` runs
+    #: the iterator over the chunk being emitted, and its list, while ``_emit_chunk`` runs
     _chunk_it: Any = None
+    _chunk: list[Any] | None = None
+    #: the records a cut took off the end of the chunk's list (put back after it)
+    _chunk_tail: list[Any] = []  # noqa: RUF012 - replaced, never changed in place
     #: records of that chunk not yet taken when ``stop()`` cut it short (None: not cut)
     _chunk_cut: int | None = None
     #: how many records that chunk holds
@@ -317,7 +320,7 @@ class Source(Stream):
         it = iter(records)
         done = 0
         self._emitting = True
-        self._chunk_it, self._chunk_cut, self._chunk_total = it, None, total
+        self._chunk, self._chunk_it, self._chunk_cut, self._chunk_total = records, it, None, total
         try:
             run = self.record_loop()
             deadline = self._slice_end
@@ -346,7 +349,10 @@ class Source(Stream):
             done = self._done_before(e, it, total)
             raise
         finally:
-            self._chunk_it = None
+            if self._chunk_tail:  # put back what a cut took off the caller's list
+                records.extend(self._chunk_tail)
+                self._chunk_tail = []
+            self._chunk_it = self._chunk = None
             self.emitted += done
             advance(done)
             self._emitting = False
@@ -399,13 +405,17 @@ class Source(Stream):
         Called by :meth:`pause` and :meth:`stop` when a record's processing
         (or a task running while the chunk waits for backpressure) asks for
         them: the record being processed is finished, no later record of the
-        chunk is emitted.  The chunk's list iterator is run to its end, so the
-        loop of :meth:`_emit_chunk` costs no check per record.
+        chunk is emitted.  The records after it are taken off the chunk's list
+        (a list iterator ends at the list's current end) and put back when
+        :meth:`_emit_chunk` returns, so its loop costs no check per record.
         """
-        it = self._chunk_it
-        if it is not None and self._chunk_cut is None:
-            self._chunk_cut = length_hint(it)
-            it.__setstate__(1 << 62)
+        it, chunk = self._chunk_it, self._chunk
+        if it is not None and chunk is not None and self._chunk_cut is None:
+            left = self._chunk_cut = length_hint(it)
+            if left:
+                at = len(chunk) - left
+                self._chunk_tail = chunk[at:]
+                del chunk[at:]
 
     def pause(self) -> None:
         """Hold the source before its next emit (call on the loop thread)."""

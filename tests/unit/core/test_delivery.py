@@ -6,8 +6,9 @@ import asyncio
 from typing import Any
 
 from rivermark import Stream
-from rivermark.core import delivery, runtime
+from rivermark.core import runtime
 from rivermark.core.refs import Metadata
+from rivermark.execution import delivery, plan
 
 
 class Later(Stream):
@@ -51,7 +52,7 @@ def test_sync_emit_waits_for_a_deferred_node_below() -> None:
     for i in range(5):
         source.emit(i)
         assert out == list(range(1, i + 2))  # passed on before emit returned
-    assert source._deferred == (later,)
+    assert plan.plan_of(source).deferred(source) == (later,)
 
 
 def test_awaited_emit_on_the_loop_waits_too() -> None:
@@ -100,7 +101,9 @@ def test_a_record_held_on_the_way_is_not_waited_for() -> None:
 def test_graphs_without_deferred_nodes_find_none() -> None:
     sync = Stream()
     sync.map(str).sink_to_list()
-    assert sync._downstream_loop() is None and sync._deferred == ()
+    found = plan.plan_of(sync)
+    assert found.loop_below(sync) is None and found.deferred(sync) == ()
     timed = Stream()
     timed.delay(0.001).sink_to_list()
-    assert timed._downstream_loop() is not None and timed._deferred == ()
+    found = plan.plan_of(timed)
+    assert found.loop_below(timed) is not None and found.deferred(timed) == ()

@@ -13,12 +13,13 @@ from rivermark import ConfigurationError, RefCounter, Stream
 from rivermark.core import runtime
 from rivermark.core.graph import fingerprint, node_ids, topological
 from rivermark.errors import GraphError
+from rivermark.execution.plan import plan_of
 
 
 def test_sync_graph_runs_in_caller_thread_without_loop():
     s = Stream()
     out = s.map(lambda x: x * 2).sink_to_list()
-    assert s._downstream_loop() is None
+    assert plan_of(s).loop_below(s) is None
     assert s.emit(3) is None
     assert out == [6]
 

@@ -11,8 +11,7 @@ import pytest
 
 from rivermark import Stream
 from rivermark.checkpoint import Job
-from rivermark.core import counting
-from rivermark.core.node import _bump
+from rivermark.execution import counting, plan
 from rivermark.observe.metrics import Metrics
 
 from ..helpers import node_by_node
@@ -84,7 +83,7 @@ def test_emit_roots_count_once_a_job_runs_them(tmp_path: Path) -> None:
 
 def test_counting_can_be_turned_off() -> None:
     counting.ENABLED = False
-    _bump()
+    plan.retire_all()
     try:
         s = Stream()
         f = s.filter(lambda x: x > 0)
@@ -94,7 +93,7 @@ def test_counting_can_be_turned_off() -> None:
         assert f.records_out == 0
     finally:
         counting.ENABLED = True
-        _bump()
+        plan.retire_all()
     for i in range(5):
         s.emit(i)
     assert f.records_out == 4

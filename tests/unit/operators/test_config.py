@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from rivermark import ConfigurationError, Stream
-from rivermark.fastpath import codegen
+from rivermark.execution import graphcode as codegen
 
 from ..helpers import node_by_node
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from rivermark import Job, Stream
-from rivermark.fastpath import codegen
+from rivermark.execution import graphcode as codegen
 from rivermark.testing import wait_for
 
 from .conftest import stop_and_wait

@@ -12,10 +12,9 @@ A node's *records out* is kept in one of two ways, chosen per node class:
 * **counted** (the default): every other node with downstreams steps its
   :func:`new_counter` once per record it passes on.  The step is attached
   where a node hands a record to its downstreams, in exactly two places:
-  :meth:`rivermark.core.node.Stream._downstream_push` (the general and
-  fused paths, through :func:`counting_push`) and
-  :meth:`rivermark.fastpath.codegen.Codegen.push_down` (the generated code,
-  through :func:`count_statement`).
+  the node's push (:meth:`rivermark.execution.plan.Plan.push_of`, through
+  :func:`counting_push`) and the generated code
+  (:meth:`rivermark.execution.graphcode.GraphWriter.push_down`).
 
 The counter is an ``itertools.repeat(None, 2**62)`` counting down: ``next``
 on it changes one C integer and returns the shared ``None``, where
@@ -41,13 +40,9 @@ import itertools
 from operator import length_hint
 from typing import TYPE_CHECKING, Any
 
-from .clock import _bump
-
 if TYPE_CHECKING:  # pragma: no cover
-    from collections.abc import Callable
-
-    from ..fastpath.push import Push
-    from .node import Stream
+    from ..core.node import Stream
+    from .push import Push
 
 __all__ = [
     "ENABLED",
@@ -56,8 +51,6 @@ __all__ = [
     "passed",
     "counts_output",
     "counting_push",
-    "count_statement",
-    "count_emits",
 ]
 
 #: count records passed on by nodes that are not derived (see the module docs)
@@ -89,13 +82,6 @@ def counts_output(node: Stream) -> bool:
     return not node.derived_out
 
 
-def count_emits(node: Stream) -> None:
-    """Count the records a root fed by ``emit`` passes on (from now on)."""
-    if not node.counts_emits:
-        node.counts_emits = True
-        _bump()
-
-
 def counting_push(node: Stream, push: Push) -> Push:
     """``push`` preceded by a step of the node's counter when the node counts."""
     if not counts_output(node):
@@ -107,13 +93,3 @@ def counting_push(node: Stream, push: Push) -> Push:
         return push(x, metadata)
 
     return counted
-
-
-def count_statement(node: Stream, bind: Callable[[Any, str], str]) -> str | None:
-    """The statement generated code runs per record ``node`` passes on.
-
-    ``bind(obj, hint)`` names an object for the generated code (its counter).
-    """
-    if not counts_output(node):
-        return None
-    return f"next({bind(node.out_counter, 'passed')})"

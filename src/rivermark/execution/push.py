@@ -1,0 +1,65 @@
+"""The node-by-node path: push functions that carry a record to a node's downstreams.
+
+A node passes a record on with ``_emit``, which calls its *push*:
+``push(x, metadata)`` runs ``downstream.update(x, who, metadata)``
+(:func:`build_push`), merged over several downstreams by :func:`fan_out`.
+The plan (:mod:`.plan`) builds a node's push when it first passes a record
+on, and takes it back when the graph changes shape, so a push never
+outlives a ``connect``/``disconnect``/``destroy``.
+
+This is the path of tracked records, asynchronous graphs and every node a
+generated graph does not write out; the update it calls is the node's step
+specialised to its configuration (:func:`.steps.specialized_update`) or the
+node's own ``update``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..core.node import Stream
+
+__all__ = ["Push", "build_push", "fan_out", "no_downstream", "pass_down"]
+
+Push = Callable[[Any, Any], Any]
+
+
+def build_push(update: Callable[[Any, Any, Any], Any], who: Any) -> Push:
+    """A function equivalent to ``update(x, who, metadata)`` (a node's update, bound)."""
+
+    def push(x: Any, metadata: Any) -> Any:
+        return update(x, who, metadata)
+
+    return push
+
+
+def fan_out(pushes: list[Push]) -> Push:
+    """Call every push in order and merge their awaitables."""
+
+    def push(x: Any, metadata: Any) -> Any:
+        out = None
+        for p in pushes:
+            r = p(x, metadata)
+            if r:
+                if out is None:
+                    out = []
+                out.extend(r)
+        return out
+
+    return push
+
+
+def no_downstream(x: Any, metadata: Any) -> None:
+    """The push of a node without downstreams."""
+    return None
+
+
+def pass_down(node: Stream, x: Any, metadata: Any = None) -> list[Awaitable[Any]] | None:
+    """``Stream._emit``: pass ``x`` on to every downstream, through the node's push.
+
+    Returns what the downstreams returned (awaitables of asynchronous work
+    still running below), so the caller can wait for the slowest branch.
+    """
+    return node._push(x, metadata)  # type: ignore[no-any-return]  # noqa: SLF001

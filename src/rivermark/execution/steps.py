@@ -1,0 +1,712 @@
+"""An operator's per-record step: one typed method, and the copies derived from it.
+
+An operator says what it does with one record in its ``update`` method,
+written as ordinary Python that mypy checks and a reader reads.  Decorated
+with :func:`step`, that method is also the source of the two faster forms
+the engine runs, both derived from the method's own syntax tree:
+
+* **written out in a graph** (:mod:`.graphcode`): the step's statements are
+  placed inside the one function generated for the synchronous graph below
+  a source, with the node's fixed configuration, the graph's shape and the
+  record's missing metadata folded in, and the downstream nodes' steps in
+  place of ``return self._emit(y, metadata)``;
+* **specialised for one node** (:func:`specialized_update`): the same
+  method with the node's fixed configuration folded in (``map(f)`` calls
+  ``f(x)``, not ``f(x, *(), **{})``), which the node-by-node path runs.
+
+Nothing restates the step: a change to the method changes every path.
+
+What folding knows (and nothing else):
+
+* the node's fixed configuration: the attributes its class declares with
+  :class:`~rivermark.core.config.Fixed` (``self.args`` and ``self._args``);
+* in a graph, where every record is untracked, ``metadata`` is ``None``;
+  ``who`` is the upstream the record comes from, ``self.upstreams`` and
+  ``self.downstreams`` are the graph's shape, and a method marked
+  :func:`graph_fact` answers for that shape (a change of shape throws the
+  generated code away);
+* module-level names and builtins are looked up when the code is made, and
+  calls of a few pure builtins (``len``, ``isinstance``, ...) on known
+  values are evaluated then.
+
+An ``if`` whose test is known keeps one branch, a ``for`` over a known
+tuple is unrolled, and a local assigned once, at the top of the step, from
+a known value becomes that value.
+
+The rules a step follows (checked by :func:`step` when the class is
+defined, with a message naming the method and the line):
+
+* its parameters are ``(self, x, who=None, metadata=None)`` and it never
+  assigns them;
+* it defines no function, lambda, class or comprehension (call a helper
+  instead), uses no ``global``/``nonlocal``/``yield``/``await``;
+* it passes a record on with ``return self._emit(y, metadata)``: the last
+  such statement is the one a graph writes out in place; any other passes
+  its record on node by node.  A ``return`` inside a loop or a ``with``
+  block keeps the node out of generated graphs (its specialised update is
+  called there instead).
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import copy
+import functools
+import inspect
+import textwrap
+import types
+import weakref
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+from ..core.config import Fixed
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..core.node import Stream
+
+__all__ = [
+    "StepInfo",
+    "Unsupported",
+    "step",
+    "graph_fact",
+    "step_of",
+    "specialize",
+    "specialized_update",
+    "Binder",
+    "emit_call",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: the parameters of every step, in order
+PARAMS = ("self", "x", "who", "metadata")
+#: a node's shape, known while a generated graph lives
+SHAPE = frozenset({"upstreams", "downstreams"})
+#: builtins that folding may call on known values (pure, cheap)
+PURE = frozenset(
+    {len, isinstance, issubclass, bool, tuple, type, callable, min, max, abs, frozenset}
+)
+#: a ``for`` over a known sequence is unrolled up to this many times
+MAX_UNROLL = 16
+#: most syntax-tree nodes a specialised step may grow to (copies of a branch)
+MAX_SIZE = 4000
+
+_FORBIDDEN = (
+    ast.FunctionDef,
+    ast.AsyncFunctionDef,
+    ast.ClassDef,
+    ast.Lambda,
+    ast.Global,
+    ast.Nonlocal,
+    ast.Yield,
+    ast.YieldFrom,
+    ast.Await,
+    ast.ListComp,
+    ast.SetComp,
+    ast.DictComp,
+    ast.GeneratorExp,
+    ast.AsyncFor,
+    ast.AsyncWith,
+)
+
+
+class Unsupported(Exception):
+    """A step cannot be written out here (the node's specialised update is called instead)."""
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """A step as parsed once: its syntax tree and the names it uses."""
+
+    func: Callable[..., Any]
+    #: the method's statements (its docstring dropped)
+    body: tuple[ast.stmt, ...]
+    #: the module globals its names resolve in
+    globals: dict[str, Any]
+    #: names the step assigns (its locals), with how often each is assigned
+    assigned: dict[str, int]
+    #: (line, column) of the ``return self._emit(...)`` a graph writes out in place
+    main_emit: tuple[int, int] | None
+    #: the names of the parameters as written (``self``, ``x``, ``who``, ``metadata``)
+    params: tuple[str, str, str, str]
+
+    @property
+    def name(self) -> str:
+        return self.func.__qualname__
+
+
+def _where(func: Callable[..., Any], node: ast.AST | None = None) -> str:
+    code = func.__code__
+    line = code.co_firstlineno + (getattr(node, "lineno", 1) - 1 if node is not None else 0)
+    return f"{func.__qualname__} ({code.co_filename}:{line})"
+
+
+def emit_call(value: ast.expr | None, self_name: str) -> ast.Call | None:
+    """``value`` if it is ``self._emit(y)`` or ``self._emit(y, metadata)``, else None."""
+    if (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and value.func.attr == "_emit"
+        and isinstance(value.func.value, ast.Name)
+        and value.func.value.id == self_name
+        and 1 <= len(value.args) <= 2
+        and not value.keywords
+        and not any(isinstance(a, ast.Starred) for a in value.args)
+    ):
+        return value
+    return None
+
+
+def _params(func: Callable[..., Any], fdef: ast.FunctionDef) -> tuple[str, str, str, str]:
+    args = fdef.args
+    names = tuple(a.arg for a in args.args)
+    if (
+        len(names) != 4
+        or args.vararg
+        or args.kwarg
+        or args.kwonlyargs
+        or args.posonlyargs
+        or len(args.defaults) != 2
+    ):
+        raise TypeError(
+            f"step {_where(func)}: its parameters must be (self, x, who=None, metadata=None), "
+            f"got ({', '.join(names)})"
+        )
+    return (names[0], names[1], names[2], names[3])
+
+
+def _scan(
+    func: Callable[..., Any], body: list[ast.stmt], params: tuple[str, ...]
+) -> tuple[dict[str, int], list[tuple[int, int]]]:
+    """The locals a step assigns (and how often), and where it passes records on."""
+    assigned: dict[str, int] = {}
+    emits: list[tuple[int, int]] = []
+    for node in (n for stmt in body for n in ast.walk(stmt)):
+        if isinstance(node, _FORBIDDEN):
+            raise TypeError(
+                f"step {_where(func, node)}: a step may not use {type(node).__name__} "
+                "(define a helper function or method and call it)"
+            )
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            if node.id in params:
+                raise TypeError(
+                    f"step {_where(func, node)}: a step may not assign its parameter "
+                    f"{node.id!r} (use a local of another name)"
+                )
+            assigned[node.id] = assigned.get(node.id, 0) + 1
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            assigned[node.name] = assigned.get(node.name, 0) + 2  # never known
+        elif isinstance(node, ast.Return) and emit_call(node.value, params[0]) is not None:
+            emits.append((node.lineno, node.col_offset))
+    return assigned, emits
+
+
+def _parse(func: Callable[..., Any]) -> StepInfo:
+    """Parse and check ``func`` as a step (raises TypeError naming the line)."""
+    try:
+        source = textwrap.dedent(inspect.getsource(func))
+    except (OSError, TypeError) as e:
+        raise TypeError(f"step {func.__qualname__}: its source cannot be read ({e})") from e
+    tree = ast.parse(source)
+    fdef = tree.body[0]
+    if not isinstance(fdef, ast.FunctionDef):
+        raise TypeError(f"step {func.__qualname__}: a step is a method defined with def")
+    # line numbers as in the file (for messages and for finding the main emit)
+    ast.increment_lineno(tree, func.__code__.co_firstlineno - fdef.lineno)
+    params = _params(func, fdef)
+    body = list(fdef.body)
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]  # the docstring
+    assigned, emits = _scan(func, body, params)
+    return StepInfo(
+        func=func,
+        body=tuple(body),
+        globals=func.__globals__,
+        assigned=assigned,
+        main_emit=max(emits) if emits else None,
+        params=params,
+    )
+
+
+def step(func: F) -> F:
+    """Mark ``update`` as the operator's per-record step (see the module docs).
+
+    The method is returned unchanged: it stays the class's ``update``,
+    callable as written.  Its source is parsed and checked now.
+
+    >>> from rivermark import Stream
+    >>> class Double(Stream):
+    ...     @step
+    ...     def update(self, x, who=None, metadata=None):
+    ...         return self._emit(2 * x, metadata)
+    >>> s = Stream(); out = Double(s).sink_to_list()
+    >>> for i in range(3):
+    ...     s.emit(i)
+    >>> out
+    [0, 2, 4]
+    """
+    func.__rivermark_step__ = _parse(func)  # type: ignore[attr-defined]
+    return func
+
+
+def graph_fact(method: F) -> F:
+    """Mark a method whose answer depends only on the graph's shape and fixed configuration.
+
+    A step calls it like any method; in a generated graph, where the
+    shape is fixed while the code lives, the call is made once, when the
+    code is written, with the arguments known there (``who``), and its
+    answer is written in its place.
+    """
+    method.__rivermark_graph_fact__ = True  # type: ignore[attr-defined]
+    return method
+
+
+def step_of(func: Any) -> StepInfo | None:
+    """The parsed step of ``func`` (a class's ``update``), or None if it is not one."""
+    info = getattr(func, "__rivermark_step__", None)
+    return info if isinstance(info, StepInfo) else None
+
+
+#: ``bind(obj, hint) -> name``: the name under which generated code sees ``obj``
+Binder = Callable[[Any, str], str]
+
+
+#: the fixed configuration of each node class, found once per class
+_FIXED: weakref.WeakKeyDictionary[type, dict[str, str]] = weakref.WeakKeyDictionary()
+
+
+def _fixed_slots(cls: type) -> dict[str, str]:
+    """Attribute -> slot of every :class:`~rivermark.core.config.Fixed` of ``cls`` (both names)."""
+    found = _FIXED.get(cls)
+    if found is not None:
+        return found
+    out: dict[str, str] = {}
+    for klass in cls.__mro__:
+        for name, value in vars(klass).items():
+            if isinstance(value, Fixed) and name not in out:
+                out[name] = value.slot
+                out.setdefault(value.slot, value.slot)
+    _FIXED[cls] = out
+    return out
+
+
+_LITERAL_TYPES = (type(None), bool, int, float, complex, str, bytes, type(...))
+
+
+def _literal(value: Any) -> bool:
+    if type(value) in _LITERAL_TYPES:
+        return True
+    return type(value) is tuple and all(_literal(v) for v in value)
+
+
+@dataclass
+class Site:
+    """Where a step is being written: the node, and what is known of the record."""
+
+    node: Stream
+    bind: Binder
+    #: a graph (folds metadata, who and the shape) or the node's own update
+    graph: bool
+    #: the name the generated code holds the node under (a graph; else ``self``)
+    self_name: str = "self"
+    #: the local holding the incoming record (a graph; else the parameter)
+    var: str = "x"
+    #: the upstream the record comes from (a graph)
+    who: Any = None
+    #: suffix that keeps this step's locals apart from other steps' (a graph)
+    suffix: str = ""
+
+
+class _Specializer(ast.NodeTransformer):
+    """Pass one: a step's statements with everything known folded in."""
+
+    #: the method that specialises each kind of statement (others: their expressions only)
+    _STATEMENTS: ClassVar[dict[type, str]] = {
+        ast.If: "_if",
+        ast.For: "_for",
+        ast.Assign: "_assign",
+        ast.Return: "_return",
+        ast.While: "_loop_or_with",
+        ast.With: "_loop_or_with",
+        ast.Try: "_try",
+    }
+
+    def __init__(self, info: StepInfo, site: Site) -> None:
+        self.info = info
+        self.site = site
+        self.fixed = _fixed_slots(type(site.node))
+        #: local names (as written) -> the values they are known to hold
+        self.known: dict[str, Any] = {}
+        #: bound names -> their values (globals, fixed configuration, shape)
+        self.bound: dict[str, Any] = {}
+        self.size = 0
+        self.p_self, self.p_x, self.p_who, self.p_meta = info.params
+
+    # ------------------------------------------------------------------ values
+    def _const(self, value: Any, hint: str) -> ast.expr:
+        if _literal(value):
+            return ast.Constant(value)
+        name = self.site.bind(value, hint)
+        self.bound[name] = value
+        return ast.Name(name, ast.Load())
+
+    def _value(self, expr: ast.expr) -> tuple[bool, Any]:
+        """(True, value) when ``expr`` is known, else (False, None)."""
+        if isinstance(expr, ast.Constant):
+            return True, expr.value
+        if isinstance(expr, ast.Name) and isinstance(expr.ctx, ast.Load) and expr.id in self.bound:
+            return True, self.bound[expr.id]
+        if isinstance(expr, ast.Tuple) and isinstance(expr.ctx, ast.Load):
+            values = []
+            for elt in expr.elts:
+                ok, v = self._value(elt)
+                if not ok or isinstance(elt, ast.Starred):
+                    return False, None
+                values.append(v)
+            return True, tuple(values)
+        return False, None
+
+    def _named(self, part: ast.expr, env: dict[str, Any]) -> ast.expr:
+        """A name in ``env`` for the known value of ``part``."""
+        name = f"_v{len(env)}"
+        env[name] = self._value(part)[1]
+        return ast.Name(name, ast.Load())
+
+    def _local(self, name: str) -> str:
+        return name + self.site.suffix if self.site.graph else name
+
+    def _fold(self, expr: ast.expr) -> ast.expr:
+        """``expr`` evaluated now when all its parts are known (a pure expression)."""
+        parts = [c for c in ast.iter_child_nodes(expr) if isinstance(c, ast.expr)]
+        if not all(self._value(p)[0] for p in parts):
+            return expr
+        # every part by name, so that compiling says nothing of literals (``1 is None``)
+        env: dict[str, Any] = {}
+        named = copy.copy(expr)
+        for field, value in ast.iter_fields(named):
+            if isinstance(value, ast.expr):
+                setattr(named, field, self._named(value, env))
+            elif isinstance(value, list):
+                setattr(
+                    named,
+                    field,
+                    [self._named(v, env) if isinstance(v, ast.expr) else v for v in value],
+                )
+        try:
+            code = compile(ast.Expression(ast.fix_missing_locations(named)), "<fold>", "eval")
+            value = eval(code, {"__builtins__": {}}, env)  # noqa: S307 - known values only
+        except Exception:  # e.g. an index out of range: leave it to run time
+            return expr
+        return self._const(value, "k")
+
+    # ------------------------------------------------------------------ names
+    def visit_Name(self, node: ast.Name) -> ast.expr:
+        site, name = self.site, node.id
+        if name == self.p_self:
+            return ast.Name(site.self_name, node.ctx) if site.graph else node
+        if name == self.p_x:
+            return ast.Name(site.var, node.ctx) if site.graph else node
+        if name == self.p_who:
+            return self._const(site.who, "who") if site.graph else node
+        if name == self.p_meta:
+            return ast.Constant(None) if site.graph else node
+        if name in self.info.assigned:
+            if isinstance(node.ctx, ast.Load) and name in self.known:
+                return self._const(self.known[name], name)
+            return ast.Name(self._local(name), node.ctx)
+        if name in self.info.globals:
+            return self._const(self.info.globals[name], name)
+        if hasattr(builtins, name):
+            return self._const(getattr(builtins, name), name)
+        raise TypeError(f"step {_where(self.info.func, node)}: name {name!r} is not defined")
+
+    def visit_Attribute(self, node: ast.Attribute) -> ast.expr:
+        base = node.value
+        if isinstance(base, ast.Name) and base.id == self.p_self and isinstance(node.ctx, ast.Load):
+            attr = node.attr
+            if attr in self.fixed or (self.site.graph and attr in SHAPE):
+                return self._const(getattr(self.site.node, attr), attr)
+        self.generic_visit(node)
+        return node
+
+    # ------------------------------------------------------------------ expressions
+    def visit_Call(self, node: ast.Call) -> ast.expr:
+        func = node.func
+        if (
+            self.site.graph
+            and isinstance(func, ast.Attribute)
+            and isinstance(func.value, ast.Name)
+            and func.value.id == self.p_self
+            and getattr(
+                getattr(type(self.site.node), func.attr, None), "__rivermark_graph_fact__", False
+            )
+        ):
+            args = [self.visit(a) for a in node.args]
+            known = [self._value(a) for a in args]
+            if not node.keywords and all(ok for ok, _ in known):
+                answer = getattr(self.site.node, func.attr)(*(v for _, v in known))
+                return self._const(answer, func.attr)
+            raise TypeError(
+                f"step {_where(self.info.func, node)}: the graph fact {func.attr!r} is called "
+                "with arguments that are not known in a graph"
+            )
+        self.generic_visit(node)
+        node.args = self._spread(node.args)
+        node.keywords = self._spread_keywords(node.keywords)
+        ok, fn = self._value(node.func)
+        if ok and fn in PURE and not node.keywords:
+            return self._fold(node)
+        return node
+
+    def _spread(self, args: list[ast.expr]) -> list[ast.expr]:
+        out: list[ast.expr] = []
+        for a in args:
+            if isinstance(a, ast.Starred):
+                ok, v = self._value(a.value)
+                if ok and isinstance(v, tuple) and (not v or _literal(v)):
+                    out.extend(ast.Constant(e) for e in v)
+                    continue
+            out.append(a)
+        return out
+
+    def _spread_keywords(self, keywords: list[ast.keyword]) -> list[ast.keyword]:
+        out: list[ast.keyword] = []
+        for k in keywords:
+            if k.arg is None:
+                ok, v = self._value(k.value)
+                if (
+                    ok
+                    and isinstance(v, dict)
+                    and all(isinstance(n, str) and n.isidentifier() for n in v)
+                    and all(_literal(e) for e in v.values())
+                ):
+                    out.extend(ast.keyword(n, ast.Constant(e)) for n, e in v.items())
+                    continue
+            out.append(k)
+        return out
+
+    def visit_UnaryOp(self, node: ast.UnaryOp) -> ast.expr:
+        self.generic_visit(node)
+        return self._fold(node)
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.expr:
+        self.generic_visit(node)
+        return self._fold(node)
+
+    def visit_Compare(self, node: ast.Compare) -> ast.expr:
+        self.generic_visit(node)
+        return self._fold(node)
+
+    def visit_Subscript(self, node: ast.Subscript) -> ast.expr:
+        self.generic_visit(node)
+        if isinstance(node.ctx, ast.Load):
+            return self._fold(node)
+        return node
+
+    def visit_IfExp(self, node: ast.IfExp) -> ast.expr:
+        test = self.visit(node.test)
+        ok, v = self._value(test)
+        if ok:
+            return self.visit(node.body if v else node.orelse)  # type: ignore[no-any-return]
+        node.test = test
+        node.body = self.visit(node.body)
+        node.orelse = self.visit(node.orelse)
+        return node
+
+    def visit_BoolOp(self, node: ast.BoolOp) -> ast.expr:
+        is_and = isinstance(node.op, ast.And)
+        values: list[ast.expr] = []
+        for i, raw in enumerate(node.values):
+            v = self.visit(raw)
+            ok, value = self._value(v)
+            last = i == len(node.values) - 1
+            if ok and bool(value) != is_and:  # decides the result: nothing after it runs
+                values.append(v)
+                break
+            if ok and not last:  # passes through to the next value
+                continue
+            values.append(v)
+        if len(values) == 1:
+            return values[0]
+        node.values = values
+        return node
+
+    # ------------------------------------------------------------------ statements
+    def block(self, stmts: list[ast.stmt] | tuple[ast.stmt, ...]) -> list[ast.stmt]:
+        """Specialise a list of statements (copies; the step's own tree is untouched)."""
+        out: list[ast.stmt] = []
+        for stmt in stmts:
+            out.extend(self.statement(copy.deepcopy(stmt)))
+        return out
+
+    def statement(self, stmt: ast.stmt) -> list[ast.stmt]:
+        self.size += sum(1 for _ in ast.walk(stmt))
+        if self.size > MAX_SIZE:
+            raise Unsupported(f"{self.info.name} grows too large when specialised")
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
+            return []  # a docstring or a note
+        method = self._STATEMENTS.get(type(stmt))
+        if method is not None:
+            return getattr(self, method)(stmt)  # type: ignore[no-any-return]
+        return [self.visit(stmt)]
+
+    def _return(self, stmt: ast.Return) -> list[ast.stmt]:
+        main = (stmt.lineno, stmt.col_offset) == self.info.main_emit
+        stmt = self.visit(stmt)
+        stmt.rivermark_main = main  # type: ignore[attr-defined]
+        return [stmt]
+
+    def _loop_or_with(self, stmt: ast.While | ast.With) -> list[ast.stmt]:
+        if isinstance(stmt, ast.While):
+            stmt.test = self.visit(stmt.test)
+            stmt.orelse = self.block(stmt.orelse)
+        else:
+            stmt.items = [self.visit(i) for i in stmt.items]
+        stmt.body = self.block(stmt.body) or [ast.Pass()]
+        return [stmt]
+
+    def _try(self, stmt: ast.Try) -> list[ast.stmt]:
+        stmt.body = self.block(stmt.body) or [ast.Pass()]
+        for h in stmt.handlers:
+            if h.type is not None:
+                h.type = self.visit(h.type)
+            if h.name:
+                h.name = self._local(h.name)
+            h.body = self.block(h.body) or [ast.Pass()]
+        stmt.orelse = self.block(stmt.orelse)
+        stmt.finalbody = self.block(stmt.finalbody)
+        return [stmt]
+
+    def _if(self, stmt: ast.If) -> list[ast.stmt]:
+        test = self.visit(stmt.test)
+        ok, value = self._value(test)
+        if ok:
+            return self.block(stmt.body if value else stmt.orelse)
+        body = self.block(stmt.body)
+        orelse = self.block(stmt.orelse)
+        if not body and not orelse:
+            return [ast.Expr(test)]
+        if not body:
+            return [ast.If(ast.UnaryOp(ast.Not(), test), orelse, [])]
+        return [ast.If(test, body, orelse)]
+
+    def _assign(self, stmt: ast.Assign) -> list[ast.stmt]:
+        value = self.visit(stmt.value)
+        target = stmt.targets[0]
+        if (
+            len(stmt.targets) == 1
+            and isinstance(target, ast.Name)
+            and self.info.assigned.get(target.id) == 1
+            and self._value(value)[0]
+        ):
+            self.known[target.id] = self._value(value)[1]
+            return []
+        stmt.targets = [self.visit(t) for t in stmt.targets]
+        stmt.value = value
+        return [stmt]
+
+    def _for(self, stmt: ast.For) -> list[ast.stmt]:
+        it = self.visit(stmt.iter)
+        ok, values = self._value(it)
+        if (
+            ok
+            and isinstance(values, (tuple, range))
+            and len(values) <= MAX_UNROLL
+            and isinstance(stmt.target, ast.Name)
+            and not stmt.orelse
+            and not _breaks(stmt.body)
+        ):
+            name = stmt.target.id
+            out: list[ast.stmt] = []
+            for v in values:
+                self.known[name] = v
+                try:
+                    out.extend(self.block(stmt.body))
+                finally:
+                    del self.known[name]
+            return out
+        stmt.target = self.visit(stmt.target)
+        stmt.iter = it
+        stmt.body = self.block(stmt.body) or [ast.Pass()]
+        stmt.orelse = self.block(stmt.orelse)
+        return [stmt]
+
+
+def _breaks(stmts: list[ast.stmt]) -> bool:
+    """Whether ``break`` or ``continue`` of this loop level appear in ``stmts``."""
+
+    def walk(nodes: list[ast.stmt]) -> Iterator[ast.AST]:
+        for n in nodes:
+            yield n
+            if isinstance(n, (ast.For, ast.While)):
+                continue  # an inner loop's own break/continue
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                inner = getattr(n, field, None)
+                if inner:
+                    yield from walk(inner)
+
+    return any(isinstance(n, (ast.Break, ast.Continue)) for n in walk(stmts))
+
+
+def specialize(info: StepInfo, site: Site) -> list[ast.stmt]:
+    """The step's statements with what is known at ``site`` folded in (pass one)."""
+    spec = _Specializer(info, site)
+    return spec.block(info.body)
+
+
+class _NodeBinder:
+    """Names for the objects a node's specialised update uses (its own globals)."""
+
+    def __init__(self) -> None:
+        self.scope: dict[str, Any] = {"__builtins__": builtins}
+        self._names: dict[int, str] = {}
+
+    def __call__(self, obj: Any, hint: str) -> str:
+        name = self._names.get(id(obj))
+        if name is None:
+            base = "".join(c for c in hint if c.isalnum() or c == "_").lstrip("_") or "b"
+            name = f"_{base}{len(self._names)}"
+            self._names[id(obj)] = name
+            self.scope[name] = obj
+        return name
+
+
+@functools.lru_cache(maxsize=256)
+def _code(src: str, filename: str) -> types.CodeType:
+    # nodes configured alike give the same text: compiling it once serves them all
+    return compile(src, filename, "exec")
+
+
+def specialized_update(node: Stream, info: StepInfo) -> Callable[..., Any]:
+    """``node``'s step with its fixed configuration folded in, bound to it.
+
+    The text depends on the class and the fixed configuration only, so
+    nodes configured alike share one compiled code object; the objects it
+    uses are the function's own globals.
+    """
+    bind = _NodeBinder()
+    body = specialize(info, Site(node=node, bind=bind, graph=False))
+    p = info.params
+    fdef = ast.FunctionDef(
+        name="update",
+        args=ast.arguments(
+            posonlyargs=[],
+            args=[ast.arg(p[0]), ast.arg(p[1]), ast.arg(p[2]), ast.arg(p[3])],
+            kwonlyargs=[],
+            kw_defaults=[],
+            defaults=[ast.Constant(None), ast.Constant(None)],
+        ),
+        body=body or [ast.Pass()],
+        decorator_list=[],
+        returns=None,
+    )
+    module = ast.fix_missing_locations(ast.Module(body=[fdef], type_ignores=[]))
+    src = ast.unparse(module)
+    scope = bind.scope
+    exec(_code(src, f"<rivermark step {info.name}>"), scope)  # noqa: S102 - made from the step
+    fn: Callable[..., Any] = scope["update"]
+    fn.__qualname__ = info.name
+    fn.rivermark_source = src  # type: ignore[attr-defined]
+    return types.MethodType(fn, node)
