@@ -208,7 +208,9 @@ class Zip(Stream):
         return {"buffers": [[v for v, _ in b] for b in self._buffers]}
 
     def set_state(self, state: Any) -> None:
-        buffers = [deque((v, None) for v in b) for b in state["buffers"]]
+        buffers: list[deque[tuple[Any, Metadata | None]]] = [
+            deque((v, None) for v in b) for b in state["buffers"]
+        ]
         if self.upstreams and len(buffers) != len(self.upstreams):
             raise GraphError(
                 f"{self.display_name()}: the restored state has {len(buffers)} buffers for "

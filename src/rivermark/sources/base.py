@@ -349,17 +349,21 @@ class Source(Stream):
             done = self._done_before(e, it, total)
             raise
         finally:
-            if self._chunk_tail:  # put back what a cut took off the caller's list
-                records.extend(self._chunk_tail)
-                self._chunk_tail = []
-            self._chunk_it = self._chunk = None
-            self.emitted += done
-            advance(done)
-            self._emitting = False
+            self._end_chunk(records, done, advance)
         if done < total or time.perf_counter() >= deadline:
             await asyncio.sleep(0)
             self._slice_end = time.perf_counter() + TIME_SLICE
         return done
+
+    def _end_chunk(self, records: list[Any], done: int, advance: Callable[[int], None]) -> None:
+        """After a chunk (also when it raised): the source moves past ``done`` records."""
+        if self._chunk_tail:  # put back what a cut took off the caller's list
+            records.extend(self._chunk_tail)
+            self._chunk_tail = []
+        self._chunk_it = self._chunk = None
+        self.emitted += done
+        advance(done)
+        self._emitting = False
 
     async def _emit_record(
         self, x: Any, next_position: Any = None, metadata: Metadata | None = None
