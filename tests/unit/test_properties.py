@@ -52,6 +52,7 @@ ops = st.one_of(
     st.tuples(st.just("flatten"), st.integers(0, 3)),
     st.tuples(st.just("pluck"), st.sampled_from([0, 1, "both"])),
     st.tuples(st.just("unique"), st.sampled_from([None, 1, 3])),
+    st.tuples(st.just("pairwise")),
 )
 pipelines = st.lists(ops, min_size=1, max_size=6)
 inputs = st.lists(st.integers(-20, 50), max_size=40)
@@ -90,6 +91,8 @@ def model(pipeline: list[Op], data: list[int]) -> list[int]:
         elif kind == "pluck":
             pairs = [_pair(x) for x in xs]
             xs = [a + b for a, b in pairs] if op[1] == "both" else [p[op[1]] for p in pairs]
+        elif kind == "pairwise":
+            xs = [a * 7 + b for a, b in zip(xs, xs[1:])]
         elif kind == "unique":
             size, out, seen = op[1], [], []  # seen: most recent first
             for x in xs:
@@ -129,6 +132,8 @@ def build(pipeline: list[Op]) -> tuple[Stream, list[Stream], list[Any]]:
             s = s.pluck([0, 1]).map(sum) if op[1] == "both" else s.pluck(op[1])
         elif kind == "unique":
             s = s.unique(maxsize=op[1])
+        elif kind == "pairwise":
+            s = s.pairwise().starmap(lambda a, b: a * 7 + b)
     nodes: list[Stream] = []
     n = source
     while n.downstreams:
@@ -166,6 +171,9 @@ def test_completion_tracking_in_pipelines(pipeline: list[Op], data: list[int]) -
         if op[0] in ("partition", "sliding_window"):
             capacity += op[1] * width
             width *= op[1]
+        elif op[0] == "pairwise":
+            capacity += width
+            width *= 2
     assert sum(1 for r in refs if not r.fired) <= capacity
 
 
@@ -257,6 +265,7 @@ graph_ops = st.lists(
         st.tuples(st.just("union"), _parent, _parent),
         st.tuples(st.just("pluck"), _parent, _policy, st.booleans()),
         st.tuples(st.just("flatten"), _parent, _policy),
+        st.tuples(st.just("pairwise"), _parent),
         st.tuples(st.just("sink"), _parent, _policy),
     ),
     min_size=1,
@@ -354,6 +363,8 @@ def run_graph(
             node = pick(op[1]).pluck([0] if op[3] else 0, on_error=policy(op[2]))
         elif kind == "flatten":
             node = pick(op[1]).flatten(on_error=policy(op[2]))
+        elif kind == "pairwise":
+            node = pick(op[1]).pairwise()
         else:
             out: list[Any] = []
             outs.append(out)

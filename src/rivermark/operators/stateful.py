@@ -1,4 +1,4 @@
-"""Stateful record operators: accumulate (scan), frequencies, slice, unique, collect.
+"""Stateful record operators: accumulate (scan), pairwise, frequencies, slice, unique, collect.
 
 Each node's state is checkpointed (``get_state``/``set_state``); the state is
 made of plain values only.  ``collect`` holds records until ``flush()`` and
@@ -21,7 +21,7 @@ from ..state import KeyedState, as_keyed, no_default
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Accumulate", "Frequencies", "Slice", "Unique", "Collect", "no_default"]
+__all__ = ["Accumulate", "Pairwise", "Frequencies", "Slice", "Unique", "Collect", "no_default"]
 
 Results = list[Awaitable[Any]] | None
 
@@ -109,6 +109,47 @@ class Accumulate(Stream):
 
 
 Stream.register_api(attribute_name="scan")(Accumulate)
+
+
+@Stream.register_api(attribute_name="pairwise")
+class Pairwise(Stream):
+    """Pass on each record with the one before it, as a ``(previous, record)`` pair.
+
+    The first record waits for the second.  The record held (the previous
+    one) is the node's state, and keeps its reference until it has left
+    in its pair.
+
+    >>> s = Stream()
+    >>> L = s.pairwise().sink_to_list()
+    >>> for x in "abcd":
+    ...     s.emit(x)
+    >>> L
+    [('a', 'b'), ('b', 'c'), ('c', 'd')]
+    """
+
+    _state_attrs = ("previous",)
+
+    def __init__(self, upstream: Stream, **kwargs: Any) -> None:
+        self.previous: Any = no_default
+        self._held: Metadata | None = None  # the previous record's metadata (tracked)
+        Stream.__init__(self, upstream, **kwargs)
+
+    @step
+    def update(self, x: Any, who: Stream | None = None, metadata: Metadata | None = None) -> Results:
+        previous, held = self.previous, self._held
+        self.previous = x
+        if metadata:
+            self._retain_refs(metadata)
+        self._held = metadata
+        if previous is no_default:
+            return None
+        if held or metadata:  # the pair carries both; the previous record leaves with it
+            return self._emit_and_release((previous, x), merge_metadata([held, metadata]), held)
+        return self._emit((previous, x), None)
+
+    def set_state(self, state: Any) -> None:
+        self.previous = state["previous"]
+        self._held = None
 
 
 @Stream.register_api(attribute_name="frequencies")

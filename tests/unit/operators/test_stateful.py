@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from rivermark import ConfigurationError, Stream
-from rivermark.operators.stateful import Accumulate, Collect, Slice, Unique, no_default
+from rivermark.operators.stateful import Accumulate, Collect, Pairwise, Slice, Unique, no_default
 
 from .conftest import emit_tracked as send
 from .conftest import roundtrip
@@ -366,3 +366,40 @@ def test_accumulate_fused_and_plain_paths_agree_and_see_set_state() -> None:
     n1.set_state({"state": 100})  # the fused path reads the restored state
     s1.emit(1)
     assert fused[-1] == 101
+
+
+# ---------------------------------------------------------------- pairwise
+def test_pairwise_passes_each_record_with_the_one_before() -> None:
+    s = Stream()
+    L = s.pairwise().sink_to_list()
+    for x in range(4):
+        s.emit(x)
+    assert L == [(0, 1), (1, 2), (2, 3)]
+
+
+def test_pairwise_holds_the_previous_record_until_its_pair_is_passed_on() -> None:
+    s = Stream()
+    node = s.pairwise()
+    L = node.sink_to_list()
+    first = send(s, "a")
+    assert not first.fired and L == []  # held: the next record completes it
+    second = send(s, "b")
+    assert first.fired and not second.fired and L == [("a", "b")]
+    third = send(s, "c")
+    assert second.fired and not third.fired and L == [("a", "b"), ("b", "c")]
+
+
+def test_pairwise_state_round_trip() -> None:
+    s1 = Stream()
+    n1 = s1.pairwise()
+    out1 = n1.sink_to_list()
+    s1.emit(1)
+    s1.emit(2)
+    s2 = Stream()
+    n2 = s2.pairwise()
+    out2 = n2.sink_to_list()
+    n2.set_state(roundtrip(n1.get_state()))
+    s2.emit(3)
+    assert out1 + out2 == [(1, 2), (2, 3)]
+    fresh = Pairwise(Stream())
+    assert fresh.get_state() == {"previous": no_default}
