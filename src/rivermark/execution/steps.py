@@ -579,8 +579,21 @@ class _Specializer(ast.NodeTransformer):
         stmt.finalbody = self.block(stmt.finalbody)
         return [stmt]
 
+    def _truth(self, test: ast.expr) -> ast.expr:
+        """``test`` as a condition: a known last value that cannot decide the outcome goes.
+
+        ``a or None`` and ``a and True`` are as true as ``a`` (not equal to it).
+        """
+        while isinstance(test, ast.BoolOp) and len(test.values) > 1:
+            ok, value = self._value(test.values[-1])
+            if not ok or bool(value) != isinstance(test.op, ast.And):
+                break
+            rest = test.values[:-1]
+            test = rest[0] if len(rest) == 1 else ast.BoolOp(test.op, rest)
+        return test
+
     def _if(self, stmt: ast.If) -> list[ast.stmt]:
-        test = self.visit(stmt.test)
+        test = self._truth(self.visit(stmt.test))
         ok, value = self._value(test)
         if ok:
             return self.block(stmt.body if value else stmt.orelse)
