@@ -144,6 +144,9 @@ class Timestamps(Stream):
 
     _graphviz_shape = "cds"
     str_list = ["func", "max_delay"]
+    #: whether each record is a DataFrame batch of rows with their own times
+    #: (``rivermark.dataframe``'s ``sdf.timestamps(column)``)
+    carries_frames = False
     #: one record out per record in, less those whose time was refused
     derived_out = True
 
@@ -237,6 +240,11 @@ class WatermarkClient(Protocol):
 
 def attach(node: Stream, kind: str, upstream: Stream) -> Timestamps:
     """``upstream`` as the event-time clock of ``node`` (refused unless it is a :class:`Timestamps`)."""
+    if isinstance(upstream, Timestamps) and upstream.carries_frames:
+        raise ConfigurationError(
+            f"{kind}: the node above gives times to the rows of DataFrame batches; window "
+            f"the streaming DataFrame itself: sdf.timestamps(column, ...).{kind}(...).count()"
+        )
     if not isinstance(upstream, Timestamps):
         raise ConfigurationError(
             f"{kind}: needs event times from the node right above it; "
