@@ -82,7 +82,7 @@ _SECOND = pd.Timedelta(seconds=1)
 
 def _dtype_problem(dtype: Any) -> str | None:
     """Why a column of ``dtype`` cannot hold event times (None: it can)."""
-    if isinstance(dtype, pd.DatetimeTZDtype) or dtype == object:
+    if isinstance(dtype, pd.DatetimeTZDtype) or getattr(dtype, "kind", None) == "O":
         return None
     if getattr(dtype, "kind", None) == "M":
         return (
@@ -116,7 +116,7 @@ def column_times(values: pd.Series) -> np.ndarray:
         raise TypeError(f"event time: column {values.name!r} {problem}")
     if isinstance(dtype, pd.DatetimeTZDtype):
         return np.asarray(((values - _EPOCH) / _SECOND).to_numpy(dtype=float, na_value=np.nan))
-    if dtype != object:
+    if getattr(dtype, "kind", None) != "O":
         secs = values.to_numpy(dtype=float, na_value=np.nan)
         return np.where(np.isfinite(secs), secs, np.nan)
     out = np.empty(len(values), dtype=float)
@@ -283,7 +283,11 @@ def _grace(kind: str, grace: Any) -> float:
 
 
 def _offset(kind: str, offset: Any) -> float:
-    if isinstance(offset, bool) or not isinstance(offset, (int, float)) or not math.isfinite(offset):
+    if (
+        isinstance(offset, bool)
+        or not isinstance(offset, (int, float))
+        or not math.isfinite(offset)
+    ):
         raise ConfigurationError(
             f"{kind}: offset must be a number of seconds, got {offset!r}; pass e.g. offset=0"
         )
@@ -431,8 +435,9 @@ class EventWindows:
         cols = self._value_columns(how)
         outputs = ["size"] if how == "size" else cols
         time_dtype = ex[self.timed.time_column].dtype
-        tz = time_dtype.tz if isinstance(time_dtype, pd.DatetimeTZDtype) else None
-        result_example = _result_example(ex, self.by, cols, how, tz)
+        if not isinstance(time_dtype, pd.DatetimeTZDtype):
+            time_dtype = None
+        result_example = _result_example(ex, self.by, cols, how, time_dtype)
         kwargs = {} if name is None else {"name": name}
         node = FrameWindow(
             self.timed.stream,
@@ -443,7 +448,7 @@ class EventWindows:
             ex,
             outputs,
             result_example,
-            tz=tz,
+            time_dtype=time_dtype,
             op=self._describe(how),
             **kwargs,
         )
@@ -451,9 +456,9 @@ class EventWindows:
 
 
 def _result_example(
-    ex: pd.DataFrame, by: Sequence[Any], cols: list[Any], how: Any, tz: Any
+    ex: pd.DataFrame, by: Sequence[Any], cols: list[Any], how: Any, time_dtype: Any
 ) -> pd.DataFrame:
-    bound = np.dtype(float) if tz is None else pd.DatetimeTZDtype("ns", tz)
+    bound = np.dtype(float) if time_dtype is None else time_dtype
     data: dict[Any, pd.Series] = {
         "start": pd.Series([], dtype=bound),
         "end": pd.Series([], dtype=bound),
@@ -493,5 +498,5 @@ class WindowedDataFrame(DataFrame):
         """A streaming DataFrame of the rows that arrived after their window had closed."""
         if self._late_frame is None:
             node = self.window_node
-            self._late_frame = DataFrame(node.late, example=node.example)
+            self._late_frame = DataFrame(node.late, example=node.input_example)
         return self._late_frame

@@ -113,16 +113,14 @@ def slots(ts: np.ndarray, width: float, offset: float, shift: float = 0.0) -> np
     return out
 
 
-def _below(a: np.ndarray, b: np.ndarray | float, c: np.ndarray) -> np.ndarray:
+def _below(a: np.ndarray, b: float, c: np.ndarray) -> np.ndarray:
     """``a + b < c`` per element, exactly (``c`` may hold ``-inf``)."""
     d = a + b - c
-    scale = np.abs(a) + abs(b) if np.isscalar(b) else np.abs(a) + np.abs(b)
     with np.errstate(invalid="ignore"):
-        unsure = np.isfinite(c) & (np.abs(d) <= (scale + np.abs(c)) * 1e-12)
-    out = d < 0
-    bs = np.broadcast_to(b, a.shape)
+        unsure = np.isfinite(c) & (np.abs(d) <= (np.abs(a) + abs(b) + np.abs(c)) * 1e-12)
+    out: np.ndarray = d < 0
     for i in np.flatnonzero(unsure):
-        out[i] = _sign(float(a[i]), float(bs[i]), -float(c[i])) < 0
+        out[i] = _sign(float(a[i]), b, -float(c[i])) < 0
     return out
 
 
@@ -234,7 +232,7 @@ class FrameWindow(ConformingNode):
         example: pd.DataFrame,
         outputs: Sequence[Any],
         result_example: pd.DataFrame,
-        tz: Any = None,
+        time_dtype: pd.DatetimeTZDtype | None = None,
         op: str = "",
         **kwargs: Any,
     ) -> None:
@@ -244,10 +242,15 @@ class FrameWindow(ConformingNode):
         self.columns = tuple(columns)
         self.how = how
         self.partials = Partials(how, columns)
-        self.example = example
+        #: the columns the windows read (keys and values)
+        self._used = list(dict.fromkeys([*self.by, *self.columns]))
+        #: the input's example (the late rows' columns)
+        self.input_example = example
+        self.example = example[self._used]
         self.outputs = tuple(outputs)
         self.result_example = result_example
-        self.tz = tz
+        #: the time column's dtype when it holds datetimes (``start`` and ``end`` take it)
+        self.time_dtype = time_dtype
         self.op = OpName(op)
         self.schema = None
         self._open = KeyedState()
@@ -279,14 +282,15 @@ class FrameWindow(ConformingNode):
     ) -> Results:
         clock = self.clock
         try:
-            x = self._conform(x)
             times, marks = clock.times, clock.row_watermarks
             if len(times) != len(x):
                 raise RuntimeError(
                     f"{self.display_name()}: the batch has {len(x)} rows but its times "
                     f"{len(times)}; put the window right after sdf.timestamps(...)"
                 )
-            late = self._add(x, times, marks) if len(x) else None
+            # only the columns the windows read are matched to the example
+            used = self._conform(x[self._used]) if len(x) else x
+            late = self._add(used, times, marks) if len(x) else None
         except Exception as e:
             self._failed(x, e)
             return None
@@ -321,8 +325,7 @@ class FrameWindow(ConformingNode):
 
     def _frame(self, x: pd.DataFrame, seqs: np.ndarray, take: np.ndarray | None) -> pd.DataFrame:
         """The key and value columns of ``x`` (rows ``take``) with their arrival numbers."""
-        cols = list(dict.fromkeys([*self.by, *self.columns]))
-        data = {c: x[c].to_numpy() if take is None else x[c].to_numpy()[take] for c in cols}
+        data = {c: x[c].to_numpy() if take is None else x[c].to_numpy()[take] for c in self._used}
         data[_SEQ] = seqs if take is None else seqs[take]
         return pd.DataFrame(data, copy=False)
 
@@ -330,7 +333,7 @@ class FrameWindow(ConformingNode):
         """The group labels of ``rows`` by ``by`` and each group's partial."""
         grouped = rows.groupby(by, sort=True, observed=True, dropna=True)
         labels = grouped.size().index.tolist()
-        codes = grouped.ngroup().to_numpy() if callable(self.how) else np.empty(0, np.int64)
+        codes = _codes(grouped) if callable(self.how) else np.empty(0, np.int64)
         return labels, self.partials.of_groups(grouped, codes, rows)
 
     def _key(self, label: Any) -> tuple[Any, Any]:
@@ -393,7 +396,7 @@ class FrameWindow(ConformingNode):
         t = times[take]
         if self.by:
             keyed = rows.groupby(list(self.by), sort=True, observed=True, dropna=True)
-            codes = keyed.ngroup().to_numpy()
+            codes = _codes(keyed)
             keys = keyed.size().index.tolist()
             if len(self.by) > 1:
                 keys = [tuple(k) for k in keys]
@@ -493,7 +496,9 @@ class FrameWindow(ConformingNode):
             try:
                 values.append(self.partials.result(c[4]))
             except Exception as e:
-                what = f"window [{c[1]}, {c[0]}) of key {c[3]!r}" if self.by else f"[{c[1]}, {c[0]})"
+                what = (
+                    f"window [{c[1]}, {c[0]}) of key {c[3]!r}" if self.by else f"[{c[1]}, {c[0]})"
+                )
                 self._user_error(what, e, self.how)
                 continue
             kept.append(c)
@@ -508,7 +513,8 @@ class FrameWindow(ConformingNode):
         data: dict[Any, Any] = {}
         for name, i in (("start", 1), ("end", 0)):
             col = np.array([c[i] for c in kept], dtype=float)
-            data[name] = col if self.tz is None else _as_datetimes(col, self.tz)
+            dtype = self.time_dtype
+            data[name] = col if dtype is None else _as_datetimes(col, dtype)
         keys = [c[3] for c in kept]
         if len(self.by) == 1:
             data[self.by[0]] = _typed(keys, ex[self.by[0]].dtype)
@@ -552,6 +558,11 @@ class FrameWindow(ConformingNode):
         )
 
 
+def _codes(grouped: Any) -> np.ndarray:
+    """Each row's group number (-1 for a row whose key is missing)."""
+    return np.asarray(grouped.ngroup().fillna(-1).to_numpy(), dtype=np.int64)
+
+
 def _typed(values: list[Any], dtype: Any) -> Any:
     """``values`` as an array of ``dtype`` where they fit it (else as pandas infers)."""
     try:
@@ -560,5 +571,6 @@ def _typed(values: list[Any], dtype: Any) -> Any:
         return values
 
 
-def _as_datetimes(seconds: np.ndarray, tz: Any) -> pd.DatetimeIndex:
-    return pd.to_datetime(seconds, unit="s", utc=True).tz_convert(tz)
+def _as_datetimes(seconds: np.ndarray, dtype: pd.DatetimeTZDtype) -> pd.DatetimeIndex:
+    """Epoch seconds as datetimes of the time column's ``dtype`` (its timezone and unit)."""
+    return pd.to_datetime(seconds, unit="s", utc=True).tz_convert(dtype.tz).as_unit(dtype.unit)
