@@ -214,6 +214,14 @@ class Timestamps(Stream):
         """The input is complete: the watermark becomes ``+inf`` and every window is emitted."""
         return self._advance(self.tracker.end())
 
+    def partition_watermarks(self) -> dict[str, float]:
+        """The watermark of each input partition seen: ``"topic:partition"`` (``""`` for a
+        source of one partition) -> epoch seconds (read by the metrics, from any thread)."""
+        return {
+            "" if p is None else ":".join(map(str, p)): v
+            for p, v in self.tracker.partition_watermarks().items()
+        }
+
     def get_state(self) -> Any:
         return {"watermarks": self.tracker.get_state()}
 
@@ -319,6 +327,11 @@ class EventWindow(Stream):
         self.late_count = 0
         Stream.__init__(self, upstream, **kwargs)
         self.clock._windows.append(self)  # noqa: SLF001 - the clock notifies its windows
+
+    @property
+    def open_windows(self) -> int:
+        """How many windows (per key) are open now (read by the metrics, from any thread)."""
+        return len(self._open)
 
     @property
     def late(self) -> LateRecords:

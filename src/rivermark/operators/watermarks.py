@@ -161,6 +161,19 @@ class WatermarkTracker:
             self.watermark = watermark
         return self.watermark
 
+    def partition_watermarks(self) -> dict[Any, float]:
+        """Each partition's own watermark (its largest time minus ``max_delay``).
+
+        Safe to call from another thread while records are observed (a
+        reading taken in the middle of a change is taken again).
+        """
+        for _ in range(100):
+            try:
+                return {p: v - self.max_delay for p, v in list(self.largest.items())}
+            except RuntimeError:  # the dict changed size while copied: read it again
+                continue
+        return {}
+
     def end(self) -> float:
         """The end of the input: the watermark becomes ``+inf``."""
         self.watermark = math.inf
