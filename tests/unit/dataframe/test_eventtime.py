@@ -284,14 +284,22 @@ def test_late_rows_without_a_sink_are_counted_and_logged(caplog: pytest.LogCaptu
 
 def test_a_job_reads_batches_to_the_end_and_emits_every_window(tmp_path: Path) -> None:
     batches = [frame([(t, "ab"[t % 2], t) for t in range(i, i + 50)]) for i in range(0, 500, 50)]
+    batches.insert(5, frame([(3, "a", 1000), (7, "b", 1000)]))  # at watermark 249: late
     source = Stream.from_iterable(batches, name="src")
     sdf = DataFrame(source, example=EXAMPLE)
     sums = sdf.timestamps("ts", name="times").tumbling_window(100).groupby("user").n.sum(name="w")
     out = sums.stream.sink_to_list()
-    Job(source, checkpoint=tmp_path / "ckpt", every=None).run()
+    job = Job(source, checkpoint=tmp_path / "ckpt", every=None)
+    job.run()
     got = pd.concat(out, ignore_index=True)
     whole = pd.concat(batches)
+    whole = whole[whole.n < 1000]
     want = whole.groupby([whole.ts // 100 * 100.0, "user"]).n.sum()
     assert got.set_index(["start", "user"])["n"].tolist() == want.tolist()
     store = open_store(str(tmp_path / "ckpt"), create=False)
     assert store.list_epochs()
+    # what the metrics (terminal, page, Prometheus) show of it
+    snap = job.metrics.read()
+    assert snap.node("w").late_records == 2 and snap.node("w").open_windows == 0
+    assert snap.node("times").watermark == float("inf")
+    assert snap.sources[0].watermark == float("inf") and snap.sources[0].event_time_lag is None
