@@ -66,7 +66,7 @@ def test_keyed_tumbling_sums_and_the_late_rows() -> None:
 def test_the_output_is_the_same_however_the_rows_are_cut_into_batches() -> None:
     rnd = random.Random(7)
     rows = []
-    for i in range(600):
+    for i in range(300):
         behind = rnd.choice([0, 0, 1, 3, 20])
         rows.append((i / 4 - behind, rnd.choice("abcd"), rnd.randrange(10)))
 
@@ -87,7 +87,7 @@ def test_the_output_is_the_same_however_the_rows_are_cut_into_batches() -> None:
     whole = run([])
     assert whole[1][0] and whole[0][2]  # late rows and sessions happened
     for _ in range(3):
-        cuts = sorted(rnd.sample(range(1, len(rows)), 40))
+        cuts = sorted(rnd.sample(range(1, len(rows)), 25))
         assert run(cuts) == whole
     assert run(list(range(1, len(rows)))) == whole  # one row per batch
 

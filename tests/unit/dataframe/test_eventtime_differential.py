@@ -219,7 +219,7 @@ def pandas_windows(case: Case, batches: list[tuple[int, pd.DataFrame]]) -> tuple
     return expect, late_rows
 
 
-@settings(max_examples=budget(400), **SETTINGS)
+@settings(max_examples=budget(250), **SETTINGS)
 @given(case=cases(), batches=inputs())
 def test_dataframe_windows_and_late_rows_equal_pandas(
     case: Case, batches: list[tuple[int, pd.DataFrame]]
