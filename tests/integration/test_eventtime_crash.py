@@ -3,7 +3,7 @@
 ``apps/eventtime_app.py`` windows a file of out-of-order records (tumbling,
 hopping, session windows, the late records, and event-time timers of a
 ``keyed_process``); ``apps/eventtime_frames_app.py`` windows the same rows
-as streaming DataFrame batches (a line per batch of 50 rows).  Every run
+as streaming DataFrame batches (a line per batch of 100 rows).  Every run
 must write the bytes an uninterrupted run writes.
 """
 
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.crash
 APP = Path(__file__).parent / "apps" / "eventtime_app.py"
 FRAMES_APP = Path(__file__).parent / "apps" / "eventtime_frames_app.py"
 N = 30_000
-ROWS_PER_BATCH = 50
+ROWS_PER_BATCH = 100
 
 
 def _lines(n: int) -> list[str]:
@@ -101,10 +101,10 @@ def frames_reference(workdir: Path) -> bytes:
 
 #: app -> (script, input, fixture of its uncrashed output, checkpoint every n batches,
 #: work per row, kills, seconds from start to kill); the frames app is slower per line
-#: (pandas per batch of 50 rows) and needs no work added to be killed mid-data
+#: (pandas per batch of 100 rows) and needs no work added to be killed mid-data
 KILLED_APPS = {
     "records": (APP, "in.jsonl", "reference", 500, 600, 15, (0.05, 0.6)),
-    "frames": (FRAMES_APP, "batches.jsonl", "frames_reference", 10, 0, 10, (0.3, 2.0)),
+    "frames": (FRAMES_APP, "batches.jsonl", "frames_reference", 5, 0, 8, (0.3, 1.5)),
 }
 
 
