@@ -403,7 +403,8 @@ class FrameWindow(ConformingNode):
         else:
             codes, keys = np.zeros(len(t), dtype=np.int64), [None]
         has_key = codes >= 0
-        rows, t, codes = rows[has_key], t[has_key], codes[has_key]
+        if not has_key.all():  # rows whose key is missing are in no window
+            rows, t, codes = rows[has_key].copy(), t[has_key], codes[has_key]
         old = [(c, s) for c, k in enumerate(keys) for s in self._sessions.get(k, ())]
         old_last = [self._open[(keys[c], s)][3] for c, s in old]
         item_code = np.concatenate([codes, np.array([c for c, _ in old], dtype=np.int64)])
