@@ -2,8 +2,9 @@
 
 ``apps/eventtime_app.py`` windows a file of out-of-order records (tumbling,
 hopping, session windows, the late records, and event-time timers of a
-``keyed_process``); every run must write the
-bytes an uninterrupted run writes.
+``keyed_process``); ``apps/eventtime_frames_app.py`` windows the same rows
+as streaming DataFrame batches (a line per batch of 100 rows).  Every run
+must write the bytes an uninterrupted run writes.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from rivermark.testing.faults import FAULT_POINTS
 pytestmark = pytest.mark.crash
 
 APP = Path(__file__).parent / "apps" / "eventtime_app.py"
+FRAMES_APP = Path(__file__).parent / "apps" / "eventtime_frames_app.py"
 N = 30_000
+ROWS_PER_BATCH = 100
 
 
 def _lines(n: int) -> list[str]:
@@ -38,25 +41,36 @@ def _lines(n: int) -> list[str]:
     return out
 
 
+def _batches(lines: list[str]) -> list[str]:
+    """The same rows as JSON batches ``[[v, ts, k], ...]``, a line each."""
+    rows = [json.loads(line) for line in lines]
+    return [
+        json.dumps([[r["v"], r["ts"], r["k"]] for r in rows[i : i + ROWS_PER_BATCH]]) + "\n"
+        for i in range(0, len(rows), ROWS_PER_BATCH)
+    ]
+
+
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("eventtime")
-    (d / "in.jsonl").write_text("".join(_lines(N)))
+    lines = _lines(N)
+    (d / "in.jsonl").write_text("".join(lines))
+    (d / "batches.jsonl").write_text("".join(_batches(lines)))
     return d
 
 
-def _cmd(ckpt: Path) -> list[str]:
+def _cmd(ckpt: Path, app: Path = APP) -> list[str]:
     return [
-        sys.executable, "-m", "rivermark.cli", "run", f"{APP}:source",
+        sys.executable, "-m", "rivermark.cli", "run", f"{app}:source",
         "--checkpoint", str(ckpt), "--every", "0.2s", "--keep", "3",
     ]  # fmt: skip
 
 
-def _env(workdir: Path, out: Path, work: int = 0) -> dict[str, str]:
+def _env(workdir: Path, out: Path, work: int = 0, name: str = "in.jsonl") -> dict[str, str]:
     import os
 
     env = dict(os.environ)
-    env["RIVERMARK_APP_INPUT"] = str(workdir / "in.jsonl")
+    env["RIVERMARK_APP_INPUT"] = str(workdir / name)
     env["RIVERMARK_APP_OUTPUT"] = str(out)
     env["RIVERMARK_APP_WORK"] = str(work)
     env["RIVERMARK_COMPACT_EVERY"] = "3"
@@ -73,6 +87,27 @@ def reference(workdir: Path) -> bytes:
     return data
 
 
+@pytest.fixture(scope="module")
+def frames_reference(workdir: Path) -> bytes:
+    out = workdir / "frames-reference.txt"
+    run_uncrashed(
+        _cmd(workdir / "frames-ref-ckpt", FRAMES_APP), env=_env(workdir, out, 0, "batches.jsonl")
+    )
+    data = out.read_bytes()
+    kinds = {line.split(b" ")[0] for line in data.splitlines()}
+    assert kinds == {b"tumble", b"hop", b"session", b"late"}
+    return data
+
+
+#: app -> (script, input, fixture of its uncrashed output, checkpoint every n batches,
+#: work per row, kills, seconds from start to kill); the frames app is slower per line
+#: (pandas per batch of 100 rows) and needs no work added to be killed mid-data
+KILLED_APPS = {
+    "records": (APP, "in.jsonl", "reference", 500, 600, 15, (0.05, 0.6)),
+    "frames": (FRAMES_APP, "batches.jsonl", "frames_reference", 5, 0, 8, (0.3, 1.5)),
+}
+
+
 def _position(ckpt: Path) -> int | None:
     try:
         store = open_store(str(ckpt), create=False)
@@ -84,10 +119,15 @@ def _position(ckpt: Path) -> int | None:
     return int(store.read_manifest(epochs[-1]).positions["lines"]["offset"])
 
 
-def test_random_kills_give_identical_windows(workdir: Path, reference: bytes) -> None:
-    ckpt = workdir / "random-ckpt"
-    out = workdir / "random.txt"
-    size = (workdir / "in.jsonl").stat().st_size
+@pytest.mark.parametrize("app", list(KILLED_APPS))
+def test_random_kills_give_identical_windows(
+    workdir: Path, app: str, request: pytest.FixtureRequest
+) -> None:
+    script, name, fixture, every_batches, work, kills, (early, late) = KILLED_APPS[app]
+    reference = request.getfixturevalue(fixture)
+    ckpt = workdir / f"random-{app}-ckpt"
+    out = workdir / f"random-{app}.txt"
+    size = (workdir / name).stat().st_size
     progress: list[int] = []
 
     def record_progress(_: int) -> None:
@@ -96,18 +136,18 @@ def test_random_kills_give_identical_windows(workdir: Path, reference: bytes) ->
             progress.append(p)
 
     report = run_with_crashes(
-        [*_cmd(ckpt), "--every-batches", "500"],
-        env=_env(workdir, out, work=600),
-        kills=15,
-        min_delay=0.05,
-        max_delay=0.6,
+        [*_cmd(ckpt, script), "--every-batches", str(every_batches)],
+        env=_env(workdir, out, work, name),
+        kills=kills,
+        min_delay=early,
+        max_delay=late,
         timeout=200,
         seed=11,
         on_kill=record_progress,
         ready=lambda pid: f"pid={pid} " in _lock_text(ckpt),
     )
     assert report.completed
-    assert report.kills >= 8, report
+    assert report.kills >= kills // 2 + 1, report
     assert sum(0 < p < size for p in progress) >= 3, progress  # killed mid-data
     assert out.read_bytes() == reference
 

@@ -18,6 +18,12 @@ any thread:
 * per source: records emitted, records/s since the previous reading, its
   position and, when the source can tell, its lag (Kafka: high watermark
   minus position per partition; files: bytes left);
+* event time: the watermark of each ``timestamps`` node, and per source the
+  watermark of the ``timestamps`` nodes below it (their minimum), per input
+  partition too, with its event-time lag (the wall clock minus the
+  watermark); per event-time window node the records that arrived after
+  their window had closed and the windows open now (read through the
+  :class:`EventTimeClock` and :class:`EventTimeWindows` contracts);
 * per job: checkpoints written, the last one's epoch, age, duration, pause
   and size, restores, elapsed time, and the checkpoint triggers that had to
   wait for the checkpoint still being written (backpressure).
@@ -39,11 +45,13 @@ any thread:
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from ..core.graph import ancestors
 from ..core.node import Stream
 from ..sources.base import Source
 from .busy import BusySampler
@@ -53,7 +61,41 @@ if TYPE_CHECKING:  # pragma: no cover
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Metrics", "Snapshot", "NodeMetrics", "SourceMetrics"]
+__all__ = [
+    "Metrics",
+    "Snapshot",
+    "NodeMetrics",
+    "SourceMetrics",
+    "EventTimeClock",
+    "EventTimeWindows",
+]
+
+
+@runtime_checkable
+class EventTimeClock(Protocol):
+    """A node that keeps an event-time watermark (``timestamps``), as the metrics read it.
+
+    ``watermark`` is in epoch seconds (``-inf`` before the first record,
+    ``+inf`` once the input ended); ``partition_watermarks()`` maps each
+    input partition seen (``"topic:partition"``, ``""`` for a source of one
+    partition) to its own watermark.  Both are read from another thread.
+    """
+
+    @property
+    def watermark(self) -> float: ...
+
+    def partition_watermarks(self) -> dict[str, float]: ...
+
+
+@runtime_checkable
+class EventTimeWindows(Protocol):
+    """A node that keeps event-time windows, as the metrics read it (from another thread)."""
+
+    #: records (DataFrame rows) that arrived after their window had closed
+    late_count: int
+
+    @property
+    def open_windows(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -82,6 +124,11 @@ class NodeMetrics:
     last_error: str | None = None
     #: bytes of the node's state in the last checkpoint (None: stateless or none yet)
     state_size: int | None = None
+    #: an event-time ``timestamps`` node's watermark (epoch seconds; None: not one)
+    watermark: float | None = None
+    #: an event-time window node's late records and open windows (None: not one)
+    late_records: int | None = None
+    open_windows: int | None = None
 
     @property
     def errors(self) -> int:
@@ -100,6 +147,13 @@ class SourceMetrics:
     lag: dict[str, int] | None
     lag_unit: str
     finished: bool
+    #: event time below the source: the watermark (the minimum of its ``timestamps``
+    #: nodes'; epoch seconds, -inf before the first record, +inf after the end of the
+    #: input) and per input partition; None without a ``timestamps`` node below it
+    watermark: float | None = None
+    partition_watermarks: dict[str, float] | None = None
+    #: seconds the watermark is behind the wall clock (None: no finite watermark)
+    event_time_lag: float | None = None
 
     @property
     def total_lag(self) -> int | None:
@@ -147,6 +201,37 @@ class Snapshot:
         """The leaves of the graph (nodes without downstreams)."""
         ups = {u for n in self.nodes for u in n.upstreams}
         return tuple(n for n in self.nodes if n.id not in ups)
+
+
+def _event_time(node: Stream) -> tuple[float | None, int | None, int | None]:
+    """``(watermark, late records, open windows)`` of an event-time node (None: not one)."""
+    watermark = float(node.watermark) if isinstance(node, EventTimeClock) else None
+    if isinstance(node, EventTimeWindows):
+        return watermark, node.late_count, node.open_windows
+    return watermark, None, None
+
+
+def _source_watermarks(
+    job: Job, now: float
+) -> dict[int, tuple[float, dict[str, float], float | None]]:
+    """Per source (by ``id()``): its watermark, per partition, and its event-time lag."""
+    out: dict[int, tuple[float, dict[str, float], float | None]] = {}
+    sources = {id(s) for s in job.sources}
+    for n in job.nodes:
+        if not isinstance(n, EventTimeClock):
+            continue
+        mark = float(n.watermark)
+        parts = n.partition_watermarks()
+        for up in [n, *ancestors(n)]:
+            if id(up) not in sources:
+                continue
+            low, low_parts, _ = out.get(id(up), (math.inf, {}, None))
+            merged = dict(low_parts)
+            for p, v in parts.items():
+                merged[p] = min(v, merged.get(p, math.inf))
+            low = min(low, mark)
+            out[id(up)] = (low, merged, now - low if math.isfinite(low) else None)
+    return out
 
 
 def node_backlog(node: Stream) -> int | None:
@@ -330,6 +415,7 @@ class Metrics:
             nid = ids[id(n)]
             raised = n.error_count - n.errors_skipped - n.errors_handled
             record, error = _error_texts(n)
+            watermark, late, opened = _event_time(n)
             nodes.append(
                 NodeMetrics(
                     id=nid,
@@ -350,11 +436,16 @@ class Metrics:
                     last_error_record=record,
                     last_error=error,
                     state_size=sizes.get(nid),
+                    watermark=watermark,
+                    late_records=late,
+                    open_windows=opened,
                 )
             )
             edges += [(ids[id(u)], nid) for u in n.upstreams if id(u) in ids]
         sources = []
+        marks = _source_watermarks(job, now)
         for s in job.sources:
+            mark, parts, lag_seconds = marks.get(id(s), (None, None, None))
             sid = ids[id(s)]
             try:
                 lag = s.lag()
@@ -372,6 +463,9 @@ class Metrics:
                     lag=lag,
                     lag_unit=s.lag_unit,
                     finished=s.finished,
+                    watermark=mark,
+                    partition_watermarks=parts,
+                    event_time_lag=lag_seconds,
                 )
             )
         start = job.started_at or now

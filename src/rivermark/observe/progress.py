@@ -6,7 +6,9 @@
   started: the restore from ... did not finish``.
 * While running, on a terminal: a live table drawn with ``rich`` (the
   ``progress`` extra) with one row per source (records, records/s, position
-  or % of the file, lag), the last checkpoint's epoch, age and duration (or,
+  or % of the file, lag; with event time, the watermark and the event-time
+  lag, and a table of the event-time nodes: watermarks, open windows, late
+  records), the last checkpoint's epoch, age and duration (or,
   after a restore and before this run's first checkpoint, "resumed from
   checkpoint N"), errors, and the busiest nodes (records in, records/s,
   busy and backpressure: :mod:`rivermark.observe.busy`).  When stdout is not a terminal (or ``rich`` is missing): one plain
@@ -21,6 +23,7 @@ thread; it never touches the job's event loop.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from typing import IO, TYPE_CHECKING, Any
@@ -39,6 +42,7 @@ __all__ = [
     "progress_line",
     "checkpoint_text",
     "summary_lines",
+    "watermark_text",
 ]
 
 
@@ -67,6 +71,25 @@ def _position_text(s: SourceMetrics) -> str:
         return f"lag {lag:,}"
     text = repr(s.position)
     return f"position {text if len(text) <= 40 else text[:37] + '...'}"
+
+
+def watermark_text(watermark: float | None) -> str:
+    """An event-time watermark as UTC date and time (``–`` before the first record).
+
+    >>> watermark_text(1_700_000_000.25), watermark_text(float("-inf")), watermark_text(float("inf"))
+    ('2023-11-14 22:13:20 UTC', '–', 'end of input')
+    """
+    if watermark is None or watermark == -math.inf:
+        return "–"
+    if watermark == math.inf:
+        return "end of input"
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(watermark))
+
+
+def _event_time_text(s: SourceMetrics) -> str:
+    """``watermark ... (event-time lag ...)`` of a source with event time below it."""
+    lag = "" if s.event_time_lag is None else f" (event-time lag {format_age(s.event_time_lag)})"
+    return f"watermark {watermark_text(s.watermark)}{lag}"
 
 
 def start_line(job: Job) -> str:
@@ -108,11 +131,17 @@ def progress_line(snap: Snapshot) -> str:
     """One plain line: per source records, rate, position; last checkpoint; errors."""
     parts = [
         f"{s.id}: {s.records:,} records ({s.rate:,.0f}/s), {_position_text(s)}"
+        + ("" if s.watermark is None else f", {_event_time_text(s)}")
         for s in snap.sources
     ]
     parts.append(checkpoint_text(snap))
     errors = sum(n.errors for n in snap.nodes)
     parts.append(f"errors {errors:,}")
+    windows = [n for n in snap.nodes if n.open_windows is not None]
+    if windows:
+        opened = sum(n.open_windows or 0 for n in windows)
+        late = sum(n.late_records or 0 for n in windows)
+        parts.append(f"open windows {opened:,}, late records {late:,}")
     return "progress: " + "; ".join(parts)
 
 
@@ -156,8 +185,16 @@ def _table(snap: Snapshot) -> Any:
     table.add_column("records/s", justify="right")
     table.add_column("position")
     table.add_column("lag", justify="right")
+    timed = any(s.watermark is not None for s in snap.sources)
+    if timed:
+        table.add_column("watermark")
+        table.add_column("event-time lag", justify="right")
     for s in snap.sources:
-        table.add_row(s.id, f"{s.records:,}", f"{s.rate:,.0f}", _position_text(s), _lag_text(s))
+        row = [s.id, f"{s.records:,}", f"{s.rate:,.0f}", _position_text(s), _lag_text(s)]
+        if timed:
+            lag = "–" if s.event_time_lag is None else format_age(s.event_time_lag)
+            row += [watermark_text(s.watermark), lag]
+        table.add_row(*row)
     busiest = sorted(snap.nodes, key=lambda n: (-n.busy, -n.backpressure, n.id))[:BUSIEST]
     nodes = Table(title="busiest nodes", title_justify="left", expand=False)
     nodes.add_column("node")
@@ -172,7 +209,30 @@ def _table(snap: Snapshot) -> Any:
             f"{100 * n.backpressure:.0f}%",
             f"{n.errors:,}",
         )
-    return Group(table, nodes)
+    clocks = _event_time_table(snap)
+    return Group(table, nodes) if clocks is None else Group(table, nodes, clocks)
+
+
+def _event_time_table(snap: Snapshot) -> Any:
+    """The event-time nodes: watermarks, open windows, late records (None: there are none)."""
+    from rich.table import Table
+
+    shown = [n for n in snap.nodes if n.watermark is not None or n.open_windows is not None]
+    if not shown:
+        return None
+    table = Table(title="event time", title_justify="left", expand=False)
+    table.add_column("node")
+    table.add_column("watermark")
+    table.add_column("open windows", justify="right")
+    table.add_column("late records", justify="right")
+    for n in shown:
+        table.add_row(
+            n.id,
+            watermark_text(n.watermark) if n.watermark is not None else "",
+            "" if n.open_windows is None else f"{n.open_windows:,}",
+            "" if n.late_records is None else f"{n.late_records:,}",
+        )
+    return table
 
 
 class ProgressReporter:

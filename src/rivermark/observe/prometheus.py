@@ -12,6 +12,7 @@ pause and size are histograms.  The names and labels are in the table of
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -50,6 +51,19 @@ def _node_families(snap: Snapshot) -> Iterator[Any]:
     backlog = GaugeMetricFamily(
         "rivermark_backlog", "Records a node holds (in flight or in open windows)", labels=["node"]
     )
+    marks = GaugeMetricFamily(
+        "rivermark_node_watermark_timestamp_seconds",
+        "Event-time watermark of a timestamps node (Unix time; once it has one)",
+        labels=["node"],
+    )
+    late = CounterMetricFamily(
+        "rivermark_late_records",
+        "Records (DataFrame rows) an event-time window received after their window closed",
+        labels=["node"],
+    )
+    opened = GaugeMetricFamily(
+        "rivermark_open_windows", "Event-time windows (per key) open in a node", labels=["node"]
+    )
     for n in snap.nodes:
         rin.add_metric([n.id, n.kind], n.records_in)
         rout.add_metric([n.id, n.kind], n.records_out)
@@ -60,7 +74,13 @@ def _node_families(snap: Snapshot) -> Iterator[Any]:
         waits.add_metric([n.id], n.backpressure_seconds)
         if n.backlog is not None:
             backlog.add_metric([n.id], n.backlog)
-    yield from (rin, rout, errs, busy, waits, backlog)
+        if n.watermark is not None and math.isfinite(n.watermark):
+            marks.add_metric([n.id], n.watermark)
+        if n.late_records is not None:
+            late.add_metric([n.id], n.late_records)
+        if n.open_windows is not None:
+            opened.add_metric([n.id], n.open_windows)
+    yield from (rin, rout, errs, busy, waits, backlog, marks, late, opened)
 
 
 def _source_families(snap: Snapshot) -> Iterator[Any]:
@@ -79,15 +99,31 @@ def _source_families(snap: Snapshot) -> Iterator[Any]:
         "Left to read in one partition (Kafka: high watermark minus position)",
         labels=["source", "partition", "unit"],
     )
+    smark = GaugeMetricFamily(
+        "rivermark_source_watermark_timestamp_seconds",
+        "Event-time watermark below a source, the minimum of its timestamps nodes' (Unix "
+        "time); the event-time lag is time() minus it",
+        labels=["source"],
+    )
+    pmark = GaugeMetricFamily(
+        "rivermark_source_partition_watermark_timestamp_seconds",
+        "Event-time watermark of one input partition (Kafka: topic:partition) below a source",
+        labels=["source", "partition"],
+    )
     for s in snap.sources:
         srec.add_metric([s.id], s.records)
+        if s.watermark is not None and math.isfinite(s.watermark):
+            smark.add_metric([s.id], s.watermark)
+        for part, mark in sorted((s.partition_watermarks or {}).items()):
+            if part and math.isfinite(mark):  # one unnamed partition: the source's says it all
+                pmark.add_metric([s.id, part], mark)
         if s.lag is None:
             continue
         slag.add_metric([s.id, s.lag_unit], sum(s.lag.values()))
         for part, lag in sorted(s.lag.items()):
             if part:  # a file has one unnamed part: its total says it all
                 plag.add_metric([s.id, part, s.lag_unit], lag)
-    yield from (srec, slag, plag)
+    yield from (srec, slag, plag, smark, pmark)
 
 
 def _checkpoint_families(metrics: Metrics, snap: Snapshot) -> Iterator[Any]:

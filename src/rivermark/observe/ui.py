@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any
 
@@ -135,6 +136,15 @@ def _state(snap: Snapshot, job: Job) -> str:
     return "finished" if failure is None else f"failed: {type(failure).__name__}: {failure}"
 
 
+def _finite(value: float | None) -> float | None:
+    """``value`` where JSON can carry it (a watermark is -inf or +inf at the ends)."""
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _marks(marks: dict[str, float] | None) -> dict[str, float | None] | None:
+    return None if marks is None else {p: _finite(v) for p, v in marks.items()}
+
+
 def snapshot_json(snap: Snapshot, job: Job | None = None) -> dict[str, Any]:
     """A reading of the metrics as the page uses it."""
     return {
@@ -160,6 +170,10 @@ def snapshot_json(snap: Snapshot, job: Job | None = None) -> dict[str, Any]:
                 "last_error": n.last_error,
                 "last_error_record": n.last_error_record,
                 "state_size": n.state_size,
+                "watermark": _finite(n.watermark),
+                "input_ended": n.watermark == math.inf,
+                "late": n.late_records,
+                "open_windows": n.open_windows,
             }
             for n in snap.nodes
         },
@@ -172,6 +186,10 @@ def snapshot_json(snap: Snapshot, job: Job | None = None) -> dict[str, Any]:
                 "lag": s.lag,
                 "lag_unit": s.lag_unit,
                 "finished": s.finished,
+                "watermark": _finite(s.watermark),
+                "input_ended": s.watermark == math.inf,
+                "partition_watermarks": _marks(s.partition_watermarks),
+                "event_time_lag": s.event_time_lag,
             }
             for s in snap.sources
         ],

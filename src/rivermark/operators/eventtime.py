@@ -144,6 +144,9 @@ class Timestamps(Stream):
 
     _graphviz_shape = "cds"
     str_list = ["func", "max_delay"]
+    #: whether each record is a DataFrame batch of rows with their own times
+    #: (``rivermark.dataframe``'s ``sdf.timestamps(column)``)
+    carries_frames = False
     #: one record out per record in, less those whose time was refused
     derived_out = True
 
@@ -211,6 +214,14 @@ class Timestamps(Stream):
         """The input is complete: the watermark becomes ``+inf`` and every window is emitted."""
         return self._advance(self.tracker.end())
 
+    def partition_watermarks(self) -> dict[str, float]:
+        """The watermark of each input partition seen: ``"topic:partition"`` (``""`` for a
+        source of one partition) -> epoch seconds (read by the metrics, from any thread)."""
+        return {
+            "" if p is None else ":".join(map(str, p)): v
+            for p, v in self.tracker.partition_watermarks().items()
+        }
+
     def get_state(self) -> Any:
         return {"watermarks": self.tracker.get_state()}
 
@@ -237,6 +248,11 @@ class WatermarkClient(Protocol):
 
 def attach(node: Stream, kind: str, upstream: Stream) -> Timestamps:
     """``upstream`` as the event-time clock of ``node`` (refused unless it is a :class:`Timestamps`)."""
+    if isinstance(upstream, Timestamps) and upstream.carries_frames:
+        raise ConfigurationError(
+            f"{kind}: the node above gives times to the rows of DataFrame batches; window "
+            f"the streaming DataFrame itself: sdf.timestamps(column, ...).{kind}(...).count()"
+        )
     if not isinstance(upstream, Timestamps):
         raise ConfigurationError(
             f"{kind}: needs event times from the node right above it; "
@@ -311,6 +327,11 @@ class EventWindow(Stream):
         self.late_count = 0
         Stream.__init__(self, upstream, **kwargs)
         self.clock._windows.append(self)  # noqa: SLF001 - the clock notifies its windows
+
+    @property
+    def open_windows(self) -> int:
+        """How many windows (per key) are open now (read by the metrics, from any thread)."""
+        return len(self._open)
 
     @property
     def late(self) -> LateRecords:

@@ -121,6 +121,59 @@ class WatermarkTracker:
             self.watermark = candidate
         return self.watermark
 
+    def low_of_others(self, partition: Any) -> float:
+        """The smallest largest time of the partitions other than ``partition`` that count now.
+
+        ``+inf`` when there is none.  A partition idle for ``idle_timeout`` does
+        not count.  With it, the watermark of a run of records of
+        ``partition`` (a DataFrame batch) is, record by record,
+        ``min(largest so far in partition, low_of_others) - max_delay``, never
+        below the watermark before the run; :meth:`observe_run` records it.
+
+        >>> w = WatermarkTracker(max_delay=1.0)
+        >>> w.observe("p0", 10.0), w.observe("p1", 20.0)
+        (9.0, 9.0)
+        >>> w.low_of_others("p0"), w.low_of_others("p1"), w.low_of_others("p2")
+        (20.0, 10.0, 10.0)
+        """
+        largest = self.largest
+        if self.idle_timeout is None:
+            return min((v for p, v in largest.items() if p != partition), default=math.inf)
+        cutoff = self.clock() - self.idle_timeout
+        seen = self._last_seen
+        return min(
+            (v for p, v in largest.items() if p != partition and seen.get(p, cutoff) > cutoff),
+            default=math.inf,
+        )
+
+    def observe_run(self, partition: Any, largest: float, watermark: float) -> float:
+        """A run of records of ``partition`` whose largest time is ``largest`` moved the
+        watermark to ``watermark`` (computed by the caller, see :meth:`low_of_others`).
+
+        Returns the watermark after the run (it never goes backwards).
+        """
+        before = self.largest.get(partition)
+        if before is None or largest > before:
+            self.largest[partition] = largest
+        if self.idle_timeout is not None:
+            self._last_seen[partition] = self.clock()
+        if watermark > self.watermark:
+            self.watermark = watermark
+        return self.watermark
+
+    def partition_watermarks(self) -> dict[Any, float]:
+        """Each partition's own watermark (its largest time minus ``max_delay``).
+
+        Safe to call from another thread while records are observed (a
+        reading taken in the middle of a change is taken again).
+        """
+        for _ in range(100):
+            try:
+                return {p: v - self.max_delay for p, v in list(self.largest.items())}
+            except RuntimeError:  # the dict changed size while copied: read it again
+                continue
+        return {}
+
     def end(self) -> float:
         """The end of the input: the watermark becomes ``+inf``."""
         self.watermark = math.inf

@@ -1,9 +1,16 @@
 """The partitioned exactly-once app the group scale-out test runs in several processes.
 
-argv: bootstrap input_topic output_topic group checkpoint_location
+argv: bootstrap input_topic output_topic group checkpoint_location [mode]
 
-Each task keeps a running sum per key of its partition's records and writes
-``[key, sum]`` to the output topic in Kafka transactions, keyed by the key.
+Mode ``sums`` (the default): each task keeps a running sum per key of its
+partition's records and writes ``[key, sum]`` to the output topic in Kafka
+transactions, keyed by the key.
+
+Mode ``windows``: each task reads its partition one record at a time with
+the Kafka record timestamps as event times (its own watermark, from its
+partition alone) and writes, per key, each closed 10 s tumbling window as
+``[key, start, [i, ...]]`` (the ``i`` of its records in arrival order) and
+each late record as ``[key, "late", i]`` (:func:`windows_graph`).
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from typing import Any
 import rivermark.kafka  # noqa: F401
 from rivermark import Stream
 from rivermark.kafka import PartitionedJob
+from rivermark.operators.eventtime import WindowResult
 
 
 def add(state: dict[str, int], rec: dict[str, Any]) -> tuple[dict[str, int], str]:
@@ -31,6 +39,41 @@ def add(state: dict[str, int], rec: dict[str, Any]) -> tuple[dict[str, int], str
 def slow(batch: list[bytes]) -> list[bytes]:
     time.sleep(0.001 * len(batch))  # some work per record, so that kills land mid-data
     return batch
+
+
+#: the event-time windows of mode ``windows``: size and the allowed disorder (seconds)
+WINDOW = 10.0
+MAX_DELAY = 5.0
+
+
+def slow_one(value: bytes) -> bytes:
+    time.sleep(0.001)
+    return value
+
+
+def key_of(value: bytes) -> str:
+    return str(json.loads(value)["k"])
+
+
+def index_of(value: bytes) -> int:
+    return int(json.loads(value)["i"])
+
+
+def window_json(w: WindowResult) -> str:
+    return json.dumps([w.key, w.start, list(w.value)])
+
+
+def late_json(value: bytes) -> str:
+    return json.dumps([key_of(value), "late", index_of(value)])
+
+
+def windows_graph(source: Stream) -> Stream:
+    """Mode ``windows`` below the source (the test runs it in-process for the expected output)."""
+    times = source.map(slow_one).timestamps(max_delay=MAX_DELAY, name="times")
+    windows = times.tumbling_window(
+        WINDOW, key=key_of, value=index_of, agg="collect", name="windows"
+    )
+    return windows.map(window_json).union(windows.late.map(late_json))
 
 
 def _dump_tasks(signum: int, frame: Any) -> None:
@@ -63,6 +106,12 @@ def main() -> None:
     faulthandler.register(signal.SIGUSR1)  # thread dumps when a test is stuck
     signal.signal(signal.SIGUSR2, _dump_tasks)  # and the event loop's tasks
     bootstrap, inp, out, group, ckpt = sys.argv[1:6]
+    mode = sys.argv[6] if len(sys.argv) > 6 else "sums"
+
+    def build_windows(source: Stream) -> Stream:
+        return windows_graph(source).to_kafka(
+            out, {"bootstrap.servers": bootstrap}, key=lambda s: json.loads(s)[0], exactly_once=True
+        )
 
     def build(source: Stream) -> Stream:
         return (
@@ -78,6 +127,7 @@ def main() -> None:
             )
         )
 
+    windows = mode == "windows"
     job = PartitionedJob(
         inp,
         {
@@ -86,10 +136,13 @@ def main() -> None:
             "session.timeout.ms": 6000,
             "heartbeat.interval.ms": 500,
         },
-        build,
+        build_windows if windows else build,
         checkpoint=ckpt,
         every="0.5s",
-        source_options={"poll_interval": 0.05, "max_batch_size": 50},
+        batched=not windows,
+        source_options={"poll_interval": 0.05, "timestamps": True}
+        if windows
+        else {"poll_interval": 0.05, "max_batch_size": 50},
         # the control API for this process's tasks, when the test asks for it
         control_port=int(os.environ["APP_CONTROL_PORT"])
         if "APP_CONTROL_PORT" in os.environ

@@ -13,6 +13,7 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ class Reader:
     """A read_committed consumer of the output in a thread; ``values`` grows as it reads."""
 
     def __init__(self, bootstrap: str, topic: str) -> None:
-        self.values: list[tuple[str, int]] = []
+        self.values: list[list[Any]] = []
         self._stop = threading.Event()
         self._c = ck.Consumer(
             {
@@ -53,8 +54,7 @@ class Reader:
         while not self._stop.is_set():
             for m in self._c.consume(500, timeout=0.2):
                 if m.error() is None:
-                    k, total = json.loads(m.value())
-                    self.values.append((k, total))
+                    self.values.append(json.loads(m.value()))
 
     def close(self) -> None:
         self._stop.set()
@@ -62,29 +62,105 @@ class Reader:
         self._c.close()
 
 
-def _inputs(n: int) -> list[tuple[str, dict[str, int]]]:
+#: an input record: key, value, and the partition and timestamp (ms) it is produced with
+#: (None: the producer's choice)
+Record = tuple[str, dict[str, int], int | None, int | None]
+
+
+def _inputs(n: int) -> list[Record]:
     rnd = random.Random(13)
-    return [(str(rnd.randrange(KEYS)), {"i": i, "v": rnd.randint(1, 9)}) for i in range(n)]
+    return [
+        (str(rnd.randrange(KEYS)), {"i": i, "v": rnd.randint(1, 9)}, None, None) for i in range(n)
+    ]
 
 
-def _expected(records: list[tuple[str, dict[str, int]]]) -> dict[str, list[int]]:
+def _expected(records: list[Record]) -> dict[str, list[Any]]:
     sums: dict[str, int] = defaultdict(int)
-    out: dict[str, list[int]] = defaultdict(list)
-    for k, rec in records:
+    out: dict[str, list[Any]] = defaultdict(list)
+    for k, rec, _, _ in records:
         sums[k] += rec["v"]
         out[k].append(sums[k])
     return dict(out)
 
 
-def _produce_slowly(bootstrap: str, topic: str, records: list[Any], done: threading.Event) -> None:
+def _timed_inputs(n: int) -> list[Record]:
+    """Records with event times: a key's records all go to one partition (its number mod
+    8), times move 0.1 s per record, out of order by up to 8 s (beyond the 5 s delay: some
+    are late), from an hour ago."""
+    rnd = random.Random(17)
+    base = (int(time.time()) - 3600) // 60 * 60_000
+    out: list[Record] = []
+    for i in range(n):
+        k = rnd.randrange(KEYS)
+        behind = rnd.choice([0, 0, 0, 1_000, 3_000, 8_000])
+        out.append((str(k), {"i": i, "v": 1}, k % 8, base + i * 100 - behind))
+    return out
+
+
+def _expected_windows(records: list[Record]) -> dict[str, list[Any]]:
+    """What an uninterrupted task per partition writes: the app's graph run in-process."""
+    import importlib.util
+
+    from rivermark import Stream
+
+    spec = importlib.util.spec_from_file_location("group_app_windows", APP)
+    assert spec is not None and spec.loader is not None
+    app = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(app)
+    app.slow_one = lambda v: v  # the same records, without the work
+    out: dict[str, list[Any]] = defaultdict(list)
+    for p in sorted({r[2] for r in records}):
+        source = Stream()
+        written = app.windows_graph(source).sink_to_list()
+        for k, rec, part, ms in records:
+            if part == p:
+                value = json.dumps({"k": k, **rec}).encode()
+                source.emit(
+                    value, metadata=[{"topic": "in", "partition": p, "timestamp": ms / 1000}]
+                )
+        for line in written:
+            k, *rest = json.loads(line)
+            out[k].append(rest)
+    return dict(out)
+
+
+@dataclass(frozen=True)
+class Mode:
+    """What the app computes (its last argument), its input and its committed output."""
+
+    name: str
+    inputs: Callable[[int], list[Record]]
+    expected: Callable[[list[Record]], dict[str, list[Any]]]
+
+
+SUMS = Mode("sums", _inputs, _expected)
+WINDOWS = Mode("windows", _timed_inputs, _expected_windows)
+
+
+def _produce_slowly(
+    bootstrap: str, topic: str, records: list[Record], done: threading.Event
+) -> None:
     p = ck.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     for i in range(0, len(records), 50):
-        for k, rec in records[i : i + 50]:
-            p.produce(topic, key=k.encode(), value=json.dumps({"k": k, **rec}).encode())
+        for k, rec, partition, ms in records[i : i + 50]:
+            extra: dict[str, int] = {}
+            if partition is not None:
+                extra["partition"] = partition
+            if ms is not None:
+                extra["timestamp"] = ms
+            p.produce(topic, key=k.encode(), value=json.dumps({"k": k, **rec}).encode(), **extra)
         p.poll(0)
         time.sleep(0.4)
     assert p.flush(30) == 0
     done.set()
+
+
+def _by_key(values: list[list[Any]]) -> dict[str, list[Any]]:
+    """The output values per key, in order: ``[key, total]`` -> total, ``[key, *rest]`` -> rest."""
+    got: dict[str, list[Any]] = defaultdict(list)
+    for k, *rest in values:
+        got[k].append(rest[0] if len(rest) == 1 else rest)
+    return dict(got)
 
 
 def _assigned(text: str) -> list[tuple[int, set[int]]]:
@@ -116,6 +192,7 @@ def _scenario(
     events: list[str],
     n: int,
     killed: list[tuple[int, int, int]] | None = None,
+    mode: Mode = SUMS,
 ) -> str:
     """3 processes, ``events`` spread over the input by progress; checks the output exactly.
 
@@ -126,7 +203,7 @@ def _scenario(
     per kill, then (0, 0, log length) once all the output is read.
     """
     inp, out = new_topic(partitions=8, prefix="in"), new_topic(partitions=4, prefix="out")
-    args = [sys.executable, str(APP), bootstrap, inp, out, group, location]
+    args = [sys.executable, str(APP), bootstrap, inp, out, group, location, mode.name]
     log = tmp_path / "procs.log"
     procs: list[subprocess.Popen[bytes]] = []
 
@@ -136,8 +213,9 @@ def _scenario(
         procs.append(p)
         return p
 
-    records = _inputs(n)
-    expected = _expected(records)
+    records = mode.inputs(n)
+    expected = mode.expected(records)
+    outputs = sum(len(v) for v in expected.values())
     produced = threading.Event()
     reader = Reader(bootstrap, out)
     rnd = random.Random(5)
@@ -157,7 +235,7 @@ def _scenario(
         kills = 0
         for i, event in enumerate(events):
             # by progress, so the events spread over the input whatever the machine's speed
-            goal = (i + 1) * n // (len(events) + 2)
+            goal = (i + 1) * outputs // (len(events) + 2)
             # by progress too: a loaded machine (a broker starved past the sink's
             # deadlines, tasks that give up and start again) is slow, not stuck
             wait_progress(lambda: len(reader.values), goal, stall=240, what=f"{goal} outputs")
@@ -196,7 +274,7 @@ def _scenario(
                 assert extra.wait(timeout=90) == 0, log.read_text()[-3000:]
         assert kills == events.count("kill")
         assert produced.wait(timeout=120)
-        wait_progress(lambda: len(reader.values), n, stall=240, what=f"all {n} outputs")
+        wait_progress(lambda: len(reader.values), outputs, stall=240, what=f"all {outputs} outputs")
         if killed is not None:
             killed.append((0, 0, len(log.read_text())))
         for p in base:
@@ -212,17 +290,14 @@ def _scenario(
                 p.wait()
     text = log.read_text()
     # a fresh read of everything committed, in order per key (one output partition each)
-    msgs = consume_all(bootstrap, out, expected=n, timeout=60, committed_only=True)
-    got: dict[str, list[int]] = defaultdict(list)
-    for m in msgs:
-        k, total = json.loads(m.value())
-        got[k].append(total)
+    msgs = consume_all(bootstrap, out, expected=outputs, timeout=60, committed_only=True)
+    got = _by_key([json.loads(m.value()) for m in msgs])
     for k, want in expected.items():
         assert got.get(k) == want, (
             f"key {k}: got {len(got.get(k, []))} results, want {len(want)}; first difference at "
             f"{next((i for i, (a, b) in enumerate(zip(got.get(k, []), want)) if a != b), None)}"
         )
-    assert sum(len(v) for v in got.values()) == n
+    assert sum(len(v) for v in got.values()) == outputs
     # the group's offsets (for lag tools) are the final checkpoints' positions: the end
     assert sum(committed(bootstrap, group, inp, 8).values()) == n
     return text
@@ -238,6 +313,18 @@ def test_three_processes_sigkills_and_a_fourth_give_exact_output(
     assert len(re.findall(r"task \S+ started", text)) > 8
     assert text.count("restored checkpoint") >= 5, text[-3000:]
     assert "partitions lost (session timed out)" in text
+
+
+def test_event_time_windows_per_partition_stay_exact_across_sigkills(
+    bootstrap: str, new_topic: Callable[..., str], group: str, tmp_path: Path
+) -> None:
+    # each task windows its own partition by the Kafka record timestamps, with its own
+    # watermark; processes are SIGKILLed, one joins and leaves: the committed windows
+    # and late records are those of an uninterrupted task per partition
+    events = ["kill", "kill", "add", "kill", "remove"]
+    location = str(tmp_path / "ckpt")
+    text = _scenario(bootstrap, new_topic, group, tmp_path, location, events, 3000, mode=WINDOWS)
+    assert text.count("restored checkpoint") >= 3, text[-3000:]
 
 
 def test_tasks_checkpoint_in_object_storage_across_sigkills(
@@ -343,9 +430,5 @@ def test_a_fenced_task_gives_its_partition_up_and_the_process_goes_on(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    got: dict[str, list[int]] = defaultdict(list)
-    for m in msgs:
-        k, total = json.loads(m.value())
-        got[k].append(total)
-    assert dict(got) == _expected(records)
+    assert _by_key([json.loads(m.value()) for m in msgs]) == _expected(records)
     assert "Traceback" not in log.read_text()

@@ -232,3 +232,48 @@ def test_exposition_follows_prometheus_conventions(tmp_path: Path) -> None:
     buckets = [s for s in hist.samples if s.name.endswith("_bucket")]
     assert [s.value for s in buckets] == sorted(s.value for s in buckets)
     assert buckets[-1].labels["le"] == "+Inf" and buckets[-1].value == job.checkpoints_written
+
+
+def test_event_time_watermarks_late_records_and_open_windows(tmp_path: Path) -> None:
+    gate = threading.Event()
+    late_at = {150, 250, 350, 450, 650}
+
+    def hold(i: int) -> int:
+        if i == 500:
+            gate.wait(60)  # held here: records 0..499 went through the windows
+        return i
+
+    def event_time(i: int) -> float:
+        return float(i - 50 if i in late_at else i)  # 50 s behind the others: late
+
+    source = Stream.from_iterable(range(1000), name="numbers")
+    times = source.map(hold, name="hold").timestamps(event_time, max_delay=5, name="times")
+    tumble = times.tumbling_window(10, key=lambda i: i % 3, agg="count", name="tumble")
+    tumble.sink_to_list()
+    tumble.late.sink_to_list()
+    job = Job(source, checkpoint=tmp_path, every=None, metrics_port=0)
+    runner = threading.Thread(target=job.run)
+    runner.start()
+    try:
+        url = wait_value(lambda: job.metrics_url if job._running else None, what="the endpoint")
+        wm_key = 'rivermark_node_watermark_timestamp_seconds{node="times"}'
+        m = wait_value(lambda: (s := scrape(url)).get(wm_key) == 494.0 and s, what="record 500")
+        assert m['rivermark_source_watermark_timestamp_seconds{source="numbers"}'] == 494.0
+        assert m['rivermark_late_records_total{node="tumble"}'] == 4
+        # per key (i % 3), the window [490, 500) is open; [480, 490) closed at 490 <= 494
+        assert m['rivermark_open_windows{node="tumble"}'] == 3
+        snap = job.metrics.read()
+        numbers = snap.sources[0]
+        assert numbers.watermark == 494.0 and numbers.partition_watermarks == {"": 494.0}
+        assert numbers.event_time_lag == pytest.approx(snap.time - 494.0)
+        assert snap.node("tumble").open_windows == 3 and snap.node("hold").late_records is None
+    finally:
+        gate.set()
+        runner.join(60)
+    # the end of the input: every window closed, the watermark at +inf (no gauge for it)
+    final = job.metrics.read()
+    assert final.node("times").watermark == float("inf") and final.node("tumble").open_windows == 0
+    assert final.node("tumble").late_records == 5
+    families = {f.name: f for f in collect_families(job.metrics)}
+    assert families["rivermark_source_watermark_timestamp_seconds"].samples == []
+    assert families["rivermark_late_records"].samples[0].value == 5

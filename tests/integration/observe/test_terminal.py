@@ -214,3 +214,107 @@ def test_live_table_on_a_terminal(app: tuple[Path, dict[str, str]], tmp_path: Pa
         assert re.search(r"│ lines\s+│\s+300 │", final), final
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+
+
+EVENT_TIME_APP = """\
+import os, time
+from rivermark import Stream
+
+def held(i):
+    # wait at record 500 until the test says go: records 0..499 went through the windows
+    while i == 500 and not os.path.exists(os.environ["GO"]):
+        time.sleep(0.01)
+    return i
+
+def event_time(i):
+    return float(i - 50 if i in (150, 250, 350, 450) else i)  # 50 s behind: late
+
+numbers = Stream.from_iterable(range(1000), name="numbers")
+times = numbers.map(held, name="held").timestamps(event_time, max_delay=5, name="times")
+tumble = times.tumbling_window(10, key=lambda i: i % 3, agg="count", name="tumble")
+tumble.map(str).sink_to_textfile(os.environ["OUT"], name="out")
+"""
+
+#: held at record 500: the largest time seen is 499, less max_delay 5 (seconds after the epoch)
+HELD_WATERMARK = "1970-01-01 00:08:14 UTC"
+
+
+@pytest.fixture
+def event_time_app(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    path = tmp_path / "event_time_app.py"
+    path.write_text(EVENT_TIME_APP)
+    env = {**os.environ, "OUT": str(tmp_path / "out.txt"), "GO": str(tmp_path / "go")}
+    return path, env
+
+
+def test_plain_progress_lines_show_the_watermark_and_the_windows(
+    event_time_app: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    path, env = event_time_app
+    out_file = tmp_path / "stdout.txt"
+    cmd = [*RIVERMARK, "run", f"{path}:numbers", "-c", str(tmp_path / "ck"), "--every", "none"]
+    with out_file.open("w") as out:
+        proc = subprocess.Popen(
+            [*cmd, "--progress-interval", "0.1"], env=env, stdout=out, stderr=subprocess.PIPE
+        )
+        try:
+            line = wait_value(
+                lambda: next(
+                    (x for x in out_file.read_text().splitlines() if HELD_WATERMARK in x), None
+                ),
+                what="a progress line at record 500",
+            )
+            Path(env["GO"]).write_text("")
+            _, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 0, err
+    assert re.search(
+        rf"numbers: 501 records .*, watermark {HELD_WATERMARK} \(event-time lag [\d.]+ days\);",
+        line,
+    ), line
+    # per key (i % 3) the window [490, 500) is open; four records came 50 s late
+    assert line.endswith("; open windows 3, late records 4"), line
+
+
+def test_live_table_shows_the_watermark_and_the_windows(
+    event_time_app: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    path, env = event_time_app
+    session = f"rivermark-{uuid.uuid4().hex[:8]}"
+    done = tmp_path / "exit-status"
+    inner = (
+        f"{' '.join(RIVERMARK)} run {path}:numbers -c {tmp_path / 'ck'}; echo $? > {done}; "
+        "sleep 600"
+    )
+    # the table is wider than 80 columns: a terminal of 160 (rich reads COLUMNS and LINES
+    # before the terminal's size), on a tmux server of its own
+    tmux_env = [f"{k}={env[k]}" for k in ("OUT", "GO")] + ["COLUMNS=160", "LINES=50"]
+    tmux = ["tmux", "-L", session]
+    subprocess.run(
+        [*tmux, "new-session", "-d", "-s", session, "-x", "160", "-y", "50",
+         "env", *tmux_env, "sh", "-c", inner],
+        check=True,
+    )  # fmt: skip
+
+    def screen() -> str:
+        res = subprocess.run(
+            [*tmux, "capture-pane", "-p", "-t", session], capture_output=True, text=True
+        )
+        return res.stdout
+
+    try:
+        shown = wait_value(
+            lambda: s if re.search(r"│ tumble\s+│\s+│\s+3 │\s+4 │", s := screen()) else "",
+            what="the event-time table",
+        )
+        assert re.search(r"┃ lag\s+┃ watermark\s+┃ event-time lag ┃", shown), shown
+        assert re.search(rf"│ numbers\s+│\s+501 │.*│ {HELD_WATERMARK} │\s+[\d.]+ days │", shown)
+        assert "event time" in shown and re.search(rf"│ times\s+│ {HELD_WATERMARK} │", shown)
+        Path(env["GO"]).write_text("")
+        wait_for(done.exists, what="the job to end")
+        assert done.read_text().strip() == "0"
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True)

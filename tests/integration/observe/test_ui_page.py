@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 import urllib.request
@@ -115,3 +116,44 @@ def test_page_shows_every_node_and_live_numbers(tmp_path: Path, browser: Any) ->
 def test_bad_ui_port_is_refused() -> None:
     with pytest.raises(ConfigurationError, match="got -1"):
         Job(Stream.from_iterable([1]), checkpoint="unused", ui=-1)
+
+
+def test_page_shows_watermarks_open_windows_and_late_records(tmp_path: Path, browser: Any) -> None:
+    def event_time(i: int) -> float:
+        return float(i - 50 if i % 100 == 50 and i > 100 else i)  # 150, 250, ...: late
+
+    source = Stream.from_iterable(range(1_000_000), name="numbers")
+    times = source.map(slow, name="slow").timestamps(event_time, max_delay=5, name="times")
+    tumble = times.tumbling_window(10, key=lambda i: i % 3, agg="count", name="tumble")
+    tumble.sink_to_list()
+    job = Job(source, checkpoint=tmp_path, every="200ms", ui=0)
+    runner = threading.Thread(target=job.run)
+    runner.start()
+    try:
+        browser.get(wait_value(lambda: job.ui_url if job._running else None, what="the page"))
+
+        def text(css: str) -> str:
+            found = browser.find_elements(By.CSS_SELECTOR, css)
+            return str(found[0].text) if found else ""
+
+        # per key (i % 3) the window of the newest records is open; a record 50 s
+        # behind the others every 100 arrives after its window closed
+        wait_for(
+            lambda: re.search(r"open [1-9] · late [1-9]", text('[data-node="tumble"] .rate')),
+            what="the window's open windows and late records",
+        )
+        when = r"1970-01-01 00:\d\d:\d\d UTC"  # the times are seconds after the epoch
+        assert re.search(f"watermark {when}", text('[data-node="times"] .rate'))
+        cells = browser.find_elements(By.CSS_SELECTOR, '#sources tr[data-source="numbers"] td')
+        assert re.fullmatch(when, cells[5].text), cells[5].text
+        assert cells[6].text.endswith(" s") and float(cells[6].text[:-2].replace(",", "")) > 1e9
+        # the figures move with the watermark
+        first = cells[5].text
+        wait_for(
+            lambda: text('#sources tr[data-source="numbers"] td:nth-child(6)') != first,
+            what="the watermark to move",
+        )
+    finally:
+        job.stop()
+        runner.join(60)
+    assert not runner.is_alive()

@@ -1,0 +1,577 @@
+"""Event-time windows over the rows of streaming DataFrame batches: the node that keeps them.
+
+A :class:`FrameWindow` sits right below a
+:class:`~rivermark.dataframe.eventtime.FrameTimestamps` node, which gives
+every row of a batch its event time and the watermark that row is judged
+against (the watermark moves row by row, exactly as it would if the rows
+came one at a time; see :mod:`rivermark.dataframe.eventtime`).  Per batch:
+
+1. every row is placed in its windows with numpy (the window index is the
+   floor of ``(time - offset) / step``, exact at window edges); a row whose
+   window closed already (``end + grace <= its watermark``; for sessions
+   ``time + grace < its watermark``) is *late* for it;
+2. the rows that count are grouped with pandas by key and window, and each
+   group's partial (counts, sums, extremes, or the values themselves for a
+   function) is merged into the open window's partial;
+3. the windows whose ``end + grace`` the batch's watermark reached are
+   emitted, as one DataFrame ``start, end, <keys>, <values>`` in the order of
+   ``(end, start, key)``;
+4. the late rows go to ``.late`` as one DataFrame.
+
+Because lateness is decided per row against the watermark before it, and a
+window that closes in the middle of a batch can receive no more rows that
+are not late, what is emitted depends on the rows and their order alone,
+not on how they are cut into batches.
+
+The open windows are a :class:`~rivermark.KeyedState` ``{(key, start):
+(end, seq, partial[, last])}`` of plain values (numbers, strings, tuples), so
+a checkpoint writes the windows changed since the previous one, and nothing
+in it is a pickle.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..core.node import Stream
+from ..core.refs import Metadata
+from ..operators.eventtime import LateRecords, Results, _merge, _sign, _slot
+from ..state import KeyedState, as_keyed
+from .running import ConformingNode, OpName
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["WindowSpec", "FrameWindow", "BUILT_IN"]
+
+#: the hidden column of a row's window (or session) while grouping
+_WINDOW = "__rivermark_window__"
+#: the hidden column of a row's arrival number (what a function's values are ordered by)
+_SEQ = "__rivermark_seq__"
+#: the aggregations built in: each keeps a small partial per window
+BUILT_IN = ("count", "size", "sum", "mean", "min", "max")
+
+
+@dataclass(frozen=True)
+class WindowSpec:
+    """Which windows: ``kind`` (``tumbling_window``, ``hopping_window``, ``session_window``)
+    and its seconds (``size``, ``step``, ``offset``; ``gap``), with ``grace``."""
+
+    kind: str
+    size: float = 0.0
+    step: float = 0.0
+    offset: float = 0.0
+    gap: float = 0.0
+    grace: float = 0.0
+
+    @property
+    def sessions(self) -> bool:
+        return self.kind == "session_window"
+
+    def describe(self) -> str:
+        if self.sessions:
+            args = f"{self.gap:g}"
+        elif self.kind == "hopping_window":
+            args = f"{self.size:g}, {self.step:g}"
+        else:
+            args = f"{self.size:g}"
+        return f"{self.kind}({args})"
+
+    def signature(self) -> str:
+        return (
+            f"{self.kind}(size={self.size}, step={self.step}, offset={self.offset}, "
+            f"gap={self.gap}, grace={self.grace})"
+        )
+
+
+def slots(ts: np.ndarray, width: float, offset: float, shift: float = 0.0) -> np.ndarray:
+    """``floor((ts - offset - shift) / width)`` per time, exact on the float values.
+
+    The same index as the record windows' (``operators.eventtime._slot``):
+    numpy's division decides every time far from a slot boundary, and
+    integral times with integral window parameters exactly; the few others
+    near a boundary are decided with fractions.
+    """
+    q = (ts - offset - shift) / width
+    k = np.floor(q)
+    frac = q - k
+    tol = ((np.abs(ts) + abs(offset) + abs(shift)) / width + 1.0) * 1e-14
+    unsure = ~((tol < frac) & (frac < 1.0 - tol))
+    if unsure.any() and all(float(v).is_integer() for v in (width, offset, shift)):
+        # integral times and parameters below 2**52: the float division floors exactly
+        unsure &= ~((ts == np.floor(ts)) & (np.abs(ts - offset - shift) < 2.0**52))
+    out = k.astype(np.int64)
+    for i in np.flatnonzero(unsure):
+        out[i] = _slot(float(ts[i]), width, offset, shift)
+    return out
+
+
+def _below(a: np.ndarray, b: float, c: np.ndarray) -> np.ndarray:
+    """``a + b < c`` per element, exactly (``c`` may hold ``-inf``)."""
+    d = a + b - c
+    with np.errstate(invalid="ignore"):
+        unsure = np.isfinite(c) & (np.abs(d) <= (np.abs(a) + abs(b) + np.abs(c)) * 1e-12)
+    out: np.ndarray = d < 0
+    for i in np.flatnonzero(unsure):
+        out[i] = _sign(float(a[i]), b, -float(c[i])) < 0
+    return out
+
+
+def _fmin(a: Any, b: Any) -> Any:
+    """The smaller of two values, a NaN standing for "no value" (as pandas skips it)."""
+    if a != a:
+        return b
+    if b != b:
+        return a
+    return b if b < a else a
+
+
+def _fmax(a: Any, b: Any) -> Any:
+    if a != a:
+        return b
+    if b != b:
+        return a
+    return b if b > a else a
+
+
+class Partials:
+    """What a window keeps of its rows for aggregation ``how``, per value column.
+
+    ``count``, ``sum``, ``min``, ``max``: a tuple with one number per column;
+    ``mean``: the tuples of sums and counts; ``size``: the number of rows; a
+    function: the rows' arrival numbers and each column's values (the
+    function gets the values in arrival order, as pandas' ``groupby().agg``).
+    Every partial is a plain value (checkpoint state).
+    """
+
+    def __init__(self, how: str | Callable[[pd.Series], Any], columns: Sequence[Any]) -> None:
+        self.how = how
+        self.columns = tuple(columns)
+
+    def of_groups(self, grouped: Any, codes: np.ndarray, rows: pd.DataFrame) -> list[Any]:
+        """The partial of each group of ``grouped`` (in its order); ``codes``: each row's group."""
+        how, cols = self.how, list(self.columns)
+        if how == "size":
+            return list(grouped.size().tolist())
+        if how == "mean":
+            sums = _columns(grouped[cols].sum())
+            counts = _columns(grouped[cols].count())
+            return list(zip(sums, counts))
+        if how in ("count", "sum", "min", "max"):
+            return _columns(getattr(grouped[cols], str(how))())
+        # a function: the values themselves, split by group in one pass
+        order = np.argsort(codes, kind="stable")
+        order = order[codes[order] >= 0]
+        bounds = np.flatnonzero(np.diff(codes[order])) + 1
+        parts = [np.split(rows[c].to_numpy()[order], bounds) for c in [_SEQ, *cols]]
+        return [tuple(tuple(p.tolist()) for p in group) for group in zip(*parts)]
+
+    def combine(self, a: Any, b: Any) -> Any:
+        how = self.how
+        if how == "size":
+            return a + b
+        if how == "mean":
+            return (_add(a[0], b[0]), _add(a[1], b[1]))
+        if how in ("count", "sum"):
+            return _add(a, b)
+        if how == "min":
+            return tuple(_fmin(x, y) for x, y in zip(a, b))
+        if how == "max":
+            return tuple(_fmax(x, y) for x, y in zip(a, b))
+        return tuple(x + y for x, y in zip(a, b))
+
+    def result(self, acc: Any) -> tuple[Any, ...]:
+        """One value per output column."""
+        how = self.how
+        if how == "size":
+            return (acc,)
+        if how == "mean":
+            return tuple(s / n if n else math.nan for s, n in zip(*acc))
+        if isinstance(how, str):
+            return tuple(acc)
+        seqs = acc[0]
+        order = sorted(range(len(seqs)), key=seqs.__getitem__)
+        return tuple(how(pd.Series([vals[i] for i in order])) for vals in acc[1:])
+
+
+def _columns(frame: pd.DataFrame) -> list[tuple[Any, ...]]:
+    """Each row of ``frame`` as a tuple of plain Python values (per column, keeping ints ints)."""
+    return list(zip(*(frame[c].tolist() for c in frame.columns)))
+
+
+def _add(a: tuple[Any, ...], b: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(x + y for x, y in zip(a, b))
+
+
+class FrameWindow(ConformingNode):
+    """Event-time windows over DataFrame rows (built by ``sdf.timestamps(...).tumbling_window(...)``).
+
+    See the module docs.  ``clock`` is the ``FrameTimestamps`` node right
+    above; ``by`` the key columns (empty: one window per time span);
+    ``columns`` the value columns; ``how`` a name of :data:`BUILT_IN` or a
+    function of a ``pandas.Series`` (a window's values of one column).
+    """
+
+    _graphviz_shape = "box3d"
+    _state_attrs = ("schema",)
+
+    def __init__(
+        self,
+        clock: Any,
+        spec: WindowSpec,
+        by: Sequence[Any],
+        columns: Sequence[Any],
+        how: str | Callable[[pd.Series], Any],
+        example: pd.DataFrame,
+        outputs: Sequence[Any],
+        result_example: pd.DataFrame,
+        time_dtype: pd.DatetimeTZDtype | None = None,
+        op: str = "",
+        **kwargs: Any,
+    ) -> None:
+        self.clock = clock
+        self.spec = spec
+        self.by = tuple(by)
+        self.columns = tuple(columns)
+        self.how = how
+        self.partials = Partials(how, columns)
+        #: the columns the windows read (keys and values)
+        self._used = list(dict.fromkeys([*self.by, *self.columns]))
+        #: the input's example (the late rows' columns)
+        self.input_example = example
+        self.example = example[self._used]
+        self.outputs = tuple(outputs)
+        self.result_example = result_example
+        #: the time column's dtype when it holds datetimes (``start`` and ``end`` take it)
+        self.time_dtype = time_dtype
+        self.op = OpName(op)
+        self.schema = None
+        self._open = KeyedState()
+        self._seq = 0
+        self._rows = 0
+        self._heap: list[tuple[float, float, int, Any]] = []
+        #: per key, the starts of its open sessions (derived from the open windows)
+        self._sessions: dict[Any, list[float]] = {}
+        self._late: LateRecords | None = None
+        #: rows that arrived after (one of) their window(s) had closed
+        self.late_count = 0
+        Stream.__init__(self, clock, **kwargs)
+        clock._windows.append(self)  # noqa: SLF001 - the clock notifies its windows
+
+    @property
+    def late(self) -> LateRecords:
+        """The stream of the late rows (a DataFrame per batch that had any)."""
+        if self._late is None:
+            self._late = LateRecords(self, stream_name=f"{self.spec.kind}.late")
+        return self._late
+
+    @property
+    def open_windows(self) -> int:
+        """How many windows (per key) are open now."""
+        return len(self._open)
+
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> Results:
+        clock = self.clock
+        try:
+            times, marks = clock.times, clock.row_watermarks
+            if len(times) != len(x):
+                raise RuntimeError(
+                    f"{self.display_name()}: the batch has {len(x)} rows but its times "
+                    f"{len(times)}; put the window right after sdf.timestamps(...)"
+                )
+            # only the columns the windows read are matched to the example
+            used = self._conform(x[self._used]) if len(x) else x
+            late = self._add(used, times, marks) if len(x) else None
+        except Exception as e:
+            self._failed(x, e)
+            return None
+        results = self.close_until(clock.watermark)
+        if late is not None and late.any():
+            results = _merge(results, self._pass_late(x[late], metadata, int(late.sum())))
+        return results
+
+    def _pass_late(self, rows: pd.DataFrame, metadata: Metadata | None, n: int) -> Results:
+        self.late_count += n
+        if self._late is not None:
+            return self._late.pass_late(rows, metadata)
+        if self.late_count == n:
+            logger.warning(
+                "%s: %d row(s) arrived after their window closed; such rows are counted in "
+                "late_count; sink %s.late to keep them",
+                self.display_name(),
+                n,
+                self.spec.kind,
+            )
+        return None
+
+    # ------------------------------------------------------------------ rows in
+    def _add(self, x: pd.DataFrame, times: np.ndarray, marks: np.ndarray) -> np.ndarray:
+        """Put the rows of ``x`` in their windows; return which rows were late."""
+        n = len(x)
+        seqs = np.arange(self._rows, self._rows + n, dtype=np.int64)
+        self._rows += n
+        if self.spec.sessions:
+            return self._add_sessions(x, times, marks, seqs)
+        return self._add_fixed(x, times, marks, seqs)
+
+    def _frame(self, x: pd.DataFrame, seqs: np.ndarray, take: np.ndarray | None) -> pd.DataFrame:
+        """The key and value columns of ``x`` (rows ``take``) with their arrival numbers."""
+        data = {c: x[c].to_numpy() if take is None else x[c].to_numpy()[take] for c in self._used}
+        data[_SEQ] = seqs if take is None else seqs[take]
+        return pd.DataFrame(data, copy=False)
+
+    def _grouped(self, rows: pd.DataFrame, by: list[Any]) -> tuple[list[Any], list[Any]]:
+        """The group labels of ``rows`` by ``by`` and each group's partial."""
+        grouped = rows.groupby(by, sort=True, observed=True, dropna=True)
+        labels = grouped.size().index.tolist()
+        codes = _codes(grouped) if callable(self.how) else np.empty(0, np.int64)
+        return labels, self.partials.of_groups(grouped, codes, rows)
+
+    def _key(self, label: Any) -> tuple[Any, Any]:
+        """``(key, window)`` of a group label of ``(*by, window)``."""
+        if not self.by:
+            return None, label
+        if len(self.by) == 1:
+            return label[0], label[1]
+        return tuple(label[:-1]), label[-1]
+
+    def _add_fixed(
+        self, x: pd.DataFrame, times: np.ndarray, marks: np.ndarray, seqs: np.ndarray
+    ) -> np.ndarray:
+        spec = self.spec
+        size, step, offset, grace = spec.size, spec.step, spec.offset, spec.grace
+        last = slots(times, step, offset)
+        if step == size:
+            rep, j = None, last
+        else:
+            first = slots(times, step, offset, size) + 1
+            counts = last - first + 1
+            rep = np.repeat(np.arange(len(times)), counts)
+            within = np.arange(len(rep)) - np.repeat(np.cumsum(counts) - counts, counts)
+            j = np.repeat(last, counts) - within  # each row's windows, latest first
+        starts = offset + j * step
+        pair_late = starts + size + grace <= (marks if rep is None else marks[rep])
+        if rep is None:
+            late, take = pair_late, np.flatnonzero(~pair_late)
+        else:
+            late = np.zeros(len(times), dtype=bool)
+            late[rep[pair_late]] = True
+            take = rep[~pair_late]
+        if len(take):
+            rows = self._frame(x, seqs, take)
+            rows[_WINDOW] = j[~pair_late]
+            labels, parts = self._grouped(rows, [*self.by, _WINDOW])
+            self._merge_fixed(labels, parts)
+        return late
+
+    def _merge_fixed(self, labels: list[Any], parts: list[Any]) -> None:
+        spec, open_, combine = self.spec, self._open, self.partials.combine
+        for label, part in zip(labels, parts):
+            k, w = self._key(label)
+            start = spec.offset + w * spec.step
+            cur = open_.get((k, start))
+            if cur is None:
+                self._open_window(k, start, start + spec.size, part)
+            else:
+                open_[(k, start)] = (cur[0], cur[1], combine(cur[2], part))
+
+    def _add_sessions(
+        self, x: pd.DataFrame, times: np.ndarray, marks: np.ndarray, seqs: np.ndarray
+    ) -> np.ndarray:
+        gap = self.spec.gap
+        late = _below(times, self.spec.grace, marks)
+        take = np.flatnonzero(~late)
+        if not len(take):
+            return late
+        rows = self._frame(x, seqs, take)
+        t = times[take]
+        if self.by:
+            keyed = rows.groupby(list(self.by), sort=True, observed=True, dropna=True)
+            codes = _codes(keyed)
+            keys = keyed.size().index.tolist()
+            if len(self.by) > 1:
+                keys = [tuple(k) for k in keys]
+        else:
+            codes, keys = np.zeros(len(t), dtype=np.int64), [None]
+        has_key = codes >= 0
+        if not has_key.all():  # rows whose key is missing are in no window
+            rows, t, codes = rows[has_key].copy(), t[has_key], codes[has_key]
+        old = [(c, s) for c, k in enumerate(keys) for s in self._sessions.get(k, ())]
+        old_last = [self._open[(keys[c], s)][3] for c, s in old]
+        item_code = np.concatenate([codes, np.array([c for c, _ in old], dtype=np.int64)])
+        item_start = np.concatenate([t, np.array([s for _, s in old], dtype=float)])
+        item_last = np.concatenate([t, np.array(old_last, dtype=float)])
+        order = np.lexsort((item_start, item_code))
+        sc, ss, sl = item_code[order], item_start[order], item_last[order]
+        reach = pd.Series(sl).groupby(sc).cummax().to_numpy()  # the largest last so far, per key
+        new = np.ones(len(order), dtype=bool)
+        if len(order) > 1:
+            same = sc[1:] == sc[:-1]
+            joined = _below(ss[1:], -gap, reach[:-1])  # start - gap < reach: within gap
+            new[1:] = ~(same & joined)
+        seg = np.cumsum(new) - 1
+        seg_of = np.empty(len(order), dtype=np.int64)
+        seg_of[order] = seg
+        seg_start = ss[new]
+        seg_last = np.maximum.reduceat(sl, np.flatnonzero(new))
+        seg_key = sc[new]
+        rows[_WINDOW] = seg_of[: len(t)]
+        labels, parts = self._grouped(rows, [_WINDOW])
+        olds: dict[int, list[tuple[float, Any]]] = {}
+        for i, (c, s) in enumerate(old):
+            olds.setdefault(int(seg_of[len(t) + i]), []).append((s, c))
+        for label, part in zip(labels, parts):
+            self._merge_session(
+                keys[seg_key[label]], seg_start[label], seg_last[label], part, olds.get(label, [])
+            )
+        return late
+
+    def _merge_session(
+        self, k: Any, start: float, last: float, part: Any, olds: list[tuple[float, Any]]
+    ) -> None:
+        open_, combine = self._open, self.partials.combine
+        acc = part
+        for s, _ in sorted(olds, key=lambda o: o[0]):
+            acc = combine(open_.pop((k, s))[2], acc)
+        if olds:
+            gone = {s for s, _ in olds}
+            self._sessions[k] = [s for s in self._sessions[k] if s not in gone]
+        start, last = float(start), float(last)
+        self._sessions.setdefault(k, []).append(start)
+        self._sessions[k].sort()
+        self._open_window(k, start, last + self.spec.gap, acc, last)
+
+    def _open_window(self, k: Any, start: float, end: float, acc: Any, *extra: Any) -> None:
+        seq = self._seq
+        self._open[(k, start)] = (end, seq, acc, *extra)
+        self._seq = seq + 1
+        heapq.heappush(self._heap, (end, start, seq, k))
+
+    # ------------------------------------------------------------------ windows out
+    def next_due(self) -> float:
+        """The watermark at which this node's next window may close (+inf: none open)."""
+        heap = self._heap
+        return heap[0][0] + self.spec.grace if heap else math.inf
+
+    def close_until(self, watermark: float) -> Results:
+        """Emit every window whose end plus grace is at or below ``watermark``, as one DataFrame."""
+        heap, open_, grace = self._heap, self._open, self.spec.grace
+        closed: list[tuple[float, float, int, Any, Any]] = []
+        while heap and heap[0][0] + grace <= watermark:
+            end, start, seq, k = heap[0]
+            cur = open_.get((k, start))
+            if cur is None or cur[0] != end or cur[1] != seq:
+                heapq.heappop(heap)
+                continue  # a session that grew or merged: its newer entry decides
+            if self.spec.sessions and _sign(cur[3], self.spec.gap, grace, -watermark) > 0:
+                break  # rounding in end + grace: the exact rule says not yet
+            heapq.heappop(heap)
+            del open_[(k, start)]
+            if self.spec.sessions:
+                self._sessions[k].remove(start)
+                if not self._sessions[k]:
+                    del self._sessions[k]
+            closed.append((end, start, seq, k, cur[2]))
+        if not closed:
+            return None
+        frame = self._results(closed)
+        return None if frame is None else self._emit(frame, None)
+
+    def _results(self, closed: list[tuple[float, float, int, Any, Any]]) -> pd.DataFrame | None:
+        try:
+            closed.sort(key=lambda c: (c[0], c[1], c[3]))
+        except TypeError:  # keys that cannot be compared: in the order the windows opened
+            closed.sort(key=lambda c: (c[0], c[1], c[2]))
+        values: list[tuple[Any, ...]] = []
+        kept = []
+        for c in closed:
+            try:
+                values.append(self.partials.result(c[4]))
+            except Exception as e:
+                what = (
+                    f"window [{c[1]}, {c[0]}) of key {c[3]!r}" if self.by else f"[{c[1]}, {c[0]})"
+                )
+                self._user_error(what, e, self.how)
+                continue
+            kept.append(c)
+        if not kept:
+            return None
+        return self._frame_of(kept, values)
+
+    def _frame_of(
+        self, kept: list[tuple[float, float, int, Any, Any]], values: list[tuple[Any, ...]]
+    ) -> pd.DataFrame:
+        ex = self.result_example
+        data: dict[Any, Any] = {}
+        for name, i in (("start", 1), ("end", 0)):
+            col = np.array([c[i] for c in kept], dtype=float)
+            dtype = self.time_dtype
+            data[name] = col if dtype is None else _as_datetimes(col, dtype)
+        keys = [c[3] for c in kept]
+        if len(self.by) == 1:
+            data[self.by[0]] = _typed(keys, ex[self.by[0]].dtype)
+        elif self.by:
+            for i, b in enumerate(self.by):
+                data[b] = _typed([k[i] for k in keys], ex[b].dtype)
+        for i, name in enumerate(self.outputs):
+            column = [v[i] for v in values]
+            # a function's results take the dtype pandas infers for them
+            data[name] = column if callable(self.how) else _typed(column, ex[name].dtype)
+        return pd.DataFrame(data, columns=list(ex.columns))
+
+    # ------------------------------------------------------------------ state
+    def records_held(self) -> int | None:
+        return len(self._open)
+
+    def get_state(self) -> Any:
+        # the live container: the checkpoint takes its changed windows at the barrier
+        return {"open": self._open, "seq": self._seq, "rows": self._rows, "schema": self.schema}
+
+    def set_state(self, state: Any) -> None:
+        self._open = as_keyed(state["open"])
+        self._seq = int(state["seq"])
+        self._rows = int(state["rows"])
+        self.schema = state.get("schema")
+        self._heap = [(v[0], start, v[1], k) for (k, start), v in self._open.items()]
+        heapq.heapify(self._heap)
+        sessions: dict[Any, list[float]] = {}
+        if self.spec.sessions:
+            for k, s in self._open:
+                sessions.setdefault(k, []).append(s)
+            for starts in sessions.values():
+                starts.sort()
+        self._sessions = sessions
+
+    def state_signature(self) -> str:
+        how = self.how if isinstance(self.how, str) else getattr(self.how, "__qualname__", "func")
+        return (
+            f"FrameWindow({self.spec.signature()}, by={list(self.by)!r}, "
+            f"columns={list(self.columns)!r}, how={how})"
+        )
+
+
+def _codes(grouped: Any) -> np.ndarray:
+    """Each row's group number (-1 for a row whose key is missing)."""
+    return np.asarray(grouped.ngroup().fillna(-1).to_numpy(), dtype=np.int64)
+
+
+def _typed(values: list[Any], dtype: Any) -> Any:
+    """``values`` as an array of ``dtype`` where they fit it (else as pandas infers)."""
+    try:
+        return pd.array(values, dtype=dtype)
+    except (TypeError, ValueError):
+        return values
+
+
+def _as_datetimes(seconds: np.ndarray, dtype: pd.DatetimeTZDtype) -> pd.DatetimeIndex:
+    """Epoch seconds as datetimes of the time column's ``dtype`` (its timezone and unit)."""
+    return pd.to_datetime(seconds, unit="s", utc=True).tz_convert(dtype.tz).as_unit(dtype.unit)
