@@ -32,14 +32,13 @@ metadata and ``asynchronous=True`` calls never take a generated function.
 from __future__ import annotations
 
 import ast
-import builtins
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from . import counting
-from .push import pass_down
-from .steps import Site, Unsupported, emit_call, specialize, step_of
+from .push import merge_results, pass_down
+from .steps import Names, Site, Unsupported, emit_call, specialize, step_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..core.node import Stream
@@ -81,16 +80,6 @@ def writes_out(node: Stream) -> bool:
     return getattr(update, "__func__", None) is cls.update
 
 
-def _merge(out: list[Any] | None, results: Any) -> list[Any] | None:
-    """Add the awaitables ``results`` (what a node returned) to ``out``."""
-    if not results:
-        return out
-    if out is None:
-        return list(results)
-    out.extend(results)
-    return out
-
-
 def _has_return(stmt: ast.stmt) -> bool:
     return any(isinstance(n, ast.Return) for n in ast.walk(stmt))
 
@@ -108,22 +97,12 @@ class GraphWriter:
         #: a loop over many records that returns the awaitables nodes hand back
         #: (backpressure), or ``emit`` of one record
         self.loop = loop
-        self.scope: dict[str, Any] = {"__builtins__": builtins}
-        self._names: dict[int, str] = {}
+        #: the generated function's globals, by the names the code uses
+        self.bind = Names()
+        self.scope = self.bind.scope
         self._steps = 0
         self._path: list[int] = []
         self.written = 0
-
-    # ------------------------------------------------------------------ names
-    def bind(self, obj: Any, hint: str = "b") -> str:
-        """The name under which the generated code sees ``obj``."""
-        name = self._names.get(id(obj))
-        if name is None:
-            base = "".join(c for c in hint if c.isalnum() or c == "_").strip("_") or "b"
-            name = f"_{base}{len(self._names)}"
-            self._names[id(obj)] = name
-            self.scope[name] = obj
-        return name
 
     def stop(self) -> list[ast.stmt]:
         """The record is done: go on with the next one (handing back awaitables first)."""
@@ -134,7 +113,7 @@ class GraphWriter:
     def collect(self, expr: ast.expr) -> ast.stmt:
         """Evaluate ``expr``, a call that may return awaitables, and keep them (a loop)."""
         if self.loop:
-            merged = ast.Call(_name(self.bind(_merge, "merge")), [_name("_out"), expr], [])
+            merged = ast.Call(_name(self.bind(merge_results, "merge")), [_name("_out"), expr], [])
             return ast.Assign([ast.Name("_out", ast.Store())], merged)
         return ast.Expr(expr)
 

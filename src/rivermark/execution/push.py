@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pragma: no cover
     from ..core.node import Stream
 
-__all__ = ["Push", "build_push", "fan_out", "no_downstream", "pass_down"]
+__all__ = ["Push", "build_push", "fan_out", "merge_results", "no_downstream", "pass_down"]
 
 Push = Callable[[Any, Any], Any]
 
@@ -35,17 +35,23 @@ def build_push(update: Callable[[Any, Any, Any], Any], who: Any) -> Push:
     return push
 
 
+def merge_results(out: list[Any] | None, results: Any) -> list[Any] | None:
+    """Add the awaitables ``results`` (what a node's update returned) to ``out``."""
+    if not results:
+        return out
+    if out is None:
+        return list(results)
+    out.extend(results)
+    return out
+
+
 def fan_out(pushes: list[Push]) -> Push:
     """Call every push in order and merge their awaitables."""
 
     def push(x: Any, metadata: Any) -> Any:
         out = None
         for p in pushes:
-            r = p(x, metadata)
-            if r:
-                if out is None:
-                    out = []
-                out.extend(r)
+            out = merge_results(out, p(x, metadata))
         return out
 
     return push

@@ -76,6 +76,7 @@ __all__ = [
     "specialized_update",
     "Binder",
     "emit_call",
+    "Names",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -669,17 +670,17 @@ def specialize(info: StepInfo, site: Site) -> list[ast.stmt]:
     return spec.block(info.body)
 
 
-class _NodeBinder:
-    """Names for the objects a node's specialised update uses (its own globals)."""
+class Names:
+    """The names under which generated code sees objects: its globals (a :data:`Binder`)."""
 
     def __init__(self) -> None:
         self.scope: dict[str, Any] = {"__builtins__": builtins}
         self._names: dict[int, str] = {}
 
-    def __call__(self, obj: Any, hint: str) -> str:
+    def __call__(self, obj: Any, hint: str = "b") -> str:
         name = self._names.get(id(obj))
         if name is None:
-            base = "".join(c for c in hint if c.isalnum() or c == "_").lstrip("_") or "b"
+            base = "".join(c for c in hint if c.isalnum() or c == "_").strip("_") or "b"
             name = f"_{base}{len(self._names)}"
             self._names[id(obj)] = name
             self.scope[name] = obj
@@ -699,7 +700,7 @@ def specialized_update(node: Stream, info: StepInfo) -> Callable[..., Any]:
     nodes configured alike share one compiled code object; the objects it
     uses are the function's own globals.
     """
-    bind = _NodeBinder()
+    bind = Names()
     body = specialize(info, Site(node=node, bind=bind, graph=False))
     p = info.params
     fdef = ast.FunctionDef(

@@ -135,7 +135,9 @@ class Pairwise(Stream):
         Stream.__init__(self, upstream, **kwargs)
 
     @step
-    def update(self, x: Any, who: Stream | None = None, metadata: Metadata | None = None) -> Results:
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> Results:
         previous, held = self.previous, self._held
         self.previous = x
         if metadata:

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..core.node import Fixed, Stream, check_callable
 from ..core.refs import Metadata
+from ..execution.push import merge_results
 from ..execution.steps import step
 
 logger = logging.getLogger(__name__)
@@ -44,6 +45,9 @@ class Map(Stream):
     derived_out = True
     args = Fixed()
     kwargs = Fixed()
+    #: starmap: the record is a tuple of arguments, ``func(*x, ...)``
+    star = Fixed()
+    _star = False
 
     def __init__(
         self, upstream: Stream, func: Callable[..., Any], *args: Any, **kwargs: Any
@@ -63,7 +67,10 @@ class Map(Stream):
     ) -> Results:
         func = self.func
         try:
-            y = func(x, *self._args, **self._kwargs)
+            if self._star:  # starmap: the record is a tuple of arguments
+                y = func(*x, *self._args, **self._kwargs)
+            else:
+                y = func(x, *self._args, **self._kwargs)
         except Exception as e:
             self._user_error(x, e, func)  # raises, or the policy drops the record
             return None
@@ -80,17 +87,7 @@ class Starmap(Map):
     [3]
     """
 
-    @step
-    def update(
-        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
-    ) -> Results:
-        func = self.func
-        try:
-            y = func(*x, *self._args, **self._kwargs)
-        except Exception as e:
-            self._user_error(x, e, func)
-            return None
-        return self._emit(y, metadata)
+    _star = True
 
 
 def _node_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -246,20 +243,12 @@ class Flatten(Stream):
         emit = self._emit
         if not metadata:
             for item in items:
-                r = emit(item, None)
-                if r:
-                    if out is None:
-                        out = []
-                    out.extend(r)
+                out = merge_results(out, emit(item, None))
             return out
         self._retain_refs(metadata)
         try:
             for item in items:
-                r = emit(item, metadata)
-                if r:
-                    if out is None:
-                        out = []
-                    out.extend(r)
+                out = merge_results(out, emit(item, metadata))
         except BaseException:
             self._release_refs(metadata)
             raise
