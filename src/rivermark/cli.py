@@ -1040,8 +1040,8 @@ def _do_replay(target: str, opts: dict[str, Any]) -> int:
 @click.option(
     "--diff",
     is_flag=True,
-    help="Compare each side output with what the live sink_to_textfile wrote between the "
-    "two checkpoints; exit 1 if one differs.",
+    help="Compare each side output with what the live sink (sink_to_textfile, to_kafka) wrote "
+    "between the two checkpoints; exit 1 if one differs.",
 )
 @_rename_option
 @_dropped_option

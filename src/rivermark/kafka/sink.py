@@ -88,6 +88,7 @@ from ..core.node import Stream
 from ..core.origin import describe_origin, record_origin
 from ..core.refs import Metadata, release_refs, retain_refs
 from ..errors import ConfigurationError
+from ..sinks.base import WrittenOutput
 from .errors import (
     KafkaCommitError,
     KafkaCommitTimeoutError,
@@ -96,6 +97,7 @@ from .errors import (
     KafkaFencedError,
     KafkaTopicError,
 )
+from .readback import read_written
 from .topic_ids import TopicIds
 from .transactions import DeadlineExceeded, call_with_deadline, first_record_visible
 
@@ -191,6 +193,10 @@ class ToKafka(Stream):
         #: the output topic's id, looked up at the restore ('' when unknown)
         self._topic_id = ""
         self.delivered = 0
+        #: what the handles record of the output (see ``readback``): per partition, the
+        #: offset after this sink's last record; the records written in all runs
+        self._ends: dict[int, int] = {}
+        self._written = 0
         self.committed_epoch: int | None = None
 
     # ---------------------------------------------------------------- producer
@@ -258,6 +264,10 @@ class ToKafka(Stream):
         """The message value produced for ``x`` as a line of text (undecodable bytes replaced)."""
         value = _encode(x)
         return ("" if value is None else bytes(value).decode("utf-8", "replace")) + "\n"
+
+    def written_between(self, first: Any, last: Any) -> WrittenOutput:
+        """The records written between two handles, read back from the topic (see ``readback``)."""
+        return read_written(self.producer_config, self.topic, first, last, self.output_text)
 
     def _key_of(self, x: Any) -> Any:
         k = self.key
@@ -392,6 +402,8 @@ class ToKafka(Stream):
             self.in_flight -= 1
             if err is None:
                 self.delivered += 1
+                self._written += 1
+                self._acknowledged(msg)
                 if self.exactly_once and self._epoch_first is None:
                     self._epoch_first = (int(msg.partition()), int(msg.offset()))
                 release_refs(metadata)
@@ -407,6 +419,12 @@ class ToKafka(Stream):
                 record_origin.reset(token)
 
         return on_delivery
+
+    def _acknowledged(self, msg: Any) -> None:
+        """Note where an acknowledged record went: its partition's end of this sink's output."""
+        part, after = int(msg.partition()), int(msg.offset()) + 1
+        if after > self._ends.get(part, 0):
+            self._ends[part] = after
 
     def _delivery_failed(self, x: Any, metadata: Metadata | None, err: Any, rec: str) -> None:
         """Apply the sink's policy to a record the broker did not acknowledge."""
@@ -661,6 +679,10 @@ class ToKafka(Stream):
         if self.failure is not None:
             raise self.failure
         handle: dict[str, Any] = {"epoch": epoch, "delivered": self.delivered}
+        # where the output up to this epoch ends, and how many records it holds
+        # (``rivermark replay --diff`` reads the live output between two handles)
+        handle["offsets"] = {str(p): o for p, o in sorted(self._ends.items())}
+        handle["count"] = self._written
         if self.exactly_once:
             handle["transactional_id"] = self._txid()
             handle["first"] = list(self._epoch_first) if self._epoch_first else None
@@ -686,6 +708,7 @@ class ToKafka(Stream):
         """Check the topic; exactly-once: fence zombies, resolve the restored epoch, begin."""
         if not isinstance(handle, dict):
             handle = {}
+        self._resume_count(handle)
         stored = handle.get("transactional_id")
         if self.exactly_once and isinstance(stored, str) and stored:
             if self._explicit_txid and stored != self.transactional_id:
@@ -753,6 +776,7 @@ class ToKafka(Stream):
         so no epoch number of the earlier sequence is mistaken for a committed
         epoch of the new one.
         """
+        self._ends, self._written = {}, 0  # a new output: earlier runs' records are not counted
         if not self.exactly_once:
             return
         producer = self._ensure_producer()
@@ -791,9 +815,24 @@ class ToKafka(Stream):
         producer = self.producer
         producer.begin_transaction()
         for x, key in records:
-            producer.produce(self.topic, value=_encode(x), key=key)
+            # counted in the restored handle already; only where they land is noted
+            producer.produce(self.topic, value=_encode(x), key=key, on_delivery=self._rolled)
             producer.poll(0)
         self._commit_epoch(epoch)
+
+    def _rolled(self, err: Any, msg: Any) -> None:
+        if err is None:
+            self._acknowledged(msg)
+
+    def _resume_count(self, handle: dict[str, Any]) -> None:
+        """Go on with the output's ends and record count of the restored ``handle``."""
+        offsets = handle.get("offsets")
+        count = handle.get("count")
+        self._ends = (
+            {int(p): int(o) for p, o in offsets.items()} if isinstance(offsets, dict) else {}
+        )
+        # a handle of an older rivermark counts nothing: this run counts from 0
+        self._written = count if isinstance(count, int) and not isinstance(count, bool) else 0
 
     # ---------------------------------------------------------------- lifecycle
     def stop(self) -> None:
