@@ -37,10 +37,56 @@ from ..sinks.base import WrittenOutput
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["read_written"]
+__all__ = ["OutputEnds", "read_written"]
 
 #: the client settings a reader takes from the sink's producer config
 _CLIENT_PREFIXES = ("bootstrap.", "security.", "sasl.", "ssl.", "client.")
+
+
+class OutputEnds:
+    """Where a ``to_kafka`` sink's output stands, for its handles (a part of ``ToKafka``)."""
+
+    # what ToKafka has
+    producer_config: dict[str, Any]
+    topic: str
+    output_text: Callable[[Any], str]
+
+    def __init__(self) -> None:
+        #: per partition, the offset after the sink's last acknowledged record
+        self._ends: dict[int, int] = {}
+        #: the records acknowledged in all runs (from the restored handle on)
+        self._written = 0
+
+    def _acknowledged(self, msg: Any) -> None:
+        """Note where an acknowledged record went: its partition's end of the output."""
+        part, after = int(msg.partition()), int(msg.offset()) + 1
+        if after > self._ends.get(part, 0):
+            self._ends[part] = after
+
+    def _rolled(self, err: Any, msg: Any) -> None:
+        """The delivery report of a record rolled forward (counted in its epoch's handle already)."""
+        if err is None:
+            self._acknowledged(msg)
+
+    def output_ends(self) -> dict[str, Any]:
+        """What a handle records: ``offsets`` (partition -> end) and ``count``."""
+        return {
+            "offsets": {str(p): o for p, o in sorted(self._ends.items())},
+            "count": self._written,
+        }
+
+    def _resume_count(self, handle: dict[str, Any]) -> None:
+        """Go on from the output's ends and record count in the restored ``handle``."""
+        offsets, count = handle.get("offsets"), handle.get("count")
+        self._ends = (
+            {int(p): int(o) for p, o in offsets.items()} if isinstance(offsets, dict) else {}
+        )
+        # a handle of an older rivermark counts nothing: this run counts from 0
+        self._written = count if isinstance(count, int) and not isinstance(count, bool) else 0
+
+    def written_between(self, first: Any, last: Any) -> WrittenOutput:
+        """The records written between two handles, read back from the topic."""
+        return read_written(self.producer_config, self.topic, first, last, self.output_text)
 
 
 def _ends(handle: Any, which: str) -> tuple[dict[int, int], int]:

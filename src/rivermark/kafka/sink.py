@@ -70,6 +70,11 @@ and aborts like ``restore``, rolls nothing forward, and resets the marker to
 epoch 0, so the new run's epochs form a new sequence; the records committed
 by earlier runs stay in the topic.
 
+Every handle, exactly-once or not, also records where the sink's output
+stands: per partition, the offset after its last acknowledged record
+(``offsets``), and the records it has written in all runs (``count``);
+:mod:`rivermark.kafka.readback` reads the output between two handles back.
+
 So a ``read_committed`` consumer sees every record exactly once.  Cost: the
 output of one epoch is kept in memory and written into the checkpoint.
 Limit: with several exactly-once sinks in one job each resolves its own
@@ -88,7 +93,6 @@ from ..core.node import Stream
 from ..core.origin import describe_origin, record_origin
 from ..core.refs import Metadata, release_refs, retain_refs
 from ..errors import ConfigurationError
-from ..sinks.base import WrittenOutput
 from .errors import (
     KafkaCommitError,
     KafkaCommitTimeoutError,
@@ -97,7 +101,7 @@ from .errors import (
     KafkaFencedError,
     KafkaTopicError,
 )
-from .readback import read_written
+from .readback import OutputEnds
 from .topic_ids import TopicIds
 from .transactions import DeadlineExceeded, call_with_deadline, first_record_visible
 
@@ -117,7 +121,7 @@ def _encode(v: Any) -> Any:
 
 
 @Stream.register_api(attribute_name="to_kafka")
-class ToKafka(Stream):
+class ToKafka(Stream, OutputEnds):
     """Produce every record to ``topic`` (see the module docs for guarantees).
 
     ``key`` is None, a constant, or a callable of the record; values and keys
@@ -193,10 +197,7 @@ class ToKafka(Stream):
         #: the output topic's id, looked up at the restore ('' when unknown)
         self._topic_id = ""
         self.delivered = 0
-        #: what the handles record of the output (see ``readback``): per partition, the
-        #: offset after this sink's last record; the records written in all runs
-        self._ends: dict[int, int] = {}
-        self._written = 0
+        OutputEnds.__init__(self)
         self.committed_epoch: int | None = None
 
     # ---------------------------------------------------------------- producer
@@ -264,10 +265,6 @@ class ToKafka(Stream):
         """The message value produced for ``x`` as a line of text (undecodable bytes replaced)."""
         value = _encode(x)
         return ("" if value is None else bytes(value).decode("utf-8", "replace")) + "\n"
-
-    def written_between(self, first: Any, last: Any) -> WrittenOutput:
-        """The records written between two handles, read back from the topic (see ``readback``)."""
-        return read_written(self.producer_config, self.topic, first, last, self.output_text)
 
     def _key_of(self, x: Any) -> Any:
         k = self.key
@@ -419,12 +416,6 @@ class ToKafka(Stream):
                 record_origin.reset(token)
 
         return on_delivery
-
-    def _acknowledged(self, msg: Any) -> None:
-        """Note where an acknowledged record went: its partition's end of this sink's output."""
-        part, after = int(msg.partition()), int(msg.offset()) + 1
-        if after > self._ends.get(part, 0):
-            self._ends[part] = after
 
     def _delivery_failed(self, x: Any, metadata: Metadata | None, err: Any, rec: str) -> None:
         """Apply the sink's policy to a record the broker did not acknowledge."""
@@ -679,10 +670,7 @@ class ToKafka(Stream):
         if self.failure is not None:
             raise self.failure
         handle: dict[str, Any] = {"epoch": epoch, "delivered": self.delivered}
-        # where the output up to this epoch ends, and how many records it holds
-        # (``rivermark replay --diff`` reads the live output between two handles)
-        handle["offsets"] = {str(p): o for p, o in sorted(self._ends.items())}
-        handle["count"] = self._written
+        handle.update(self.output_ends())
         if self.exactly_once:
             handle["transactional_id"] = self._txid()
             handle["first"] = list(self._epoch_first) if self._epoch_first else None
@@ -819,20 +807,6 @@ class ToKafka(Stream):
             producer.produce(self.topic, value=_encode(x), key=key, on_delivery=self._rolled)
             producer.poll(0)
         self._commit_epoch(epoch)
-
-    def _rolled(self, err: Any, msg: Any) -> None:
-        if err is None:
-            self._acknowledged(msg)
-
-    def _resume_count(self, handle: dict[str, Any]) -> None:
-        """Go on with the output's ends and record count of the restored ``handle``."""
-        offsets = handle.get("offsets")
-        count = handle.get("count")
-        self._ends = (
-            {int(p): int(o) for p, o in offsets.items()} if isinstance(offsets, dict) else {}
-        )
-        # a handle of an older rivermark counts nothing: this run counts from 0
-        self._written = count if isinstance(count, int) and not isinstance(count, bool) else 0
 
     # ---------------------------------------------------------------- lifecycle
     def stop(self) -> None:

@@ -220,7 +220,9 @@ class SinkToTextfile(Stream):
         start, end = int(first["length"]), int(last["length"])
         expected = last.get("tail_sha256")
         if expected is not None and tail_digest(path, end) != expected:
-            raise ValueError(f"{path!r} changed since it was written (its bytes before {end} differ)")
+            raise ValueError(
+                f"{path!r} changed since it was written (its bytes before {end} differ)"
+            )
         with open(path, "rb") as f:
             f.seek(start)
             data = f.read(end - start)

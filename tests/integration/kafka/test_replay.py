@@ -98,7 +98,9 @@ class Live:
         for p in (0, 1):
             produce(bootstrap, self.inp, [2 * i + p for i in range(N)], partition=p)
         self.ck = root / "live-ck"
-        fill = dict(inp=self.inp, bs=bootstrap, group=self.group, every=self.every, zeros=self.zeros)
+        fill = dict(
+            inp=self.inp, bs=bootstrap, group=self.group, every=self.every, zeros=self.zeros
+        )
         self.app, self.new = root / "app.py", root / "new_app.py"
         self.app.write_text(APP.format(scale=OLD, **fill))
         self.new.write_text(APP.format(scale=NEW, **fill))
@@ -150,9 +152,7 @@ class Live:
 
 def expected(scale: Callable[[int], int], start: dict[int, int], end: dict[int, int]) -> list[str]:
     """The lines the app with ``scale`` writes for input offsets [start, end), by partition."""
-    return [
-        f"{p}:{i + 1}:{scale(2 * i + p)}" for p in (0, 1) for i in range(start[p], end[p])
-    ]
+    return [f"{p}:{i + 1}:{scale(2 * i + p)}" for p in (0, 1) for i in range(start[p], end[p])]
 
 
 def of_partition(lines: list[str], p: int) -> list[str]:
@@ -246,7 +246,9 @@ def test_records_of_another_producer_in_the_range_are_not_taken_for_the_jobs(
     at = sorted(e for e, h in handles.items() if h["count"] in (10, 20, 30, 40))
     clean = sink.written_between(handles[at[2]], handles[at[3]])
     assert clean.text == "".join(f"{x}\n" for x in range(30, 40)) and clean.ordered
-    with pytest.raises(ValueError, match=re.escape("holds 11 committed records, but the sink wrote 10")):
+    with pytest.raises(
+        ValueError, match=re.escape("holds 11 committed records, but the sink wrote 10")
+    ):
         sink.written_between(handles[at[1]], handles[at[2]])
     with pytest.raises(ValueError, match="records no output offsets"):
         sink.written_between({"epoch": 1, "delivered": 0}, handles[at[2]])
