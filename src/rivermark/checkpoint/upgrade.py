@@ -77,6 +77,11 @@ class ChangingInputs(Protocol):
         start) and those no longer read (their positions are dropped at the
         restore); else ``None``.  ``position`` is the checkpoint's position."""
 
+    def restore_inputs(self, stored: str) -> None:
+        """At a restore whose decision for this source is ``inputs``, before ``seek``:
+        the checkpoint's signature ``stored``, which tells the inputs the position is
+        of from those added since."""
+
 
 @dataclass(frozen=True)
 class UpgradeRules:

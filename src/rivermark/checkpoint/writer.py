@@ -71,8 +71,9 @@ def write_savepoint(
     ``state`` maps a stateful node's id to its state as its ``get_state()``
     returns it, or as :func:`~.inspection.read` gives it in either form
     (keyed state as a pandas Series or DataFrame, or as a dict; a running
-    DataFrame groupby aggregation as its pandas form); ``positions`` maps a source's id to its position, ``sinks`` a
-    checkpointed sink's id to its handle.  A node left out starts empty, a
+    DataFrame groupby aggregation as its pandas form); ``positions`` maps a
+    source's id to its position, ``sinks`` a checkpointed sink's id to its
+    handle.  A node left out starts empty, a
     source from its beginning, a sink without a handle.  ``location`` is a
     directory, a store URL (``s3://bucket/prefix``) or a
     :class:`~rivermark.checkpoint.Store` (which signs with its own

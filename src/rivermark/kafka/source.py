@@ -218,7 +218,7 @@ class KafkaBatchedSource(PartitionAssignment):
         self.consumer: Any = None
         self._offsets: dict[str, int] = {}
         self._seek_position: dict[str, int] | None = None
-        #: topics a restored position does not know (added to the subscription since)
+        #: topics added to the subscription since the restored checkpoint (restore_inputs)
         self._new_topics: set[str] = set()
         self._assigned: set[tuple[str, int]] = set()
         self._tracker = OffsetTracker()
@@ -284,10 +284,7 @@ class KafkaBatchedSource(PartitionAssignment):
         # a position written before topic ids were recorded has none: accepted,
         # and the ids are recorded from the next listing on
         stored, ids = split_position(position)
-        read = {split_key(k)[0] for k in stored} | set(ids)
-        # topics no longer subscribed are dropped; topics the position does not
-        # know were added to the subscription: they start as on a first run
-        self._new_topics = set(self.topics) - read
+        # the offsets of topics no longer subscribed are dropped
         self._seek_position = {k: v for k, v in stored.items() if split_key(k)[0] in self.topics}
         self._topic_ids = {t: i for t, i in ids.items() if t in self.topics}
         self._offsets = dict(self._seek_position)
@@ -308,14 +305,8 @@ class KafkaBatchedSource(PartitionAssignment):
         on a first run: at the group's committed offsets, else per
         ``auto.offset.reset``; a removed topic's offsets are dropped.
         """
-        m = re.fullmatch(rf"{type(self).__name__}\(topics=(\[.*\]), keys=(True|False)\)", stored)
-        if m is None or m[2] != repr(self.keys):
-            return None
-        try:
-            old = ast.literal_eval(m[1])
-        except (ValueError, SyntaxError):
-            return None
-        if not isinstance(old, list) or set(old) == set(self.topics):
+        old = self._stored_topics(stored)
+        if old is None or set(old) == set(self.topics):
             return None
         added, removed = sorted(set(self.topics) - set(old)), sorted(set(old) - set(self.topics))
         offsets = offsets_of(position) if isinstance(position, dict) else {}
@@ -333,6 +324,24 @@ class KafkaBatchedSource(PartitionAssignment):
                 f"({', '.join(gone) or 'none'})"
             )
         return "; ".join(said)
+
+    def restore_inputs(self, stored: str) -> None:
+        """The topics the checkpoint's signature ``stored`` does not name start as on a first run."""
+        old = self._stored_topics(stored)
+        self._new_topics = set() if old is None else set(self.topics) - set(old)
+
+    def _stored_topics(self, stored: str) -> list[str] | None:
+        """The topics of ``stored``, a signature of this source's kind and ``keys``; else None."""
+        m = re.fullmatch(rf"{type(self).__name__}\(topics=(\[.*\]), keys=(True|False)\)", stored)
+        if m is None or m[2] != repr(self.keys):
+            return None
+        try:
+            old = ast.literal_eval(m[1])
+        except (ValueError, SyntaxError):
+            return None
+        if not isinstance(old, list) or not all(isinstance(t, str) for t in old):
+            return None
+        return old
 
     def stop_at(self, position: Any) -> None:
         """Read every partition up to its offset in ``position`` (a bounded read, as ``stop_at_end``).

@@ -103,6 +103,9 @@ class Filenames(Source):
             f"emitted before no longer match it{_some(lost)}"
         )
 
+    def restore_inputs(self, stored: str) -> None:
+        """Nothing to prepare: the names in the position are never emitted again, the rest are."""
+
     def position_now(self) -> Any:
         return sorted(self.seen)
 
