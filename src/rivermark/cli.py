@@ -801,7 +801,7 @@ def _do_export(
     if fmt == "parquet" and output is None:
         raise click.UsageError("--format parquet writes a file: give --output FILE")
     try:
-        rows = insp.state_rows(insp.read_node_state(store, epoch, node))
+        rows = insp.state_rows(insp.read_node_state(store, epoch, node, as_pandas=True))
     except CheckpointCorruptError as err:
         return _damaged(err)
     if fmt == "jsonl":
@@ -852,7 +852,9 @@ def export_command(
     """Write the state of NODE in a checkpoint of DIR as rows, for people and notebooks.
 
     A keyed or accumulated mapping gives one row per key (key, value), a
-    list one per item (index, value), a DataFrame aggregation its rows.
+    list one per item (index, value), a DataFrame groupby aggregation the
+    rows of its value by key (a mean, variance or deviation: its running
+    parts, as 'sum.x', 'count.x' columns).
     Reads the store only; pickled state only as 'show --state' does.
     """
     _setup_logging(click.get_current_context())
@@ -1040,8 +1042,8 @@ def _do_replay(target: str, opts: dict[str, Any]) -> int:
 @click.option(
     "--diff",
     is_flag=True,
-    help="Compare each side output with what the live sink_to_textfile wrote between the "
-    "two checkpoints; exit 1 if one differs.",
+    help="Compare each side output with what the live sink (sink_to_textfile, to_kafka) wrote "
+    "between the two checkpoints; exit 1 if one differs.",
 )
 @_rename_option
 @_dropped_option

@@ -12,6 +12,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from rivermark.checkpoint import LocalDirectoryStore
 from rivermark.testing import wait_for, wait_value
 
@@ -145,3 +147,98 @@ def test_a_job_without_a_token_refuses_every_changing_request(tmp_path: Path) ->
     finally:
         proc.terminate()
         assert proc.wait(timeout=120) == 0
+
+
+HEALTH_APP = """\
+import asyncio
+import os
+
+from rivermark import Stream
+from rivermark.sources.textfile import FromTextfile
+
+
+class Gated(FromTextfile):
+    async def prepare(self):  # the job's start waits here until the gate file exists
+        while not os.path.exists({gate!r}):
+            await asyncio.sleep(0.01)
+        await super().prepare()
+
+
+class Holding(Stream):
+    @property
+    def in_flight(self):  # holds work while the file exists: a checkpoint waits for it
+        return int(os.path.exists({hold!r}))
+
+
+source = Gated({inp!r}, poll_interval="20ms", name="lines")
+Holding(source).map(int).accumulate(lambda a, x: a + x, start=0, name="total").sink_to_textfile(
+    {out!r}
+)
+"""
+
+
+def test_health_while_the_job_starts_runs_and_stops(tmp_path: Path) -> None:
+    gate, hold, ckpt = tmp_path / "gate", tmp_path / "hold", tmp_path / "ckpt"
+    (tmp_path / "in").write_text("".join(f"{i}\n" for i in range(1, 51)))
+    app = tmp_path / "app.py"
+    files = {"gate": str(gate), "hold": str(hold), "inp": str(tmp_path / "in")}
+    app.write_text(HEALTH_APP.format(out=str(tmp_path / "out"), **files))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RIVERMARK_CONTROL")}
+    env["RIVERMARK_CONTROL_TOKEN"] = TOKEN
+    proc = subprocess.Popen(
+        [RIVERMARK, "run", f"{app}:source", "-c", str(ckpt), "--ui", "0", "--every", "1s"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    try:
+        url = wait_value(
+            lambda: (
+                json.loads((ckpt / "job.json").read_text()).get("control")
+                if (ckpt / "job.json").exists()
+                else None
+            ),
+            timeout=120,
+            what="the control address",
+        )
+        # starting: restored, the page up, the sources not yet started
+        assert _get(url + "healthz") == (200, {"status": "starting"})
+        assert _get(url + "readyz") == (503, {"status": "starting"})
+        assert _get(url + "api/job")[1]["status"] == "starting"
+        assert _post(url + "api/checkpoint", TOKEN) == 409  # nothing to checkpoint yet
+        gate.touch()
+        wait_for(lambda: _get(url + "readyz") == (200, {"status": "running"}), timeout=120)
+        assert _get(url + "healthz") == (200, {"status": "running"})
+        wait_for(lambda: len(_lines(tmp_path / "out")) == 50, timeout=120)
+        # a checkpoint on request, with the token
+        req = urllib.request.Request(
+            url + "api/checkpoint", data=b"", method="POST",
+            headers={"Authorization": f"Bearer {TOKEN}"},
+        )  # fmt: skip
+        with urllib.request.urlopen(req, timeout=60) as r:
+            answer = json.load(r)
+        assert answer["savepoint"] is False
+        m = LocalDirectoryStore(ckpt).load_manifest(answer["epoch"])
+        assert (
+            not m.savepoint and m.positions["lines"]["offset"] == (tmp_path / "in").stat().st_size
+        )
+        # stopping: the final checkpoint waits for the node holding work
+        hold.touch()
+        stopper = subprocess.Popen(
+            [RIVERMARK, "stop", str(ckpt)], env=env, stdout=subprocess.PIPE, text=True
+        )
+        wait_for(lambda: _get(url + "healthz") == (200, {"status": "stopping"}), timeout=120)
+        assert _get(url + "readyz") == (503, {"status": "stopping"})
+        assert stopper.poll() is None  # the stop waits for its final checkpoint
+        hold.unlink()
+        out, _ = stopper.communicate(timeout=120)
+        assert stopper.returncode == 0 and out.startswith("stopped; final checkpoint")
+        assert proc.wait(timeout=120) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    # ended: the server is gone with the job
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(url + "healthz", timeout=5)
+    assert _lines(tmp_path / "out")[-1] == str(sum(range(1, 51)))

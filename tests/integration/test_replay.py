@@ -180,7 +180,7 @@ def test_diff_shows_the_changed_lines_and_exits_1(live: Live, tmp_path: Path) ->
     assert {line for line in shown if line.startswith("-") and not line.startswith("---")} == (
         gone - {f"-{line[1:]}" for line in came}
     )
-    assert "calls: not compared: only sink_to_textfile output can be compared" in res.stdout
+    assert "calls: not compared: a Sink cannot read back what it wrote" in res.stdout
     # the unchanged app replays exactly what the live job wrote
     res = rivermark("replay", f"{live.app}:source", *args, "-o", str(tmp_path / "b"))
     assert res.returncode == 0, res.stdout + res.stderr

@@ -11,16 +11,19 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 
 from rivermark import KeyedState, Stream
 from rivermark.checkpoint import Job, LocalDirectoryStore, codec, read, write_savepoint
 from rivermark.checkpoint.errors import CheckpointSignatureError
+from rivermark.checkpoint.frames import is_pandas, keyed_dict
 from rivermark.checkpoint.signing import Keyring, Trust
 from rivermark.core import graph
 from rivermark.core.inputend import EndsWithInput
@@ -55,6 +58,10 @@ def _report(ctx: Any, t: float) -> None:
     ctx.state = None
 
 
+#: a pipeline on top of the source, returning its output list
+Build = Callable[[Stream], list[Any]]
+
+
 def _collect(src: Stream) -> list[Any]:
     c = src.collect(name="op")
     out = c.sink_to_list(name="out")
@@ -62,12 +69,38 @@ def _collect(src: Stream) -> list[Any]:
     return out
 
 
+def _op(method: str, *args: Any, before: Callable[[Any], Any] | None = None, **kw: Any) -> Build:
+    """``s[.map(before)].<method>(*args, name="op", **kw).sink_to_list(name="out")``."""
+
+    def build(s: Stream) -> list[Any]:
+        src = s if before is None else s.map(before)
+        return getattr(src, method)(*args, name="op", **kw).sink_to_list(name="out")
+
+    return build
+
+
+def _joined(method: str, keep: Callable[[int], bool], **kw: Any) -> Build:
+    """``s.<method>(s.filter(keep), name="op")``: a join of the source with part of itself."""
+    return lambda s: getattr(s, method)(s.filter(keep), name="op", **kw).sink_to_list(name="out")
+
+
+def _event_time_op(method: str, *args: Any, **kw: Any) -> Build:
+    """An event-time operator over :func:`_event_time`; a WindowResult is pickled in a state
+    file, a tuple is data, so results are passed on as tuples."""
+
+    def build(s: Stream) -> list[Any]:
+        timed = s.timestamps(_event_time, name="ts")
+        return getattr(timed, method)(*args, name="op", **kw).map(tuple).sink_to_list(name="out")
+
+    return build
+
+
 @dataclass(frozen=True)
 class Case:
     """A pipeline on top of the source; its stateful node under test is named ``op``."""
 
     name: str
-    build: Callable[[Stream], list[Any]]
+    build: Build
     #: windows cut by wall-clock time: the records, in order, are what is compared
     flat: bool = False
     #: whether the state of ``op`` at the stop is certain to matter to the output
@@ -75,10 +108,7 @@ class Case:
 
 
 CASES = [
-    Case(
-        "accumulate",
-        lambda s: s.accumulate(lambda a, x: a + x, start=0, name="op").sink_to_list(name="out"),
-    ),
+    Case("accumulate", _op("accumulate", lambda a, x: a + x, start=0)),
     Case(
         "accumulate-keyed",
         lambda s: (
@@ -87,76 +117,29 @@ CASES = [
             .sink_to_list(name="out")
         ),
     ),
-    Case("frequencies", lambda s: s.map(lambda x: x % 4).frequencies(name="op").sink_to_list()),
-    Case("slice", lambda s: s.slice(3, 35, 4, name="op").sink_to_list(name="out")),
-    Case("unique", lambda s: s.map(lambda x: x % 7).unique(name="op").sink_to_list(name="out")),
-    Case(
-        "unique-lru",
-        lambda s: s.map(lambda x: x // 2 % 5).unique(maxsize=3, name="op").sink_to_list(name="out"),
-    ),
+    Case("frequencies", _op("frequencies", before=lambda x: x % 4)),
+    Case("slice", _op("slice", 3, 35, 4)),
+    Case("unique", _op("unique", before=lambda x: x % 7)),
+    Case("unique-lru", _op("unique", maxsize=3, before=lambda x: x // 2 % 5)),
     Case("collect", _collect),
-    Case("sliding_window", lambda s: s.sliding_window(4, name="op").sink_to_list(name="out")),
-    Case("partition", lambda s: s.partition(5, name="op").sink_to_list(name="out")),
-    Case(
-        "partition-keyed",
-        lambda s: s.partition(4, key=lambda x: x % 3, name="op").sink_to_list(name="out"),
-    ),
-    Case(
-        "partition_unique",
-        lambda s: s.map(lambda x: x % 9).partition_unique(4, name="op").sink_to_list(name="out"),
-    ),
-    Case(
-        "zip",
-        lambda s: s.zip(s.filter(lambda x: x % 2 == 0), maxsize=1000, name="op").sink_to_list(
-            name="out"
-        ),
-    ),
-    Case(
-        "zip_latest",
-        lambda s: s.zip_latest(s.filter(lambda x: x % 5 == 0), name="op").sink_to_list(name="out"),
-    ),
-    Case(
-        "combine_latest",
-        lambda s: s.combine_latest(s.filter(lambda x: x % 5 == 3), name="op").sink_to_list(
-            name="out"
-        ),
-    ),
+    Case("sliding_window", _op("sliding_window", 4)),
+    Case("partition", _op("partition", 5)),
+    Case("partition-keyed", _op("partition", 4, key=lambda x: x % 3)),
+    Case("partition_unique", _op("partition_unique", 4, before=lambda x: x % 9)),
+    Case("zip", _joined("zip", lambda x: x % 2 == 0, maxsize=1000)),
+    Case("zip_latest", _joined("zip_latest", lambda x: x % 5 == 0)),
+    Case("combine_latest", _joined("combine_latest", lambda x: x % 5 == 3)),
     Case("sink_to_list", lambda s: s.map(lambda x: x * 2).sink_to_list(name="op")),
-    Case("timed_window", lambda s: s.timed_window("1s", name="op").sink_to_list(), flat=True),
-    Case(
-        "timed_window_unique",
-        lambda s: s.timed_window_unique("1s", name="op").sink_to_list(),
-        flat=True,
-    ),
-    Case("delay", lambda s: s.delay("1s", name="op").sink_to_list(name="out"), flat=True),
+    Case("timed_window", _op("timed_window", "1s"), flat=True),
+    Case("timed_window_unique", _op("timed_window_unique", "1s"), flat=True),
+    Case("delay", _op("delay", "1s"), flat=True),
     # what a buffer holds at the stop depends on how fast its downstream was
-    Case("buffer", lambda s: s.buffer(8, name="op").sink_to_list(name="out"), holds=False),
-    Case(
-        "tumbling_window",
-        lambda s: (
-            s.timestamps(_event_time, name="ts")
-            .tumbling_window(6, agg="count", name="op")
-            .map(tuple)  # a WindowResult is pickled in a state file; a tuple is data
-            .sink_to_list(name="out")
-        ),
-    ),
-    Case(
-        "hopping_window",
-        lambda s: (
-            s.timestamps(_event_time, name="ts")
-            .hopping_window(10, 5, agg="sum", name="op")
-            .map(tuple)  # a WindowResult is pickled in a state file; a tuple is data
-            .sink_to_list(name="out")
-        ),
-    ),
+    Case("buffer", _op("buffer", 8), holds=False),
+    Case("tumbling_window", _event_time_op("tumbling_window", 6, agg="count")),
+    Case("hopping_window", _event_time_op("hopping_window", 10, 5, agg="sum")),
     Case(
         "session_window",
-        lambda s: (
-            s.timestamps(_event_time, name="ts")
-            .session_window(4, key=lambda x: x % 2, agg="collect", name="op")
-            .map(tuple)  # a WindowResult is pickled in a state file; a tuple is data
-            .sink_to_list(name="out")
-        ),
+        _event_time_op("session_window", 4, key=lambda x: x % 2, agg="collect"),
     ),
     Case(
         "keyed_process",
@@ -167,6 +150,10 @@ CASES = [
         ),
     ),
 ]
+
+
+#: the cases whose ``op`` keeps keyed state of scalars (a Series in the pandas form)
+KEYED_SCALARS = {"accumulate-keyed", "frequencies", "unique", "keyed_process"}
 
 
 def pipeline(
@@ -213,14 +200,27 @@ def shown(case: Case, out: list[Any]) -> list[Any]:
     return list(out)
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def _forms(items: list[Any], name: Callable[[Any], str], two: set[str]) -> list[Any]:
+    """Each item read as pandas; those with a pandas form of their own also as Python."""
+    return [
+        pytest.param(x, form, id=f"{name(x)}-{'pandas' if form else 'python'}")
+        for x in items
+        for form in ((True, False) if name(x) in two else (True,))
+    ]
+
+
+@pytest.mark.parametrize("case, as_pandas", _forms(CASES, lambda c: c.name, KEYED_SCALARS))
 def test_every_stateful_operator_round_trips_through_read_and_write(
-    case: Case, tmp_path: Path
+    case: Case, as_pandas: bool, tmp_path: Path
 ) -> None:
     run_part_way(case, tmp_path / "first")
-    old = read(tmp_path / "first")
+    old = read(tmp_path / "first", as_pandas=as_pandas)
     assert STOP < old.positions["numbers"] < N  # stopped part way
     assert "op" in old.state
+    # keyed state of scalars is a Series by key in the pandas form, a dict in the other
+    keyed = [v for v in old.state["op"].values() if is_pandas(v) or isinstance(v, dict)]
+    if case.name in KEYED_SCALARS:
+        assert keyed and all(is_pandas(v) == as_pandas for v in keyed)
 
     source, _ = pipeline(case, DATA)
     epoch = write_savepoint(tmp_path / "sp", source, state=old.state, positions=old.positions)
@@ -238,15 +238,19 @@ def test_every_stateful_operator_round_trips_through_read_and_write(
         assert shown(case, resume(case, tmp_path / "sp2", tmp_path / "resumed2")) != expected
 
 
-def test_a_written_savepoint_is_byte_for_byte_what_the_job_wrote(tmp_path: Path) -> None:
+@pytest.mark.parametrize("as_pandas", [True, False], ids=["pandas", "python"])
+def test_a_written_savepoint_is_byte_for_byte_what_the_job_wrote(
+    tmp_path: Path, as_pandas: bool
+) -> None:
     case = next(c for c in CASES if c.name == "accumulate-keyed")
     run_part_way(case, tmp_path / "job", savepoint=True)
     ours = LocalDirectoryStore(tmp_path / "job")
     real = ours.load_manifest(ours.list_epochs()[-1])
     assert real.savepoint and set(real.chains) == {"op"}
 
-    old = read(tmp_path / "job")
-    assert old.state["op"] == {"state": {0: 8, 1: 8, 2: 7}}
+    old = read(tmp_path / "job", as_pandas=as_pandas)
+    counts = old.state["op"]["state"]
+    assert (keyed_dict(counts) if as_pandas else counts) == {0: 8, 1: 8, 2: 7}
     source, _ = pipeline(case, DATA)
     epoch = write_savepoint(
         tmp_path / "sp", source, state=old.state, positions=old.positions, epoch=real.epoch
@@ -263,7 +267,19 @@ def test_a_written_savepoint_is_byte_for_byte_what_the_job_wrote(tmp_path: Path)
         assert blob.startswith(codec.MAGIC) and not codec.has_pickle(blob)
 
 
-def test_one_keys_value_is_corrected_and_the_job_counts_on_from_it(tmp_path: Path) -> None:
+def _fix_mark(counts: Any) -> Any:
+    """The counts with 'mark' set to 1000: a Series edited through pandas, or a dict."""
+    if is_pandas(counts):
+        fixed = counts.copy()
+        fixed.loc["mark"] = 1000
+        return fixed
+    return {**counts, "mark": 1000}
+
+
+@pytest.mark.parametrize("as_pandas", [True, False], ids=["pandas", "python"])
+def test_one_keys_value_is_corrected_and_the_job_counts_on_from_it(
+    tmp_path: Path, as_pandas: bool
+) -> None:
     words = ["river", "mark", "stream", "river", "mark", "river"] * 10
 
     def build(items: list[str]) -> tuple[Stream, list[dict[str, int]]]:
@@ -273,20 +289,27 @@ def test_one_keys_value_is_corrected_and_the_job_counts_on_from_it(tmp_path: Pat
 
     source, _ = build(words[:30])
     Job(source, checkpoint=str(tmp_path / "ckpt"), every=None).run()
-    old = read(tmp_path / "ckpt")
-    assert old.state["counts"] == {"counts": {"river": 15, "mark": 10, "stream": 5}}
+    old = read(tmp_path / "ckpt", as_pandas=as_pandas)
+    counts = old.state["counts"]["counts"]
+    assert is_pandas(counts) == as_pandas
+    assert dict(counts) == {"river": 15, "mark": 10, "stream": 5}
 
-    state = dict(old.state)
-    state["counts"] = {"counts": {**old.state["counts"]["counts"], "mark": 1000}}
+    state = {**old.state, "counts": {"counts": _fix_mark(counts)}}
     source, out = build(words)
     write_savepoint(tmp_path / "fixed", source, state=state, positions=old.positions)
     Job(
         source, checkpoint=str(tmp_path / "new"), every=None, from_savepoint=tmp_path / "fixed"
     ).run()
-    assert out[-1] == {"river": 30, "mark": 1010, "stream": 10}
-    # the sink's list came back with the savepoint too: the first 30 counts, then 30 more
-    assert len(out) == 60 and out[29] == {"river": 15, "mark": 10, "stream": 5}
-    assert out[30] == {"river": 16, "mark": 1000, "stream": 5}
+    # the plain-Python reference: the running counts, 'mark' set to 1000 before word 30
+    # (the sink's list came back with the savepoint: its first 30 counts are the old ones)
+    reference, totals = [], {}
+    for i, w in enumerate(words):
+        if i == 30:
+            totals["mark"] = 1000
+        totals[w] = totals.get(w, 0) + 1
+        reference.append(dict(totals))
+    assert out == reference and out[-1] == {"river": 30, "mark": 1010, "stream": 10}
+    assert all(type(v) is int for v in out[-1].values())  # Python ints, as before the edit
 
 
 def test_a_moved_text_file_position_resumes_at_the_line_it_names(tmp_path: Path) -> None:
@@ -415,11 +438,11 @@ def test_a_savepoint_read_from_a_directory_and_written_to_s3_resumes_exactly(
 ) -> None:
     case = next(c for c in CASES if c.name == "partition-keyed")
     run_part_way(case, tmp_path / "local")
-    old = read(tmp_path / "local")
+    old = read(tmp_path / "local", as_pandas=False)
     url = f"s3://{bucket}/savepoints/moved"
     source, _ = pipeline(case, DATA)
     write_savepoint(url, source, state=old.state, positions=old.positions)
-    assert read(url).state == old.state
+    assert read(url, as_pandas=False).state == old.state
     assert shown(case, resume(case, url, tmp_path / "resumed")) == uninterrupted(case)
 
 
@@ -437,34 +460,193 @@ def test_the_example_of_docs_upgrading_runs_as_written(
     assert namespace["fixed"][-1] == {"river": 8, "mark": 2}
 
 
-def test_dataframe_aggregations_round_trip_without_a_key(tmp_path: Path) -> None:
-    # a groupby sum over string keys and a mean: their state (partials, the
-    # frame's schema) is data, read and written back without a key
+#: the batches of the DataFrame cases: the first job reads three, the resumed one the rest
+FRAMES = [
+    {"k": ["a", "b", "a"], "v": [1, 2, 3], "w": [0.5, 1.25, 2.0]},
+    {"k": ["c", "b"], "v": [4, 5], "w": [3.0, 0.75]},
+    {"k": ["a", "d"], "v": [10, 1], "w": [1.5, 4.0]},
+    {"k": ["b", "a", "e"], "v": [7, 2, 6], "w": [2.5, 0.25, 1.0]},
+    {"k": ["a", "d"], "v": [3, 8], "w": [5.0, 0.5]},
+]
+#: the DataFrame nodes with state: how each is asked for, on the streaming frame
+FRAME_OPS = {
+    "sum": lambda f: f.groupby("k").v.sum(),
+    "count": lambda f: f.groupby("k").w.count(),
+    "size": lambda f: f.groupby("k").size(),
+    "min": lambda f: f.groupby("k").w.min(),
+    "max": lambda f: f.groupby("k")[["v", "w"]].max(),
+    "frame-sum": lambda f: f.groupby("k")[["v", "w"]].sum(),
+    "mean": lambda f: f.groupby("k").w.mean(),
+    "frame-mean": lambda f: f.groupby("k")[["v", "w"]].mean(),
+    "var": lambda f: f.groupby("k").v.var(),
+    "std": lambda f: f.groupby("k")[["v", "w"]].std(),
+    # not grouped, windowed, following the rows: state as the node keeps it in either form
+    "total": lambda f: f.v.sum(),
+    "value_counts": lambda f: f.k.value_counts(),
+    "window-sum": lambda f: f.window(n=4).v.sum(),
+    "window-groupby": lambda f: f.window(n=4).groupby("k").w.mean(),
+    "cumsum": lambda f: f.v.cumsum(),
+    "rolling": lambda f: f.v.rolling(3).sum(),
+    "ewm": lambda f: f.w.ewm(alpha=0.5).mean(),
+}
+#: running groupby aggregations whose pandas form is the value they emit
+EMITTED = {"sum", "count", "size", "min", "max", "frame-sum"}
+#: and those whose pandas form is their running parts
+PARTS = {"mean", "frame-mean", "var", "std"}
+
+
+def _frames() -> list[Any]:
     import pandas as pd
 
+    return [pd.DataFrame(f) for f in FRAMES]
+
+
+def _frame_op(op: str, items: list[Any]) -> tuple[Stream, list[Any]]:
     from rivermark.dataframe import DataFrame
 
-    frames = [
-        pd.DataFrame({"k": ["a", "b", "a"], "v": [1, 2, 3]}),
-        pd.DataFrame({"k": ["c", "b"], "v": [4, 5]}),
-        pd.DataFrame({"k": ["a", "d"], "v": [10, 1]}),
-    ]
+    source = Stream.from_iterable(items, name="frames")
+    sdf = DataFrame(source, example=_frames()[0])
+    return source, FRAME_OPS[op](sdf).stream.sink_to_list(name="out")
 
-    def build(items: list[Any]) -> tuple[Stream, list[Any], list[Any]]:
-        source = Stream.from_iterable(items, name="frames")
-        sdf = DataFrame(source, example=frames[0])
-        sums = sdf.groupby("k").v.sum().stream.sink_to_list(name="sums")
-        means = sdf.v.mean().stream.sink_to_list(name="means")
-        return source, sums, means
 
-    first, _, _ = build(frames[:2])
-    Job(first, checkpoint=tmp_path / "first", every=None).run()
-    old = read(tmp_path / "first")
-    aggregates = {nid: s for nid, s in old.state.items() if nid not in ("sums", "means")}
-    assert len(aggregates) == 2
-    source, sums, means = build(frames)
-    write_savepoint(tmp_path / "sp", source, state=aggregates, positions=old.positions)
+def _frame_op_part_way(op: str, tmp_path: Path, as_pandas: bool) -> tuple[Any, list[Any]]:
+    """Run ``op`` on the first three frames; what read() gives, and its output."""
+    source, first_out = _frame_op(op, _frames()[:3])
+    Job(source, checkpoint=tmp_path / "first", every=None).run()
+    return read(tmp_path / "first", as_pandas=as_pandas), first_out
+
+
+def _resume_frame_op(op: str, tmp_path: Path, state: dict[str, Any], positions: Any) -> list[Any]:
+    source, out = _frame_op(op, _frames())
+    write_savepoint(tmp_path / "sp", source, state=state, positions=positions)
+    store = LocalDirectoryStore(tmp_path / "sp")
+    epoch = store.list_epochs()[-1]
+    # data, not pickles: written and restored without a key
+    blobs = [store.read_state(epoch, n) for n in store.read_manifest(epoch).state]
+    assert not any(map(codec.has_pickle, blobs))
     Job(source, checkpoint=tmp_path / "resumed", every=None, from_savepoint=tmp_path / "sp").run()
-    assert sums[-1].to_dict() == {"a": 14, "b": 7, "c": 4, "d": 1}
-    assert means[-1] == pytest.approx(sum([1, 2, 3, 4, 5, 10, 1]) / 7)
-    assert len(sums) == len(means) == 1  # only the third frame was read
+    return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    return bool(a.equals(b)) if hasattr(a, "equals") else bool(a == b)
+
+
+@pytest.mark.parametrize("op, as_pandas", _forms(list(FRAME_OPS), str, EMITTED | PARTS))
+def test_dataframe_nodes_round_trip_without_a_key(op: str, as_pandas: bool, tmp_path: Path) -> None:
+    old, first_out = _frame_op_part_way(op, tmp_path, as_pandas)
+    (nid,) = (n for n in old.state if n != "out")
+    value = old.state[nid]
+    assert is_pandas(value) == (as_pandas and op in EMITTED | PARTS)
+    if is_pandas(value) and op in EMITTED:
+        assert value.equals(first_out[-1])  # the value the aggregation emitted last
+    elif is_pandas(value):
+        assert list(value.index) == ["a", "b", "c", "d"]  # its parts by key
+    out = _resume_frame_op(op, tmp_path, {nid: value}, old.positions)
+    source, reference = _frame_op(op, [])
+    for frame in _frames():  # the same node, uninterrupted, without a job
+        source.emit(frame)
+    assert len(out) == 2 and all(map(_same, out, reference[3:])), (out, reference[3:])
+
+
+def test_a_groupby_sum_corrected_through_pandas_counts_on_from_it(tmp_path: Path) -> None:
+    old, _ = _frame_op_part_way("sum", tmp_path, as_pandas=True)
+    (agg_id,) = (nid for nid in old.state if nid.startswith("aggregate"))
+    sums = old.state[agg_id].copy()
+    sums.loc["a"] = 100
+    out = _resume_frame_op("sum", tmp_path, {agg_id: sums}, old.positions)
+    # plain Python: the sums per key, 'a' from 100 after the first three frames
+    totals: dict[str, int] = {}
+    for i, f in enumerate(FRAMES):
+        if i == 3:
+            totals["a"] = 100
+        for k, v in zip(f["k"], f["v"]):
+            totals[k] = totals.get(k, 0) + v
+    assert out[-1].to_dict() == dict(sorted(totals.items()))
+
+
+def test_a_groupby_mean_corrected_through_its_parts_counts_on_from_them(tmp_path: Path) -> None:
+    old, _ = _frame_op_part_way("mean", tmp_path, as_pandas=True)
+    (agg_id,) = (nid for nid in old.state if nid.startswith("aggregate"))
+    parts = old.state[agg_id].copy()
+    assert list(parts.columns) == [("sum", "w"), ("count", "w")]
+    parts.loc["a", ("sum", "w")] = 10.0  # as if 'a' had had 4 values summing to 10
+    parts.loc["a", ("count", "w")] = 4
+    out = _resume_frame_op("mean", tmp_path, {agg_id: parts}, old.positions)
+    sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for i, f in enumerate(FRAMES):
+        if i == 3:
+            sums["a"], counts["a"] = 10.0, 4
+        for k, w in zip(f["k"], f["w"]):
+            sums[k] = sums.get(k, 0.0) + w
+            counts[k] = counts.get(k, 0) + 1
+    assert out[-1].to_dict() == {k: sums[k] / counts[k] for k in sorted(sums)}
+
+
+def test_a_pandas_form_that_does_not_fit_is_refused_in_one_line(tmp_path: Path) -> None:
+    import pandas as pd
+
+    old, _ = _frame_op_part_way("mean", tmp_path, as_pandas=True)
+    (agg_id,) = (nid for nid in old.state if nid.startswith("aggregate"))
+    source, _ = _frame_op("mean", _frames())
+    with pytest.raises(ConfigurationError) as e:
+        write_savepoint(tmp_path / "sp", source, state={agg_id: pd.Series({"a": 1.0})})
+    _refusal(e, agg_id, "whose columns are 'sum', 'count'", "got Series")
+
+
+def test_latest_passes_a_record_its_savepoint_holds_first_then_the_newest(
+    tmp_path: Path,
+) -> None:
+    # which records latest() passes on depends on timing (a newer record replaces one
+    # not yet passed on), so its round trip is not compared with a reference run; what
+    # is fixed: a barrier waits until it holds nothing, a record written into its
+    # state is passed on first after the restore, and the input's last record is last
+    def build() -> tuple[Stream, list[Any]]:
+        source = Stream.from_iterable(DATA, name="numbers")
+        return source, source.latest(name="op").sink_to_list(name="out")
+
+    source, _ = build()
+    Job(source, checkpoint=tmp_path / "ckpt", every=None, every_batches=5, keep=100).run()
+    store = LocalDirectoryStore(tmp_path / "ckpt")
+    assert len(store.list_epochs()) > 5
+    for epoch in store.list_epochs():
+        assert read(tmp_path / "ckpt", epoch=epoch).state["op"] == {"next": []}
+
+    source, out = build()
+    write_savepoint(
+        tmp_path / "sp", source, state={"op": {"next": [-1]}}, positions={"numbers": STOP}
+    )
+    Job(source, checkpoint=tmp_path / "resumed", every=None, from_savepoint=tmp_path / "sp").run()
+    assert out[0] == -1 and out[-1] == DATA[-1]
+    assert out[1:] == sorted(set(out[1:])) and set(out[1:]) <= set(DATA[STOP:])
+
+
+def test_a_savepoint_bootstraps_a_job_from_a_batch_computation(tmp_path: Path) -> None:
+    # the counts of last year's words, computed in a batch, without positions: the
+    # job reads its input from the start and counts on from them
+    history = ["river", "mark", "river"] * 50
+    batch = pd.Series(Counter(history))  # the pandas form read() gives frequencies
+    words = ["mark", "stream", "river"]
+    source = Stream.from_iterable(words, name="words")
+    out = source.frequencies(name="counts").sink_to_list(name="out")
+    write_savepoint(tmp_path / "sp", source, state={"counts": {"counts": batch}})
+    Job(source, checkpoint=tmp_path / "ckpt", every=None, from_savepoint=tmp_path / "sp").run()
+    assert out[-1] == dict(Counter(history + words))
+
+
+def test_export_writes_a_dataframe_aggregation_as_the_rows_of_its_frame(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rivermark.cli import main
+
+    for op, want in [
+        ("frame-sum", [{"k": "a", "v": 14, "w": 4.0}, {"k": "b", "v": 7, "w": 2.0}]),
+        ("mean", [{"k": "a", "sum.w": 4.0, "count.w": 3}, {"k": "b", "sum.w": 2.0, "count.w": 2}]),
+    ]:
+        _frame_op_part_way(op, tmp_path / op, as_pandas=True)
+        store = LocalDirectoryStore(tmp_path / op / "first")
+        (nid,) = (n for n in store.read_manifest(store.list_epochs()[-1]).state if n != "out")
+        assert main(["checkpoints", "export", str(tmp_path / op / "first"), nid]) == 0
+        rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        assert rows[:2] == want and len(rows) == 4, rows

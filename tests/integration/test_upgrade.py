@@ -1,7 +1,8 @@
 """Upgrading a job's code with its state, through the real ``rivermark run``.
 
-Each case runs an app on a growing input file, stops it with SIGTERM once
-its output is written, changes the app (a node renamed, removed, added),
+Each case runs an app on a growing input file, stops it once its output is
+written (with a savepoint, ``rivermark stop --savepoint``; the rename also
+with SIGKILL; later runs with SIGTERM), changes the app (a node renamed, removed, added),
 appends input and runs again (an app that needs a migration runs its
 own ``Job``): the output equals a plain-Python reference.
 Without the upgrade option the second run is refused with exit 2, a line
@@ -21,9 +22,11 @@ from pathlib import Path
 
 import pytest
 
+from rivermark.checkpoint import LocalDirectoryStore
 from rivermark.testing import wait_for
 
 RIVERMARK = str(Path(sys.executable).parent / "rivermark")
+TOKEN = "a-control-token-of-test-0123456789"
 
 HEAD = """\
 import os
@@ -90,13 +93,18 @@ class App:
             *flags,
         ]
 
-    def run_until(self, want: dict[str, int], *flags: str, stop: int = signal.SIGTERM) -> str:
-        """Run until each output file has its number of lines, then ``stop``; the log."""
+    def run_until(self, want: dict[str, int], *flags: str, stop: int | str = signal.SIGTERM) -> str:
+        """Run until each output file has its number of lines, then ``stop``; the log.
+
+        ``stop="savepoint"``: ``rivermark stop --savepoint`` through the job's
+        control API; the last checkpoint is then a savepoint.
+        """
         self.runs += 1
         log = self.dir / f"stderr-{self.runs}.txt"
-        env = {**os.environ, "UP_IN": str(self.input)}
+        env = {**os.environ, "UP_IN": str(self.input), "RIVERMARK_CONTROL_TOKEN": TOKEN}
+        command = self.command(*flags) + (["--ui", "0"] if stop == "savepoint" else [])
         with log.open("w") as err:
-            proc = subprocess.Popen(self.command(*flags), cwd=self.dir, env=env, stderr=err)
+            proc = subprocess.Popen(command, cwd=self.dir, env=env, stderr=err)
             try:
                 # the output is there, and the job has written a checkpoint since it started
                 wait_for(
@@ -111,9 +119,19 @@ class App:
                     what=f"output {want}",
                 )
                 assert proc.poll() is None, log.read_text()
-                proc.send_signal(stop)
-                code = proc.wait(timeout=60)
-                assert code == (0 if stop == signal.SIGTERM else -stop), log.read_text()
+                if isinstance(stop, str):
+                    res = subprocess.run(
+                        [RIVERMARK, "stop", "--savepoint", str(self.ckpt)],
+                        env=env, capture_output=True, text=True, timeout=120,
+                    )  # fmt: skip
+                    assert res.stdout.startswith("stopped; final savepoint"), res.stderr
+                    assert proc.wait(timeout=60) == 0, log.read_text()
+                    store = LocalDirectoryStore(self.ckpt)
+                    assert store.read_manifest(store.list_epochs()[-1]).savepoint
+                else:
+                    proc.send_signal(stop)
+                    code = proc.wait(timeout=60)
+                    assert code == (0 if stop == signal.SIGTERM else -stop), log.read_text()
             finally:
                 if proc.poll() is None:
                     proc.kill()
@@ -147,8 +165,8 @@ def sums(values: list[int]) -> list[int]:
     return list(accumulate(values))
 
 
-@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
-def test_renamed_node_keeps_its_state(tmp_path: Path, stop: int) -> None:
+@pytest.mark.parametrize("stop", ["savepoint", signal.SIGKILL], ids=["savepoint", "sigkill"])
+def test_renamed_node_keeps_its_state(tmp_path: Path, stop: int | str) -> None:
     app = App(tmp_path)
     app.write(SUM.format(name="sum"))
     app.feed(FIRST)
@@ -182,7 +200,7 @@ def test_removed_node_is_refused_with_its_size_unless_allowed(tmp_path: Path) ->
     app = App(tmp_path)
     app.write(SUM.format(name="sum"), COUNT)
     app.feed(FIRST)
-    app.run_until({"sum.txt": len(FIRST), "count.txt": len(FIRST)})
+    app.run_until({"sum.txt": len(FIRST), "count.txt": len(FIRST)}, stop="savepoint")
     app.write(SUM.format(name="sum"))
     app.feed(SECOND)
     err = app.refused()
@@ -214,7 +232,7 @@ def test_added_node_starts_empty_when_allowed(tmp_path: Path) -> None:
     app = App(tmp_path)
     app.write(SUM.format(name="sum"))
     app.feed(FIRST)
-    app.run_until({"sum.txt": len(FIRST)})
+    app.run_until({"sum.txt": len(FIRST)}, stop="savepoint")
     app.write(SUM.format(name="sum"), COUNT)
     app.feed(SECOND)
     err = app.refused()
@@ -257,7 +275,7 @@ def test_changed_state_needs_a_migration(tmp_path: Path) -> None:
     app = App(tmp_path)
     app.write(SUM.format(name="sum"))
     app.feed(FIRST)
-    app.run_until({"sum.txt": len(FIRST)})
+    app.run_until({"sum.txt": len(FIRST)}, stop="savepoint")
     app.write(MIGRATED)
     app.feed(SECOND)
     err = app.refused()

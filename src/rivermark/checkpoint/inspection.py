@@ -49,6 +49,8 @@ from .errors import (
     NotACheckpointDirectoryError,
     UntrustedStateError,
 )
+from .frames import as_pandas as as_pandas_form
+from .frames import require_pandas
 from .keyed import materialise
 from .manifest import Manifest
 from .signing import Keyring, Trust
@@ -360,13 +362,14 @@ def _untrusted(store: Store, epoch: int, node: str, status: str) -> str:
     )
 
 
-def read_node_state(store: Store, epoch: int | None, node: str) -> Any:
+def read_node_state(store: Store, epoch: int | None, node: str, as_pandas: bool = False) -> Any:
     """The decoded state of ``node`` in checkpoint ``epoch`` (default: the newest).
 
     Pickled parts are loaded only from a checkpoint whose signature verified
     with the store's keys, or when the store is trusted (``store.trust``);
     otherwise :class:`~rivermark.checkpoint.errors.UntrustedStateError` is
-    raised before any of it is unpickled.
+    raised before any of it is unpickled.  With ``as_pandas``, in the pandas
+    form of :mod:`.frames` where that fits.
     """
     e = _pick_epoch(store, epoch)
     m: Manifest = store.load_manifest(e)
@@ -377,18 +380,28 @@ def read_node_state(store: Store, epoch: int | None, node: str) -> Any:
             f"{', '.join(known) if known else '(none)'}"
         )
     chains = store.load_chains(e)[1] if node in m.chains else {}
+    if as_pandas:
+        require_pandas("the pandas form of a node's state")
+        return as_pandas_form(*_decoded_keyed(store, e, m, node, chains))
     return _decoded(store, e, m, node, chains)
 
 
 def _decoded(store: Store, e: int, m: Manifest, node: str, chains: dict[str, list[bytes]]) -> Any:
     """The state of ``node`` in checkpoint ``e`` (``chains``: its delta chain's blobs)."""
+    return _decoded_keyed(store, e, m, node, chains)[0]
+
+
+def _decoded_keyed(
+    store: Store, e: int, m: Manifest, node: str, chains: dict[str, list[bytes]]
+) -> tuple[Any, set[str]]:
+    """:func:`_decoded`, and the names of its keyed state's parts (a delta chain's content)."""
     allow = store.trust.allow_pickle(m.signature_status)
     why = _untrusted(store, e, node, m.signature_status)
     try:
         if node in m.chains:
             rest, content = materialise(chains[node], allow_pickle=allow, what=why)
-            return {**rest, **content}
-        return codec.loads(store.read_state(e, node), allow_pickle=allow, what=why)
+            return {**rest, **content}, set(content)
+        return codec.loads(store.read_state(e, node), allow_pickle=allow, what=why), set()
     except CheckpointCorruptError:
         raise
     except (ValueError, ImportError, AttributeError, EOFError, TypeError) as err:
@@ -405,8 +418,9 @@ class CheckpointContents:
     """What one checkpoint holds, decoded: see :func:`read`."""
 
     epoch: int
-    #: node id -> the node's state as its ``get_state()`` returned it (keyed
-    #: state as plain dicts, delta chains resolved)
+    #: node id -> the node's state as its ``get_state()`` returned it, delta
+    #: chains resolved: keyed state and DataFrame aggregations as pandas where
+    #: that fits (``as_pandas=True``), else keyed state as plain dicts
     state: dict[str, Any]
     #: source id -> position
     positions: dict[str, Any]
@@ -418,6 +432,7 @@ def read(
     location: str | os.PathLike[str] | Store,
     epoch: int | None = None,
     *,
+    as_pandas: bool = True,
     checkpoint_key: Any = None,
     trust_store: bool = False,
 ) -> CheckpointContents:
@@ -430,6 +445,15 @@ def read(
     signed with ``checkpoint_key`` (default: the job's environment variables)
     or with ``trust_store=True`` (see ``docs/security.md``).
 
+    With ``as_pandas=True`` (needs pandas) keyed state is a ``pd.Series``
+    (scalar values) or ``pd.DataFrame`` (records) indexed by key, and a
+    running DataFrame groupby aggregation is the value it emits (or, for a
+    mean, variance or standard deviation, its running parts) indexed by the
+    group keys, wherever that form gives back exactly the same state (see
+    :mod:`.frames`); with ``as_pandas=False`` every state is what the node's
+    ``get_state()`` returned, keyed state as dicts.  :func:`write_savepoint`
+    takes either.
+
     >>> import tempfile
     >>> from rivermark import Stream
     >>> from rivermark.checkpoint import Job
@@ -441,6 +465,8 @@ def read(
     >>> contents.state["sum"], contents.positions["numbers"]
     ({'state': 6}, 3)
     """
+    if as_pandas:
+        require_pandas("read(as_pandas=True)")
     if isinstance(location, Store):
         store = location
     else:
@@ -461,8 +487,12 @@ def read(
                 raise
             damaged.append(str(err))
             continue
-        state = {nid: _decoded(store, e, m, nid, chains) for nid in m.state}
-        return CheckpointContents(e, state, dict(m.positions), dict(m.sinks))
+        state = {nid: _decoded_keyed(store, e, m, nid, chains) for nid in m.state}
+        shown = {
+            nid: as_pandas_form(value, keyed) if as_pandas else value
+            for nid, (value, keyed) in state.items()
+        }
+        return CheckpointContents(e, shown, dict(m.positions), dict(m.sinks))
     raise CheckpointCorruptError(f"no checkpoint in {where(store)} verifies: " + "; ".join(damaged))
 
 
@@ -470,15 +500,21 @@ def state_rows(state: Any) -> list[dict[str, Any]]:
     """A node's decoded state as rows, for ``rivermark checkpoints export``.
 
     The state's one container (a keyed state, an accumulated dict or list,
-    a DataFrame aggregation) gives one row per entry: ``{"key", "value"}``
-    for a mapping or a Series, ``{"index", "value"}`` for a sequence, the
-    columns (and the index) for a DataFrame; a state of several parts gives
-    one row per part.
+    a Series or DataFrame: a DataFrame aggregation in its pandas form, see
+    :mod:`.frames`) gives one row per entry: ``{"key", "value"}`` for a
+    mapping or a Series whose index has no name, the index's and the
+    values' names for one that has (``{"name": "a", "x": 4}``), the columns
+    (and the index) for a DataFrame, columns of two levels joined by a dot
+    (``sum.x``); ``{"index", "value"}`` for a sequence; a state of several
+    parts gives one row per part.
 
     >>> state_rows({"state": {"river": 2, "mark": 1}})
     [{'key': 'river', 'value': 2}, {'key': 'mark', 'value': 1}]
     >>> state_rows({"buffer": [7, 8], "count": 2})
     [{'key': 'buffer', 'value': [7, 8]}, {'key': 'count', 'value': 2}]
+    >>> import pandas as pd
+    >>> state_rows(pd.Series([4, 8], index=pd.Index(["a", "b"], name="name"), name="x"))
+    [{'name': 'a', 'x': 4}, {'name': 'b', 'x': 8}]
     """
     import pandas as pd
 
@@ -489,11 +525,17 @@ def state_rows(state: Any) -> list[dict[str, Any]]:
         ]
         if len(sized) == 1 and len(state) == 1:
             value = sized[0]
-    if isinstance(value, pd.DataFrame):
-        rows: list[dict[str, Any]] = value.reset_index().to_dict(orient="records")
-        return rows
     if isinstance(value, pd.Series):
-        value = value.to_dict()
+        if all(n is None for n in value.index.names):
+            value = value.to_dict()
+        else:
+            value = value.rename("value" if value.name is None else value.name).to_frame()
+    if isinstance(value, pd.DataFrame):
+        frame = value.reset_index()
+        if isinstance(frame.columns, pd.MultiIndex):
+            frame.columns = [".".join(str(p) for p in col if p != "") for col in frame.columns]
+        rows: list[dict[str, Any]] = frame.to_dict(orient="records")
+        return rows
     if isinstance(value, dict):
         return [{"key": k, "value": v} for k, v in value.items()]
     if isinstance(value, (list, tuple)):

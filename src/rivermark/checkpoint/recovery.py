@@ -28,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..core import graph
 from ..core.node import Stream
 from ..errors import ConfigurationError
 from ..sinks.base import CheckpointedSink, StartOverSink
@@ -42,7 +43,13 @@ from .errors import (
 from .keyed import Chains
 from .manifest import DATA_FORMAT, Manifest
 from .store import LocalDirectoryStore, Store, open_store
-from .upgrade import UpgradePlan, UpgradeRules, plan_restore, renamed_manifest
+from .upgrade import (
+    ChangingInputs,
+    UpgradePlan,
+    UpgradeRules,
+    plan_restore,
+    renamed_manifest,
+)
 
 # recovery's messages are the job's: they keep the job's logger name
 logger = logging.getLogger(__name__)
@@ -168,6 +175,12 @@ class RecoveryAtStart:
             manifest, blobs = renamed_manifest(manifest, blobs, plan.renames)
             self._renamed = set(plan.legacy.values()) | set(plan.renames.values())
             self._migrating = dict(plan.migrations)
+            changed = {d.node for d in plan.decisions if d.action == "inputs"}
+            for s in self.sources:
+                sid = self.id_of(s)
+                if sid in changed and isinstance(s, ChangingInputs):
+                    # before seek: which inputs the position is of, which are new
+                    s.restore_inputs(graph.base_signature(manifest.fingerprint[sid]))
         self._restore_from(manifest, blobs)
 
     def _restore_savepoint(self, spec: str, epochs: list[int]) -> bool:

@@ -23,9 +23,12 @@ naming the option.  Nothing is written.
 * every source :meth:`~rivermark.sources.base.Source.read_only` (a Kafka
   source commits no offsets to the live job's consumer group).
 
-:func:`diff_outputs` compares each side output of a ``sink_to_textfile``
-with what the live sink wrote between the two checkpoints: the bytes of its
-file between the lengths its handles record.
+:func:`diff_outputs` compares each side output with what the live sink
+wrote between the two checkpoints, which a sink that can read its output
+back gives (:class:`~rivermark.sinks.base.ReadBackSink`:
+``sink_to_textfile``, the bytes of its file between the lengths its handles
+record; ``to_kafka``, the records of its topic between the offsets its
+handles record, read with ``read_committed``).
 """
 
 from __future__ import annotations
@@ -38,14 +41,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .._fileid import tail_digest
 from ..core import graph
 from ..core.node import Stream
 from ..errors import ConfigurationError
-from ..sinks.base import CheckpointedSink
+from ..sinks.base import CheckpointedSink, ReadBackSink
 from ..sinks.basic import Sink, SinkToList
 from ..sinks.side import SideOutput, put_in_place_of
-from ..sinks.textfile import SinkToTextfile
 from ..sources.base import Source
 from .errors import CheckpointError, CheckpointMismatchError
 from .inspection import open_checkpoint_location, where
@@ -374,41 +375,33 @@ def run_replay(
 
 
 # ---------------------------------------------------------------- comparing
-def _live_text(sink: SinkToTextfile, first: Any, last: Any) -> str:
-    """The text the live sink wrote between handles ``first`` and ``last``; ValueError if unreadable."""
-    path = last.get("realpath") or last.get("path")
-    if not isinstance(path, str):
-        raise ValueError("the live sink writes to an open file without a path")
-    if (first.get("realpath") or first.get("path")) != path:
-        raise ValueError("the live sink wrote another file at each checkpoint")
-    start, end = int(first["length"]), int(last["length"])
-    expected = last.get("tail_sha256")
-    if expected is not None and tail_digest(path, end) != expected:
-        raise ValueError(f"{path!r} changed since it was written (its bytes before {end} differ)")
-    with open(path, "rb") as f:
-        f.seek(start)
-        data = f.read(end - start)
-    encoding = sink.open_kwargs.get("encoding") or "utf-8"
-    return data.decode(encoding, "replace")
-
-
 def _compare(sid: str, sink: Stream, side: SideOutput, plan: ReplayPlan) -> SinkDiff:
-    if not isinstance(sink, SinkToTextfile):
-        return SinkDiff(sid, [], "only sink_to_textfile output can be compared with the live one")
+    if not isinstance(sink, ReadBackSink):
+        return SinkDiff(
+            sid,
+            [],
+            f"a {type(sink).__name__} cannot read back what it wrote; the outputs of "
+            "sink_to_textfile and to_kafka are compared",
+        )
     assert plan.until is not None
     first, last = plan.start.sinks.get(sid), plan.until.sinks.get(sid)
     if first is None or last is None:
         return SinkDiff(sid, [], "the live checkpoints hold no output of it (a sink new since)")
     try:
-        live = _live_text(sink, first, last)
+        live = sink.written_between(first, last)
     except (OSError, ValueError) as e:
         return SinkDiff(sid, [], f"the live output cannot be read: {e}")
-    mine = Path(side.path).read_text(encoding="utf-8")
+    theirs = live.text.splitlines()
+    mine = Path(side.path).read_text(encoding="utf-8").splitlines()
+    order = ""
+    if not live.ordered:
+        # records of several partitions: their order between partitions is not kept
+        theirs, mine, order = sorted(theirs), sorted(mine), ", sorted"
     diff = difflib.unified_diff(
-        live.splitlines(),
-        mine.splitlines(),
-        fromfile=f"{last.get('path')} (live, checkpoints {plan.start.epoch}..{plan.until.epoch})",
-        tofile=f"{side.path} (replay)",
+        theirs,
+        mine,
+        fromfile=f"{live.where} (live, checkpoints {plan.start.epoch}..{plan.until.epoch}{order})",
+        tofile=f"{side.path} (replay{order})",
         lineterm="",
     )
     return SinkDiff(sid, list(diff))

@@ -17,7 +17,13 @@ decision, in this order of the rules:
    ``migrate[id](old_state)``, else ``refused`` naming both signatures; an
    unnamed node whose place (the pipeline in front of it, the end of its
    signature) changed is ``refused`` whatever the rules say, since the state
-   stored under its derived id may be another node's;
+   stored under its derived id may be another node's; a source whose
+   signature differs only by its inputs (a topic added to or removed from a
+   Kafka subscription, a file glob that matches more or other files: a
+   :class:`ChangingInputs`) keeps its position for the inputs it still reads
+   (``inputs``): the source says which inputs are new (they start where the
+   source starts an input it has no position for) and which it no longer
+   reads;
 
 the rest are ``kept``.  A rename, or a ``name=``, says which node is which:
 the place is then not compared.  :func:`plan_upgrade` makes the decisions
@@ -32,7 +38,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from ..core import graph
 from ..core.node import Stream
@@ -41,6 +47,7 @@ from ..sinks.base import CheckpointedSink
 from .manifest import Manifest
 
 __all__ = [
+    "ChangingInputs",
     "Decision",
     "UpgradePlan",
     "UpgradeRules",
@@ -52,7 +59,28 @@ __all__ = [
 ]
 
 #: the decisions, in the order the rules apply
-ACTIONS = ("kept", "renamed", "dropped", "added", "migrated", "refused")
+ACTIONS = ("kept", "renamed", "dropped", "added", "migrated", "inputs", "refused")
+
+
+@runtime_checkable
+class ChangingInputs(Protocol):
+    """A source whose inputs may change from one version of the app to the next.
+
+    A Kafka source's topics, the files a ``filenames`` glob matches: the
+    position a checkpoint holds for the inputs the source still reads stays
+    valid when others are added or removed.
+    """
+
+    def inputs_change(self, stored: str, position: Any) -> str | None:
+        """What changed, when the checkpoint's signature ``stored`` differs from this
+        source's only by its inputs: one line naming the inputs added (and where they
+        start) and those no longer read (their positions are dropped at the
+        restore); else ``None``.  ``position`` is the checkpoint's position."""
+
+    def restore_inputs(self, stored: str) -> None:
+        """At a restore whose decision for this source is ``inputs``, before ``seek``:
+        the checkpoint's signature ``stored``, which tells the inputs the position is
+        of from those added since."""
 
 
 @dataclass(frozen=True)
@@ -215,11 +243,14 @@ def plan_upgrade(
     rules: UpgradeRules,
     describe: Callable[[str], str],
     derived: Callable[[str], bool],
+    inputs: Callable[[str, str, str], str | None] = lambda nid, old_id, stored: None,
 ) -> UpgradePlan:
     """The decisions of restoring ``manifest`` into the graph of ``fingerprint``.
 
     ``describe(id)`` names a node of the graph (its repr); ``derived(id)``
-    says whether its id comes from the graph's shape (no ``name=``).
+    says whether its id comes from the graph's shape (no ``name=``);
+    ``inputs(id, its id in the checkpoint, its stored signature)`` is a source's
+    :meth:`ChangingInputs.inputs_change`.
     """
     new = dict(fingerprint)
     out: list[Decision] = []
@@ -242,7 +273,11 @@ def plan_upgrade(
             out.append(_moved(nid, describe(nid), old[nid], new[nid], elsewhere))
         elif graph.base_signature(old[nid]) != graph.base_signature(new[nid]):
             was_sig, now_sig = graph.base_signature(old[nid]), graph.base_signature(new[nid])
-            out.append(_changed(nid, describe(nid), was_sig, now_sig, rules))
+            change = None if nid in rules.migrate else inputs(nid, was[nid], was_sig)
+            if change is not None:
+                out.append(Decision("inputs", nid, change))
+            else:
+                out.append(_changed(nid, describe(nid), was_sig, now_sig, rules))
         elif was[nid] != nid:
             out.append(Decision("renamed", nid, f"state of {was[nid]} goes to {nid}"))
         else:
@@ -321,12 +356,20 @@ def plan_restore(manifest: Manifest, node: Stream, rules: UpgradeRules) -> Upgra
     if not sink_ids & set(manifest.fingerprint):
         # written before sinks were part of the fingerprint: compare the rest
         new = {k: v for k, v in new.items() if k not in sink_ids}
+
+    def inputs(nid: str, old_id: str, stored: str) -> str | None:
+        source = by_id[nid]
+        if not isinstance(source, ChangingInputs):
+            return None
+        return source.inputs_change(stored, manifest.positions.get(old_id))
+
     plan = plan_upgrade(
         manifest,
         new,
         rules,
         describe=lambda nid: repr(by_id[nid]),
         derived=lambda nid: by_id[nid].name is None,
+        inputs=inputs,
     )
     return dataclasses.replace(plan, legacy=legacy)
 

@@ -40,6 +40,7 @@ from ..errors import ConfigurationError
 from ..sinks.base import CheckpointedSink
 from ..sources.base import Source
 from ..state import KeyedState
+from .frames import TakesPandasForm, is_pandas, keyed_dict
 from .job import _unpicklable_part
 from .keyed import Chains, KeyedView
 from .manifest import Manifest
@@ -68,9 +69,11 @@ def write_savepoint(
     """Write a savepoint of ``graph_node``'s graph into the empty ``location``; return its epoch.
 
     ``state`` maps a stateful node's id to its state as its ``get_state()``
-    returns it (what :func:`~.inspection.read` gives: keyed state as plain
-    dicts); ``positions`` maps a source's id to its position, ``sinks`` a
-    checkpointed sink's id to its handle.  A node left out starts empty, a
+    returns it, or as :func:`~.inspection.read` gives it in either form
+    (keyed state as a pandas Series or DataFrame, or as a dict; a running
+    DataFrame groupby aggregation as its pandas form); ``positions`` maps a
+    source's id to its position, ``sinks`` a checkpointed sink's id to its
+    handle.  A node left out starts empty, a
     source from its beginning, a sink without a handle.  ``location`` is a
     directory, a store URL (``s3://bucket/prefix``) or a
     :class:`~rivermark.checkpoint.Store` (which signs with its own
@@ -159,6 +162,11 @@ def _checked_states(nodes: Mapping[str, Stream], given: Mapping[str, Any] | None
         node = stateful.get(nid)
         if node is None:
             raise _unknown(nid, "a state", "stateful node", list(stateful))
+        if is_pandas(value) and isinstance(node, TakesPandasForm):
+            try:  # a DataFrame aggregation's, as read() gives it
+                value = node.state_from_pandas(value)
+            except ConfigurationError as e:
+                raise ConfigurationError(f"{_WHAT}: the state of {nid!r}: {e}") from None
         check_fits(nid, node, value)
         out[nid] = _keyed_as_in(node, value)
     return out
@@ -180,20 +188,22 @@ def _view(chains: Chains, nid: str, value: Any, epoch: int) -> StateView:
 def _keyed_as_in(node: Stream, value: Any) -> Any:
     """``value`` with a ``KeyedState`` (a copy) wherever the node keeps one.
 
-    :func:`~.inspection.read` gives keyed state as plain dicts; a job keeps
-    it in a ``KeyedState`` and writes it as a delta chain, so the restore
-    hands the node a ``KeyedState`` again.
+    :func:`~.inspection.read` gives keyed state as a pandas Series or
+    DataFrame, or as a plain dict; a job keeps it in a ``KeyedState`` and
+    writes it as a delta chain, so the restore hands the node a
+    ``KeyedState`` again.
     """
     if not isinstance(value, dict):
         return value
     fresh = _own_state(node)
     keyed = {a for a, v in fresh.items() if isinstance(v, KeyedState)} if fresh else set()
-    return {
-        a: KeyedState(v)
-        if isinstance(v, Mapping) and (a in keyed or isinstance(v, KeyedState))
-        else v
-        for a, v in value.items()
-    }
+    out: dict[str, Any] = {}
+    for a, v in value.items():
+        if a in keyed and is_pandas(v):
+            v = keyed_dict(v)
+        keep = isinstance(v, Mapping) and (a in keyed or isinstance(v, KeyedState))
+        out[a] = KeyedState(v) if keep else v
+    return out
 
 
 def _own_state(node: Stream) -> dict[str, Any] | None:

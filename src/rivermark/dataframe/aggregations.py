@@ -42,7 +42,7 @@ from ..errors import ConfigurationError
 from ..state import as_keyed
 from .base import Aggregation
 from .grouped import GroupbyAggregation
-from .keyed import KeyedLayout, KeyedPartials, restore_acc
+from .keyed import KeyedLayout, KeyedPartials, parts_of, restore_acc
 from .partials import (
     KeyedAcc,
     Moments,
@@ -496,6 +496,40 @@ class Aggregate(ConformingNode):
             self._book = KeyedPartials()
             if self.acc is not None:
                 self._book.note(self.acc.keys)
+
+    def state_from_pandas(self, value: Any) -> Any:
+        """The state of a running groupby aggregation from its pandas form.
+
+        The form is what ``rivermark.checkpoint.read()`` gives for the node
+        (``keyed.parts_frame``): the value it emits, or, for a mean, variance
+        or standard deviation, its running parts by key.  Its batch schema is
+        fixed again by the next batch.
+        """
+        agg = self.agg
+        if self._book is None or not isinstance(agg, GroupbyAggregation):
+            raise ConfigurationError(
+                f"{self.display_name()} {self.op.__qualname__}: only a running groupby "
+                "aggregation's state has a pandas form; give this node's state as "
+                "read(..., as_pandas=False) gives it"
+            )
+        try:
+            parts = parts_of(value, agg.layout, agg.one_column)
+            acc = KeyedAcc.from_partial([x.copy() for x in parts], agg.layout)
+        except (ValueError, KeyError, TypeError) as e:
+            raise ConfigurationError(
+                f"{self.display_name()} {self.op.__qualname__}: its state's pandas form is {e}, "
+                f"as read() gives it; got {type(value).__name__}"
+            ) from None
+        book = KeyedPartials()
+        book.note(acc.keys)
+        partials = book.sync(acc)
+        return {
+            "acc": book.layout(acc),
+            "partials": partials,
+            "parts": [],
+            "rows": 0,
+            "schema": None,
+        }
 
     def _restore_keyed(self, layout: KeyedLayout | None, partials: Any) -> None:
         """Adopt the per-key partials restored from a delta chain (the chain goes on)."""

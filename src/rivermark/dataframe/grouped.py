@@ -162,12 +162,21 @@ class GroupbyAggregation(Aggregation):
         """
         if self.how not in ("sum", "count", "size", "min", "max"):
             return None
-        one = self.how == "size" or (
-            self.selection is not None and not isinstance(self.selection, (list, tuple))
-        )
-        if not isinstance(start, pd.Series if one else pd.DataFrame):
+        if not isinstance(start, pd.Series if self.one_column else pd.DataFrame):
             return None
         return KeyedAcc.from_partial((start.copy(),), self._layout)
+
+    @property
+    def one_column(self) -> bool:
+        """Whether a result is a Series (one column, or ``size``), not a DataFrame."""
+        return self.how == "size" or (
+            self.selection is not None and not isinstance(self.selection, (list, tuple))
+        )
+
+    @property
+    def layout(self) -> str:
+        """What the accumulator's components are (``rivermark.dataframe.keyed.PARTS``)."""
+        return self._layout
 
     def combine(self, acc: Any, p: Any) -> Any:
         if acc is None:

@@ -51,7 +51,7 @@ from .partials import KeyedAcc
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["KeyedLayout", "KeyedPartials", "restore_acc"]
+__all__ = ["KeyedLayout", "KeyedPartials", "PARTS", "parts_frame", "parts_of", "restore_acc"]
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,71 @@ class KeyedLayout:
     tails: tuple[tuple[int, ...], ...]
     meta: list[Any]
     layout: str
+
+    def pandas_form(self, state: Mapping[str, Any]) -> Any:
+        """The pandas form of a running grouped aggregation's ``state`` (see ``parts_frame``).
+
+        What ``rivermark.checkpoint.read()`` gives for the node; ``None`` for
+        a state that holds no per-key partials.
+        """
+        partials = state.get("partials")
+        if not isinstance(partials, Mapping) or state.get("parts"):
+            return None
+        return parts_frame(restore_acc(self, partials))
+
+
+#: the names of an accumulator's components where its result is not one of them
+PARTS = {"mean": ("sum", "count"), "moments": ("count", "mean", "m2")}
+
+
+def parts_frame(acc: KeyedAcc) -> Any:
+    """``acc`` as pandas, indexed by its keys: its one component, or its components side by side.
+
+    The one component of ``sum``, ``count``, ``size``, ``min`` and ``max``
+    is the value the aggregation emits (a Series, or a DataFrame of the
+    selected columns); the components of ``mean`` (``sum``, ``count``) and
+    of ``var`` and ``std`` (``count``, ``mean``, ``m2``) are the outer level
+    of a DataFrame's columns, the selected columns the inner one.
+
+    >>> acc = KeyedAcc.from_partial(
+    ...     [pd.Series([4.0, 2.0], index=["a", "b"], name="v"), pd.Series([2, 1], index=["a", "b"], name="v")],
+    ...     "mean",
+    ... )
+    >>> parts_frame(acc)
+       sum count
+         v     v
+    a  4.0     2
+    b  2.0     1
+    """
+    parts = [acc.wrap(c.copy(), m, keep_dtypes=True) for c, m in zip(acc.comps, acc.meta)]
+    names = PARTS.get(acc.layout)
+    if names is None or len(names) != len(parts):
+        return parts[0] if len(parts) == 1 else None
+    frames = [x.to_frame() if isinstance(x, pd.Series) else x for x in parts]
+    return pd.concat(frames, axis=1, keys=list(names))
+
+
+def parts_of(value: Any, layout: str, one: bool) -> list[Any]:
+    """The components of an accumulator in ``layout`` from its pandas form (:func:`parts_frame`).
+
+    ``one``: each component is a Series (one column selected).  ``ValueError``
+    when ``value`` is not such a form.
+    """
+    names = PARTS.get(layout)
+    if names is None:
+        kind = pd.Series if one else pd.DataFrame
+        if not isinstance(value, kind):
+            raise ValueError(f"a {kind.__name__} indexed by the group keys")
+        return [value]
+    columns = value.columns if isinstance(value, pd.DataFrame) else None
+    if not isinstance(columns, pd.MultiIndex) or set(columns.get_level_values(0)) != set(names):
+        listed = ", ".join(repr(n) for n in names)
+        raise ValueError(
+            f"a DataFrame indexed by the group keys whose columns are {listed}, each over the "
+            "selected columns"
+        )
+    parts = [value[n] for n in names]
+    return [x.iloc[:, 0] for x in parts] if one else parts
 
 
 class KeyedPartials:

@@ -61,6 +61,7 @@ class PartitionAssignment(Source):
     _committed_meta: dict[tuple[str, int], str]
     _offsets: dict[str, int]
     _seek_position: dict[str, int] | None
+    _new_topics: set[str]
     _assigned: set[tuple[str, int]]
     _tracker: OffsetTracker
     _last_refresh: float
@@ -245,8 +246,10 @@ class PartitionAssignment(Source):
         """The offsets newly assigned partitions start at (concrete offsets when possible).
 
         * in the restored position: that offset (range-checked);
+        * restored, of a topic the position does not know (added to the
+          subscription since the checkpoint), at start: as on a first run;
         * restored, but not in the position: the partition appeared after the
-          checkpoint, so from its first offset;
+          checkpoint, so from its first offset (said at INFO);
         * first run, at start: the group's committed offset, else
           ``auto.offset.reset``;
         * found while running: from its first offset.
@@ -260,13 +263,23 @@ class PartitionAssignment(Source):
         committed = self._committed_offsets(parts) if initial else {}
         if initial:
             self._check_group_owner(self._committed_meta, committed)
-        if not group_start:
-            committed = {}
         out: list[int] = []
         for t, p in parts:
             key = f"{t}:{p}"
             if self._seek_position is not None and key in self._seek_position:
                 out.append(self._check_range(t, p, self._seek_position[key]))
+                continue
+            first_run = group_start or (initial and t in self._new_topics)
+            if not first_run:
+                if initial:
+                    logger.info(
+                        "%s: %s[%d] is not in the restored position (added since the "
+                        "checkpoint): reading it from its first offset",
+                        self.display_name(),
+                        t,
+                        p,
+                    )
+                out.append(self._first_offset(t, p))
                 continue
             if committed is None:  # the group's offsets could not be read
                 out.append(int(ck.OFFSET_STORED))
@@ -284,11 +297,28 @@ class PartitionAssignment(Source):
                     p,
                     e,
                 )
-                out.append(int(ck.OFFSET_STORED if group_start else ck.OFFSET_BEGINNING))
+                out.append(int(ck.OFFSET_STORED))
                 continue
             reset = str(self.consumer_params.get("auto.offset.reset", "earliest")).lower()
-            out.append(int(high if group_start and reset not in _EARLIEST else low))
+            out.append(int(high if reset not in _EARLIEST else low))
         return out
+
+    def _first_offset(self, t: str, p: int) -> int:
+        """The first offset the broker holds of ``t[p]`` (symbolic if it cannot be asked)."""
+        import confluent_kafka as ck
+
+        try:
+            low, _ = self.consumer.get_watermark_offsets(ck.TopicPartition(t, p), timeout=5)
+        except (ck.KafkaException, RuntimeError) as e:
+            logger.warning(
+                "%s: cannot resolve the first offset of %s[%d] (%s); the consumer resolves it",
+                self.display_name(),
+                t,
+                p,
+                e,
+            )
+            return int(ck.OFFSET_BEGINNING)
+        return int(low)
 
     def _committed_offsets(
         self, parts: list[tuple[str, int]], patience: float = 30.0

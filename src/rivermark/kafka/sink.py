@@ -70,6 +70,11 @@ and aborts like ``restore``, rolls nothing forward, and resets the marker to
 epoch 0, so the new run's epochs form a new sequence; the records committed
 by earlier runs stay in the topic.
 
+Every handle, exactly-once or not, also records where the sink's output
+stands: per partition, the offset after its last acknowledged record
+(``offsets``), and the records it has written in all runs (``count``);
+:mod:`rivermark.kafka.readback` reads the output between two handles back.
+
 So a ``read_committed`` consumer sees every record exactly once.  Cost: the
 output of one epoch is kept in memory and written into the checkpoint.
 Limit: with several exactly-once sinks in one job each resolves its own
@@ -96,6 +101,7 @@ from .errors import (
     KafkaFencedError,
     KafkaTopicError,
 )
+from .readback import OutputEnds
 from .topic_ids import TopicIds
 from .transactions import DeadlineExceeded, call_with_deadline, first_record_visible
 
@@ -115,7 +121,7 @@ def _encode(v: Any) -> Any:
 
 
 @Stream.register_api(attribute_name="to_kafka")
-class ToKafka(Stream):
+class ToKafka(Stream, OutputEnds):
     """Produce every record to ``topic`` (see the module docs for guarantees).
 
     ``key`` is None, a constant, or a callable of the record; values and keys
@@ -191,6 +197,7 @@ class ToKafka(Stream):
         #: the output topic's id, looked up at the restore ('' when unknown)
         self._topic_id = ""
         self.delivered = 0
+        OutputEnds.__init__(self)
         self.committed_epoch: int | None = None
 
     # ---------------------------------------------------------------- producer
@@ -392,6 +399,8 @@ class ToKafka(Stream):
             self.in_flight -= 1
             if err is None:
                 self.delivered += 1
+                self._written += 1
+                self._acknowledged(msg)
                 if self.exactly_once and self._epoch_first is None:
                     self._epoch_first = (int(msg.partition()), int(msg.offset()))
                 release_refs(metadata)
@@ -661,6 +670,7 @@ class ToKafka(Stream):
         if self.failure is not None:
             raise self.failure
         handle: dict[str, Any] = {"epoch": epoch, "delivered": self.delivered}
+        handle.update(self.output_ends())
         if self.exactly_once:
             handle["transactional_id"] = self._txid()
             handle["first"] = list(self._epoch_first) if self._epoch_first else None
@@ -686,6 +696,7 @@ class ToKafka(Stream):
         """Check the topic; exactly-once: fence zombies, resolve the restored epoch, begin."""
         if not isinstance(handle, dict):
             handle = {}
+        self._resume_count(handle)
         stored = handle.get("transactional_id")
         if self.exactly_once and isinstance(stored, str) and stored:
             if self._explicit_txid and stored != self.transactional_id:
@@ -753,6 +764,7 @@ class ToKafka(Stream):
         so no epoch number of the earlier sequence is mistaken for a committed
         epoch of the new one.
         """
+        self._ends, self._written = {}, 0  # a new output: earlier runs' records are not counted
         if not self.exactly_once:
             return
         producer = self._ensure_producer()
@@ -791,7 +803,8 @@ class ToKafka(Stream):
         producer = self.producer
         producer.begin_transaction()
         for x, key in records:
-            producer.produce(self.topic, value=_encode(x), key=key)
+            # counted in the restored handle already; only where they land is noted
+            producer.produce(self.topic, value=_encode(x), key=key, on_delivery=self._rolled)
             producer.poll(0)
         self._commit_epoch(epoch)
 

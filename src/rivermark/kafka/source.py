@@ -50,8 +50,10 @@ never changed.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import logging
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -216,6 +218,8 @@ class KafkaBatchedSource(PartitionAssignment):
         self.consumer: Any = None
         self._offsets: dict[str, int] = {}
         self._seek_position: dict[str, int] | None = None
+        #: topics added to the subscription since the restored checkpoint (restore_inputs)
+        self._new_topics: set[str] = set()
         self._assigned: set[tuple[str, int]] = set()
         self._tracker = OffsetTracker()
         self._last_refresh = 0.0
@@ -279,8 +283,10 @@ class KafkaBatchedSource(PartitionAssignment):
             )
         # a position written before topic ids were recorded has none: accepted,
         # and the ids are recorded from the next listing on
-        self._seek_position, ids = split_position(position)
-        self._topic_ids = dict(ids)
+        stored, ids = split_position(position)
+        # the offsets of topics no longer subscribed are dropped
+        self._seek_position = {k: v for k, v in stored.items() if split_key(k)[0] in self.topics}
+        self._topic_ids = {t: i for t, i in ids.items() if t in self.topics}
         self._offsets = dict(self._seek_position)
         # restored from a checkpoint: never commit uncheckpointed progress to the
         # group (a restored job takes no checkpoint before its sources start); a
@@ -290,6 +296,52 @@ class KafkaBatchedSource(PartitionAssignment):
 
     def state_signature(self) -> str:
         return f"{type(self).__name__}(topics={sorted(self.topics)!r}, keys={self.keys!r})"
+
+    def inputs_change(self, stored: str, position: Any) -> str | None:
+        """Topics added to or removed from the subscription since the checkpoint (one line).
+
+        ``None`` unless ``stored`` (the checkpoint's signature of this source)
+        differs from this one's by its topics only.  An added topic starts as
+        on a first run: at the group's committed offsets, else per
+        ``auto.offset.reset``; a removed topic's offsets are dropped.
+        """
+        old = self._stored_topics(stored)
+        if old is None or set(old) == set(self.topics):
+            return None
+        added, removed = sorted(set(self.topics) - set(old)), sorted(set(old) - set(self.topics))
+        offsets = offsets_of(position) if isinstance(position, dict) else {}
+        said = []
+        if added:
+            reset = self.consumer_params.get("auto.offset.reset")
+            said.append(
+                f"topics added to the subscription: {', '.join(added)}; they start as on a "
+                f"first run (the group's committed offsets, else auto.offset.reset={reset!r})"
+            )
+        if removed:
+            gone = [f"{k}@{v}" for k, v in sorted(offsets.items()) if split_key(k)[0] in removed]
+            said.append(
+                f"topics no longer read: {', '.join(removed)}; their offsets are dropped "
+                f"({', '.join(gone) or 'none'})"
+            )
+        return "; ".join(said)
+
+    def restore_inputs(self, stored: str) -> None:
+        """The topics the checkpoint's signature ``stored`` does not name start as on a first run."""
+        old = self._stored_topics(stored)
+        self._new_topics = set() if old is None else set(self.topics) - set(old)
+
+    def _stored_topics(self, stored: str) -> list[str] | None:
+        """The topics of ``stored``, a signature of this source's kind and ``keys``; else None."""
+        m = re.fullmatch(rf"{type(self).__name__}\(topics=(\[.*\]), keys=(True|False)\)", stored)
+        if m is None or m[2] != repr(self.keys):
+            return None
+        try:
+            old = ast.literal_eval(m[1])
+        except (ValueError, SyntaxError):
+            return None
+        if not isinstance(old, list) or not all(isinstance(t, str) for t in old):
+            return None
+        return old
 
     def stop_at(self, position: Any) -> None:
         """Read every partition up to its offset in ``position`` (a bounded read, as ``stop_at_end``).

@@ -2,7 +2,10 @@
 
 Reading needs nothing; changing needs the job's control token::
 
-    GET  /healthz          200 while the job's server runs
+    GET  /healthz          200 while the job's server runs, with its status:
+                           ``starting`` (restored; its sources prepare and
+                           its first checkpoint is written), ``running``,
+                           ``stopping`` (its final checkpoint is written)
     GET  /readyz           200 while the job runs and takes records, else 503
     GET  /api/job          status, epoch, positions, uptime
     GET  /api/checkpoints  the checkpoints this run wrote (epoch, time,
@@ -25,6 +28,7 @@ logged.  ``rivermark savepoint`` and ``rivermark stop`` are the clients
 from __future__ import annotations
 
 import hmac
+import http.client
 import ipaddress
 import json
 import os
@@ -119,7 +123,7 @@ class ControlTarget(Protocol):
     (:class:`JobControl`) or a group of tasks (``rivermark.kafka.PartitionedJob``)."""
 
     def status(self) -> str:
-        """``running``, ``stopping`` (a stop was asked for) or ``ended``."""
+        """``starting``, ``running``, ``stopping`` (a stop was asked for) or ``ended``."""
 
     def describe(self) -> dict[str, Any]:
         """The body of ``GET /api/job``."""
@@ -145,7 +149,11 @@ class JobControl:
         job = self.job
         if not job.running:
             return "ended"
-        return "stopping" if job.stop_requested else "running"
+        if job.stop_requested:
+            return "stopping"
+        # restored, its sources preparing (Kafka assignments) and its first checkpoint
+        # being written: it takes no records yet
+        return "running" if all(s.started for s in job.sources) else "starting"
 
     def describe(self) -> dict[str, Any]:
         job = self.job
@@ -321,6 +329,12 @@ def request(target: str, path: str, token: str | None, timeout: float = 600.0) -
         with urllib.request.urlopen(req, timeout=timeout) as r:
             answer: dict[str, Any] = json.load(r)
             return answer
+    except (http.client.HTTPException, ValueError) as e:
+        # the job went away while it answered (an answer cut short, or not JSON)
+        raise ControlRequestError(
+            f"the job at {url} stopped answering ({type(e).__name__}: {e}); see "
+            "'rivermark checkpoints list' for what it wrote"
+        ) from None
     except urllib.error.HTTPError as e:
         try:
             why = json.load(e).get("error", e.reason)

@@ -34,13 +34,27 @@ Text output (:class:`TextOutputSink`, optional).  ``output_text(x)`` is the
 text a sink writes for record ``x`` (``sink_to_textfile``: ``str(x)`` and
 its line end; ``to_kafka``: the message value).  ``rivermark replay`` writes
 it to a side file in place of the sink's real output.
+
+Reading back (:class:`ReadBackSink`, optional).  ``written_between(first,
+last)`` gives the text a checkpointed sink wrote between two of its handles
+(the records of the epochs after ``first`` up to ``last``), as
+:class:`WrittenOutput`, or raises ``ValueError`` saying why that cannot be
+known.  ``rivermark replay --diff`` compares it with a replay's side output.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["CheckpointedSink", "EpochSealingSink", "StartOverSink", "TextOutputSink"]
+__all__ = [
+    "CheckpointedSink",
+    "EpochSealingSink",
+    "ReadBackSink",
+    "StartOverSink",
+    "TextOutputSink",
+    "WrittenOutput",
+]
 
 
 @runtime_checkable
@@ -89,3 +103,24 @@ class TextOutputSink(Protocol):
 
     def output_text(self, x: Any) -> str:
         """The text written for record ``x``, its line end included."""
+
+
+@dataclass(frozen=True)
+class WrittenOutput:
+    """What a sink wrote between two handles (see :class:`ReadBackSink`)."""
+
+    #: the records' text, as ``output_text`` gives it, line ends included
+    text: str
+    #: where it was read, for a person (a file, a topic's offsets)
+    where: str
+    #: False when the output has no order across its parts (a topic's partitions):
+    #: only the records, not their order, can then be compared
+    ordered: bool = True
+
+
+@runtime_checkable
+class ReadBackSink(Protocol):
+    """A checkpointed sink that reads back what it wrote between two handles (see module docs)."""
+
+    def written_between(self, first: Any, last: Any) -> WrittenOutput:
+        """The output of the epochs after handle ``first`` up to ``last``; ``ValueError`` if unknown."""

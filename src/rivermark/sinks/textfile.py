@@ -38,6 +38,7 @@ from .._fileid import lock_holder, tail_digest
 from ..core.node import Stream
 from ..core.refs import Metadata
 from ..errors import ChangedFileError, ConfigurationError, FileInUseError
+from .base import WrittenOutput
 from .basic import Sink
 
 logger = logging.getLogger(__name__)
@@ -204,6 +205,29 @@ class SinkToTextfile(Stream):
 
     def commit(self, epoch: int, handle: Any) -> None:
         """Nothing to do: the bytes written before the barrier are already durable."""
+
+    def written_between(self, first: Any, last: Any) -> WrittenOutput:
+        """The text written between handles ``first`` and ``last``: the bytes between their lengths.
+
+        ``ValueError`` when the file is unknown or was changed since ``last``
+        (its bytes before that length differ from the digest it records).
+        """
+        path = last.get("realpath") or last.get("path")
+        if not isinstance(path, str):
+            raise ValueError("the live sink writes to an open file without a path")
+        if (first.get("realpath") or first.get("path")) != path:
+            raise ValueError("the live sink wrote another file at each checkpoint")
+        start, end = int(first["length"]), int(last["length"])
+        expected = last.get("tail_sha256")
+        if expected is not None and tail_digest(path, end) != expected:
+            raise ValueError(
+                f"{path!r} changed since it was written (its bytes before {end} differ)"
+            )
+        with open(path, "rb") as f:
+            f.seek(start)
+            data = f.read(end - start)
+        encoding = self.open_kwargs.get("encoding") or "utf-8"
+        return WrittenOutput(data.decode(encoding, "replace"), str(last.get("path")))
 
     def restore(self, handle: Any) -> None:
         """Lock the file; check the handle is this file's; truncate to its length.

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import fnmatch
 import glob
 import logging
 import os
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +23,14 @@ logger = logging.getLogger(__name__)
 __all__ = ["FromTextfile", "Filenames"]
 
 _CHUNK = 1 << 16
+
+
+def _some(names: list[str], most: int = 3) -> str:
+    """`` (a, b, c and 4 more)``, or nothing for no names."""
+    if not names:
+        return ""
+    more = f" and {len(names) - most} more" if len(names) > most else ""
+    return f" ({', '.join(names[:most])}{more})"
 
 
 @Stream.register_api(staticmethod, attribute_name="filenames")
@@ -64,6 +75,36 @@ class Filenames(Source):
 
     def position(self) -> Any:
         return sorted(self.seen)
+
+    def inputs_change(self, stored: str, position: Any) -> str | None:
+        """The glob changed since the checkpoint: the files it now finds, those it lost (one line).
+
+        ``None`` unless ``stored`` (the checkpoint's signature of this source)
+        is a ``filenames`` signature with another glob.  Every file the glob
+        finds that is not in the position is emitted (as at any start); the
+        names emitted that it no longer matches are named and never emitted
+        again.
+        """
+        m = re.fullmatch(r"Filenames\(path=(.*)\)", stored)
+        try:
+            old = ast.literal_eval(m[1]) if m else None
+        except (ValueError, SyntaxError):
+            return None
+        if not isinstance(old, str) or old == self.path:
+            return None
+        emitted = (
+            {n for n in position if isinstance(n, str)} if isinstance(position, list) else set()
+        )
+        found = sorted(set(glob.glob(self.path)) - emitted)
+        lost = sorted(n for n in emitted if not fnmatch.fnmatch(n, self.path))
+        return (
+            f"the glob {self.path!r} (was {old!r}) finds {len(found)} files not emitted yet, "
+            f"emitted from the start as any file it finds{_some(found)}; {len(lost)} files "
+            f"emitted before no longer match it{_some(lost)}"
+        )
+
+    def restore_inputs(self, stored: str) -> None:
+        """Nothing to prepare: the names in the position are never emitted again, the rest are."""
 
     def position_now(self) -> Any:
         return sorted(self.seen)

@@ -1,8 +1,9 @@
 """Checkpoints in S3 on a real S3 API server (moto on loopback, a bucket per test).
 
 The kill loop of the acceptance pipeline on S3 is in tests/integration/test_crash_recovery.py;
-here: the store contract, inspection by URL, the lease's expiry and take-over, and a store
-that becomes unreachable while the job runs.
+here: the store contract, inspection by URL, the lease's expiry and take-over, a store
+that becomes unreachable while the job runs, and a savepoint whose files are copied from a
+directory to S3 and back.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from rivermark import Stream
+from rivermark import KeyedState, Stream
 from rivermark.checkpoint import CheckpointLockedError, Job, Manifest, ObjectStoreError, codec
 from rivermark.checkpoint.objectstore import ObjectStore
 from rivermark.cli import main
@@ -344,3 +345,67 @@ def test_a_lease_that_does_not_parse_is_taken_over_only_after_the_lease_period(
         assert _lease(store)["ttl"] == ttl
     finally:
         store.unlock()
+
+
+def _counting(items: list[int], stop_at: int | None, jobs: list[Job]) -> tuple[Stream, list[Any]]:
+    """Running counts of ``x % 37`` in a KeyedState; the job stops with a savepoint at ``stop_at``."""
+
+    def count(acc: KeyedState, x: int) -> tuple[KeyedState, str]:
+        acc[x % 37] = acc.get(x % 37, 0) + 1
+        return acc, f"{x % 37}:{acc[x % 37]}"
+
+    source = Stream.from_iterable(items, name="numbers")
+    out = source.accumulate(count, start=KeyedState(), returns_state=True, name="counts")
+    seen = out.sink_to_list(name="out")
+    source.sink(lambda x: x == stop_at and jobs[0].stop(savepoint=True))
+    return source, seen
+
+
+def _run_to(stop_at: int | None, checkpoint: str, from_savepoint: str | None = None) -> int | None:
+    """Run the counting job (to ``stop_at``, or the end); the epoch of its last savepoint."""
+    jobs: list[Job] = []
+    source, _ = _counting(list(range(1000)), stop_at, jobs)
+    jobs.append(Job(source, checkpoint=checkpoint, every=None, from_savepoint=from_savepoint))
+    jobs[0].run()
+    return jobs[0].last_savepoint
+
+
+def test_a_savepoint_copied_from_a_directory_to_s3_and_back_restores_exactly(
+    bucket: str, tmp_path: Path
+) -> None:
+    import fsspec
+
+    s3 = fsspec.filesystem("s3")
+    # a savepoint in a local directory, its files copied to S3 as any tool copies files
+    first = _run_to(300, str(tmp_path / "one"))
+    assert first is not None
+    part = f"checkpoints/{first:012d}"
+    for f in (tmp_path / "one" / part).rglob("*"):
+        if f.is_file():
+            s3.put_file(str(f), f"{bucket}/moved/{f.relative_to(tmp_path / 'one')}")
+    # a job starts from the copy into a location in S3, and stops with a savepoint there
+    second = _run_to(700, f"s3://{bucket}/job", from_savepoint=f"s3://{bucket}/moved@{first}")
+    assert second is not None
+    # that savepoint's objects copied back to a directory: a job starts from it and ends
+    part = f"checkpoints/{second:012d}"
+    for key in s3.find(f"{bucket}/job/{part}"):
+        local = tmp_path / "back" / key.removeprefix(f"{bucket}/job/")
+        local.parent.mkdir(parents=True, exist_ok=True)
+        s3.get_file(key, str(local))
+    jobs: list[Job] = []
+    source, seen = _counting(list(range(1000)), None, jobs)
+    jobs.append(
+        Job(
+            source,
+            checkpoint=tmp_path / "three",
+            every=None,
+            from_savepoint=f"{tmp_path / 'back'}@{second}",
+        )
+    )
+    jobs[0].run()
+    counts: dict[int, int] = {}
+    reference = []
+    for x in range(1000):
+        counts[x % 37] = counts.get(x % 37, 0) + 1
+        reference.append(f"{x % 37}:{counts[x % 37]}")
+    assert seen == reference  # the sink's list came along with the savepoints too

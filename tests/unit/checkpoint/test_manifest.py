@@ -245,17 +245,6 @@ def test_the_run_that_wrote_it_is_covered_by_the_checksum_and_checked() -> None:
     edited["run"]["resumed_from"] = 5
     with pytest.raises(ManifestError, match="checksum mismatch"):
         Manifest.from_json(json.dumps(edited))
-    for bad in (
-        {"started": 11.0},
-        {"started": "x", "resumed_from": None},
-        {"started": 1.0, "resumed_from": 7},
-        [1],
-    ):
-        d = json.loads(text)
-        d["run"] = bad
-        d["checksum"] = sha256_of(json.dumps(d, sort_keys=True, separators=(",", ":")).encode())
-        with pytest.raises(ManifestError, match="'run' must be"):
-            Manifest.from_json(json.dumps(d))
 
 
 def _rechecked(d: dict[str, Any]) -> str:
@@ -277,11 +266,6 @@ def test_timing_is_taken_when_the_manifest_is_written_and_checked() -> None:
     edited["timing"]["duration"] = 9.0
     with pytest.raises(ManifestError, match="checksum mismatch"):
         Manifest.from_json(json.dumps(edited))
-    for bad in ({"duration": 1.0}, {"duration": -1.0, "pause": 0.0}, {"duration": "1", "pause": 0}):
-        d = json.loads(text)
-        d["timing"] = bad
-        with pytest.raises(ManifestError, match="'timing' must be"):
-            Manifest.from_json(_rechecked(d))
 
 
 def test_counts_are_covered_by_the_checksum_and_checked() -> None:
@@ -290,8 +274,29 @@ def test_counts_are_covered_by_the_checksum_and_checked() -> None:
     text = m.to_json()
     assert Manifest.from_json(text).counts == {"src": [10, 10], "acc": [10, 9]}
     assert Manifest.from_json(_manifest().to_json()).counts is None
-    for bad in ({"src": [1]}, {"src": [1, -2]}, {"src": [1.5, 2]}, {"src": "12"}, [1, 2]):
-        d = json.loads(text)
-        d["counts"] = bad
-        with pytest.raises(ManifestError, match="'counts' must map"):
-            Manifest.from_json(_rechecked(d))
+
+
+#: an optional field of a manifest given a value of the wrong shape (its checksum
+#: matching), and the words of the refusal
+MALFORMED = [
+    ("run", {"started": 11.0}, "'run' must be"),
+    ("run", {"started": "x", "resumed_from": None}, "'run' must be"),
+    ("run", {"started": 1.0, "resumed_from": 7}, "'run' must be"),
+    ("run", [1], "'run' must be"),
+    ("timing", {"duration": 1.0}, "'timing' must be"),
+    ("timing", {"duration": -1.0, "pause": 0.0}, "'timing' must be"),
+    ("timing", {"duration": "1", "pause": 0}, "'timing' must be"),
+    ("counts", {"src": [1]}, "'counts' must map"),
+    ("counts", {"src": [1, -2]}, "'counts' must map"),
+    ("counts", {"src": [1.5, 2]}, "'counts' must map"),
+    ("counts", {"src": "12"}, "'counts' must map"),
+    ("counts", [1, 2], "'counts' must map"),
+]
+
+
+@pytest.mark.parametrize("field, bad, words", MALFORMED)
+def test_an_optional_field_of_the_wrong_shape_is_refused(field: str, bad: Any, words: str) -> None:
+    d = json.loads(_manifest().to_json())
+    d[field] = bad
+    with pytest.raises(ManifestError, match=re.escape(words)):
+        Manifest.from_json(_rechecked(d))

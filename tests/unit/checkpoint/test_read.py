@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,6 +16,7 @@ from rivermark.checkpoint import (
     LocalDirectoryStore,
     read,
 )
+from rivermark.checkpoint.frames import keyed_dict, keyed_frame
 
 from .conftest import total
 
@@ -38,8 +40,12 @@ def test_read_resolves_delta_chains_and_gives_positions(tmp_path: Path) -> None:
     assert got.epoch == newest.epoch
     assert got.positions == {"numbers": len(values)}
     assert got.state["sum"] == {"state": sum(values)}
-    assert sorted(got.state["firsts"]["seen"]) == [0, 1, 2, 3, 4]
-    assert got.state["freq"] == {"counts": dict(Counter(v % 3 for v in values))}
+    assert sorted(got.state["firsts"]["seen"].index) == [0, 1, 2, 3, 4]  # keys of a set
+    counts = dict(Counter(v % 3 for v in values))
+    # keyed state of scalars as a Series indexed by key; as a dict without pandas
+    assert got.state["freq"]["counts"].to_dict() == counts
+    assert got.state["freq"]["counts"].dtype == "int64"
+    assert read(tmp_path, as_pandas=False).state["freq"] == {"counts": counts}
     # an older epoch, by number
     first = read(tmp_path, epoch=store.list_epochs()[0])
     assert first.state["sum"]["state"] < sum(values)
@@ -47,7 +53,7 @@ def test_read_resolves_delta_chains_and_gives_positions(tmp_path: Path) -> None:
 
 def test_read_state_restores_a_fresh_node(tmp_path: Path) -> None:
     Job(_graph(list(range(12))), checkpoint=tmp_path, every=None).run()
-    got = read(tmp_path)
+    got = read(tmp_path, as_pandas=False)
     s = Stream()
     freq = s.frequencies()
     freq.set_state(got.state["freq"])
@@ -74,3 +80,48 @@ def test_read_names_a_missing_checkpoint(tmp_path: Path) -> None:
     Job(_graph([1]), checkpoint=tmp_path, every=None).run()
     with pytest.raises(CheckpointNotFoundError, match="has no checkpoint 99"):
         read(tmp_path, epoch=99)
+
+
+@pytest.mark.parametrize(
+    "values, kind, dtype",
+    [
+        ({"a": 1, "b": 2}, "Series", "int64"),
+        ({"a": 1.5, "b": float("nan")}, "Series", "float64"),
+        ({"a": True, "b": False}, "Series", "bool"),
+        # ints and floats would come back as floats: the objects themselves
+        ({"a": 1, "b": 2.5, "c": None}, "Series", "object"),
+        ({("x", 1): 1, ("y", 2): 3}, "Series", "int64"),
+        ({}, "Series", "object"),
+        ({"a": {"n": 1, "s": "x"}, "b": {"n": 2, "s": "y"}}, "DataFrame", None),
+        ({"a": {"n": 1}, "b": {"n": 2.5}}, "DataFrame", None),
+    ],
+)
+def test_keyed_state_as_pandas_gives_back_exactly_what_it_was(
+    values: dict[Any, Any], kind: str, dtype: str | None
+) -> None:
+    form = keyed_frame(values)
+    assert type(form).__name__ == kind
+    if dtype is not None:
+        assert form.dtype == dtype
+    back = keyed_dict(form)
+    assert list(back.items()) == list(values.items()) or (  # NaN != NaN
+        str(back) == str(values)
+    )
+    assert [type(v) for v in back.values()] == [type(v) for v in values.values()]
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"a": (1, 2)},
+        {"a": [1]},
+        {"a": {"n": 1}, "b": {"m": 2}},
+        {"a": {1: 2}},
+        {"a": 1, "b": "x", "c": (1,)},
+    ],
+    ids=["tuples", "lists", "records-of-other-keys", "non-string-fields", "a-tuple-among-scalars"],
+)
+def test_keyed_state_that_is_neither_scalars_nor_records_stays_a_dict(
+    values: dict[Any, Any],
+) -> None:
+    assert keyed_frame(values) is values

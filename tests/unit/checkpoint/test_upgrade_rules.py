@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections import Counter
 from pathlib import Path
@@ -115,3 +116,49 @@ def test_bad_upgrade_arguments_are_one_line(
 ) -> None:
     with pytest.raises(ConfigurationError, match=re.escape(words)):
         Job(_freq(["a"], "freq")[0], checkpoint=tmp_path, **kwargs)
+
+
+def _files_job(pattern: str, seen: list[str], holder: list[Job], want: int) -> Stream:
+    """``filenames(pattern)`` -> the base names into ``seen``; the job stops at ``want`` names."""
+    source = Stream.filenames(pattern, poll_interval="5ms", name="files")
+
+    def note(name: str) -> None:
+        seen.append(os.path.basename(name))
+        if len(seen) == want:
+            holder[0].stop()
+
+    source.sink(note)
+    return source
+
+
+def test_a_glob_that_matches_other_files_emits_the_new_and_names_the_lost(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    d = tmp_path / "in"
+    d.mkdir()
+    for n in ("a1.txt", "a2.txt", "b1.txt", "b2.txt", "c1.txt"):
+        (d / n).write_text(n)
+    first: list[str] = []
+    jobs: list[Job] = []
+    jobs.append(Job(_files_job(str(d / "[ab]*.txt"), first, jobs, 4), checkpoint=tmp_path / "ck"))
+    jobs[0].run()
+    assert first == ["a1.txt", "a2.txt", "b1.txt", "b2.txt"]
+    # the new version reads a* and c*: c1 is new, b1 and b2 are no longer read
+    (d / "a3.txt").write_text("a3")
+    later: list[str] = []
+    jobs = []
+    source = _files_job(str(d / "[ac]*.txt"), later, jobs, 2)
+    jobs.append(Job(source, checkpoint=tmp_path / "ck"))
+    with caplog.at_level(logging.INFO, logger="rivermark"):
+        jobs[0].run()
+    assert later == ["a3.txt", "c1.txt"]  # what the glob finds that was not emitted, once
+    decisions = [r.getMessage() for r in caplog.records if ": inputs: files: " in r.getMessage()]
+    assert len(decisions) == 1, decisions
+    assert "finds 2 files not emitted yet" in decisions[0], decisions
+    assert (
+        f"2 files emitted before no longer match it ({d / 'b1.txt'}, {d / 'b2.txt'})"
+        in (decisions[0])
+    )
+    # another source kind, or another configuration, is still refused as changed
+    with pytest.raises(CheckpointMismatchError, match="changed: files: "):
+        Job(Stream.from_textfile(str(d / "a1.txt"), name="files"), checkpoint=tmp_path / "ck").run()
