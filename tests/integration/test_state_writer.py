@@ -119,6 +119,7 @@ CASES = [
     ),
     Case("frequencies", _op("frequencies", before=lambda x: x % 4)),
     Case("slice", _op("slice", 3, 35, 4)),
+    Case("pairwise", _op("pairwise")),
     Case("unique", _op("unique", before=lambda x: x % 7)),
     Case("unique-lru", _op("unique", maxsize=3, before=lambda x: x // 2 % 5)),
     Case("collect", _collect),
