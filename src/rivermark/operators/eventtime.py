@@ -38,9 +38,10 @@ from ..core.node import Stream, check_callable
 from ..core.refs import Metadata
 from ..core.timeutil import parse_interval
 from ..errors import ConfigurationError
+from ..execution.steps import step
 from ..state import KeyedState, as_keyed
 from .aggregations import Aggregation, aggregation
-from .watermarks import WatermarkTracker, to_epoch
+from .watermarks import NEG_INF, POS_INF, WatermarkTracker, to_epoch
 
 logger = logging.getLogger(__name__)
 
@@ -182,13 +183,14 @@ class Timestamps(Stream):
         """The current watermark (epoch seconds; ``-inf`` before the first record)."""
         return self.tracker.watermark
 
+    @step
     def update(
         self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
     ) -> Results:
         func = self.func
         try:
             ts = _source_time(metadata) if func is None else func(x)
-            if type(ts) is not float or not -math.inf < ts < math.inf:
+            if type(ts) is not float or not NEG_INF < ts < POS_INF:
                 ts = to_epoch(ts)  # the conversions and the refusals
         except Exception as e:
             self._user_error(x, e, func or "source timestamp")
@@ -196,10 +198,15 @@ class Timestamps(Stream):
         # the watermark moves first (what it closes, and the timers it fires, come
         # before this record, which it can never make late: it is at most ts - max_delay)
         watermark = self.tracker.observe(_partition_of(metadata) if metadata else None, ts)
-        results = self._advance(watermark) if watermark >= self.due else None
+        if watermark >= self.due:
+            closed = self._advance(watermark)
+            if closed:  # windows closed by this record's watermark, still being passed on
+                self.current = ts
+                self.record_watermark = watermark
+                return _merge(closed, self._emit(x, metadata))
         self.current = ts
         self.record_watermark = watermark
-        return _merge(results, self._emit(x, metadata))
+        return self._emit(x, metadata)
 
     def _advance(self, watermark: float) -> Results:
         results: Results = None
@@ -346,26 +353,36 @@ class EventWindow(Stream):
             return key  # type: ignore[no-any-return]
         return operator.itemgetter(key)
 
+    @step
     def update(
         self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
     ) -> Results:
         clock = self.clock
+        key_of, value_of = self._key_of, self.value
         try:
-            k = None if self._key_of is None else self._key_of(x)
-            v = x if self.value is None else self.value(x)
+            k = None if key_of is None else key_of(x)
+            v = x if value_of is None else value_of(x)
             changed, late = self._add(k, v, clock.current, clock.record_watermark)
         except Exception as e:
             self._user_error(x, e, self.agg.name)
             return None
+        if changed or late:  # updated results to pass on (emit="updates"), or a late record
+            return self._updated(x, metadata, changed, late)
+        return None
+
+    def _updated(
+        self, x: Any, metadata: Metadata | None, changed: Sequence[WindowResult], late: bool
+    ) -> Results:
+        """Pass on the updated results of ``emit="updates"``; send a late record to ``.late``."""
         results: Results = None
-        if self.emit_mode == "updates":
-            for w in changed:
-                results = _merge(results, self._emit(w, None))
+        for w in changed:
+            results = _merge(results, self._emit(w, None))
         if late:
             self.late_count += 1
             if self._late is not None:
                 results = _merge(results, self._late.pass_late(x, metadata))
             elif self.late_count == 1:
+                clock = self.clock
                 logger.warning(
                     "%s: a record arrived after its window closed (time %s, watermark %s); "
                     "such records are counted in late_count; sink %s.late to keep them",
@@ -560,26 +577,39 @@ class TumblingWindow(_FixedWindows):
         self.offset = float(offset)
         super().__init__(upstream, **kwargs)
 
-    def _add(
-        self, k: Any, v: Any, ts: float, watermark: float
-    ) -> tuple[Sequence[WindowResult], bool]:
+    @step
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> Results:
         # the one window of _FixedWindows._add when step == size, without the loop
-        size = self.size
-        start = self.offset + _slot(ts, size, self.offset) * size
+        clock, agg = self.clock, self.agg
+        key_of, value_of = self._key_of, self.value
+        size, offset = self.size, self.offset
+        try:
+            k = None if key_of is None else key_of(x)
+            v = x if value_of is None else value_of(x)
+            start = offset + _slot(clock.current, size, offset) * size
+        except Exception as e:
+            self._user_error(x, e, agg.name)
+            return None
         end = start + size
-        if end + self.grace <= watermark:
-            return _UNCHANGED_LATE
+        if end + self.grace <= clock.record_watermark:  # its window has closed
+            return self._updated(x, metadata, (), True)
         open_ = self._open
-        cur = open_.get((k, start))
+        try:
+            cur = open_.get((k, start))
+            acc = agg.create(v) if cur is None else agg.add(cur[2], v)
+        except Exception as e:  # an unhashable key, the aggregation raised
+            self._user_error(x, e, agg.name)
+            return None
         if cur is None:
-            acc = self.agg.create(v)
             self._open_window(k, start, end, acc)
         else:
-            acc = self.agg.add(cur[2], v)
             open_[(k, start)] = (end, cur[1], acc)
         if self.emit_mode == "updates":
-            return [WindowResult(start, end, k, self.agg.result(acc), False)], False
-        return _UNCHANGED
+            update = WindowResult(start, end, k, agg.result(acc), False)
+            return self._updated(x, metadata, (update,), False)
+        return None
 
     def state_signature(self) -> str:
         return f"TumblingWindow(size={self.size}, offset={self.offset}, {self._config()})"

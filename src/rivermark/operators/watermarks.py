@@ -36,6 +36,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["to_epoch", "WatermarkTracker"]
 
 NEG_INF = -math.inf
+POS_INF = math.inf
 
 
 def to_epoch(value: Any) -> float:
