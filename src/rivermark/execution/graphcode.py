@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import ast
 import logging
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -81,7 +82,16 @@ def writes_out(node: Stream) -> bool:
 
 
 def _has_return(stmt: ast.stmt) -> bool:
-    return any(isinstance(n, ast.Return) for n in ast.walk(stmt))
+    """Whether ``stmt`` holds a ``return`` (remembered on the node: asked at every level)."""
+    found = getattr(stmt, "rivermark_returns", None)
+    if found is None:
+        found = isinstance(stmt, ast.Return) or any(
+            _has_return(child)
+            for field in ("body", "orelse", "finalbody", "handlers")
+            for child in getattr(stmt, field, ())
+        )
+        stmt.rivermark_returns = found  # type: ignore[attr-defined]
+    return bool(found)
 
 
 def _name(id_: str) -> ast.Name:
@@ -376,11 +386,9 @@ def compile_loop(
         *body,
         ast.If(_name("_out"), [ast.Return(_name("_out"))], []),
     ]
-    used = {n.id for stmt in loop_body for n in ast.walk(stmt) if isinstance(n, ast.Name)}
-    fixed = [k for k in w.scope if k != "__builtins__" and k in used]
     fdef = ast.FunctionDef(
         name="run",
-        args=_args(["records"], [], fixed),
+        args=_args(["records"], []),
         body=[
             ast.Assign([ast.Name("_out", ast.Store())], ast.Constant(None)),
             ast.For(ast.Name("x", ast.Store()), _name("records"), loop_body, []),
@@ -389,9 +397,16 @@ def compile_loop(
         decorator_list=[],
         returns=None,
     )
+    text = _source(fdef)
+    # the objects the loop reads, bound once per call as keyword-only defaults (fast
+    # locals); those folding bound but left unused are not
+    used = set(re.findall(r"\b_\w+", text))
+    params = ", ".join(f"{k}={k}" for k in w.scope if k in used)
+    if params:
+        text = text.replace("def run(records):", f"def run(records, *, {params}):", 1)
     scope = w.scope
     scope.update(_self=root, _valid=True)
-    fn = _compile(_source(fdef), scope, "run")
+    fn = _compile(text, scope, "run")
     if fn is not None:
         fn.__qualname__ = f"{type(root).__name__}.run"
     return fn

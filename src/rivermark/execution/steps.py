@@ -54,6 +54,7 @@ import builtins
 import copy
 import functools
 import inspect
+import operator
 import textwrap
 import types
 import weakref
@@ -320,6 +321,60 @@ class Site:
     suffix: str = ""
 
 
+_UNARY: dict[type, Callable[[Any], Any]] = {
+    ast.Not: operator.not_,
+    ast.USub: operator.neg,
+    ast.UAdd: operator.pos,
+    ast.Invert: operator.invert,
+}
+_BINARY: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+    ast.BitAnd: operator.and_,
+    ast.BitOr: operator.or_,
+    ast.BitXor: operator.xor,
+    ast.LShift: operator.lshift,
+    ast.RShift: operator.rshift,
+}
+_COMPARE: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+    ast.Is: operator.is_,
+    ast.IsNot: operator.is_not,
+    ast.In: lambda a, b: a in b,
+    ast.NotIn: lambda a, b: a not in b,
+}
+
+
+def _evaluate(expr: ast.expr, values: list[Any]) -> Any:
+    """The value of ``expr`` from the values of its child expressions, in order."""
+    if isinstance(expr, ast.UnaryOp):
+        return _UNARY[type(expr.op)](values[0])
+    if isinstance(expr, ast.BinOp):
+        return _BINARY[type(expr.op)](values[0], values[1])
+    if isinstance(expr, ast.Compare):
+        left = values[0]
+        for op, right in zip(expr.ops, values[1:], strict=True):
+            if not _COMPARE[type(op)](left, right):
+                return False
+            left = right
+        return True
+    if isinstance(expr, ast.Subscript):
+        return values[0][values[1]]
+    if isinstance(expr, ast.Call):  # a pure builtin (see PURE): func, then the arguments
+        return values[0](*values[1:])
+    raise Unsupported(f"cannot evaluate {type(expr).__name__}")
+
+
 class _Specializer(ast.NodeTransformer):
     """Pass one: a step's statements with everything known folded in."""
 
@@ -345,6 +400,21 @@ class _Specializer(ast.NodeTransformer):
         self.size = 0
         self.p_self, self.p_x, self.p_who, self.p_meta = info.params
 
+    def generic_visit(self, node: ast.AST) -> ast.AST:
+        """A copy of ``node`` with its children visited (the step's own tree is never changed)."""
+        node = copy.copy(node)
+        for field, old in ast.iter_fields(node):
+            if isinstance(old, list):
+                new: list[Any] = []
+                for value in old:
+                    if isinstance(value, ast.AST):
+                        value = self.visit(value)
+                    new.append(value)
+                setattr(node, field, new)
+            elif isinstance(old, ast.AST):
+                setattr(node, field, self.visit(old))
+        return node
+
     # ------------------------------------------------------------------ values
     def _const(self, value: Any, hint: str) -> ast.expr:
         if _literal(value):
@@ -369,35 +439,17 @@ class _Specializer(ast.NodeTransformer):
             return True, tuple(values)
         return False, None
 
-    def _named(self, part: ast.expr, env: dict[str, Any]) -> ast.expr:
-        """A name in ``env`` for the known value of ``part``."""
-        name = f"_v{len(env)}"
-        env[name] = self._value(part)[1]
-        return ast.Name(name, ast.Load())
-
     def _local(self, name: str) -> str:
         return name + self.site.suffix if self.site.graph else name
 
     def _fold(self, expr: ast.expr) -> ast.expr:
         """``expr`` evaluated now when all its parts are known (a pure expression)."""
         parts = [c for c in ast.iter_child_nodes(expr) if isinstance(c, ast.expr)]
-        if not all(self._value(p)[0] for p in parts):
+        known = [self._value(p) for p in parts]
+        if not all(ok for ok, _ in known):
             return expr
-        # every part by name, so that compiling says nothing of literals (``1 is None``)
-        env: dict[str, Any] = {}
-        named = copy.copy(expr)
-        for field, value in ast.iter_fields(named):
-            if isinstance(value, ast.expr):
-                setattr(named, field, self._named(value, env))
-            elif isinstance(value, list):
-                setattr(
-                    named,
-                    field,
-                    [self._named(v, env) if isinstance(v, ast.expr) else v for v in value],
-                )
         try:
-            code = compile(ast.Expression(ast.fix_missing_locations(named)), "<fold>", "eval")
-            value = eval(code, {"__builtins__": {}}, env)  # noqa: S307 - known values only
+            value = _evaluate(expr, [v for _, v in known])
         except Exception:  # e.g. an index out of range: leave it to run time
             return expr
         return self._const(value, "k")
@@ -429,8 +481,7 @@ class _Specializer(ast.NodeTransformer):
             attr = node.attr
             if attr in self.fixed or (self.site.graph and attr in SHAPE):
                 return self._const(getattr(self.site.node, attr), attr)
-        self.generic_visit(node)
-        return node
+        return self.generic_visit(node)  # type: ignore[return-value]
 
     # ------------------------------------------------------------------ expressions
     def visit_Call(self, node: ast.Call) -> ast.expr:
@@ -453,7 +504,7 @@ class _Specializer(ast.NodeTransformer):
                 f"step {_where(self.info.func, node)}: the graph fact {func.attr!r} is called "
                 "with arguments that are not known in a graph"
             )
-        self.generic_visit(node)
+        node = self.generic_visit(node)  # type: ignore[assignment]
         node.args = self._spread(node.args)
         node.keywords = self._spread_keywords(node.keywords)
         ok, fn = self._value(node.func)
@@ -489,19 +540,16 @@ class _Specializer(ast.NodeTransformer):
         return out
 
     def visit_UnaryOp(self, node: ast.UnaryOp) -> ast.expr:
-        self.generic_visit(node)
-        return self._fold(node)
+        return self._fold(self.generic_visit(node))  # type: ignore[arg-type]
 
     def visit_BinOp(self, node: ast.BinOp) -> ast.expr:
-        self.generic_visit(node)
-        return self._fold(node)
+        return self._fold(self.generic_visit(node))  # type: ignore[arg-type]
 
     def visit_Compare(self, node: ast.Compare) -> ast.expr:
-        self.generic_visit(node)
-        return self._fold(node)
+        return self._fold(self.generic_visit(node))  # type: ignore[arg-type]
 
     def visit_Subscript(self, node: ast.Subscript) -> ast.expr:
-        self.generic_visit(node)
+        node = self.generic_visit(node)  # type: ignore[assignment]
         if isinstance(node.ctx, ast.Load):
             return self._fold(node)
         return node
@@ -511,10 +559,7 @@ class _Specializer(ast.NodeTransformer):
         ok, v = self._value(test)
         if ok:
             return self.visit(node.body if v else node.orelse)  # type: ignore[no-any-return]
-        node.test = test
-        node.body = self.visit(node.body)
-        node.orelse = self.visit(node.orelse)
-        return node
+        return ast.IfExp(test, self.visit(node.body), self.visit(node.orelse))
 
     def visit_BoolOp(self, node: ast.BoolOp) -> ast.expr:
         is_and = isinstance(node.op, ast.And)
@@ -531,19 +576,18 @@ class _Specializer(ast.NodeTransformer):
             values.append(v)
         if len(values) == 1:
             return values[0]
-        node.values = values
-        return node
+        return ast.BoolOp(node.op, values)
 
     # ------------------------------------------------------------------ statements
     def block(self, stmts: list[ast.stmt] | tuple[ast.stmt, ...]) -> list[ast.stmt]:
         """Specialise a list of statements (copies; the step's own tree is untouched)."""
         out: list[ast.stmt] = []
         for stmt in stmts:
-            out.extend(self.statement(copy.deepcopy(stmt)))
+            out.extend(self.statement(copy.copy(stmt)))
         return out
 
     def statement(self, stmt: ast.stmt) -> list[ast.stmt]:
-        self.size += sum(1 for _ in ast.walk(stmt))
+        self.size += 1 + len(stmt.__dict__)
         if self.size > MAX_SIZE:
             raise Unsupported(f"{self.info.name} grows too large when specialised")
         if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
@@ -570,12 +614,16 @@ class _Specializer(ast.NodeTransformer):
 
     def _try(self, stmt: ast.Try) -> list[ast.stmt]:
         stmt.body = self.block(stmt.body) or [ast.Pass()]
+        handlers = []
         for h in stmt.handlers:
+            h = copy.copy(h)
             if h.type is not None:
                 h.type = self.visit(h.type)
             if h.name:
                 h.name = self._local(h.name)
             h.body = self.block(h.body) or [ast.Pass()]
+            handlers.append(h)
+        stmt.handlers = handlers
         stmt.orelse = self.block(stmt.orelse)
         stmt.finalbody = self.block(stmt.finalbody)
         return [stmt]
@@ -716,8 +764,7 @@ def specialized_update(node: Stream, info: StepInfo) -> Callable[..., Any]:
         decorator_list=[],
         returns=None,
     )
-    module = ast.fix_missing_locations(ast.Module(body=[fdef], type_ignores=[]))
-    src = ast.unparse(module)
+    src = ast.unparse(ast.fix_missing_locations(ast.Module(body=[fdef], type_ignores=[])))
     scope = bind.scope
     exec(_code(src, f"<rivermark step {info.name}>"), scope)  # noqa: S102 - made from the step
     fn: Callable[..., Any] = scope["update"]
