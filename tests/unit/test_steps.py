@@ -251,3 +251,22 @@ def test_one_definition_handles_tracked_and_untracked_records() -> None:
         assert step_of(cls.update) is not None
         for name in ("_update_general", "_update_tracked", "_flush_now"):
             assert not hasattr(cls, name), (cls, name)
+
+
+class LastOfTwo(Stream):
+    """A step that reads its loop variable after an unrolled loop."""
+
+    @step
+    def update(self, x: Any, who: Any = None, metadata: Any = None) -> Any:
+        total = 0
+        for i in (1, 2):
+            total += i * x
+        return self._emit((total, i), metadata)
+
+
+def test_a_loop_variable_keeps_its_last_value_after_an_unrolled_loop() -> None:
+    s = Stream()
+    out = LastOfTwo(s).sink_to_list()
+    assert s.record_loop()(iter([1, 10])) is None
+    assert out == [(3, 2), (30, 2)]
+    assert "for " not in _loop_source(s).split("for x in records:", 1)[1]

@@ -30,8 +30,8 @@ What folding knows (and nothing else):
   values are evaluated then.
 
 An ``if`` whose test is known keeps one branch, a ``for`` over a known
-tuple is unrolled, and a local assigned once, at the top of the step, from
-a known value becomes that value.
+tuple is unrolled, and a local the step assigns once, from a known value,
+becomes that value.
 
 The rules a step follows (checked by :func:`step` when the class is
 defined, with a message naming the method and the line):
@@ -82,8 +82,6 @@ __all__ = [
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-#: the parameters of every step, in order
-PARAMS = ("self", "x", "who", "metadata")
 #: a node's shape, known while a generated graph lives
 SHAPE = frozenset({"upstreams", "downstreams"})
 #: builtins that folding may call on known values (pure, cheap)
@@ -92,7 +90,8 @@ PURE = frozenset(
 )
 #: a ``for`` over a known sequence is unrolled up to this many times
 MAX_UNROLL = 16
-#: most syntax-tree nodes a specialised step may grow to (copies of a branch)
+#: the most a specialised step may grow to (statements, weighted by their fields:
+#: unrolled loops multiply them)
 MAX_SIZE = 4000
 
 _FORBIDDEN = (
@@ -688,6 +687,9 @@ class _Specializer(ast.NodeTransformer):
                     out.extend(self.block(stmt.body))
                 finally:
                     del self.known[name]
+            if values:  # after the loop the variable holds its last value
+                target = ast.Name(self._local(name), ast.Store())
+                out.append(ast.Assign([target], self._const(values[-1], name)))
             return out
         stmt.target = self.visit(stmt.target)
         stmt.iter = it
