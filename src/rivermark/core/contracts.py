@@ -27,13 +27,49 @@ False
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, Protocol, TypeAlias, runtime_checkable
 
-__all__ = ["HoldsWork", "JobAware", "Position", "Positioned", "Stateful"]
+__all__ = ["GraphNode", "HoldsWork", "JobAware", "Position", "Positioned", "Stateful"]
 
 #: where a source is: a JSON value (a line number, offsets by partition, ...),
 #: written into the checkpoint manifest and handed back to ``seek``
 Position: TypeAlias = Any
+
+
+@runtime_checkable
+class GraphNode(Protocol):
+    """A node as the graph's walks see it (:mod:`rivermark.core.graph`; ``Stream`` is one)."""
+
+    upstreams: list[Any]
+    downstreams: list[Any]
+    #: its stable name, if it was given one (``name=``)
+    name: str | None
+    stream_name: str | None
+    #: the order nodes were created in (roots are ordered by it)
+    _serial: int
+
+    @property
+    def is_stateful(self) -> bool: ...
+
+    # how pictures draw it (streamz's names, class attributes of a node class)
+    @property
+    def _graphviz_shape(self) -> str: ...
+
+    @property
+    def _graphviz_style(self) -> str: ...
+
+    @property
+    def _graphviz_fillcolor(self) -> str: ...
+
+    @property
+    def _graphviz_orientation(self) -> int: ...
+
+    def walk(self) -> Iterator[Any]: ...
+
+    def state_signature(self) -> str: ...
+
+    def display_name(self) -> str: ...
 
 
 @runtime_checkable

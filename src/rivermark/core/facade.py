@@ -11,10 +11,12 @@ layers; :mod:`rivermark.plugins` loads them on first call.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from typing import Any, ClassVar, TypeVar, cast
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .node import Stream
+from .contracts import GraphNode
+
+#: the node's own class (``gather`` returns the node itself)
+T = TypeVar("T", bound="StreamFacade")
 
 
 class StreamFacade:
@@ -70,16 +72,16 @@ class StreamFacade:
         """Render the graph with graphviz (``pip install rivermark[viz]``)."""
         from .graph import visualize
 
-        return visualize(cast("Stream", self), filename, **kwargs)
+        return visualize(cast(GraphNode, self), filename, **kwargs)
 
-    def gather(self) -> Stream:
+    def gather(self: T) -> T:
         """Return this stream unchanged (as in streamz, so ``gather()`` works without Dask).
 
         >>> from rivermark import Stream
         >>> s = Stream(); s.gather() is s
         True
         """
-        return cast("Stream", self)
+        return self
 
 
 def _attr_text(value: Any) -> str:

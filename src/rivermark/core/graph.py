@@ -32,12 +32,13 @@ import hashlib
 import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
 from ..errors import ConfigurationError, GraphError
+from .contracts import GraphNode
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .node import Stream
+#: a node of the graph walked (``Stream``); what comes back is of the same type
+N = TypeVar("N", bound=GraphNode)
 
 __all__ = [
     "nodes_of",
@@ -56,12 +57,12 @@ __all__ = [
 ]
 
 
-def nodes_of(node: Stream) -> list[Stream]:
+def nodes_of(node: N) -> list[N]:
     """Every node connected to ``node``, in a deterministic order."""
     return list(node.walk())
 
 
-def ancestors(node: Stream) -> Iterator[Stream]:
+def ancestors(node: N) -> Iterator[N]:
     """Every node upstream of ``node`` (not ``node`` itself), each once, nearest first."""
     seen: set[int] = set()
     todo = list(node.upstreams)
@@ -74,12 +75,12 @@ def ancestors(node: Stream) -> Iterator[Stream]:
         todo.extend(n.upstreams)
 
 
-def sources_of(node: Stream) -> list[Stream]:
+def sources_of(node: N) -> list[N]:
     """The nodes with no upstream in ``node``'s graph, in topological order."""
     return [n for n in topological(node) if not n.upstreams]
 
 
-def topological(node: Stream) -> list[Stream]:
+def topological(node: N) -> list[N]:
     """The graph's nodes, upstreams before downstreams, deterministic for a given program.
 
     The roots come first, in the order they were created; then every node
@@ -92,9 +93,9 @@ def topological(node: Stream) -> list[Stream]:
     return _ordered(everything, roots)
 
 
-def _ordered(everything: list[Stream], roots: list[Stream]) -> list[Stream]:
+def _ordered(everything: list[N], roots: list[N]) -> list[N]:
     """``everything``, upstreams first, starting from ``roots`` in their order."""
-    order: list[Stream] = []
+    order: list[N] = []
     placed: set[int] = set()
     remaining = {id(n): len(n.upstreams) for n in everything}
     ready = list(roots)
@@ -116,7 +117,7 @@ def _ordered(everything: list[Stream], roots: list[Stream]) -> list[Stream]:
     return order
 
 
-def function_name(n: Stream) -> str | None:
+def function_name(n: GraphNode) -> str | None:
     """The name of ``n``'s own function, as its derived id shows it; None without one.
 
     A lambda, a callable without ``__name__`` (a ``functools.partial``) and
@@ -144,7 +145,7 @@ def function_name(n: Stream) -> str | None:
 _PACKAGE = Path(__file__).resolve().parent.parent
 
 
-def _claim(taken: dict[str, Stream], nid: str, n: Stream) -> None:
+def _claim(taken: dict[str, GraphNode], nid: str, n: GraphNode) -> None:
     """Record ``nid`` as ``n``'s id; :class:`GraphError` if another node has it."""
     if nid in taken:
         raise GraphError(
@@ -154,7 +155,7 @@ def _claim(taken: dict[str, Stream], nid: str, n: Stream) -> None:
     taken[nid] = n
 
 
-def node_ids(node: Stream) -> dict[int, str]:
+def node_ids(node: GraphNode) -> dict[int, str]:
     """Map ``id(n)`` to the stable id of every node in the graph.
 
     A node's ``name=``, else ``<kind>-<number>[:<function>]``: its kind (its
@@ -172,7 +173,7 @@ def node_ids(node: Stream) -> dict[int, str]:
     ['lines', 'map-1:parse', 'map-2:len', 'map-3']
     """
     ids: dict[int, str] = {}
-    taken: dict[str, Stream] = {}
+    taken: dict[str, GraphNode] = {}
     counts: dict[str, int] = {}
     for n in topological(node):
         kind = type(n).__name__.lower()
@@ -187,7 +188,7 @@ def node_ids(node: Stream) -> dict[int, str]:
     return ids
 
 
-def legacy_node_ids(node: Stream) -> dict[int, str]:
+def legacy_node_ids(node: GraphNode) -> dict[int, str]:
     """``id(n)`` -> the id rivermark derived before readable ids, ``<kind>-<8 hex>``.
 
     Checkpoints written by those versions hold these ids.  Their roots of
@@ -201,7 +202,7 @@ def legacy_node_ids(node: Stream) -> dict[int, str]:
     kinds = [type(r) for r in everything if not r.upstreams]
     starts = everything if len(set(kinds)) < len(kinds) else [node]
     # the roots in the order each start walks them: few distinct orders
-    orders: dict[tuple[int, ...], list[Stream]] = {}
+    orders: dict[tuple[int, ...], list[GraphNode]] = {}
     for s in starts:
         roots = [n for n in nodes_of(s) if not n.upstreams]
         orders.setdefault(tuple(map(id, roots)), roots)
@@ -216,10 +217,10 @@ def legacy_node_ids(node: Stream) -> dict[int, str]:
     return {k: v for k, v in found[0].items() if all(f.get(k) == v for f in found[1:])}
 
 
-def _legacy_ids(order: list[Stream]) -> dict[int, str]:
+def _legacy_ids(order: list[GraphNode]) -> dict[int, str]:
     """The ids of rivermark before readable ids, over the graph's ``order`` then."""
     ids: dict[int, str] = {}
-    taken: dict[str, Stream] = {}
+    taken: dict[str, GraphNode] = {}
     for n in order:
         if n.name is not None:
             nid = n.name
@@ -239,7 +240,7 @@ def _legacy_ids(order: list[Stream]) -> dict[int, str]:
     return ids
 
 
-def _places(order: list[Stream], ids: dict[int, str]) -> dict[int, str]:
+def _places(order: list[GraphNode], ids: dict[int, str]) -> dict[int, str]:
     """``id(n)`` -> the place digest of every unnamed node with upstreams (see the module's docs).
 
     A node's place hashes its kind, what is in front of it and its position
@@ -267,7 +268,7 @@ def _places(order: list[Stream], ids: dict[int, str]) -> dict[int, str]:
 _PLACE = re.compile(r" after [0-9a-f]{8}$")
 
 
-def signatures(node: Stream, keep: Callable[[Stream], bool]) -> dict[int, str]:
+def signatures(node: GraphNode, keep: Callable[[GraphNode], bool]) -> dict[int, str]:
     """``id(n)`` -> the signature node ``n`` has in a fingerprint, for the nodes ``keep`` keeps.
 
     A node's ``state_signature()``; an unnamed node with upstreams adds its
@@ -296,14 +297,14 @@ def base_signature(signature: str) -> str:
     return _PLACE.sub("", signature)
 
 
-def fingerprint(node: Stream) -> dict[str, str]:
+def fingerprint(node: GraphNode) -> dict[str, str]:
     """Stable id -> signature (see :func:`signatures`), for every stateful node and source."""
     ids = node_ids(node)
     sigs = signatures(node, lambda n: n.is_stateful or not n.upstreams)
     return {ids[k]: sig for k, sig in sigs.items()}
 
 
-def create_graph(node: Stream, graph: Any) -> Any:
+def create_graph(node: GraphNode, graph: Any) -> Any:
     """Add every node and edge of ``node``'s graph to ``graph`` (e.g. a ``networkx.DiGraph``).
 
     As streamz's ``create_graph``: each node carries ``label`` (its ``str``),
@@ -362,7 +363,7 @@ def dot_quote(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
-def node_label(n: Stream) -> str:
+def node_label(n: GraphNode) -> str:
     """The label of ``n`` in pictures: its ``str`` without the outer angle brackets.
 
     >>> from rivermark import Stream
@@ -376,7 +377,7 @@ def node_label(n: Stream) -> str:
 
 
 def visualize(
-    node: Stream, filename: str | None = "mystream.png", source_node: bool = False, **kwargs: Any
+    node: GraphNode, filename: str | None = "mystream.png", source_node: bool = False, **kwargs: Any
 ) -> Any:
     """Render the graph of ``node`` with graphviz; returns the ``graphviz.Digraph``.
 
@@ -426,6 +427,6 @@ def visualize(
     return g
 
 
-def describe(nodes: Iterable[Stream]) -> str:
+def describe(nodes: Iterable[GraphNode]) -> str:
     """One line per node, for error messages."""
     return ", ".join(repr(n) for n in nodes)

@@ -40,8 +40,9 @@ import itertools
 from operator import length_hint
 from typing import TYPE_CHECKING, Any
 
+from .node import Node
+
 if TYPE_CHECKING:  # pragma: no cover
-    from ..core.node import Stream
     from .push import Push
 
 __all__ = [
@@ -73,7 +74,7 @@ def passed(counter: Counter[None]) -> int:
     return _START - length_hint(counter)
 
 
-def counts_output(node: Stream) -> bool:
+def counts_output(node: Node) -> bool:
     """Whether ``node`` adds to ``records_out`` when it passes a record on."""
     if not ENABLED or not node.downstreams:
         return False
@@ -82,7 +83,7 @@ def counts_output(node: Stream) -> bool:
     return not node.derived_out
 
 
-def counting_push(node: Stream, push: Push) -> Push:
+def counting_push(node: Node, push: Push) -> Push:
     """``push`` preceded by a step of the node's counter when the node counts."""
     if not counts_output(node):
         return push

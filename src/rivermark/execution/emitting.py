@@ -18,16 +18,16 @@ from typing import TYPE_CHECKING, Any
 
 from ..core import runtime
 from . import delivery
+from .node import Node
 from .plan import plan_of
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..core.node import Stream
     from ..core.refs import Metadata
 
 __all__ = ["emit"]
 
 
-def emit(node: Stream, x: Any, asynchronous: bool, metadata: Metadata | None) -> Any:
+def emit(node: Node, x: Any, asynchronous: bool, metadata: Metadata | None) -> Any:
     """The body of :meth:`rivermark.core.node.Stream.emit` (see there)."""
     plan = plan_of(node)
     if node.asynchronous:
@@ -55,7 +55,7 @@ def emit(node: Stream, x: Any, asynchronous: bool, metadata: Metadata | None) ->
 
 
 def _emit_on_loop(
-    node: Stream,
+    node: Node,
     x: Any,
     asynchronous: bool,
     metadata: Metadata | None,
@@ -74,12 +74,12 @@ def _emit_on_loop(
     return results
 
 
-async def _emit_and_wait(node: Stream, x: Any, metadata: Metadata | None) -> None:
+async def _emit_and_wait(node: Node, x: Any, metadata: Metadata | None) -> None:
     await runtime.gather_results(node._emit(x, metadata))
 
 
 async def _emit_and_deliver(
-    node: Stream,
+    node: Node,
     x: Any,
     metadata: Metadata | None,
     deferred: tuple[delivery.DeferredDelivery, ...],

@@ -35,14 +35,12 @@ import ast
 import logging
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import counting
+from .node import Node
 from .push import merge_results, pass_down
 from .steps import Names, Site, Unsupported, emit_call, specialize, step_of
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ..core.node import Stream
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +70,7 @@ def retire(fn: Callable[..., Any]) -> None:
         fn.__globals__["_valid"] = False
 
 
-def writes_out(node: Stream) -> bool:
+def writes_out(node: Node) -> bool:
     """Whether a graph may write ``node``'s step out in place."""
     cls = type(node)
     if step_of(cls.update) is None or cls._emit is not pass_down:
@@ -101,7 +99,7 @@ def _name(id_: str) -> ast.Name:
 class GraphWriter:
     """The body of one generated function while it is being written."""
 
-    def __init__(self, update_of: Callable[[Stream], Update], loop: bool) -> None:
+    def __init__(self, update_of: Callable[[Node], Update], loop: bool) -> None:
         #: the update the plan runs for a node that is not written out
         self.update_of = update_of
         #: a loop over many records that returns the awaitables nodes hand back
@@ -128,9 +126,7 @@ class GraphWriter:
         return ast.Expr(expr)
 
     # ------------------------------------------------------------------ graph
-    def push_down(
-        self, node: Stream, var: str, tail: bool, depth: tuple[int, int]
-    ) -> list[ast.stmt]:
+    def push_down(self, node: Node, var: str, tail: bool, depth: tuple[int, int]) -> list[ast.stmt]:
         """Pass the record in ``var`` on from ``node`` to each of its downstreams, in order."""
         out: list[ast.stmt] = []
         if counting.counts_output(node):
@@ -144,7 +140,7 @@ class GraphWriter:
         return out
 
     def edge(
-        self, node: Stream, who: Stream, var: str, tail: bool, depth: tuple[int, int]
+        self, node: Node, who: Node, var: str, tail: bool, depth: tuple[int, int]
     ) -> list[ast.stmt]:
         """Pass the record in ``var`` from ``who`` through ``node`` and everything below it."""
         if (
@@ -172,7 +168,7 @@ class GraphWriter:
         return [self.collect(call)]
 
     def _write(
-        self, node: Stream, who: Stream, var: str, tail: bool, depth: tuple[int, int]
+        self, node: Node, who: Node, var: str, tail: bool, depth: tuple[int, int]
     ) -> list[ast.stmt]:
         info = step_of(type(node).update)
         assert info is not None
@@ -193,7 +189,7 @@ class GraphWriter:
 class _Placer:
     """Pass two: a specialised step's returns turned into the graph's control flow."""
 
-    def __init__(self, writer: GraphWriter, node: Stream, self_name: str) -> None:
+    def __init__(self, writer: GraphWriter, node: Node, self_name: str) -> None:
         self.w = writer
         self.node = node
         self.self_name = self_name
@@ -352,9 +348,7 @@ def _compile(src: str, scope: dict[str, Any], what: str) -> Callable[..., Any] |
     return fn
 
 
-def compile_loop(
-    root: Stream, update_of: Callable[[Stream], Update]
-) -> Callable[[Any], Any] | None:
+def compile_loop(root: Node, update_of: Callable[[Node], Update]) -> Callable[[Any], Any] | None:
     """``run(records)``: pass untracked records from an iterator to every downstream of ``root``.
 
     ``run`` takes records until the iterator is exhausted (returns None) or
@@ -413,7 +407,7 @@ def compile_loop(
 
 
 def compile_emit(
-    root: Stream, general: Callable[..., Any], update_of: Callable[[Stream], Update]
+    root: Node, general: Callable[..., Any], update_of: Callable[[Node], Update]
 ) -> Callable[..., Any] | None:
     """``emit(x, asynchronous=False, metadata=None)`` for the synchronous graph below ``root``.
 

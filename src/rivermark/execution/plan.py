@@ -30,14 +30,12 @@ import threading
 import weakref
 from collections.abc import Awaitable, Callable, Iterator
 from types import MethodType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import counting, delivery, graphcode
+from .node import Node, Results
 from .push import Push, build_push, fan_out, no_downstream, pass_down
 from .steps import specialized_update, step_of
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ..core.node import Stream
 
 __all__ = [
     "Plan",
@@ -61,7 +59,7 @@ Update = Callable[[Any, Any, Any], Any]
 class Plan:
     """What one connected graph runs, built lazily for its current shape."""
 
-    def __init__(self, nodes: list[Stream]) -> None:
+    def __init__(self, nodes: list[Node]) -> None:
         self.nodes = nodes
         #: False once the graph changed: nothing of this plan is used any more
         self.valid = True
@@ -86,12 +84,12 @@ class Plan:
                 with contextlib.suppress(AttributeError):
                     delattr(n, attr)
 
-    def _install(self, node: Stream, attr: str, value: Any) -> None:
+    def _install(self, node: Node, attr: str, value: Any) -> None:
         if self.valid:
             object.__setattr__(node, attr, value)
 
     # ------------------------------------------------------------------ node by node
-    def update_of(self, node: Stream) -> Update:
+    def update_of(self, node: Node) -> Update:
         """The update the node-by-node path runs for ``node``.
 
         Its step specialised to its fixed configuration when its class's
@@ -108,7 +106,7 @@ class Plan:
         self._updates[id(node)] = update
         return update
 
-    def push_of(self, node: Stream) -> Push:
+    def push_of(self, node: Node) -> Push:
         """``node``'s push to its downstreams (counting included), installed on it."""
         with _LOCK:
             ds = list(node.downstreams)
@@ -123,7 +121,7 @@ class Plan:
             return push
 
     # ------------------------------------------------------------------ event loop
-    def loop_below(self, node: Stream) -> asyncio.AbstractEventLoop | None:
+    def loop_below(self, node: Node) -> asyncio.AbstractEventLoop | None:
         """The loop an emit from ``node`` runs on: an asynchronous node's, at or below it.
 
         None for a synchronous graph below ``node``.
@@ -131,9 +129,9 @@ class Plan:
         key = id(node)
         if key in self._below:
             return self._below[key]
-        found: Stream | None = None
+        found: Node | None = None
         seen: set[int] = set()
-        todo: list[Stream] = [node]
+        todo: list[Node] = [node]
         while todo:
             n = todo.pop()
             if id(n) in seen:
@@ -149,13 +147,13 @@ class Plan:
         self._below[key] = loop
         return loop
 
-    def deferred(self, node: Stream) -> tuple[delivery.DeferredDelivery, ...]:
+    def deferred(self, node: Node) -> tuple[delivery.DeferredDelivery, ...]:
         """The nodes below ``node`` that pass records on after their update returned."""
         self.loop_below(node)
         return self._deferred[id(node)]
 
     # ------------------------------------------------------------------ generated code
-    def record_loop(self, node: Stream) -> Callable[[Iterator[Any]], list[Awaitable[Any]] | None]:
+    def record_loop(self, node: Node) -> Callable[[Iterator[Any]], list[Awaitable[Any]] | None]:
         """``run(records)`` for ``node`` (see :meth:`rivermark.core.node.Stream.record_loop`)."""
         fn = self._loops.get(id(node))
         if fn is not None:
@@ -177,7 +175,7 @@ class Plan:
                 self._loops[id(node)] = fn
             return fn
 
-    def emit_of(self, node: Stream, general_emit: Callable[..., Any]) -> Callable[..., Any]:
+    def emit_of(self, node: Node, general_emit: Callable[..., Any]) -> Callable[..., Any]:
         """What ``node.emit`` is for the graph as it is now, installed on the node.
 
         For a synchronous graph below a node whose class keeps the base
@@ -205,7 +203,7 @@ class Plan:
             self._install(node, "emit", fn)
             return fn
 
-    def _push_emit(self, node: Stream, general: Callable[..., Any]) -> Callable[..., Any]:
+    def _push_emit(self, node: Node, general: Callable[..., Any]) -> Callable[..., Any]:
         """``emit`` of a synchronous graph that is not written out: the node's push."""
         emit_down = self.push_of(node) if type(node)._emit is pass_down else node._emit
         plan = self
@@ -222,9 +220,9 @@ class Plan:
         return emit
 
 
-def plan_of(node: Stream) -> Plan:
+def plan_of(node: Node) -> Plan:
     """The plan of ``node``'s graph, built for its current shape if there is none."""
-    plan = node._rivermark_plan  # noqa: SLF001 - the plan's mark on the node
+    plan: Plan | None = node._rivermark_plan  # noqa: SLF001 - the plan's mark on the node
     if plan is not None and plan.valid:
         return plan
     with _LOCK:
@@ -239,7 +237,7 @@ def plan_of(node: Stream) -> Plan:
         return plan
 
 
-def changed(*nodes: Stream) -> None:
+def changed(*nodes: Node) -> None:
     """The graphs of ``nodes`` changed shape: retire their plans."""
     with _LOCK:
         for n in nodes:
@@ -255,16 +253,18 @@ def retire_all() -> None:
             plan.retire()
 
 
-def count_emits(node: Stream) -> None:
+def count_emits(node: Node) -> None:
     """Count the records a root fed by ``emit`` passes on (from now on)."""
     if not node.counts_emits:
         node.counts_emits = True
         changed(node)
 
 
-def unplanned_push(node: Stream, x: Any, metadata: Any) -> Any:
-    """``Stream._push`` before the plan built one: build it, then push."""
-    return plan_of(node).push_of(node)(x, metadata)
+def unplanned_push(node: Any, x: Any, metadata: Any) -> Results:
+    """``Stream._push`` before the plan built one: build it, then push (``node``: a Node)."""
+    push = plan_of(node).push_of(node)
+    results: Results = push(x, metadata)
+    return results
 
 
 class EmitMethod:
@@ -282,7 +282,7 @@ class EmitMethod:
         self.__name__ = func.__name__
         self.__qualname__ = func.__qualname__
 
-    def __get__(self, obj: Stream | None, objtype: type | None = None) -> Any:
+    def __get__(self, obj: Node | None, objtype: type | None = None) -> Any:
         if obj is None:
             return self.func
         return plan_of(obj).emit_of(obj, self.func)

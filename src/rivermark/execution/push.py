@@ -15,11 +15,10 @@ node's own ``update``.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ..core.node import Stream
+from .node import Node, Results
 
 __all__ = ["Push", "build_push", "fan_out", "merge_results", "no_downstream", "pass_down"]
 
@@ -62,10 +61,13 @@ def no_downstream(x: Any, metadata: Any) -> None:
     return None
 
 
-def pass_down(node: Stream, x: Any, metadata: Any = None) -> list[Awaitable[Any]] | None:
+def pass_down(node: Any, x: Any, metadata: Any = None) -> Results:
     """``Stream._emit``: pass ``x`` on to every downstream, through the node's push.
 
     Returns what the downstreams returned (awaitables of asynchronous work
     still running below), so the caller can wait for the slowest branch.
+    ``node`` is a :class:`.Node` (typed ``Any``: the method's ``self`` is
+    every subclass of the node class).
     """
-    return node._push(x, metadata)  # type: ignore[no-any-return]  # noqa: SLF001
+    push: Node = node
+    return push._push(x, metadata)  # noqa: SLF001 - the push the plan put on the node

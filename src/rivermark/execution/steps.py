@@ -60,12 +60,10 @@ import types
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from ..core.config import Fixed
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ..core.node import Stream
+from .node import Node
 
 __all__ = [
     "StepInfo",
@@ -306,7 +304,7 @@ def _literal(value: Any) -> bool:
 class Site:
     """Where a step is being written: the node, and what is known of the record."""
 
-    node: Stream
+    node: Node
     bind: Binder
     #: a graph (folds metadata, who and the shape) or the node's own update
     graph: bool
@@ -743,7 +741,7 @@ def _code(src: str, filename: str) -> types.CodeType:
     return compile(src, filename, "exec")
 
 
-def specialized_update(node: Stream, info: StepInfo) -> Callable[..., Any]:
+def specialized_update(node: Node, info: StepInfo) -> Callable[..., Any]:
     """``node``'s step with its fixed configuration folded in, bound to it.
 
     The text depends on the class and the fixed configuration only, so

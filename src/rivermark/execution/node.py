@@ -1,0 +1,57 @@
+"""What the data flow needs of a node: the :class:`Node` protocol.
+
+:class:`rivermark.core.node.Stream` provides it.  The data flow is written
+against this protocol, not against the class, so that the node can import
+the data flow and never the reverse: ``execution`` imports nothing of the
+node class, not even for type checking.
+
+>>> from rivermark import Stream
+>>> isinstance(Stream(), Node)
+True
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Awaitable, Iterator
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = ["Node", "Results"]
+
+#: what an update returns: None, or awaitables of work still running below
+Results = list[Awaitable[Any]] | None
+
+
+@runtime_checkable
+class Node(Protocol):
+    """A node of a graph, as the data flow sees it."""
+
+    #: the graph's shape
+    upstreams: list[Any]
+    downstreams: list[Any]
+    #: created with ``asynchronous=True`` (every emit returns an awaitable)
+    asynchronous: bool | None
+    #: passes a record on only from an event loop (its update schedules work there)
+    _is_async: bool
+    #: counting (:mod:`.counting`): how the node's records out are kept
+    derived_out: bool
+    counts_emits: bool
+    out_counter: itertools.repeat[None]
+    #: the plan of the node's graph (:mod:`.plan`), None until one is built
+    _rivermark_plan: Any
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    def update(self, x: Any, who: Any = None, metadata: Any = None) -> Results: ...
+
+    def _emit(self, x: Any, metadata: Any = None) -> Results: ...
+
+    def _push(self, x: Any, metadata: Any) -> Results:
+        """The node's push to its downstreams (put on it by its plan)."""
+        ...
+
+    def emit(self, x: Any, asynchronous: bool = False, metadata: Any = None) -> Any: ...
+
+    def walk(self) -> Iterator[Any]: ...
