@@ -1,0 +1,263 @@
+"""The local state directory of RocksDB state: live databases and local checkpoints.
+
+Layout (``state_dir``, one per job; ``Job(state_dir=...)``)::
+
+    STATE_DIR/<node-id>/<attr>/db/                       the live database
+    STATE_DIR/<node-id>/<attr>/ckpt-000000000042/        RocksDB checkpoint of epoch 42
+
+A checkpoint's barrier writes the mapping's changed keys to its database
+and takes a RocksDB checkpoint into ``ckpt-<epoch>`` (the SST files hard
+linked, the small files copied: :meth:`Home.take`).  The files are then
+described (sha256 and size; an SST file's digest is computed once, as SST
+files never change) and the ones the store does not hold yet are uploaded
+in the worker thread.  The local checkpoint of the newest durable epoch is
+kept (and the one being written); older ones are deleted at the next
+barrier.
+
+At restore (:meth:`Home.restore`) the local ``ckpt-<epoch>`` of the
+checkpoint being restored is used as it is when it holds exactly the files
+the manifest names, each with the manifest's sha256 and size: its SST
+files are hard linked into a new ``db/`` (nothing downloaded, no key
+re-inserted).  Otherwise (a fresh machine, another epoch, or a damaged
+file: a WARNING names it) the directory is replaced by the files fetched
+from the store, each checked against the manifest's digest before use.
+The live ``db/`` of an earlier run is never used: it may hold writes after
+the checkpoint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import CheckpointCorruptError
+from ..faults import fault_point
+from ..store import Store
+from .mapping import RocksKeyedState, RocksSettings, open_db
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Home", "LocalCheckpoint", "Restored", "safe_name"]
+
+_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+def safe_name(text: str) -> str:
+    """``text`` as one path component (other characters as ``%XX``).
+
+    >>> safe_name("map-1:parse")
+    'map-1%3Aparse'
+    """
+    out = "".join(c if c in _SAFE else "".join(f"%{b:02X}" for b in c.encode()) for c in text)
+    return "%2E" + out[1:] if out.startswith(".") else out
+
+
+def _sha256_file(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class LocalCheckpoint:
+    """A RocksDB checkpoint taken at a barrier (``directory``), and what the store has."""
+
+    epoch: int
+    directory: Path
+    #: sha256 of the files the newest durable checkpoint names (in the store already)
+    known: frozenset[str]
+
+
+@dataclass
+class Restored:
+    """How a node's RocksDB state was restored (what the job reports)."""
+
+    seconds: float
+    local: bool
+    files: int
+    bytes: int
+    #: why the local checkpoint was not used (None: it was, or there was none)
+    damaged: str | None = None
+
+
+@dataclass
+class Home:
+    """The local directory of one RocksDB mapping (one node's attribute)."""
+
+    root: Path
+    settings: RocksSettings
+    #: SST file name -> (size, sha256), for this database's lifetime (SSTs never change)
+    digests: dict[str, tuple[int, str]] = field(default_factory=dict)
+    #: epoch -> files described for it (name -> {"sha256", "size"}), not known durable yet
+    written: dict[int, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    #: the newest durable epoch and the digests of its files
+    durable: tuple[int, frozenset[str]] = (0, frozenset())
+    mapping: RocksKeyedState | None = None
+    #: where the files are uploaded to and fetched from
+    store: Store | None = None
+
+    @property
+    def db_dir(self) -> Path:
+        return self.root / "db"
+
+    def ckpt_dir(self, epoch: int) -> Path:
+        return self.root / f"ckpt-{epoch:012d}"
+
+    # ------------------------------------------------------------------ opening
+    def open(self, read: Any, initial: Any = ()) -> RocksKeyedState:
+        """A new, empty database (any earlier one removed), filled with ``initial``."""
+        self.close()
+        shutil.rmtree(self.db_dir, ignore_errors=True)
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.digests.clear()
+        m = self._open_mapping(read)
+        m.update(initial)
+        m.flush()
+        return m
+
+    def _open_mapping(self, read: Any) -> RocksKeyedState:
+        db = open_db(self.db_dir, self.settings)
+        self.mapping = RocksKeyedState(
+            db, str(self.db_dir), self.settings.limit, read, self.settings.write_options(), self
+        )
+        return self.mapping
+
+    def close(self) -> None:
+        if self.mapping is not None:
+            self.mapping.close()
+            self.mapping = None
+
+    # ------------------------------------------------------------------ checkpoints
+    def take(self, epoch: int, last: int) -> LocalCheckpoint:
+        """At the barrier of ``epoch`` (``last``: the newest durable one): a RocksDB checkpoint."""
+        assert self.mapping is not None
+        self.mapping.flush()
+        if last in self.written:
+            files = self.written[last]
+            self.durable = (last, frozenset(i["sha256"] for i in files.values()))
+        for e in [e for e in self.written if e <= last]:
+            del self.written[e]
+        keep = {self.ckpt_dir(epoch).name, self.ckpt_dir(last).name}
+        for d in self.root.glob("ckpt-*"):
+            if d.name not in keep or d.name == self.ckpt_dir(epoch).name:
+                shutil.rmtree(d, ignore_errors=True)
+        target = self.ckpt_dir(epoch)
+        _rocksdict_checkpoint(self.mapping.db, target)
+        known = self.durable[1] if self.durable[0] == last else frozenset()
+        return LocalCheckpoint(epoch, target, known)
+
+    def describe(self, cp: LocalCheckpoint) -> dict[str, dict[str, Any]]:
+        """Every file of ``cp`` with its sha256 and size (worker thread)."""
+        files: dict[str, dict[str, Any]] = {}
+        for entry in sorted(os.scandir(cp.directory), key=lambda e: e.name):
+            size = entry.stat().st_size
+            known = self.digests.get(entry.name)
+            if known is not None and known[0] == size and entry.name.endswith(".sst"):
+                digest = known[1]
+            else:
+                digest = _sha256_file(Path(entry.path))
+                if entry.name.endswith(".sst"):
+                    self.digests[entry.name] = (size, digest)
+            files[entry.name] = {"sha256": digest, "size": size}
+        self.written[cp.epoch] = files
+        return files
+
+    def upload(self, cp: LocalCheckpoint, store: Store) -> dict[str, dict[str, Any]]:
+        """Describe ``cp`` and upload the files the store does not hold yet (worker thread)."""
+        files = self.describe(cp)
+        sent: set[str] = set()
+        for name, info in files.items():
+            digest = info["sha256"]
+            if digest in cp.known or digest in sent:
+                continue
+            store.write_shared(digest, (cp.directory / name).read_bytes())
+            sent.add(digest)
+            fault_point("rocks-upload")
+        return files
+
+    # ------------------------------------------------------------------ restore
+    def check_local(self, epoch: int, files: dict[str, dict[str, Any]]) -> str | None:
+        """None if ``ckpt-<epoch>`` holds exactly ``files``; else what differs."""
+        d = self.ckpt_dir(epoch)
+        if not d.is_dir():
+            return "absent"
+        present = {e.name: e for e in os.scandir(d)}
+        if set(present) != set(files):
+            extra = sorted(set(present) - set(files))
+            missing = sorted(set(files) - set(present))
+            return f"files differ (missing {missing[:3]}, extra {extra[:3]})"
+        for name, info in files.items():
+            entry = present[name]
+            if not entry.is_file(follow_symlinks=False):
+                return f"{name} is not a regular file"
+            if entry.stat().st_size != info["size"]:
+                return f"{name} has {entry.stat().st_size} bytes, the manifest says {info['size']}"
+        names = sorted(files)
+        with ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as pool:
+            digests = list(pool.map(lambda n: _sha256_file(d / n), names))
+        for name, digest in zip(names, digests):
+            if digest != files[name]["sha256"]:
+                return f"{name} does not match its sha256 in the manifest"
+        for name, digest in zip(names, digests):
+            if name.endswith(".sst"):
+                self.digests[name] = (files[name]["size"], digest)
+        return None
+
+    def fetch(self, epoch: int, files: dict[str, dict[str, Any]], store: Store, where: str) -> int:
+        """Replace ``ckpt-<epoch>`` by ``files`` from ``store``, each checked; the bytes read."""
+        d = self.ckpt_dir(epoch)
+        shutil.rmtree(d, ignore_errors=True)
+        tmp = d.with_name(d.name + ".fetching")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True, mode=0o700)
+        total = 0
+        for name, info in sorted(files.items()):
+            data = store.read_shared(info["sha256"])
+            if len(data) != info["size"] or hashlib.sha256(data).hexdigest() != info["sha256"]:
+                raise CheckpointCorruptError(
+                    f"{where}: file {name!r} of the RocksDB state (shared/{info['sha256']}) "
+                    "does not match its sha256 in the manifest: the store is damaged; restore "
+                    "a good copy of it, or start over with --from-scratch"
+                )
+            with open(tmp / name, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            total += len(data)
+            if name.endswith(".sst"):
+                self.digests[name] = (info["size"], info["sha256"])
+        _fsync_dir(tmp)
+        os.rename(tmp, d)
+        return total
+
+    def promote(self, epoch: int, read: Any) -> RocksKeyedState:
+        """A new live ``db/`` from ``ckpt-<epoch>``: SST files hard linked, the rest copied."""
+        self.close()
+        shutil.rmtree(self.db_dir, ignore_errors=True)
+        self.db_dir.mkdir(parents=True, mode=0o700)
+        src = self.ckpt_dir(epoch)
+        for entry in os.scandir(src):
+            if entry.name.endswith(".sst"):
+                os.link(entry.path, self.db_dir / entry.name)
+            else:
+                shutil.copyfile(entry.path, self.db_dir / entry.name)
+        return self._open_mapping(read)
+
+
+def _rocksdict_checkpoint(db: Any, target: Path) -> None:
+    import rocksdict
+
+    rocksdict.Checkpoint(db).create_checkpoint(os.fspath(target))
