@@ -1,17 +1,23 @@
 """Kill -9 the acceptance pipeline many times; its output must equal an uncrashed run.
 
-Every test runs three times: the acceptance pipeline with checkpoints in a
+Every test runs five times: the acceptance pipeline with checkpoints in a
 local directory and in an S3 bucket on a real S3 API server (moto, started
-by the session), and ``apps/keyed_app.py`` (a keyed count in a
+by the session), ``apps/keyed_app.py`` (a keyed count in a
 ``KeyedState``, ``unique``, ``frequencies``, ``partition(key=...)`` and two
 running DataFrame groupby aggregations, all checkpointed incrementally:
-deltas, bases, compaction every 3 checkpoints) in a local directory.
+deltas, bases, compaction every 3 checkpoints) in a local directory, and
+the same app with its keyed state in RocksDB (``--state rocksdb``) in a
+local directory (every restart on the same machine: the local state
+directory is kept) and in S3 (every restart on a fresh machine: the local
+state directory is deleted at each kill).  The RocksDB runs are compared
+with the in-memory app's uncrashed output.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -43,23 +49,61 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 class Where:
-    """``where(name)``: a checkpoint location for the app under test."""
+    """``where(name)``: a checkpoint location for the app under test.
 
-    def __init__(self, app: Path, at: Callable[[str], str], tag: str) -> None:
-        self.app, self.at, self.tag = app, at, tag
+    ``rocks`` runs the app with its keyed state in RocksDB, in a local state
+    directory per test; with ``fresh`` that directory is deleted at every
+    kill (each restart restores on a fresh machine).
+    """
+
+    def __init__(
+        self,
+        app: Path,
+        at: Callable[[str], str],
+        tag: str,
+        workdir: Path | None = None,
+        fresh: bool = False,
+    ) -> None:
+        self.app, self.at, self.tag, self.fresh = app, at, tag, fresh
+        self.rocks = workdir is not None
+        self.workdir = workdir
 
     def __call__(self, name: str) -> str:
         return self.at(f"{self.tag}-{name}" if self.app == KEYED_APP else name)
 
+    def env(self, env: dict[str, str], name: str) -> dict[str, str]:
+        """``env`` with the state backend of this case (``name``: the test's location)."""
+        if self.rocks:
+            assert self.workdir is not None
+            env["RIVERMARK_STATE"] = "rocksdb"
+            env["RIVERMARK_STATE_DIR"] = str(self.state_dir(name))
+            env["RIVERMARK_STATE_CACHE"] = "16MiB"  # smaller than the state: reads go to disk
+        return env
 
-@pytest.fixture(params=["dir", "s3", "keyed-dir"])
+    def state_dir(self, name: str) -> Path:
+        assert self.workdir is not None
+        return self.workdir / f"state-{self.tag}-{name}"
+
+    def on_kill(self, name: str) -> None:
+        """After a kill: a fresh machine has no local state directory."""
+        if self.fresh:
+            shutil.rmtree(self.state_dir(name), ignore_errors=True)
+
+
+@pytest.fixture(params=["dir", "s3", "keyed-dir", "rocks-dir", "rocks-s3"])
 def where(request: pytest.FixtureRequest, workdir: Path) -> Where:
     """The app and where its checkpoints live: a directory or an S3 URL (bucket per test)."""
     if request.param == "dir":
         return Where(APP, lambda name: str(workdir / name), "dir")
     if request.param == "keyed-dir":
         return Where(KEYED_APP, lambda name: str(workdir / name), "keyed")
+    if request.param == "rocks-dir":
+        return Where(KEYED_APP, lambda name: str(workdir / name), "rocks", workdir)
     bucket = request.getfixturevalue("bucket")
+    if request.param == "rocks-s3":
+        return Where(
+            KEYED_APP, lambda name: f"s3://{bucket}/jobs/{name}", "rocks-s3", workdir, fresh=True
+        )
     return Where(APP, lambda name: f"s3://{bucket}/jobs/{name}", "s3")
 
 
@@ -141,7 +185,7 @@ def reference(workdir: Path, where: Where) -> bytes:
 def test_random_kills_give_identical_output(workdir: Path, reference: bytes, where: Where) -> None:
     ckpt = where("random-ckpt")
     out = _out(workdir, "random", ckpt)
-    env = _env(workdir, out)
+    env = where.env(_env(workdir, out), "random")
     env["RIVERMARK_APP_WORK"] = "120"  # same output, ~16 s of processing: killed mid-data
     progress: list[int] = []
 
@@ -156,6 +200,7 @@ def test_random_kills_give_identical_output(workdir: Path, reference: bytes, whe
             return None
 
     def record_progress(n: int) -> None:
+        where.on_kill("random")
         position = newest_position()
         if position is not None:
             progress.append(position)
@@ -204,7 +249,21 @@ def test_random_kills_give_identical_output(workdir: Path, reference: bytes, whe
     final = _store(ckpt)
     # keep=3; a keyed chain also keeps the links its newest checkpoints need
     # (at most one compaction interval, RIVERMARK_COMPACT_EVERY=3, more)
-    assert final is not None and len(final.list_epochs()) <= (3 if where.app == APP else 6)
+    assert final is not None and len(final.list_epochs()) <= (
+        3 if where.app == APP or where.rocks else 6
+    )
+    if where.rocks:
+        _check_rocks_store(final)
+
+
+def _check_rocks_store(store: Store) -> None:
+    """Every checkpoint left verifies, names its files, and no other file is kept."""
+    needed: set[str] = set()
+    for e in store.list_epochs():
+        m = store.verify(e)
+        assert set(m.files) == {"counts", "firsts", "freq", "groups", "gsum", "gvar"}
+        needed |= set(m.shared_files())
+    assert set(store.list_shared()) == needed
 
 
 @pytest.mark.parametrize("point", [*FAULT_POINTS, "after-state-files:1", "after-manifest:1"])
@@ -221,14 +280,19 @@ def test_fault_points_give_identical_output(
         # a checkpoint per 2,000 records as well: the third one comes mid-data
         # however fast the machine runs the pipeline
         [*_cmd(ckpt, where.app), "--every-batches", "2000"],
-        env=_env(workdir, out),
+        env=where.env(_env(workdir, out), f"fault-{tag}"),
         kills=0,
         fault_points=[name],
-        timeout=60,
+        timeout=60 if not where.rocks else 120,
+        on_kill=lambda _: where.on_kill(f"fault-{tag}"),
     )
     assert report.fault_kills == {name: 1}
     assert out.read_bytes() == reference
     assert _final_counts(ckpt) == _final_counts(str(workdir / f"ref-ckpt-{where.app.stem}"))
+    if where.rocks:
+        final = _store(ckpt)
+        assert final is not None
+        _check_rocks_store(final)
 
 
 @pytest.mark.parametrize("nth", [1, 2])
@@ -256,6 +320,43 @@ def test_kills_during_compaction_give_identical_output(
     assert set(last.chains) == {"counts", "firsts", "freq", "groups", "gsum", "gvar"}
 
 
+@pytest.mark.parametrize(
+    ("store", "point"),
+    [
+        ("dir", "rocks-compaction:2"),
+        ("dir", "rocks-upload:5"),
+        ("s3", "rocks-compaction:2"),
+        ("s3", "rocks-upload:5"),
+    ],
+)
+def test_rocksdb_kills_during_compaction_and_upload_give_identical_output(
+    request: pytest.FixtureRequest, workdir: Path, store: str, point: str, keyed_reference: bytes
+) -> None:
+    """The RocksDB app killed while RocksDB compacts its files, and while they are uploaded."""
+    tag = f"rocks-{store}-{point.replace(':', '-')}"
+    if store == "dir":
+        ckpt = str(workdir / f"{tag}-ckpt")
+    else:
+        ckpt = f"s3://{request.getfixturevalue('bucket')}/jobs/{tag}-ckpt"
+    where = Where(KEYED_APP, lambda name: name, tag, workdir, fresh=store == "s3")
+    out = _out(workdir, tag, ckpt)
+    env = where.env(_env(workdir, out), tag)
+    env["RIVERMARK_APP_WORK"] = "30"  # same output; long enough for several compactions
+    report = run_with_crashes(
+        [*_cmd(ckpt, KEYED_APP), "--every-batches", "2000"],
+        env=env,
+        kills=0,
+        fault_points=[point],
+        timeout=120,
+        on_kill=lambda _: where.on_kill(tag),
+    )
+    assert report.fault_kills == {point: 1}
+    assert out.read_bytes() == keyed_reference
+    final = _store(ckpt)
+    assert final is not None
+    _check_rocks_store(final)
+
+
 @pytest.fixture
 def keyed_reference(workdir: Path) -> bytes:
     return _reference_of(workdir, KEYED_APP)
@@ -266,7 +367,7 @@ def test_sigterm_stops_gracefully_and_resumes(
 ) -> None:
     ckpt = where("term-ckpt")
     out = _out(workdir, "term", ckpt)
-    env = _env(workdir, out)
+    env = where.env(_env(workdir, out), "term")
     # slow records: the job is still running when the signal comes
     slow = {**env, "RIVERMARK_APP_WORK": "2000"}
     proc = subprocess.Popen(_cmd(ckpt, where.app), env=slow, stderr=subprocess.PIPE)
@@ -290,7 +391,7 @@ def test_sigterm_stops_gracefully_and_resumes(
 
 def test_second_job_on_same_directory_is_refused(workdir: Path, where: Where) -> None:
     ckpt = where("locked-ckpt")
-    env = _env(workdir, _out(workdir, "locked", ckpt))
+    env = where.env(_env(workdir, _out(workdir, "locked", ckpt)), "locked")
     env["RIVERMARK_APP_WORK"] = "100000"  # the first job is still running when the second starts
     first = subprocess.Popen(_cmd(ckpt, where.app), env=env, stderr=subprocess.PIPE)
     try:
