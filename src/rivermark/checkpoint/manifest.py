@@ -58,7 +58,9 @@ records after the checkpoint are processed again and counted again).
 ``files`` (format 5, only when some node keeps its keyed state in RocksDB,
 :mod:`rivermark.checkpoint.rocks`) names, per node and state attribute,
 every file of that state's RocksDB checkpoint with its sha256 and size.
-The files live in the store's shared area under their sha256
+The small files (marked ``"inline": true``: CURRENT, MANIFEST, OPTIONS)
+are inside the node's state file; the SST files live in the store's
+shared area under their sha256
 (:meth:`rivermark.checkpoint.store.Store.write_shared`): a file that
 several checkpoints need is stored once, and retention keeps every file a
 kept checkpoint names.  A manifest with ``files`` is written as format 5,
@@ -197,13 +199,14 @@ def _check_files(d: dict[str, Any]) -> None:
 def _check_file_entry(where: str, name: Any, info: Any) -> None:
     if not isinstance(name, str) or not _FILE_NAME.fullmatch(name):
         raise ManifestError(f"manifest file {where!r}: not a plain file name")
-    ok = isinstance(info, dict) and set(info) == {"sha256", "size"}
+    ok = isinstance(info, dict) and set(info) - {"inline"} == {"sha256", "size"}
+    ok = ok and info.get("inline", True) is True
     ok = ok and isinstance(info["sha256"], str) and bool(_HEX64.fullmatch(info["sha256"]))
     ok = ok and _is_int(info["size"]) and info["size"] >= 0
     if not ok:
         raise ManifestError(
-            f'manifest file {where!r} must be {{"sha256": <64 hex>, "size": <bytes>}}, '
-            f"got {info!r}"
+            f'manifest file {where!r} must be {{"sha256": <64 hex>, "size": <bytes>}} '
+            f'(and "inline": true for a file inside the state file), got {info!r}'
         )
 
 
@@ -465,10 +468,14 @@ class Manifest:
         return sum(int(s["size"]) for s in self.state.values())
 
     def shared_files(self) -> dict[str, int]:
-        """Every shared file this checkpoint needs: sha256 -> size (see ``files``)."""
+        """Every shared file this checkpoint needs: sha256 -> size (see ``files``).
+
+        A file marked ``inline`` is inside the node's state file, not shared.
+        """
         return {
             info["sha256"]: int(info["size"])
             for attrs in self.files.values()
             for names in attrs.values()
             for info in names.values()
+            if not info.get("inline")
         }

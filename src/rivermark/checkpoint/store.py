@@ -185,6 +185,8 @@ class Store(abc.ABC):
         for nid, attrs in m.files.items():
             for attr, names in attrs.items():
                 for name, info in names.items():
+                    if info.get("inline"):
+                        continue  # inside the state file, checked with it
                     size = present.get(info["sha256"])
                     if size != info["size"]:
                         what = "is missing" if size is None else f"has {size} bytes"

@@ -71,13 +71,15 @@ class RocksView:
     files: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
 
     def serialise(self) -> bytes:
+        small: dict[str, dict[str, bytes]] = {}
         for attr, (home, cp, _) in self.parts.items():
             assert home.store is not None
-            self.files[attr] = home.upload(cp, home.store)
+            self.files[attr], small[attr] = home.upload(cp, home.store)
         return codec.dumps(
             {
                 "rest": pickle.loads(self.rest),
                 "rocks": {a: n for a, (_, _, n) in self.parts.items()},
+                "small": small,
             }
         )
 
@@ -224,7 +226,8 @@ class StateBackend:
         local, fetched, damaged = True, 0, None
         for attr, files in manifest.files[nid].items():
             home = self.home(nid, attr)
-            why = home.check_local(manifest.epoch, files)
+            small = part["small"].get(attr, {})
+            why = home.check_local(manifest.epoch, files, small)
             if why is not None:
                 local = False
                 if why != "absent":
@@ -234,7 +237,7 @@ class StateBackend:
                         "(%s): fetching it from %r",
                         home.root, manifest.epoch, nid, why, self.store,
                     )  # fmt: skip
-                fetched += home.fetch(manifest.epoch, files, self.store, where)
+                fetched += home.fetch(manifest.epoch, files, small, self.store, where)
             m = home.promote(manifest.epoch, codec.reader(allow_pickle=allow, what=what))
             home.durable = (manifest.epoch, frozenset(i["sha256"] for i in files.values()))
             home.written.clear()

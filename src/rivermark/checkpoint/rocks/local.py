@@ -41,11 +41,14 @@ from typing import Any
 from ..errors import CheckpointCorruptError
 from ..faults import fault_point
 from ..store import Store
-from .mapping import RocksKeyedState, RocksSettings, open_db
+from .mapping import Frozen, RocksKeyedState, RocksSettings, open_db
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["Home", "LocalCheckpoint", "Restored", "safe_name"]
+
+#: files of a RocksDB checkpoint other than SST files up to this size go in the state file
+INLINE_MAX = 1 << 20
 
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
@@ -75,12 +78,16 @@ def _fsync_dir(path: Path) -> None:
 
 @dataclass
 class LocalCheckpoint:
-    """A RocksDB checkpoint taken at a barrier (``directory``), and what the store has."""
+    """A RocksDB checkpoint of a barrier (made in ``directory``), and what the store has."""
 
     epoch: int
     directory: Path
     #: sha256 of the files the newest durable checkpoint names (in the store already)
     known: frozenset[str]
+    #: the newest durable epoch at the barrier (its local checkpoint is kept)
+    last: int
+    #: the changes handed over at the barrier
+    frozen: Frozen
 
 
 @dataclass
@@ -146,30 +153,56 @@ class Home:
 
     # ------------------------------------------------------------------ checkpoints
     def take(self, epoch: int, last: int) -> LocalCheckpoint:
-        """At the barrier of ``epoch`` (``last``: the newest durable one): a RocksDB checkpoint."""
+        """At the barrier of ``epoch`` (``last``: the newest durable one): hand the changes over.
+
+        O(keys cached) in C; :meth:`upload` (the worker thread) writes them
+        and takes the RocksDB checkpoint.
+        """
         assert self.mapping is not None
-        self.mapping.flush()
         if last in self.written:
             files = self.written[last]
             self.durable = (last, frozenset(i["sha256"] for i in files.values()))
         for e in [e for e in self.written if e <= last]:
             del self.written[e]
-        keep = {self.ckpt_dir(epoch).name, self.ckpt_dir(last).name}
-        for d in self.root.glob("ckpt-*"):
-            if d.name not in keep or d.name == self.ckpt_dir(epoch).name:
-                shutil.rmtree(d, ignore_errors=True)
-        target = self.ckpt_dir(epoch)
-        _rocksdict_checkpoint(self.mapping.db, target)
         known = self.durable[1] if self.durable[0] == last else frozenset()
-        return LocalCheckpoint(epoch, target, known)
+        return LocalCheckpoint(epoch, self.ckpt_dir(epoch), known, last, self.mapping.hand_over())
 
-    def describe(self, cp: LocalCheckpoint) -> dict[str, dict[str, Any]]:
-        """Every file of ``cp`` with its sha256 and size (worker thread)."""
+    def make(self, cp: LocalCheckpoint) -> None:
+        """Write the changes handed over and take the RocksDB checkpoint (worker thread).
+
+        The local checkpoints but the newest durable one are removed first
+        (a leftover of ``cp``'s epoch from a run that crashed included).
+        """
+        assert self.mapping is not None
+        self.mapping.write_frozen(cp.frozen)
+        keep = self.ckpt_dir(cp.last).name
+        for d in self.root.glob("ckpt-*"):
+            if d.name != keep:
+                shutil.rmtree(d, ignore_errors=True)
+        _rocksdict_checkpoint(self.mapping.db, cp.directory)
+
+    def describe(self, cp: LocalCheckpoint) -> tuple[dict[str, dict[str, Any]], dict[str, bytes]]:
+        """Every file of ``cp`` with its sha256 and size, and the bytes of the small ones.
+
+        SST files are shared files (uploaded once, named by the manifest);
+        the other files (CURRENT, MANIFEST, OPTIONS: small, rewritten at every
+        checkpoint) go inside the node's state file (``"inline": true``).
+        """
         files: dict[str, dict[str, Any]] = {}
+        small: dict[str, bytes] = {}
         for entry in sorted(os.scandir(cp.directory), key=lambda e: e.name):
             size = entry.stat().st_size
+            if not entry.name.endswith(".sst") and size <= INLINE_MAX:
+                data = Path(entry.path).read_bytes()
+                small[entry.name] = data
+                files[entry.name] = {
+                    "sha256": hashlib.sha256(data).hexdigest(),
+                    "size": len(data),
+                    "inline": True,
+                }
+                continue
             known = self.digests.get(entry.name)
-            if known is not None and known[0] == size and entry.name.endswith(".sst"):
+            if known is not None and known[0] == size:
                 digest = known[1]
             else:
                 digest = _sha256_file(Path(entry.path))
@@ -177,23 +210,28 @@ class Home:
                     self.digests[entry.name] = (size, digest)
             files[entry.name] = {"sha256": digest, "size": size}
         self.written[cp.epoch] = files
-        return files
+        return files, small
 
-    def upload(self, cp: LocalCheckpoint, store: Store) -> dict[str, dict[str, Any]]:
-        """Describe ``cp`` and upload the files the store does not hold yet (worker thread)."""
-        files = self.describe(cp)
+    def upload(
+        self, cp: LocalCheckpoint, store: Store
+    ) -> tuple[dict[str, dict[str, Any]], dict[str, bytes]]:
+        """Write, checkpoint, describe ``cp`` and upload the files the store lacks (worker)."""
+        self.make(cp)
+        files, small = self.describe(cp)
         sent: set[str] = set()
         for name, info in files.items():
             digest = info["sha256"]
-            if digest in cp.known or digest in sent:
+            if info.get("inline") or digest in cp.known or digest in sent:
                 continue
             store.write_shared(digest, (cp.directory / name).read_bytes())
             sent.add(digest)
             fault_point("rocks-upload")
-        return files
+        return files, small
 
     # ------------------------------------------------------------------ restore
-    def check_local(self, epoch: int, files: dict[str, dict[str, Any]]) -> str | None:
+    def check_local(
+        self, epoch: int, files: dict[str, dict[str, Any]], small: dict[str, bytes]
+    ) -> str | None:
         """None if ``ckpt-<epoch>`` holds exactly ``files``; else what differs."""
         d = self.ckpt_dir(epoch)
         if not d.is_dir():
@@ -209,7 +247,10 @@ class Home:
                 return f"{name} is not a regular file"
             if entry.stat().st_size != info["size"]:
                 return f"{name} has {entry.stat().st_size} bytes, the manifest says {info['size']}"
-        names = sorted(files)
+        for name, data in small.items():
+            if (d / name).read_bytes() != data:
+                return f"{name} differs from the checkpoint's"
+        names = sorted(n for n in files if n not in small)
         with ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as pool:
             digests = list(pool.map(lambda n: _sha256_file(d / n), names))
         for name, digest in zip(names, digests):
@@ -220,7 +261,14 @@ class Home:
                 self.digests[name] = (files[name]["size"], digest)
         return None
 
-    def fetch(self, epoch: int, files: dict[str, dict[str, Any]], store: Store, where: str) -> int:
+    def fetch(
+        self,
+        epoch: int,
+        files: dict[str, dict[str, Any]],
+        small: dict[str, bytes],
+        store: Store,
+        where: str,
+    ) -> int:
         """Replace ``ckpt-<epoch>`` by ``files`` from ``store``, each checked; the bytes read."""
         d = self.ckpt_dir(epoch)
         shutil.rmtree(d, ignore_errors=True)
@@ -229,10 +277,10 @@ class Home:
         tmp.mkdir(parents=True, mode=0o700)
         total = 0
         for name, info in sorted(files.items()):
-            data = store.read_shared(info["sha256"])
+            data = small[name] if info.get("inline") else store.read_shared(info["sha256"])
             if len(data) != info["size"] or hashlib.sha256(data).hexdigest() != info["sha256"]:
                 raise CheckpointCorruptError(
-                    f"{where}: file {name!r} of the RocksDB state (shared/{info['sha256']}) "
+                    f"{where}: file {name!r} of the RocksDB state ({info['sha256'][:16]}) "
                     "does not match its sha256 in the manifest: the store is damaged; restore "
                     "a good copy of it, or start over with --from-scratch"
                 )
@@ -240,7 +288,7 @@ class Home:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
-            total += len(data)
+            total += 0 if info.get("inline") else len(data)
             if name.endswith(".sst"):
                 self.digests[name] = (info["size"], info["sha256"])
         _fsync_dir(tmp)

@@ -14,9 +14,17 @@ works as with the in-memory ``KeyedState``.  The cache holds at most
 ``limit`` keys; when a new key would exceed that, the keys changed since
 the last write are written in one ``WriteBatch`` (the write-ahead log is
 off: after a crash the state comes from a checkpoint, never from the live
-database) and the cache is emptied.  A checkpoint's barrier writes them
-too (:meth:`flush`), then takes a RocksDB checkpoint
-(:mod:`rivermark.checkpoint.rocks.local`).
+database) and the cache is emptied.
+
+A checkpoint's barrier costs O(changed keys) in C, not a write:
+:meth:`hand_over` hands the changed keys over (a copy of the cache, values
+copied with ``freeze`` when the operator changes them in place) and empties
+the cache; the worker thread writes them (:meth:`write_frozen`) and takes
+the RocksDB checkpoint (:mod:`rivermark.checkpoint.rocks.local`) while the
+sources run on.  Until then reads look in the handed-over keys before the
+database, and nothing is written to the database: a cache that fills up
+meanwhile waits for the worker (backpressure), so the checkpoint holds
+exactly the state at the barrier.
 
 Differences from a ``dict``: keys are compared by their encoding, so ``1``,
 ``1.0``, ``True`` and ``numpy.int64(1)`` are four keys; iteration is in the
@@ -29,6 +37,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Callable, ItemsView, Iterator, KeysView, Mapping, ValuesView
 from dataclasses import dataclass, field
 from typing import Any
@@ -159,7 +168,20 @@ class RocksKeyedState(KeyedState):
     ``set_state``.  ``read`` decodes a value (with the store's pickle rules).
     """
 
-    __slots__ = ("db", "path", "home", "_meta", "_meta_cf", "_dirty", "_len", "_limit", "_read", "_wopts")
+    __slots__ = (
+        "db",
+        "path",
+        "home",
+        "_meta",
+        "_meta_cf",
+        "_dirty",
+        "_len",
+        "_limit",
+        "_read",
+        "_wopts",
+        "_frozen",
+        "_frozen_written",
+    )
 
     #: checkpointed as a RocksDB checkpoint, not as a delta (see ``checkpoint.keyed``)
     external = True
@@ -185,14 +207,21 @@ class RocksKeyedState(KeyedState):
         self._limit = limit
         self._read = read
         self._wopts = write_options
+        #: the changes handed over at a barrier, until the worker wrote them
+        self._frozen: Frozen | None = None
+        self._frozen_written = threading.Event()
+        self._frozen_written.set()
 
     # ------------------------------------------------------------------ reads
     def _load(self, key: Any) -> Any:
         """``key``'s value from the database (or ``_ABSENT``), now in the cache."""
         if dict.__len__(self) >= self._limit:
             self.flush()
-        raw = self.db.get(codec.pack(key))
-        value = _ABSENT if raw is None else self._read(raw)
+        frozen = self._frozen
+        value = _MISS if frozen is None else frozen.values.get(key, _MISS)
+        if value is _MISS:
+            raw = self.db.get(codec.pack(key))
+            value = _ABSENT if raw is None else self._read(raw)
         dict.__setitem__(self, key, value)
         return value
 
@@ -285,8 +314,9 @@ class RocksKeyedState(KeyedState):
         """Write the keys changed since the last flush to the database; empty the cache.
 
         Returns the number of keys written.  Called when the cache is full
-        and at every checkpoint's barrier.
+        (after the worker wrote the changes handed over at a barrier, if any).
         """
+        self.wait_frozen()
         dirty = self._dirty
         n = len(dirty)
         if n:
@@ -302,6 +332,58 @@ class RocksKeyedState(KeyedState):
             dirty.clear()
         dict.clear(self)
         return n
+
+    # ------------------------------------------------------------------ barriers
+    def hand_over(self) -> Frozen:
+        """At a barrier: hand the changes since the last write over (O(keys cached), in C).
+
+        The cache is emptied; :meth:`write_frozen` (worker thread) writes them.
+        With ``freeze`` (values changed in place) each changed value is copied.
+        """
+        self.wait_frozen()
+        dirty, self._dirty = self._dirty, set()
+        freeze = self.freeze
+        if freeze is None:
+            values = dict(dict.items(self))  # the cache (C); values immutable (the KeyedState rule)
+        else:
+            values = {}
+            for k in dirty:
+                v = dict.__getitem__(self, k)
+                values[k] = v if v is _ABSENT else freeze(v)
+        dict.clear(self)
+        frozen = Frozen(values, dirty, self._len)
+        self._frozen = frozen
+        self._frozen_written.clear()
+        return frozen
+
+    def write_frozen(self, frozen: Frozen) -> int:
+        """Write what :meth:`hand_over` handed over (worker thread); the keys written."""
+        try:
+            if frozen.dirty:
+                batch = _rocksdict().WriteBatch(raw_mode=True)
+                pack, values = codec.pack, frozen.values
+                for k in frozen.dirty:
+                    v = values[k]
+                    if v is _ABSENT:
+                        batch.delete(pack(k))
+                    else:
+                        batch.put(pack(k), pack(v))
+                batch.put(_COUNT, frozen.count.to_bytes(8, "little"), self._meta_cf)
+                self.db.write(batch, self._wopts)
+            return len(frozen.dirty)
+        finally:
+            self.release(frozen)
+
+    def release(self, frozen: Frozen) -> None:
+        """The frozen changes are in the database (or the job stops): reads go there again."""
+        if self._frozen is frozen:
+            self._frozen = None
+        self._frozen_written.set()
+
+    def wait_frozen(self) -> None:
+        """Wait until the changes handed over at the last barrier are written."""
+        if self._frozen is not None:
+            self._frozen_written.wait()
 
     # ------------------------------------------------------------------ iteration
     def _items_raw(self) -> Iterator[tuple[bytes, bytes]]:
@@ -368,6 +450,8 @@ class RocksKeyedState(KeyedState):
 
     def close(self) -> None:
         """Close the database (the mapping cannot be used any more)."""
+        if self._frozen is not None:
+            self.release(self._frozen)
         db, self.db = self.db, _Closed(self.path)
         meta, self._meta, self._meta_cf = self._meta, self.db, None
         dict.clear(self)
@@ -375,6 +459,17 @@ class RocksKeyedState(KeyedState):
         if not isinstance(db, _Closed):
             meta.close()
             db.close()
+
+
+@dataclass
+class Frozen:
+    """The changes of a mapping handed over at a barrier (:meth:`RocksKeyedState.hand_over`)."""
+
+    #: key -> value (or the absent marker), for every key in ``dirty`` (and maybe others)
+    values: dict[Any, Any]
+    dirty: set[Any]
+    #: the number of keys at the barrier
+    count: int
 
 
 class _Keys(KeysView[Any]):
