@@ -88,6 +88,8 @@ class LocalCheckpoint:
     last: int
     #: the changes handed over at the barrier
     frozen: Frozen
+    #: whether the changes are written and the RocksDB checkpoint taken (see Home.make)
+    made: bool = False
 
 
 @dataclass
@@ -117,6 +119,9 @@ class Home:
     mapping: RocksKeyedState | None = None
     #: where the files are uploaded to and fetched from
     store: Store | None = None
+    #: the checkpoint taken at the last barrier, until it is made
+    pending: LocalCheckpoint | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def db_dir(self) -> Path:
@@ -165,21 +170,37 @@ class Home:
         for e in [e for e in self.written if e <= last]:
             del self.written[e]
         known = self.durable[1] if self.durable[0] == last else frozenset()
-        return LocalCheckpoint(epoch, self.ckpt_dir(epoch), known, last, self.mapping.hand_over())
+        cp = LocalCheckpoint(epoch, self.ckpt_dir(epoch), known, last, self.mapping.hand_over())
+        self.pending = cp
+        return cp
 
     def make(self, cp: LocalCheckpoint) -> None:
-        """Write the changes handed over and take the RocksDB checkpoint (worker thread).
+        """Write the changes handed over and take the RocksDB checkpoint, once.
 
-        The local checkpoints but the newest durable one are removed first
-        (a leftover of ``cp``'s epoch from a run that crashed included).
+        In the worker thread, or in the loop thread when its mapping needs the
+        database first (:meth:`make_pending`).  The local checkpoints but the
+        newest durable one are removed first (a leftover of ``cp``'s epoch
+        from a run that crashed included).
         """
-        assert self.mapping is not None
-        self.mapping.write_frozen(cp.frozen)
-        keep = self.ckpt_dir(cp.last).name
-        for d in self.root.glob("ckpt-*"):
-            if d.name != keep:
-                shutil.rmtree(d, ignore_errors=True)
-        _rocksdict_checkpoint(self.mapping.db, cp.directory)
+        with self._lock:
+            if cp.made:
+                return
+            assert self.mapping is not None
+            self.mapping.write_frozen(cp.frozen)
+            keep = self.ckpt_dir(cp.last).name
+            for d in self.root.glob("ckpt-*"):
+                if d.name != keep:
+                    shutil.rmtree(d, ignore_errors=True)
+            _rocksdict_checkpoint(self.mapping.db, cp.directory)
+            cp.made = True
+            if self.pending is cp:
+                self.pending = None
+
+    def make_pending(self) -> None:
+        """The pending checkpoint made now (its mapping needs the database)."""
+        cp = self.pending
+        if cp is not None:
+            self.make(cp)
 
     def describe(self, cp: LocalCheckpoint) -> tuple[dict[str, dict[str, Any]], dict[str, bytes]]:
         """Every file of ``cp`` with its sha256 and size, and the bytes of the small ones.

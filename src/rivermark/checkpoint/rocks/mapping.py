@@ -22,9 +22,10 @@ copied with ``freeze`` when the operator changes them in place) and empties
 the cache; the worker thread writes them (:meth:`write_frozen`) and takes
 the RocksDB checkpoint (:mod:`rivermark.checkpoint.rocks.local`) while the
 sources run on.  Until then reads look in the handed-over keys before the
-database, and nothing is written to the database: a cache that fills up
-meanwhile waits for the worker (backpressure), so the checkpoint holds
-exactly the state at the barrier.
+database, and nothing else is written to the database: a cache that fills
+up meanwhile first writes them and takes the checkpoint itself (a pause
+that only a full cache causes), so the checkpoint holds exactly the state
+at the barrier.
 
 Differences from a ``dict``: keys are compared by their encoding, so ``1``,
 ``1.0``, ``True`` and ``numpy.int64(1)`` are four keys; iteration is in the
@@ -381,9 +382,19 @@ class RocksKeyedState(KeyedState):
         self._frozen_written.set()
 
     def wait_frozen(self) -> None:
-        """Wait until the changes handed over at the last barrier are written."""
-        if self._frozen is not None:
-            self._frozen_written.wait()
+        """Before anything else is written: the changes handed over at the last barrier.
+
+        The worker writes them (and takes the RocksDB checkpoint).  When the
+        database is needed before it got to it (the cache filled up, or every
+        key is read), they are written here, with the checkpoint, by
+        ``home.make_pending()``: the worker may not even have started, since
+        it is started from the event loop this thread may be running.
+        """
+        if self._frozen is None:
+            return
+        if self.home is not None:
+            self.home.make_pending()
+        self._frozen_written.wait()
 
     # ------------------------------------------------------------------ iteration
     def _items_raw(self) -> Iterator[tuple[bytes, bytes]]:
