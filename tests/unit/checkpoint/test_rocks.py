@@ -5,19 +5,19 @@ from __future__ import annotations
 import logging
 import random
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from rivermark import KeyedState, Stream
-from rivermark.checkpoint import Job, LocalDirectoryStore
-from rivermark.checkpoint import codec
+from rivermark.checkpoint import Job, LocalDirectoryStore, codec
 from rivermark.checkpoint.errors import JobFailedError, ManifestError, UntrustedStateError
 from rivermark.checkpoint.manifest import Manifest
 from rivermark.checkpoint.rocks import RocksKeyedState
 from rivermark.checkpoint.rocks.local import Home
-from rivermark.checkpoint.rocks.mapping import RocksSettings
+from rivermark.checkpoint.rocks.mapping import RocksSettings, open_db
 from rivermark.errors import ConfigurationError
 
 
@@ -122,7 +122,9 @@ def test_a_fresh_machine_fetches_and_a_damaged_local_state_is_replaced(
     with caplog.at_level(logging.WARNING):
         job.run()
     info = job.state_backend.restores["counts"]
-    assert not info.local and info.damaged == f"{sst.name} does not match its sha256 in the manifest"
+    assert (
+        not info.local and info.damaged == f"{sst.name} does not match its sha256 in the manifest"
+    )
     assert "does not hold checkpoint" in caplog.text and counts.state[7] == 6
     assert job.state_backend.restores["freq"].local  # the others were intact
 
@@ -157,7 +159,9 @@ def test_the_manifest_names_files_under_its_checksum() -> None:
         Manifest.from_json(text.replace('"size": 10', '"size": 11'))
     bad = Manifest(3, 0.0, {}, state=m.state)
     bad.files = {"n": {"counts": {"../x": {"sha256": "a" * 64, "size": 1}}}}
-    with pytest.raises(ManifestError, match=re.escape("manifest file 'n/counts/../x': not a plain")):
+    with pytest.raises(
+        ManifestError, match=re.escape("manifest file 'n/counts/../x': not a plain")
+    ):
         Manifest.from_json(bad.to_json())
 
 
@@ -236,3 +240,23 @@ def test_a_node_id_that_is_not_in_the_graph_is_refused(tmp_path: Path) -> None:
     job = Job(src, checkpoint=str(tmp_path / "c"), state={"count": "rocksdb"})
     with pytest.raises(ConfigurationError, match=re.escape("names 'count', which is no stateful")):
         job.run()
+
+
+def test_a_checkpoint_holds_the_state_of_its_barrier(tmp_path: Path) -> None:
+    home = _home(tmp_path, limit=10)
+    home.store = LocalDirectoryStore(tmp_path / "ckpt")
+    m = home.open(codec.reader())
+    for i in range(25):
+        m[i] = i
+    cp = home.take(1, 0)
+    assert not cp.made and m[3] == 3  # read from what the barrier handed over
+    for i in range(25, 60):  # the cache fills up: the checkpoint is made first
+        m[i] = -i
+    assert cp.made and len(m) == 60
+    files, small = home.upload(cp, home.store)  # the worker finds it made
+    assert set(small) < set(files) and any(n.endswith(".sst") for n in files)
+    copy = tmp_path / "copy"
+    shutil.copytree(cp.directory, copy)
+    db = open_db(copy, home.settings)
+    at_barrier = RocksKeyedState(db, str(copy), 100, codec.reader(), None)
+    assert len(at_barrier) == 25 and dict(at_barrier.items()) == {i: i for i in range(25)}

@@ -157,9 +157,7 @@ class StateBackend:
                 f"to either, got {state!r}"
             )
         if state_dir is not None and not isinstance(state_dir, (str, os.PathLike)):
-            raise ConfigurationError(
-                f"Job: state_dir must be a directory, got {state_dir!r}"
-            )
+            raise ConfigurationError(f"Job: state_dir must be a directory, got {state_dir!r}")
         self.state_dir: Path | None = None if state_dir is None else Path(state_dir)
         self.settings = RocksSettings(_parse_cache(state_cache))
         self.store: Store | None = None
@@ -172,7 +170,7 @@ class StateBackend:
         return self.default == "rocksdb" or "rocksdb" in self.per_node.values()
 
     def wants(self, node_id: str) -> bool:
-        return self.per_node.get(node_id, self.default) == "rocksdb"
+        return bool(self.per_node.get(node_id, self.default) == "rocksdb")
 
     def bind(self, store: Store, job_id: str, stateful_ids: list[str]) -> None:
         """Before recovery: the store and the state directory (created)."""

@@ -185,16 +185,21 @@ class Home:
         with self._lock:
             if cp.made:
                 return
-            assert self.mapping is not None
-            self.mapping.write_frozen(cp.frozen)
-            keep = self.ckpt_dir(cp.last).name
-            for d in self.root.glob("ckpt-*"):
-                if d.name != keep:
-                    shutil.rmtree(d, ignore_errors=True)
-            _rocksdict_checkpoint(self.mapping.db, cp.directory)
-            cp.made = True
-            if self.pending is cp:
-                self.pending = None
+            mapping = self.mapping
+            assert mapping is not None
+            try:
+                mapping.write_frozen(cp.frozen)
+                keep = self.ckpt_dir(cp.last).name
+                for d in self.root.glob("ckpt-*"):
+                    if d.name != keep:
+                        shutil.rmtree(d, ignore_errors=True)
+                _rocksdict_checkpoint(mapping.db, cp.directory)
+                cp.made = True
+            finally:
+                # only now may other writes reach the database (or the job stops)
+                mapping.release(cp.frozen)
+                if self.pending is cp:
+                    self.pending = None
 
     def make_pending(self) -> None:
         """The pending checkpoint made now (its mapping needs the database)."""
@@ -257,20 +262,9 @@ class Home:
         d = self.ckpt_dir(epoch)
         if not d.is_dir():
             return "absent"
-        present = {e.name: e for e in os.scandir(d)}
-        if set(present) != set(files):
-            extra = sorted(set(present) - set(files))
-            missing = sorted(set(files) - set(present))
-            return f"files differ (missing {missing[:3]}, extra {extra[:3]})"
-        for name, info in files.items():
-            entry = present[name]
-            if not entry.is_file(follow_symlinks=False):
-                return f"{name} is not a regular file"
-            if entry.stat().st_size != info["size"]:
-                return f"{name} has {entry.stat().st_size} bytes, the manifest says {info['size']}"
-        for name, data in small.items():
-            if (d / name).read_bytes() != data:
-                return f"{name} differs from the checkpoint's"
+        why = _differs(d, files, small)
+        if why is not None:
+            return why
         names = sorted(n for n in files if n not in small)
         with ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as pool:
             digests = list(pool.map(lambda n: _sha256_file(d / n), names))
@@ -328,6 +322,26 @@ class Home:
             else:
                 shutil.copyfile(entry.path, self.db_dir / entry.name)
         return self._open_mapping(read)
+
+
+def _differs(d: Path, files: dict[str, dict[str, Any]], small: dict[str, bytes]) -> str | None:
+    """What differs between directory ``d`` and ``files`` (names, kinds, sizes, small files)."""
+    present = {e.name: e for e in os.scandir(d)}
+    if set(present) != set(files):
+        extra = sorted(set(present) - set(files))
+        missing = sorted(set(files) - set(present))
+        return f"files differ (missing {missing[:3]}, extra {extra[:3]})"
+    for name, info in files.items():
+        entry = present[name]
+        if not entry.is_file(follow_symlinks=False):
+            return f"{name} is not a regular file"
+        size = entry.stat().st_size
+        if size != info["size"]:
+            return f"{name} has {size} bytes, the manifest says {info['size']}"
+    for name, data in small.items():
+        if (d / name).read_bytes() != data:
+            return f"{name} differs from the checkpoint's"
+    return None
 
 
 def _watch_compactions(db: Any) -> None:

@@ -296,7 +296,7 @@ class RocksKeyedState(KeyedState):
     def clear(self) -> None:
         self.flush()
         batch = _rocksdict().WriteBatch(raw_mode=True)
-        for raw in self.db.keys():
+        for raw in list(self._keys_raw()):
             batch.delete(raw)
         self._len = 0
         self._write(batch)
@@ -358,22 +358,23 @@ class RocksKeyedState(KeyedState):
         return frozen
 
     def write_frozen(self, frozen: Frozen) -> int:
-        """Write what :meth:`hand_over` handed over (worker thread); the keys written."""
-        try:
-            if frozen.dirty:
-                batch = _rocksdict().WriteBatch(raw_mode=True)
-                pack, values = codec.pack, frozen.values
-                for k in frozen.dirty:
-                    v = values[k]
-                    if v is _ABSENT:
-                        batch.delete(pack(k))
-                    else:
-                        batch.put(pack(k), pack(v))
-                batch.put(_COUNT, frozen.count.to_bytes(8, "little"), self._meta_cf)
-                self.db.write(batch, self._wopts)
-            return len(frozen.dirty)
-        finally:
-            self.release(frozen)
+        """Write what :meth:`hand_over` handed over (worker thread); the keys written.
+
+        The caller releases it (:meth:`release`) once the RocksDB checkpoint
+        is taken: until then no other write may reach the database.
+        """
+        if frozen.dirty:
+            batch = _rocksdict().WriteBatch(raw_mode=True)
+            pack, values = codec.pack, frozen.values
+            for k in frozen.dirty:
+                v = values[k]
+                if v is _ABSENT:
+                    batch.delete(pack(k))
+                else:
+                    batch.put(pack(k), pack(v))
+            batch.put(_COUNT, frozen.count.to_bytes(8, "little"), self._meta_cf)
+            self.db.write(batch, self._wopts)
+        return len(frozen.dirty)
 
     def release(self, frozen: Frozen) -> None:
         """The frozen changes are in the database (or the job stops): reads go there again."""
@@ -407,7 +408,8 @@ class RocksKeyedState(KeyedState):
 
     def _keys_raw(self) -> Iterator[bytes]:
         self.flush()
-        return iter(self.db.keys())
+        keys: Iterator[bytes] = iter(self.db.keys())
+        return keys
 
     def keys(self) -> KeysView[Any]:  # type: ignore[override]
         return _Keys(self)
@@ -419,18 +421,19 @@ class RocksKeyedState(KeyedState):
         return _Items(self)
 
     def __reversed__(self) -> Iterator[Any]:
-        return reversed(list(self))
+        keys: list[Any] = list(self)
+        return iter(keys[::-1])
 
-    def copy(self) -> dict[Any, Any]:  # type: ignore[override]
+    def copy(self) -> dict[Any, Any]:
         return dict(self.items())
 
     def copy_all(self) -> dict[Any, Any]:
         return self.copy()
 
-    def __or__(self, other: Any) -> dict[Any, Any]:  # type: ignore[override]
+    def __or__(self, other: Any) -> dict[Any, Any]:
         return self.copy() | dict(other)
 
-    def __ror__(self, other: Any) -> dict[Any, Any]:  # type: ignore[override]
+    def __ror__(self, other: Any) -> dict[Any, Any]:
         return dict(other) | self.copy()
 
     def __eq__(self, other: object) -> bool:
