@@ -260,3 +260,23 @@ def test_a_checkpoint_holds_the_state_of_its_barrier(tmp_path: Path) -> None:
     db = open_db(copy, home.settings)
     at_barrier = RocksKeyedState(db, str(copy), 100, codec.reader(), None)
     assert len(at_barrier) == 25 and dict(at_barrier.items()) == {i: i for i in range(25)}
+
+
+def test_values_changed_in_place_after_the_barrier_stay_out_of_its_checkpoint(
+    tmp_path: Path,
+) -> None:
+    home = _home(tmp_path, limit=1000)
+    home.store = LocalDirectoryStore(tmp_path / "ckpt")
+    m = home.open(codec.reader())
+    m.freeze = list  # as partition(key=...) sets it
+    m["k"] = [1]
+    m.touched("k")
+    cp = home.take(1, 0)
+    buf = m.get("k")  # read back from what the barrier handed over
+    buf.append(2)
+    m.touched("k")
+    home.upload(cp, home.store)
+    copy = tmp_path / "copy"
+    shutil.copytree(cp.directory, copy)
+    at_barrier = RocksKeyedState(open_db(copy, home.settings), str(copy), 9, codec.reader(), None)
+    assert at_barrier["k"] == [1] and m["k"] == [1, 2]

@@ -220,6 +220,9 @@ class RocksKeyedState(KeyedState):
             self.flush()
         frozen = self._frozen
         value = _MISS if frozen is None else frozen.values.get(key, _MISS)
+        if value is not _MISS and value is not _ABSENT and self.freeze is not None:
+            # a value the operator changes in place: the worker writes the handed-over one
+            value = self.freeze(value)
         if value is _MISS:
             raw = self.db.get(codec.pack(key))
             value = _ABSENT if raw is None else self._read(raw)
