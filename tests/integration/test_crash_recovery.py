@@ -233,7 +233,8 @@ def test_random_kills_give_identical_output(workdir: Path, reference: bytes, whe
         return position is not None and position > progress[-1]
 
     # the RocksDB cases read a fifth of the input: fewer kills spread over it
-    kills = 12 if where.rocks else 20
+    # (on S3 fewer still: each restart there fetches the whole state, as a new machine)
+    kills = 20 if not where.rocks else 8 if where.fresh else 12
     report = run_with_crashes(
         # a checkpoint per 1,000 records as well, so that the kills find
         # checkpoints all over the input however fast the pipeline runs
@@ -258,7 +259,7 @@ def test_random_kills_give_identical_output(workdir: Path, reference: bytes, whe
     assert report.kills >= kills // 2, report
     # the kills landed at many different points of the input, not all at the start
     # (a kill may also come after the final checkpoint, while the job exits)
-    assert len(set(progress)) >= 5, progress
+    assert len(set(progress)) >= min(5, kills // 2), progress
     assert sum(0 < p < where.n for p in progress) >= 3, progress
     assert out.read_bytes() == reference
     # the records counted carry over every restore: the final checkpoint counts
@@ -343,7 +344,7 @@ def test_kills_during_compaction_give_identical_output(
     [
         ("dir", "rocks-compaction:2"),
         ("dir", "rocks-upload:5"),
-        ("s3", "rocks-compaction:2"),
+        ("s3", "rocks-compaction:1"),
         ("s3", "rocks-upload:5"),
     ],
 )

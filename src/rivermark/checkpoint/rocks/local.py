@@ -345,27 +345,48 @@ def _differs(d: Path, files: dict[str, dict[str, Any]], small: dict[str, bytes])
 
 
 def _watch_compactions(db: Any) -> None:
-    """Fault point ``rocks-compaction``: reached while RocksDB compacts (crash tests only).
+    """Fault point ``rocks-compaction``: reached when RocksDB compacts (crash tests only).
 
-    A thread looks every 0.2 ms whether a compaction runs in ``db``; it is
-    started only when ``RIVERMARK_FAULT`` names the point.
+    A thread looks every 0.2 ms whether a compaction runs in ``db``, or ran
+    since its last look (fewer files in level 0): a compaction of small
+    files takes less than a look on a busy machine.  It is started only when
+    ``RIVERMARK_FAULT`` names the point.
     """
 
+    def level0() -> int:
+        return int(db.property_int_value("rocksdb.num-files-at-level0") or 0)
+
     def watch() -> None:
-        while True:
-            try:
-                running = db.property_int_value("rocksdb.num-running-compactions")
-            except Exception:  # closed
-                return
-            if running:
-                fault_point("rocks-compaction")
-                time.sleep(0.05)  # the next compaction, for rocks-compaction:N
-            time.sleep(0.0002)
+        try:
+            seen = level0()
+            while True:
+                now = level0()
+                if db.property_int_value("rocksdb.num-running-compactions") or now < seen:
+                    fault_point("rocks-compaction")
+                    time.sleep(0.05)  # the next compaction, for rocks-compaction:N
+                    now = level0()
+                seen = now
+                time.sleep(0.0002)
+        except Exception:  # the database was closed
+            return
 
     threading.Thread(target=watch, name="rivermark-compaction-fault", daemon=True).start()
 
 
 def _rocksdict_checkpoint(db: Any, target: Path) -> None:
+    """A RocksDB checkpoint of ``db`` in ``target``, its memtable flushed first.
+
+    rocksdict holds the GIL while RocksDB works, and a checkpoint flushes the
+    memtable (it writes an SST file): so the flush is started in RocksDB's
+    own thread and waited for here with the GIL released (the pipeline runs
+    meanwhile); the checkpoint then only links the files.  Nothing else
+    writes to the database until it is taken (see ``Home.make``).
+    """
     import rocksdict
 
+    db.flush(False)
+    while db.property_int_value("rocksdb.mem-table-flush-pending") or db.property_int_value(
+        "rocksdb.num-running-flushes"
+    ):
+        time.sleep(0.001)
     rocksdict.Checkpoint(db).create_checkpoint(os.fspath(target))
