@@ -280,3 +280,10 @@ def test_values_changed_in_place_after_the_barrier_stay_out_of_its_checkpoint(
     shutil.copytree(cp.directory, copy)
     at_barrier = RocksKeyedState(open_db(copy, home.settings), str(copy), 9, codec.reader(), None)
     assert at_barrier["k"] == [1] and m["k"] == [1, 2]
+
+
+def test_the_docs_example_runs() -> None:
+    doc = (Path(__file__).parents[3] / "docs" / "checkpointing.md").read_text()
+    section = doc.split("## Keyed state in RocksDB", 1)[1]
+    code = re.findall(r"```python\n(.*?)```", section, flags=re.S)[0]
+    exec(compile(code, "docs/checkpointing.md", "exec"), {})
