@@ -36,6 +36,19 @@ while the compaction runs as a ratio of the rate with checkpoints off, the
 pauses of the barriers taken meanwhile, and how often a trigger waited for
 the write in flight (``checkpoint_waits``).
 
+With ``--backends K [K ...]`` it compares the two keyed state backends on
+the same keyed running count over K keys, each case in a process of its
+own (so that its memory is its own): ``memory`` (``KeyedState``, loaded
+with ``start=``) and ``rocksdb`` (``Job(state="rocksdb", state_cache=
+--cache)``, loaded by a first job that sets every key, then copied by hard
+links for each run).  Per case: the process's peak RSS (``VmHWM``) and its
+largest RSS while the measured jobs run, the rate with checkpoints off and
+the ratio on/off, the pause, the bytes a checkpoint writes (for RocksDB:
+the shared files uploaded plus the state files) per checkpoint and per
+changed key, and the restore time of a new job on the same machine (the
+local state directory kept) and, for RocksDB, on a fresh machine (an empty
+state directory: every file fetched from the store).
+
 Not a test: it prints figures and exits 0.
 """
 
@@ -44,9 +57,13 @@ from __future__ import annotations
 import argparse
 import gc
 import inspect
+import itertools
+import json
 import logging
 import os
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -119,8 +136,14 @@ def hot_keys(k: int) -> Iterator[int]:
         i += 1
 
 
-def count(acc: Any, key: int) -> Any:
-    """The keyed running count (updates the mapping in place and returns it)."""
+def count(acc: Any, key: int | range) -> Any:
+    """The keyed running count (updates the mapping in place and returns it).
+
+    A ``range`` of keys (the RocksDB case's loading job) counts each once.
+    """
+    if type(key) is range:
+        acc.update(zip(key, itertools.repeat(1)))
+        return acc
     acc[key] = acc.get(key, 0) + 1
     return acc
 
@@ -269,7 +292,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--compact-every", type=int, default=None, help="keyed mode: a new base after N deltas"
     )
+    p.add_argument(
+        "--backends", type=int, nargs="*", default=None, help="memory vs rocksdb at these keys"
+    )
+    p.add_argument(
+        "--only", nargs="*", default=["memory", "rocksdb"], help="with --backends: which ones"
+    )
+    p.add_argument("--cache", default="256MiB", help="with --backends: the RocksDB cache")
+    p.add_argument("--case", nargs=2, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.case is not None:
+        return backend_case(int(args.case[0]), args.case[1], args.seconds, args.cache)
+    if args.backends is not None:
+        return compare_backends(args)
     default = [10_000, 100_000] if args.quick else [10_000, 100_000, 1_000_000]
     sizes = args.sizes if args.sizes is not None else default
     keyed = args.keyed if args.keyed is not None else ([] if args.quick else [3_000_000])
@@ -332,6 +367,205 @@ def print_compactions(results: list[dict[str, Any]], every: int) -> None:
             f"| {statistics.median(during):.2f} ({min(during):.2f} min) | {r['backpressure']} |",
             flush=True,
         )
+
+
+# ---------------------------------------------------------------------- backends
+def _rss() -> tuple[int, int]:
+    """This process's resident set size now and at its peak (VmRSS, VmHWM), bytes."""
+    now = peak = 0
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                now = int(line.split()[1]) * 1024
+            elif line.startswith("VmHWM:"):
+                peak = int(line.split()[1]) * 1024
+    return now, peak
+
+
+class _RssWatch:
+    """The largest RSS seen while it runs (sampled every 50 ms)."""
+
+    def __init__(self) -> None:
+        self.top = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.05):
+            self.top = max(self.top, _rss()[0])
+
+    def close(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return max(self.top, _rss()[0])
+
+
+def _link_copy(src: str, dst: str) -> None:
+    """A copy of directory ``src`` whose files are hard links (immutable files, no bytes)."""
+    shutil.copytree(src, dst, copy_function=os.link)
+
+
+def _backend_job(
+    source: Any, ckpt: str, state_dir: str, backend: str, cache: str, **kw: Any
+) -> Any:
+    from rivermark import Job
+
+    if backend == "rocksdb":
+        kw.update(state="rocksdb", state_dir=state_dir, state_cache=cache)
+    return Job(source, checkpoint=ckpt, keep=3, **kw)
+
+
+def _backend_run(
+    k: int, backend: str, every: Any, seconds: float, ckpt: str, state_dir: str, cache: str
+) -> dict[str, Any]:
+    """One measured job: the hot-key count over the loaded state, for ``seconds``."""
+    from rivermark import KeyedState, Stream
+    from rivermark.checkpoint import LocalDirectoryStore
+
+    source = Stream.from_iterable(hot_keys(k), name="keys")
+    start = KeyedState() if backend == "rocksdb" else KeyedState(dict.fromkeys(range(k), 0))
+    source.accumulate(count, start=start, name="counts").sink(noop)
+    del start
+    clock = _PauseClock(source)
+    uploaded: list[int] = []  # the bytes of the shared files each checkpoint uploads
+    local_orig = LocalDirectoryStore.write_shared
+
+    def counting(store: LocalDirectoryStore, digest: str, data: bytes) -> None:
+        uploaded.append(len(data))
+        local_orig(store, digest, data)
+
+    LocalDirectoryStore.write_shared = counting  # type: ignore[method-assign]
+    job = _backend_job(source, ckpt, state_dir, backend, cache, every=every)
+    watch = _RssWatch()
+    runner = threading.Thread(target=job.run, daemon=True)
+    runner.start()
+    deadline = time.monotonic() + 3600
+    while not source.started and time.monotonic() < deadline:
+        time.sleep(0.005)
+    uploaded.clear()
+    e0, t0 = source.emitted, time.perf_counter()
+    first = len(job.checkpoints)
+    time.sleep(seconds)
+    emitted, took = source.emitted - e0, time.perf_counter() - t0
+    infos = list(job.checkpoints)[first:]
+    sent = sum(uploaded)
+    pauses = clock.pauses[1 : 1 + len(infos)] if every is not None else []
+    job.stop()
+    runner.join(3600)
+    LocalDirectoryStore.write_shared = local_orig  # type: ignore[method-assign]
+    return {
+        "rate": emitted / took,
+        "pauses": pauses,
+        "bytes": (sent + sum(i.size for i in infos)) / max(1, len(infos)),
+        "epochs": len(infos),
+        "rss_run": watch.close(),
+    }
+
+
+def _backend_restore(k: int, backend: str, ckpt: str, state_dir: str, cache: str) -> float:
+    from rivermark import KeyedState, Stream
+
+    source = Stream.from_iterable(hot_keys(k), name="keys")
+    source.accumulate(count, start=KeyedState(), name="counts").sink(noop)
+    job = _backend_job(source, ckpt, state_dir, backend, cache, every=None)
+    job.stop()  # recover, then stop at once with a final checkpoint
+    job.run()
+    return float(job.restore_seconds)
+
+
+def backend_case(k: int, backend: str, seconds: float, cache: str) -> int:
+    """One (keys, backend) case in this process; prints one JSON line."""
+    from rivermark import KeyedState, Stream
+
+    logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("rivermark").setLevel(logging.ERROR)
+    out: dict[str, Any] = {"k": k, "backend": backend}
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as tmp:
+        base_ck, base_sd = f"{tmp}/base-ckpt", f"{tmp}/base-state"
+        if backend == "rocksdb":
+            t0 = time.perf_counter()
+            chunks = [range(i, min(k, i + 10_000)) for i in range(0, k, 10_000)]
+            source = Stream.from_iterable(chunks, name="keys")
+            # the same graph as the measured jobs (the restore checks it): every key once
+            source.accumulate(count, start=KeyedState(), name="counts").sink(noop)
+            _backend_job(source, base_ck, base_sd, backend, cache, every=None).run()
+            out["load_s"] = time.perf_counter() - t0
+            out["rss_after_load"] = _rss()[0]
+            del source
+        gc.collect()
+        runs = {}
+        for name, every in (("off", None), ("on", "1s")):
+            ck, sd = f"{tmp}/{name}-ckpt", f"{tmp}/{name}-state"
+            if backend == "rocksdb":
+                _link_copy(base_ck, ck)
+                _link_copy(base_sd, sd)
+            runs[name] = _backend_run(k, backend, every, seconds, ck, sd, cache)
+            gc.collect()
+        on, off = runs["on"], runs["off"]
+        changed = min(max(1, k // 100), int(on["rate"]))
+        out.update(
+            rate_off=off["rate"],
+            ratio=on["rate"] / off["rate"],
+            pause=statistics.median(on["pauses"]) if on["pauses"] else float("nan"),
+            pause_max=max(on["pauses"]) if on["pauses"] else float("nan"),
+            bytes=on["bytes"],
+            per_key=on["bytes"] / changed,
+            epochs=on["epochs"],
+            rss_run=max(on["rss_run"], off["rss_run"]),
+        )
+        out["restore_local"] = _backend_restore(
+            k, backend, f"{tmp}/on-ckpt", f"{tmp}/on-state", cache
+        )
+        if backend == "rocksdb":
+            out["restore_fresh"] = _backend_restore(
+                k, backend, f"{tmp}/on-ckpt", f"{tmp}/fresh-state", cache
+            )
+        out["rss_peak"] = _rss()[1]
+    print(json.dumps(out), flush=True)
+    return 0
+
+
+def compare_backends(args: argparse.Namespace) -> int:
+    import rivermark
+
+    print(
+        f"rivermark {rivermark.__version__}, Python {sys.version.split()[0]}, "
+        f"{os.cpu_count()} cpus, {args.seconds:g} s per run, checkpoint every 1 s, "
+        f"RocksDB cache {args.cache}"
+    )
+    print()
+    print(
+        "| keys | backend | load s | peak RSS MiB | RSS in run MiB | events/s off | on/off "
+        "| pause ms median (max) | bytes/checkpoint | bytes/changed key "
+        "| restore same machine s | restore fresh machine s |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    mib = 1 << 20
+    for k in args.backends:
+        for backend in args.only:
+            cmd = [
+                sys.executable, __file__, "--case", str(k), backend,
+                "--seconds", str(args.seconds), "--cache", args.cache,
+            ]  # fmt: skip
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            lines = [x for x in proc.stdout.splitlines() if x.startswith("{")]
+            if proc.returncode != 0 or not lines:
+                tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
+                print(f"| {k:,} | {backend} | failed (exit {proc.returncode}): {tail} |")
+                continue
+            r = json.loads(lines[-1])
+            print(
+                f"| {k:,} | {backend} | {r.get('load_s', float('nan')):.0f} "
+                f"| {r['rss_peak'] / mib:,.0f} | {r['rss_run'] / mib:,.0f} "
+                f"| {r['rate_off']:,.0f} | {r['ratio']:.3f} "
+                f"| {r['pause'] * 1e3:.1f} ({r['pause_max'] * 1e3:.1f}) "
+                f"| {r['bytes']:,.0f} | {r['per_key']:,.1f} "
+                f"| {r['restore_local']:.2f} | {r.get('restore_fresh', float('nan')):.2f} |",
+                flush=True,
+            )
+    print(f"\nload average: {os.getloadavg()}")
+    return 0
 
 
 if __name__ == "__main__":

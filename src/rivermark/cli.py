@@ -177,6 +177,9 @@ def _job_options(opts: dict[str, Any]) -> dict[str, Any]:
         "trust_store": opts["trust_store"],
         "rename": opts["rename"],
         "allow_dropped_state": opts["allow_dropped_state"],
+        "state": opts["state"],
+        "state_dir": opts["state_dir"],
+        "state_cache": opts["state_cache"],
     }
 
 
@@ -324,6 +327,31 @@ def _do_run(target: str, opts: dict[str, Any]) -> int:
     show_default=True,
     envvar="RIVERMARK_KEEP",
     help="How many checkpoints to keep.  [env: RIVERMARK_KEEP]",
+)
+@click.option(
+    "--state",
+    type=click.Choice(["memory", "rocksdb"]),
+    default="memory",
+    show_default=True,
+    envvar="RIVERMARK_STATE",
+    help="Where keyed state lives: in memory, or in RocksDB (larger than memory; "
+    "pip install 'rivermark[rocksdb]').  [env: RIVERMARK_STATE]",
+)
+@click.option(
+    "--state-dir",
+    default=None,
+    envvar="RIVERMARK_STATE_DIR",
+    metavar="DIR",
+    help="Local directory of the RocksDB state (default: one per job in the temporary "
+    "directory).  [env: RIVERMARK_STATE_DIR]",
+)
+@click.option(
+    "--state-cache",
+    default=None,
+    envvar="RIVERMARK_STATE_CACHE",
+    metavar="BYTES",
+    help="RocksDB cache of the job, which bounds its memory (default 256MiB).  "
+    "[env: RIVERMARK_STATE_CACHE]",
 )
 @click.option(
     "--exactly-once/--no-exactly-once",

@@ -45,7 +45,7 @@ import msgpack
 from ..state import DELETED, KeyedState, no_default
 from .errors import UntrustedStateError
 
-__all__ = ["MAGIC", "Tag", "dumps", "loads", "has_pickle", "is_legacy"]
+__all__ = ["MAGIC", "Tag", "dumps", "loads", "has_pickle", "is_legacy", "pack", "unpack", "reader"]
 
 #: the first bytes of a state file in this encoding (older ones are a bare pickle)
 MAGIC = b"RMS\x01"
@@ -186,6 +186,43 @@ def _numpy_or_pandas(value: Any) -> msgpack.ExtType | None:
 def dumps(value: Any) -> bytes:
     """The state file of ``value``: :data:`MAGIC` and its tagged msgpack document."""
     return MAGIC + _pack(value)
+
+
+def pack(value: Any) -> bytes:
+    """One value in the tagged msgpack encoding, without :data:`MAGIC` (a key or value
+    of RocksDB state, :mod:`rivermark.checkpoint.rocks`).
+
+    The same value always packs to the same bytes (so a packed key names it).
+
+    >>> unpack(pack((1, "a")))
+    (1, 'a')
+    """
+    return _pack(value)
+
+
+def unpack(data: bytes, *, allow_pickle: bool = False, what: str = "the state") -> Any:
+    """The value of :func:`pack`'s ``data`` (a pickled part only with ``allow_pickle``)."""
+    try:
+        return _Decoder(allow_pickle, what).unpack(data)
+    except UntrustedStateError:
+        raise
+    except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as e:
+        raise ValueError(f"not a valid packed value ({type(e).__name__}: {e})") from None
+
+
+def reader(*, allow_pickle: bool = False, what: str = "the state") -> Any:
+    """A function that :func:`unpack` s many values with the same rules (cheaper per value).
+
+    >>> reader()(pack({"n": (1, 2)}))
+    {'n': (1, 2)}
+    """
+    ext = _Decoder(allow_pickle, what).ext
+    unpackb = msgpack.unpackb
+
+    def read(data: bytes) -> Any:
+        return unpackb(data, ext_hook=ext, raw=False, strict_map_key=False)
+
+    return read
 
 
 def is_legacy(blob: bytes) -> bool:

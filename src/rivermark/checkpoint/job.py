@@ -87,6 +87,7 @@ from .options import (
     derive_job_id,
 )
 from .recovery import RecoveryAtStart, parse_savepoint_spec
+from .rocks.backend import StateBackend, files_of
 from .shutdown import Shutdown
 from .signing import Keyring, Trust
 from .store import Store, open_store
@@ -244,6 +245,12 @@ class Job(RecoveryAtStart, Shutdown):
     resume from one that is unsigned or signed otherwise.  ``trust_store=True``
     resumes from unsigned checkpoints and loads pickled state without a
     verified signature (see ``docs/security.md``).
+    ``state="rocksdb"`` keeps every node's ``KeyedState`` in RocksDB (or
+    ``state={"node-id": "rocksdb"}`` some nodes'), in ``state_dir`` (default:
+    a directory named after the job in the system's temporary directory),
+    with ``state_cache`` bytes of RocksDB cache (default 256 MiB); each
+    checkpoint uploads only the database files the store does not hold yet
+    (see "Keyed state in RocksDB" in ``docs/checkpointing.md``).
 
     >>> import tempfile
     >>> from rivermark import Stream
@@ -277,8 +284,13 @@ class Job(RecoveryAtStart, Shutdown):
         rename: dict[str, str] | None = None,
         allow_dropped_state: bool | Iterable[str] = False,
         migrate: dict[str, Callable[[Any], Any]] | None = None,
+        state: str | dict[str, str] = "memory",
+        state_dir: str | os.PathLike[str] | None = None,
+        state_cache: int | str | None = None,
     ) -> None:
         check_options(node, keep, every_batches)
+        #: where each node's keyed state lives: in memory, or in RocksDB (see .rocks)
+        self.state_backend = StateBackend(state, state_dir, state_cache)
         #: how a restore meets a graph that changed since the checkpoint
         self.upgrade = UpgradeRules.checked(rename, allow_dropped_state, allow_new_nodes, migrate)
         self.interval: float | None = (
@@ -475,7 +487,10 @@ class Job(RecoveryAtStart, Shutdown):
                 "the job resumes from; set RIVERMARK_CHECKPOINT_KEY (see docs/security.md)",
                 self.store,
             )
+        stateful_ids = [self.id_of(n) for n in self.stateful]
+        self.state_backend.bind(self.store, self.job_id, stateful_ids)
         self._recover()
+        self.state_backend.adopt(list(zip(stateful_ids, self.stateful)))
         if self._metrics_server is not None:
             self._metrics_server.start()
         if self._ui is not None:
@@ -796,6 +811,7 @@ class Job(RecoveryAtStart, Shutdown):
                         for nid, v in views.items()
                         if isinstance(v, KeyedView)
                     },
+                    files=files_of(views),
                     savepoint=savepoint,
                     run={"started": self.started_at, "resumed_from": self.restored_epoch},
                     counts=self.metrics.totals(),

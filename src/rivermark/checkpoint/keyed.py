@@ -47,10 +47,18 @@ COMPACT_EVERY = 20
 
 
 def keyed_attrs(state: Any) -> dict[str, KeyedState]:
-    """The ``KeyedState`` values of a node's state dict (empty: plain state)."""
+    """The ``KeyedState`` values of a node's state dict (empty: plain state).
+
+    A RocksDB mapping (``external``) is not one: it is checkpointed by
+    :mod:`rivermark.checkpoint.rocks`, not as a delta chain.
+    """
     if not isinstance(state, dict):
         return {}
-    return {a: v for a, v in state.items() if isinstance(v, KeyedState)}
+    return {
+        a: v
+        for a, v in state.items()
+        if isinstance(v, KeyedState) and not getattr(v, "external", False)
+    }
 
 
 @dataclass

@@ -15,6 +15,7 @@
       "run": {"started": 1764679000.0, "resumed_from": 41},   # optional: the run that wrote it
       "timing": {"duration": 0.042, "pause": 0.003},   # optional: seconds, up to the commit
       "counts": {"node-id": [records in, records out], ...},   # optional: totals so far
+      "files": {"node-id": {"attr": {"000012.sst": {"sha256": "...", "size": 123}}}},   # format 5
       "checksum": "<sha256 of every other field>",
       "signature": {"key": "<key id>", "hmac": "<HMAC-SHA256>"}   # format 4, with a key
     }
@@ -54,6 +55,18 @@ since the job first started, as they stood at the snapshot: a resumed job
 counts on from there, so its metrics carry over a restore exactly (the
 records after the checkpoint are processed again and counted again).
 
+``files`` (format 5, only when some node keeps its keyed state in RocksDB,
+:mod:`rivermark.checkpoint.rocks`) names, per node and state attribute,
+every file of that state's RocksDB checkpoint with its sha256 and size.
+The small files (marked ``"inline": true``: CURRENT, MANIFEST, OPTIONS)
+are inside the node's state file; the SST files live in the store's
+shared area under their sha256
+(:meth:`rivermark.checkpoint.store.Store.write_shared`): a file that
+several checkpoints need is stored once, and retention keeps every file a
+kept checkpoint names.  A manifest with ``files`` is written as format 5,
+so a reader that knows only formats 1-4 refuses it rather than restoring
+such a node without its state.
+
 It is written last, under a temporary name, fsynced and renamed into place,
 so a checkpoint whose manifest is missing never existed.
 
@@ -92,6 +105,7 @@ __all__ = [
     "FORMAT_VERSION",
     "CHAINS_FORMAT",
     "DATA_FORMAT",
+    "FILES_FORMAT",
     "READABLE_FORMATS",
     "sha256_of",
 ]
@@ -101,11 +115,16 @@ FORMAT_VERSION = 4
 CHAINS_FORMAT = 3
 #: the first format whose state files are data (:mod:`.codec`) rather than pickles
 DATA_FORMAT = 4
+#: the first format whose manifest names shared files (``files``: RocksDB state);
+#: written only when there are any, older readers refuse it
+FILES_FORMAT = 5
 #: the formats this version reads (1: no checksum of its own; 3: delta chains;
-#: 4: data state files, signatures)
-READABLE_FORMATS = (1, 2, 3, 4)
+#: 4: data state files, signatures; 5: shared files)
+READABLE_FORMATS = (1, 2, 3, 4, 5)
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+#: a file of a RocksDB checkpoint: no directory part, no leading dot
+_FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 _FIELDS = ("format", "epoch", "time", "fingerprint", "positions", "sinks", "state")
 
 
@@ -151,6 +170,44 @@ def _check_chains(d: dict[str, Any]) -> None:
             raise ManifestError(
                 f"manifest chain of {nid!r}: 'base' {base!r} does not fit parent {parent!r}"
             )
+
+
+def _check_files(d: dict[str, Any]) -> None:
+    """``files`` (format 5): node id -> attribute -> file name -> ``{"sha256", "size"}``."""
+    if "files" not in d:
+        return
+    files = d["files"]
+    if d["format"] < FILES_FORMAT or not isinstance(files, dict) or not files:
+        raise ManifestError(
+            f"manifest field 'files' must be a non-empty object (format {FILES_FORMAT}), "
+            f"got {str(files)[:200]} in format {d['format']}"
+        )
+    for nid, attrs in files.items():
+        if nid not in d["state"]:
+            raise ManifestError(f"manifest files of {nid!r} have no state entry")
+        if not isinstance(attrs, dict) or not attrs:
+            raise ManifestError(f"manifest files of {nid!r} must be an object, got {attrs!r}")
+        for attr, names in attrs.items():
+            if not isinstance(names, dict) or not names:
+                raise ManifestError(
+                    f"manifest files of {nid!r}/{attr!r} must be an object, got {names!r}"
+                )
+            for name, info in names.items():
+                _check_file_entry(f"{nid}/{attr}/{name}", name, info)
+
+
+def _check_file_entry(where: str, name: Any, info: Any) -> None:
+    if not isinstance(name, str) or not _FILE_NAME.fullmatch(name):
+        raise ManifestError(f"manifest file {where!r}: not a plain file name")
+    ok = isinstance(info, dict) and set(info) - {"inline"} == {"sha256", "size"}
+    ok = ok and info.get("inline", True) is True
+    ok = ok and isinstance(info["sha256"], str) and bool(_HEX64.fullmatch(info["sha256"]))
+    ok = ok and _is_int(info["size"]) and info["size"] >= 0
+    if not ok:
+        raise ManifestError(
+            f'manifest file {where!r} must be {{"sha256": <64 hex>, "size": <bytes>}} '
+            f'(and "inline": true for a file inside the state file), got {info!r}'
+        )
 
 
 def _check_savepoint(d: dict[str, Any]) -> None:
@@ -294,6 +351,9 @@ class Manifest:
     timing: dict[str, float] | None = None
     #: node id -> ``[records in, records out]`` since the job first started
     counts: dict[str, list[int]] | None = None
+    #: node id -> attribute -> file name -> ``{"sha256", "size"}`` (RocksDB state,
+    #: format 5); filled while the checkpoint is written, before the manifest
+    files: dict[str, dict[str, dict[str, dict[str, Any]]]] = field(default_factory=dict)
     #: called when the manifest is serialised, gives ``timing`` (the job sets it)
     timer: Callable[[], dict[str, float]] | None = field(default=None, repr=False, compare=False)
     #: the canonical text the checksum (and signature) of a parsed manifest cover
@@ -304,7 +364,7 @@ class Manifest:
 
     def _body(self) -> dict[str, Any]:
         raw: dict[str, Any] = {
-            "format": FORMAT_VERSION,
+            "format": FILES_FORMAT if self.files else FORMAT_VERSION,
             "epoch": self.epoch,
             "time": self.time,
             "fingerprint": self.fingerprint,
@@ -322,6 +382,8 @@ class Manifest:
             raw["timing"] = self.timing
         if self.counts is not None:
             raw["counts"] = self.counts
+        if self.files:
+            raw["files"] = self.files
         # what a reader will see (string keys, lists for tuples): the checksum
         # is taken over that, so it matches after a round trip
         body: dict[str, Any] = json.loads(json.dumps(raw))
@@ -373,6 +435,7 @@ class Manifest:
         _check_run(d)
         _check_timing(d)
         _check_counts(d)
+        _check_files(d)
         if checksum is not None:
             actual = _canonical_checksum(d)
             if checksum != actual:
@@ -396,9 +459,23 @@ class Manifest:
             run=dict(d["run"]) if "run" in d else None,
             timing=dict(d["timing"]) if "timing" in d else None,
             counts={k: list(v) for k, v in d["counts"].items()} if "counts" in d else None,
+            files=d.get("files", {}),
             canonical=_canonical(d),
         )
 
     @property
     def total_size(self) -> int:
         return sum(int(s["size"]) for s in self.state.values())
+
+    def shared_files(self) -> dict[str, int]:
+        """Every shared file this checkpoint needs: sha256 -> size (see ``files``).
+
+        A file marked ``inline`` is inside the node's state file, not shared.
+        """
+        return {
+            info["sha256"]: int(info["size"])
+            for attrs in self.files.values()
+            for names in attrs.values()
+            for info in names.values()
+            if not info.get("inline")
+        }

@@ -8,6 +8,7 @@ in an :class:`ObjectStore`; the layout under the prefix is the one of
     PREFIX/job.json                                    format, fingerprint, node ids
     PREFIX/checkpoints/000000000042/state/<node-id>.pkl
     PREFIX/checkpoints/000000000042/manifest.json
+    PREFIX/shared/<sha256>                             files of RocksDB state (by content)
 
 Write order: every state object (named ``<node-id>.<writer>.pkl``, the
 writer being a random id of the store object, so two writers never share a
@@ -44,6 +45,7 @@ from typing import Any, TypeVar
 
 from ..errors import ConfigurationError
 from .errors import (
+    CheckpointCorruptError,
     CheckpointError,
     CheckpointLockedError,
     CheckpointNotFoundError,
@@ -358,7 +360,42 @@ class ObjectStore(Store):
             base = self._epoch_rel(e)
             ordered = sorted(names, key=lambda n: n != "manifest.json")
             self._io(f"delete checkpoint {e}", self._remove, [f"{base}/{n}" for n in ordered])
+        self.prune_shared()
         return doomed
+
+    # ------------------------------------------------------------------ shared files
+    def _shared_rel(self, digest: str) -> str:
+        if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+            raise CheckpointCorruptError(f"shared file name {digest!r} is not a sha256")
+        return f"shared/{digest}"
+
+    def write_shared(self, digest: str, data: bytes) -> None:
+        rel = self._shared_rel(digest)
+        self._write(f"write the shared file {digest[:16]}", self._put, rel, data)
+
+    def read_shared(self, digest: str) -> bytes:
+        rel = self._shared_rel(digest)
+        return self._io(f"read the shared file {digest[:16]}", self._get, rel)
+
+    def _shared_sizes(self) -> dict[str, int]:
+        self.fs.invalidate_cache()
+        try:
+            found = self.fs.find(self._path("shared"), detail=True)
+        except FileNotFoundError:
+            return {}
+        out: dict[str, int] = {}
+        for name, info in found.items():
+            digest = str(name).rsplit("/", 1)[-1]
+            if len(digest) == 64 and info.get("type", "file") == "file":
+                out[digest] = int(info.get("size") or 0)
+        return out
+
+    def list_shared(self) -> dict[str, int]:
+        return self._io("list the shared files", self._shared_sizes)
+
+    def delete_shared(self, digests: list[str]) -> None:
+        rels = [self._shared_rel(d) for d in digests]
+        self._io("delete shared files", self._remove, rels)
 
     def write_job_info(self, info: dict[str, Any]) -> None:
         import json

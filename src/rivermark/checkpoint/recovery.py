@@ -42,6 +42,7 @@ from .errors import (
 )
 from .keyed import Chains
 from .manifest import DATA_FORMAT, Manifest
+from .rocks.backend import StateBackend, copy_shared
 from .store import LocalDirectoryStore, Store, open_store
 from .upgrade import (
     ChangingInputs,
@@ -117,6 +118,7 @@ class RecoveryAtStart:
     restore_seconds: float
     recovered: bool
     _keyed: Chains
+    state_backend: StateBackend
 
     if TYPE_CHECKING:
 
@@ -264,7 +266,9 @@ class RecoveryAtStart:
                 run=manifest.run,
                 timing=manifest.timing,
                 counts=manifest.counts,
+                files=manifest.files,
             )
+            copy_shared(source, self.store, manifest)
             self.store.write_checkpoint(copy, {nid: b[-1] for nid, b in blobs.items()})
             manifest, blobs = self.store.load_chains(wanted)
             logger.info(
@@ -340,7 +344,9 @@ class RecoveryAtStart:
             "or, if you trust whoever can write the store, run with --trust-store "
             "(Job(trust_store=True))"
         )
-        if nid in manifest.chains:
+        if nid in manifest.files:  # RocksDB state: its files, local or fetched, verified
+            state = self.state_backend.restored(n, nid, manifest, blobs[-1], allow, untrusted)
+        elif nid in manifest.chains:
             link = manifest.chains[nid]
             state = self._keyed.restored(
                 nid,

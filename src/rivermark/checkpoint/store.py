@@ -6,6 +6,8 @@ Layout of :class:`LocalDirectoryStore` (readable by a person)::
     DIR/job.json                                format, fingerprint, node ids
     DIR/checkpoints/000000000042/manifest.json
     DIR/checkpoints/000000000042/state/<node-id>.pkl
+    DIR/shared/<sha256>                         files of RocksDB state, named by content;
+                                                the manifests that need one name it
     DIR/set-aside-<UTC time>/000000000041/...  checkpoints set aside by a
                                                 job started from scratch
 
@@ -118,7 +120,81 @@ class Store(abc.ABC):
         doomed = self.prunable(self.list_epochs(), keep)
         for e in doomed:
             self.delete(e)
+        self.prune_shared()
         return doomed
+
+    # ------------------------------------------------------------------ shared files
+    # The files of RocksDB state (rivermark.checkpoint.rocks) are stored once,
+    # under their sha256, and named by every manifest that needs them.
+    def write_shared(self, digest: str, data: bytes) -> None:
+        """Store a shared file under its sha256 ``digest`` (durable before it returns)."""
+        raise CheckpointError(
+            f"{self!r} cannot hold the files of RocksDB state; keep the checkpoints in a "
+            "directory or an object store (s3://, file://), or keep the state in memory"
+        )
+
+    def read_shared(self, digest: str) -> bytes:
+        """The bytes of shared file ``digest`` (unchecked: the caller checks the digest)."""
+        raise CheckpointError(f"{self!r} holds no shared files (asked for {digest[:16]})")
+
+    def list_shared(self) -> dict[str, int]:
+        """Every shared file in the store: sha256 -> size."""
+        return {}
+
+    def delete_shared(self, digests: list[str]) -> None:  # noqa: B027 - none to delete
+        """Remove the shared files ``digests``."""
+
+    def shared_references(self) -> set[str] | None:
+        """The shared files every checkpoint in the store names; None if one is unreadable."""
+        needed: set[str] = set()
+        for e in self.list_epochs():
+            try:
+                needed |= set(self.read_manifest(e).shared_files())
+            except Exception as err:  # keep every file while a manifest cannot be read
+                logger.warning(
+                    "%s: its manifest cannot be read (%s: %s); no shared file is deleted",
+                    self.describe(e), type(err).__name__, err,
+                )  # fmt: skip
+                return None
+        return needed
+
+    def prune_shared(self) -> list[str]:
+        """Delete the shared files that no checkpoint left in the store names.
+
+        Runs after the checkpoints themselves were pruned: so retention keeps
+        every file a kept checkpoint (or savepoint) needs, and only those.
+        """
+        present = self.list_shared()
+        if not present:
+            return []
+        needed = self.shared_references()
+        if needed is None:
+            return []
+        doomed = sorted(d for d in present if d not in needed)
+        if doomed:
+            self.delete_shared(doomed)
+            logger.debug("%r: deleted %d shared files no checkpoint names", self, len(doomed))
+        return doomed
+
+    def check_shared(self, epoch: int, m: Manifest) -> None:
+        """Every shared file ``m`` names is in the store with its size (not read here)."""
+        wanted = m.shared_files()
+        if not wanted:
+            return
+        present = self.list_shared()
+        for nid, attrs in m.files.items():
+            for attr, names in attrs.items():
+                for name, info in names.items():
+                    if info.get("inline"):
+                        continue  # inside the state file, checked with it
+                    size = present.get(info["sha256"])
+                    if size != info["size"]:
+                        what = "is missing" if size is None else f"has {size} bytes"
+                        raise CheckpointCorruptError(
+                            f"{self.describe(epoch)}: file {name!r} of the RocksDB state "
+                            f"{attr!r} of {nid!r} (shared/{info['sha256']}) {what}, the "
+                            f"manifest says {info['size']} bytes"
+                        )
 
     def describe(self, epoch: int) -> str:
         """Where checkpoint ``epoch`` lives, for messages."""
@@ -257,6 +333,7 @@ class Store(abc.ABC):
         """
         m = self.load_manifest(epoch)
         own = self._checked_blobs(epoch, m)
+        self.check_shared(epoch, m)
         out: dict[str, list[bytes]] = {nid: [blob] for nid, blob in own.items()}
         for nid, link in m.chains.items():
             parent = link["parent"]
@@ -323,6 +400,10 @@ def _located(e: CheckpointCorruptError, where: str) -> CheckpointCorruptError:
         if isinstance(e, cls):
             return cls(f"{where}: {e}")
     return CheckpointCorruptError(f"{where}: {e}")
+
+
+def _is_digest(name: str) -> bool:
+    return len(name) == 64 and all(c in "0123456789abcdef" for c in name)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -403,6 +484,7 @@ class LocalDirectoryStore(Store):
             )
         self.path = Path(path)
         self.checkpoints = self.path / "checkpoints"
+        self.shared = self.path / "shared"
         if self.path.exists() and not self.path.is_dir():
             raise ConfigurationError(
                 f"checkpoint directory {str(self.path)!r} is a file, not a directory; "
@@ -512,7 +594,52 @@ class LocalDirectoryStore(Store):
         doomed = self.prunable(epochs, keep)
         for e in doomed:
             self.delete(e)
+        self.prune_shared()
         return doomed
+
+    # ------------------------------------------------------------------ shared files
+    def _shared_path(self, digest: str) -> Path:
+        if not _is_digest(digest):
+            raise CheckpointCorruptError(f"shared file name {digest!r} is not a sha256")
+        return self.shared / digest
+
+    def write_shared(self, digest: str, data: bytes) -> None:
+        path = self._shared_path(digest)
+        self.shared.mkdir(DIR_MODE, exist_ok=True)
+        tmp = path.with_name(f"{digest}.tmp")
+        _write_durable(tmp, data)
+        os.replace(tmp, path)
+        _fsync_dir(self.shared)
+
+    def read_shared(self, digest: str) -> bytes:
+        return _read_no_symlink(self._shared_path(digest), self.path)
+
+    def list_shared(self) -> dict[str, int]:
+        if not self.shared.is_dir():
+            return {}
+        out: dict[str, int] = {}
+        with os.scandir(self.shared) as it:
+            for entry in it:
+                if _is_digest(entry.name) and entry.is_file(follow_symlinks=False):
+                    out[entry.name] = entry.stat(follow_symlinks=False).st_size
+        return out
+
+    def delete_shared(self, digests: list[str]) -> None:
+        for d in digests:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._shared_path(d))
+
+    def shared_references(self) -> set[str] | None:
+        """What the checkpoints name, those set aside by ``--from-scratch`` included."""
+        needed = super().shared_references()
+        if needed is None:
+            return None
+        for manifest in self.path.glob("set-aside-*/*/manifest.json"):
+            try:
+                needed |= set(Manifest.from_json(manifest.read_bytes()).shared_files())
+            except Exception:
+                return None
+        return needed
 
     # ------------------------------------------------------------------ job info
     def write_job_info(self, info: dict[str, Any]) -> None:

@@ -589,6 +589,7 @@ def renamed_manifest(
         sinks=ren(manifest.sinks),
         state=ren(manifest.state),
         chains=ren(manifest.chains),
+        files=ren(manifest.files),
         counts=None if manifest.counts is None else ren(manifest.counts),
     )
     return m, ren(blobs)

@@ -27,6 +27,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from . import codec
 from .keyed import Chains, keyed_attrs
+from .rocks.backend import rocks_attrs, rocks_view
 
 logger = logging.getLogger(__name__)
 
@@ -69,11 +70,16 @@ def view_of(
 ) -> StateView:
     """The view of one node's ``state`` at the barrier of ``epoch`` (``last``: the durable one).
 
-    State holding a :class:`rivermark.KeyedState` is a
+    State holding RocksDB mappings (``Job(state="rocksdb")``) is a
+    :class:`~rivermark.checkpoint.rocks.backend.RocksView`: a RocksDB
+    checkpoint of each, taken here.  Other state holding a
+    :class:`rivermark.KeyedState` is a
     :class:`~rivermark.checkpoint.keyed.KeyedView` on the node's delta chain
     in ``chains`` (a base with ``base``, as in a savepoint; see
     :meth:`Chains.view`); anything else is a :class:`PlainView`.
     """
+    if rocks_attrs(state):
+        return rocks_view(node_id, state, epoch, last)
     if keyed_attrs(state):
         return chains.view(node_id, state, epoch, last, base=base, compact=compact)
     return PlainView.of(state)

@@ -123,7 +123,8 @@ def run_with_crashes(
     """Kill ``cmd`` ``kills`` times at random, then once at each fault point.
 
     Every phase restarts the command until it exits 0.  ``on_kill(n)`` is
-    called after the n-th random kill (e.g. to record how far the job got).
+    called after the n-th random kill (e.g. to record how far the job got),
+    and after each kill at a fault point (``n``: the random kills so far).
     ``ready(pid)``, if given, is polled after each start and the random delay
     counts from when it first returns true (e.g. "the job holds its lock"), so
     slow interpreter start-up under load does not eat the delay.
@@ -159,6 +160,8 @@ def run_with_crashes(
         _check_failed(proc, rc, cmd)
         if rc == -signal.SIGKILL:
             run.report.fault_kills[point] = run.report.fault_kills.get(point, 0) + 1
+            if on_kill is not None:
+                on_kill(run.report.kills)
         proc = run.start(None)
         rc = run.to_end(proc)
         _check_failed(proc, rc, cmd)

@@ -95,8 +95,8 @@ def test_edited_removed_or_retyped_fields_are_damage(edit: Any, message: str) ->
 
 
 def test_unknown_format_is_refused_with_a_message() -> None:
-    with pytest.raises(ManifestFormatError, match=re.escape("manifest format 5 is not one")):
-        Manifest.from_json(_edit(_set(("format",), 5)))
+    with pytest.raises(ManifestFormatError, match=re.escape("manifest format 6 is not one")):
+        Manifest.from_json(_edit(_set(("format",), 6)))
 
 
 @pytest.mark.parametrize("text", ["", "{", "[]", "null", '"x"', b"\xff\xfe"])

@@ -1,0 +1,301 @@
+"""Keyed state in RocksDB for a job: which nodes, their checkpoints, their restore.
+
+``Job(state="rocksdb", state_dir=..., state_cache=...)`` (or
+``state={"node-id": "rocksdb", ...}`` for some nodes) keeps every
+:class:`rivermark.KeyedState` of those nodes in a RocksDB database
+(:class:`~.mapping.RocksKeyedState`) in the job's local state directory.
+The job calls, at its steps:
+
+* :meth:`StateBackend.bind` before recovery (the state directory, the store);
+* :meth:`StateBackend.restored` from recovery, for a node whose state in the
+  checkpoint is RocksDB state (the manifest's ``files`` names it): the local
+  checkpoint is used if it verifies, else the files are fetched and checked;
+* :meth:`StateBackend.adopt` after recovery: a node's in-memory
+  ``KeyedState`` (a fresh start, or a checkpoint of the in-memory backend)
+  is written into a new database and handed to the node (``set_state``);
+* at a barrier, :func:`rocks_view` (from :func:`.views.view_of`) takes a
+  RocksDB checkpoint of each mapping; the worker thread uploads its new
+  files and :func:`files_of` puts their names and digests in the manifest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import pickle
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ...core.node import Stream
+from ...errors import ConfigurationError
+from ...state import KeyedState
+from .. import codec
+from ..errors import CheckpointCorruptError
+from ..manifest import Manifest
+from ..store import Store
+from .local import Home, LocalCheckpoint, Restored, safe_name
+from .mapping import DEFAULT_CACHE, RocksKeyedState, RocksSettings
+
+if TYPE_CHECKING:
+    from ..views import StateView
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["StateBackend", "RocksView", "rocks_attrs", "files_of", "copy_shared"]
+
+_KINDS = ("memory", "rocksdb")
+#: every open home of this process, by path: a new job on the same directory closes it
+_OPEN: dict[Path, Home] = {}
+
+
+def rocks_attrs(state: Any) -> dict[str, RocksKeyedState]:
+    """The RocksDB mappings among a node's state (empty: none)."""
+    if not isinstance(state, dict):
+        return {}
+    return {a: v for a, v in state.items() if isinstance(v, RocksKeyedState)}
+
+
+@dataclass
+class RocksView:
+    """One node's RocksDB state at a barrier: local checkpoints, uploaded in the worker."""
+
+    node_id: str
+    rest: bytes
+    parts: dict[str, tuple[Home, LocalCheckpoint, int]]
+    #: attr -> file name -> {"sha256", "size"}; filled by :meth:`serialise`
+    files: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+
+    def serialise(self) -> bytes:
+        small: dict[str, dict[str, bytes]] = {}
+        for attr, (home, cp, _) in self.parts.items():
+            assert home.store is not None
+            self.files[attr], small[attr] = home.upload(cp, home.store)
+        return codec.dumps(
+            {
+                "rest": pickle.loads(self.rest),
+                "rocks": {a: n for a, (_, _, n) in self.parts.items()},
+                "small": small,
+            }
+        )
+
+
+def rocks_view(node_id: str, state: dict[str, Any], epoch: int, last: int) -> StateView:
+    """At the barrier of ``epoch``: write each mapping out and take its RocksDB checkpoint."""
+    rocks = rocks_attrs(state)
+    rest = pickle.dumps({a: v for a, v in state.items() if a not in rocks})
+    parts: dict[str, tuple[Home, LocalCheckpoint, int]] = {}
+    for attr, m in rocks.items():
+        home = m.home
+        assert isinstance(home, Home)
+        parts[attr] = (home, home.take(epoch, last), len(m))
+    return RocksView(node_id, rest, parts)
+
+
+def files_of(views: Mapping[str, object]) -> dict[str, dict[str, dict[str, dict[str, Any]]]]:
+    """The manifest's ``files``: each RocksDB view's (filled while the checkpoint is written)."""
+    return {nid: v.files for nid, v in views.items() if isinstance(v, RocksView)}
+
+
+def copy_shared(source: Store, target: Store, manifest: Manifest) -> None:
+    """Copy the shared files ``manifest`` names from ``source`` to ``target``, each checked."""
+    for digest, size in sorted(manifest.shared_files().items()):
+        data = source.read_shared(digest)
+        if len(data) != size or hashlib.sha256(data).hexdigest() != digest:
+            raise CheckpointCorruptError(
+                f"{source.describe(manifest.epoch)}: shared file {digest} does not match its "
+                "sha256 in the manifest: the store is damaged"
+            )
+        target.write_shared(digest, data)
+
+
+def _parse_cache(value: Any) -> int:
+    if value is None:
+        return DEFAULT_CACHE
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 8 << 20:
+        return value
+    if isinstance(value, str):
+        text = value.strip().upper().removesuffix("B").removesuffix("I")
+        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+        mult = units.get(text[-1:], 1)
+        number = text[:-1] if text[-1:] in units else text
+        try:
+            n = int(float(number) * mult)
+        except ValueError:
+            n = -1
+        if n >= 8 << 20:
+            return n
+    raise ConfigurationError(
+        f"Job: state_cache must be a number of bytes of at least 8 MiB (or e.g. '256MiB'), "
+        f"got {value!r}"
+    )
+
+
+class StateBackend:
+    """Where a job keeps each node's keyed state: in memory, or in RocksDB."""
+
+    def __init__(
+        self, state: Any = "memory", state_dir: Any = None, state_cache: Any = None
+    ) -> None:
+        if isinstance(state, Mapping):
+            bad = {k: v for k, v in state.items() if v not in _KINDS or not isinstance(k, str)}
+            if bad:
+                raise ConfigurationError(
+                    f"Job: state={dict(state)!r}: each node id maps to 'memory' or 'rocksdb', "
+                    f"not {bad!r}"
+                )
+            self.default, self.per_node = "memory", dict(state)
+        elif state in _KINDS:
+            self.default, self.per_node = str(state), {}
+        else:
+            raise ConfigurationError(
+                f"Job: state must be 'memory' (the default), 'rocksdb', or a dict of node ids "
+                f"to either, got {state!r}"
+            )
+        if state_dir is not None and not isinstance(state_dir, (str, os.PathLike)):
+            raise ConfigurationError(f"Job: state_dir must be a directory, got {state_dir!r}")
+        self.state_dir: Path | None = None if state_dir is None else Path(state_dir)
+        self.settings = RocksSettings(_parse_cache(state_cache))
+        self.store: Store | None = None
+        self.homes: dict[tuple[str, str], Home] = {}
+        #: node id -> how its RocksDB state was restored (time, local or fetched)
+        self.restores: dict[str, Restored] = {}
+
+    @property
+    def used(self) -> bool:
+        return self.default == "rocksdb" or "rocksdb" in self.per_node.values()
+
+    def wants(self, node_id: str) -> bool:
+        return bool(self.per_node.get(node_id, self.default) == "rocksdb")
+
+    def bind(self, store: Store, job_id: str, stateful_ids: list[str]) -> None:
+        """Before recovery: the store and the state directory (created)."""
+        unknown = sorted(set(self.per_node) - set(stateful_ids))
+        if unknown:
+            raise ConfigurationError(
+                f"Job: state={self.per_node!r} names {', '.join(map(repr, unknown))}, which "
+                f"is no stateful node of the graph (those are: {', '.join(stateful_ids)})"
+            )
+        self.store = store
+        if self.state_dir is None:
+            self.state_dir = Path(tempfile.gettempdir()) / "rivermark-state" / safe_name(job_id)
+        try:
+            self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except OSError as e:
+            raise ConfigurationError(
+                f"Job: state_dir {str(self.state_dir)!r} cannot be created ({e.strerror}); "
+                "pass a writable directory on a local disk"
+            ) from None
+
+    def home(self, node_id: str, attr: str) -> Home:
+        key = (node_id, attr)
+        home = self.homes.get(key)
+        if home is None:
+            assert self.state_dir is not None
+            root = self.state_dir / safe_name(node_id) / safe_name(attr)
+            other = _OPEN.pop(root, None)
+            if other is not None:  # a job before this one in this process
+                other.close()
+            home = self.homes[key] = Home(root, self.settings, store=self.store)
+            _OPEN[root] = home
+        return home
+
+    # ------------------------------------------------------------------ restore
+    def restored(
+        self,
+        n: Stream,
+        nid: str,
+        manifest: Manifest,
+        blob: bytes,
+        allow: bool,
+        what: str,
+        stored_id: str | None = None,
+    ) -> dict[str, Any]:
+        """Node ``nid``'s state from checkpoint ``manifest``: its RocksDB state verified."""
+        assert self.store is not None
+        started = time.perf_counter()
+        part = codec.loads(blob, allow_pickle=allow, what=what)
+        state: dict[str, Any] = dict(part["rest"])
+        where = self.store.describe(manifest.epoch)
+        local, fetched, damaged = True, 0, None
+        for attr, files in manifest.files[nid].items():
+            home = self.home(nid, attr)
+            small = part["small"].get(attr, {})
+            why = home.check_local(manifest.epoch, files, small)
+            if why is not None:
+                local = False
+                if why != "absent":
+                    damaged = why
+                    logger.warning(
+                        "the local state directory %s does not hold checkpoint %d of node %s "
+                        "(%s): fetching it from %r",
+                        home.root, manifest.epoch, nid, why, self.store,
+                    )  # fmt: skip
+                fetched += home.fetch(manifest.epoch, files, small, self.store, where)
+            m = home.promote(manifest.epoch, codec.reader(allow_pickle=allow, what=what))
+            home.durable = (manifest.epoch, frozenset(i["sha256"] for i in files.values()))
+            home.written.clear()
+            expected = part["rocks"].get(attr)
+            if len(m) != expected:
+                raise CheckpointCorruptError(
+                    f"{where}: the RocksDB state {attr!r} of {nid!r} holds {len(m)} keys, its "
+                    f"state file says {expected}"
+                )
+            if self.wants(nid):
+                state[attr] = m
+            else:  # restored into the in-memory backend
+                state[attr] = KeyedState.restored(m.copy())
+                home.close()
+        info = Restored(
+            time.perf_counter() - started,
+            local,
+            sum(len(f) for f in manifest.files[nid].values()),
+            fetched,
+            damaged,
+        )
+        self.restores[nid] = info
+        logger.info(
+            "restored the RocksDB state of node %s (checkpoint %d) in %.3f s %s",
+            nid, manifest.epoch, info.seconds,
+            "from the local state directory (no download)" if local
+            else f"from {self.store!r} ({info.files} files, {fetched} bytes fetched)",
+            extra={"epoch": manifest.epoch, "duration_seconds": round(info.seconds, 6)},
+        )  # fmt: skip
+        return state
+
+    # ------------------------------------------------------------------ adoption
+    def adopt(self, nodes: list[tuple[str, Stream]]) -> None:
+        """After recovery: each wanted node's in-memory ``KeyedState`` into RocksDB."""
+        if not self.used:
+            return
+        for nid, n in nodes:
+            if not self.wants(nid):
+                continue
+            state = n.get_state()
+            if not isinstance(state, dict):
+                continue
+            moved = {
+                a: v
+                for a, v in state.items()
+                if isinstance(v, KeyedState)
+                and not (isinstance(v, RocksKeyedState) and v.home is self.homes.get((nid, a)))
+            }
+            if not moved:
+                continue
+            new = dict(state)
+            for attr, ks in moved.items():
+                content = ks.copy() if isinstance(ks, RocksKeyedState) else ks
+                new[attr] = self.home(nid, attr).open(codec.reader(allow_pickle=True), content)
+            n.set_state(new)
+            logger.info(
+                "node %s keeps %s in RocksDB (%s)",
+                nid, ", ".join(sorted(moved)), self.state_dir,
+            )  # fmt: skip
+
+    def close(self) -> None:
+        for home in self.homes.values():
+            home.close()

@@ -1,0 +1,392 @@
+"""The local state directory of RocksDB state: live databases and local checkpoints.
+
+Layout (``state_dir``, one per job; ``Job(state_dir=...)``)::
+
+    STATE_DIR/<node-id>/<attr>/db/                       the live database
+    STATE_DIR/<node-id>/<attr>/ckpt-000000000042/        RocksDB checkpoint of epoch 42
+
+A checkpoint's barrier writes the mapping's changed keys to its database
+and takes a RocksDB checkpoint into ``ckpt-<epoch>`` (the SST files hard
+linked, the small files copied: :meth:`Home.take`).  The files are then
+described (sha256 and size; an SST file's digest is computed once, as SST
+files never change) and the ones the store does not hold yet are uploaded
+in the worker thread.  The local checkpoint of the newest durable epoch is
+kept (and the one being written); older ones are deleted at the next
+barrier.
+
+At restore (:meth:`Home.restore`) the local ``ckpt-<epoch>`` of the
+checkpoint being restored is used as it is when it holds exactly the files
+the manifest names, each with the manifest's sha256 and size: its SST
+files are hard linked into a new ``db/`` (nothing downloaded, no key
+re-inserted).  Otherwise (a fresh machine, another epoch, or a damaged
+file: a WARNING names it) the directory is replaced by the files fetched
+from the store, each checked against the manifest's digest before use.
+The live ``db/`` of an earlier run is never used: it may hold writes after
+the checkpoint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import CheckpointCorruptError
+from ..faults import fault_point
+from ..store import Store
+from .mapping import Frozen, RocksKeyedState, RocksSettings, open_db
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Home", "LocalCheckpoint", "Restored", "safe_name"]
+
+#: files of a RocksDB checkpoint other than SST files up to this size go in the state file
+INLINE_MAX = 1 << 20
+
+_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+def safe_name(text: str) -> str:
+    """``text`` as one path component (other characters as ``%XX``).
+
+    >>> safe_name("map-1:parse")
+    'map-1%3Aparse'
+    """
+    out = "".join(c if c in _SAFE else "".join(f"%{b:02X}" for b in c.encode()) for c in text)
+    return "%2E" + out[1:] if out.startswith(".") else out
+
+
+def _sha256_file(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class LocalCheckpoint:
+    """A RocksDB checkpoint of a barrier (made in ``directory``), and what the store has."""
+
+    epoch: int
+    directory: Path
+    #: sha256 of the files the newest durable checkpoint names (in the store already)
+    known: frozenset[str]
+    #: the newest durable epoch at the barrier (its local checkpoint is kept)
+    last: int
+    #: the changes handed over at the barrier
+    frozen: Frozen
+    #: whether the changes are written and the RocksDB checkpoint taken (see Home.make)
+    made: bool = False
+
+
+@dataclass
+class Restored:
+    """How a node's RocksDB state was restored (what the job reports)."""
+
+    seconds: float
+    local: bool
+    files: int
+    bytes: int
+    #: why the local checkpoint was not used (None: it was, or there was none)
+    damaged: str | None = None
+
+
+@dataclass
+class Home:
+    """The local directory of one RocksDB mapping (one node's attribute)."""
+
+    root: Path
+    settings: RocksSettings
+    #: SST file name -> (size, sha256), for this database's lifetime (SSTs never change)
+    digests: dict[str, tuple[int, str]] = field(default_factory=dict)
+    #: epoch -> files described for it (name -> {"sha256", "size"}), not known durable yet
+    written: dict[int, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    #: the newest durable epoch and the digests of its files
+    durable: tuple[int, frozenset[str]] = (0, frozenset())
+    mapping: RocksKeyedState | None = None
+    #: where the files are uploaded to and fetched from
+    store: Store | None = None
+    #: the checkpoint taken at the last barrier, until it is made
+    pending: LocalCheckpoint | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def db_dir(self) -> Path:
+        return self.root / "db"
+
+    def ckpt_dir(self, epoch: int) -> Path:
+        return self.root / f"ckpt-{epoch:012d}"
+
+    # ------------------------------------------------------------------ opening
+    def open(self, read: Any, initial: Any = ()) -> RocksKeyedState:
+        """A new, empty database (any earlier one removed), filled with ``initial``."""
+        self.close()
+        shutil.rmtree(self.db_dir, ignore_errors=True)
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.digests.clear()
+        m = self._open_mapping(read)
+        m.update(initial)
+        m.flush()
+        return m
+
+    def _open_mapping(self, read: Any) -> RocksKeyedState:
+        db = open_db(self.db_dir, self.settings)
+        if os.environ.get("RIVERMARK_FAULT", "").startswith("rocks-compaction"):
+            _watch_compactions(db)
+        self.mapping = RocksKeyedState(
+            db, str(self.db_dir), self.settings.limit, read, self.settings.write_options(), self
+        )
+        return self.mapping
+
+    def close(self) -> None:
+        if self.mapping is not None:
+            self.mapping.close()
+            self.mapping = None
+
+    # ------------------------------------------------------------------ checkpoints
+    def take(self, epoch: int, last: int) -> LocalCheckpoint:
+        """At the barrier of ``epoch`` (``last``: the newest durable one): hand the changes over.
+
+        O(keys cached) in C; :meth:`upload` (the worker thread) writes them
+        and takes the RocksDB checkpoint.
+        """
+        assert self.mapping is not None
+        if last in self.written:
+            files = self.written[last]
+            self.durable = (last, frozenset(i["sha256"] for i in files.values()))
+        for e in [e for e in self.written if e <= last]:
+            del self.written[e]
+        known = self.durable[1] if self.durable[0] == last else frozenset()
+        cp = LocalCheckpoint(epoch, self.ckpt_dir(epoch), known, last, self.mapping.hand_over())
+        self.pending = cp
+        return cp
+
+    def make(self, cp: LocalCheckpoint) -> None:
+        """Write the changes handed over and take the RocksDB checkpoint, once.
+
+        In the worker thread, or in the loop thread when its mapping needs the
+        database first (:meth:`make_pending`).  The local checkpoints but the
+        newest durable one are removed first (a leftover of ``cp``'s epoch
+        from a run that crashed included).
+        """
+        with self._lock:
+            if cp.made:
+                return
+            mapping = self.mapping
+            assert mapping is not None
+            try:
+                mapping.write_frozen(cp.frozen)
+                keep = self.ckpt_dir(cp.last).name
+                for d in self.root.glob("ckpt-*"):
+                    if d.name != keep:
+                        shutil.rmtree(d, ignore_errors=True)
+                _rocksdict_checkpoint(mapping.db, cp.directory)
+                cp.made = True
+            finally:
+                # only now may other writes reach the database (or the job stops)
+                mapping.release(cp.frozen)
+                if self.pending is cp:
+                    self.pending = None
+
+    def make_pending(self) -> None:
+        """The pending checkpoint made now (its mapping needs the database)."""
+        cp = self.pending
+        if cp is not None:
+            self.make(cp)
+
+    def describe(self, cp: LocalCheckpoint) -> tuple[dict[str, dict[str, Any]], dict[str, bytes]]:
+        """Every file of ``cp`` with its sha256 and size, and the bytes of the small ones.
+
+        SST files are shared files (uploaded once, named by the manifest);
+        the other files (CURRENT, MANIFEST, OPTIONS: small, rewritten at every
+        checkpoint) go inside the node's state file (``"inline": true``).
+        """
+        files: dict[str, dict[str, Any]] = {}
+        small: dict[str, bytes] = {}
+        for entry in sorted(os.scandir(cp.directory), key=lambda e: e.name):
+            size = entry.stat().st_size
+            if not entry.name.endswith(".sst") and size <= INLINE_MAX:
+                data = Path(entry.path).read_bytes()
+                small[entry.name] = data
+                files[entry.name] = {
+                    "sha256": hashlib.sha256(data).hexdigest(),
+                    "size": len(data),
+                    "inline": True,
+                }
+                continue
+            known = self.digests.get(entry.name)
+            if known is not None and known[0] == size:
+                digest = known[1]
+            else:
+                digest = _sha256_file(Path(entry.path))
+                if entry.name.endswith(".sst"):
+                    self.digests[entry.name] = (size, digest)
+            files[entry.name] = {"sha256": digest, "size": size}
+        self.written[cp.epoch] = files
+        return files, small
+
+    def upload(
+        self, cp: LocalCheckpoint, store: Store
+    ) -> tuple[dict[str, dict[str, Any]], dict[str, bytes]]:
+        """Write, checkpoint, describe ``cp`` and upload the files the store lacks (worker)."""
+        self.make(cp)
+        files, small = self.describe(cp)
+        sent: set[str] = set()
+        for name, info in files.items():
+            digest = info["sha256"]
+            if info.get("inline") or digest in cp.known or digest in sent:
+                continue
+            store.write_shared(digest, (cp.directory / name).read_bytes())
+            sent.add(digest)
+            fault_point("rocks-upload")
+        return files, small
+
+    # ------------------------------------------------------------------ restore
+    def check_local(
+        self, epoch: int, files: dict[str, dict[str, Any]], small: dict[str, bytes]
+    ) -> str | None:
+        """None if ``ckpt-<epoch>`` holds exactly ``files``; else what differs."""
+        d = self.ckpt_dir(epoch)
+        if not d.is_dir():
+            return "absent"
+        why = _differs(d, files, small)
+        if why is not None:
+            return why
+        names = sorted(n for n in files if n not in small)
+        with ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as pool:
+            digests = list(pool.map(lambda n: _sha256_file(d / n), names))
+        for name, digest in zip(names, digests):
+            if digest != files[name]["sha256"]:
+                return f"{name} does not match its sha256 in the manifest"
+        for name, digest in zip(names, digests):
+            if name.endswith(".sst"):
+                self.digests[name] = (files[name]["size"], digest)
+        return None
+
+    def fetch(
+        self,
+        epoch: int,
+        files: dict[str, dict[str, Any]],
+        small: dict[str, bytes],
+        store: Store,
+        where: str,
+    ) -> int:
+        """Replace ``ckpt-<epoch>`` by ``files`` from ``store``, each checked; the bytes read."""
+        d = self.ckpt_dir(epoch)
+        shutil.rmtree(d, ignore_errors=True)
+        tmp = d.with_name(d.name + ".fetching")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True, mode=0o700)
+        total = 0
+        for name, info in sorted(files.items()):
+            data = small[name] if info.get("inline") else store.read_shared(info["sha256"])
+            if len(data) != info["size"] or hashlib.sha256(data).hexdigest() != info["sha256"]:
+                raise CheckpointCorruptError(
+                    f"{where}: file {name!r} of the RocksDB state ({info['sha256'][:16]}) "
+                    "does not match its sha256 in the manifest: the store is damaged; restore "
+                    "a good copy of it, or start over with --from-scratch"
+                )
+            with open(tmp / name, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            total += 0 if info.get("inline") else len(data)
+            if name.endswith(".sst"):
+                self.digests[name] = (info["size"], info["sha256"])
+        _fsync_dir(tmp)
+        os.rename(tmp, d)
+        return total
+
+    def promote(self, epoch: int, read: Any) -> RocksKeyedState:
+        """A new live ``db/`` from ``ckpt-<epoch>``: SST files hard linked, the rest copied."""
+        self.close()
+        shutil.rmtree(self.db_dir, ignore_errors=True)
+        self.db_dir.mkdir(parents=True, mode=0o700)
+        src = self.ckpt_dir(epoch)
+        for entry in os.scandir(src):
+            if entry.name.endswith(".sst"):
+                os.link(entry.path, self.db_dir / entry.name)
+            else:
+                shutil.copyfile(entry.path, self.db_dir / entry.name)
+        return self._open_mapping(read)
+
+
+def _differs(d: Path, files: dict[str, dict[str, Any]], small: dict[str, bytes]) -> str | None:
+    """What differs between directory ``d`` and ``files`` (names, kinds, sizes, small files)."""
+    present = {e.name: e for e in os.scandir(d)}
+    if set(present) != set(files):
+        extra = sorted(set(present) - set(files))
+        missing = sorted(set(files) - set(present))
+        return f"files differ (missing {missing[:3]}, extra {extra[:3]})"
+    for name, info in files.items():
+        entry = present[name]
+        if not entry.is_file(follow_symlinks=False):
+            return f"{name} is not a regular file"
+        size = entry.stat().st_size
+        if size != info["size"]:
+            return f"{name} has {size} bytes, the manifest says {info['size']}"
+    for name, data in small.items():
+        if (d / name).read_bytes() != data:
+            return f"{name} differs from the checkpoint's"
+    return None
+
+
+def _watch_compactions(db: Any) -> None:
+    """Fault point ``rocks-compaction``: reached when RocksDB compacts (crash tests only).
+
+    A thread looks every 0.2 ms whether a compaction runs in ``db``, or ran
+    since its last look (fewer files in level 0): a compaction of small
+    files takes less than a look on a busy machine.  It is started only when
+    ``RIVERMARK_FAULT`` names the point.
+    """
+
+    def level0() -> int:
+        return int(db.property_int_value("rocksdb.num-files-at-level0") or 0)
+
+    def watch() -> None:
+        try:
+            seen = level0()
+            while True:
+                now = level0()
+                if db.property_int_value("rocksdb.num-running-compactions") or now < seen:
+                    fault_point("rocks-compaction")
+                    time.sleep(0.05)  # the next compaction, for rocks-compaction:N
+                    now = level0()
+                seen = now
+                time.sleep(0.0002)
+        except Exception:  # the database was closed
+            return
+
+    threading.Thread(target=watch, name="rivermark-compaction-fault", daemon=True).start()
+
+
+def _rocksdict_checkpoint(db: Any, target: Path) -> None:
+    """A RocksDB checkpoint of ``db`` in ``target``, its memtable flushed first.
+
+    rocksdict holds the GIL while RocksDB works, and a checkpoint flushes the
+    memtable (it writes an SST file): so the flush is started in RocksDB's
+    own thread and waited for here with the GIL released (the pipeline runs
+    meanwhile); the checkpoint then only links the files.  Nothing else
+    writes to the database until it is taken (see ``Home.make``).
+    """
+    import rocksdict
+
+    db.flush(False)
+    while db.property_int_value("rocksdb.mem-table-flush-pending") or db.property_int_value(
+        "rocksdb.num-running-flushes"
+    ):
+        time.sleep(0.001)
+    rocksdict.Checkpoint(db).create_checkpoint(os.fspath(target))

@@ -1,0 +1,512 @@
+"""``RocksKeyedState``: a :class:`rivermark.KeyedState` whose keys live in RocksDB.
+
+The mapping is what an operator sees (``acc.get(k, 0)``, ``acc[k] = v``,
+``del acc[k]``, ``k in acc``, ``len(acc)``, iteration); its content is in
+one RocksDB database (through ``rocksdict``), keys and values each in the
+data encoding of :mod:`rivermark.checkpoint.codec` (``codec.pack``: the
+same value always packs to the same bytes).
+
+Between writes to RocksDB the keys read or written recently are kept in the
+``dict`` the class derives from (a cache of Python objects): a value read
+once is the same object until the cache is written out, so an operator that
+changes a value in place and calls :meth:`touched` (``partition(key=...)``)
+works as with the in-memory ``KeyedState``.  The cache holds at most
+``limit`` keys; when a new key would exceed that, the keys changed since
+the last write are written in one ``WriteBatch`` (the write-ahead log is
+off: after a crash the state comes from a checkpoint, never from the live
+database) and the cache is emptied.
+
+A checkpoint's barrier costs O(changed keys) in C, not a write:
+:meth:`hand_over` hands the changed keys over (a copy of the cache, values
+copied with ``freeze`` when the operator changes them in place) and empties
+the cache; the worker thread writes them (:meth:`write_frozen`) and takes
+the RocksDB checkpoint (:mod:`rivermark.checkpoint.rocks.local`) while the
+sources run on.  Until then reads look in the handed-over keys before the
+database, and nothing else is written to the database: a cache that fills
+up meanwhile first writes them and takes the checkpoint itself (a pause
+that only a full cache causes), so the checkpoint holds exactly the state
+at the barrier.
+
+Differences from a ``dict``: keys are compared by their encoding, so ``1``,
+``1.0``, ``True`` and ``numpy.int64(1)`` are four keys; iteration is in the
+order of the encoded keys (deterministic, not the order of insertion);
+``popitem`` takes the first key in that order; ``copy()``, ``|`` and
+``dict(state)`` read every key from disk.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, ItemsView, Iterator, KeysView, Mapping, ValuesView
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...errors import ConfigurationError, RivermarkError
+from ...state import KeyedDelta, KeyedState
+from .. import codec
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["RocksKeyedState", "RocksSettings", "open_db", "DEFAULT_CACHE"]
+
+#: bytes of RocksDB's block cache (memtables are charged to it), per job
+DEFAULT_CACHE = 256 << 20
+#: the column family holding the number of keys (the data is in the default one)
+META_CF = "rivermark-meta"
+_COUNT = b"count"
+
+
+class _Marker:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+#: a key known to be absent (deleted, or looked up and not found)
+_ABSENT: Any = _Marker("ABSENT")
+_MISS: Any = _Marker("MISS")
+
+
+def _rocksdict() -> Any:
+    try:
+        import rocksdict
+    except ImportError:
+        raise ConfigurationError(
+            "Job(state='rocksdb') needs rocksdict: pip install 'rivermark[rocksdb]'"
+        ) from None
+    return rocksdict
+
+
+@dataclass
+class RocksSettings:
+    """The RocksDB options of one job: one block cache that bounds its memory.
+
+    ``cache`` bytes are shared by every database of the job: data, index
+    and filter blocks, and the memtables (charged to the cache by a write
+    buffer manager).  ``limit`` is the number of keys each mapping keeps as
+    Python objects between writes (the cache of :class:`RocksKeyedState`).
+    """
+
+    cache: int = DEFAULT_CACHE
+    limit: int = 0
+    _shared: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.limit <= 0:
+            self.limit = max(4096, min(262_144, self.cache // 2048))
+
+    def options(self) -> Any:
+        """The ``rocksdict.Options`` of a database (raw bytes, one shared cache)."""
+        r = _rocksdict()
+        if "cache" not in self._shared:
+            cache = r.Cache(self.cache)
+            self._shared["cache"] = cache
+            self._shared["wbm"] = r.WriteBufferManager.new_write_buffer_manager_with_cache(
+                self.cache // 4, False, cache
+            )
+        o = r.Options(raw_mode=True)
+        o.create_if_missing(True)
+        o.create_missing_column_families(True)
+        o.set_max_background_jobs(2)
+        o.set_write_buffer_size(max(1 << 20, min(64 << 20, self.cache // 8)))
+        o.set_max_write_buffer_number(2)
+        o.set_target_file_size_base(64 << 20)
+        o.set_level_compaction_dynamic_level_bytes(True)
+        o.set_compression_type(r.DBCompressionType.lz4())
+        o.set_max_manifest_file_size(4 << 20)
+        o.set_keep_log_file_num(2)
+        o.set_max_log_file_size(1 << 20)
+        o.set_write_buffer_manager(self._shared["wbm"])
+        table = r.BlockBasedOptions()
+        table.set_block_cache(self._shared["cache"])
+        table.set_bloom_filter(10, False)
+        table.set_cache_index_and_filter_blocks(True)
+        table.set_pin_l0_filter_and_index_blocks_in_cache(True)
+        o.set_block_based_table_factory(table)
+        return o
+
+    def write_options(self) -> Any:
+        wo = _rocksdict().WriteOptions()
+        wo.disable_wal = True  # a crash restores a checkpoint, never the live database
+        return wo
+
+
+def open_db(path: str | os.PathLike[str], settings: RocksSettings) -> Any:
+    """Open (or create) the database at ``path``; one clear line when it cannot be."""
+    r = _rocksdict()
+    o = settings.options()
+    try:
+        return r.Rdict(os.fspath(path), o, column_families={META_CF: settings.options()})
+    except Exception as e:
+        raise RivermarkError(
+            f"the RocksDB state in {os.fspath(path)!r} cannot be opened ({e}); another job "
+            "may use the same state_dir: give each job its own Job(state_dir=...)"
+        ) from e
+
+
+class _Closed:
+    """Stands in for a database that was closed (its job ended, another opened it)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __getattr__(self, name: str) -> Any:
+        raise RivermarkError(
+            f"the RocksDB state in {self.path!r} was closed (its job ended and another job "
+            "opened it); read the state through the job that holds it now"
+        )
+
+
+class RocksKeyedState(KeyedState):
+    """A :class:`~rivermark.KeyedState` on a RocksDB database (see the module docs).
+
+    Created by the job (``Job(state="rocksdb")``), never by an operator: the
+    job hands it to each node that keeps a ``KeyedState`` through the node's
+    ``set_state``.  ``read`` decodes a value (with the store's pickle rules).
+    """
+
+    __slots__ = (
+        "db",
+        "path",
+        "home",
+        "_meta",
+        "_meta_cf",
+        "_dirty",
+        "_len",
+        "_limit",
+        "_read",
+        "_wopts",
+        "_frozen",
+        "_frozen_written",
+    )
+
+    #: checkpointed as a RocksDB checkpoint, not as a delta (see ``checkpoint.keyed``)
+    external = True
+
+    def __init__(
+        self,
+        db: Any,
+        path: str,
+        limit: int,
+        read: Callable[[bytes], Any],
+        write_options: Any,
+        home: Any = None,
+    ) -> None:
+        super().__init__()
+        self.db = db
+        self.path = path
+        self.home = home
+        self._meta = db.get_column_family(META_CF)
+        self._meta_cf = db.get_column_family_handle(META_CF)
+        self._dirty: set[Any] = set()
+        raw = self._meta.get(_COUNT)
+        self._len = 0 if raw is None else int.from_bytes(raw, "little")
+        self._limit = limit
+        self._read = read
+        self._wopts = write_options
+        #: the changes handed over at a barrier, until the worker wrote them
+        self._frozen: Frozen | None = None
+        self._frozen_written = threading.Event()
+        self._frozen_written.set()
+
+    # ------------------------------------------------------------------ reads
+    def _load(self, key: Any) -> Any:
+        """``key``'s value from the database (or ``_ABSENT``), now in the cache."""
+        if dict.__len__(self) >= self._limit:
+            self.flush()
+        frozen = self._frozen
+        value = _MISS if frozen is None else frozen.values.get(key, _MISS)
+        if value is not _MISS and value is not _ABSENT and self.freeze is not None:
+            # a value the operator changes in place: the worker writes the handed-over one
+            value = self.freeze(value)
+        if value is _MISS:
+            raw = self.db.get(codec.pack(key))
+            value = _ABSENT if raw is None else self._read(raw)
+        dict.__setitem__(self, key, value)
+        return value
+
+    def __getitem__(self, key: Any) -> Any:
+        v = dict.get(self, key, _MISS)
+        if v is _MISS:
+            v = self._load(key)
+        if v is _ABSENT:
+            raise KeyError(key)
+        return v
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        v = dict.get(self, key, _MISS)
+        if v is _MISS:
+            v = self._load(key)
+        return default if v is _ABSENT else v
+
+    def __contains__(self, key: object) -> bool:
+        v = dict.get(self, key, _MISS)
+        if v is _MISS:
+            v = self._load(key)
+        return v is not _ABSENT
+
+    def __len__(self) -> int:
+        return self._len
+
+    # ------------------------------------------------------------------ writes
+    def __setitem__(self, key: Any, value: Any) -> None:
+        cur = dict.get(self, key, _MISS)
+        if cur is _MISS:
+            cur = self._load(key)
+        if cur is _ABSENT:
+            self._len += 1
+        dict.__setitem__(self, key, value)
+        self._dirty.add(key)
+
+    def __delitem__(self, key: Any) -> None:
+        if key not in self:
+            raise KeyError(key)
+        dict.__setitem__(self, key, _ABSENT)
+        self._dirty.add(key)
+        self._len -= 1
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        if key in self:
+            value = dict.__getitem__(self, key)
+            del self[key]
+            return value
+        if default:
+            return default[0]
+        raise KeyError(key)
+
+    def popitem(self) -> tuple[Any, Any]:
+        for key in self:
+            return key, self.pop(key)
+        raise KeyError("popitem(): the mapping is empty")
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        if key in self:
+            return self[key]
+        self[key] = default
+        return default
+
+    def update(self, other: Any = (), /, **kwargs: Any) -> None:
+        items = other.items() if isinstance(other, Mapping) else other
+        for k, v in items:
+            self[k] = v
+        for k, v in kwargs.items():
+            self[k] = v
+
+    def clear(self) -> None:
+        self.flush()
+        batch = _rocksdict().WriteBatch(raw_mode=True)
+        for raw in list(self._keys_raw()):
+            batch.delete(raw)
+        self._len = 0
+        self._write(batch)
+
+    def touched(self, key: Any) -> None:
+        """The value of ``key`` was changed in place: it is written with the next flush."""
+        if dict.get(self, key, _ABSENT) is not _ABSENT:
+            self._dirty.add(key)
+
+    def _write(self, batch: Any) -> None:
+        """Write ``batch`` with the number of keys, atomically."""
+        batch.put(_COUNT, self._len.to_bytes(8, "little"), self._meta_cf)
+        self.db.write(batch, self._wopts)
+
+    def flush(self) -> int:
+        """Write the keys changed since the last flush to the database; empty the cache.
+
+        Returns the number of keys written.  Called when the cache is full
+        (after the worker wrote the changes handed over at a barrier, if any).
+        """
+        self.wait_frozen()
+        dirty = self._dirty
+        n = len(dirty)
+        if n:
+            batch = _rocksdict().WriteBatch(raw_mode=True)
+            pack, value_of = codec.pack, dict.__getitem__
+            for k in dirty:
+                v = value_of(self, k)
+                if v is _ABSENT:
+                    batch.delete(pack(k))
+                else:
+                    batch.put(pack(k), pack(v))
+            self._write(batch)
+            dirty.clear()
+        dict.clear(self)
+        return n
+
+    # ------------------------------------------------------------------ barriers
+    def hand_over(self) -> Frozen:
+        """At a barrier: hand the changes since the last write over (O(keys cached), in C).
+
+        The cache is emptied; :meth:`write_frozen` (worker thread) writes them.
+        With ``freeze`` (values changed in place) each changed value is copied.
+        """
+        self.wait_frozen()
+        dirty, self._dirty = self._dirty, set()
+        freeze = self.freeze
+        if freeze is None:
+            values = dict(dict.items(self))  # the cache (C); values immutable (the KeyedState rule)
+        else:
+            values = {}
+            for k in dirty:
+                v = dict.__getitem__(self, k)
+                values[k] = v if v is _ABSENT else freeze(v)
+        dict.clear(self)
+        frozen = Frozen(values, dirty, self._len)
+        self._frozen = frozen
+        self._frozen_written.clear()
+        return frozen
+
+    def write_frozen(self, frozen: Frozen) -> int:
+        """Write what :meth:`hand_over` handed over (worker thread); the keys written.
+
+        The caller releases it (:meth:`release`) once the RocksDB checkpoint
+        is taken: until then no other write may reach the database.
+        """
+        if frozen.dirty:
+            batch = _rocksdict().WriteBatch(raw_mode=True)
+            pack, values = codec.pack, frozen.values
+            for k in frozen.dirty:
+                v = values[k]
+                if v is _ABSENT:
+                    batch.delete(pack(k))
+                else:
+                    batch.put(pack(k), pack(v))
+            batch.put(_COUNT, frozen.count.to_bytes(8, "little"), self._meta_cf)
+            self.db.write(batch, self._wopts)
+        return len(frozen.dirty)
+
+    def release(self, frozen: Frozen) -> None:
+        """The frozen changes are in the database (or the job stops): reads go there again."""
+        if self._frozen is frozen:
+            self._frozen = None
+        self._frozen_written.set()
+
+    def wait_frozen(self) -> None:
+        """Before anything else is written: the changes handed over at the last barrier.
+
+        The worker writes them (and takes the RocksDB checkpoint).  When the
+        database is needed before it got to it (the cache filled up, or every
+        key is read), they are written here, with the checkpoint, by
+        ``home.make_pending()``: the worker may not even have started, since
+        it is started from the event loop this thread may be running.
+        """
+        if self._frozen is None:
+            return
+        if self.home is not None:
+            self.home.make_pending()
+        self._frozen_written.wait()
+
+    # ------------------------------------------------------------------ iteration
+    def _items_raw(self) -> Iterator[tuple[bytes, bytes]]:
+        self.flush()
+        return iter(self.db.items())
+
+    def __iter__(self) -> Iterator[Any]:
+        read = self._read
+        return (read(k) for k in self._keys_raw())
+
+    def _keys_raw(self) -> Iterator[bytes]:
+        self.flush()
+        keys: Iterator[bytes] = iter(self.db.keys())
+        return keys
+
+    def keys(self) -> KeysView[Any]:  # type: ignore[override]
+        return _Keys(self)
+
+    def values(self) -> ValuesView[Any]:  # type: ignore[override]
+        return _Values(self)
+
+    def items(self) -> ItemsView[Any, Any]:  # type: ignore[override]
+        return _Items(self)
+
+    def __reversed__(self) -> Iterator[Any]:
+        keys: list[Any] = list(self)
+        return iter(keys[::-1])
+
+    def copy(self) -> dict[Any, Any]:
+        return dict(self.items())
+
+    def copy_all(self) -> dict[Any, Any]:
+        return self.copy()
+
+    def __or__(self, other: Any) -> dict[Any, Any]:
+        return self.copy() | dict(other)
+
+    def __ror__(self, other: Any) -> dict[Any, Any]:
+        return dict(other) | self.copy()
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        return len(self) == len(other) and self.copy() == dict(other)
+
+    def __ne__(self, other: object) -> bool:
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"RocksKeyedState({self.path!r}, {self._len} keys)"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (KeyedState, (self.copy(),))
+
+    # ------------------------------------------------------------------ checkpoints
+    def pending_changes(self) -> int:
+        return len(self._dirty)
+
+    def take_delta(self) -> KeyedDelta:
+        raise TypeError(
+            f"{self!r} is checkpointed as a RocksDB checkpoint, not as a delta of its keys"
+        )
+
+    def close(self) -> None:
+        """Close the database (the mapping cannot be used any more)."""
+        if self._frozen is not None:
+            self.release(self._frozen)
+        db, self.db = self.db, _Closed(self.path)
+        meta, self._meta, self._meta_cf = self._meta, self.db, None
+        dict.clear(self)
+        self._dirty.clear()
+        if not isinstance(db, _Closed):
+            meta.close()
+            db.close()
+
+
+@dataclass
+class Frozen:
+    """The changes of a mapping handed over at a barrier (:meth:`RocksKeyedState.hand_over`)."""
+
+    #: key -> value (or the absent marker), for every key in ``dirty`` (and maybe others)
+    values: dict[Any, Any]
+    dirty: set[Any]
+    #: the number of keys at the barrier
+    count: int
+
+
+class _Keys(KeysView[Any]):
+    _mapping: RocksKeyedState
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._mapping)
+
+
+class _Values(ValuesView[Any]):
+    _mapping: RocksKeyedState
+
+    def __iter__(self) -> Iterator[Any]:
+        read = self._mapping._read  # noqa: SLF001 - the mapping's own decoder
+        return (read(v) for _, v in self._mapping._items_raw())  # noqa: SLF001
+
+
+class _Items(ItemsView[Any, Any]):
+    _mapping: RocksKeyedState
+
+    def __iter__(self) -> Iterator[tuple[Any, Any]]:
+        read = self._mapping._read  # noqa: SLF001 - the mapping's own decoder
+        return ((read(k), read(v)) for k, v in self._mapping._items_raw())  # noqa: SLF001

@@ -1,0 +1,289 @@
+"""Keyed state in RocksDB (``Job(state="rocksdb")``): the mapping, checkpoints, restores."""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rivermark import KeyedState, Stream
+from rivermark.checkpoint import Job, LocalDirectoryStore, codec
+from rivermark.checkpoint.errors import JobFailedError, ManifestError, UntrustedStateError
+from rivermark.checkpoint.manifest import Manifest
+from rivermark.checkpoint.rocks import RocksKeyedState
+from rivermark.checkpoint.rocks.local import Home
+from rivermark.checkpoint.rocks.mapping import RocksSettings, open_db
+from rivermark.errors import ConfigurationError
+
+
+def count(acc: KeyedState, w: Any) -> KeyedState:
+    acc[w] = acc.get(w, 0) + 1
+    return acc
+
+
+def _home(tmp_path: Path, limit: int = 7) -> Home:
+    return Home(tmp_path / "h", RocksSettings(cache=16 << 20, limit=limit))
+
+
+def test_the_mapping_behaves_as_a_dict_through_flushes(tmp_path: Path) -> None:
+    m = _home(tmp_path).open(codec.reader())
+    d: dict[Any, Any] = {}
+    rng = random.Random(3)
+    keys = [*range(30), "a", "b", (1, "x"), 2.5]
+    for _ in range(3000):
+        k = rng.choice(keys)
+        op = rng.random()
+        if op < 0.5:
+            m[k] = d[k] = (m.get(k, (0,))[0] + 1,)
+        elif op < 0.7 and k in d:
+            del m[k]
+            del d[k]
+        elif op < 0.8:
+            assert m.pop(k, None) == d.pop(k, None)
+        else:
+            assert (k in m) == (k in d) and m.get(k) == d.get(k)
+        assert len(m) == len(d)
+    assert dict(m.items()) == d and m == d and m.copy() == d
+    assert sorted(m, key=repr) == sorted(d, key=repr)
+    assert sorted(m.values()) == sorted(d.values())
+    m.setdefault("new", 5)
+    assert m["new"] == 5 and len(m) == len(d) + 1
+    m.clear()
+    assert len(m) == 0 and list(m) == [] and not m
+
+
+def test_a_value_changed_in_place_and_touched_is_written(tmp_path: Path) -> None:
+    m = _home(tmp_path, limit=4096).open(codec.reader())
+    for i in range(50):
+        buf = m.get(i % 5)
+        if buf is None:
+            buf = m[i % 5] = []
+        buf.append(i)
+        m.touched(i % 5)
+    m.flush()
+    assert m[0] == [0, 5, 10, 15, 20, 25, 30, 35, 40, 45]
+
+
+def _graph(items: list[Any]) -> tuple[Stream, Stream, Stream, Stream, Any]:
+    src = Stream.from_iterable(items, name="words")
+    counts = src.accumulate(count, start=KeyedState(), name="counts")
+    freq = src.frequencies(name="freq")
+    firsts = src.unique(name="firsts").sink_to_list()
+    groups = src.partition(3, key=lambda x: x % 5, name="groups").sink_to_list()
+    return src, counts, freq, groups, firsts
+
+
+def _job(src: Stream, ckpt: Path, state_dir: Path, **kw: Any) -> Job:
+    return Job(src, checkpoint=str(ckpt), every=None, state="rocksdb", state_dir=state_dir, **kw)
+
+
+def test_restarts_on_the_same_machine_use_the_local_checkpoint(tmp_path: Path) -> None:
+    ckpt, sd = tmp_path / "ckpt", tmp_path / "state"
+    src, counts, freq, groups, firsts = _graph([i % 300 for i in range(1000)])
+    _job(src, ckpt, sd, state_cache="8MiB").run()
+    assert isinstance(counts.state, RocksKeyedState) and len(counts.state) == 300
+    assert counts.state[7] == 4 and dict(freq.counts.items()) == dict(counts.state.items())
+    src, counts, freq, groups2, firsts2 = _graph([i % 400 for i in range(2000)])
+    job = _job(src, ckpt, sd)
+    job.run()
+    assert all(r.local and r.bytes == 0 for r in job.state_backend.restores.values())
+    assert set(job.state_backend.restores) == {"counts", "freq", "firsts", "groups"}
+    assert len(counts.state) == 400 and counts.state[7] == 4 + 2 and counts.state[350] == 3
+    # unique: only the keys 300..399 are new after the restore (the list is restored too)
+    assert firsts2 == list(range(400))
+
+
+def test_a_fresh_machine_fetches_and_a_damaged_local_state_is_replaced(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    ckpt, sd = tmp_path / "ckpt", tmp_path / "state"
+    src, counts, *_ = _graph([i % 300 for i in range(1000)])
+    _job(src, ckpt, sd).run()
+    src, counts, *_ = _graph([i % 300 for i in range(1500)])
+    job = _job(src, ckpt, tmp_path / "fresh")
+    job.run()
+    fetched = job.state_backend.restores["counts"]
+    assert not fetched.local and fetched.bytes > 0 and fetched.damaged is None
+    assert counts.state[7] == 5
+    # damage one byte of an SST file of the local checkpoint the next run restores
+    store = LocalDirectoryStore(ckpt)
+    epoch = store.list_epochs()[-1]
+    sst = next((tmp_path / "fresh" / "counts" / "state" / f"ckpt-{epoch:012d}").glob("*.sst"))
+    data = bytearray(sst.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    sst.write_bytes(bytes(data))
+    src, counts, *_ = _graph([i % 300 for i in range(1800)])
+    job = _job(src, ckpt, tmp_path / "fresh")
+    with caplog.at_level(logging.WARNING):
+        job.run()
+    info = job.state_backend.restores["counts"]
+    assert (
+        not info.local and info.damaged == f"{sst.name} does not match its sha256 in the manifest"
+    )
+    assert "does not hold checkpoint" in caplog.text and counts.state[7] == 6
+    assert job.state_backend.restores["freq"].local  # the others were intact
+
+
+def test_retention_keeps_every_file_a_kept_checkpoint_names(tmp_path: Path) -> None:
+    ckpt, sd = tmp_path / "ckpt", tmp_path / "state"
+    store = LocalDirectoryStore(ckpt)
+    for n in range(1, 8):
+        src, counts, *_ = _graph([(i * n) % 997 for i in range(300 * n)])
+        _job(src, ckpt, sd, keep=2).run()
+    epochs = store.list_epochs()
+    assert len(epochs) == 2
+    needed = set()
+    for e in epochs:
+        m = store.verify(e)
+        assert m.format == 5 and set(m.files) == {"counts", "freq", "firsts", "groups"}
+        needed |= set(m.shared_files())
+    assert set(store.list_shared()) == needed
+    # a file a kept checkpoint names, gone from the store: that checkpoint fails verification
+    victim = next(iter(store.read_manifest(epochs[-1]).shared_files()))
+    (ckpt / "shared" / victim).unlink()
+    with pytest.raises(Exception, match="is missing"):
+        store.verify(epochs[-1])
+
+
+def test_the_manifest_names_files_under_its_checksum() -> None:
+    m = Manifest(3, 0.0, {}, state={"n": {"file": "state/n.pkl", "size": 1, "sha256": "0" * 64}})
+    m.files = {"n": {"counts": {"000007.sst": {"sha256": "a" * 64, "size": 10}}}}
+    text = m.to_json()
+    assert Manifest.from_json(text).files == m.files and '"format": 5' in text
+    with pytest.raises(ManifestError, match="checksum mismatch"):
+        Manifest.from_json(text.replace('"size": 10', '"size": 11'))
+    bad = Manifest(3, 0.0, {}, state=m.state)
+    bad.files = {"n": {"counts": {"../x": {"sha256": "a" * 64, "size": 1}}}}
+    with pytest.raises(
+        ManifestError, match=re.escape("manifest file 'n/counts/../x': not a plain")
+    ):
+        Manifest.from_json(bad.to_json())
+
+
+def test_switching_backends_keeps_the_state(tmp_path: Path) -> None:
+    ckpt = tmp_path / "ckpt"
+    src, counts, *_ = _graph([i % 50 for i in range(200)])
+    Job(src, checkpoint=str(ckpt), every=None).run()  # in memory
+    src, counts, *_ = _graph([i % 50 for i in range(300)])
+    _job(src, ckpt, tmp_path / "s").run()
+    assert isinstance(counts.state, RocksKeyedState) and counts.state[3] == 6
+    src, counts, *_ = _graph([i % 50 for i in range(400)])
+    Job(src, checkpoint=str(ckpt), every=None).run()  # back in memory
+    assert type(counts.state) is KeyedState and counts.state[3] == 8
+
+
+class Opaque:
+    """A value only pickle can write."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+
+def test_pickled_values_of_an_unsigned_store_are_refused(tmp_path: Path) -> None:
+    def keep(acc: KeyedState, x: int) -> KeyedState:
+        acc.get(x)  # the second 2 reads what the first one wrote
+        acc[x] = Opaque(x)
+        return acc
+
+    def graph(items: list[int]) -> tuple[Stream, Stream]:
+        src = Stream.from_iterable(items, name="xs")
+        return src, src.accumulate(keep, start=KeyedState(), name="objs")
+
+    src, objs = graph([1, 2])
+    _job(src, tmp_path / "ckpt", tmp_path / "s").run()
+    assert objs.state[2].n == 2  # written and read by the same process
+    # values are read when used: the first read of a pickled value stops the job
+    src, objs = graph([1, 2, 2])
+    with pytest.raises(JobFailedError, match="unpickling runs code") as failed:
+        _job(src, tmp_path / "ckpt", tmp_path / "s").run()
+    assert isinstance(failed.value.__cause__, UntrustedStateError)
+    src, objs = graph([1, 2, 2])
+    _job(src, tmp_path / "ckpt", tmp_path / "s", trust_store=True).run()
+    assert objs.state[2].n == 2
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"state": "disk"},
+            "Job: state must be 'memory' (the default), 'rocksdb', or a dict of node ids "
+            "to either, got 'disk'",
+        ),
+        (
+            {"state": "rocksdb", "state_cache": "1MiB"},
+            "Job: state_cache must be a number of bytes of at least 8 MiB (or e.g. '256MiB'), "
+            "got '1MiB'",
+        ),
+        (
+            {"state": {"counts": "lmdb"}},
+            "Job: state={'counts': 'lmdb'}: each node id maps to 'memory' or 'rocksdb', not "
+            "{'counts': 'lmdb'}",
+        ),
+    ],
+)
+def test_bad_state_options_are_one_line(
+    tmp_path: Path, kwargs: dict[str, Any], message: str
+) -> None:
+    src, *_ = _graph([1])
+    with pytest.raises(ConfigurationError, match=re.escape(message)):
+        Job(src, checkpoint=str(tmp_path / "c"), **kwargs)
+
+
+def test_a_node_id_that_is_not_in_the_graph_is_refused(tmp_path: Path) -> None:
+    src, *_ = _graph([1])
+    job = Job(src, checkpoint=str(tmp_path / "c"), state={"count": "rocksdb"})
+    with pytest.raises(ConfigurationError, match=re.escape("names 'count', which is no stateful")):
+        job.run()
+
+
+def test_a_checkpoint_holds_the_state_of_its_barrier(tmp_path: Path) -> None:
+    home = _home(tmp_path, limit=10)
+    home.store = LocalDirectoryStore(tmp_path / "ckpt")
+    m = home.open(codec.reader())
+    for i in range(25):
+        m[i] = i
+    cp = home.take(1, 0)
+    assert not cp.made and m[3] == 3  # read from what the barrier handed over
+    for i in range(25, 60):  # the cache fills up: the checkpoint is made first
+        m[i] = -i
+    assert cp.made and len(m) == 60
+    files, small = home.upload(cp, home.store)  # the worker finds it made
+    assert set(small) < set(files) and any(n.endswith(".sst") for n in files)
+    copy = tmp_path / "copy"
+    shutil.copytree(cp.directory, copy)
+    db = open_db(copy, home.settings)
+    at_barrier = RocksKeyedState(db, str(copy), 100, codec.reader(), None)
+    assert len(at_barrier) == 25 and dict(at_barrier.items()) == {i: i for i in range(25)}
+
+
+def test_values_changed_in_place_after_the_barrier_stay_out_of_its_checkpoint(
+    tmp_path: Path,
+) -> None:
+    home = _home(tmp_path, limit=1000)
+    home.store = LocalDirectoryStore(tmp_path / "ckpt")
+    m = home.open(codec.reader())
+    m.freeze = list  # as partition(key=...) sets it
+    m["k"] = [1]
+    m.touched("k")
+    cp = home.take(1, 0)
+    buf = m.get("k")  # read back from what the barrier handed over
+    buf.append(2)
+    m.touched("k")
+    home.upload(cp, home.store)
+    copy = tmp_path / "copy"
+    shutil.copytree(cp.directory, copy)
+    at_barrier = RocksKeyedState(open_db(copy, home.settings), str(copy), 9, codec.reader(), None)
+    assert at_barrier["k"] == [1] and m["k"] == [1, 2]
+
+
+def test_the_docs_example_runs() -> None:
+    doc = (Path(__file__).parents[3] / "docs" / "checkpointing.md").read_text()
+    section = doc.split("## Keyed state in RocksDB", 1)[1]
+    code = re.findall(r"```python\n(.*?)```", section, flags=re.S)[0]
+    exec(compile(code, "docs/checkpointing.md", "exec"), {})
