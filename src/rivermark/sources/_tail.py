@@ -96,7 +96,7 @@ class Tail:
         back = min(TAIL_BYTES, self.end)
         data = os.pread(self.fd, back + size, self.end - back)
         if len(data) < back:
-            size_now = self.end - back + len(data)
+            size_now = os.fstat(self.fd).st_size
             raise Rewritten(f"shrank from {self.end} to {size_now} bytes (truncated)")
         kept = self._kept
         if len(kept) < back or not data.startswith(kept[len(kept) - back :]):

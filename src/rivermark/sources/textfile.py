@@ -59,13 +59,17 @@ class FromTextfile(Source):
     by path, ``position()`` is ``{"offset": n, "tail_sha256": digest, "dev":
     d, "ino": i}``: the identity of the file being read (its open
     descriptor, which a rename does not change) and the digest of the (up to
-    4 KiB) bytes before ``n`` in it.  While running, the source notices a
-    rotation (the path now names another file: it finishes the old one, then
-    reads the new one from its start, as ``tail -F`` does) and a truncation
-    or rewrite of the file it reads (it reads it again from the start, with a
-    WARNING).  ``seek`` finds the file the position belongs to: the one at
-    the path, or, after a rotation, the renamed one in the same directory
-    (which it finishes before the one at the path).  A file now shorter than
+    4 KiB) bytes before ``n`` as the source read them.  While running, the
+    source notices a rotation (the path now names another file: it finishes
+    the old one, then reads the new one from its start, as ``tail -F`` does)
+    and a truncation or rewrite of the file it reads, even to a longer
+    content (it reads it again from the start, with a WARNING): each read
+    takes the bytes before its offset together with the new ones, in one
+    read call, and goes on only if they are the bytes it read there.
+    ``seek`` finds the file the position belongs to: the one at the path,
+    or, after a rotation, the renamed one in the same directory (which it
+    finishes before the one at the path); the source looks for it again
+    when it starts if the file changed since.  A file now shorter than
     ``n`` (truncated) or whose bytes before ``n`` differ (replaced,
     rewritten) would otherwise be skipped silently, so it is refused with
     :class:`~rivermark.errors.ChangedFileError`, naming the file and both
