@@ -8,11 +8,12 @@ import logging
 import os
 from typing import IO, Any
 
-from .._fileid import TAIL_BYTES, fd_tail_digest, find_identity, identity, tail_digest
+from .._fileid import fd_tail_digest, find_identity, identity, tail_digest
 from ..core.node import Stream
 from ..core.timeutil import parse_interval
 from ..errors import ChangedFileError, ConfigurationError, InputDecodeError
 from ._lines import Codec, LineSplitter
+from ._tail import Rewritten, Tail
 from .base import Source
 
 logger = logging.getLogger(__name__)
@@ -58,13 +59,17 @@ class FromTextfile(Source):
     by path, ``position()`` is ``{"offset": n, "tail_sha256": digest, "dev":
     d, "ino": i}``: the identity of the file being read (its open
     descriptor, which a rename does not change) and the digest of the (up to
-    4 KiB) bytes before ``n`` in it.  While running, the source notices a
-    rotation (the path now names another file: it finishes the old one, then
-    reads the new one from its start, as ``tail -F`` does) and a truncation
-    or rewrite of the file it reads (it reads it again from the start, with a
-    WARNING).  ``seek`` finds the file the position belongs to: the one at
-    the path, or, after a rotation, the renamed one in the same directory
-    (which it finishes before the one at the path).  A file now shorter than
+    4 KiB) bytes before ``n`` as the source read them.  While running, the
+    source notices a rotation (the path now names another file: it finishes
+    the old one, then reads the new one from its start, as ``tail -F`` does)
+    and a truncation or rewrite of the file it reads, even to a longer
+    content (it reads it again from the start, with a WARNING): each read
+    takes the bytes before its offset together with the new ones, in one
+    read call, and goes on only if they are the bytes it read there.
+    ``seek`` finds the file the position belongs to: the one at the path,
+    or, after a rotation, the renamed one in the same directory (which it
+    finishes before the one at the path); the source looks for it again
+    when it starts if the file changed since.  A file now shorter than
     ``n`` (truncated) or whose bytes before ``n`` differ (replaced,
     rewritten) would otherwise be skipped silently, so it is refused with
     :class:`~rivermark.errors.ChangedFileError`, naming the file and both
@@ -119,16 +124,19 @@ class FromTextfile(Source):
         self.delimiter = delimiter
         self.encoding = encoding
         self.from_end = from_end
+        #: the open file, when given as one
         self._raw: IO[bytes] | None = None
+        #: the file followed by path, as read since the last seek (closed once the source ends)
+        self._tail: Tail | None = None
         #: the file the position is in, when not the one at ``path`` (a rotated one)
         self._reading: str | None = None
         #: the identity (st_dev, st_ino) of the file open for reading
         self._ident: tuple[int, int] | None = None
         #: the byte length of the last record, emitted without its delimiter (0: none)
         self._unterminated = 0
-        #: the last bytes read, to notice the file rewritten under the reader
-        self._seen = b""
         self._rotated = False
+        #: the position :meth:`seek` resumed at, its offset and digest: checked again at start
+        self._resume_check: tuple[Any, int, str] | None = None
         #: :meth:`stop_at`'s offset and the identity of its file (None: any file)
         self._until: tuple[int, tuple[int, int] | None] | None = None
         super().__init__(start=False, **kwargs)
@@ -159,11 +167,14 @@ class FromTextfile(Source):
         offset = self.offset
         if self.path is None:
             return offset
-        raw = self._raw
-        if raw is not None and self._follows:
-            fd = raw.fileno()
-            digest = fd_tail_digest(fd, offset)
-            ident: tuple[int, int] | None = identity(os.fstat(fd))
+        tail = self._tail
+        if tail is not None and self._follows:
+            # the bytes as read, not as the file holds them now: a file rewritten since
+            # must not pass for the one this offset was read in
+            digest = tail.digest(offset)
+            if digest is None and not tail.closed:
+                digest = fd_tail_digest(tail.fd, offset)
+            ident: tuple[int, int] | None = tail.ident
         else:
             where = self._reading or self.path
             digest = tail_digest(where, offset)
@@ -186,24 +197,31 @@ class FromTextfile(Source):
         class docs; ``on_changed``).
         """
         offset, digest, ident, unterminated = _parse_position(position)
+        self._tail, self._resume_check = None, None
         self._reading = self._rotated_file(offset, digest, ident)
         problem = None if self._reading else self._changed(offset, digest)
         self._unterminated = unterminated
         if problem is not None:
-            if self.on_changed != "restart":
-                raise ChangedFileError(
-                    f"{self.display_name()}: {problem}; resuming would skip its data. Put "
-                    "the original file back, or pass on_changed='restart' to from_textfile "
-                    "to read this file again from the beginning"
-                )
-            logger.warning(
-                "%s: %s; on_changed='restart': reading it again from the beginning",
-                self.display_name(),
-                problem,
-            )
+            self._refuse_or_restart(problem)
             offset, self._unterminated = 0, 0
+        elif digest is not None and offset:
+            self._resume_check = (position, offset, digest)
         self._position = offset
         self._check_continued(offset)
+
+    def _refuse_or_restart(self, problem: str) -> None:
+        """The file no longer holds the position: refuse, or (``on_changed="restart"``) warn."""
+        if self.on_changed != "restart":
+            raise ChangedFileError(
+                f"{self.display_name()}: {problem}; resuming would skip its data. Put "
+                "the original file back, or pass on_changed='restart' to from_textfile "
+                "to read this file again from the beginning"
+            )
+        logger.warning(
+            "%s: %s; on_changed='restart': reading it again from the beginning",
+            self.display_name(),
+            problem,
+        )
 
     def stop_at(self, position: Any) -> None:
         """End at byte ``position`` of the file it belongs to, as at its end with ``stop_at_eof``.
@@ -225,16 +243,23 @@ class FromTextfile(Source):
         until = self._until
         return until is not None and (until[1] is None or until[1] == self._ident)
 
-    def _read_size(self, raw: IO[bytes]) -> int:
+    def _read_to(self) -> int:
+        """The offset the file is read to (where the next read starts)."""
+        if self._tail is not None:
+            return self._tail.end
+        assert self._raw is not None
+        return self._raw.tell()
+
+    def _read_size(self) -> int:
         """How much the next read takes: a chunk, or what is left before :meth:`stop_at`'s position."""
         if self._until is None or not self._stops_in_this_file():
             return _CHUNK
-        return max(0, min(_CHUNK, self._until[0] - raw.tell()))
+        return max(0, min(_CHUNK, self._until[0] - self._read_to()))
 
     async def _end_at_stop(self) -> bool:
         """At :meth:`stop_at`'s offset: the last record, then the end; short of it: refuse."""
-        assert self._until is not None and self._raw is not None
-        at, until = self._raw.tell(), self._until[0]
+        assert self._until is not None
+        at, until = self._read_to(), self._until[0]
         if at < until:
             raise ChangedFileError(
                 f"{self.display_name()}: input file {self._reading or self.path!r} ends at byte "
@@ -290,43 +315,104 @@ class FromTextfile(Source):
         return None
 
     # ------------------------------------------------------------------ reading
-    def _open(self, where: str | None) -> IO[bytes]:
+    def _open(self, where: str | None) -> None:
         """Open the file to read (or take the given one) at the position; resolve the codec."""
+        codec = self._codec
         if where is not None:
-            raw: IO[bytes] = open(where, "rb", buffering=0)  # noqa: SIM115 - closed in close()
-            self._ident = identity(os.fstat(raw.fileno()))
+            tail = self._tail = Tail(where)
+            self._ident = tail.ident
+            if codec.boms:
+                skip, codec = codec.for_file(tail.head(codec.bom_length))
+                self._position = max(self.offset, skip)
+            tail.start_at(self.offset)
         else:
             assert self._given is not None
-            raw = getattr(self._given, "buffer", self._given)
-        codec = self._codec
-        if codec.boms:
-            raw.seek(0)
-            skip, codec = codec.for_file(raw.read(codec.bom_length))
-            self._position = max(self.offset, skip)
-        raw.seek(self.offset)
-        self._raw, self._seen = raw, b""
+            raw: IO[bytes] = getattr(self._given, "buffer", self._given)
+            if codec.boms:
+                raw.seek(0)
+                skip, codec = codec.for_file(raw.read(codec.bom_length))
+                self._position = max(self.offset, skip)
+            raw.seek(self.offset)
+            self._raw = raw
         self._splitter = LineSplitter(codec.delimiter, codec.unit)
         self._decoder = codec.decoder
         self._fast = codec.delimiter == b"\n" and codec.decoder == "utf-8"
         self._fast = self._fast and self.errors == "strict"
-        return raw
+
+    def _start_reading(self) -> None:
+        """Open the file the position is in, as it is now (it may have changed since seek)."""
+        if not self._follows:
+            self._open(None)
+            return
+        self._open(self._reading or self.path)
+        resume, self._resume_check = self._resume_check, None
+        if resume is None:
+            return
+        position, offset, digest = resume
+        if self.offset != offset or self._digest_now(offset) == digest:
+            return
+        # rotated or rewritten between seek() and start: look for the position's file again
+        logger.info(
+            "%s: the input changed since the position was restored; looking for its file again",
+            self.display_name(),
+        )
+        self.close()
+        self.seek(position)
+        self._resume_check = None
+        self._open(self._reading or self.path)
+        if self.offset == offset and self._digest_now(offset) != digest:
+            where = self._reading or self.path
+            self.close()
+            self._refuse_or_restart(
+                f"input file {where!r} differs before the checkpointed position {offset} "
+                "from the file the checkpoint read (it changed while the source started)"
+            )
+            self._position, self._unterminated = 0, 0
+            self._open(where)
+
+    def _digest_now(self, offset: int) -> str | None:
+        assert self._tail is not None
+        return self._tail.digest(offset)
 
     async def run(self) -> None:
-        raw = self._open((self._reading or self.path) if self._follows else None)
+        self._start_reading()
         while not self.stopped:
-            chunk = raw.read(self._read_size(raw))
+            try:
+                chunk = self._read()
+            except Rewritten as e:
+                self._read_again(str(e))
+                continue
             if not chunk:
                 if await self._at_end():
                     break
-                raw = self._raw or raw
                 continue
             if self._unterminated:
                 chunk = self._rejoin(chunk)
-            seen = self._seen + chunk if len(chunk) < TAIL_BYTES else chunk
-            self._seen = seen[-TAIL_BYTES:]
             parts = self._splitter.feed(chunk)
             if parts:
                 await self._emit_parts(parts)
+
+    def _read(self) -> bytes:
+        """The next bytes of the file (raises :class:`Rewritten` for a file changed under it)."""
+        if self._tail is not None:
+            # the bytes before where it was read to come with the new ones, in one read:
+            # a truncation and rewrite at any moment cannot pass for an append
+            return self._tail.read(self._read_size(), keep=self.offset)
+        assert self._raw is not None
+        return self._raw.read(self._read_size())
+
+    def _read_again(self, problem: str) -> None:
+        """The open file was truncated or rewritten: read it again from its start."""
+        where = self._reading or self.path
+        logger.warning(
+            "%s: input file %r %s while being read; reading it again from the start",
+            self.display_name(),
+            where,
+            problem,
+        )
+        self.close()
+        self._position, self._unterminated = 0, 0
+        self._open(where)
 
     def _rejoin(self, chunk: bytes) -> bytes:
         """After a last line emitted unterminated: skip its delimiter, or refuse its continuation."""
@@ -373,7 +459,7 @@ class FromTextfile(Source):
             return True
         await asyncio.sleep(self.poll_interval)
         if self._follows:
-            self._check_file()
+            self._check_rotated()
         return False
 
     async def _emit_last_line(self) -> None:
@@ -396,30 +482,9 @@ class FromTextfile(Source):
         logger.info("%s: finished rotated file %r; reading %r", self.display_name(), old, self.path)
         self._open(self.path)
 
-    def _check_file(self) -> None:
-        """Notice the open file truncated or rewritten (read it again) or rotated away."""
-        assert self._raw is not None and self.path is not None
-        fd = self._raw.fileno()
-        read_to = self._raw.tell()
-        size = os.fstat(fd).st_size
-        seen = self._seen
-        problem = None
-        if size < read_to:
-            problem = f"shrank from {read_to} to {size} bytes (truncated)"
-        elif seen and os.pread(fd, len(seen), read_to - len(seen)) != seen:
-            problem = f"changed before byte {read_to}, where it was read to (rewritten)"
-        if problem is not None:
-            where = self._reading or self.path
-            logger.warning(
-                "%s: input file %r %s while being read; reading it again from the start",
-                self.display_name(),
-                where,
-                problem,
-            )
-            self.close()
-            self._position, self._unterminated = 0, 0
-            self._open(where)
-            return
+    def _check_rotated(self) -> None:
+        """Notice the path naming another file (rotation); truncation is noticed by each read."""
+        assert self.path is not None
         try:
             self._rotated = identity(os.stat(self.path)) != self._ident
         except OSError:  # moved away, the new file not there yet: finish the old one
@@ -485,17 +550,22 @@ class FromTextfile(Source):
                 return
 
     def close(self) -> None:
-        raw, self._raw = self._raw, None
-        if raw is not None and self._follows:
-            raw.close()
+        # a given file is the caller's to close; a followed one's bytes as read stay known
+        self._raw = None
+        if self._tail is not None:
+            self._tail.close()
 
     def lag(self) -> dict[str, int] | None:
         """Bytes of the file after the position (``{"": n}``); None for an open stream."""
         if self.path is None:
             return None
         try:
-            raw = self._raw
-            size = os.fstat(raw.fileno()).st_size if raw is not None else None
+            tail, raw = self._tail, self._raw
+            size = None
+            if tail is not None and not tail.closed:
+                size = tail.size()
+            elif raw is not None:
+                size = os.fstat(raw.fileno()).st_size
             if size is None:
                 size = os.path.getsize(self._reading or self.path)
         except (OSError, ValueError):
