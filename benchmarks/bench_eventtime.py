@@ -74,6 +74,11 @@ BYTEWAX = "bytewax==0.21.1"
 Counts = dict[tuple[Any, float], int]
 
 
+def load() -> str:
+    """The load average (1, 5, 15 minutes): the machine is shared."""
+    return ", ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
 def records(n: int, keys: int) -> list[tuple[float, int]]:
     rnd = random.Random(1)
     return [(i / 1000 + rnd.random() * 2.0, rnd.randrange(keys)) for i in range(n)]
@@ -180,6 +185,7 @@ def bytewax_conversions(data: list[tuple[float, int]]) -> float:
 
 
 def throughput(args: argparse.Namespace) -> int:
+    load_start = load()
     data = records(args.n, args.keys)
     bytewax = importlib.util.find_spec("bytewax") is not None and not args.no_bytewax
     runs: dict[str, Any] = {"plain": run_plain, "rivermark": run_rivermark}
@@ -199,7 +205,8 @@ def throughput(args: argparse.Namespace) -> int:
         return 1
     best = {name: min(ts) for name, ts in times.items()}
     print(f"{args.n:,} records, {args.keys:,} keys, {len(outs['plain']):,} windows; best of "
-          f"{args.repeat} (spread: slowest run); load {os.getloadavg()}")  # fmt: skip
+          f"{args.repeat} (spread: slowest run); load {load_start} at the start, "
+          f"{load()} at the end")  # fmt: skip
     print()
     print("| run | seconds (slowest) | records/s | plain / this |")
     print("|---|---|---|---|")
@@ -319,7 +326,7 @@ def pause_run(shape: str, n_open: int, wanted: int, timeout: float) -> dict[str,
         "rate": (last[1] - first[1]) / seconds if seconds > 0 else float("nan"),
         "seconds": seconds,
         "waits": waits,
-        "off_rate": baseline_rate(shape, n_open, max(seconds, 1.0), timeout),
+        "off_rate": baseline_rate(shape, n_open, min(max(seconds, 1.0), 10.0), timeout),
     }
 
 
@@ -353,15 +360,15 @@ def pauses(args: argparse.Namespace) -> int:
     print(
         f"\nCheckpoint pause, {args.open:,} open windows, Job(every='1s'), background writes; "
         f"{args.checkpoints} checkpoints per run, {args.rounds} runs per shape; "
-        f"load {os.getloadavg()}"
+        f"load {load()}"
     )
     print()
     print(
         "| shape | run | pause ms median (max) | quiesce / views / rest ms median "
-        "| bytes/checkpoint median (max) | write s median (max) | s between barriers "
+        "| bytes/checkpoint median (max) | delta / base | write s median (max) | s between barriers "
         "| records/s on / off | trigger waits |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for shape in args.shapes:
         all_pauses: list[float] = []
         for r in range(args.rounds):
@@ -378,14 +385,15 @@ def pauses(args: argparse.Namespace) -> int:
                 f"| {shape} | {r + 1} | {_ms(ps)} | {statistics.median(q) * 1e3:.2f} / "
                 f"{statistics.median(v) * 1e3:.2f} / {statistics.median(rest) * 1e3:.2f} "
                 f"| {statistics.median(sizes):,.0f} ({max(sizes):,}) "
+                f"| {sum(c.kind == 'delta' for c in infos)} / {sum(c.kind != 'delta' for c in infos)} "
                 f"| {statistics.median(writes):.2f} ({max(writes):.2f}) "
                 f"| {statistics.median(run['intervals']):.2f} "
                 f"| {run['rate']:,.0f} / {run['off_rate']:,.0f} "
                 f"({run['rate'] / run['off_rate']:.2f}) | {run['waits']} |",
                 flush=True,
             )
-        print(f"| {shape} | all | {_ms(all_pauses)} | | | | | | |")
-    print(f"\nload average at the end: {os.getloadavg()}")
+        print(f"| {shape} | all | {_ms(all_pauses)} | | | | | | | |")
+    print(f"\nload average at the end: {load()}")
     return 0
 
 
@@ -398,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-bytewax", action="store_true", help="leave Bytewax out")
     p.add_argument("--open", type=int, default=1_000_000, help="open windows (pause)")
     p.add_argument("--shapes", nargs="*", default=["keys", "windows"], help="pause shapes")
-    p.add_argument("--checkpoints", type=int, default=5, help="measured checkpoints per run")
+    p.add_argument("--checkpoints", type=int, default=4, help="measured checkpoints per run")
     p.add_argument("--rounds", type=int, default=3, help="pause runs per shape")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per pause run")
     args = p.parse_args(argv)
