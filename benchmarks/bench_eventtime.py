@@ -1,9 +1,8 @@
-"""Event-time windows: throughput against a plain dict loop and Bytewax; checkpoint pauses.
+"""Keyed tumbling-window count by event time: rivermark against a plain dict loop and Bytewax.
 
 Run:  .venv/bin/python benchmarks/bench_eventtime.py [--n 1000000] [--keys 1000] [--repeat 3]
-      .venv/bin/python benchmarks/bench_eventtime.py --only pause [--rounds 3]
 
-**Throughput** (``--only throughput``).  The input is ``n`` records
+The input is ``n`` records
 ``(time, key)``: times increase by 1 ms with up to 2 s of disorder,
 ``keys`` keys.  rivermark: ``from_iterable`` (the source drives the graph)
 -> ``timestamps(max_delay="2s")`` -> ``tumbling_window(10, key=...,
@@ -29,23 +28,9 @@ record is late for either.  Every run counts the same windows as the plain
 loop (checked).  Each figure is the best of ``repeat`` runs, interleaved;
 the ratios are plain seconds / that run's seconds.
 
-**Checkpoint pause** (``--only pause``).  A ``Job(every="1s")`` (background
-writes, a local directory) whose ``tumbling_window`` count holds 1,000,000
-open windows, of two shapes: ``keys``, 1M keys in one window each (times
-stay inside ``[0, 10)``, so no window closes; a record adds to one), and
-``windows``, 1,000 keys x 1,000 windows (one record per key and window,
-``grace`` of 1,000 windows: every record opens one window and, once full,
-closes one).  An endless source fills the state, then the job runs until
-``--checkpoints`` interval checkpoints have been taken with the state full.
-Per checkpoint: the pause (the time the sources were held, the manifest's
-``timing``, read from ``job.checkpoints``), how it splits into quiescing,
-taking the state's views (``Job._snapshot_states``) and the rest, the
-bytes written, the write's duration in the background, the interval
-between barriers; and the rate while measured against the same job without
-interval checkpoints (``every=None``) run just after.  The final
-checkpoint (written with the sources paused) is left out.
+The checkpoint pause with 1M open windows: ``bench_eventtime_pause.py``.
 
-Not a test: it prints tables and exits 0 (1 if two runs count different windows).
+Not a test: it prints a table and exits 0 (1 if two runs count different windows).
 """
 
 from __future__ import annotations
@@ -54,16 +39,12 @@ import argparse
 import gc
 import importlib.metadata
 import importlib.util
-import itertools
 import logging
 import os
 import random
-import statistics
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -227,196 +208,22 @@ def throughput(args: argparse.Namespace) -> int:
             f"{best['bytewax'] / best['rivermark']:.2f}x faster; converting the records' "
             f"times and keys for Bytewax alone: {bytewax_conversions(data):.3f} s"
         )
+    elif args.no_bytewax:
+        print("\nBytewax: left out (--no-bytewax)")
     else:
         print(f"\nBytewax: not installed (.venv/bin/pip install {BYTEWAX} to compare)")
     return 0
 
 
-# ------------------------------------------------------------- checkpoint pause
-def keys_records(n_open: int) -> Iterator[tuple[float, int]]:
-    """Endless: ``n_open`` keys in turn, times inside one window (nothing closes)."""
-    for i in itertools.count():
-        yield (0.005 + (i % 1000) / 100.0, i % n_open)
-
-
-def windows_records(n_open: int) -> Iterator[tuple[float, int]]:
-    """Endless: 1,000 keys, one record per key and window (in its middle), moving on."""
-    for i in itertools.count():
-        yield ((i // 1000 + 0.5) * SIZE, i % 1000)
-
-
-def noop(x: Any) -> None:
-    """The benchmark sink."""
-
-
-class _Barriers:
-    """Per epoch: open windows, records emitted and the time at the pause; phase seconds."""
-
-    def __init__(self, job: Any, source: Any, window: Any) -> None:
-        self.at: dict[int, tuple[int, int, float]] = {}
-        self.phases: dict[int, dict[str, float]] = {}
-        pause, quiesce, snapshot = source.pause, job._quiesce, job._snapshot_states
-
-        def timed_pause() -> None:
-            self.at[job.epoch + 1] = (window.open_windows, source.emitted, time.perf_counter())
-            pause()
-
-        async def timed_quiesce() -> None:
-            t0 = time.perf_counter()
-            await quiesce()
-            self.phases.setdefault(job.epoch + 1, {})["quiesce"] = time.perf_counter() - t0
-
-        def timed_snapshot(*args: Any, **kwargs: Any) -> Any:
-            t0 = time.perf_counter()
-            views = snapshot(*args, **kwargs)
-            self.phases.setdefault(job.epoch + 1, {})["views"] = time.perf_counter() - t0
-            return views
-
-        source.pause = timed_pause
-        job._quiesce = timed_quiesce
-        job._snapshot_states = timed_snapshot
-
-
-def _graph(shape: str, n_open: int) -> tuple[Any, Any]:
-    from rivermark import Stream
-
-    feed = keys_records if shape == "keys" else windows_records
-    grace = 0.0 if shape == "keys" else (n_open // 1000) * SIZE
-    source = Stream.from_iterable(feed(n_open), name="records")
-    window = source.timestamps(event_time, max_delay="2s", name="times").tumbling_window(
-        SIZE, key=key, agg="count", grace=grace, name="counts"
-    )
-    window.sink(noop)
-    return source, window
-
-
-def pause_run(shape: str, n_open: int, wanted: int, timeout: float) -> dict[str, Any]:
-    """One job: the interval checkpoints taken with ``n_open`` windows open, and a baseline."""
-    from rivermark import Job
-
-    source, window = _graph(shape, n_open)
-    with tempfile.TemporaryDirectory() as d:
-        job = Job(source, checkpoint=d, every="1s", keep=3)
-        barriers = _Barriers(job, source, window)
-        runner = threading.Thread(target=job.run, daemon=True)
-        runner.start()
-        deadline = time.monotonic() + timeout
-
-        def full() -> list[Any]:
-            return [c for c in list(job.checkpoints) if barriers.at.get(c.epoch, (0,))[0] >= n_open]
-
-        while len(full()) < wanted and time.monotonic() < deadline and runner.is_alive():
-            time.sleep(0.05)
-        taken, waits = full()[:wanted], job.checkpoint_waits
-        job.stop()
-        runner.join(600)
-    if len(taken) < 2:
-        raise SystemExit(
-            f"pause ({shape}): {len(taken)} checkpoints with {n_open:,} windows open within "
-            f"{timeout:g} s; pass a larger --timeout"
-        )
-    first, last = barriers.at[taken[0].epoch], barriers.at[taken[-1].epoch]
-    seconds = last[2] - first[2]
-    return {
-        "infos": taken,
-        "phases": [barriers.phases.get(c.epoch, {}) for c in taken],
-        "intervals": [
-            barriers.at[b.epoch][2] - barriers.at[a.epoch][2] for a, b in itertools.pairwise(taken)
-        ],
-        "rate": (last[1] - first[1]) / seconds if seconds > 0 else float("nan"),
-        "seconds": seconds,
-        "waits": waits,
-        "off_rate": baseline_rate(shape, n_open, min(max(seconds, 1.0), 10.0), timeout),
-    }
-
-
-def baseline_rate(shape: str, n_open: int, seconds: float, timeout: float) -> float:
-    """Records/s of the same job with ``every=None``, once its state is full."""
-    from rivermark import Job
-
-    source, window = _graph(shape, n_open)
-    with tempfile.TemporaryDirectory() as d:
-        job = Job(source, checkpoint=d, every=None)
-        runner = threading.Thread(target=job.run, daemon=True)
-        runner.start()
-        deadline = time.monotonic() + timeout
-        while window.open_windows < n_open and time.monotonic() < deadline:
-            time.sleep(0.01)
-        e0, t0 = source.emitted, time.perf_counter()
-        time.sleep(seconds)
-        rate = (source.emitted - e0) / (time.perf_counter() - t0)
-        job.stop()
-        runner.join(600)
-    return rate
-
-
-def _ms(xs: list[float]) -> str:
-    return f"{statistics.median(xs) * 1e3:.2f} ({max(xs) * 1e3:.2f})" if xs else "-"
-
-
-def pauses(args: argparse.Namespace) -> int:
-    # the generator source is not replayable: that warning is expected here
-    logging.getLogger("rivermark").setLevel(logging.ERROR)
-    print(
-        f"\nCheckpoint pause, {args.open:,} open windows, Job(every='1s'), background writes; "
-        f"{args.checkpoints} checkpoints per run, {args.rounds} runs per shape; "
-        f"load {load()}"
-    )
-    print()
-    print(
-        "| shape | run | pause ms median (max) | quiesce / views / rest ms median "
-        "| bytes/checkpoint median (max) | delta / base | write s median (max) | s between barriers "
-        "| records/s on / off | trigger waits |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for shape in args.shapes:
-        all_pauses: list[float] = []
-        for r in range(args.rounds):
-            run = pause_run(shape, args.open, args.checkpoints, args.timeout)
-            infos = run["infos"]
-            ps = [c.pause for c in infos]
-            all_pauses += ps
-            q = [p.get("quiesce", 0.0) for p in run["phases"]]
-            v = [p.get("views", 0.0) for p in run["phases"]]
-            rest = [p - a - b for p, a, b in zip(ps, q, v, strict=True)]
-            sizes = [c.size for c in infos]
-            writes = [c.duration for c in infos]
-            print(
-                f"| {shape} | {r + 1} | {_ms(ps)} | {statistics.median(q) * 1e3:.2f} / "
-                f"{statistics.median(v) * 1e3:.2f} / {statistics.median(rest) * 1e3:.2f} "
-                f"| {statistics.median(sizes):,.0f} ({max(sizes):,}) "
-                f"| {sum(c.kind == 'delta' for c in infos)} / {sum(c.kind != 'delta' for c in infos)} "
-                f"| {statistics.median(writes):.2f} ({max(writes):.2f}) "
-                f"| {statistics.median(run['intervals']):.2f} "
-                f"| {run['rate']:,.0f} / {run['off_rate']:,.0f} "
-                f"({run['rate'] / run['off_rate']:.2f}) | {run['waits']} |",
-                flush=True,
-            )
-        print(f"| {shape} | all | {_ms(all_pauses)} | | | | | | | |")
-    print(f"\nload average at the end: {load()}")
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--only", choices=("throughput", "pause"), default=None)
     p.add_argument("--n", type=int, default=1_000_000)
     p.add_argument("--keys", type=int, default=1000)
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--no-bytewax", action="store_true", help="leave Bytewax out")
-    p.add_argument("--open", type=int, default=1_000_000, help="open windows (pause)")
-    p.add_argument("--shapes", nargs="*", default=["keys", "windows"], help="pause shapes")
-    p.add_argument("--checkpoints", type=int, default=4, help="measured checkpoints per run")
-    p.add_argument("--rounds", type=int, default=3, help="pause runs per shape")
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds per pause run")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    status = 0
-    if args.only in (None, "throughput"):
-        status = throughput(args)
-    if args.only in (None, "pause"):
-        status = pauses(args) or status
-    return status
+    return throughput(args)
 
 
 if __name__ == "__main__":
