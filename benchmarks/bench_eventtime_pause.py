@@ -19,8 +19,10 @@ the rest (positions, the manifest, resuming), the bytes written, whether
 it was a delta or a new base, the write's duration in the background, and
 the interval between barriers; per run, the rate while measured against
 the same job without interval checkpoints (``every=None``) run just after,
-and how often a trigger waited for the write in flight.  The final
-checkpoint (written with the sources paused) is left out.  Last, what
+how often a trigger waited for the write in flight, the garbage
+collector's full (generation 2) collections and whether one fell inside a
+measured pause.  The final checkpoint (written with the sources paused,
+after ``job.stop()``) is left out of the pauses and shown on its own.  Last, what
 encoding the open windows whole costs, in the state files' codec and in
 pickle, in the same run.
 
@@ -30,6 +32,7 @@ Not a test: it prints a table and exits 0.
 from __future__ import annotations
 
 import argparse
+import gc
 import itertools
 import logging
 import statistics
@@ -91,6 +94,26 @@ class _Barriers:
         job._snapshot_states = timed_snapshot
 
 
+class _FullCollections:
+    """The generation-2 garbage collections while it is installed: (start, seconds)."""
+
+    def __init__(self) -> None:
+        self.runs: list[tuple[float, float]] = []
+        self._started = 0.0
+        gc.callbacks.append(self._note)
+
+    def _note(self, phase: str, info: dict[str, Any]) -> None:
+        if info["generation"] != 2:
+            return
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.runs.append((self._started, time.perf_counter() - self._started))
+
+    def close(self) -> None:
+        gc.callbacks.remove(self._note)
+
+
 def _graph(shape: str, n_open: int) -> tuple[Any, Any]:
     from rivermark import Stream
 
@@ -112,6 +135,7 @@ def pause_run(shape: str, n_open: int, wanted: int, timeout: float) -> dict[str,
     with tempfile.TemporaryDirectory() as d:
         job = Job(source, checkpoint=d, every="1s", keep=3)
         barriers = _Barriers(job, source, window)
+        collections = _FullCollections()
         runner = threading.Thread(target=job.run, daemon=True)
         runner.start()
         deadline = time.monotonic() + timeout
@@ -124,6 +148,8 @@ def pause_run(shape: str, n_open: int, wanted: int, timeout: float) -> dict[str,
         taken, waits = full()[:wanted], job.checkpoint_waits
         job.stop()
         runner.join(600)
+        collections.close()
+        final = job.checkpoints[-1].pause  # written with the sources paused
     if len(taken) < 2:
         raise SystemExit(
             f"pause ({shape}): {len(taken)} checkpoints with {n_open:,} windows open within "
@@ -131,7 +157,11 @@ def pause_run(shape: str, n_open: int, wanted: int, timeout: float) -> dict[str,
         )
     first, last = barriers.at[taken[0].epoch], barriers.at[taken[-1].epoch]
     seconds = last[2] - first[2]
+    held = [(barriers.at[c.epoch][2], barriers.at[c.epoch][2] + c.pause) for c in taken]
     return {
+        "final": final,
+        "gc": [t for _, t in collections.runs],
+        "gc_in_pause": sum(any(a <= g < b for a, b in held) for g, _ in collections.runs),
         "infos": taken,
         "phases": [barriers.phases.get(c.epoch, {}) for c in taken],
         "intervals": [
@@ -202,9 +232,9 @@ def pauses(args: argparse.Namespace) -> int:
     print(
         "| shape | run | pause ms median (max) | quiesce / views / rest ms median "
         "| bytes/checkpoint median (max) | delta / base | write s median (max) | s between barriers "
-        "| records/s on / off | trigger waits |"
+        "| records/s on / off | trigger waits | final checkpoint s | gen-2 GCs: n, max ms, in a pause |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     encoded: list[str] = []
     for shape in args.shapes:
         all_pauses: list[float] = []
@@ -226,10 +256,11 @@ def pauses(args: argparse.Namespace) -> int:
                 f"| {statistics.median(writes):.2f} ({max(writes):.2f}) "
                 f"| {statistics.median(run['intervals']):.2f} "
                 f"| {run['rate']:,.0f} / {run['off_rate']:,.0f} "
-                f"({run['rate'] / run['off_rate']:.2f}) | {run['waits']} |",
+                f"({run['rate'] / run['off_rate']:.2f}) | {run['waits']} | {run['final']:.2f} "
+                f"| {len(run['gc'])}, {max(run['gc'], default=0.0) * 1e3:.0f}, {run['gc_in_pause']} |",
                 flush=True,
             )
-        print(f"| {shape} | all | {_ms(all_pauses)} | | | | | | | |")
+        print(f"| {shape} | all | {_ms(all_pauses)} | | | | | | | | | |")
         e = run["encoding"]
         encoded.append(
             f"{shape}: {e['windows']:,} windows, codec {e['codec']:.2f} s "
