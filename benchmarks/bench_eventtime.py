@@ -204,8 +204,8 @@ def throughput(args: argparse.Namespace) -> int:
         )
     if bytewax:
         print(
-            f"\nBytewax {importlib.metadata.version('bytewax')}; rivermark / Bytewax (recovery): "
-            f"{best['bytewax'] / best['rivermark']:.2f}x faster; converting the records' "
+            f"\nBytewax {importlib.metadata.version('bytewax')}; Bytewax (recovery) seconds / "
+            f"rivermark seconds: {best['bytewax'] / best['rivermark']:.2f}; converting the records' "
             f"times and keys for Bytewax alone: {bytewax_conversions(data):.3f} s"
         )
     elif args.no_bytewax:
