@@ -210,7 +210,7 @@ def baseline_rate(shape: str, n_open: int, seconds: float, timeout: float) -> fl
             time.sleep(0.01)
         e0, t0 = source.emitted, time.perf_counter()
         time.sleep(seconds)
-        rate = (source.emitted - e0) / (time.perf_counter() - t0)
+        rate = float(source.emitted - e0) / (time.perf_counter() - t0)
         job.stop()
         runner.join(600)
     return rate
