@@ -487,6 +487,9 @@ def _slot(ts: float, width: float, offset: float, shift: float = 0.0) -> int:
     tol = ((abs(ts) + abs(offset) + abs(shift)) / width + 1.0) * 1e-14
     if tol < q - k < 1.0 - tol:
         return k
+    if ts.is_integer() and width.is_integer() and offset.is_integer() and shift.is_integer():
+        # whole seconds (a time on a window's edge, most often): integers are exact
+        return (int(ts) - int(offset) - int(shift)) // int(width)
     exact = (Fraction(ts) - Fraction(offset) - Fraction(shift)) / Fraction(width)
     return math.floor(exact)
 

@@ -589,3 +589,25 @@ def test_sessions_restore_from_state_without_their_last_time() -> None:
         WindowResult(5.0, 9.0, "b", 1),
         WindowResult(10.0, 19.5, "a", 3),
     ]
+
+
+def test_whole_second_times_on_window_edges_go_in_the_window_they_start() -> None:
+    # a time on an edge takes the exact path: whole numbers are computed as integers
+    from rivermark.operators.eventtime import _slot
+
+    times = [0, 10, 20, 30, -10, 10**12, 10**12 + 10, 7, 9, 11]
+    for t in times:
+        for offset in (0.0, 3.0, -5.0):
+            assert _slot(float(t), 10.0, offset) == math.floor((t - offset) / 10)
+    s = Stream()
+    w = s.timestamps(lambda r: r).tumbling_window(10, agg="collect")
+    out = w.sink_to_list()
+    for t in (0, 9, 10, 19, 20, 30):
+        s.emit(t)
+    w.upstream.end_of_input()
+    assert [(r.start, r.value) for r in out] == [
+        (0.0, (0, 9)),
+        (10.0, (10, 19)),
+        (20.0, (20,)),
+        (30.0, (30,)),
+    ]
