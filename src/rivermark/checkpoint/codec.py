@@ -35,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import importlib
+import operator
 import pickle
 import sys
 import threading
@@ -45,7 +46,18 @@ import msgpack
 from ..state import DELETED, KeyedState, no_default
 from .errors import UntrustedStateError
 
-__all__ = ["MAGIC", "Tag", "dumps", "loads", "has_pickle", "is_legacy", "pack", "unpack", "reader"]
+__all__ = [
+    "MAGIC",
+    "Tag",
+    "Table",
+    "dumps",
+    "loads",
+    "has_pickle",
+    "is_legacy",
+    "pack",
+    "unpack",
+    "reader",
+]
 
 #: the first bytes of a state file in this encoding (older ones are a bare pickle)
 MAGIC = b"RMS\x01"
@@ -67,6 +79,7 @@ class Tag(enum.IntEnum):
     PANDAS = 11
     NPDTYPE = 12
     DATACLASS = 13
+    TABLE = 14
     PICKLE = 127
 
 
@@ -103,6 +116,73 @@ def _data_class_fields(value: Any) -> dict[str, Any] | None:
 
 
 _TUPLE_CODE = 1  # Tag.TUPLE, without the enum's cost per tuple
+
+
+class Table:
+    """A mapping to write column by column: keys and values tuples of one length each.
+
+    Keyed state is often such a mapping (an event-time window's
+    ``{(key, start): (end, seq, acc)}``).  Written as a dict, each tuple is a
+    tagged value of its own (a call into Python per tuple); as a
+    :attr:`Tag.TABLE` it is its key columns and value columns, lists that
+    msgpack writes in C, and the keys marked deleted (a delta).  It reads
+    back as the plain dict (deleted keys last; the order of a delta's keys
+    does not matter).  :meth:`of` wraps only a mapping that has that shape.
+
+    >>> loads(dumps(Table.of({(1, "a"): (2.0, 3), (4, "b"): DELETED})))
+    {(1, 'a'): (2.0, 3), (4, 'b'): DELETED}
+    """
+
+    __slots__ = ("data", "columns")
+
+    #: a smaller mapping is written as a dict (the columns would not pay)
+    MIN_ROWS = 64
+
+    def __init__(self, data: dict[Any, Any]) -> None:
+        self.data = data
+        self.columns: list[Any] | None = None
+
+    @classmethod
+    def of(cls, data: dict[Any, Any]) -> Any:
+        """``data`` as a :class:`Table` when it has the shape, else ``data`` itself."""
+        if type(data) is not dict or len(data) < cls.MIN_ROWS:
+            return data
+        columns = cls._columns(data)
+        if columns is None:
+            return data
+        table = cls(data)
+        table.columns = columns
+        return table
+
+    @staticmethod
+    def _columns(data: dict[Any, Any]) -> list[Any] | None:
+        deleted: list[Any] = []
+        live = data
+        if DELETED in data.values():  # a scan in C (identity)
+            deleted = [k for k, v in data.items() if v is DELETED]
+            live = {k: v for k, v in data.items() if v is not DELETED}
+        keys, values = list(live), list(live.values())
+        if not keys:
+            return None
+        # every key a tuple of one length, every value too (checks in C: map, set)
+        if set(map(type, keys)) != {tuple} or set(map(type, values)) != {tuple}:
+            return None
+        key_lengths, value_lengths = set(map(len, keys)), set(map(len, values))
+        if len(key_lengths) != 1 or len(value_lengths) != 1 or 0 in key_lengths | value_lengths:
+            return None
+        # a column: one position of every tuple (map and itemgetter: in C)
+        nk, nv = key_lengths.pop(), value_lengths.pop()
+        return [
+            [list(map(operator.itemgetter(i), keys)) for i in range(nk)],
+            [list(map(operator.itemgetter(i), values)) for i in range(nv)],
+            deleted,
+        ]
+
+    def parts(self) -> list[Any]:
+        columns = self.columns if self.columns is not None else self._columns(self.data)
+        if columns is None:
+            raise ValueError("Table: the mapping's keys and values are not tuples of one length")
+        return columns
 
 
 #: per thread, packers not in use (a tagged value packs its parts with another
@@ -145,6 +225,8 @@ def _default(value: Any) -> Any:
         return _ext(Tag.DELETED, None)
     if value is no_default:
         return _ext(Tag.NO_DEFAULT, None)
+    if t is Table:
+        return _ext(Tag.TABLE, value.parts())
     if t is KeyedState:
         return _ext(Tag.KEYED, dict(value))
     fields = _data_class_fields(value)
@@ -290,6 +372,14 @@ def _dataclass(v: list[Any], dec: _Decoder) -> Any:
     return getattr(importlib.import_module(known[0]), name)(**fields)
 
 
+def _table(v: list[Any], dec: _Decoder) -> dict[Any, Any]:
+    key_columns, value_columns, deleted = v
+    out = dict(zip(zip(*key_columns), zip(*value_columns), strict=True))
+    if deleted:
+        out.update(dict.fromkeys(deleted, DELETED))
+    return out
+
+
 def _pandas(v: dict[str, Any], dec: _Decoder) -> Any:
     from ._pandas_codec import decode_pandas
 
@@ -308,6 +398,7 @@ _BUILD: dict[Tag, Any] = {
     Tag.PANDAS: _pandas,
     Tag.NPDTYPE: _npdtype,
     Tag.DATACLASS: _dataclass,
+    Tag.TABLE: _table,
 }
 
 

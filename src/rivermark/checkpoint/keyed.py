@@ -107,7 +107,9 @@ class KeyedView:
                 apply_delta(content.setdefault(attr, {}), changes)
             parts = content
             fault_point("compaction")
-        out: dict[str, Any] = {"rest": pickle.loads(self.rest), "keyed": parts}
+        # a mapping of tuples is written column by column (codec.Table: C speed)
+        keyed = {attr: codec.Table.of(changes) for attr, changes in parts.items()}
+        out: dict[str, Any] = {"rest": pickle.loads(self.rest), "keyed": keyed}
         if self.parent is None:
             # a base is a copy of the whole content (``KeyedState.take_delta`` the
             # first time, ``copy_all``, or a compaction): no key marked deleted

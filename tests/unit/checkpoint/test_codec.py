@@ -156,3 +156,24 @@ def test_event_time_results_held_in_state_are_data() -> None:
     assert not codec.has_pickle(blob)
     back = codec.loads(blob)
     assert back == held and all(type(r) is WindowResult for r in back["L"])
+
+
+def test_a_mapping_of_tuples_is_written_by_columns_and_reads_back_the_same() -> None:
+    from rivermark.checkpoint.codec import Table
+    from rivermark.state import DELETED
+
+    windows = {(k % 7, float(k)): (float(k) + 10.0, k, (k, 1)) for k in range(200)}
+    windows[(3, 5000.0)] = DELETED
+    table = Table.of(windows)
+    assert isinstance(table, Table)
+    blob = codec.dumps({"keyed": {"open": table}})
+    assert codec.loads(blob) == {"keyed": {"open": windows}}
+    assert not codec.has_pickle(blob)
+    # by columns, it is smaller than tuple by tuple
+    assert len(blob) < len(codec.dumps({"keyed": {"open": windows}}))
+    # other shapes stay dicts: short, keys of several lengths, values not tuples
+    assert Table.of({(1, 2): (3,)}) == {(1, 2): (3,)}
+    mixed = {**{(k, 0.0): (k,) for k in range(100)}, (1,): (2,)}
+    assert Table.of(mixed) is mixed
+    scalars = {(k, 0.0): k for k in range(100)}
+    assert Table.of(scalars) is scalars
