@@ -147,10 +147,8 @@ class Filter(Stream):
         except Exception as e:
             self._user_error(x, e, predicate)
             return None
-        if self._invert:
-            keep = not keep
-        if not keep:
-            return None  # dropped: complete when this call returns
+        if keep if self._invert else not keep:
+            return None  # dropped (remove: kept by the predicate): complete at once
         return self._emit(x, metadata)
 
 
