@@ -136,10 +136,7 @@ class PartitionSource(KafkaBatchedSource):
     ) -> None:
         super().__init__([topic], consumer_params, **kwargs)
         self.partition = int(partition)
-
-    def _list_partitions(self) -> list[TP]:
-        mine = (self.topics[0], self.partition)
-        return [tp for tp in super()._list_partitions() if tp == mine]
+        self.partitions.only = {(topic, self.partition)}
 
     def state_signature(self) -> str:
         # a task's checkpoint belongs to its partition: another one's is refused

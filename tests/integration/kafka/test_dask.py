@@ -289,7 +289,7 @@ APP = textwrap.dedent(
     def watch():
         # the topic is complete before the job starts: stop at its end
         import time
-        while source._offsets.get(f"{topic}:0") != 300:
+        while source.partitions.offsets.get(f"{topic}:0") != 300:
             time.sleep(0.02)
         job.stop()
 
