@@ -17,7 +17,8 @@ import logging
 
 from .._frames import user_frame
 from ..core.node import Stream
-from ..errors import ErrorContext, NodeFailedError, describe
+from ..errors import NodeFailedError, context_of, describe
+from ..sinks.base import ClosingSink
 from ..sources.base import Source
 from .errors import JobFailedError
 from .roles import JobGraph
@@ -67,8 +68,8 @@ class Shutdown:
             f"the job stopped; its last complete checkpoint in {self.store!r} is intact: "
             "fix the cause and run again to resume from it"
         )
-        ctx = getattr(exc, "rivermark_context", None)
-        if exc is not None and isinstance(ctx, ErrorContext) and isinstance(ctx.stream, Stream):
+        ctx = None if exc is None else context_of(exc)
+        if exc is not None and ctx is not None and isinstance(ctx.stream, Stream):
             nid = self.roles.ids.get(id(ctx.stream), "?")
             where = user_frame(exc)
             what = (
@@ -97,9 +98,8 @@ class Shutdown:
                     if s.failure is None:  # a known failure is reported by the caller
                         logger.exception("source %r failed while stopping", s)
         for k in self.roles.sinks:
-            close = getattr(k, "close", None)
-            if callable(close):
-                close()
+            if isinstance(k, ClosingSink):
+                k.close()
 
     async def remove_torn(self, epoch: int) -> None:
         """Delete what a failed write of ``epoch`` left behind (gives the space back)."""
@@ -134,9 +134,8 @@ class Shutdown:
 
     def close_sinks(self) -> None:
         for k in self.roles.sinks:
-            close = getattr(k, "close", None)
-            if callable(close):
+            if isinstance(k, ClosingSink):
                 try:
-                    close()
+                    k.close()
                 except Exception:
                     logger.warning("sink %r failed to close", k, exc_info=True)

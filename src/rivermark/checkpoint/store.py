@@ -66,6 +66,9 @@ class Store(abc.ABC):
     """
 
     trust: Trust = Trust()
+    #: the local directory the store writes to (None: not a local directory);
+    #: a job derives its id from it when the store has no :meth:`location`
+    path: Path | None = None
 
     @abc.abstractmethod
     def list_epochs(self) -> list[int]:
@@ -401,7 +404,7 @@ class LocalDirectoryStore(Store):
                 f"LocalDirectoryStore: path must be a directory name, got {path!r}; "
                 "pass e.g. 'ckpt/job1'"
             )
-        self.path = Path(path)
+        self.path: Path = Path(path)
         self.checkpoints = self.path / "checkpoints"
         if self.path.exists() and not self.path.is_dir():
             raise ConfigurationError(
