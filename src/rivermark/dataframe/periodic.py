@@ -22,7 +22,7 @@ import pandas as pd
 
 from ..core.node import Stream, check_callable
 from ..errors import ConfigurationError
-from .core import DataFrame
+from .core import DataFrame, random_datapoint
 
 logger = logging.getLogger(__name__)
 
@@ -50,20 +50,6 @@ def random_datablock(last: pd.Timestamp, now: pd.Timestamp, freq: Any = "100ms")
         },
         index=index,
     )
-
-
-def random_datapoint(now: pd.Timestamp | None = None, **kwargs: Any) -> pd.DataFrame:
-    """One random row (column ``a``, uniform in [0, 1)) at ``now`` (default: the current time).
-
-    As streamz's, a ``datafn`` for :class:`PeriodicDataFrame` that queries one current value.
-
-    >>> df = random_datapoint(now=pd.Timestamp("2024-01-01"))
-    >>> len(df), list(df.columns), str(df.index[0])
-    (1, ['a'], '2024-01-01 00:00:00')
-    """
-    if now is None:
-        now = pd.Timestamp.now()
-    return pd.DataFrame({"a": np.random.default_rng().random(1)}, index=[now])
 
 
 def _seconds(node: str, interval: Any) -> float:
