@@ -504,7 +504,7 @@ def _print_json(value: Any) -> None:
     print(json.dumps(value, indent=2, sort_keys=True, default=repr))
 
 
-def _seconds(value: float | None) -> str:
+def _duration_text(value: float | None) -> str:
     """``0.042 s``, or ``-`` when the checkpoint did not record it."""
     return "-" if value is None else f"{value:.3f} s"
 
@@ -529,7 +529,7 @@ def _do_list(directory: str, as_json: bool) -> int:
             began = f"  {r['run_began']}" if r["run_began"] else ""
             print(
                 f"{r['epoch']:>12}  {insp.format_time(r['time']):<24}  {r['kind']:<9}  "
-                f"{_seconds(r['duration']):>9}  {_seconds(r['pause']):>9}  "
+                f"{_duration_text(r['duration']):>9}  {_duration_text(r['pause']):>9}  "
                 f"{r['size']:>11} bytes  {r['sources']:>7}{began}"
             )
     return 0

@@ -24,7 +24,7 @@ the place is then not compared.  :func:`plan_upgrade` makes the decisions
 without touching anything; :func:`renamed_manifest` applies the renames to
 what a checkpoint holds.  :func:`plan_restore` first maps the ids of a
 checkpoint written before readable ids (``accumulate-534cb309``) to the
-graph's (:func:`legacy_renames`).  See ``docs/upgrading.md``.
+graph's (:func:`_stored_legacy`).  See ``docs/upgrading.md``.
 """
 
 from __future__ import annotations
@@ -45,7 +45,6 @@ __all__ = [
     "UpgradePlan",
     "UpgradeRules",
     "job_fingerprint",
-    "legacy_renames",
     "plan_restore",
     "plan_upgrade",
     "renamed_manifest",
@@ -275,19 +274,15 @@ def job_fingerprint(node: Stream) -> dict[str, str]:
     return out
 
 
-def legacy_renames(manifest: Manifest, node: Stream) -> dict[str, str]:
+def _stored_legacy(manifest: Manifest, node: Stream, current: Mapping[str, str]) -> dict[str, str]:
     """Id in ``manifest`` -> id in the graph of ``node``, when the checkpoint holds legacy ids.
 
     rivermark before readable ids derived ``<kind>-<8 hex>`` ids
     (:func:`rivermark.core.graph.legacy_node_ids`); a checkpoint that holds
     such an id of a node of this graph, and none of the ids the graph's
     unnamed nodes have now, was written with them.  Empty for any other.
+    ``current`` is :func:`_legacy_to_current` of ``node``.
     """
-    return _stored_legacy(manifest, node, _legacy_to_current(node))
-
-
-def _stored_legacy(manifest: Manifest, node: Stream, current: Mapping[str, str]) -> dict[str, str]:
-    """:func:`legacy_renames`, given :func:`_legacy_to_current` of ``node``."""
     ids = graph.node_ids(node)
     derived = {ids[id(n)] for n in graph.topological(node) if n.name is None}
     if derived & set(manifest.fingerprint):

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.node import Stream, check_callable
+from ..core.timeutil import parse_interval
 from ..errors import ConfigurationError
 from .core import DataFrame, random_datapoint
 
@@ -50,19 +51,6 @@ def random_datablock(last: pd.Timestamp, now: pd.Timestamp, freq: Any = "100ms")
         },
         index=index,
     )
-
-
-def _seconds(node: str, interval: Any) -> float:
-    try:
-        td = pd.Timedelta(interval) if not isinstance(interval, (int, float)) else None
-    except (TypeError, ValueError) as e:
-        raise ConfigurationError(
-            f"{node}: interval must be a time span, got {interval!r}; pass e.g. interval='500ms'"
-        ) from e
-    secs = td.total_seconds() if td is not None else float(interval)
-    if secs <= 0:
-        raise ConfigurationError(f"{node}: interval must be positive, got {interval!r}")
-    return secs
 
 
 class PeriodicDataFrame(DataFrame):
@@ -106,7 +94,7 @@ class PeriodicDataFrame(DataFrame):
         self.interval = interval
         self.datafn = datafn
         self.kwargs = kwargs
-        secs = _seconds("PeriodicDataFrame", interval)
+        secs = parse_interval(interval, "PeriodicDataFrame", "interval")
         now = pd.Timestamp.now()
         self._calls = _Calls(datafn, kwargs, now)
         example = datafn(last=now - pd.Timedelta(seconds=secs), now=now, **kwargs).iloc[:0]
