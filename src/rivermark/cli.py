@@ -218,6 +218,18 @@ _dropped_option = click.option(
     "(repeatable; 'all' for every removed node).  "
     "[env: RIVERMARK_ALLOW_DROPPED_STATE, space-separated]",
 )
+_new_nodes_option = click.option(
+    "--allow-new-nodes/--no-allow-new-nodes",
+    default=False,
+    envvar="RIVERMARK_ALLOW_NEW_NODES",
+    help="Let stateful nodes added since the checkpoint start empty.  "
+    "[env: RIVERMARK_ALLOW_NEW_NODES]",
+)
+
+
+def _upgrade_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """How a restore meets a changed graph (see docs/upgrading.md): ``run``, ``replay``, ``diff``."""
+    return _new_nodes_option(_rename_option(_dropped_option(command)))
 
 
 def _note_stop_signals() -> list[int]:
@@ -331,15 +343,7 @@ def _do_run(target: str, opts: dict[str, Any]) -> int:
     envvar="RIVERMARK_EXACTLY_ONCE",
     help="Refuse graphs that cannot give exactly-once results.  [env: RIVERMARK_EXACTLY_ONCE]",
 )
-@click.option(
-    "--allow-new-nodes/--no-allow-new-nodes",
-    default=False,
-    envvar="RIVERMARK_ALLOW_NEW_NODES",
-    help="Let stateful nodes added since the checkpoint start empty.  "
-    "[env: RIVERMARK_ALLOW_NEW_NODES]",
-)
-@_rename_option
-@_dropped_option
+@_upgrade_options
 @click.option(
     "--on-error",
     type=click.Choice(["raise", "skip"]),
@@ -910,11 +914,7 @@ def prune_command(directory: str, keep: int, dry_run: bool, as_json: bool) -> in
     help="Instead: say what restoring the newest checkpoint into that app's graph would do "
     "(kept, renamed, dropped, added, migrated, refused; exit 2 if refused), without running it.",
 )
-@_rename_option
-@_dropped_option
-@click.option(
-    "--allow-new-nodes", is_flag=True, help="With --against: as 'rivermark run --allow-new-nodes'."
-)
+@_upgrade_options
 @_json_option
 @_logging_options
 def diff_command(
@@ -1043,9 +1043,7 @@ def _do_replay(target: str, opts: dict[str, Any]) -> int:
     help="Compare each side output with what the live sink_to_textfile wrote between the "
     "two checkpoints; exit 1 if one differs.",
 )
-@_rename_option
-@_dropped_option
-@click.option("--allow-new-nodes", is_flag=True, help="As 'rivermark run --allow-new-nodes'.")
+@_upgrade_options
 @_trust_option
 @_logging_options
 def replay_command(target: str, **opts: Any) -> int:

@@ -370,17 +370,33 @@ def _renames(
     return renames
 
 
-def _removed(manifest: Manifest, nid: str, rules: UpgradeRules) -> Decision:
-    # a removed source's position or sink's handle is no state: it goes
+def _unrestored(
+    manifest: Manifest, nid: str, rules: UpgradeRules, why: str, other: str, kind: str, by: str = ""
+) -> Decision:
+    """State the checkpoint holds under ``nid`` that no node takes: dropped if allowed, else refused.
+
+    A source's position or a sink's handle is no state: it is dropped.  The
+    refusal says ``why``, how to drop the state and, ``other``, how else to
+    keep it; ``by`` is said of a drop.
+    """
     if rules.may_drop(nid) or nid not in manifest.state:
-        return Decision("dropped", nid, f"{_size(manifest, nid)} is dropped")
+        return Decision("dropped", nid, f"{_size(manifest, nid)} is dropped{by}")
     return Decision(
         "refused",
         nid,
-        f"removed from the graph, with {_size(manifest, nid)} "
-        f"(was {manifest.fingerprint[nid]}); to drop it, run with --allow-dropped-state {nid} "
-        f"(Job(allow_dropped_state=[{nid!r}])); if it was renamed, "
-        f"--rename {nid}=NEW-ID (Job(rename={{{nid!r}: 'NEW-ID'}}))",
+        f"{why} (was {manifest.fingerprint[nid]}); to drop it, run with --allow-dropped-state "
+        f"{nid} (Job(allow_dropped_state=[{nid!r}])); {other}",
+        kind,
+    )
+
+
+def _removed(manifest: Manifest, nid: str, rules: UpgradeRules) -> Decision:
+    return _unrestored(
+        manifest,
+        nid,
+        rules,
+        f"removed from the graph, with {_size(manifest, nid)}",
+        f"if it was renamed, --rename {nid}=NEW-ID (Job(rename={{{nid!r}: 'NEW-ID'}}))",
         "removed",
     )
 
@@ -398,16 +414,15 @@ def _added(nid: str, what: str, rules: UpgradeRules) -> Decision:
 
 def _displaced(manifest: Manifest, nid: str, by: str, rules: UpgradeRules) -> Decision:
     """What the checkpoint holds under ``nid`` when the rename ``by=nid`` gives ``nid`` other state."""
-    if rules.may_drop(nid) or nid not in manifest.state:
-        return Decision("dropped", nid, f"{_size(manifest, nid)} is dropped (rename {by}={nid})")
-    return Decision(
-        "refused",
+    return _unrestored(
+        manifest,
         nid,
+        rules,
         f"the rename {by}={nid} gives {nid} the state of {by}, but the checkpoint holds "
-        f"{_size(manifest, nid)} under {nid} itself (was {manifest.fingerprint[nid]}); to "
-        f"drop it, run with --allow-dropped-state {nid} (Job(allow_dropped_state=[{nid!r}])); "
+        f"{_size(manifest, nid)} under {nid} itself",
         f"to keep it, rename it too: --rename {nid}=NEW-ID",
         "displaced",
+        by=f" (rename {by}={nid})",
     )
 
 

@@ -30,7 +30,14 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..observe.control import ControlApi, checkpoint_rows, control_token, failure_rows
+from ..observe.control import (
+    ControlApi,
+    checkpoint_rows,
+    control_token,
+    failure_rows,
+    job_summary,
+    local_url,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from .partitioned import PartitionedJob, _Task
@@ -67,18 +74,8 @@ class GroupControl:
         tasks = {}
         for key, task in self._tasks().items():
             job = task.job
-            tasks[key] = {
-                "status": "running"
-                if job.running
-                else "starting"
-                if not job.recovered
-                else "ended",
-                "store": repr(job.store),
-                "epoch": job.epoch,
-                "restored_epoch": job.restored_epoch,
-                "last_savepoint": job.last_savepoint,
-                "positions": {job.id_of(s): s.position() for s in job.sources},
-            }
+            status = "running" if job.running else "starting" if not job.recovered else "ended"
+            tasks[key] = {"status": status, **job_summary(job)}
         return {
             "status": self.status(),
             "group": str(self.group.consumer_params["group.id"]),
@@ -137,8 +134,7 @@ class GroupControl:
         self._runner, self.port = await serve(
             app, addr, port, "the control API", "pick another control_port", access_log=False
         )
-        shown = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1"}.get(addr, addr)
-        logger.info("serving the control API at http://%s:%d/", shown, self.port)
+        logger.info("serving the control API at %s", local_url(addr, self.port))
 
     async def stop(self) -> None:
         """Stop serving (a stop request still being answered is answered first)."""

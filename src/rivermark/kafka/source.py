@@ -666,30 +666,17 @@ def from_kafka_batched(
             "from_kafka_batched: stop_at_end=True is not supported with dask=True; "
             "pass dask=False for a bounded read"
         )
-    if dask:
-        scattered: Stream = door("from_kafka_batched_dask")(
-            topic,
-            consumer_params,
-            start=start,
-            poll_interval=poll_interval,
-            npartitions=npartitions,
-            refresh_partitions=refresh_partitions,
-            max_batch_size=max_batch_size,
-            keys=keys,
-            engine=engine,
-            **kwargs,
-        )
-        return scattered
-    source = KafkaBatchedSource(
-        topic,
-        consumer_params,
-        poll_interval=poll_interval,
-        npartitions=npartitions,
-        refresh_partitions=refresh_partitions,
-        max_batch_size=max_batch_size,
-        keys=keys,
-        engine=engine,
-        start=start,
+    options: dict[str, Any] = {
+        "poll_interval": poll_interval,
+        "npartitions": npartitions,
+        "refresh_partitions": refresh_partitions,
+        "max_batch_size": max_batch_size,
+        "keys": keys,
+        "engine": engine,
+        "start": start,
         **kwargs,
-    )
-    return source
+    }
+    if dask:
+        scattered: Stream = door("from_kafka_batched_dask")(topic, consumer_params, **options)
+        return scattered
+    return KafkaBatchedSource(topic, consumer_params, **options)
