@@ -28,7 +28,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..observe.control import (
     ControlApi,
@@ -40,11 +41,44 @@ from ..observe.control import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .partitioned import PartitionedJob, _Task
+    from ..checkpoint.job import Job
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["GroupControl", "task_key"]
+__all__ = ["GroupControl", "TaskGroup", "task_key"]
+
+
+class Task(Protocol):
+    """One task of a group: the job that runs one partition."""
+
+    @property
+    def job(self) -> Job: ...
+
+
+class TaskGroup(Protocol):
+    """What the control API reads from a :class:`~rivermark.kafka.PartitionedJob`."""
+
+    @property
+    def tasks(self) -> Mapping[tuple[str, int], Task]: ...
+
+    @property
+    def ended(self) -> bool: ...
+
+    @property
+    def stop_requested(self) -> bool: ...
+
+    @property
+    def consumer_params(self) -> Mapping[str, Any]: ...
+
+    @property
+    def member_identity(self) -> str | None: ...
+
+    @property
+    def location(self) -> str: ...
+
+    def request_stop(self, savepoint: bool = False) -> None: ...
+
+    def wait_stopped(self, timeout: float | None = None) -> bool: ...
 
 
 def task_key(topic: str, partition: int) -> str:
@@ -55,14 +89,14 @@ def task_key(topic: str, partition: int) -> str:
 class GroupControl:
     """:class:`~rivermark.observe.control.ControlTarget` of a partitioned job's tasks."""
 
-    def __init__(self, group: PartitionedJob) -> None:
+    def __init__(self, group: TaskGroup) -> None:
         self.group = group
         self.started = time.time()
         self._runner: Any = None
         self.port: int | None = None
 
     # ------------------------------------------------------------------ the target
-    def _tasks(self) -> dict[str, _Task]:
+    def _tasks(self) -> dict[str, Task]:
         return {task_key(*tp): task for tp, task in sorted(self.group.tasks.items())}
 
     def status(self) -> str:
