@@ -33,12 +33,11 @@ def _start(args: list[str], fault: str | None, log: Path) -> subprocess.Popen[by
         env["RIVERMARK_FAULT"] = fault
     with open(log, "ab") as f:
         f.write(f"--- run fault={fault}\n".encode())
-    return subprocess.Popen(
-        [sys.executable, str(SCRIPT), *args],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=open(log, "ab"),
-    )
+        f.flush()
+        # the child writes to its own copy of the descriptor
+        return subprocess.Popen(
+            [sys.executable, str(SCRIPT), *args], env=env, stdout=subprocess.DEVNULL, stderr=f
+        )
 
 
 def test_read_committed_sees_each_result_once_across_sigkills(
