@@ -1,4 +1,4 @@
-"""Where checkpoints live: the :class:`Store` interface and a local directory.
+"""Where checkpoints live: a local directory (the :class:`Store` interface is :mod:`.storebase`).
 
 Layout of :class:`LocalDirectoryStore` (readable by a person)::
 
