@@ -46,6 +46,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rivermark.testing import wait_for
+
 logger = logging.getLogger(__name__)
 
 KEYS = 100
@@ -100,14 +102,6 @@ class Counter:
         self.processed += len(recs)
         self.counts = state
         return state, [json.dumps([k, c]) for k, c in touched.items()]
-
-
-def wait_until(cond: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        time.sleep(0.005)
 
 
 def consumer_conf(bootstrap: str) -> dict[str, Any]:
@@ -170,14 +164,18 @@ def run_rivermark(
     )
     if mode == "start":
         src.start()
-        wait_until(lambda: work.processed >= n and sink._inflight == 0, 600, "rivermark")
+        wait_for(
+            lambda: work.processed >= n and sink.in_flight == 0, 600, "rivermark", interval=0.005
+        )
         took = time.perf_counter() - t0
         src.stop()
         return took, work
     job = Job(src, checkpoint=str(tmp / f"ckpt-{out}"), every="2s", exactly_once=mode == "eos")
     runner = threading.Thread(target=job.run, daemon=True)
     runner.start()
-    wait_until(lambda: work.processed >= n and sink._inflight == 0, 600, "rivermark job")
+    wait_for(
+        lambda: work.processed >= n and sink.in_flight == 0, 600, "rivermark job", interval=0.005
+    )
     job.stop()  # final checkpoint; for exactly-once the last transaction commits here
     took = time.perf_counter() - t0
     runner.join(60)
@@ -197,7 +195,7 @@ def run_streamz(bootstrap: str, inp: str, out: str, n: int) -> tuple[float, Coun
 
     sink = src.map(count).flatten().map(str.encode).to_kafka(out, {"bootstrap.servers": bootstrap})
     src.start()
-    wait_until(lambda: work.processed >= n and not sink.futures, 600, "streamz")
+    wait_for(lambda: work.processed >= n and not sink.futures, 600, "streamz", interval=0.005)
     took = time.perf_counter() - t0
     src.stop()
     sink.stopped = True

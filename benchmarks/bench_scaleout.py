@@ -43,8 +43,9 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
+
+from rivermark.testing import wait_for
 
 PARTITIONS = 8
 SESSION_MS = 6000
@@ -132,14 +133,6 @@ class Reader:
         self._c.close()
 
 
-def wait_until(cond: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise SystemExit(f"bench_scaleout: timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 def owners(log: Path) -> dict[int, set[int]]:
     """pid -> partitions it holds now, from the processes' log lines."""
     held: dict[int, set[int]] = {}
@@ -182,7 +175,7 @@ class App:
                 held.get(pid) for pid in live
             )
 
-        wait_until(settled, 120, f"{procs} processes holding all partitions")
+        wait_for(settled, 120, f"{procs} processes holding all partitions", interval=0.05)
 
     def start(self) -> subprocess.Popen[bytes]:
         with open(self.log, "ab") as f:
@@ -234,7 +227,7 @@ def throughput(bootstrap: str, tmp: Path, rounds: int, procs: int, n: int) -> fl
     try:
         t0 = time.time()
         app.produce(n)
-        wait_until(lambda: len(app.reader.seen) >= n, 600, f"{n} outputs")
+        wait_for(lambda: len(app.reader.seen) >= n, 600, f"{n} outputs", interval=0.05)
         return max(t for t, _ in app.reader.seen) - t0
     finally:
         app.close()
@@ -245,7 +238,7 @@ def recovery(bootstrap: str, tmp: Path, rounds: int, n: int) -> tuple[float, lis
     app = App(bootstrap, tmp, rounds, 2)
     try:
         app.produce(n)
-        wait_until(lambda: len(app.reader.seen) >= n // 10, 300, "output flowing")
+        wait_for(lambda: len(app.reader.seen) >= n // 10, 300, "output flowing", interval=0.05)
         victim = app.procs[0]
         lost = owners(app.log)[victim.pid]
         killed = time.time()
@@ -256,7 +249,7 @@ def recovery(bootstrap: str, tmp: Path, rounds: int, n: int) -> tuple[float, lis
             again = {p for t, p in list(app.reader.seen) if t > killed and p in lost}
             return again == lost
 
-        wait_until(back, 300, "output of the killed process's partitions")
+        wait_for(back, 300, "output of the killed process's partitions", interval=0.05)
         first: dict[int, float] = {}
         for t, p in app.reader.seen:
             if t > killed and p in lost and p not in first:
@@ -307,9 +300,11 @@ def comeback(
     try:
         for _ in range(kills):
             seen = len(app.reader.seen)
-            wait_until(lambda s=seen: len(app.reader.seen) >= s + 200, 300, "output flowing")
+            wait_for(
+                lambda s=seen: len(app.reader.seen) >= s + 200, 300, "output flowing", interval=0.05
+            )
             live = {p.pid for p in app.procs if p.poll() is None}
-            wait_until(
+            wait_for(
                 lambda live=live: (
                     sum(  # type: ignore[misc]
                         len(v) for pid, v in owners(app.log).items() if pid in live
@@ -318,6 +313,7 @@ def comeback(
                 ),
                 120,
                 "every partition owned",
+                interval=0.05,
             )
             victim = next(p for p in app.procs if p.poll() is None)
             lost = owners(app.log)[victim.pid]
@@ -330,7 +326,7 @@ def comeback(
             def back(lost: set[int] = lost, killed: float = killed) -> bool:
                 return {p for t, p in list(app.reader.seen) if t > killed and p in lost} == lost
 
-            wait_until(back, 300, "output of the killed process's partitions")
+            wait_for(back, 300, "output of the killed process's partitions", interval=0.05)
             first: dict[int, float] = {}
             for t, p in app.reader.seen:
                 if t > killed and p in lost and p not in first:

@@ -10,9 +10,9 @@ records the identity (:func:`identity`: device and inode) of the file it has
 open, so that a file renamed under it (log rotation) is found again in its
 directory (:func:`find_identity`).
 
->>> import os, tempfile
+>>> import os, pathlib, tempfile
 >>> path = os.path.join(tempfile.mkdtemp(), "f.txt")
->>> _ = open(path, "w").write("hello\\nworld\\n")
+>>> _ = pathlib.Path(path).write_text("hello\\nworld\\n")
 >>> tail_digest(path, 6) == tail_digest(path, 6), tail_digest(path, 6) == tail_digest(path, 12)
 (True, False)
 """

@@ -221,6 +221,18 @@ _dropped_option = click.option(
     "(repeatable; 'all' for every removed node).  "
     "[env: RIVERMARK_ALLOW_DROPPED_STATE, space-separated]",
 )
+_new_nodes_option = click.option(
+    "--allow-new-nodes/--no-allow-new-nodes",
+    default=False,
+    envvar="RIVERMARK_ALLOW_NEW_NODES",
+    help="Let stateful nodes added since the checkpoint start empty.  "
+    "[env: RIVERMARK_ALLOW_NEW_NODES]",
+)
+
+
+def _upgrade_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """How a restore meets a changed graph (see docs/upgrading.md): ``run``, ``replay``, ``diff``."""
+    return _new_nodes_option(_rename_option(_dropped_option(command)))
 
 
 def _note_stop_signals() -> list[int]:
@@ -359,15 +371,7 @@ def _do_run(target: str, opts: dict[str, Any]) -> int:
     envvar="RIVERMARK_EXACTLY_ONCE",
     help="Refuse graphs that cannot give exactly-once results.  [env: RIVERMARK_EXACTLY_ONCE]",
 )
-@click.option(
-    "--allow-new-nodes/--no-allow-new-nodes",
-    default=False,
-    envvar="RIVERMARK_ALLOW_NEW_NODES",
-    help="Let stateful nodes added since the checkpoint start empty.  "
-    "[env: RIVERMARK_ALLOW_NEW_NODES]",
-)
-@_rename_option
-@_dropped_option
+@_upgrade_options
 @click.option(
     "--on-error",
     type=click.Choice(["raise", "skip"]),
@@ -532,7 +536,7 @@ def _print_json(value: Any) -> None:
     print(json.dumps(value, indent=2, sort_keys=True, default=repr))
 
 
-def _seconds(value: float | None) -> str:
+def _duration_text(value: float | None) -> str:
     """``0.042 s``, or ``-`` when the checkpoint did not record it."""
     return "-" if value is None else f"{value:.3f} s"
 
@@ -557,7 +561,7 @@ def _do_list(directory: str, as_json: bool) -> int:
             began = f"  {r['run_began']}" if r["run_began"] else ""
             print(
                 f"{r['epoch']:>12}  {insp.format_time(r['time']):<24}  {r['kind']:<9}  "
-                f"{_seconds(r['duration']):>9}  {_seconds(r['pause']):>9}  "
+                f"{_duration_text(r['duration']):>9}  {_duration_text(r['pause']):>9}  "
                 f"{r['size']:>11} bytes  {r['sources']:>7}{began}"
             )
     return 0
@@ -940,11 +944,7 @@ def prune_command(directory: str, keep: int, dry_run: bool, as_json: bool) -> in
     help="Instead: say what restoring the newest checkpoint into that app's graph would do "
     "(kept, renamed, dropped, added, migrated, refused; exit 2 if refused), without running it.",
 )
-@_rename_option
-@_dropped_option
-@click.option(
-    "--allow-new-nodes", is_flag=True, help="With --against: as 'rivermark run --allow-new-nodes'."
-)
+@_upgrade_options
 @_json_option
 @_logging_options
 def diff_command(
@@ -1073,9 +1073,7 @@ def _do_replay(target: str, opts: dict[str, Any]) -> int:
     help="Compare each side output with what the live sink (sink_to_textfile, to_kafka) wrote "
     "between the two checkpoints; exit 1 if one differs.",
 )
-@_rename_option
-@_dropped_option
-@click.option("--allow-new-nodes", is_flag=True, help="As 'rivermark run --allow-new-nodes'.")
+@_upgrade_options
 @_trust_option
 @_logging_options
 def replay_command(target: str, **opts: Any) -> int:

@@ -21,6 +21,7 @@ __all__ = [
     "InputDecodeError",
     "ErrorContext",
     "add_context",
+    "context_of",
     "describe",
     "exit_code_of",
 ]
@@ -161,7 +162,7 @@ def add_context(exc: BaseException, context: ErrorContext) -> None:
     >>> e.rivermark_context.node
     "Map('m')"
     """
-    if getattr(exc, "rivermark_context", None) is not None:
+    if context_of(exc) is not None:
         return
     try:
         exc.rivermark_context = context  # type: ignore[attr-defined]
@@ -170,6 +171,19 @@ def add_context(exc: BaseException, context: ErrorContext) -> None:
     add_note = getattr(exc, "add_note", None)
     if add_note is not None:
         add_note(context.message())
+
+
+def context_of(exc: BaseException) -> ErrorContext | None:
+    """The node, function and record :func:`add_context` attached to ``exc`` (None: none).
+
+    >>> e = KeyError("k")
+    >>> context_of(e) is None
+    True
+    >>> add_context(e, ErrorContext("Map('m')", "f", 1)); context_of(e).function
+    'f'
+    """
+    ctx = getattr(exc, "rivermark_context", None)
+    return ctx if isinstance(ctx, ErrorContext) else None
 
 
 def describe(exc: BaseException) -> str:
@@ -183,7 +197,7 @@ def describe(exc: BaseException) -> str:
     "ValueError: boom, in Map('m'): user function 'f' on record 5"
     """
     text = f"{type(exc).__name__}: {exc}"
-    ctx = getattr(exc, "rivermark_context", None)
-    if isinstance(ctx, ErrorContext):
+    ctx = context_of(exc)
+    if ctx is not None:
         text += f", in {ctx.node}: user function {ctx.function!r} on record {ctx.record_text()}"
     return text

@@ -15,7 +15,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from typing import Any
 import pytest
 
 from rivermark.checkpoint import LocalDirectoryStore
+from rivermark.testing import wait_for
 from rivermark.testing.crash import run_uncrashed
 
 pytestmark = pytest.mark.crash
@@ -213,12 +213,13 @@ def _kill_mid_data(workdir: Path, ckpt: Path, out: Path) -> None:
     proc = subprocess.Popen(
         _run_cmd(ckpt), env=_env(workdir, out, work=200), stderr=subprocess.DEVNULL
     )
+
+    def third_checkpoint() -> bool:
+        assert proc.poll() is None, "the job ended before it could be killed"
+        return ckpt.exists() and len(LocalDirectoryStore(ckpt).list_epochs()) >= 3
+
     try:
-        deadline = time.monotonic() + 120
-        while not (ckpt.exists() and len(LocalDirectoryStore(ckpt).list_epochs()) >= 3):
-            assert proc.poll() is None, "the job ended before it could be killed"
-            assert time.monotonic() < deadline, "no third checkpoint in time"
-            time.sleep(0.01)
+        wait_for(third_checkpoint, 120, "a third checkpoint", interval=0.01)
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()

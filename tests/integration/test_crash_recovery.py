@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 
 from rivermark.checkpoint import CheckpointError, CheckpointNotFoundError, Store, open_store
+from rivermark.testing import wait_for, wait_value
 from rivermark.testing.crash import run_uncrashed, run_with_crashes
 from rivermark.testing.faults import FAULT_POINTS
 
@@ -397,13 +398,13 @@ def test_sigterm_stops_gracefully_and_resumes(
     # slow records: the job is still running when the signal comes
     slow = {**env, "RIVERMARK_APP_WORK": "2000"}
     proc = subprocess.Popen(_cmd(ckpt, where.app), env=slow, stderr=subprocess.PIPE)
-    store = None
-    deadline = time.monotonic() + 120  # a wait on a condition; generous under load
-    while time.monotonic() < deadline:
+
+    def two_checkpoints() -> Store | None:
         store = _store(ckpt)
-        if store is not None and len(store.list_epochs()) >= 2:
-            break
-        time.sleep(0.01)
+        return store if store is not None and len(store.list_epochs()) >= 2 else None
+
+    # a wait on a condition; generous under load
+    store = wait_value(two_checkpoints, 120, "two checkpoints", interval=0.01)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err.decode()
@@ -421,12 +422,13 @@ def test_second_job_on_same_directory_is_refused(workdir: Path, where: Where) ->
     env = where.env(_env(workdir, _out(workdir, "locked", ckpt)), "locked")
     env["RIVERMARK_APP_WORK"] = "100000"  # the first job is still running when the second starts
     first = subprocess.Popen(_cmd(ckpt, where.app), env=env, stderr=subprocess.PIPE)
+
+    def locked() -> bool:
+        assert first.poll() is None
+        return _holds_lock(ckpt, first.pid)
+
     try:
-        deadline = time.monotonic() + 120
-        while not _holds_lock(ckpt, first.pid):
-            assert time.monotonic() < deadline
-            assert first.poll() is None
-            time.sleep(0.01)
+        wait_for(locked, 120, "the first job's lock", interval=0.01)
         second = subprocess.run(_cmd(ckpt, where.app), env=env, capture_output=True, timeout=30)
         assert second.returncode == 2
         assert f"pid={first.pid}" in second.stderr.decode()

@@ -333,7 +333,7 @@ def test_kafka_source_stops_at_a_checkpoint_position_and_reads_only() -> None:
     src.stop_at({"t:0": 5, "t:1": 7, "topic_ids": {"t": "abc"}})
     assert src.stop_at_end
     # a partition the position does not name is not read
-    assert src._end_offsets([("t", 0), ("t", 2)]) == {("t", 0): 5, ("t", 2): 0}
+    assert src.partitions.end_offsets([("t", 0), ("t", 2)]) == {("t", 0): 5, ("t", 2): 0}
     src.read_only()
     assert src.group_takeover and src.offset_committer is not None
     src.offset_committer({("t", 0): 5}, "tag")  # commits nothing, needs no broker

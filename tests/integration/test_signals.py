@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -124,9 +123,8 @@ def test_ctrl_c_on_a_terminal_says_where_it_stopped_and_leaves_the_terminal_clea
         # progress, not time: stop once an interval checkpoint was written
         wait_for(lambda: (_read_all(main_fd, out), len(store.list_epochs()) >= 2)[1], timeout=120)
         proc.send_signal(signal.SIGINT)
-        while proc.poll() is None:
-            _read_all(main_fd, out)
-            time.sleep(0.01)
+        # read the terminal until the process has ended (it blocks on a full pty)
+        wait_for(lambda: (_read_all(main_fd, out), proc.poll() is not None)[1], timeout=120)
         _read_all(main_fd, out)
     finally:
         if proc.poll() is None:

@@ -128,34 +128,38 @@ def list_checkpoints(store: Store) -> list[dict[str, Any]]:
     ``duration`` and ``pause`` are the manifest's ``timing`` in seconds
     (``None`` for a checkpoint of an older rivermark).
     """
-    rows: list[dict[str, Any]] = []
+    return [row for row, _ in _listed(store)]
+
+
+def _listed(store: Store) -> list[tuple[dict[str, Any], Manifest | None]]:
+    """The rows of :func:`list_checkpoints`, each with its manifest (None: damaged), read once."""
+    rows: list[tuple[dict[str, Any], Manifest | None]] = []
     previous = None
     for e in store.list_epochs():
         try:
             m = store.load_manifest(e)
         except CheckpointCorruptError as err:
-            rows.append({"epoch": e, "time": None, "size": None, "error": str(err)})
+            rows.append(({"epoch": e, "time": None, "size": None, "error": str(err)}, None))
             continue
         began = None
         if m.run is not None and m.run.get("started") != previous:
             resumed = m.run.get("resumed_from")
             began = "started fresh" if resumed is None else f"resumed from {resumed}"
         previous = m.run.get("started") if m.run is not None else None
-        rows.append(
-            {
-                "epoch": e,
-                "time": m.time,
-                "size": m.total_size,
-                "kind": kind_of(m),
-                "duration": None if m.timing is None else m.timing["duration"],
-                "pause": None if m.timing is None else m.timing["pause"],
-                "sources": len(m.positions),
-                "state_files": len(m.state),
-                "run": m.run,
-                "run_began": began,
-                "error": None,
-            }
-        )
+        row = {
+            "epoch": e,
+            "time": m.time,
+            "size": m.total_size,
+            "kind": kind_of(m),
+            "duration": None if m.timing is None else m.timing["duration"],
+            "pause": None if m.timing is None else m.timing["pause"],
+            "sources": len(m.positions),
+            "state_files": len(m.state),
+            "run": m.run,
+            "run_began": began,
+            "error": None,
+        }
+        rows.append((row, m))
     return rows
 
 
@@ -163,20 +167,25 @@ def checkpoint_history(store: Store) -> list[dict[str, Any]]:
     """:func:`list_checkpoints` with each checkpoint's positions explained and state per node.
 
     What ``rivermark ui DIR`` shows of a job that ran on ``store``; damaged
-    checkpoints keep their row with the error.
+    checkpoints keep their row with the error.  Each manifest is read once.
     """
-    rows = list_checkpoints(store)
-    for row in rows:
-        if row["error"] is not None:
-            continue
-        try:
-            shown = show_checkpoint(store, row["epoch"])
-        except CheckpointCorruptError as err:  # damaged since it was listed
-            row["error"] = str(err)
-            continue
-        row["positions"] = {sid: " / ".join(p["meaning"]) for sid, p in shown["positions"].items()}
-        row["state"] = {nid: int(info.get("size", 0)) for nid, info in shown["state"].items()}
+    rows = []
+    for row, m in _listed(store):
+        if m is not None:
+            row["positions"] = {
+                sid: " / ".join(meaning) for sid, meaning in _position_meanings(m).items()
+            }
+            row["state"] = {nid: int(info.get("size", 0)) for nid, info in sorted(m.state.items())}
+        rows.append(row)
     return rows
+
+
+def _position_meanings(m: Manifest) -> dict[str, list[str]]:
+    """What each source's position in ``m`` means, in words (see :func:`describe_position`)."""
+    return {
+        sid: describe_position(m.fingerprint.get(sid), pos)
+        for sid, pos in sorted(m.positions.items())
+    }
 
 
 def kind_of(m: Manifest) -> str:
@@ -315,8 +324,8 @@ def show_checkpoint(store: Store, epoch: int | None = None) -> dict[str, Any]:
         "time": m.time,
         "size": m.total_size,
         "positions": {
-            sid: {"value": pos, "meaning": describe_position(m.fingerprint.get(sid), pos)}
-            for sid, pos in sorted(m.positions.items())
+            sid: {"value": m.positions[sid], "meaning": meaning}
+            for sid, meaning in _position_meanings(m).items()
         },
         "state": {nid: dict(info) for nid, info in sorted(m.state.items())},
         "chains": {nid: chain_sizes(store, e, nid) for nid in sorted(m.chains)},

@@ -30,7 +30,8 @@ every source is stopped and every sink
 closed before the error (:class:`CheckpointWriteError`) leaves the job and
 before the directory's lock is released; the torn checkpoint is removed.
 
-Recovery at start (:mod:`rivermark.checkpoint.recovery`): the newest
+Recovery at start (:class:`~rivermark.checkpoint.recovery.Recovery`, an
+object the job holds): the newest
 checkpoint that verifies is loaded (damaged ones are skipped with a
 WARNING); ``set_state`` on stateful nodes, ``restore(handle)`` on
 checkpointed sinks (``None`` without a checkpoint), ``seek(position)`` on
@@ -39,7 +40,9 @@ verifies, the job refuses to start (:class:`NoValidCheckpointError`); on a
 store without checkpoints it refuses to append to sink output that no
 checkpoint accounts for (:class:`UnaccountedOutputError`).
 ``from_scratch=True`` sets every checkpoint aside and calls
-``start_over()`` on every checkpointed sink.
+``start_over()`` on every checkpointed sink.  Stopping the sources and sinks
+and the failure messages are the job's
+:class:`~rivermark.checkpoint.shutdown.Shutdown`.
 """
 
 from __future__ import annotations
@@ -48,7 +51,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import pickle
 import signal
 import threading
 import time
@@ -58,7 +60,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._runguard import check_run_allowed
-from ..core import graph, runtime
+from ..core import runtime
 from ..core.contracts import JobAware
 from ..core.inputend import EndsWithInput
 from ..core.node import Stream
@@ -86,13 +88,14 @@ from .options import (
     choose_background,
     derive_job_id,
 )
-from .recovery import RecoveryAtStart, parse_savepoint_spec
+from .recovery import Recovery, parse_savepoint_spec
 from .rocks.backend import StateBackend, files_of
+from .roles import JobGraph
 from .shutdown import Shutdown
 from .signing import Keyring, Trust
 from .store import Store, open_store
 from .upgrade import UpgradeRules, job_fingerprint
-from .views import StateView, view_of
+from .views import StateView, unpicklable_part, view_of
 
 logger = logging.getLogger(__name__)
 
@@ -181,25 +184,7 @@ _POLL = 0.0005
 _DRAIN_POLL = 0.001
 
 
-def _unpicklable_part(value: Any, where: str = "state", depth: int = 0) -> tuple[str, Any]:
-    """The innermost part of ``value`` that cannot be pickled, and where it sits."""
-    if depth < 20:
-        items: list[tuple[str, Any]] = []
-        if isinstance(value, dict):
-            items = [(f"{where}[{k!r}]", v) for k, v in value.items()]
-        elif isinstance(value, (list, tuple)):
-            items = [(f"{where}[{i}]", v) for i, v in enumerate(value)]
-        elif hasattr(value, "__dict__") and not isinstance(value, type):
-            items = [(f"{where}.{k}", v) for k, v in vars(value).items()]
-        for w, v in items:
-            try:
-                pickle.dumps(v)
-            except Exception:
-                return _unpicklable_part(v, w, depth + 1)
-    return where, value
-
-
-class Job(RecoveryAtStart, Shutdown):
+class Job:
     """Run the whole graph of ``node`` with checkpoints in ``checkpoint``.
 
     The job ends when every source is exhausted, or at :meth:`stop`; a graph
@@ -312,16 +297,11 @@ class Job(RecoveryAtStart, Shutdown):
             parse_savepoint_spec(self.from_savepoint)  # a malformed one is refused here
         self.store: Store = open_store(checkpoint)
         self.store.trust = Trust(Keyring.configured(checkpoint_key), bool(trust_store))
-        self.nodes = graph.topological(node)
-        self._ids = graph.node_ids(node)
+        #: the graph's nodes by role (:attr:`nodes`, :attr:`sources`, :attr:`stateful`, :attr:`sinks`)
+        self._roles = JobGraph.of(node)
         self.fingerprint = job_fingerprint(node)
-        self.sources: list[Source] = [n for n in self.nodes if isinstance(n, Source)]
         if every_batches is not None:
             self._budget = RecordBudget(every_batches, self._wake_up)
-        self.stateful = [n for n in self.nodes if n.is_stateful and not isinstance(n, Source)]
-        self.sinks = [
-            n for n in self.nodes if isinstance(n, CheckpointedSink) and not isinstance(n, Source)
-        ]
         #: write checkpoints after the sources resumed (see :meth:`_checkpoint`)
         self.background = choose_background(self.store, self.sinks, background)
         #: stable across restarts on the same store: names transactional ids
@@ -376,6 +356,18 @@ class Job(RecoveryAtStart, Shutdown):
         self._ended_by: BaseException | None = None
         #: delta chains of the nodes whose state holds a ``KeyedState``
         self._keyed = Chains(self.store, check_compact_every(compact_every))
+        #: what the job restores at the start of every run
+        self._recovery = Recovery(
+            self.store,
+            self._roles,
+            self.upgrade,
+            self._keyed,
+            self.state_backend,
+            from_scratch=self.from_scratch,
+            from_savepoint=self.from_savepoint,
+        )
+        #: stops the sources and sinks, and words the job's failures
+        self._shutdown = Shutdown(self.store, self._roles)
         #: the checkpoint being written in the background (at most one)
         self._in_flight: asyncio.Future[None] | None = None
         #: triggers that found a checkpoint still in flight and waited (backpressure)
@@ -394,6 +386,44 @@ class Job(RecoveryAtStart, Shutdown):
                 n.on_error = on_error
         for root in self._emit_roots:
             execution_plan.count_emits(root)
+
+    def _recover(self) -> None:
+        """Recovery at start: restore the newest checkpoint that verifies (timed)."""
+        started = time.perf_counter()
+        self.recovered = False
+        try:
+            restored = self._recovery.recover()
+            self.epoch = restored.epoch
+            manifest = restored.manifest
+            if manifest is not None:
+                self.restored_epoch = manifest.epoch
+                self.restored_time = manifest.time
+                self.restored_positions = dict(manifest.positions)
+                self.restored_counts = dict(manifest.counts or {})
+            self.recovered = True
+        finally:
+            self.restore_seconds = time.perf_counter() - started
+
+    async def _fail_if_a_node_failed(self) -> None:
+        """Stop the sources and raise if a node has failed for good (see :class:`Shutdown`)."""
+        failure = self._shutdown.node_failure()
+        if failure is not None:
+            await self._shutdown_sources()
+            raise failure
+
+    async def _settle_in_flight(self) -> None:
+        """Let a background write that is still running end (the job is failing anyway)."""
+        task, self._in_flight = self._in_flight, None
+        if task is not None:
+            try:
+                await asyncio.shield(task)
+            except BaseException:
+                logger.warning("the checkpoint in flight failed too", exc_info=True)
+
+    async def _shutdown_sources(self) -> None:
+        """Let the checkpoint in flight end, then stop every source and close every sink."""
+        await self._settle_in_flight()
+        await self._shutdown.stop_sources()
 
     @property
     def running(self) -> bool:
@@ -424,9 +454,29 @@ class Job(RecoveryAtStart, Shutdown):
         """Where the live pipeline page is served (None without ``ui``)."""
         return None if self._ui is None else self._ui.url
 
+    @property
+    def nodes(self) -> list[Stream]:
+        """Every node of the job's graph, in topological order."""
+        return self._roles.nodes
+
+    @property
+    def sources(self) -> list[Source]:
+        """The graph's sources (their positions are checkpointed)."""
+        return self._roles.sources
+
+    @property
+    def stateful(self) -> list[Stream]:
+        """The graph's nodes, sources excepted, whose state is checkpointed."""
+        return self._roles.stateful
+
+    @property
+    def sinks(self) -> list[CheckpointedSink]:
+        """The graph's checkpointed sinks."""
+        return self._roles.sinks
+
     def id_of(self, node: Stream | CheckpointedSink) -> str:
         """The stable id the checkpoint stores ``node`` under."""
-        return self._ids[id(node)]
+        return self._roles.id_of(node)
 
     def _ipython_display_(self) -> None:
         """In Jupyter: the job's progress, refreshed while it runs (``rivermark[notebook]``)."""
@@ -472,7 +522,7 @@ class Job(RecoveryAtStart, Shutdown):
             # a job refused at start (or failed) releases its sinks' files and
             # locks before the checkpoint lock; closing is idempotent
             await self._settle_in_flight()
-            self._close_sinks()
+            self._shutdown.close_sinks()
             self._ended_by = e
             self._answer_requests(e)
             raise
@@ -495,7 +545,7 @@ class Job(RecoveryAtStart, Shutdown):
             self._metrics_server.start()
         if self._ui is not None:
             await self._ui.start()
-        self._warn_not_replayable()
+        self._recovery.warn_not_replayable()
         self.store.write_job_info(
             {
                 "fingerprint": self.fingerprint,
@@ -548,7 +598,7 @@ class Job(RecoveryAtStart, Shutdown):
             failed = [s for s in self.sources if s.error]
             if failed:
                 await self._shutdown_sources()
-                raise self._source_failed(failed[0])
+                raise self._shutdown.source_failure(failed[0])
             exhausted = not self._emit_roots and all(s.finished for s in self.sources)
             if exhausted and not self._stop_requested and not self._input_ended:
                 await self._end_of_input()
@@ -835,7 +885,7 @@ class Job(RecoveryAtStart, Shutdown):
                         self._in_flight = asyncio.ensure_future(self._complete(pending))
                         self._in_flight.add_done_callback(lambda _: self._wake_up())
                 else:
-                    await self._stop_everything()
+                    await self._shutdown.stop_everything()
             return epoch
 
     async def _wait_for_in_flight(self) -> None:
@@ -867,7 +917,7 @@ class Job(RecoveryAtStart, Shutdown):
         try:
             await asyncio.shield(task)
         except BaseException:
-            await self._stop_everything()
+            await self._shutdown.stop_everything()
             raise
 
     async def _complete(self, p: _Pending) -> None:
@@ -885,11 +935,11 @@ class Job(RecoveryAtStart, Shutdown):
             raise
         except CheckpointWriteError as e:
             self._checkpoint_failed(p.epoch, e)
-            await self._remove_torn(p.epoch)
+            await self._shutdown.remove_torn(p.epoch)
             raise
         except Exception as e:
             self._checkpoint_failed(p.epoch, e)
-            await self._remove_torn(p.epoch)
+            await self._shutdown.remove_torn(p.epoch)
             raise CheckpointWriteError(
                 f"Job: checkpoint {p.epoch} could not be written to {self.store!r} "
                 f"({type(e).__name__}: {e}); every source and sink was stopped and "
@@ -981,7 +1031,7 @@ class Job(RecoveryAtStart, Shutdown):
                     self._keyed, nid, state, epoch, self.epoch, base=base, compact=compact
                 )
             except Exception as e:
-                where, bad = _unpicklable_part(state)
+                where, bad = unpicklable_part(state)
                 raise CheckpointWriteError(
                     f"Job: checkpoint {epoch}: the state of node {self.id_of(n)} {n!r} "
                     f"cannot be pickled: {where} is a {type(bad).__module__}."
@@ -996,7 +1046,7 @@ class Job(RecoveryAtStart, Shutdown):
             return sink.pre_commit(epoch)
         except OSError as e:
             raise CheckpointWriteError(
-                f"Job: checkpoint {epoch}: sink {self._ids[id(sink)]} {sink!r} could not make "
+                f"Job: checkpoint {epoch}: sink {self.id_of(sink)} {sink!r} could not make "
                 f"its output durable ({type(e).__name__}: {e}); every source and sink was "
                 f"stopped. The last complete checkpoint ({self._last_epoch_text()}) is intact: "
                 "fix the cause (free disk space, restore write permission) and run again"

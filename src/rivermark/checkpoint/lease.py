@@ -414,15 +414,23 @@ class Lease:
     def check(self) -> None:
         """Raise :class:`CheckpointLockedError` if the lease is known lost or overdue (no I/O)."""
         with self._mutex:
-            if self._version is None:
-                raise CheckpointLockedError(f"checkpoint location {self.where!r}: lease not held")
-            if self._lost is None and time.monotonic() - self._renewed_at > self.ttl:
-                self._lost = (
-                    f"not renewed for more than its ttl of {self.ttl:.0f} s, so another job "
-                    f"may have taken it over"
-                )
+            self._check_held()
             if self._lost is not None:
                 raise self._lost_error()
+
+    def _check_held(self) -> str:
+        """The version of the lease held; it is marked lost when not renewed within its ttl.
+
+        A lease not held is refused (:class:`CheckpointLockedError`).
+        """
+        if self._version is None:
+            raise CheckpointLockedError(f"checkpoint location {self.where!r}: lease not held")
+        if self._lost is None and time.monotonic() - self._renewed_at > self.ttl:
+            self._lost = (
+                f"not renewed for more than its ttl of {self.ttl:.0f} s, so another job "
+                f"may have taken it over"
+            )
+        return self._version
 
     def _lost_error(self) -> CheckpointLockedError:
         return CheckpointLockedError(
@@ -434,17 +442,11 @@ class Lease:
     def renew(self) -> None:
         """Extend the lease now; raise :class:`CheckpointLockedError` if it was lost."""
         with self._mutex:
-            if self._version is None:
-                raise CheckpointLockedError(f"checkpoint location {self.where!r}: lease not held")
-            if self._lost is None and time.monotonic() - self._renewed_at > self.ttl:
-                self._lost = (
-                    f"not renewed for more than its ttl of {self.ttl:.0f} s, so another job "
-                    f"may have taken it over"
-                )
+            held = self._check_held()
             if self._lost is None:
                 started = time.monotonic()
                 try:
-                    version = self.backend.replace(self._payload(), self._version)
+                    version = self.backend.replace(self._payload(), held)
                 except Exception:
                     if time.monotonic() - self._renewed_at > self.ttl:
                         self._lost = f"not renewed for more than its ttl of {self.ttl:.0f} s"

@@ -54,7 +54,7 @@ from .errors import (
 from .faults import fault_point
 from .lease import DEFAULT_LEASE_TTL, Lease, LeaseBackend, LocalLeaseBackend, S3LeaseBackend
 from .manifest import FORMAT_VERSION, Manifest, sha256_of
-from .store import Store
+from .storebase import Store
 
 logger = logging.getLogger(__name__)
 

@@ -16,6 +16,7 @@ from typing import Any
 from ..core.node import Stream
 from ..errors import ConfigurationError
 from ..sinks.base import CheckpointedSink, EpochSealingSink
+from ..sources.base import Source
 from .keyed import COMPACT_EVERY
 from .store import LocalDirectoryStore, Store
 
@@ -94,7 +95,7 @@ def choose_background(store: Store, sinks: list[CheckpointedSink], background: b
 
 def derive_job_id(store: Store) -> str:
     """The job's id: its store's location (or directory) and a digest of it."""
-    path = getattr(store, "path", None)
+    path = store.path
     location = store.location()
     if location is not None:
         resolved = location
@@ -112,7 +113,7 @@ def check_exactly_once(nodes: list[Stream]) -> None:
         n
         for n in nodes
         if (not n.downstreams and not n.is_stateful and not isinstance(n, CheckpointedSink))
-        or (not n.upstreams and not getattr(n, "replayable", False))
+        or (not n.upstreams and not (isinstance(n, Source) and n.replayable))
     ]
     if weak:
         raise ConfigurationError(

@@ -10,23 +10,25 @@ accounts for (:class:`UnaccountedOutputError`); ``from_scratch=True`` sets
 the checkpoints aside and starts every checkpointed sink over.
 
 ``from_savepoint="DIR"`` (its newest savepoint) or ``"DIR@EPOCH"`` restores
-a savepoint instead (:meth:`RecoveryAtStart._restore_savepoint`): verified
+a savepoint instead (:meth:`Recovery._restore_savepoint`): verified
 like any checkpoint; in the job's own location the newer checkpoints are set
 aside; an empty location gets a verified copy of it as its first checkpoint;
 any other location is refused.
 
-:class:`RecoveryAtStart` is a part of ``Job`` (its base class): it reads the
-job's graph, store and delta chains, and sets what the job resumed from.
+A job holds one :class:`Recovery`, made from what it needs (the store, the
+graph's roles, the upgrade rules, the delta chains, the start options), and
+calls :meth:`Recovery.recover` at every run; the :class:`Restored` it returns
+says what the job resumes from.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..core import graph
 from ..core.node import Stream
@@ -43,6 +45,7 @@ from .errors import (
 from .keyed import Chains
 from .manifest import DATA_FORMAT, Manifest
 from .rocks.backend import StateBackend, copy_shared
+from .roles import JobGraph
 from .store import LocalDirectoryStore, Store, open_store
 from .upgrade import (
     ChangingInputs,
@@ -52,10 +55,9 @@ from .upgrade import (
     renamed_manifest,
 )
 
-# recovery's messages are the job's: they keep the job's logger name
 logger = logging.getLogger(__name__)
 
-__all__ = ["RecoveryAtStart", "parse_savepoint_spec"]
+__all__ = ["Recovery", "Restored", "parse_savepoint_spec"]
 
 
 def parse_savepoint_spec(spec: str | os.PathLike[str]) -> tuple[str, int | None]:
@@ -92,53 +94,65 @@ def _place(store: Store) -> str:
     return store.location() or repr(store)
 
 
-class RecoveryAtStart:
-    """The recovery at start of a :class:`~rivermark.checkpoint.job.Job` (its base class)."""
+@dataclass(frozen=True)
+class Restored:
+    """What a job resumes from: the outcome of :meth:`Recovery.recover`."""
 
-    # what the job sets in its __init__ (see Job)
-    store: Store
-    nodes: list[Stream]
-    stateful: list[Stream]
-    sinks: list[CheckpointedSink]
-    sources: list[Source]
-    fingerprint: dict[str, str]
-    allow_new_nodes: bool
-    upgrade: UpgradeRules
-    #: ids whose state came from another id (their delta chains start anew)
-    _renamed: set[str]
-    #: id -> the migration its stored state goes through before ``set_state``
-    _migrating: dict[str, Callable[[Any], Any]]
-    from_scratch: bool
-    from_savepoint: str | None
+    #: the newest epoch the store has used (complete or not): the next checkpoint's is one more
     epoch: int
-    restored_epoch: int | None
-    restored_time: float | None
-    restored_positions: dict[str, Any]
-    restored_counts: dict[str, list[int]]
-    restore_seconds: float
-    recovered: bool
-    _keyed: Chains
-    state_backend: StateBackend
+    #: the checkpoint restored (``None``: a fresh start, or a start over)
+    manifest: Manifest | None = None
 
-    if TYPE_CHECKING:
 
-        def id_of(self, node: Stream | CheckpointedSink) -> str: ...
+class Recovery:
+    """The recovery at start of a :class:`~rivermark.checkpoint.job.Job` (see module docs).
 
-    def _recover(self) -> None:
-        started = time.perf_counter()
-        self.recovered = False
-        try:
-            self._recover_newest()
-            self.recovered = True
-        finally:
-            self.restore_seconds = time.perf_counter() - started
+    ``keyed`` is the job's delta chains: a restore continues them, so that
+    the job's next checkpoint writes only what changed since.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        roles: JobGraph,
+        upgrade: UpgradeRules,
+        keyed: Chains,
+        state_backend: StateBackend,
+        from_scratch: bool = False,
+        from_savepoint: str | None = None,
+    ) -> None:
+        self.store = store
+        self.roles = roles
+        self.upgrade = upgrade
+        self.keyed = keyed
+        #: where the stateful nodes' keyed state lives (memory, or RocksDB)
+        self.state_backend = state_backend
+        self.from_scratch = from_scratch
+        self.from_savepoint = from_savepoint
+        #: the newest epoch the store has used (see :class:`Restored`)
+        self._epoch = 0
+        #: the checkpoint restored by the current recovery
+        self._manifest: Manifest | None = None
+        #: ids whose state came from another id (their delta chains start anew)
+        self._renamed: set[str] = set()
+        #: id -> the migration its stored state goes through before ``set_state``
+        self._migrating: dict[str, Callable[[Any], Any]] = {}
+
+    def recover(self) -> Restored:
+        """Restore the newest checkpoint that verifies (or start fresh, or over)."""
+        self._epoch, self._manifest = 0, None
+        self._renamed, self._migrating = set(), {}
+        self._recover_newest()
+        return Restored(self._epoch, self._manifest)
+
+    def id_of(self, node: Stream | CheckpointedSink) -> str:
+        return self.roles.id_of(node)
 
     def _recover_newest(self) -> None:
         epochs = self.store.list_epochs()
         incomplete = self.store.list_incomplete()
         taken = [*epochs, *(int(p.name) for p in incomplete if p.name.isdigit())]
-        self.epoch = max(taken, default=0)
-        self._renamed, self._migrating = set(), {}
+        self._epoch = max(taken, default=0)
         if self.from_scratch:
             self._start_over(epochs)
             return
@@ -156,7 +170,7 @@ class RecoveryAtStart:
             if damaged:
                 raise NoValidCheckpointError(self._no_valid_message(damaged), damaged)
             self._refuse_unaccounted_output()
-            for k in self.sinks:
+            for k in self.roles.sinks:
                 k.restore(None)
             return
         manifest, blobs = loaded
@@ -178,7 +192,7 @@ class RecoveryAtStart:
             self._renamed = set(plan.legacy.values()) | set(plan.renames.values())
             self._migrating = dict(plan.migrations)
             changed = {d.node for d in plan.decisions if d.action == "inputs"}
-            for s in self.sources:
+            for s in self.roles.sources:
                 sid = self.id_of(s)
                 if sid in changed and isinstance(s, ChangingInputs):
                     # before seek: which inputs the position is of, which are new
@@ -277,7 +291,7 @@ class RecoveryAtStart:
                 source,
                 self.store,
             )
-            self.epoch = max(self.epoch, wanted)
+            self._epoch = max(self._epoch, wanted)
         self._restore_upgraded(manifest, blobs, plan)
         return True
 
@@ -310,20 +324,17 @@ class RecoveryAtStart:
                 "checkpoints are written as data",
                 manifest.epoch,
             )
-        for n in self.stateful:
+        for n in self.roles.stateful:
             nid = self.id_of(n)
             if nid in blobs:
                 self._restore_node(n, nid, manifest, blobs[nid], allow)
-        for k in self.sinks:
+        for k in self.roles.sinks:
             k.restore(manifest.sinks.get(self.id_of(k)))
-        for s in self.sources:
+        for s in self.roles.sources:
             sid = self.id_of(s)
             if sid in manifest.positions:
                 s.seek(manifest.positions[sid])
-        self.restored_epoch = manifest.epoch
-        self.restored_time = manifest.time
-        self.restored_positions = dict(manifest.positions)
-        self.restored_counts = dict(manifest.counts or {})
+        self._manifest = manifest
         logger.info(
             "restored checkpoint %d from %r",
             manifest.epoch,
@@ -348,7 +359,7 @@ class RecoveryAtStart:
             state = self.state_backend.restored(n, nid, manifest, blobs[-1], allow, untrusted)
         elif nid in manifest.chains:
             link = manifest.chains[nid]
-            state = self._keyed.restored(
+            state = self.keyed.restored(
                 nid,
                 manifest.epoch,
                 link,
@@ -402,7 +413,7 @@ class RecoveryAtStart:
     def _refuse_unaccounted_output(self) -> None:
         found = [
             line
-            for k in self.sinks
+            for k in self.roles.sinks
             if isinstance(k, StartOverSink) and (line := k.unaccounted_output()) is not None
         ]
         if found:
@@ -414,7 +425,7 @@ class RecoveryAtStart:
             )
 
     def _start_over(self, epochs: list[int]) -> None:
-        cannot = [k for k in self.sinks if not isinstance(k, StartOverSink)]
+        cannot = [k for k in self.roles.sinks if not isinstance(k, StartOverSink)]
         if cannot:
             raise ConfigurationError(
                 "Job(from_scratch=True): "
@@ -430,13 +441,13 @@ class RecoveryAtStart:
                 self.store,
                 where,
             )
-        for k in self.sinks:
+        for k in self.roles.sinks:
             assert isinstance(k, StartOverSink)
             k.start_over()
 
     def _check_fingerprint(self, manifest: Manifest) -> UpgradePlan | None:
         """The upgrade rules' decisions when the graph (or the ids) changed; a refusal raises."""
-        plan = plan_restore(manifest, self.nodes[0], self.upgrade)
+        plan = plan_restore(manifest, self.roles.nodes[0], self.upgrade)
         if plan.legacy:
             logger.info(
                 "checkpoint %d holds the node ids of rivermark before readable ids; restoring "
@@ -452,11 +463,12 @@ class RecoveryAtStart:
             logger.info("checkpoint %d: %s", manifest.epoch, d.line())
         return plan
 
-    def _warn_not_replayable(self) -> None:
-        for n in self.nodes:
+    def warn_not_replayable(self) -> None:
+        """A WARNING for every root that cannot replay its records after a crash."""
+        for n in self.roles.nodes:
             if n.upstreams:
                 continue
-            if not getattr(n, "replayable", False):
+            if not (isinstance(n, Source) and n.replayable):
                 logger.warning(
                     "source %s %r is not replayable: its records are at-most-once across crashes",
                     self.id_of(n),

@@ -44,7 +44,7 @@ from typing import Any
 from ..core import graph
 from ..core.node import Stream
 from ..errors import ConfigurationError
-from ..sinks.base import CheckpointedSink, ReadBackSink
+from ..sinks.base import CheckpointedSink, FileOutputSink, ReadBackSink
 from ..sinks.basic import Sink, SinkToList
 from ..sinks.side import SideOutput, put_in_place_of
 from ..sources.base import Source
@@ -127,7 +127,7 @@ class SideStore(Store):
         self.start = start
         self.side = side
         #: the job's id derives from it
-        self.path = side.path
+        self.path: Path = side.path
 
     def __repr__(self) -> str:
         return f"SideStore(checkpoint {self.start} of {self.live!r}, writing to {self.side!r})"
@@ -306,7 +306,7 @@ def _check_output(output: Path, live: Store, sinks: dict[str, Stream]) -> None:
                 "output", f"{str(output)!r} is inside the live checkpoint location; choose another"
             )
     for sid, sink in sinks.items():
-        path = getattr(sink, "path", None)
+        path = sink.path if isinstance(sink, FileOutputSink) else None
         mine = _side_file(output, sid)
         if isinstance(path, str) and os.path.realpath(path) == os.path.realpath(mine):
             raise ReplayError(

@@ -30,7 +30,7 @@ the place is then not compared.  :func:`plan_upgrade` makes the decisions
 without touching anything; :func:`renamed_manifest` applies the renames to
 what a checkpoint holds.  :func:`plan_restore` first maps the ids of a
 checkpoint written before readable ids (``accumulate-534cb309``) to the
-graph's (:func:`legacy_renames`).  See ``docs/upgrading.md``.
+graph's (:func:`_stored_legacy`).  See ``docs/upgrading.md``.
 """
 
 from __future__ import annotations
@@ -52,7 +52,6 @@ __all__ = [
     "UpgradePlan",
     "UpgradeRules",
     "job_fingerprint",
-    "legacy_renames",
     "plan_restore",
     "plan_upgrade",
     "renamed_manifest",
@@ -310,19 +309,15 @@ def job_fingerprint(node: Stream) -> dict[str, str]:
     return out
 
 
-def legacy_renames(manifest: Manifest, node: Stream) -> dict[str, str]:
+def _stored_legacy(manifest: Manifest, node: Stream, current: Mapping[str, str]) -> dict[str, str]:
     """Id in ``manifest`` -> id in the graph of ``node``, when the checkpoint holds legacy ids.
 
     rivermark before readable ids derived ``<kind>-<8 hex>`` ids
     (:func:`rivermark.core.graph.legacy_node_ids`); a checkpoint that holds
     such an id of a node of this graph, and none of the ids the graph's
     unnamed nodes have now, was written with them.  Empty for any other.
+    ``current`` is :func:`_legacy_to_current` of ``node``.
     """
-    return _stored_legacy(manifest, node, _legacy_to_current(node))
-
-
-def _stored_legacy(manifest: Manifest, node: Stream, current: Mapping[str, str]) -> dict[str, str]:
-    """:func:`legacy_renames`, given :func:`_legacy_to_current` of ``node``."""
     ids = graph.node_ids(node)
     derived = {ids[id(n)] for n in graph.topological(node) if n.name is None}
     if derived & set(manifest.fingerprint):
@@ -418,17 +413,33 @@ def _renames(
     return renames
 
 
-def _removed(manifest: Manifest, nid: str, rules: UpgradeRules) -> Decision:
-    # a removed source's position or sink's handle is no state: it goes
+def _unrestored(
+    manifest: Manifest, nid: str, rules: UpgradeRules, why: str, other: str, kind: str, by: str = ""
+) -> Decision:
+    """State the checkpoint holds under ``nid`` that no node takes: dropped if allowed, else refused.
+
+    A source's position or a sink's handle is no state: it is dropped.  The
+    refusal says ``why``, how to drop the state and, ``other``, how else to
+    keep it; ``by`` is said of a drop.
+    """
     if rules.may_drop(nid) or nid not in manifest.state:
-        return Decision("dropped", nid, f"{_size(manifest, nid)} is dropped")
+        return Decision("dropped", nid, f"{_size(manifest, nid)} is dropped{by}")
     return Decision(
         "refused",
         nid,
-        f"removed from the graph, with {_size(manifest, nid)} "
-        f"(was {manifest.fingerprint[nid]}); to drop it, run with --allow-dropped-state {nid} "
-        f"(Job(allow_dropped_state=[{nid!r}])); if it was renamed, "
-        f"--rename {nid}=NEW-ID (Job(rename={{{nid!r}: 'NEW-ID'}}))",
+        f"{why} (was {manifest.fingerprint[nid]}); to drop it, run with --allow-dropped-state "
+        f"{nid} (Job(allow_dropped_state=[{nid!r}])); {other}",
+        kind,
+    )
+
+
+def _removed(manifest: Manifest, nid: str, rules: UpgradeRules) -> Decision:
+    return _unrestored(
+        manifest,
+        nid,
+        rules,
+        f"removed from the graph, with {_size(manifest, nid)}",
+        f"if it was renamed, --rename {nid}=NEW-ID (Job(rename={{{nid!r}: 'NEW-ID'}}))",
         "removed",
     )
 
@@ -446,16 +457,15 @@ def _added(nid: str, what: str, rules: UpgradeRules) -> Decision:
 
 def _displaced(manifest: Manifest, nid: str, by: str, rules: UpgradeRules) -> Decision:
     """What the checkpoint holds under ``nid`` when the rename ``by=nid`` gives ``nid`` other state."""
-    if rules.may_drop(nid) or nid not in manifest.state:
-        return Decision("dropped", nid, f"{_size(manifest, nid)} is dropped (rename {by}={nid})")
-    return Decision(
-        "refused",
+    return _unrestored(
+        manifest,
         nid,
+        rules,
         f"the rename {by}={nid} gives {nid} the state of {by}, but the checkpoint holds "
-        f"{_size(manifest, nid)} under {nid} itself (was {manifest.fingerprint[nid]}); to "
-        f"drop it, run with --allow-dropped-state {nid} (Job(allow_dropped_state=[{nid!r}])); "
+        f"{_size(manifest, nid)} under {nid} itself",
         f"to keep it, rename it too: --rename {nid}=NEW-ID",
         "displaced",
+        by=f" (rename {by}={nid})",
     )
 
 

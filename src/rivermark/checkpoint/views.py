@@ -31,7 +31,7 @@ from .rocks.backend import rocks_attrs, rocks_view
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["StateView", "PlainView", "view_of"]
+__all__ = ["StateView", "PlainView", "view_of", "unpicklable_part"]
 
 
 @runtime_checkable
@@ -83,3 +83,29 @@ def view_of(
     if keyed_attrs(state):
         return chains.view(node_id, state, epoch, last, base=base, compact=compact)
     return PlainView.of(state)
+
+
+def unpicklable_part(value: Any, where: str = "state", depth: int = 0) -> tuple[str, Any]:
+    """The innermost part of ``value`` that cannot be pickled, and where it sits.
+
+    What a message about state that cannot be written names (``where`` is the
+    path from the state down to it):
+
+    >>> import threading
+    >>> unpicklable_part({"ok": 1, "held": [2, threading.Lock()]})[0]
+    "state['held'][1]"
+    """
+    if depth < 20:
+        items: list[tuple[str, Any]] = []
+        if isinstance(value, dict):
+            items = [(f"{where}[{k!r}]", v) for k, v in value.items()]
+        elif isinstance(value, (list, tuple)):
+            items = [(f"{where}[{i}]", v) for i, v in enumerate(value)]
+        elif hasattr(value, "__dict__") and not isinstance(value, type):
+            items = [(f"{where}.{k}", v) for k, v in vars(value).items()]
+        for w, v in items:
+            try:
+                pickle.dumps(v)
+            except Exception:
+                return unpicklable_part(v, w, depth + 1)
+    return where, value

@@ -41,13 +41,12 @@ from ..sinks.base import CheckpointedSink
 from ..sources.base import Source
 from ..state import KeyedState
 from .frames import TakesPandasForm, is_pandas, keyed_dict
-from .job import _unpicklable_part
 from .keyed import Chains, KeyedView
 from .manifest import Manifest
 from .signing import Keyring, Trust
 from .store import Store, open_store
 from .upgrade import job_fingerprint
-from .views import StateView, view_of
+from .views import StateView, unpicklable_part, view_of
 
 logger = logging.getLogger(__name__)
 
@@ -177,7 +176,7 @@ def _view(chains: Chains, nid: str, value: Any, epoch: int) -> StateView:
     try:
         return view_of(chains, nid, value, epoch, 0, base=True)
     except Exception as e:
-        where, bad = _unpicklable_part(value)
+        where, bad = unpicklable_part(value)
         raise ConfigurationError(
             f"{_WHAT}: the state of {nid!r} cannot be written: {where} is a "
             f"{type(bad).__module__}.{type(bad).__qualname__} ({type(e).__name__}: {e}); "

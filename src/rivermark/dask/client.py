@@ -9,7 +9,6 @@ from typing import Any
 
 import distributed
 
-from ..core.graph import ancestors
 from ..core.node import Stream
 from ..errors import ConfigurationError
 from .errors import DaskConnectionError
@@ -44,18 +43,8 @@ def _rebuild(obj: Any, leaf: Callable[[Any], Any], kind: type) -> Any:
 
 
 # ---------------------------------------------------------------------- client
-def _find_client(node: Stream) -> Any:
-    """The client given to an upstream ``scatter(client=...)``, else the default one."""
-    # getattr, not the instance __dict__: touching that slows every later
-    # attribute access on the node (CPython 3.11)
-    cached = getattr(node, "dask_client", None)
-    if cached is not None:
-        return cached
-    for n in ancestors(node):
-        c = getattr(n, "dask_client", None)
-        if c is not None:
-            node.dask_client = c  # type: ignore[attr-defined]
-            return c
+def _default_client(node: Stream) -> Any:
+    """``distributed.default_client()``; one line naming ``node`` when there is none."""
     try:
         return distributed.default_client()
     except ValueError:

@@ -272,7 +272,8 @@ class DaskAccumulate(DaskStream):
         return part
 
     def _batch_cap(self) -> int:
-        return max(1, int(min(d.max_inflight for d in self.downstreams)) // 2)  # type: ignore[attr-defined]
+        windows = [d.max_inflight for d in self.downstreams if isinstance(d, DaskGather)]
+        return max(1, min(windows) // 2)
 
     def _submit_batch(self) -> None:
         batch, self._open = self._open, None

@@ -222,8 +222,8 @@ class KafkaRangeSource(KafkaBatchedSource):
         #: what the workers connect with (the source's own settings are not for them)
         self.worker_params: dict[str, Any] = dict(consumer_params)
 
-    async def _refresh(self, *args: Any, **kwargs: Any) -> None:
-        await super()._refresh(*args, **kwargs)
+    async def _refresh(self) -> None:
+        await super()._refresh()
         if self.consumer is not None:
             assigned = self.consumer.assignment()
             if assigned:
@@ -234,14 +234,14 @@ class KafkaRangeSource(KafkaBatchedSource):
         loop = asyncio.get_running_loop()
         while not self.stopped:
             every = self.poll_interval if self.refresh_partitions else self.metadata_refresh
-            if time.monotonic() - self._last_refresh >= every:
+            if time.monotonic() - self.partitions.last_refresh >= every:
                 await self._refresh()
             ranges = await loop.run_in_executor(None, self._next_ranges)
             if not ranges:
                 await asyncio.sleep(self.poll_interval)
                 continue
             for r in ranges:
-                if self._offsets.get(r.key) != r.start:
+                if self.partitions.offsets.get(r.key) != r.start:
                     break  # moved meanwhile (a restore): ask the broker again
                 origin = {
                     "topic": r.topic,
@@ -259,15 +259,16 @@ class KafkaRangeSource(KafkaBatchedSource):
         import confluent_kafka as ck
 
         per_partition: list[list[KafkaRange]] = []
-        for topic, partition in sorted(self._assigned):
-            start = self._offsets.get(f"{topic}:{partition}")
+        partitions = self.partitions
+        for topic, partition in sorted(partitions.assigned):
+            start = partitions.offsets.get(f"{topic}:{partition}")
             if start is None:
                 # the broker could not be asked when it was assigned: resolve it now
-                (start,) = self._start_offsets([(topic, partition)], True)
+                (start,) = partitions.start_offsets([(topic, partition)], True)
                 if start < 0:
                     continue
-                self._offsets[f"{topic}:{partition}"] = start
-                self._tracker.reset(topic, partition, start)
+                partitions.offsets[f"{topic}:{partition}"] = start
+                partitions.tracker.reset(topic, partition, start)
             try:
                 _, end = self.consumer.get_watermark_offsets(
                     ck.TopicPartition(topic, partition), timeout=5, cached=False

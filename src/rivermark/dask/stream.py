@@ -6,9 +6,10 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
+from ..core.graph import ancestors
 from ..core.node import Stream, check_callable
 from ..core.refs import Metadata
-from .client import _check_client, _find_client, _label
+from .client import _check_client, _default_client, _label
 from .tasks import _apply, _apply_star
 
 
@@ -33,11 +34,19 @@ class DaskStream(Stream):
     """
 
     _graphviz_fillcolor: ClassVar[str] = "lightblue"
+    #: the client given to ``scatter(client=...)``; the nodes below it remember it too
+    dask_client: Any = None
 
     @property
     def client(self) -> Any:
-        """The Dask client this node submits to."""
-        return _find_client(self)
+        """The Dask client: an upstream ``scatter(client=...)``'s, else the default one."""
+        if self.dask_client is not None:
+            return self.dask_client
+        for n in ancestors(self):
+            if isinstance(n, DaskStream) and n.dask_client is not None:
+                self.dask_client = n.dask_client
+                return n.dask_client
+        return _default_client(self)
 
     def _submit(self, func: Callable[..., Any], *args: Any, label: Any = None) -> Any:
         client = self.client

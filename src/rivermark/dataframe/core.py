@@ -18,6 +18,7 @@ from __future__ import annotations
 import operator
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from ..core.node import Stream
@@ -41,16 +42,24 @@ __all__ = [
     "SchemaError",
     "ColumnsError",
     "to_dataframe",
+    "random_datapoint",
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """streamz's ``streamz.dataframe.core.random_datapoint`` (kept in :mod:`.periodic`)."""
-    if name == "random_datapoint":
-        from .periodic import random_datapoint
+def random_datapoint(now: pd.Timestamp | None = None, **kwargs: Any) -> pd.DataFrame:
+    """One random row (column ``a``, uniform in [0, 1)) at ``now`` (default: the current time).
 
-        return random_datapoint
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    As streamz's (and where streamz has it), a ``datafn`` for
+    :class:`~rivermark.dataframe.periodic.PeriodicDataFrame` that queries one
+    current value.
+
+    >>> df = random_datapoint(now=pd.Timestamp("2024-01-01"))
+    >>> len(df), list(df.columns), str(df.index[0])
+    (1, ['a'], '2024-01-01 00:00:00')
+    """
+    if now is None:
+        now = pd.Timestamp.now()
+    return pd.DataFrame({"a": np.random.default_rng().random(1)}, index=[now])
 
 
 class BaseFrame(Streaming):

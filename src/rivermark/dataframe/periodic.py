@@ -21,8 +21,9 @@ import numpy as np
 import pandas as pd
 
 from ..core.node import Stream, check_callable
+from ..core.timeutil import parse_interval
 from ..errors import ConfigurationError
-from .core import DataFrame
+from .core import DataFrame, random_datapoint
 
 logger = logging.getLogger(__name__)
 
@@ -50,33 +51,6 @@ def random_datablock(last: pd.Timestamp, now: pd.Timestamp, freq: Any = "100ms")
         },
         index=index,
     )
-
-
-def random_datapoint(now: pd.Timestamp | None = None, **kwargs: Any) -> pd.DataFrame:
-    """One random row (column ``a``, uniform in [0, 1)) at ``now`` (default: the current time).
-
-    As streamz's, a ``datafn`` for :class:`PeriodicDataFrame` that queries one current value.
-
-    >>> df = random_datapoint(now=pd.Timestamp("2024-01-01"))
-    >>> len(df), list(df.columns), str(df.index[0])
-    (1, ['a'], '2024-01-01 00:00:00')
-    """
-    if now is None:
-        now = pd.Timestamp.now()
-    return pd.DataFrame({"a": np.random.default_rng().random(1)}, index=[now])
-
-
-def _seconds(node: str, interval: Any) -> float:
-    try:
-        td = pd.Timedelta(interval) if not isinstance(interval, (int, float)) else None
-    except (TypeError, ValueError) as e:
-        raise ConfigurationError(
-            f"{node}: interval must be a time span, got {interval!r}; pass e.g. interval='500ms'"
-        ) from e
-    secs = td.total_seconds() if td is not None else float(interval)
-    if secs <= 0:
-        raise ConfigurationError(f"{node}: interval must be positive, got {interval!r}")
-    return secs
 
 
 class PeriodicDataFrame(DataFrame):
@@ -120,7 +94,7 @@ class PeriodicDataFrame(DataFrame):
         self.interval = interval
         self.datafn = datafn
         self.kwargs = kwargs
-        secs = _seconds("PeriodicDataFrame", interval)
+        secs = parse_interval(interval, "PeriodicDataFrame", "interval")
         now = pd.Timestamp.now()
         self._calls = _Calls(datafn, kwargs, now)
         example = datafn(last=now - pd.Timedelta(seconds=secs), now=now, **kwargs).iloc[:0]

@@ -8,9 +8,11 @@ other live job commits to the group) or ``auto.offset.reset``, each checked
 against the broker's range; with ``stop_at_end``, the end offsets.  See the
 module docs of :mod:`rivermark.kafka.source` for the rules.
 
-:class:`PartitionAssignment` is the base class of
-:class:`~rivermark.kafka.source.KafkaBatchedSource`, which sets the
-attributes declared here in its ``__init__``.
+A :class:`~rivermark.kafka.source.KafkaBatchedSource` holds one
+:class:`PartitionAssignment` (its ``partitions``), which keeps where every
+partition is (``offsets``, the position), which are assigned and where a
+bounded read ends; it reads the source's options and consumer through the
+:class:`ReadingSource` protocol.
 """
 
 from __future__ import annotations
@@ -19,18 +21,16 @@ import asyncio
 import logging
 import sys
 import time
-from typing import Any
+from typing import Any, Protocol
 
-from ..sources.base import Source
 from .errors import KafkaGroupInUseError, KafkaTopicError
 from .offsets import OffsetTracker
 from .ownership import live_owner
 from .topic_ids import TopicIds, recreated_message
 
-# the source's messages keep the source's logger name
 logger = logging.getLogger(__name__)
 
-__all__ = ["PartitionAssignment", "split_key"]
+__all__ = ["PartitionAssignment", "ReadingSource", "split_key"]
 
 _EARLIEST = ("earliest", "smallest", "beginning")
 
@@ -41,10 +41,15 @@ def split_key(key: str) -> tuple[str, int]:
     return topic, int(part)
 
 
-class PartitionAssignment(Source):
-    """Listing, assigning and positioning the partitions of a Kafka source (its base class)."""
+class ReadingSource(Protocol):
+    """What a :class:`PartitionAssignment` reads from the source it serves.
 
-    # what KafkaBatchedSource sets in its __init__
+    Options that can change after the source was made (``stop_at_end`` by
+    ``stop_at``, ``group_takeover`` by ``read_only``, ``job_id`` by the job
+    that adopts the source) and the consumer, which the source opens and
+    closes.
+    """
+
     topics: list[str]
     consumer_params: dict[str, Any]
     npartitions: int | None
@@ -53,29 +58,68 @@ class PartitionAssignment(Source):
     group_takeover: bool
     group_live_window: float
     job_id: str | None
+    #: the ``confluent_kafka.Consumer`` (None before ``prepare`` and after ``close``)
     consumer: Any
-    _end: dict[tuple[str, int], int]
-    _until: dict[tuple[str, int], int] | None
-    _missing_warned: dict[str, float]
-    _ignored: set[tuple[str, int]]
-    _committed_meta: dict[tuple[str, int], str]
-    _offsets: dict[str, int]
-    _seek_position: dict[str, int] | None
-    _new_topics: set[str]
-    _assigned: set[tuple[str, int]]
-    _tracker: OffsetTracker
-    _last_refresh: float
-    _listed: bool
-    _topic_ids: dict[str, str]
-    _id_lookup: TopicIds | None
-    _fresh_ids: dict[str, str]
-    _moved: set[tuple[str, int]]
 
-    def _list_partitions(self) -> list[tuple[str, int]]:
+    def display_name(self) -> str: ...
+
+
+class PartitionAssignment:
+    """Listing, assigning and positioning the partitions of a Kafka source (see module docs)."""
+
+    def __init__(self, source: ReadingSource) -> None:
+        self.source = source
+        #: ``{"topic:partition": next offset}``: the source's position, without topic ids
+        self.offsets: dict[str, int] = {}
+        #: ``{topic: topic id}`` of the topics read (see ``topic_ids``); in the position
+        self.topic_ids: dict[str, str] = {}
+        #: the restored position's offsets (None: not restored)
+        self.seek_position: dict[str, int] | None = None
+        #: topics added to the subscription since the restored checkpoint: at start
+        #: they begin as on a first run (see the source's ``restore_inputs``)
+        self.new_topics: set[str] = set()
+        #: completion of the emitted ranges per partition (what may be committed)
+        self.tracker = OffsetTracker()
+        #: the partitions assigned to the consumer
+        self.assigned: set[tuple[str, int]] = set()
+        #: stop_at_end: the end offset (high watermark at start) of every partition
+        self.end: dict[tuple[str, int], int] = {}
+        #: stop_at: where each partition's read ends (None: at the watermarks, or never)
+        self.until: dict[tuple[str, int], int] | None = None
+        #: partitions moved to a recreated topic's offsets (see the source's offset check)
+        self.moved: set[tuple[str, int]] = set()
+        #: when the partitions were last listed (``time.monotonic()``)
+        self.last_refresh = 0.0
+        #: whether a listing succeeded (the partitions found later were added while running)
+        self.listed = False
+        #: reading only these partitions (None: every partition of the topics)
+        self.only: set[tuple[str, int]] | None = None
+        self._missing_warned: dict[str, float] = {}
+        self._ignored: set[tuple[str, int]] = set()
+        self._committed_meta: dict[tuple[str, int], str] = {}
+        self._id_lookup: TopicIds | None = None
+        self._fresh_ids: dict[str, str] = {}
+
+    def restore(self, offsets: dict[str, int], topic_ids: dict[str, str]) -> None:
+        """Start every partition in ``offsets`` there on the next run (a restored position)."""
+        self.seek_position = offsets
+        self.topic_ids = dict(topic_ids)
+        self.offsets = dict(offsets)
+
+    def closed(self) -> None:
+        """The source closed its consumer: nothing is assigned any more."""
+        self._id_lookup = None
+        self.assigned.clear()
+
+    def _name(self) -> str:
+        return self.source.display_name()
+
+    def list_partitions(self) -> list[tuple[str, int]]:
+        """The partitions to read now (blocking: runs in a thread)."""
         found: list[tuple[str, int]] = []
         listed: list[str] = []
-        for topic in self.topics:
-            md = self.consumer.list_topics(topic, timeout=5)
+        for topic in self.source.topics:
+            md = self.source.consumer.list_topics(topic, timeout=5)
             tmd = md.topics.get(topic)
             if tmd is None or tmd.error is not None:
                 self._warn_missing(topic, tmd.error if tmd is not None else None)
@@ -83,13 +127,15 @@ class PartitionAssignment(Source):
             self._missing_warned.pop(topic, None)
             listed.append(topic)
             parts = sorted(tmd.partitions)
-            if self.npartitions is not None:
-                parts = parts[: self.npartitions]
+            if self.source.npartitions is not None:
+                parts = parts[: self.source.npartitions]
             found.extend((topic, p) for p in parts)
-        lookup = self._id_lookup or TopicIds(self.consumer_params, self.display_name())
+        lookup = self._id_lookup or TopicIds(self.source.consumer_params, self._name())
         self._id_lookup = lookup
         # compared with the recorded ids on the loop (``_check_topic_ids``)
         self._fresh_ids = lookup.lookup(listed)
+        if self.only is not None:
+            found = [tp for tp in found if tp in self.only]
         return found
 
     def _check_topic_ids(self) -> None:
@@ -100,19 +146,19 @@ class PartitionAssignment(Source):
         """
         fresh, self._fresh_ids = self._fresh_ids, {}
         for topic, new in fresh.items():
-            old = self._topic_ids.get(topic)
-            self._topic_ids[topic] = new
-            moved = {tp for tp in self._moved if tp[0] == topic}
-            self._moved -= moved
+            old = self.topic_ids.get(topic)
+            self.topic_ids[topic] = new
+            moved = {tp for tp in self.moved if tp[0] == topic}
+            self.moved -= moved
             if old is None or old == new:
                 continue
-            if not self.allow_offset_reset:
-                self._topic_ids[topic] = old  # a checkpoint taken now still names the old one
-                raise KafkaTopicError(recreated_message(self.display_name(), topic, old, new))
+            if not self.source.allow_offset_reset:
+                self.topic_ids[topic] = old  # a checkpoint taken now still names the old one
+                raise KafkaTopicError(recreated_message(self._name(), topic, old, new))
             logger.warning(
                 "%s: input topic %r was deleted and recreated (topic id %r, now %r); "
                 "allow_offset_reset=True: reading the new topic from its start",
-                self.display_name(),
+                self._name(),
                 topic,
                 old,
                 new,
@@ -126,17 +172,17 @@ class PartitionAssignment(Source):
         """
         import confluent_kafka as ck
 
-        drop = {tp for tp in self._assigned if tp[0] == topic} - keep
-        if drop and self.consumer is not None:
-            self.consumer.incremental_unassign([ck.TopicPartition(t, p) for t, p in drop])
-        self._assigned -= drop
+        drop = {tp for tp in self.assigned if tp[0] == topic} - keep
+        if drop and self.source.consumer is not None:
+            self.source.consumer.incremental_unassign([ck.TopicPartition(t, p) for t, p in drop])
+        self.assigned -= drop
         for t, p in drop:
-            self._end.pop((t, p), None)
-        stale = {k for k in self._offsets if split_key(k)[0] == topic and split_key(k) not in keep}
+            self.end.pop((t, p), None)
+        stale = {k for k in self.offsets if split_key(k)[0] == topic and split_key(k) not in keep}
         for key in stale:
-            self._offsets.pop(key, None)
-            if self._seek_position is not None:
-                self._seek_position.pop(key, None)
+            self.offsets.pop(key, None)
+            if self.seek_position is not None:
+                self.seek_position.pop(key, None)
 
     def _warn_missing(self, topic: str, error: Any) -> None:
         """WARNING when an input topic is missing: at once, then every minute."""
@@ -147,12 +193,12 @@ class PartitionAssignment(Source):
         self._missing_warned[topic] = now
         logger.warning(
             "%s: input topic %r does not exist on %r (%s); %s",
-            self.display_name(),
+            self._name(),
             topic,
-            self.consumer_params.get("bootstrap.servers"),
+            self.source.consumer_params.get("bootstrap.servers"),
             error.str() if error is not None else "no metadata",
             "nothing to read (stop_at_end)"
-            if self.stop_at_end
+            if self.source.stop_at_end
             else "the source waits for it: check the topic name",
         )
 
@@ -160,58 +206,58 @@ class PartitionAssignment(Source):
         self, meta: dict[tuple[str, int], str], committed: dict[tuple[str, int], int] | None
     ) -> None:
         """Refuse to start while another live job commits to this group (see ``ownership``)."""
-        if self.group_takeover or self.job_id is None:
+        if self.source.group_takeover or self.source.job_id is None:
             return
         found = live_owner(
-            meta, self.job_id, committed, self._seek_position, self.group_live_window
+            meta, self.source.job_id, committed, self.seek_position, self.source.group_live_window
         )
         if found is None:
             return
         other, t, p, ago = found
         raise KafkaGroupInUseError(
-            f"{self.display_name()}: consumer group "
-            f"{self.consumer_params.get('group.id')!r} is in use by another job "
+            f"{self._name()}: consumer group "
+            f"{self.source.consumer_params.get('group.id')!r} is in use by another job "
             f"({other!r} committed {t}[{p}] {ago:.0f}s ago), and this job "
-            f"is {self.job_id!r}: two jobs on one group both read every partition "
+            f"is {self.source.job_id!r}: two jobs on one group both read every partition "
             "(duplicates). Use another group.id, stop the other job, or, if it has "
-            f"stopped for good, wait {self.group_live_window:.0f}s or pass "
+            f"stopped for good, wait {self.source.group_live_window:.0f}s or pass "
             "group_takeover=True to the source"
         )
 
-    async def _refresh(self) -> None:
+    async def refresh(self) -> bool:
+        """List the partitions and assign the new ones; False when the process is exiting."""
         import confluent_kafka as ck
 
         loop = asyncio.get_running_loop()
         try:
-            parts = await loop.run_in_executor(None, self._list_partitions)
+            parts = await loop.run_in_executor(None, self.list_partitions)
         except ck.KafkaException as e:
-            logger.warning("%s: listing partitions failed (will retry): %s", self.display_name(), e)
-            return
+            logger.warning("%s: listing partitions failed (will retry): %s", self._name(), e)
+            return True
         except RuntimeError:
             if not sys.is_finalizing() and "shutdown" not in str(sys.exc_info()[1]):
                 raise
             # the process is exiting (e.g. after a job failed): end quietly
-            self.stopped = True
-            return
+            return False
         finally:
-            self._last_refresh = time.monotonic()
+            self.last_refresh = time.monotonic()
         self._check_topic_ids()
         # partitions of the first successful listing start at the configured
         # start; those found later were added while running
-        initial, self._listed = not self._listed, True
-        new = [tp for tp in parts if tp not in self._assigned]
-        if self.stop_at_end and not initial and new:
+        initial, self.listed = not self.listed, True
+        new = [tp for tp in parts if tp not in self.assigned]
+        if self.source.stop_at_end and not initial and new:
             self._ignore_added(new)
-            return
-        if new:
+        elif new:
             await self._assign_new(new, initial)
+        return True
 
     def _ignore_added(self, new: list[tuple[str, int]]) -> None:
         """stop_at_end: partitions added after the start are not read (said once)."""
         if not set(new) <= self._ignored:
             logger.info(
                 "%s: stop_at_end: ignoring partitions that appeared after the start: %s",
-                self.display_name(),
+                self._name(),
                 sorted(set(new) - self._ignored),
             )
             self._ignored |= set(new)
@@ -221,10 +267,10 @@ class PartitionAssignment(Source):
         import confluent_kafka as ck
 
         loop = asyncio.get_running_loop()
-        offsets = await loop.run_in_executor(None, self._start_offsets, new, initial)
-        if self.stop_at_end:
-            self._end.update(await loop.run_in_executor(None, self._end_offsets, new))
-        if self.consumer is None:  # closed meanwhile (stopped)
+        offsets = await loop.run_in_executor(None, self.start_offsets, new, initial)
+        if self.source.stop_at_end:
+            self.end.update(await loop.run_in_executor(None, self.end_offsets, new))
+        if self.source.consumer is None:  # closed meanwhile (stopped)
             return
         assign = []
         for (t, p), off in zip(new, offsets):
@@ -232,17 +278,17 @@ class PartitionAssignment(Source):
             if off >= 0:
                 # every assigned partition has a position from the start, so a
                 # checkpoint taken before its first record still pins it
-                self._offsets[f"{t}:{p}"] = off
-                self._tracker.reset(t, p, off)
-            self._assigned.add((t, p))
+                self.offsets[f"{t}:{p}"] = off
+                self.tracker.reset(t, p, off)
+            self.assigned.add((t, p))
         logger.info(
             "%s: assigning %s",
-            self.display_name(),
+            self._name(),
             [(a.topic, a.partition, a.offset) for a in assign],
         )
-        self.consumer.incremental_assign(assign)
+        self.source.consumer.incremental_assign(assign)
 
-    def _start_offsets(self, parts: list[tuple[str, int]], initial: bool) -> list[int]:
+    def start_offsets(self, parts: list[tuple[str, int]], initial: bool) -> list[int]:
         """The offsets newly assigned partitions start at (concrete offsets when possible).
 
         * in the restored position: that offset (range-checked);
@@ -259,23 +305,23 @@ class PartitionAssignment(Source):
         """
         import confluent_kafka as ck
 
-        group_start = initial and self._seek_position is None
+        group_start = initial and self.seek_position is None
         committed = self._committed_offsets(parts) if initial else {}
         if initial:
             self._check_group_owner(self._committed_meta, committed)
         out: list[int] = []
         for t, p in parts:
             key = f"{t}:{p}"
-            if self._seek_position is not None and key in self._seek_position:
-                out.append(self._check_range(t, p, self._seek_position[key]))
+            if self.seek_position is not None and key in self.seek_position:
+                out.append(self._check_range(t, p, self.seek_position[key]))
                 continue
-            first_run = group_start or (initial and t in self._new_topics)
+            first_run = group_start or (initial and t in self.new_topics)
             if not first_run:
                 if initial:
                     logger.info(
                         "%s: %s[%d] is not in the restored position (added since the "
                         "checkpoint): reading it from its first offset",
-                        self.display_name(),
+                        self._name(),
                         t,
                         p,
                     )
@@ -288,18 +334,20 @@ class PartitionAssignment(Source):
                 out.append(self._check_range(t, p, committed[(t, p)]))
                 continue
             try:
-                low, high = self.consumer.get_watermark_offsets(ck.TopicPartition(t, p), timeout=5)
+                low, high = self.source.consumer.get_watermark_offsets(
+                    ck.TopicPartition(t, p), timeout=5
+                )
             except (ck.KafkaException, RuntimeError) as e:
                 logger.warning(
                     "%s: cannot resolve the start offset of %s[%d] (%s); the consumer resolves it",
-                    self.display_name(),
+                    self._name(),
                     t,
                     p,
                     e,
                 )
                 out.append(int(ck.OFFSET_STORED))
                 continue
-            reset = str(self.consumer_params.get("auto.offset.reset", "earliest")).lower()
+            reset = str(self.source.consumer_params.get("auto.offset.reset", "earliest")).lower()
             out.append(int(high if reset not in _EARLIEST else low))
         return out
 
@@ -308,11 +356,11 @@ class PartitionAssignment(Source):
         import confluent_kafka as ck
 
         try:
-            low, _ = self.consumer.get_watermark_offsets(ck.TopicPartition(t, p), timeout=5)
+            low, _ = self.source.consumer.get_watermark_offsets(ck.TopicPartition(t, p), timeout=5)
         except (ck.KafkaException, RuntimeError) as e:
             logger.warning(
                 "%s: cannot resolve the first offset of %s[%d] (%s); the consumer resolves it",
-                self.display_name(),
+                self._name(),
                 t,
                 p,
                 e,
@@ -341,7 +389,7 @@ class PartitionAssignment(Source):
         while True:
             err: Any
             try:
-                found = self.consumer.committed(
+                found = self.source.consumer.committed(
                     [ck.TopicPartition(t, p) for t, p in parts], timeout=5
                 )
                 errors = [f.error for f in found if f.error is not None]
@@ -356,17 +404,17 @@ class PartitionAssignment(Source):
             except RuntimeError:  # the consumer was closed (stopped)
                 return None
             retriable = err.retriable() or err.code() in retry
-            if self.consumer is None or not retriable or time.monotonic() >= deadline:
+            if self.source.consumer is None or not retriable or time.monotonic() >= deadline:
                 logger.warning(
                     "%s: cannot read the group's committed offsets (%s); the consumer resolves "
                     "the start offsets",
-                    self.display_name(),
+                    self._name(),
                     err,
                 )
                 return None
             time.sleep(0.2)
 
-    def _end_offsets(self, parts: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    def end_offsets(self, parts: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """stop_at_end: each partition's high watermark now (where the read ends).
 
         After ``stop_at(position)``: the position's offsets instead; a
@@ -374,41 +422,43 @@ class PartitionAssignment(Source):
         """
         import confluent_kafka as ck
 
-        if self._until is not None:
-            return {tp: self._until.get(tp, 0) for tp in parts}
+        if self.until is not None:
+            return {tp: self.until.get(tp, 0) for tp in parts}
         out: dict[tuple[str, int], int] = {}
         for t, p in parts:
-            _, high = self.consumer.get_watermark_offsets(ck.TopicPartition(t, p), timeout=10)
+            _, high = self.source.consumer.get_watermark_offsets(
+                ck.TopicPartition(t, p), timeout=10
+            )
             out[(t, p)] = int(high)
-        logger.info("%s: stop_at_end: reading up to %s", self.display_name(), out)
+        logger.info("%s: stop_at_end: reading up to %s", self._name(), out)
         return out
 
-    def _at_end(self) -> bool:
+    def at_end(self) -> bool:
         """stop_at_end: every partition read up to its end offset."""
         import confluent_kafka as ck
 
         behind = [
-            (t, p) for (t, p), end in self._end.items() if self._offsets.get(f"{t}:{p}", -1) < end
+            (t, p) for (t, p), end in self.end.items() if self.offsets.get(f"{t}:{p}", -1) < end
         ]
         if not behind:
             return True
         # transaction markers occupy offsets no record is read at: ask the
         # consumer where it would fetch next
-        where = self.consumer.position([ck.TopicPartition(t, p) for t, p in behind])
-        return all(tp.offset >= self._end[(tp.topic, tp.partition)] for tp in where)
+        where = self.source.consumer.position([ck.TopicPartition(t, p) for t, p in behind])
+        return all(tp.offset >= self.end[(tp.topic, tp.partition)] for tp in where)
 
     def _check_range(self, topic: str, partition: int, offset: int) -> int:
         """Apply the reset policy with a WARNING when ``offset`` is no longer on the broker."""
         import confluent_kafka as ck
 
         try:
-            low, high = self.consumer.get_watermark_offsets(
+            low, high = self.source.consumer.get_watermark_offsets(
                 ck.TopicPartition(topic, partition), timeout=5
             )
         except ck.KafkaException as e:
             logger.warning(
                 "%s: cannot read watermarks of %s[%d]: %s",
-                self.display_name(),
+                self._name(),
                 topic,
                 partition,
                 e,
@@ -416,12 +466,12 @@ class PartitionAssignment(Source):
             return offset
         if low <= offset <= high:
             return offset
-        reset = str(self.consumer_params.get("auto.offset.reset", "earliest")).lower()
+        reset = str(self.source.consumer_params.get("auto.offset.reset", "earliest")).lower()
         new = int(low if reset in _EARLIEST else high)
         logger.warning(
             "%s: checkpointed offset %d of %s[%d] is outside the broker's range [%d, %d] "
             "(retention?); applying auto.offset.reset=%r -> starting at %d. RECORDS MAY BE LOST.",
-            self.display_name(),
+            self._name(),
             offset,
             topic,
             partition,

@@ -28,16 +28,57 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ..observe.control import ControlApi, checkpoint_rows, control_token, failure_rows
+from ..observe.control import (
+    ControlApi,
+    checkpoint_rows,
+    control_token,
+    failure_rows,
+    job_summary,
+    local_url,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .partitioned import PartitionedJob, _Task
+    from ..checkpoint.job import Job
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["GroupControl", "task_key"]
+__all__ = ["GroupControl", "TaskGroup", "task_key"]
+
+
+class Task(Protocol):
+    """One task of a group: the job that runs one partition."""
+
+    @property
+    def job(self) -> Job: ...
+
+
+class TaskGroup(Protocol):
+    """What the control API reads from a :class:`~rivermark.kafka.PartitionedJob`."""
+
+    @property
+    def tasks(self) -> Mapping[tuple[str, int], Task]: ...
+
+    @property
+    def ended(self) -> bool: ...
+
+    @property
+    def stop_requested(self) -> bool: ...
+
+    @property
+    def consumer_params(self) -> Mapping[str, Any]: ...
+
+    @property
+    def member_identity(self) -> str | None: ...
+
+    @property
+    def location(self) -> str: ...
+
+    def request_stop(self, savepoint: bool = False) -> None: ...
+
+    def wait_stopped(self, timeout: float | None = None) -> bool: ...
 
 
 def task_key(topic: str, partition: int) -> str:
@@ -48,14 +89,14 @@ def task_key(topic: str, partition: int) -> str:
 class GroupControl:
     """:class:`~rivermark.observe.control.ControlTarget` of a partitioned job's tasks."""
 
-    def __init__(self, group: PartitionedJob) -> None:
+    def __init__(self, group: TaskGroup) -> None:
         self.group = group
         self.started = time.time()
         self._runner: Any = None
         self.port: int | None = None
 
     # ------------------------------------------------------------------ the target
-    def _tasks(self) -> dict[str, _Task]:
+    def _tasks(self) -> dict[str, Task]:
         return {task_key(*tp): task for tp, task in sorted(self.group.tasks.items())}
 
     def status(self) -> str:
@@ -67,18 +108,8 @@ class GroupControl:
         tasks = {}
         for key, task in self._tasks().items():
             job = task.job
-            tasks[key] = {
-                "status": "running"
-                if job.running
-                else "starting"
-                if not job.recovered
-                else "ended",
-                "store": repr(job.store),
-                "epoch": job.epoch,
-                "restored_epoch": job.restored_epoch,
-                "last_savepoint": job.last_savepoint,
-                "positions": {job.id_of(s): s.position() for s in job.sources},
-            }
+            status = "running" if job.running else "starting" if not job.recovered else "ended"
+            tasks[key] = {"status": status, **job_summary(job)}
         return {
             "status": self.status(),
             "group": str(self.group.consumer_params["group.id"]),
@@ -137,8 +168,7 @@ class GroupControl:
         self._runner, self.port = await serve(
             app, addr, port, "the control API", "pick another control_port", access_log=False
         )
-        shown = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1"}.get(addr, addr)
-        logger.info("serving the control API at http://%s:%d/", shown, self.port)
+        logger.info("serving the control API at %s", local_url(addr, self.port))
 
     async def stop(self) -> None:
         """Stop serving (a stop request still being answered is answered first)."""

@@ -80,6 +80,7 @@ from ..checkpoint.job import Job
 from ..core import graph, runtime
 from ..core.node import Stream
 from ..errors import ConfigurationError
+from ..observe.control import local_url
 from .errors import KafkaCommitError, KafkaConnectorError, KafkaDeliveryError
 from .group_control import GroupControl
 from .membership import InstanceSlot
@@ -136,10 +137,7 @@ class PartitionSource(KafkaBatchedSource):
     ) -> None:
         super().__init__([topic], consumer_params, **kwargs)
         self.partition = int(partition)
-
-    def _list_partitions(self) -> list[TP]:
-        mine = (self.topics[0], self.partition)
-        return [tp for tp in super()._list_partitions() if tp == mine]
+        self.partitions.only = {(topic, self.partition)}
 
     def state_signature(self) -> str:
         # a task's checkpoint belongs to its partition: another one's is refused
@@ -626,8 +624,7 @@ class PartitionedJob:
         """The control API's URL on this machine, while it is served."""
         if self.control is None or self.control.port is None:
             return None
-        addr = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1"}.get(self.control_addr, self.control_addr)
-        return f"http://{addr}:{self.control.port}/"
+        return local_url(self.control_addr, self.control.port)
 
     def _start_control(self) -> None:
         if self.control_port is None:

@@ -713,11 +713,7 @@ class ToKafka(Stream, OutputEnds):
         self.check_topic()
         if not self.exactly_once:
             return
-        producer = self._ensure_producer()
-        self._transactional(
-            "init_transactions", lambda: producer.init_transactions(self.flush_timeout)
-        )
-        self._in_txn = False
+        producer = self._init_transactions()
         ids = TopicIds(
             self.producer_config,
             self.display_name(),
@@ -755,6 +751,15 @@ class ToKafka(Stream, OutputEnds):
         producer.begin_transaction()
         self._in_txn = True
 
+    def _init_transactions(self) -> Any:
+        """The producer, its transactions initialised (this fences an older incarnation)."""
+        producer = self._ensure_producer()
+        self._transactional(
+            "init_transactions", lambda: producer.init_transactions(self.flush_timeout)
+        )
+        self._in_txn = False
+        return producer
+
     def start_over(self) -> None:
         """Start a new epoch sequence (the job starts from scratch).
 
@@ -767,11 +772,7 @@ class ToKafka(Stream, OutputEnds):
         self._ends, self._written = {}, 0  # a new output: earlier runs' records are not counted
         if not self.exactly_once:
             return
-        producer = self._ensure_producer()
-        self._transactional(
-            "init_transactions", lambda: producer.init_transactions(self.flush_timeout)
-        )
-        self._in_txn = False
+        producer = self._init_transactions()
         self._restored_records = None
         self._epoch_records = []
         committed = self._read_committed_epoch()

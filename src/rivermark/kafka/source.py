@@ -24,7 +24,8 @@ The start offset is resolved to a number when the partition is assigned
 checkpoint), so ``position()`` names every assigned partition, including
 empty ones, and a crash before the first interval checkpoint replays from
 exactly where the run began.  (The listing, the assignment and the start
-offsets are in :mod:`rivermark.kafka.assignment`.)
+offsets are the source's ``partitions``, a
+:class:`~rivermark.kafka.assignment.PartitionAssignment`.)
 
 Offsets and completion.  Every emitted batch carries metadata
 ``[{"ref": RefCounter, "topic": t, "partition": p, "offset": first}]``.
@@ -64,16 +65,11 @@ from ..core.refs import Metadata, RefCounter
 from ..core.timeutil import parse_interval
 from ..errors import ConfigurationError
 from ..plugins import door
+from ..sources.base import Source
 from .assignment import PartitionAssignment, split_key
 from .errors import KafkaConnectorError, KafkaTopicError
-from .offsets import OffsetTracker
 from .ownership import owner_tag
-from .topic_ids import (
-    TopicIds,
-    offsets_of,
-    split_position,
-    with_topic_ids,
-)
+from .topic_ids import offsets_of, split_position, with_topic_ids
 from .transactions import DeadlineExceeded, call_with_deadline
 
 logger = logging.getLogger(__name__)
@@ -97,7 +93,7 @@ def _commit_nothing(offsets: dict[tuple[str, int], int], tag: str) -> None:
     """The offset committer of a source that reads only (:meth:`KafkaBatchedSource.read_only`)."""
 
 
-class KafkaBatchedSource(PartitionAssignment):
+class KafkaBatchedSource(Source):
     """Read Kafka topics and emit lists of records per partition.
 
     See :func:`from_kafka_batched` for the parameters; the node is usually
@@ -208,29 +204,10 @@ class KafkaBatchedSource(PartitionAssignment):
         #: commits ``{(topic, partition): offset}`` with a metadata tag instead of this
         #: source's consumer (a partitioned job: only the group member may commit)
         self.offset_committer: Callable[[dict[tuple[str, int], int], str], None] | None = None
-        #: stop_at_end: the end offset (high watermark at start) of every partition
-        self._end: dict[tuple[str, int], int] = {}
-        #: stop_at: where each partition's read ends (None: at the watermarks, or never)
-        self._until: dict[tuple[str, int], int] | None = None
-        self._missing_warned: dict[str, float] = {}
-        self._ignored: set[tuple[str, int]] = set()
-        self._committed_meta: dict[tuple[str, int], str] = {}
         self.consumer: Any = None
-        self._offsets: dict[str, int] = {}
-        self._seek_position: dict[str, int] | None = None
-        #: topics added to the subscription since the restored checkpoint (restore_inputs)
-        self._new_topics: set[str] = set()
-        self._assigned: set[tuple[str, int]] = set()
-        self._tracker = OffsetTracker()
-        self._last_refresh = 0.0
-        self._listed = False
+        #: which partitions are read and where each is (the position's offsets)
+        self.partitions = PartitionAssignment(self)
         self._durable_position: dict[str, int] | None = None
-        #: ``{topic: topic id}`` of the topics read (see ``topic_ids``); in the position
-        self._topic_ids: dict[str, str] = {}
-        self._id_lookup: TopicIds | None = None
-        self._fresh_ids: dict[str, str] = {}
-        #: partitions moved to a recreated topic's offsets by ``_check_forward``
-        self._moved: set[tuple[str, int]] = set()
         self.batches_emitted = 0
         self.records_emitted = 0
         super().__init__(start=start, **kwargs)
@@ -242,11 +219,11 @@ class KafkaBatchedSource(PartitionAssignment):
         Plus ``"topic_ids": {topic: id}`` once the broker named the topics' ids
         (see :mod:`rivermark.kafka.topic_ids`; read it with ``split_position``).
         """
-        return with_topic_ids(self._offsets, self._topic_ids)
+        return with_topic_ids(self.partitions.offsets, self.partitions.topic_ids)
 
     def position_now(self) -> dict[str, int]:
         """The offsets only (for display)."""
-        return dict(self._offsets)
+        return dict(self.partitions.offsets)
 
     def lag(self) -> dict[str, int] | None:
         """High watermark minus the next offset, per ``topic:partition`` read so far.
@@ -260,7 +237,7 @@ class KafkaBatchedSource(PartitionAssignment):
         import confluent_kafka as ck
 
         out: dict[str, int] = {}
-        for key, offset in list(self._offsets.items()):
+        for key, offset in list(self.partitions.offsets.items()):
             topic, _, part = key.rpartition(":")
             try:
                 _, high = consumer.get_watermark_offsets(
@@ -283,11 +260,10 @@ class KafkaBatchedSource(PartitionAssignment):
             )
         # a position written before topic ids were recorded has none: accepted,
         # and the ids are recorded from the next listing on
-        stored, ids = split_position(position)
+        offsets, ids = split_position(position)
         # the offsets of topics no longer subscribed are dropped
-        self._seek_position = {k: v for k, v in stored.items() if split_key(k)[0] in self.topics}
-        self._topic_ids = {t: i for t, i in ids.items() if t in self.topics}
-        self._offsets = dict(self._seek_position)
+        offsets = {k: v for k, v in offsets.items() if split_key(k)[0] in self.topics}
+        self.partitions.restore(offsets, {t: i for t, i in ids.items() if t in self.topics})
         # restored from a checkpoint: never commit uncheckpointed progress to the
         # group (a restored job takes no checkpoint before its sources start); a
         # partition missing from ``position`` appeared after the checkpoint and
@@ -328,7 +304,7 @@ class KafkaBatchedSource(PartitionAssignment):
     def restore_inputs(self, stored: str) -> None:
         """The topics the checkpoint's signature ``stored`` does not name start as on a first run."""
         old = self._stored_topics(stored)
-        self._new_topics = set() if old is None else set(self.topics) - set(old)
+        self.partitions.new_topics = set() if old is None else set(self.topics) - set(old)
 
     def _stored_topics(self, stored: str) -> list[str] | None:
         """The topics of ``stored``, a signature of this source's kind and ``keys``; else None."""
@@ -353,7 +329,7 @@ class KafkaBatchedSource(PartitionAssignment):
                 f"{self.display_name()}: stop_at() needs a dict {{'topic:partition': offset}}, "
                 f"got {position!r}"
             )
-        self._until = {split_key(k): int(v) for k, v in offsets_of(position).items()}
+        self.partitions.until = {split_key(k): int(v) for k, v in offsets_of(position).items()}
         self.stop_at_end = True
 
     def stop_at_input_end(self) -> None:
@@ -444,11 +420,16 @@ class KafkaBatchedSource(PartitionAssignment):
             consumer.close()
 
     def _on_complete(self, topic: str, partition: int, start: int, end: int) -> None:
-        self._tracker.finished(topic, partition, start, end)
+        self.partitions.tracker.finished(topic, partition, start, end)
         if not self.checkpointing:
-            self._commit(self._tracker.committable())
+            self._commit(self.partitions.tracker.committable())
 
     # ---------------------------------------------------------------- main loop
+    async def _refresh(self) -> None:
+        """List the partitions and assign the new ones (the process exiting stops the source)."""
+        if not await self.partitions.refresh():
+            self.stopped = True
+
     async def prepare(self) -> None:
         """Create the consumer and resolve every partition's start offset.
 
@@ -468,9 +449,9 @@ class KafkaBatchedSource(PartitionAssignment):
         await self.prepare()
         while not self.stopped:
             every = self.poll_interval if self.refresh_partitions else self.metadata_refresh
-            if time.monotonic() - self._last_refresh >= every:
+            if time.monotonic() - self.partitions.last_refresh >= every:
                 await self._refresh()
-            if self.stop_at_end and self._listed and self._at_end():
+            if self.stop_at_end and self.partitions.listed and self.partitions.at_end():
                 logger.info(
                     "%s: stop_at_end: every partition read to its end offset; finishing",
                     self.display_name(),
@@ -499,7 +480,7 @@ class KafkaBatchedSource(PartitionAssignment):
                 self._consumer_error(err)
                 continue
             self._check_forward(m)
-            end = self._end.get((m.topic(), m.partition())) if self.stop_at_end else None
+            end = self.partitions.end.get((m.topic(), m.partition())) if self.stop_at_end else None
             if end is not None and m.offset() >= end:
                 continue  # written after the start of a bounded read: not read
             groups.setdefault((m.topic(), m.partition()), []).append(m)
@@ -530,7 +511,7 @@ class KafkaBatchedSource(PartitionAssignment):
     def _check_forward(self, m: Any) -> None:
         """Refuse a record below the partition's position (its offsets went backwards)."""
         t, p, off = m.topic(), m.partition(), m.offset()
-        expected = self._offsets.get(f"{t}:{p}")
+        expected = self.partitions.offsets.get(f"{t}:{p}")
         if expected is None or off >= expected:
             return
         what = (
@@ -545,16 +526,16 @@ class KafkaBatchedSource(PartitionAssignment):
                 "offsets, pass allow_offset_reset=True to the source and run again"
             )
         logger.warning("%s; allow_offset_reset=True: continuing from offset %d", what, off)
-        self._moved.add((t, p))
-        self._offsets[f"{t}:{p}"] = off
-        self._tracker.reset(t, p, off)
+        self.partitions.moved.add((t, p))
+        self.partitions.offsets[f"{t}:{p}"] = off
+        self.partitions.tracker.reset(t, p, off)
 
     async def _emit_one(
         self, t: str, p: int, first: int, end: int, x: Any, origin: dict[str, Any]
     ) -> None:
         if self._pause_requested:
             await self._wait_resumed()
-        self._tracker.started(t, p, first, end)
+        self.partitions.tracker.started(t, p, first, end)
         ref = RefCounter(initial=1, callback=self._completion(t, p, first, end))
         metadata: Metadata = [{"ref": ref, "topic": t, "partition": p, "offset": first}]
         if self.record_timestamps:
@@ -568,7 +549,7 @@ class KafkaBatchedSource(PartitionAssignment):
             await self._emit_record(x, None, metadata)
         finally:
             record_origin.reset(token)
-        self._offsets[f"{t}:{p}"] = end
+        self.partitions.offsets[f"{t}:{p}"] = end
         self.batches_emitted += 1
         self.records_emitted += len(x) if self.batched else 1
         ref.release()
@@ -587,8 +568,8 @@ class KafkaBatchedSource(PartitionAssignment):
         position; the group's offsets are informational).
         """
         consumer, self.consumer = self.consumer, None
-        self._id_lookup = None
         if consumer is None:
+            self.partitions.closed()
             return
         if self.checkpointing:
             # the newest durable checkpoint's position, committed once more
@@ -596,7 +577,7 @@ class KafkaBatchedSource(PartitionAssignment):
             pos = self._durable_position or {}
             final = {split_key(k): int(v) for k, v in pos.items()}
         else:
-            final = self._tracker.committable()
+            final = self.partitions.tracker.committable()
         tag = self._owner_tag()
         name = self.display_name()
         if self.offset_committer is not None and final:
@@ -627,7 +608,7 @@ class KafkaBatchedSource(PartitionAssignment):
         except RuntimeError as e:  # the consumer was closed, or the process is exiting
             logger.debug("%s: closing the consumer: %s", name, e)
         finally:
-            self._assigned.clear()
+            self.partitions.closed()
             logger.debug("%s: consumer closed", name)
 
 
@@ -735,30 +716,17 @@ def from_kafka_batched(
             "from_kafka_batched: stop_at_end=True is not supported with dask=True; "
             "pass dask=False for a bounded read"
         )
-    if dask:
-        scattered: Stream = door("from_kafka_batched_dask")(
-            topic,
-            consumer_params,
-            start=start,
-            poll_interval=poll_interval,
-            npartitions=npartitions,
-            refresh_partitions=refresh_partitions,
-            max_batch_size=max_batch_size,
-            keys=keys,
-            engine=engine,
-            **kwargs,
-        )
-        return scattered
-    source = KafkaBatchedSource(
-        topic,
-        consumer_params,
-        poll_interval=poll_interval,
-        npartitions=npartitions,
-        refresh_partitions=refresh_partitions,
-        max_batch_size=max_batch_size,
-        keys=keys,
-        engine=engine,
-        start=start,
+    options: dict[str, Any] = {
+        "poll_interval": poll_interval,
+        "npartitions": npartitions,
+        "refresh_partitions": refresh_partitions,
+        "max_batch_size": max_batch_size,
+        "keys": keys,
+        "engine": engine,
+        "start": start,
         **kwargs,
-    )
-    return source
+    }
+    if dask:
+        scattered: Stream = door("from_kafka_batched_dask")(topic, consumer_params, **options)
+        return scattered
+    return KafkaBatchedSource(topic, consumer_params, **options)

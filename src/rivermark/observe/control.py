@@ -57,6 +57,8 @@ __all__ = [
     "checkpoint_rows",
     "control_token",
     "failure_rows",
+    "job_summary",
+    "local_url",
     "request",
     "resolve",
 ]
@@ -94,6 +96,38 @@ def control_token() -> str | None:
             f"{MIN_TOKEN}; use a long random one, e.g. the output of 'openssl rand -hex 32'"
         )
     return token
+
+
+#: listen addresses that mean "every interface", and the loopback address reaching them here
+_EVERY_INTERFACE = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
+
+
+def local_url(addr: str, port: int, path: str = "/") -> str:
+    """The URL that reaches a server listening on ``addr:port`` from this machine.
+
+    An address that means every interface is reached on the loopback; an
+    IPv6 address is bracketed.
+
+    >>> local_url("0.0.0.0", 8080), local_url("::", 9000, "/metrics")
+    ('http://127.0.0.1:8080/', 'http://[::1]:9000/metrics')
+    >>> local_url("10.0.0.5", 80)
+    'http://10.0.0.5:80/'
+    """
+    host = _EVERY_INTERFACE.get(addr, addr)
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"http://{host}:{port}{path}"
+
+
+def job_summary(job: Job) -> dict[str, Any]:
+    """What ``GET /api/job`` says of one job besides its status: store, epochs, positions."""
+    return {
+        "store": repr(job.store),
+        "epoch": job.epoch,
+        "restored_epoch": job.restored_epoch,
+        "last_savepoint": job.last_savepoint,
+        "positions": {job.id_of(s): s.position() for s in job.sources},
+    }
 
 
 def checkpoint_rows(checkpoints: Iterable[CheckpointInfo]) -> list[dict[str, Any]]:
@@ -159,11 +193,7 @@ class JobControl:
         job = self.job
         return {
             "status": self.status(),
-            "store": repr(job.store),
-            "epoch": job.epoch,
-            "restored_epoch": job.restored_epoch,
-            "last_savepoint": job.last_savepoint,
-            "positions": {job.id_of(s): s.position() for s in job.sources},
+            **job_summary(job),
             "uptime_seconds": round(time.time() - (job.started_at or self.started), 3),
         }
 

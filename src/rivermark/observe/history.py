@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from importlib.resources import files
 from typing import Any
 
 from ..checkpoint.inspection import checkpoint_history, where
 from ..checkpoint.store import Store
 from ..errors import ConfigurationError
-from .ui import serve
+from .ui import page, serve
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +57,7 @@ class HistoryServer:
                 "rivermark ui needs aiohttp: pip install 'rivermark[ui]'"
             ) from e
         app = web.Application()
-        app.router.add_get("/", self._page)
+        app.router.add_get("/", page("history.html"))
         app.router.add_get("/api/checkpoints", self._checkpoints)
         self._runner, self.port = await serve(
             app, self.addr, self.port, "the checkpoint history", "pick another --port", False
@@ -68,12 +67,6 @@ class HistoryServer:
         runner, self._runner = self._runner, None
         if runner is not None:
             await runner.cleanup()
-
-    async def _page(self, request: Any) -> Any:
-        from aiohttp import web
-
-        html = files("rivermark.observe").joinpath("history.html").read_text(encoding="utf-8")
-        return web.Response(text=html, content_type="text/html")
 
     async def _checkpoints(self, request: Any) -> Any:
         from aiohttp import web

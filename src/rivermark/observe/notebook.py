@@ -24,7 +24,7 @@ import html
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..core.node import Stream
 from ..errors import ConfigurationError
@@ -33,9 +33,18 @@ from .progress import checkpoint_text, progress_line
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..checkpoint.job import Job
-    from ..dataframe.streaming import Streaming
 
 logger = logging.getLogger(__name__)
+
+
+class Frame(Protocol):
+    """What a notebook shows of a streaming DataFrame: its example and its stream of batches."""
+
+    example: Any
+
+    @property
+    def local_stream(self) -> Stream: ...
+
 
 __all__ = [
     "node_output",
@@ -184,20 +193,20 @@ class _Throttled:
         self._set_html(self._render(value))
 
 
-def _frame_title(frame: Streaming) -> str:
+def _frame_title(frame: Frame) -> str:
     return f"<h5>{html.escape(type(frame).__name__)}: latest rows</h5>"
 
 
-def _frame_intro(frame: Streaming) -> str:
+def _frame_intro(frame: Frame) -> str:
     return _frame_title(frame) + "no rows yet; elements like" + _rows_html(frame.example, 2)
 
 
-def _follow_frame(frame: Streaming, set_html: SetHtml, rows: int, interval: float) -> None:
+def _follow_frame(frame: Frame, set_html: SetHtml, rows: int, interval: float) -> None:
     title = _frame_title(frame)
     Sink(frame.local_stream, _Throttled(lambda v: title + _rows_html(v, rows), set_html, interval))
 
 
-def frame_output(frame: Streaming, rows: int = 10, interval: float = 0.25) -> Any:
+def frame_output(frame: Frame, rows: int = 10, interval: float = 0.25) -> Any:
     """An ``ipywidgets.HTML`` with the last ``rows`` rows ``frame`` produced, kept current."""
     box, set_html = _widget(_frame_intro(frame))
     _follow_frame(frame, set_html, rows, interval)
@@ -215,6 +224,6 @@ def display_job(job: Job) -> None:
     _follow_job(job, _show(_job_html(job)), 0.5)
 
 
-def display_frame(frame: Streaming) -> None:
+def display_frame(frame: Frame) -> None:
     """What a streaming frame shows as a cell's result (``Streaming._ipython_display_``)."""
     _follow_frame(frame, _show(_frame_intro(frame)), 10, 0.25)

@@ -22,11 +22,19 @@ import contextlib
 import json
 import logging
 import math
+from collections.abc import Awaitable, Callable
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError
-from .control import ControlApi, JobControl, checkpoint_rows, control_token, failure_rows
+from .control import (
+    ControlApi,
+    JobControl,
+    checkpoint_rows,
+    control_token,
+    failure_rows,
+    local_url,
+)
 from .metrics import Snapshot
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -34,7 +42,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["UiServer", "layout", "positions", "snapshot_json"]
+__all__ = ["UiServer", "layout", "page", "positions", "serve", "snapshot_json"]
 
 
 def layout(job: Job) -> dict[str, Any]:
@@ -221,6 +229,18 @@ async def serve(
     return runner, int(runner.addresses[0][1])
 
 
+def page(name: str) -> Callable[[Any], Awaitable[Any]]:
+    """An aiohttp handler answering with the package's HTML page ``name`` (``page.html``)."""
+
+    async def handler(request: Any) -> Any:
+        from aiohttp import web
+
+        html = files("rivermark.observe").joinpath(name).read_text(encoding="utf-8")
+        return web.Response(text=html, content_type="text/html")
+
+    return handler
+
+
 class UiServer:
     """Serves the page for ``job`` on ``addr:port`` (``port=0``: a free one; see :attr:`url`)."""
 
@@ -245,8 +265,7 @@ class UiServer:
     @property
     def local_url(self) -> str:
         """The page's URL from this machine (loopback when it listens on every address)."""
-        addr = {"0.0.0.0": "127.0.0.1", "::": "[::1]", "": "127.0.0.1"}.get(self.addr, self.addr)
-        return f"http://{addr}:{self.port}/"
+        return local_url(self.addr, self.port)
 
     async def start(self) -> None:
         """Start serving on the running loop (the job's)."""
@@ -257,7 +276,7 @@ class UiServer:
         self._closing = asyncio.Event()
         self.job.metrics.watch()
         app = web.Application()
-        app.router.add_get("/", self._page)
+        app.router.add_get("/", page("page.html"))
         app.router.add_get("/graph.json", self._graph)
         app.router.add_get("/events", self._events)
         ControlApi(JobControl(self.job), control_token()).add_routes(app)
@@ -276,12 +295,6 @@ class UiServer:
         runner, self._runner = self._runner, None
         if runner is not None:
             await runner.cleanup()
-
-    async def _page(self, request: Any) -> Any:
-        from aiohttp import web
-
-        html = files("rivermark.observe").joinpath("page.html").read_text(encoding="utf-8")
-        return web.Response(text=html, content_type="text/html")
 
     async def _graph(self, request: Any) -> Any:
         from aiohttp import web

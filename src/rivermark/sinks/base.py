@@ -30,6 +30,15 @@ when a job starts on a store without any checkpoint: a sink that finds output
 of an earlier run (a file with content) describes it in one line, and the
 job refuses to append to it unless started from scratch.
 
+Closing (:class:`ClosingSink`, optional).  ``close()`` releases what the
+sink holds (an open file, a Kafka producer); a job calls it on every
+checkpointed sink when it stops, after its final checkpoint or a failure.
+It may be called more than once.
+
+A file (:class:`FileOutputSink`, optional).  ``path`` is the file the sink
+writes (``None`` when it writes to a stream without a name); ``rivermark
+replay`` refuses to put its side output there.
+
 Text output (:class:`TextOutputSink`, optional).  ``output_text(x)`` is the
 text a sink writes for record ``x`` (``sink_to_textfile``: ``str(x)`` and
 its line end; ``to_kafka``: the message value).  ``rivermark replay`` writes
@@ -49,7 +58,9 @@ from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
     "CheckpointedSink",
+    "ClosingSink",
     "EpochSealingSink",
+    "FileOutputSink",
     "ReadBackSink",
     "StartOverSink",
     "TextOutputSink",
@@ -95,6 +106,22 @@ class EpochSealingSink(CheckpointedSink, Protocol):
     """
 
     seals_epoch_at_pre_commit: bool
+
+
+@runtime_checkable
+class ClosingSink(Protocol):
+    """A sink that holds resources to release when the job stops (see module docs)."""
+
+    def close(self) -> None:
+        """Release the sink's file, producer or connection; idempotent."""
+
+
+@runtime_checkable
+class FileOutputSink(Protocol):
+    """A sink that writes one file (see module docs)."""
+
+    #: the file written (``None``: a stream without a name)
+    path: str | None
 
 
 @runtime_checkable

@@ -17,13 +17,13 @@ live job restores into the changed graph exactly as into the real one.  Its
 (:attr:`StandIn.live_handle`) without touching the live output; its
 ``pre_commit`` returns the side file's own length.
 
->>> import os, tempfile
+>>> import os, pathlib, tempfile
 >>> from rivermark import Stream
 >>> s = Stream()
 >>> sink = s.map(str.upper).sink(print)
 >>> side = put_in_place_of(sink, "out", os.path.join(tempfile.mkdtemp(), "out.txt"))
 >>> s.emit("a"); s.emit("b"); side.close()
->>> open(side.path).read(), side.records
+>>> pathlib.Path(side.path).read_text(), side.records
 ('A\\nB\\n', 2)
 """
 

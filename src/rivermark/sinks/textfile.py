@@ -60,12 +60,12 @@ def sink_to_file(
     caller closes (it is a context manager).  It takes no part in checkpoints;
     use :class:`SinkToTextfile` for that.
 
-    >>> import os, tempfile
+    >>> import os, pathlib, tempfile
     >>> path = os.path.join(tempfile.mkdtemp(), "out.txt")
     >>> s = Stream()
     >>> with sink_to_file(path, s) as f:
     ...     s.emit("a"); s.emit("b")
-    >>> open(path).read()
+    >>> pathlib.Path(path).read_text()
     'a\\nb\\n'
     """
     file = open(filename, mode=mode)  # noqa: SIM115 - returned to the caller, who closes it
@@ -95,13 +95,13 @@ class SinkToTextfile(Stream):
     and ``open_kwargs`` are passed to :func:`open`.  Call :meth:`close` when
     done (after the sources have stopped).
 
-    >>> import os, tempfile
+    >>> import os, pathlib, tempfile
     >>> path = os.path.join(tempfile.mkdtemp(), "out.txt")
     >>> s = Stream()
     >>> sink = s.sink_to_textfile(path, mode="w")
     >>> s.emit("a"); s.emit(1)
     >>> sink.close()
-    >>> open(path).read()
+    >>> pathlib.Path(path).read_text()
     'a\\n1\\n'
     """
 

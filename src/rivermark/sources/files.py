@@ -44,11 +44,11 @@ class Filenames(Source):
     ``seek(names)`` those are not emitted again.  The source is replayable
     (files that were not yet emitted are found again).
 
-    >>> import os, tempfile
+    >>> import os, pathlib, tempfile
     >>> from rivermark.testing import wait_for
     >>> d = tempfile.mkdtemp()
     >>> for n in ("b.csv", "a.csv"):
-    ...     _ = open(os.path.join(d, n), "w").write("x")
+    ...     _ = pathlib.Path(d, n).write_text("x")
     >>> source = Stream.filenames(os.path.join(d, "*.csv"), poll_interval="5ms")
     >>> L = source.map(os.path.basename).sink_to_list()
     >>> source.start()

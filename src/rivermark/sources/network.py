@@ -225,7 +225,8 @@ class FromHttpServer(_Server):
     >>> source.start()
     >>> wait_for(lambda: source.bound_port)
     >>> url = f"http://127.0.0.1:{source.bound_port}/data"
-    >>> urllib.request.urlopen(url, data=b"payload").status
+    >>> with urllib.request.urlopen(url, data=b"payload") as answer:
+    ...     answer.status
     200
     >>> source.stop(); L
     [b'payload']

@@ -76,10 +76,10 @@ class FromTextfile(Source):
     positions.  ``on_changed="restart"`` reads such a file again from the
     beginning instead (with a WARNING); the default is ``"refuse"``.
 
-    >>> import os, tempfile
+    >>> import os, pathlib, tempfile
     >>> from rivermark.testing import wait_for
     >>> path = os.path.join(tempfile.mkdtemp(), "in.txt")
-    >>> _ = open(path, "w").write("a\\nbb\\nc")
+    >>> _ = pathlib.Path(path).write_text("a\\nbb\\nc")
     >>> source = Stream.from_textfile(path, poll_interval="1ms")
     >>> L = source.sink_to_list()
     >>> source.start()

@@ -4,15 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from ..errors import RivermarkError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["wait_for", "wait_value", "wait_for_async", "wait_progress", "WaitTimeout"]
+__all__ = [
+    "wait_for",
+    "wait_value",
+    "wait_for_async",
+    "wait_progress",
+    "run_in_thread",
+    "WaitTimeout",
+]
 
 
 class WaitTimeout(RivermarkError, TimeoutError):
@@ -115,3 +123,36 @@ async def wait_for_async(
         if loop.time() > deadline:
             raise _fail(predicate, timeout)
         await asyncio.sleep(interval)
+
+
+class Runs(Protocol):
+    """Something with a blocking ``run()``: a :class:`~rivermark.checkpoint.Job`."""
+
+    def run(self) -> Any: ...
+
+
+def run_in_thread(job: Runs) -> tuple[threading.Thread, list[BaseException]]:
+    """Start ``job.run()`` in a daemon thread; the list receives what it raised, if anything.
+
+    The test joins the thread and looks at the list (empty: the run ended
+    normally), so a failure is the test's to judge, not an unhandled
+    exception in a thread.
+
+    >>> class Failing:
+    ...     def run(self):
+    ...         raise ValueError("bad input")
+    >>> thread, raised = run_in_thread(Failing())
+    >>> thread.join(10); raised
+    [ValueError('bad input')]
+    """
+    raised: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            job.run()
+        except BaseException as e:  # handed to the test
+            raised.append(e)
+
+    thread = threading.Thread(target=target, name=f"run {job!r}", daemon=True)
+    thread.start()
+    return thread, raised

@@ -88,8 +88,13 @@ def _env(env: dict[str, str] | None, fault: str | None) -> dict[str, str]:
 
 
 def _check_failed(proc: subprocess.Popen[bytes], rc: int, cmd: Sequence[str]) -> None:
+    """Raise if ``proc`` (ended with ``rc``) failed on its own, with its stderr; close that pipe."""
+    err = ""
+    if proc.stderr is not None:
+        if rc not in (0, -signal.SIGKILL):
+            err = proc.stderr.read().decode(errors="replace")
+        proc.stderr.close()
     if rc not in (0, -signal.SIGKILL):
-        err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
         raise CrashHarnessError(f"run_with_crashes: {list(cmd)!r} exited with {rc}:\n{err[-3000:]}")
 
 
@@ -230,6 +235,8 @@ class _Runs:
         except CrashHarnessError:
             proc.kill()
             proc.wait()
+            if proc.stderr is not None:
+                proc.stderr.close()
             raise
 
     def killed_after(self, proc: subprocess.Popen[bytes], delay: float) -> int | None:

@@ -49,8 +49,6 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -67,7 +65,6 @@ __all__ = [
     "fetch_broker",
     "missing_prerequisites",
     "restart_broker",
-    "running_broker",
     "start_broker",
     "stop_broker",
 ]
@@ -93,11 +90,6 @@ class KafkaBroker:
 
     bootstrap: str
     directory: Path
-
-    @property
-    def log_path(self) -> Path:
-        """The broker's log file (stdout and stderr of the JVM)."""
-        return self.directory / "broker.log"
 
     @property
     def pid(self) -> int | None:
@@ -211,16 +203,6 @@ def restart_broker(broker: KafkaBroker) -> KafkaBroker:
     if restarted.bootstrap != broker.bootstrap:
         raise KafkaBrokerError(f"broker came back on {restarted.bootstrap}, not {broker.bootstrap}")
     return restarted
-
-
-@contextmanager
-def running_broker(directory: Path) -> Iterator[KafkaBroker]:
-    """Context manager: a started broker, stopped on exit."""
-    broker = start_broker(directory)
-    try:
-        yield broker
-    finally:
-        stop_broker(broker)
 
 
 # ---------------------------------------------------------------- topics

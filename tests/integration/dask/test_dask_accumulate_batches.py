@@ -22,6 +22,7 @@ from distributed import Client, get_task_stream
 from rivermark import Stream
 from rivermark.dask import DaskAccumulate, DaskGather
 from rivermark.errors import describe
+from rivermark.testing import wait_for
 
 # the workers cannot import this test module: ship its functions by value
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -55,11 +56,12 @@ def run_source(items: list[Any], build: Any, timeout: float = 60) -> tuple[DaskG
     g = build(source)
     out = g.sink_to_list()
     source.start()
-    deadline = time.monotonic() + timeout
-    while len(out) + g.error_count < len(items) and g.failure is None:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"only {len(out)} of {len(items)} results in {timeout} s")
-        time.sleep(0.01)
+    wait_for(
+        lambda: len(out) + g.error_count >= len(items) or g.failure is not None,
+        timeout,
+        f"{len(items)} results",
+        interval=0.01,
+    )
     g.flush(timeout=timeout)
     return g, out
 
@@ -101,10 +103,7 @@ def test_error_in_a_batch_with_raise_names_the_function_and_record(client: Clien
     g = source.scatter().accumulate(picky_add, start=0).gather()
     out = g.sink_to_list()
     source.start()
-    deadline = time.monotonic() + 60
-    while g.failure is None:
-        assert time.monotonic() < deadline, "the failure never reached gather"
-        time.sleep(0.01)
+    wait_for(lambda: g.failure is not None, 60, "the failure to reach gather", interval=0.01)
     with pytest.raises(ValueError, match="no 3") as info:  # the user function's own error
         g.flush(timeout=30)
     assert info.value.rivermark_context.function == "picky_add"
@@ -149,10 +148,7 @@ def test_state_checkpointed_after_batches_and_restored(client: Client) -> None:
     acc2.set_state(acc.get_state())
     out2 = g2.sink_to_list()
     source2.start()
-    deadline = time.monotonic() + 60
-    while len(out2) < 2:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    wait_for(lambda: len(out2) >= 2, 60, "two results", interval=0.01)
     assert out2 == [sum(items) + 1000, sum(items) + 3000]
 
 
@@ -172,11 +168,12 @@ def test_worker_killed_during_batched_run_does_not_change_output(client: Client)
 
     g.sink(collect)
     source.start()
-    deadline = time.monotonic() + 120
-    while len(out) < len(items):
+
+    def all_results() -> bool:
         assert g.failure is None, g.failure
-        assert time.monotonic() < deadline, f"only {len(out)} results"
-        time.sleep(0.01)
+        return len(out) >= len(items)
+
+    wait_for(all_results, 120, f"{len(items)} results", interval=0.01)
     g.flush(timeout=30)
     assert killed == [victim]
     assert out == list(itertools.accumulate(items, add))

@@ -18,7 +18,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from itertools import accumulate
@@ -33,7 +32,7 @@ from rivermark import Job, Stream
 from rivermark.checkpoint import JobFailedError, LocalDirectoryStore, codec
 from rivermark.dask import DaskAccumulate, DaskConnectionError
 from rivermark.dask.store import DaskDatasetStore
-from rivermark.testing import wait_for
+from rivermark.testing import run_in_thread, wait_for
 from rivermark.testing.crash import run_uncrashed, run_with_crashes
 
 # the workers cannot import this test module: ship its functions by value
@@ -70,20 +69,6 @@ def build(n: int, output: Path, client: Any = None) -> tuple[Stream, DaskAccumul
         .sink_to_textfile(str(output), name="out")
     )
     return source, acc
-
-
-def run_in_thread(job: Job) -> tuple[threading.Thread, dict[str, BaseException]]:
-    failure: dict[str, BaseException] = {}
-
-    def target() -> None:
-        try:
-            job.run()
-        except BaseException as e:  # noqa: BLE001 - handed to the test
-            failure["error"] = e
-
-    t = threading.Thread(target=target, daemon=True)
-    t.start()
-    return t, failure
 
 
 # ---------------------------------------------------------------- the barrier
@@ -126,7 +111,7 @@ def test_worker_killed_under_a_job_does_not_change_output(client: Client, tmp_pa
     out = tmp_path / "out.txt"
     source, acc = build(n, out)
     job = Job(source, checkpoint=str(tmp_path / "ckpt"), every="0.1s")
-    t, failure = run_in_thread(job)
+    t, raised = run_in_thread(job)
     pids = client.run(os.getpid)
 
     wait_for(lambda: out.exists() and len(out.read_bytes().splitlines()) >= 30, 60, "output")
@@ -137,7 +122,7 @@ def test_worker_killed_under_a_job_does_not_change_output(client: Client, tmp_pa
     os.kill(victim, signal.SIGKILL)
     t.join(120)
     assert not t.is_alive(), "the job did not finish after a worker was killed"
-    assert failure == {}
+    assert raised == []
     lines = out.read_text().splitlines()
     assert lines == expected_lines(n)
     client.wait_for_workers(2, timeout=180)  # the nanny restarts it; slow on a loaded machine
@@ -183,7 +168,7 @@ def test_lost_scheduler_stops_the_job_and_its_last_checkpoint_resumes_exactly(
         own.wait_for_workers(1, timeout=60)
         source, _ = build(n, out, client=own)
         job = Job(source, checkpoint=str(ckpt), every="0.1s")
-        t, failure = run_in_thread(job)
+        t, raised = run_in_thread(job)
         store = LocalDirectoryStore(ckpt)
         wait_for(lambda: len(store.list_epochs()) >= 3, 60, "three checkpoints")
         scheduler.kill()
@@ -193,8 +178,8 @@ def test_lost_scheduler_stops_the_job_and_its_last_checkpoint_resumes_exactly(
     finally:
         own.close(timeout=10)
 
-    err = failure.get("error")
-    assert isinstance(err, JobFailedError), failure
+    (err,) = raised
+    assert isinstance(err, JobFailedError), raised
     assert "lost the connection to the Dask scheduler" in str(err)
     assert "last complete checkpoint" in str(err) and "is intact" in str(err)
     assert isinstance(err.__cause__, DaskConnectionError)

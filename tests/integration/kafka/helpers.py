@@ -3,7 +3,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Iterable
@@ -12,7 +11,9 @@ from typing import Any
 
 import confluent_kafka as ck
 
-from rivermark.testing import wait_for
+from rivermark.testing import run_in_thread, wait_for
+
+__all__ = ["run_in_thread", "wait_for"]  # the tests take them from here too
 
 
 def produce(
@@ -132,21 +133,6 @@ def delete_topic(bootstrap: str, topic: str, timeout: float = 60.0) -> None:
         return topic not in admin.list_topics(timeout=5).topics
 
     wait_for(gone, timeout, f"topic {topic!r} deleted")
-
-
-def run_in_thread(job: Any) -> tuple[threading.Thread, list[BaseException]]:
-    """Run ``job.run`` in a thread; the list receives what it raised."""
-    errors: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            job.run()
-        except BaseException as e:
-            errors.append(e)
-
-    t = threading.Thread(target=target, daemon=True)
-    t.start()
-    return t, errors
 
 
 FAULT_APP = Path(__file__).with_name("fault_app.py")

@@ -288,9 +288,8 @@ APP = textwrap.dedent(
 
     def watch():
         # the topic is complete before the job starts: stop at its end
-        import time
-        while source._offsets.get(f"{topic}:0") != 300:
-            time.sleep(0.02)
+        from rivermark.testing import wait_for
+        wait_for(lambda: source.partitions.offsets.get(f"{topic}:0") == 300, 600, "the end")
         job.stop()
 
     import threading

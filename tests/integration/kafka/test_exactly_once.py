@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from rivermark.testing import wait_for
 from rivermark.testing.faults import FAULT_POINTS
 
 from .helpers import consume_all, produce, run_in_thread
@@ -32,12 +33,11 @@ def _start(args: list[str], fault: str | None, log: Path) -> subprocess.Popen[by
         env["RIVERMARK_FAULT"] = fault
     with open(log, "ab") as f:
         f.write(f"--- run fault={fault}\n".encode())
-    return subprocess.Popen(
-        [sys.executable, str(SCRIPT), *args],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=open(log, "ab"),
-    )
+        f.flush()
+        # the child writes to its own copy of the descriptor
+        return subprocess.Popen(
+            [sys.executable, str(SCRIPT), *args], env=env, stdout=subprocess.DEVNULL, stderr=f
+        )
 
 
 def test_read_committed_sees_each_result_once_across_sigkills(
@@ -62,13 +62,14 @@ def test_read_committed_sees_each_result_once_across_sigkills(
         proc.wait()
     # the last run goes until all output is committed
     proc = _start(args, None, log)
+
+    def all_committed() -> bool:
+        assert proc.poll() is None, log.read_text()[-3000:]
+        got = consume_all(bootstrap, out, expected=N, timeout=10, committed_only=True)
+        return len(got) >= N
+
     try:
-        deadline = time.monotonic() + 120
-        got = 0
-        while time.monotonic() < deadline and got < N:
-            time.sleep(1.0)
-            assert proc.poll() is None, log.read_text()[-3000:]
-            got = len(consume_all(bootstrap, out, expected=N, timeout=10, committed_only=True))
+        wait_for(all_committed, 120, f"{N} committed results", interval=1.0)
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()

@@ -108,7 +108,12 @@ def test_crash_before_first_interval_checkpoint_replays_from_the_start_of_the_ru
         lines: list[str] = []
         assert proc.stdout is not None
         out = proc.stdout
-        threading.Thread(target=lambda: lines.extend(out), daemon=True).start()
+
+        def read() -> None:
+            with out:  # closed once the process is gone and everything was read
+                lines.extend(out)
+
+        threading.Thread(target=read, daemon=True).start()
         return proc, lines
 
     proc, lines = start()

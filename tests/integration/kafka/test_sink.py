@@ -10,7 +10,7 @@ import pytest
 from rivermark import Stream
 from rivermark.core.refs import RefCounter
 from rivermark.kafka import KafkaDeliveryError, dead_letter
-from rivermark.testing import wait_progress
+from rivermark.testing import wait_for_async, wait_progress
 from rivermark.testing.kafka_broker import KafkaBroker, restart_broker
 
 from .helpers import committed, consume_all, produce, wait_for
@@ -42,8 +42,7 @@ def test_to_kafka_completes_records_only_after_ack(
             if res:
                 await asyncio.gather(*res)
         assert len(done) < 200  # linger.ms: not all acknowledged yet, so not all completed
-        while sink.in_flight:
-            await asyncio.sleep(0.01)
+        await wait_for_async(lambda: not sink.in_flight, interval=0.01)
 
     asyncio.run_coroutine_threadsafe(feed(), sink.loop).result(30)
     assert sorted(done) == list(range(200))
@@ -65,8 +64,7 @@ def test_a_delivery_error_fails_the_node_and_completes_no_record() -> None:
             ref = RefCounter(initial=1, callback=lambda x=x: ref_done.append(x))
             src.emit(x, metadata=[{"ref": ref}])
             ref.release()
-            while sink.in_flight:
-                await asyncio.sleep(0.01)
+            await wait_for_async(lambda: not sink.in_flight, interval=0.01)
 
     asyncio.run_coroutine_threadsafe(feed(), sink.loop).result(30)
     assert isinstance(sink.failure, KafkaDeliveryError)

@@ -26,6 +26,7 @@ from rivermark import KeyedState, Stream
 from rivermark.checkpoint import CheckpointLockedError, Job, Manifest, ObjectStoreError, codec
 from rivermark.checkpoint.objectstore import ObjectStore
 from rivermark.cli import main
+from rivermark.testing import wait_for
 from rivermark.testing.crash import run_uncrashed
 from rivermark.testing.s3_server import S3Server, TcpProxy
 
@@ -63,13 +64,6 @@ def _env(workdir: Path, out: Path, base: Any, work: int = 0) -> dict[str, str]:
     env["RIVERMARK_APP_OUTPUT"] = str(out)
     env["RIVERMARK_APP_WORK"] = str(work)
     return env
-
-
-def _wait(cond: Any, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 def _lease(store: ObjectStore) -> dict[str, Any] | None:
@@ -207,8 +201,10 @@ def test_frozen_holder_loses_its_lease_after_expiry(
     ]  # fmt: skip
     first = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE)
     procs.append(first)
-    _wait(lambda: (_lease(store) or {}).get("holder", {}).get("pid") == first.pid, "the lease")
-    _wait(lambda: len(store.list_epochs()) >= 2, "two checkpoints")
+    wait_for(
+        lambda: (_lease(store) or {}).get("holder", {}).get("pid") == first.pid, what="the lease"
+    )
+    wait_for(lambda: len(store.list_epochs()) >= 2, what="two checkpoints")
     first.send_signal(signal.SIGSTOP)  # alive, but cannot renew (a long pause, a partition)
     frozen_at = store.list_epochs()[-1]
     assert store.read_manifest(frozen_at).positions["numbers"] < n
@@ -216,7 +212,7 @@ def test_frozen_holder_loses_its_lease_after_expiry(
     # while the lease has not expired (renewed every 2 s, ttl 6 s), another job is refused
     with pytest.raises(CheckpointLockedError, match=f"pid={first.pid} .*lease expires in"):
         ObjectStore(url).lock()
-    _wait(lambda: (_lease(store) or {"expires": 0})["expires"] < time.time(), "expiry", 30)
+    wait_for(lambda: (_lease(store) or {"expires": 0})["expires"] < time.time(), 30, "expiry")
 
     # after expiry it is taken over: the second job resumes and finishes the input
     run_uncrashed(cmd, env={**env, "RIVERMARK_APP_WORK": "0"}, timeout=120)
@@ -251,7 +247,7 @@ def test_unreachable_store_stops_the_job_and_keeps_the_last_checkpoint(
     job = subprocess.Popen(_cmd(url), env=env, stderr=subprocess.PIPE)
     procs.append(job)
     try:
-        _wait(lambda: len(store.list_epochs()) >= 3, "three checkpoints")
+        wait_for(lambda: len(store.list_epochs()) >= 3, what="three checkpoints")
     finally:
         proxy.close()  # the store is gone for the job; the server keeps its data
     _, err = job.communicate(timeout=120)
@@ -305,7 +301,7 @@ def test_a_lease_that_cannot_be_renewed_is_lost_after_its_ttl(
         proxy.close()  # renewals fail from now on
         lease = store.lease
         assert lease is not None
-        _wait(lambda: not lease.held, "the lease to count as lost")
+        wait_for(lambda: not lease.held, what="the lease to count as lost")
         with pytest.raises(CheckpointLockedError, match="not renewed for more than its ttl"):
             _write(store, 2)
     finally:

@@ -108,9 +108,9 @@ def test_history_of_a_finished_job(tmp_path: Path, browser: Any) -> None:
         )
     finally:
         proc.send_signal(signal.SIGTERM)
-        code = proc.wait(timeout=60)
-    assert code == 0, proc.stderr.read() if proc.stderr else ""
-    assert proc.stderr is not None and "Traceback" not in proc.stderr.read()
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
 
 
 def test_ui_of_something_that_is_not_a_checkpoint_directory(tmp_path: Path) -> None:

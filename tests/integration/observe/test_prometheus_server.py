@@ -7,7 +7,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import threading
 import time
 import urllib.parse
 import urllib.request
@@ -16,7 +15,7 @@ from typing import Any
 
 from rivermark import Stream
 from rivermark.checkpoint import Job
-from rivermark.testing import wait_value
+from rivermark.testing import run_in_thread, wait_value
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 
@@ -46,8 +45,7 @@ def test_prometheus_scrapes_the_job_and_computes_the_record_rate(tmp_path: Path)
     source = Stream.from_iterable(range(10**9), name="numbers")
     source.map(slow, name="slow").sink(lambda x: None, name="drop")
     job = Job(source, checkpoint=tmp_path / "ck", every="1s", metrics_port=0)
-    runner = threading.Thread(target=job.run)
-    runner.start()
+    runner, raised = run_in_thread(job)
     server = None
     try:
         url = wait_value(lambda: job.metrics_url if job.running else None, what="the endpoint")
@@ -60,16 +58,18 @@ def test_prometheus_scrapes_the_job_and_computes_the_record_rate(tmp_path: Path)
             f"    static_configs:\n      - targets: ['{target}']\n"
         )
         port = free_port()
-        server = subprocess.Popen(
-            [
-                PROMETHEUS,
-                f"--config.file={config}",
-                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
+        # its log goes to a file (a pipe that nobody reads fills up); the child keeps its copy
+        with open(tmp_path / "prometheus.log", "wb") as log:
+            server = subprocess.Popen(
+                [
+                    PROMETHEUS,
+                    f"--config.file={config}",
+                    f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                    f"--web.listen-address=127.0.0.1:{port}",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )
         up = wait_value(lambda: query(port, 'up{job="rivermark"}'), timeout=120, what="a scrape")
         assert up[0]["value"][1] == "1"
         expr = 'rate(rivermark_records_in_total{node="drop"}[10s])'
@@ -99,3 +99,4 @@ def test_prometheus_scrapes_the_job_and_computes_the_record_rate(tmp_path: Path)
             except subprocess.TimeoutExpired:
                 server.kill()
                 server.wait()
+    assert raised == []

@@ -17,7 +17,7 @@ from selenium.webdriver.common.by import By
 from rivermark import Stream
 from rivermark.checkpoint import Job, LocalDirectoryStore
 from rivermark.checkpoint.manifest import Manifest
-from rivermark.testing import wait_for, wait_value
+from rivermark.testing import run_in_thread, wait_for, wait_value
 
 from .test_ui_page import browser
 
@@ -55,8 +55,7 @@ def test_busy_backpressure_errors_state_and_zoom(tmp_path: Path, browser: Any) -
     slowed.map(inverse, name="inverse", on_error="skip").sink_to_list()
     slowed.accumulate(lambda acc, x: acc + x, start=0, name="total").sink(lambda x: None)
     job = Job(source, checkpoint=tmp_path, every="200ms", ui=0)
-    runner = threading.Thread(target=job.run)
-    runner.start()
+    runner, raised = run_in_thread(job)
     try:
         url = wait_value(lambda: job.ui_url if job.running else None, what="the page")
         browser.get(url)
@@ -102,6 +101,7 @@ def test_busy_backpressure_errors_state_and_zoom(tmp_path: Path, browser: Any) -
     finally:
         job.stop()
         runner.join(60)
+    assert raised == []
     # the page outlives the run: it shows the final state and keeps the last figures
     wait_for(
         lambda: browser.find_element(By.ID, "status").get_attribute("data-state") == "finished",
@@ -122,16 +122,7 @@ def test_a_failed_job_says_why_on_the_page(tmp_path: Path, browser: Any) -> None
     source = Stream.from_iterable(range(1_000_000), name="numbers")
     source.map(fail_at, name="parse").sink_to_list()
     job = Job(source, checkpoint=tmp_path, every=None, ui=0)
-    failures: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            job.run()
-        except BaseException as e:
-            failures.append(e)
-
-    runner = threading.Thread(target=run)
-    runner.start()
+    runner, failures = run_in_thread(job)
     try:
         url = wait_value(lambda: job.ui_url if job.running else None, what="the page")
         browser.get(url)
@@ -172,16 +163,7 @@ def test_a_failed_checkpoint_is_in_the_history_with_its_reason(
     source.map(slow, name="work").sink_to_list()
     store = _FullDisk(tmp_path)
     job = Job(source, checkpoint=store, every="100ms", ui=0)
-    failures: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            job.run()
-        except BaseException as e:
-            failures.append(e)
-
-    runner = threading.Thread(target=run)
-    runner.start()
+    runner, failures = run_in_thread(job)
     try:
         url = wait_value(lambda: job.ui_url if job.running else None, what="the page")
         browser.get(url)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ from rivermark import KeyedState, Stream
 from rivermark.checkpoint import Job, LocalDirectoryStore
 from rivermark.checkpoint.recovery import parse_savepoint_spec
 from rivermark.errors import ConfigurationError
-from rivermark.testing import wait_for
+from rivermark.testing import run_in_thread, wait_for
 
 
 def count(acc: KeyedState, key: int) -> KeyedState:
@@ -50,8 +49,7 @@ class Running:
         self.acc = self.root.accumulate(count, start=KeyedState(), name="counts")
         self.acc.map(len).sink_to_textfile(str(out))
         self.job = Job(self.root, every=None, **job)  # type: ignore[arg-type]
-        self.thread = threading.Thread(target=self.job.run)
-        self.thread.start()
+        self.thread, self.raised = run_in_thread(self.job)
         wait_for(lambda: self.job.running or not self.thread.is_alive(), timeout=60)
 
     def feed(self, recs: list[int]) -> None:
@@ -61,7 +59,7 @@ class Running:
     def stop(self, savepoint: bool = False) -> None:
         self.job.stop(savepoint=savepoint)
         self.thread.join(60)
-        assert not self.thread.is_alive() and self.job.ended_by is None
+        assert not self.thread.is_alive() and self.raised == [] and self.job.ended_by is None
 
 
 def refused(out: Path, match: str, **job: object) -> None:

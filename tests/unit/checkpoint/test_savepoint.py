@@ -17,7 +17,7 @@ from rivermark.checkpoint.manifest import sha256_of
 from rivermark.checkpoint.signing import Keyring
 from rivermark.cli import main
 from rivermark.errors import ConfigurationError
-from rivermark.testing import wait_for
+from rivermark.testing import run_in_thread, wait_for
 
 N = 60_000
 
@@ -135,13 +135,12 @@ def test_savepoint_from_another_thread_survives_retention_and_restores_exactly(
     source, _ = build(recs, out, gate)
     job = Job(source, checkpoint=ckpt, every=None, every_batches=3000, keep=1, compact_every=3)
     got: list[int] = []
-    t = threading.Thread(target=job.run)
-    t.start()
+    t, raised = run_in_thread(job)
     assert gate.wait(60)
     wait_for(lambda: job.running, timeout=60)
     got.append(job.savepoint())
     t.join(120)
-    assert not t.is_alive() and job.ended_by is None
+    assert not t.is_alive() and raised == [] and job.ended_by is None
     assert out.read_text() == reference(recs)[1]
     sp = got[0]
     assert job.last_savepoint == sp
@@ -177,8 +176,7 @@ def test_stop_with_savepoint_makes_the_final_checkpoint_one(tmp_path: Path) -> N
     job = Job(root, checkpoint=tmp_path, every=None, keep=1)
     with pytest.raises(ConfigurationError, match=re.escape("Job.savepoint(): the job is not")):
         job.savepoint()
-    t = threading.Thread(target=job.run)
-    t.start()
+    t, raised = run_in_thread(job)
     wait_for(lambda: job.running, timeout=60)
     for x in records(500):
         root.emit(x)
@@ -188,7 +186,7 @@ def test_stop_with_savepoint_makes_the_final_checkpoint_one(tmp_path: Path) -> N
     assert job.checkpoint() == first + 1  # a delta on ``first``
     job.stop(savepoint=True)
     t.join(60)
-    assert not t.is_alive() and job.ended_by is None
+    assert not t.is_alive() and raised == [] and job.ended_by is None
     store = LocalDirectoryStore(tmp_path)
     last = store.list_epochs()[-1]
     assert job.last_savepoint == last == first + 2
@@ -200,12 +198,12 @@ def test_stop_with_savepoint_makes_the_final_checkpoint_one(tmp_path: Path) -> N
     acc2 = root2.accumulate(count, start=KeyedState(), name="counts")
     acc2.sink_to_list()
     job2 = Job(root2, checkpoint=tmp_path, every=None)
-    t = threading.Thread(target=job2.run)
-    t.start()
+    t, raised = run_in_thread(job2)
     wait_for(lambda: job2.running, timeout=60)
     assert dict(acc2.state) == reference(records(500) + records(50))[0]
     job2.stop()
     t.join(60)
+    assert raised == []
     with pytest.raises(ConfigurationError, match="not running"):
         job2.savepoint()
 
@@ -214,12 +212,11 @@ def test_a_savepoint_call_the_job_ends_before_serving_is_refused(tmp_path: Path)
     root = Stream(name="manual")
     root.accumulate(count, start=KeyedState(), name="counts").sink_to_list()
     job = Job(root, checkpoint=tmp_path, every=None)
-    t = threading.Thread(target=job.run)
-    t.start()
+    t, raised = run_in_thread(job)
     wait_for(lambda: job.running, timeout=60)
     job.stop()
     t.join(60)
-    assert job.last_savepoint is None
+    assert raised == [] and job.last_savepoint is None
     # a request that reaches the loop after the end gets the reason, not an old epoch
     loop = job._loop
     assert loop is not None

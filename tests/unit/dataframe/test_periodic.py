@@ -84,6 +84,21 @@ def test_random_datablock_spans_the_interval() -> None:
 def test_bad_interval() -> None:
     with pytest.raises(ConfigurationError, match=re.escape("got 'often'")):
         PeriodicDataFrame(counter_block(), interval="often")
+    # one interval parser for every timed node: the same words as delay() or Job(every=)
+    with pytest.raises(
+        ConfigurationError,
+        match=re.escape(
+            "PeriodicDataFrame: interval must be a positive number of seconds or a duration "
+            "string, got '0ms'; pass e.g. interval=0.5 or interval='500ms'"
+        ),
+    ):
+        PeriodicDataFrame(counter_block(), interval="0ms")
+
+
+def test_interval_as_a_timedelta_or_seconds() -> None:
+    for interval in (pd.Timedelta("2ms"), 0.002, "2ms"):
+        sdf = PeriodicDataFrame(counter_block(), interval=interval, start=False)
+        assert sdf.source.poll_interval == pytest.approx(0.002)
 
 
 def test_an_unreferenced_periodic_dataframe_is_collected_and_its_stream_goes_on() -> None:

@@ -112,6 +112,7 @@ def test_restore_refuses_a_file_shorter_than_the_handle(tmp_path: Path) -> None:
     sink = Stream().sink_to_textfile(path, mode="w")
     with pytest.raises(ConfigurationError, match=re.escape("fewer than the 100 the checkpoint")):
         sink.restore({"path": str(path), "length": 100})
+    sink.close()
 
 
 def test_emit_after_close_is_a_clear_error(tmp_path: Path) -> None:
@@ -158,6 +159,7 @@ def test_mode_w_truncates_on_first_write_without_a_job(tmp_path):
     s.emit("new")
     sink.file.flush()
     assert path.read_text() == "new\n"
+    sink.close()
 
 
 def test_mode_w_resumes_from_checkpoint_length(tmp_path):
@@ -170,6 +172,7 @@ def test_mode_w_resumes_from_checkpoint_length(tmp_path):
     s.emit("c")
     sink.file.flush()
     assert path.read_text() == "a\nc\n"
+    sink.close()
 
 
 def test_start_over_empties_the_file_and_keeps_writing(tmp_path: Path) -> None:

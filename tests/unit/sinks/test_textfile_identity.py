@@ -137,8 +137,8 @@ def test_a_second_job_writing_the_same_file_is_refused_naming_the_holder(
         assert out.read_bytes() == before
     finally:
         release.touch()
-        rc = proc.wait(timeout=120)
-    assert rc == 0
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err.decode()
     assert out.read_text() == "".join(f"{i}\n" for i in range(10))
 
 
