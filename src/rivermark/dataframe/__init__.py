@@ -19,6 +19,7 @@ from .core import Series as Series
 from .core import Seriess as Seriess
 from .core import Streaming as Streaming
 from .core import to_dataframe as to_dataframe
+from .eventtime import TimedDataFrame as TimedDataFrame
 from .groupby import GroupBy as GroupBy
 from .periodic import PeriodicDataFrame as PeriodicDataFrame
 from .periodic import Random as Random
@@ -49,4 +50,5 @@ __all__ = [
     "Window",
     "aggregations",
     "to_dataframe",
+    "TimedDataFrame",
 ]

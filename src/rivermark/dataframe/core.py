@@ -434,20 +434,6 @@ class DataFrame(Frame, _DataFrameMixin):
         _check_example("DataFrame", example, pd.DataFrame)
         Frame.__init__(self, stream, example, stream_type)
 
-    def timestamps(
-        self, column: Any, max_delay: Any = 0, idle_timeout: Any = None, **kwargs: Any
-    ) -> Any:
-        """Event times from ``column``: then ``.tumbling_window(...)``, ``.hopping_window(...)``
-        or ``.session_window(...)`` and an aggregation (see :mod:`.eventtime`).
-
-        ``max_delay`` (seconds or ``"5s"``) bounds how far out of order rows
-        may come; ``idle_timeout`` leaves a quiet input partition out of the
-        watermark; ``name=`` and ``on_error=`` as for every node.
-        """
-        from .eventtime import timestamps
-
-        return timestamps(self, column, max_delay, idle_timeout, **kwargs)
-
     def verify(self, x: Any) -> None:
         """Raise :class:`SchemaError` unless ``x`` matches the example (see :mod:`.schema`).
 

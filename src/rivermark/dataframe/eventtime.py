@@ -211,10 +211,19 @@ class FrameTimestamps(Timestamps):
         return f"FrameTimestamps(column={self.column!r}, max_delay={self.max_delay})"
 
 
+@DataFrame.register_api(attribute_name="timestamps")
 def timestamps(
     sdf: DataFrame, column: Any, max_delay: Any = 0, idle_timeout: Any = None, **kwargs: Any
 ) -> TimedDataFrame:
-    """``sdf.timestamps(column, max_delay=..., idle_timeout=...)``: see the module docs."""
+    """Event times from ``column``: then ``.tumbling_window(...)``, ``.hopping_window(...)``
+    or ``.session_window(...)`` and an aggregation (see the module docs).
+
+    ``sdf.timestamps(column, max_delay=..., idle_timeout=...)``: ``max_delay``
+    (seconds or ``"5s"``) bounds how far out of order rows may come;
+    ``idle_timeout`` leaves a quiet input partition out of the watermark;
+    ``name=`` and ``on_error=`` as for every node.  Registered on
+    ``DataFrame`` by this module (``import rivermark.dataframe`` imports it).
+    """
     columns = list(sdf.example.columns)
     if column not in columns:
         raise ConfigurationError(

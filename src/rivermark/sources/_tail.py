@@ -17,13 +17,13 @@ start of the first record not yet consumed), so that :meth:`Tail.digest`
 fingerprints a position with the bytes that were read there, not with what
 the file holds by the time a checkpoint asks for it.
 
->>> import os, tempfile
->>> path = os.path.join(tempfile.mkdtemp(), "f.txt")
->>> _ = open(path, "w").write("old 1\\nold 2\\n")
+>>> import pathlib, tempfile
+>>> path = pathlib.Path(tempfile.mkdtemp()) / "f.txt"
+>>> _ = path.write_text("old 1\\nold 2\\n")
 >>> tail = Tail(path)
 >>> tail.read(100, keep=0), tail.end
 (b'old 1\\nold 2\\n', 12)
->>> _ = open(path, "w").write("a new, longer content\\n")
+>>> _ = path.write_text("a new, longer content\\n")
 >>> tail.read(100, keep=12)
 Traceback (most recent call last):
     ...

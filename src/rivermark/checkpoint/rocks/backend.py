@@ -29,7 +29,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...core.node import Stream
 from ...errors import ConfigurationError
@@ -40,9 +40,6 @@ from ..manifest import Manifest
 from ..store import Store
 from .local import Home, LocalCheckpoint, Restored, safe_name
 from .mapping import DEFAULT_CACHE, RocksKeyedState, RocksSettings
-
-if TYPE_CHECKING:
-    from ..views import StateView
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +81,7 @@ class RocksView:
         )
 
 
-def rocks_view(node_id: str, state: dict[str, Any], epoch: int, last: int) -> StateView:
+def rocks_view(node_id: str, state: dict[str, Any], epoch: int, last: int) -> RocksView:
     """At the barrier of ``epoch``: write each mapping out and take its RocksDB checkpoint."""
     rocks = rocks_attrs(state)
     rest = pickle.dumps({a: v for a, v in state.items() if a not in rocks})
