@@ -50,7 +50,8 @@ def _is_digest(name: str) -> bool:
     return len(name) == 64 and all(c in "0123456789abcdef" for c in name)
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """Make the entries of directory ``path`` durable (renames and new files in it)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -179,16 +180,16 @@ class LocalDirectoryStore(Store):
             rel = f"state/{node_id}.pkl"
             _write_durable(d / rel, blob)
             manifest.state[node_id] = {"file": rel, "size": len(blob), "sha256": sha256_of(blob)}
-        _fsync_dir(d / "state")
-        _fsync_dir(d)
-        _fsync_dir(self.checkpoints)
+        fsync_dir(d / "state")
+        fsync_dir(d)
+        fsync_dir(self.checkpoints)
         fault_point("after-state-files")
         if manifest.savepoint:
             fault_point("savepoint-after-state-files")
         tmp = d / "manifest.json.tmp"
         _write_durable(tmp, manifest.to_json(self.trust.keyring).encode())
         os.replace(tmp, d / "manifest.json")
-        _fsync_dir(d)
+        fsync_dir(d)
 
     def read_manifest(self, epoch: int) -> Manifest:
         path = self.epoch_dir(epoch) / "manifest.json"
@@ -217,8 +218,8 @@ class LocalDirectoryStore(Store):
         dest.mkdir(DIR_MODE)
         for e in epochs:
             os.rename(self.epoch_dir(e), dest / self.epoch_dir(e).name)
-        _fsync_dir(dest)
-        _fsync_dir(self.checkpoints)
+        fsync_dir(dest)
+        fsync_dir(self.checkpoints)
         return str(dest)
 
     def delete(self, epoch: int) -> None:
@@ -253,7 +254,7 @@ class LocalDirectoryStore(Store):
         tmp = path.with_name(f"{digest}.tmp")
         _write_durable(tmp, data)
         os.replace(tmp, path)
-        _fsync_dir(self.shared)
+        fsync_dir(self.shared)
 
     def read_shared(self, digest: str) -> bytes:
         return _read_no_symlink(self._shared_path(digest), self.path)
@@ -291,7 +292,7 @@ class LocalDirectoryStore(Store):
         tmp = self.path / "job.json.tmp"
         _write_durable(tmp, json.dumps(data, indent=2, sort_keys=True).encode())
         os.replace(tmp, self.path / "job.json")
-        _fsync_dir(self.path)
+        fsync_dir(self.path)
 
     # ------------------------------------------------------------------ lock
     def lock(self) -> None:

@@ -40,7 +40,7 @@ from typing import Any
 
 from ..errors import CheckpointCorruptError
 from ..faults import fault_point
-from ..store import Store
+from ..store import Store, fsync_dir
 from .mapping import Frozen, RocksKeyedState, RocksSettings, open_db
 
 logger = logging.getLogger(__name__)
@@ -66,14 +66,6 @@ def safe_name(text: str) -> str:
 def _sha256_file(path: Path) -> str:
     with open(path, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 @dataclass
@@ -306,7 +298,7 @@ class Home:
             total += 0 if info.get("inline") else len(data)
             if name.endswith(".sst"):
                 self.digests[name] = (info["size"], info["sha256"])
-        _fsync_dir(tmp)
+        fsync_dir(tmp)
         os.rename(tmp, d)
         return total
 
