@@ -52,13 +52,18 @@ class JobHandle:
         """Wait for the run to end and raise what it raised, if anything."""
         self._future.result(timeout)
 
-    def stop(self, savepoint: bool = False) -> None:
+    def stop(self, savepoint: bool = False, timeout: float | None = None) -> bool:
         """Stop the job gracefully (final checkpoint) and wait until it has ended.
 
-        With ``savepoint=True`` the final checkpoint is a savepoint (``Job.stop``).
+        With ``savepoint=True`` the final checkpoint is a savepoint (``Job.stop``);
+        ``timeout`` bounds the wait.  Returns whether the run has ended.
         """
-        self.job.stop(savepoint=savepoint)
-        self._future.exception(60)
+        self.job.stop(savepoint=savepoint, timeout=timeout)
+        try:
+            self._future.exception(timeout)
+        except concurrent.futures.TimeoutError:
+            return False
+        return True
 
     def savepoint(self) -> int:
         """Take a savepoint at the job's next barrier; its epoch (``Job.savepoint``)."""

@@ -696,29 +696,32 @@ class Job:
         )
         await self._checkpoint(final=True, savepoint=savepoint)
 
-    def stop(self, savepoint: bool = False) -> None:
+    def stop(self, savepoint: bool = False, timeout: float | None = None) -> bool:
         """Stop gracefully: pause, drain, final checkpoint, stop sources, close sinks.
 
         With ``savepoint=True`` the final checkpoint is a savepoint (kept by
         retention, self-contained; see :meth:`savepoint`); its epoch is then
         :attr:`last_savepoint`.  From another thread this waits until the job
-        has finished.
+        has finished (its final checkpoint written, however long that takes
+        with a large state), or for ``timeout`` seconds: it returns whether
+        the job has ended.  From the job's own loop (a record's processing) it
+        only asks, and returns False.
         """
         if savepoint:
             self._stop_savepoint = True
         self._stop_requested = True
         loop = self._loop
         if loop is None or not self._running:
-            return
+            return not self._running
         if runtime.in_loop_thread(loop):
             # asked by a record's processing: no later record is emitted
             for s in self.sources:
                 s.pause()
             assert self._wake is not None
             self._wake.set()
-            return
+            return False
         loop.call_soon_threadsafe(self._wake_up)
-        self._done.wait(60)
+        return self._done.wait(timeout)
 
     def install_signal_handlers(self, savepoint: bool = False) -> None:
         """Make SIGINT and SIGTERM stop this job (call from the main thread).

@@ -161,3 +161,31 @@ def test_a_stopped_job_keeps_latests_record_or_passed_it_on(tmp_path: Path) -> N
     source, _, second = build(stop=False)
     Job(source, checkpoint=tmp_path, every=None).run()
     assert second == [9, 29]
+
+
+def test_stop_from_another_thread_waits_for_the_end_or_says_it_did_not(tmp_path: Path) -> None:
+    import threading
+
+    from rivermark.testing import run_in_thread, wait_for
+
+    release = threading.Event()
+    seen: list[int] = []
+
+    def slow(x: int) -> None:
+        seen.append(x)
+        release.wait(30)  # the record at hand holds the job until released
+
+    source = Stream.from_iterable(range(5))
+    source.sink(slow)
+    job = Job(source, checkpoint=tmp_path, every=None)
+    thread, raised = run_in_thread(job)
+    wait_for(lambda: seen, timeout=60)
+    # the job cannot end while a record is held: a bounded wait says so
+    assert job.stop(timeout=0.2) is False
+    release.set()
+    # without a timeout, stop returns once the run has ended (final checkpoint written)
+    assert job.stop() is True
+    thread.join(30)
+    assert not thread.is_alive() and raised == []
+    # the final checkpoint holds where the source stopped: every record seen
+    assert LocalDirectoryStore(tmp_path).list_epochs() and seen == list(range(len(seen)))
