@@ -152,7 +152,7 @@ def _kill_during_a_savepoint(
     finally:
         if job.poll() is None:
             job.kill()
-            job.wait()
+        job.communicate()  # reads the job's stderr to its end and closes the pipe
     return subprocess.CompletedProcess(client.args, client.returncode, out, err), before, took
 
 
