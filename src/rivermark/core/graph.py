@@ -43,6 +43,7 @@ N = TypeVar("N", bound=GraphNode)
 __all__ = [
     "nodes_of",
     "ancestors",
+    "descendants",
     "topological",
     "node_ids",
     "legacy_node_ids",
@@ -64,15 +65,24 @@ def nodes_of(node: N) -> list[N]:
 
 def ancestors(node: N) -> Iterator[N]:
     """Every node upstream of ``node`` (not ``node`` itself), each once, nearest first."""
+    return _reach(node, lambda n: n.upstreams)
+
+
+def descendants(node: N) -> Iterator[N]:
+    """Every node downstream of ``node`` (not ``node`` itself), each once, nearest first."""
+    return _reach(node, lambda n: n.downstreams)
+
+
+def _reach(node: N, nexts: Callable[[N], Iterable[N]]) -> Iterator[N]:
     seen: set[int] = set()
-    todo = list(node.upstreams)
+    todo = list(nexts(node))
     while todo:
         n = todo.pop()
         if id(n) in seen:
             continue
         seen.add(id(n))
         yield n
-        todo.extend(n.upstreams)
+        todo.extend(nexts(n))
 
 
 def sources_of(node: N) -> list[N]:

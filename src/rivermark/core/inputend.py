@@ -1,17 +1,33 @@
-"""The end of a job's input, for nodes that hold results until it is complete.
+"""What a node that holds results learns about its input: its partitions and its end.
 
 An event-time node (:class:`rivermark.operators.eventtime.Timestamps`) holds
-windows open until its watermark passes them; at the end of a bounded input
-nothing more will move the watermark, so the job tells the node that the
-input is complete and the node emits what it holds.
+windows open until its watermark passes them.  A source that knows which
+partitions it reads tells the nodes below it, so that each partition holds
+the watermark back until its first record (:class:`ReadsPartitions`); at the
+end of a bounded input nothing more will move the watermark, so the job tells
+the node that the input is complete and the node emits what it holds
+(:class:`EndsWithInput`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Hashable, Iterable
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["EndsWithInput"]
+__all__ = ["EndsWithInput", "ReadsPartitions"]
+
+
+@runtime_checkable
+class ReadsPartitions(Protocol):
+    """A node whose results depend on every partition of its input (a source tells it).
+
+    ``expect_partitions(partitions)`` is called on the job's event loop by a
+    source below which the node is, each time the source is assigned
+    partitions that will deliver records; a partition is named as in the
+    records' metadata (Kafka: ``(topic, partition)``).
+    """
+
+    def expect_partitions(self, partitions: Iterable[Hashable]) -> None: ...
 
 
 @runtime_checkable

@@ -193,7 +193,8 @@ class FrameTimestamps(Timestamps):
         return self._emit(x, metadata)
 
     def _marks(self, partition: Any, times: np.ndarray) -> np.ndarray:
-        """The watermark after each row (rows of one partition, in order); records it."""
+        """What each row is judged against (rows of one partition, in order): the larger
+        of the watermark after it and its partition's own; records the watermark."""
         tracker = self.tracker
         if not len(times):
             return np.empty(0)
@@ -205,7 +206,8 @@ class FrameTimestamps(Timestamps):
         low = run if others == math.inf else np.minimum(run, others)
         marks = np.maximum(low - self.max_delay, tracker.watermark)
         tracker.observe_run(partition, float(run[-1]), float(marks[-1]))
-        return marks
+        # each row is judged against the watermark or its own partition's, the larger
+        return np.maximum(marks, run - self.max_delay)
 
     def state_signature(self) -> str:
         return f"FrameTimestamps(column={self.column!r}, max_delay={self.max_delay})"

@@ -63,6 +63,10 @@ class ReadingSource(Protocol):
 
     def display_name(self) -> str: ...
 
+    def announce_partitions(self, partitions: list[tuple[str, int]]) -> None:
+        """Tell the nodes below the source that it reads ``partitions`` from now on."""
+        ...
+
 
 class PartitionAssignment:
     """Listing, assigning and positioning the partitions of a Kafka source (see module docs)."""
@@ -287,6 +291,11 @@ class PartitionAssignment:
             [(a.topic, a.partition, a.offset) for a in assign],
         )
         self.source.consumer.incremental_assign(assign)
+        # the event-time nodes below wait for every partition that will deliver records
+        # (a bounded read of a partition already at its end delivers none)
+        self.source.announce_partitions(
+            [tp for tp, off in zip(new, offsets) if off < self.end.get(tp, off + 1)]
+        )
 
     def start_offsets(self, parts: list[tuple[str, int]], initial: bool) -> list[int]:
         """The offsets newly assigned partitions start at (concrete offsets when possible).

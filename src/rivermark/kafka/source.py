@@ -59,6 +59,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..core.graph import descendants
+from ..core.inputend import ReadsPartitions
 from ..core.node import Stream
 from ..core.origin import record_origin
 from ..core.refs import Metadata, RefCounter
@@ -211,6 +213,18 @@ class KafkaBatchedSource(Source):
         self.batches_emitted = 0
         self.records_emitted = 0
         super().__init__(start=start, **kwargs)
+
+    def announce_partitions(self, partitions: list[tuple[str, int]]) -> None:
+        """Tell the event-time nodes below that ``partitions`` will deliver records.
+
+        Each then holds the watermark until its first record (see
+        ``docs/event-time.md``), so a backfill closes the windows a live read does.
+        """
+        if not partitions:
+            return
+        for n in descendants(self):
+            if isinstance(n, ReadsPartitions):
+                n.expect_partitions(partitions)
 
     # ---------------------------------------------------------------- positions
     def position(self) -> dict[str, Any]:

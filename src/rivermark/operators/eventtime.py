@@ -26,11 +26,12 @@ WindowResult(start=20.0, end=30.0, key=None, value=1, final=True)
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import logging
 import math
 import operator
-from collections.abc import Awaitable, Callable, Hashable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Iterator, Sequence
 from fractions import Fraction
 from typing import Any, NamedTuple, Protocol
 
@@ -83,6 +84,22 @@ def _merge(a: Results, b: Results) -> Results:
     return [*a, *b]
 
 
+def _in_key_order(ready: list[WindowResult]) -> None:
+    """Order windows that close together by end, start, then key (in place).
+
+    They come in the order they opened, which depends on how the input's
+    partitions were interleaved; ordered by key, a live read and a backfill
+    write the same bytes.  Keys that do not compare (mixed types) keep the
+    opening order.
+    """
+    with contextlib.suppress(TypeError):
+        ready.sort(key=_bounds_and_key)
+
+
+def _bounds_and_key(r: WindowResult) -> tuple[float, float, Any]:
+    return (r.end, r.start, r.key)
+
+
 def _fname(func: Any) -> str:
     return getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
 
@@ -133,8 +150,10 @@ class Timestamps(Stream):
     source is one partition), the largest time seen minus ``max_delay``
     (seconds or a duration string, default 0), and over the partitions the
     minimum; a partition that received nothing for ``idle_timeout`` (wall
-    clock) is left out of the minimum until its next record.  It never goes
-    backwards.  :meth:`end_of_input` (called by a :class:`~rivermark.Job`
+    clock) is left out of the minimum until its next record, and one the
+    source announced (:meth:`expect_partitions`) holds it until its first.
+    It never goes backwards.  A record is judged late against the larger of
+    the watermark and its own partition's.  :meth:`end_of_input` (called by a :class:`~rivermark.Job`
     when every source is exhausted) makes it ``+inf``.
 
     >>> s = Stream()
@@ -171,7 +190,8 @@ class Timestamps(Stream):
         self.tracker = WatermarkTracker(self.max_delay, self.idle_timeout)
         #: the event time of the record being passed on (read by the windows below)
         self.current = math.nan
-        #: the watermark that record is judged against (moved by it already)
+        #: the watermark that record is judged against (moved by it already): the
+        #: larger of the watermark and its own partition's (see :mod:`.watermarks`)
         self.record_watermark = -math.inf
         self._windows: list[WatermarkClient] = []
         #: the watermark at which the next window may close (none open: +inf)
@@ -196,16 +216,19 @@ class Timestamps(Stream):
             self._user_error(x, e, func or "source timestamp")
             return None
         # the watermark moves first (what it closes, and the timers it fires, come
-        # before this record, which it can never make late: it is at most ts - max_delay)
-        watermark = self.tracker.observe(_partition_of(metadata) if metadata else None, ts)
+        # before this record, which it can never make late: it is at most ts - max_delay);
+        # the record is judged against it or its own partition's, the larger
+        tracker = self.tracker
+        judge = tracker.observe(_partition_of(metadata) if metadata else None, ts)
+        watermark = tracker.watermark
         if watermark >= self.due:
             closed = self._advance(watermark)
             if closed:  # windows closed by this record's watermark, still being passed on
                 self.current = ts
-                self.record_watermark = watermark
+                self.record_watermark = judge
                 return _merge(closed, self._emit(x, metadata))
         self.current = ts
-        self.record_watermark = watermark
+        self.record_watermark = judge
         return self._emit(x, metadata)
 
     def _advance(self, watermark: float) -> Results:
@@ -220,6 +243,16 @@ class Timestamps(Stream):
     def end_of_input(self) -> Results:
         """The input is complete: the watermark becomes ``+inf`` and every window is emitted."""
         return self._advance(self.tracker.end())
+
+    def expect_partitions(self, partitions: Iterable[Hashable]) -> None:
+        """The input reads ``partitions`` (``(topic, partition)`` pairs): each holds the
+        watermark until its first record, or until it is idle for ``idle_timeout``.
+
+        A Kafka source tells the nodes below it when it is assigned partitions,
+        so that the windows of a backfill, which may hand over one partition's
+        records before another's first, are those of a live read.
+        """
+        self.tracker.expect(partitions)
 
     def partition_watermarks(self) -> dict[str, float]:
         """The watermark of each input partition seen: ``"topic:partition"`` (``""`` for a
@@ -423,7 +456,7 @@ class EventWindow(Stream):
         """Emit every window whose end plus grace is at or below ``watermark``."""
         heap, open_, grace = self._heap, self._open, self.grace
         result = self.agg.result
-        results: Results = None
+        ready: list[WindowResult] = []
         while heap and heap[0][0] + grace <= watermark:
             end, start, seq, k = heap[0]
             cur = open_.get((k, start))
@@ -435,7 +468,12 @@ class EventWindow(Stream):
             heapq.heappop(heap)
             del open_[(k, start)]
             self._closed(k, start)
-            results = _merge(results, self._emit(WindowResult(start, end, k, result(cur[2])), None))
+            ready.append(WindowResult(start, end, k, result(cur[2])))
+        if len(ready) > 1:
+            _in_key_order(ready)
+        results: Results = None
+        for r in ready:
+            results = _merge(results, self._emit(r, None))
         return results
 
     def _ripe(self, cur: Any, watermark: float) -> bool:

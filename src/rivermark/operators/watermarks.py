@@ -13,11 +13,20 @@ partitions that are not idle, of ``largest time seen in the partition -
 max_delay``; it starts at ``-inf``, never goes backwards, and is ``+inf``
 after :meth:`WatermarkTracker.end`.  A partition that has received nothing
 for ``idle_timeout`` seconds (wall clock) is left out of the minimum until
-its next record.
+its next record.  A partition the input is known to read
+(:meth:`WatermarkTracker.expect`) holds the watermark at ``-inf`` until its
+first record.
+
+A record is judged (late or not) against the larger of that watermark and
+its own partition's (its partition's largest time, itself included, minus
+``max_delay``): whether a record is late then depends on the records of its
+own partition alone, not on how the partitions were interleaved.
 
 >>> w = WatermarkTracker(max_delay=5.0)
 >>> w.observe("p0", 100.0), w.observe("p1", 110.0), w.observe("p0", 120.0)
-(95.0, 95.0, 105.0)
+(95.0, 105.0, 115.0)
+>>> w.watermark
+105.0
 >>> to_epoch(dt.datetime(1970, 1, 1, 0, 1, tzinfo=dt.timezone.utc))
 60.0
 """
@@ -28,7 +37,7 @@ import datetime as dt
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -91,21 +100,47 @@ class WatermarkTracker:
         self.watermark = NEG_INF
 
     def observe(self, partition: Any, seconds: float) -> float:
-        """Note a record of ``partition`` at ``seconds``; return the watermark after it."""
+        """Note a record of ``partition`` at ``seconds``; return what it is judged against.
+
+        That is the larger of the watermark after the record (:attr:`watermark`)
+        and the record's own partition's watermark (see the module docs).
+        """
         largest = self.largest
         before = largest.get(partition)
         if self.idle_timeout is not None:
             self._last_seen[partition] = self.clock()
         elif before is not None and seconds <= before:
-            return self.watermark  # nothing that the minimum depends on changed
+            # nothing that the minimum depends on changed
+            own, mark = before - self.max_delay, self.watermark
+            return own if own > mark else mark
         if before is None or seconds > before:
             largest[partition] = seconds
+        elif before is not None:
+            seconds = before
         if len(largest) == 1 and self.idle_timeout is None:
             candidate = seconds - self.max_delay  # one partition: its own watermark
             if candidate > self.watermark:
                 self.watermark = candidate
             return self.watermark
-        return self._recompute()
+        mark = self._recompute()
+        own = seconds - self.max_delay
+        return own if own > mark else mark
+
+    def expect(self, partitions: Iterable[Hashable]) -> None:
+        """The input reads ``partitions``: each holds the watermark until its first record.
+
+        Without it a partition counts from its first record, so one that
+        starts late (a backfill hands over one partition's records before
+        another's) could find windows closed by the others.  An expected
+        partition is at ``-inf`` until then, or until it is idle for
+        ``idle_timeout``.  Partitions already known keep what they have.
+        """
+        now = self.clock() if self.idle_timeout is not None else None
+        for p in partitions:
+            if p not in self.largest:
+                self.largest[p] = NEG_INF
+                if now is not None:
+                    self._last_seen[p] = now
 
     def _recompute(self) -> float:
         largest = self.largest
@@ -132,8 +167,8 @@ class WatermarkTracker:
         below the watermark before the run; :meth:`observe_run` records it.
 
         >>> w = WatermarkTracker(max_delay=1.0)
-        >>> w.observe("p0", 10.0), w.observe("p1", 20.0)
-        (9.0, 9.0)
+        >>> w.observe("p0", 10.0), w.observe("p1", 20.0), w.watermark
+        (9.0, 19.0, 9.0)
         >>> w.low_of_others("p0"), w.low_of_others("p1"), w.low_of_others("p2")
         (20.0, 10.0, 10.0)
         """

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
@@ -132,9 +133,18 @@ def test_page_shows_watermarks_open_windows_and_late_records(tmp_path: Path, bro
     try:
         browser.get(wait_value(lambda: job.ui_url if job._running else None, what="the page"))
 
+        def texts(css: str) -> list[str]:
+            # the page redraws its tables every second: an element found may be gone
+            # before its text is read, then it is looked up again
+            for _ in range(50):
+                try:
+                    return [str(e.text) for e in browser.find_elements(By.CSS_SELECTOR, css)]
+                except StaleElementReferenceException:
+                    continue
+            raise AssertionError(f"{css}: the page kept replacing it")
+
         def text(css: str) -> str:
-            found = browser.find_elements(By.CSS_SELECTOR, css)
-            return str(found[0].text) if found else ""
+            return next(iter(texts(css)), "")
 
         # per key (i % 3) the window of the newest records is open; a record 50 s
         # behind the others every 100 arrives after its window closed
@@ -144,11 +154,11 @@ def test_page_shows_watermarks_open_windows_and_late_records(tmp_path: Path, bro
         )
         when = r"1970-01-01 00:\d\d:\d\d UTC"  # the times are seconds after the epoch
         assert re.search(f"watermark {when}", text('[data-node="times"] .rate'))
-        cells = browser.find_elements(By.CSS_SELECTOR, '#sources tr[data-source="numbers"] td')
-        assert re.fullmatch(when, cells[5].text), cells[5].text
-        assert cells[6].text.endswith(" s") and float(cells[6].text[:-2].replace(",", "")) > 1e9
+        cells = texts('#sources tr[data-source="numbers"] td')
+        assert re.fullmatch(when, cells[5]), cells[5]
+        assert cells[6].endswith(" s") and float(cells[6][:-2].replace(",", "")) > 1e9
         # the figures move with the watermark
-        first = cells[5].text
+        first = cells[5]
         wait_for(
             lambda: text('#sources tr[data-source="numbers"] td:nth-child(6)') != first,
             what="the watermark to move",

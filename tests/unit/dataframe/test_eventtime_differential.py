@@ -12,7 +12,8 @@ over the concatenated input:
   (``groupby().cummax()``, forward-filled across the other partitions'
   rows), the row-wise minimum over the partitions that count (its own, and
   those seen within ``idle_timeout`` before its batch), minus the delay,
-  then the running maximum over the rows;
+  then the running maximum over the rows; a row is judged against the
+  larger of that and its own partition's running maximum minus the delay;
 * fixed windows: the rows exploded into their windows (``floor``), a pair
   late when ``end + grace <= watermark``; sessions: a row late when
   ``time + grace < watermark``, the others split per key where consecutive
@@ -174,7 +175,10 @@ def watermarks(rows: pd.DataFrame, case: Case) -> np.ndarray:
         fresh = (seen_before.to_numpy() > (rows["clock"].to_numpy() - IDLE)[:, None]) | own
         counts &= fresh
     low = np.where(counts, largest.to_numpy(), np.inf).min(axis=1)
-    return np.maximum.accumulate(np.concatenate([[-np.inf], low - case.delay]))[1:]
+    watermark = np.maximum.accumulate(np.concatenate([[-np.inf], low - case.delay]))[1:]
+    # judged against the larger of the watermark and the row's own partition's
+    mine = largest.to_numpy()[own]
+    return np.maximum(watermark, mine - case.delay)
 
 
 def pandas_windows(case: Case, batches: list[tuple[int, pd.DataFrame]]) -> tuple[Any, Any]:

@@ -1,9 +1,11 @@
 """Event-time windows against a brute-force reference, and the watermark rules.
 
-The reference below recomputes the watermark before each record from the
-whole prefix of the input (minimum over the partitions seen of their
-largest time, minus the delay, never decreasing), decides lateness window by
-window, and groups the records that count by flooring their time: a batch
+The reference below recomputes, for each record, what it is judged against
+from the whole prefix of the input: the larger of the watermark before it
+(minimum over the partitions seen of their largest time, minus the delay,
+never decreasing) and its own partition's (the largest time of its partition
+up to and including it, minus the delay).  It decides lateness window by
+window and groups the records that count by flooring their time: a batch
 computation that shares no code with the operators.
 """
 
@@ -35,12 +37,13 @@ def _meta(p: int) -> list[dict[str, Any]]:
 
 
 def watermarks_before(records: list[Rec], delay: float) -> list[float]:
+    """What each record is judged against (see the module docs)."""
     out, wm = [], -math.inf
     for i in range(len(records)):
-        out.append(wm)
         largest: dict[int, int] = {}
         for p, t, _, _ in records[: i + 1]:
             largest[p] = max(largest.get(p, t), t)
+        out.append(max(wm, largest[records[i][0]] - delay))
         wm = max(wm, min(largest.values()) - delay)
     return out
 
@@ -186,6 +189,77 @@ def test_shuffle_within_max_delay_gives_the_same_windows(data: Any, delay: int) 
         b, late_b = run(shuffled, make, delay)
         assert sorted(a) == sorted(b)
         assert late_a == late_b == []
+
+
+def _interleaved(records: list[Rec], picks: list[int]) -> list[Rec]:
+    """The records, each partition's in its order, the partitions merged as ``picks`` says."""
+    queues = {p: [r for r in records if r[0] == p] for p in range(3)}
+    out: list[Rec] = []
+    for pick in picks:
+        live = [p for p in range(3) if queues[p]]
+        if not live:
+            break
+        out.append(queues[live[pick % len(live)]].pop(0))
+    return out + [r for p in range(3) for r in queues[p]]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    records=records_st,
+    picks=st.lists(st.integers(0, 5), max_size=60),
+    kind=st.sampled_from(["tumbling", "hopping", "session"]),
+    delay=st.sampled_from([0, 4, 25]),
+    grace=st.sampled_from([0, 6]),
+)
+def test_every_interleaving_of_the_partitions_gives_the_same_windows(
+    records: list[Rec], picks: list[int], kind: str, delay: float, grace: float
+) -> None:
+    # a live read (the partitions interleaved as the records came) and a backfill (one
+    # partition after another) write the same windows, in the same order, and the same
+    # late records, when every partition is expected from the start (the records of a
+    # window reach an aggregation in the order they came, which collect shows)
+    def windows(order: list[Rec]) -> tuple[list[WindowResult], list[Rec]]:
+        s = Stream()
+        t = s.timestamps(lambda r: r[1], max_delay=delay)
+        t.expect_partitions([("t", p) for p in range(3)])
+        kw: dict[str, Any] = {"key": lambda r: r[2], "value": lambda r: r[3], "grace": grace}
+        if kind == "tumbling":
+            w = t.tumbling_window(10, agg="collect", **kw)
+        elif kind == "hopping":
+            w = t.hopping_window(10, 4, agg="sum", **kw)
+        else:
+            w = t.session_window(5, agg="collect", **kw)
+        out, late = w.sink_to_list(), w.late.sink_to_list()
+        for rec in order:
+            s.emit(rec, metadata=_meta(rec[0]))
+        t.end_of_input()
+        # collect lists a window's records in the order they came: compare them as sets
+        return [r._replace(value=sorted(r.value)) if kind != "hopping" else r for r in out], sorted(
+            late
+        )
+
+    live = windows(records)
+    assert windows(sorted(records, key=lambda r: r[0])) == live  # partition by partition
+    assert windows(sorted(records, key=lambda r: -r[0])) == live
+    assert windows(_interleaved(records, picks)) == live
+
+
+def test_an_expected_partition_holds_the_watermark_until_its_first_record() -> None:
+    s = Stream()
+    t = s.timestamps(lambda r: r, max_delay=1)
+    t.expect_partitions([("t", 0), ("t", 1)])
+    L = t.tumbling_window(10, agg="count").sink_to_list()
+    for ts in (3, 15, 27):
+        s.emit(ts, metadata=_meta(0))
+    assert t.watermark == -math.inf and L == []  # partition 1 has said nothing yet
+    assert t.partition_watermarks() == {"t:0": 26.0, "t:1": -math.inf}
+    s.emit(8, metadata=_meta(1))  # not late: partition 1's own watermark is 7
+    assert t.watermark == 7.0 and L == []
+    s.emit(40, metadata=_meta(1))
+    assert [(r.start, r.value) for r in L] == [(0.0, 2), (10.0, 1)]
+    # a late record is judged by its own partition: behind partition 0's watermark (26)
+    s.emit(12, metadata=_meta(0))
+    assert t.watermark == 26.0 and len(L) == 2  # window [20, 30) still open
 
 
 def test_builtin_aggregations_and_reduce_fold() -> None:
