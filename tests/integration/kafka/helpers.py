@@ -38,6 +38,19 @@ def produce(
     return n
 
 
+def produce_at(bootstrap: str, topic: str, records: list[tuple[int, bytes, int]]) -> None:
+    """Write ``(partition, value, timestamp in ms)`` records, each with its explicit timestamp."""
+    p = ck.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for partition, value, ms in records:
+        while True:
+            try:
+                p.produce(topic, value=value, partition=partition, timestamp=ms)
+                break
+            except BufferError:
+                p.poll(0.05)
+    assert p.flush(30) == 0
+
+
 def consume_all(
     bootstrap: str,
     topic: str,

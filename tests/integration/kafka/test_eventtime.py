@@ -9,7 +9,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import confluent_kafka as ck
 import pytest
 
 from rivermark import Stream
@@ -17,19 +16,11 @@ from rivermark.checkpoint import Job
 from rivermark.operators.eventtime import WindowResult
 from rivermark.testing import wait_for
 
-from .helpers import run_in_thread
+from .helpers import produce_at, run_in_thread
 
 pytestmark = pytest.mark.kafka
 
 SIZE_MS = 10_000
-
-
-def produce_at(bootstrap: str, topic: str, records: list[tuple[int, bytes, int]]) -> None:
-    """Write ``(partition, value, timestamp in ms)`` records, each with its explicit timestamp."""
-    p = ck.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    for partition, value, ms in records:
-        p.produce(topic, value=value, partition=partition, timestamp=ms)
-    assert p.flush(30) == 0
 
 
 def run_windows(

@@ -1,0 +1,95 @@
+"""SIGKILL an event-time job reading three Kafka partitions with the exactly-once sink.
+
+The job (``eventtime_eos_app.py``) windows records by their Kafka timestamps,
+some of them late, and writes the windows and the late records to a topic in
+transactions.  It is killed at every checkpoint fault point and at random
+moments; each restart reads the partitions interleaved in another way.  A
+``read_committed`` consumer must then read the windows of an uninterrupted
+backfill of the same topic, in the same order, and the same late records.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from rivermark import Stream
+from rivermark.checkpoint import Job
+from rivermark.testing.faults import FAULT_POINTS
+
+from .eventtime_eos_app import windows
+from .helpers import consume_all, produce_at
+
+pytestmark = pytest.mark.kafka
+
+APP = Path(__file__).with_name("eventtime_eos_app.py")
+PER_PARTITION = 1500
+
+
+def _start(args: list[str], fault: str | None, log: Path) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if k != "RIVERMARK_FAULT"}
+    if fault:
+        env["RIVERMARK_FAULT"] = fault
+    with open(log, "ab") as f:
+        f.write(f"--- run fault={fault}\n".encode())
+        return subprocess.Popen(
+            [sys.executable, str(APP), *args], env=env, stdout=subprocess.DEVNULL, stderr=f
+        )
+
+
+def _split(lines: list[str]) -> tuple[list[str], list[str]]:
+    """The window lines in their order, and the late records sorted."""
+    return (
+        [x for x in lines if not x.startswith("late ")],
+        sorted(x for x in lines if x.startswith("late ")),
+    )
+
+
+def test_windows_over_three_partitions_are_exact_across_sigkills(
+    bootstrap: str, new_topic: Callable[..., str], group: str, tmp_path: Path
+) -> None:
+    inp, out = new_topic(partitions=3, prefix="in"), new_topic(partitions=1, prefix="out")
+    base = (int(time.time()) - 7200) // 60 * 60 * 1000
+    rnd = random.Random(24)
+    records = []
+    for i in range(3 * PER_PARTITION):
+        behind = rnd.choice([0, 0, 0, 400, 1_500, 7_000])  # within and beyond 2 s
+        value = f"{'abcd'[rnd.randrange(4)]}-{i}".encode()
+        records.append((i % 3, value, base + i * 150 - behind))
+    produce_at(bootstrap, inp, records)
+    # what an uninterrupted backfill writes
+    src = Stream.from_kafka(
+        inp,
+        {"bootstrap.servers": bootstrap, "group.id": f"{group}-ref"},
+        timestamps=True,
+        stop_at_end=True,
+    )
+    reference = windows(src).sink_to_list()
+    Job(src, checkpoint=str(tmp_path / "ref"), every=None).run()
+    expected = _split(reference)
+    assert expected[1] and len(expected[0]) > 100  # late records, and many windows
+
+    args = [bootstrap, inp, out, group, str(tmp_path / "ckpt")]
+    log = tmp_path / "runs.log"
+    for point in FAULT_POINTS:
+        proc = _start(args, f"{point}:3", log)
+        assert proc.wait(timeout=120) == -signal.SIGKILL, log.read_text()[-3000:]
+    for _ in range(4):
+        proc = _start(args, None, log)
+        time.sleep(rnd.uniform(1.0, 2.5))
+        assert proc.poll() is None, log.read_text()[-3000:]
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    # the last run reads to the end of the topic, closes every window and ends
+    proc = _start(args, None, log)
+    assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
+    got = consume_all(bootstrap, out, expected=len(reference), timeout=60, committed_only=True)
+    assert _split([m.value().decode() for m in got]) == expected
