@@ -152,6 +152,10 @@ class Timestamps(Stream):
     minimum; a partition that received nothing for ``idle_timeout`` (wall
     clock) is left out of the minimum until its next record, and one the
     source announced (:meth:`expect_partitions`) holds it until its first.
+    ``partition=func`` names each record's partition instead (records of
+    several files joined by ``union``, say), and ``partitions=`` the
+    partitions it will name, each holding the watermark until its first
+    record.
     It never goes backwards.  A record is judged late against the larger of
     the watermark and its own partition's.  :meth:`end_of_input` (called by a :class:`~rivermark.Job`
     when every source is exhausted) makes it ``+inf``.
@@ -176,11 +180,22 @@ class Timestamps(Stream):
         func: Callable[[Any], Any] | None = None,
         max_delay: Any = 0,
         idle_timeout: Any = None,
+        partition: Callable[[Any], Hashable] | None = None,
+        partitions: Iterable[Hashable] | None = None,
         **kwargs: Any,
     ) -> None:
         if func is not None:
             check_callable("timestamps", "func", func)
+        if partition is not None:
+            check_callable("timestamps", "partition", partition)
+        elif partitions is not None:
+            raise ConfigurationError(
+                "timestamps: partitions= names the partitions that partition=func gives; "
+                "pass partition=func too (Kafka sources announce their partitions themselves)"
+            )
         self.func = func
+        #: the partition of a record, when the user names it (else its Kafka partition)
+        self.partition = partition
         self.max_delay = _delay(max_delay, "timestamps", "max_delay")
         self.idle_timeout = (
             None
@@ -196,6 +211,8 @@ class Timestamps(Stream):
         self._windows: list[WatermarkClient] = []
         #: the watermark at which the next window may close (none open: +inf)
         self.due = math.inf
+        if partitions is not None:
+            self.tracker.expect(list(partitions))
         Stream.__init__(self, upstream, **kwargs)
 
     @property
@@ -208,6 +225,7 @@ class Timestamps(Stream):
         self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
     ) -> Results:
         func = self.func
+        partition = self.partition
         try:
             ts = _source_time(metadata) if func is None else func(x)
             if type(ts) is not float or not NEG_INF < ts < POS_INF:
@@ -215,11 +233,20 @@ class Timestamps(Stream):
         except Exception as e:
             self._user_error(x, e, func or "source timestamp")
             return None
+        if partition is None:
+            part = _partition_of(metadata) if metadata else None
+        else:
+            try:
+                part = partition(x)
+                hash(part)  # a partition that cannot be one is this record's error
+            except Exception as e:
+                self._user_error(x, e, partition)
+                return None
         # the watermark moves first (what it closes, and the timers it fires, come
         # before this record, which it can never make late: it is at most ts - max_delay);
         # the record is judged against it or its own partition's, the larger
         tracker = self.tracker
-        judge = tracker.observe(_partition_of(metadata) if metadata else None, ts)
+        judge = tracker.observe(part, ts)
         watermark = tracker.watermark
         if watermark >= self.due:
             closed = self._advance(watermark)
@@ -271,7 +298,8 @@ class Timestamps(Stream):
 
     def state_signature(self) -> str:
         func = "source timestamp" if self.func is None else _fname(self.func)
-        return f"Timestamps(func={func}, max_delay={self.max_delay})"
+        part = "" if self.partition is None else f", partition={_fname(self.partition)}"
+        return f"Timestamps(func={func}, max_delay={self.max_delay}{part})"
 
 
 class WatermarkClient(Protocol):
