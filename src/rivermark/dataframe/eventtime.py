@@ -59,7 +59,7 @@ from ..core.node import Stream
 from ..core.refs import Metadata
 from ..core.timeutil import parse_interval
 from ..errors import ConfigurationError
-from ..operators.eventtime import Results, Timestamps, _delay, _partition_of
+from ..operators.eventtime import Results, Timestamps, _delay, _partition_of, emits_updates
 from ..operators.watermarks import to_epoch
 from .core import DataFrame
 from .eventwindows import BUILT_IN, FrameWindow, WindowSpec
@@ -259,15 +259,29 @@ class TimedDataFrame(DataFrame):
         """The input is complete: every window is emitted (a job calls this itself)."""
         return self.stream.end_of_input()  # type: ignore[attr-defined, no-any-return]
 
-    def tumbling_window(self, size: Any, grace: Any = 0, offset: float = 0.0) -> EventWindows:
-        """Windows ``[start, start + size)`` side by side; each row is in one."""
+    def tumbling_window(
+        self, size: Any, grace: Any = 0, offset: float = 0.0, emit: str = "final"
+    ) -> EventWindows:
+        """Windows ``[start, start + size)`` side by side; each row is in one.
+
+        ``emit="updates"`` also passes on, after each batch, the windows it
+        changed as they are then (column ``final`` False; True when closed).
+        """
         kind = "tumbling_window"
         seconds = parse_interval(size, kind, "size")
-        spec = WindowSpec(kind, seconds, seconds, _offset(kind, offset), 0.0, _grace(kind, grace))
+        spec = WindowSpec(
+            kind,
+            seconds,
+            seconds,
+            _offset(kind, offset),
+            0.0,
+            _grace(kind, grace),
+            emits_updates(kind, emit),
+        )
         return EventWindows(self, spec)
 
     def hopping_window(
-        self, size: Any, step: Any, grace: Any = 0, offset: float = 0.0
+        self, size: Any, step: Any, grace: Any = 0, offset: float = 0.0, emit: str = "final"
     ) -> EventWindows:
         """Windows of ``size`` seconds starting every ``step`` (``step <= size``)."""
         kind = "hopping_window"
@@ -278,14 +292,26 @@ class TimedDataFrame(DataFrame):
                 f"hopping_window: step ({every}) is larger than size ({width}): rows between "
                 "windows would belong to none; pass step <= size"
             )
-        return EventWindows(
-            self, WindowSpec(kind, width, every, _offset(kind, offset), 0.0, _grace(kind, grace))
+        spec = WindowSpec(
+            kind,
+            width,
+            every,
+            _offset(kind, offset),
+            0.0,
+            _grace(kind, grace),
+            emits_updates(kind, emit),
         )
+        return EventWindows(self, spec)
 
-    def session_window(self, gap: Any, grace: Any = 0) -> EventWindows:
+    def session_window(self, gap: Any, grace: Any = 0, emit: str = "final") -> EventWindows:
         """Sessions: the rows of a key less than ``gap`` seconds apart share a window."""
         kind = "session_window"
-        spec = WindowSpec(kind, gap=parse_interval(gap, kind, "gap"), grace=_grace(kind, grace))
+        spec = WindowSpec(
+            kind,
+            gap=parse_interval(gap, kind, "gap"),
+            grace=_grace(kind, grace),
+            updates=emits_updates(kind, emit),
+        )
         return EventWindows(self, spec)
 
 
@@ -329,6 +355,10 @@ class EventWindows:
 
     def _labels(self) -> list[Any]:
         return list(self.timed.example.columns)
+
+    def _reserved(self) -> tuple[str, ...]:
+        """The result's own columns, which no key or value column may be named."""
+        return ("start", "end", "final") if self.spec.updates else ("start", "end")
 
     def groupby(self, by: Any) -> EventWindows:
         """One window per key: a column label, or a list of them."""
@@ -421,7 +451,7 @@ class EventWindows:
         for c in cols:
             if c in self.by:
                 raise ConfigurationError(f"{op}: column {c!r} is a key; select value columns")
-            if c in ("start", "end"):
+            if c in self._reserved():
                 raise ConfigurationError(
                     f"{op}: column {c!r} would clash with the window's {c}; rename it first"
                 )
@@ -438,7 +468,7 @@ class EventWindows:
     def _aggregate(self, how: Any, name: str | None) -> WindowedDataFrame:
         ex = self.timed.example
         for b in self.by:
-            if b in ("start", "end"):
+            if b in self._reserved():
                 raise ConfigurationError(
                     f"{self._describe(how)}: key column {b!r} would clash with the window's {b}; "
                     "rename it first"
@@ -448,7 +478,7 @@ class EventWindows:
         time_dtype = ex[self.timed.time_column].dtype
         if not isinstance(time_dtype, pd.DatetimeTZDtype):
             time_dtype = None
-        result_example = _result_example(ex, self.by, cols, how, time_dtype)
+        result_example = _result_example(ex, self.by, cols, how, time_dtype, self.spec.updates)
         kwargs = {} if name is None else {"name": name}
         node = FrameWindow(
             self.timed.stream,
@@ -467,7 +497,7 @@ class EventWindows:
 
 
 def _result_example(
-    ex: pd.DataFrame, by: Sequence[Any], cols: list[Any], how: Any, time_dtype: Any
+    ex: pd.DataFrame, by: Sequence[Any], cols: list[Any], how: Any, time_dtype: Any, updates: bool
 ) -> pd.DataFrame:
     bound = np.dtype(float) if time_dtype is None else time_dtype
     data: dict[Any, pd.Series] = {
@@ -480,6 +510,8 @@ def _result_example(
         data["size"] = pd.Series([], dtype="int64")
     for c in cols:
         data[c] = pd.Series([], dtype=_value_dtype(ex[c].dtype, how))
+    if updates:
+        data["final"] = pd.Series([], dtype=bool)
     return pd.DataFrame(data)
 
 

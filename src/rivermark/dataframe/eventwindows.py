@@ -70,6 +70,8 @@ class WindowSpec:
     offset: float = 0.0
     gap: float = 0.0
     grace: float = 0.0
+    #: ``emit="updates"``: after each batch, the windows it changed (``final`` False)
+    updates: bool = False
 
     @property
     def sessions(self) -> bool:
@@ -262,6 +264,8 @@ class FrameWindow(ConformingNode):
         self._late: LateRecords | None = None
         #: rows that arrived after (one of) their window(s) had closed
         self.late_count = 0
+        #: ``emit="updates"``: the windows the batch being placed changed
+        self._touched: list[tuple[Any, float]] = []
         Stream.__init__(self, clock, **kwargs)
         clock._windows.append(self)  # noqa: SLF001 - the clock notifies its windows
 
@@ -292,12 +296,26 @@ class FrameWindow(ConformingNode):
             used = self._conform(x[self._used]) if len(x) else x
             late = self._add(used, times, marks) if len(x) else None
         except Exception as e:
+            self._touched = []
             self._failed(x, e)
             return None
-        results = self.close_until(clock.watermark)
+        results = self._updated() if self._touched else None
+        results = _merge(results, self.close_until(clock.watermark))
         if late is not None and late.any():
             results = _merge(results, self._pass_late(x[late], metadata, int(late.sum())))
         return results
+
+    def _updated(self) -> Results:
+        """``emit="updates"``: pass on the windows the batch changed, as they are now."""
+        touched, self._touched = self._touched, []
+        open_ = self._open
+        now = []
+        for k, start in dict.fromkeys(touched):
+            cur = open_.get((k, start))
+            if cur is not None:  # not merged into another session meanwhile
+                now.append((cur[0], start, cur[1], k, cur[2]))
+        frame = self._results(now, final=False)
+        return None if frame is None else self._emit(frame, None)
 
     def _pass_late(self, rows: pd.DataFrame, metadata: Metadata | None, n: int) -> Results:
         self.late_count += n
@@ -383,6 +401,8 @@ class FrameWindow(ConformingNode):
                 self._open_window(k, start, start + spec.size, part)
             else:
                 open_[(k, start)] = (cur[0], cur[1], combine(cur[2], part))
+            if spec.updates:
+                self._touched.append((k, start))
 
     def _add_sessions(
         self, x: pd.DataFrame, times: np.ndarray, marks: np.ndarray, seqs: np.ndarray
@@ -449,6 +469,8 @@ class FrameWindow(ConformingNode):
         self._sessions.setdefault(k, []).append(start)
         self._sessions[k].sort()
         self._open_window(k, start, last + self.spec.gap, acc, last)
+        if self.spec.updates:
+            self._touched.append((k, start))
 
     def _open_window(self, k: Any, start: float, end: float, acc: Any, *extra: Any) -> None:
         seq = self._seq
@@ -486,7 +508,9 @@ class FrameWindow(ConformingNode):
         frame = self._results(closed)
         return None if frame is None else self._emit(frame, None)
 
-    def _results(self, closed: list[tuple[float, float, int, Any, Any]]) -> pd.DataFrame | None:
+    def _results(
+        self, closed: list[tuple[float, float, int, Any, Any]], final: bool = True
+    ) -> pd.DataFrame | None:
         try:
             closed.sort(key=lambda c: (c[0], c[1], c[3]))
         except TypeError:  # keys that cannot be compared: in the order the windows opened
@@ -505,10 +529,13 @@ class FrameWindow(ConformingNode):
             kept.append(c)
         if not kept:
             return None
-        return self._frame_of(kept, values)
+        return self._frame_of(kept, values, final)
 
     def _frame_of(
-        self, kept: list[tuple[float, float, int, Any, Any]], values: list[tuple[Any, ...]]
+        self,
+        kept: list[tuple[float, float, int, Any, Any]],
+        values: list[tuple[Any, ...]],
+        final: bool,
     ) -> pd.DataFrame:
         ex = self.result_example
         data: dict[Any, Any] = {}
@@ -526,6 +553,8 @@ class FrameWindow(ConformingNode):
             column = [v[i] for v in values]
             # a function's results take the dtype pandas infers for them
             data[name] = column if callable(self.how) else _typed(column, ex[name].dtype)
+        if self.spec.updates:
+            data["final"] = np.full(len(kept), final)
         return pd.DataFrame(data, columns=list(ex.columns))
 
     # ------------------------------------------------------------------ state

@@ -314,6 +314,16 @@ class WatermarkClient(Protocol):
         ...
 
 
+def emits_updates(kind: str, emit: Any) -> bool:
+    """Whether ``emit`` (a window's ``emit=``) asks for updates; refused unless a mode."""
+    if emit not in ("final", "updates"):
+        raise ConfigurationError(
+            f"{kind}: emit must be 'final' (one result per window when it closes) or "
+            f"'updates' (also a result after every record), got {emit!r}"
+        )
+    return bool(emit == "updates")
+
+
 def attach(node: Stream, kind: str, upstream: Stream) -> Timestamps:
     """``upstream`` as the event-time clock of ``node`` (refused unless it is a :class:`Timestamps`)."""
     if isinstance(upstream, Timestamps) and upstream.carries_frames:
@@ -374,11 +384,7 @@ class EventWindow(Stream):
     ) -> None:
         kind = self.kind
         self.clock = attach(self, kind, upstream)
-        if emit not in ("final", "updates"):
-            raise ConfigurationError(
-                f"{kind}: emit must be 'final' (one result per window when it closes) or "
-                f"'updates' (also a result after every record), got {emit!r}"
-            )
+        emits_updates(kind, emit)
         if value is not None:
             check_callable(kind, "value", value)
         self.key = key

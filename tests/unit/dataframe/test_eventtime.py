@@ -216,6 +216,12 @@ def test_usage_errors_name_the_operation_and_the_remedy() -> None:
         clash.timestamps("ts").session_window(3).max()
     with pytest.raises(ConfigurationError, match=re.escape("window the streaming DataFrame")):
         timed.stream.tumbling_window(10)
+    with pytest.raises(ConfigurationError, match="tumbling_window: emit must be 'final'"):
+        timed.tumbling_window(10, emit="always")
+    final = DataFrame(Stream(), example=pd.DataFrame({"ts": [0.0], "final": [1]}).iloc[:0])
+    final.timestamps("ts").tumbling_window(3).max()  # its own column, without updates
+    with pytest.raises(ConfigurationError, match=re.escape("would clash with the window's final")):
+        final.timestamps("ts").tumbling_window(3, emit="updates").max()
 
 
 def _graph() -> tuple[Stream, Any, Any, list[Any], list[Any]]:

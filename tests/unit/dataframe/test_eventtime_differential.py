@@ -133,18 +133,20 @@ def inputs(draw: Any) -> list[tuple[int, pd.DataFrame]]:
     return out
 
 
-def stream_windows(case: Case, batches: list[tuple[int, pd.DataFrame]]) -> tuple[Any, Any]:
+def stream_windows(
+    case: Case, batches: list[tuple[int, pd.DataFrame]], emit: str = "final"
+) -> tuple[Any, Any]:
     src = Stream()
     sdf = DataFrame(src, example=EXAMPLE)
     timed = sdf.timestamps("ts", max_delay=case.delay, idle_timeout=IDLE if case.idle else None)
     now = [0.0]
     timed.stream.tracker.clock = lambda: now[0]  # type: ignore[attr-defined]
     if case.kind == "tumbling":
-        windows = timed.tumbling_window(case.size, grace=case.grace)
+        windows = timed.tumbling_window(case.size, grace=case.grace, emit=emit)
     elif case.kind == "hopping":
-        windows = timed.hopping_window(case.size, case.step, grace=case.grace)
+        windows = timed.hopping_window(case.size, case.step, grace=case.grace, emit=emit)
     else:
-        windows = timed.session_window(case.gap, grace=case.grace)
+        windows = timed.session_window(case.gap, grace=case.grace, emit=emit)
     if case.keyed:
         windows = windows.groupby("k")
     if case.how != "size":
@@ -155,7 +157,7 @@ def stream_windows(case: Case, batches: list[tuple[int, pd.DataFrame]]) -> tuple
         now[0] = float(b)
         src.emit(frame, metadata=[{"topic": "t", "partition": p}])
     timed.end_of_input()
-    ends = [float(e) for f in out for e in f["end"]]
+    ends = [float(e) for f in out for e in f["end"] if emit == "final"]
     assert ends == sorted(ends)  # emitted in the order of their ends
     got = pd.concat(out, ignore_index=True) if out else None
     late_rows = pd.concat(late, ignore_index=True) if late else EXAMPLE
@@ -247,3 +249,27 @@ def test_dataframe_windows_and_late_rows_equal_pandas(
     tm.assert_series_equal(
         got[value], expect[value], check_dtype=False, check_exact=False, rtol=1e-12
     )
+
+
+@settings(max_examples=budget(100), **SETTINGS)
+@given(case=cases(), batches=inputs())
+def test_updates_after_each_batch_end_in_the_final_windows(
+    case: Case, batches: list[tuple[int, pd.DataFrame]]
+) -> None:
+    final, late = stream_windows(case, batches)
+    got, late_too = stream_windows(case, batches, emit="updates")
+    tm.assert_frame_equal(late_too, late)
+    if final is None:
+        assert got is None or not got["final"].any()
+        return
+    assert got is not None and got["final"].dtype == bool
+    closed = got[got["final"]].drop(columns="final").reset_index(drop=True)
+    tm.assert_frame_equal(closed, final.reset_index(drop=True))
+    # every window was passed on after the batches that changed it; its last
+    # update is its final result
+    keys = ["start", "end", *(["k"] if case.keyed else [])]
+    last: dict[tuple[Any, ...], pd.Series] = {}
+    for _, row in got[~got["final"]].iterrows():
+        last[tuple(row[keys])] = row.drop("final")
+    for _, row in closed.iterrows():
+        tm.assert_series_equal(last[tuple(row[keys])], row, check_names=False, check_dtype=False)
