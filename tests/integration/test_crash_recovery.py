@@ -236,8 +236,10 @@ def test_random_kills_give_identical_output(workdir: Path, reference: bytes, whe
         position = newest_position()
         return position is not None and position > progress[-1]
 
-    # the RocksDB case reads a fifth of the input: fewer kills spread over it
-    kills = 20 if not where.rocks else 12
+    # the RocksDB case reads a fifth of the input: fewer kills spread over it; a
+    # restart on S3 takes seconds of requests to moto: fewer kills there too (its
+    # fault points run below)
+    kills = 12 if where.rocks or "://" in ckpt else 20
     report = run_with_crashes(
         # a checkpoint per 1,000 records as well, so that the kills find
         # checkpoints all over the input however fast the pipeline runs
@@ -258,7 +260,7 @@ def test_random_kills_give_identical_output(workdir: Path, reference: bytes, whe
     )
     assert report.completed
     # kills come at random times: a fast machine may finish the input before
-    # all 20, so the test asks for at least half of them, spread over the input
+    # all of them, so the test asks for at least half, spread over the input
     assert report.kills >= kills // 2, report
     # the kills landed at many different points of the input, not all at the start
     # (a kill may also come after the final checkpoint, while the job exits)

@@ -150,7 +150,9 @@ def test_live_table_on_a_terminal(app: tuple[Path, dict[str, str]], tmp_path: Pa
     session = f"rivermark-{uuid.uuid4().hex[:8]}"
     done = tmp_path / "exit-status"
     inner = (
-        f"{' '.join(RIVERMARK)} run {path}:lines -c {tmp_path / 'ck'}; echo $? > {done}; sleep 600"
+        f"{' '.join(RIVERMARK)} run {path}:lines -c {tmp_path / 'ck'}; "
+        # written whole, then renamed: the test never reads a half-written status
+        f"echo $? > {done}.part; mv {done}.part {done}; sleep 600"
     )
     tmux_env = [f"{k}={env[k]}" for k in ("IN", "OUT", "GO")]
     subprocess.run(
@@ -286,7 +288,8 @@ def test_live_table_shows_the_watermark_and_the_windows(
     session = f"rivermark-{uuid.uuid4().hex[:8]}"
     done = tmp_path / "exit-status"
     inner = (
-        f"{' '.join(RIVERMARK)} run {path}:numbers -c {tmp_path / 'ck'}; echo $? > {done}; "
+        f"{' '.join(RIVERMARK)} run {path}:numbers -c {tmp_path / 'ck'}; "
+        f"echo $? > {done}.part; mv {done}.part {done}; "
         "sleep 600"
     )
     # the table is wider than 80 columns: a terminal of 160 (rich reads COLUMNS and LINES
