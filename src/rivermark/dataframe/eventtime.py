@@ -226,6 +226,12 @@ def timestamps(
     ``name=`` and ``on_error=`` as for every node.  Registered on
     ``DataFrame`` by this module (``import rivermark.dataframe`` imports it).
     """
+    for option in ("partition", "partitions"):
+        if option in kwargs:
+            raise ConfigurationError(
+                f"timestamps: {option}= is for streams of records; a DataFrame batch's "
+                "partition is its Kafka partition (from its metadata), else the one input"
+            )
     columns = list(sdf.example.columns)
     if column not in columns:
         raise ConfigurationError(

@@ -216,6 +216,8 @@ def test_usage_errors_name_the_operation_and_the_remedy() -> None:
         clash.timestamps("ts").session_window(3).max()
     with pytest.raises(ConfigurationError, match=re.escape("window the streaming DataFrame")):
         timed.stream.tumbling_window(10)
+    with pytest.raises(ConfigurationError, match="partition= is for streams of records"):
+        sdf.timestamps("ts", partition=lambda r: r)
     with pytest.raises(ConfigurationError, match="tumbling_window: emit must be 'final'"):
         timed.tumbling_window(10, emit="always")
     final = DataFrame(Stream(), example=pd.DataFrame({"ts": [0.0], "final": [1]}).iloc[:0])
