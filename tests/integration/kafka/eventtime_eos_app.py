@@ -43,7 +43,7 @@ def windows(src: Stream) -> Stream:
 
 
 def slow(value: bytes) -> bytes:
-    time.sleep(0.001)  # every run is killed in the middle of the input
+    time.sleep(0.002)  # every run is killed in the middle of the input
     return value
 
 
