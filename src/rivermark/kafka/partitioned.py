@@ -118,6 +118,9 @@ _JOB_OPTIONS = (
     "allow_new_nodes",
     "checkpoint_key",
     "trust_store",
+    "state",
+    "state_dir",
+    "state_cache",
 )
 
 
@@ -206,8 +209,11 @@ class PartitionedJob:
     ``from_kafka_batched`` (lists per partition) or ``from_kafka`` (one
     record at a time); ``source_options`` go to the source (``poll_interval``,
     ``max_batch_size``, ``keys``, ...), ``every``, ``every_batches``,
-    ``keep``, ``exactly_once``, ``on_error`` and ``allow_new_nodes`` to every
-    task's :class:`~rivermark.checkpoint.Job`.  ``control_port`` serves the
+    ``keep``, ``exactly_once``, ``on_error``, ``allow_new_nodes``,
+    ``checkpoint_key``, ``trust_store`` and the state backend (``state``,
+    ``state_cache``: each task's own cache) to every task's
+    :class:`~rivermark.checkpoint.Job`; a task keeps RocksDB state in
+    ``<state_dir>/<topic>-<partition>``.  ``control_port`` serves the
     control API for this process's tasks on ``control_addr`` (loopback by
     default; ``0`` picks a free port, :attr:`control_url` says which): see
     :mod:`rivermark.kafka.group_control`.
@@ -318,6 +324,13 @@ class PartitionedJob:
             return f"{self.location}/tasks/{topic}-{partition}"
         return os.path.join(self.location, "tasks", f"{topic}-{partition}")
 
+    def _task_options(self, tp: TP) -> dict[str, Any]:
+        """The options of one task's Job: its own directory of RocksDB state."""
+        options = dict(self.job_options)
+        if options.get("state_dir") is not None:
+            options["state_dir"] = os.path.join(options["state_dir"], f"{tp[0]}-{tp[1]}")
+        return options
+
     def _make_graph(self, tp: TP) -> PartitionSource:
         params = {
             k: v
@@ -363,7 +376,7 @@ class PartitionedJob:
     def _start_task(self, tp: TP) -> None:
         source = self._make_graph(tp)
         source.offset_committer = self._commit
-        job = Job(source, checkpoint=self.task_location(*tp), **self.job_options)
+        job = Job(source, checkpoint=self.task_location(*tp), **self._task_options(tp))
         task = _Task(tp, job)
         assert self._loop is not None
         task.future = asyncio.run_coroutine_threadsafe(self._run_task(task), self._loop)

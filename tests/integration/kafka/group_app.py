@@ -139,6 +139,9 @@ def main() -> None:
         build_windows if windows else build,
         checkpoint=ckpt,
         every="0.5s",
+        # the windows (KeyedState) in RocksDB: a directory per task on this machine,
+        # which a task moved to another process here finds and verifies
+        **({"state": "rocksdb", "state_dir": f"{ckpt}-state"} if windows else {}),
         batched=not windows,
         source_options={"poll_interval": 0.05, "timestamps": True}
         if windows

@@ -319,12 +319,16 @@ def test_event_time_windows_per_partition_stay_exact_across_sigkills(
     bootstrap: str, new_topic: Callable[..., str], group: str, tmp_path: Path
 ) -> None:
     # each task windows its own partition by the Kafka record timestamps, with its own
-    # watermark; processes are SIGKILLed, one joins and leaves: the committed windows
-    # and late records are those of an uninterrupted task per partition
+    # watermark and its open windows in RocksDB; processes are SIGKILLed, one joins and
+    # leaves: the committed windows and late records are those of an uninterrupted task
+    # per partition
     events = ["kill", "kill", "add", "kill", "remove"]
     location = str(tmp_path / "ckpt")
     text = _scenario(bootstrap, new_topic, group, tmp_path, location, events, 3000, mode=WINDOWS)
     assert text.count("restored checkpoint") >= 3, text[-3000:]
+    # the windows live in RocksDB, a directory per task: restored from it or the store
+    assert "node windows keeps open in RocksDB" in text, text[-3000:]
+    assert "restored the RocksDB state of node windows" in text, text[-3000:]
 
 
 def test_tasks_checkpoint_in_object_storage_across_sigkills(

@@ -77,3 +77,14 @@ def test_each_task_has_its_own_store_and_reads_one_partition(tmp_path: Path) -> 
     src = PartitionSource("events", 5, PARAMS)
     # a task's checkpoint is refused for another partition's task
     assert src.state_signature() != PartitionSource("events", 4, PARAMS).state_signature()
+
+
+def test_each_task_keeps_its_rocksdb_state_in_a_directory_of_its_own(tmp_path: Path) -> None:
+    job = _make(
+        lambda s: s.sink(print), tmp_path, state="rocksdb", state_dir=tmp_path / "state",
+        state_cache="64MiB",
+    )  # fmt: skip
+    options = job._task_options(("events", 3))  # noqa: SLF001 - what each task's Job gets
+    assert options["state"] == "rocksdb" and options["state_cache"] == "64MiB"
+    assert Path(options["state_dir"]) == tmp_path / "state" / "events-3"
+    assert "state_dir" not in _make(lambda s: s.sink(print), tmp_path)._task_options(("e", 0))  # noqa: SLF001
