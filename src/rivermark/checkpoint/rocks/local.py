@@ -2,8 +2,19 @@
 
 Layout (``state_dir``, one per job; ``Job(state_dir=...)``)::
 
-    STATE_DIR/<node-id>/<attr>/db/                       the live database
+    STATE_DIR/<node-id>/<attr>/db-<pid>-<random>/        a live database
     STATE_DIR/<node-id>/<attr>/ckpt-000000000042/        RocksDB checkpoint of epoch 42
+
+Each database opened gets a live directory of its own.  A job that ended
+has released its store but its process may keep the database open (the
+state stays readable after ``run()``), and RocksDB goes on compacting it:
+the next owner of the store, in another process on the same machine (the
+new owner of a Kafka partition), must neither remove that directory nor
+share it, or each database would delete the other's files by name.  A live
+directory is removed when its database is closed; one left by a process
+that died is removed by the next open in that home, once RocksDB's lock on
+it is free (:func:`_sweep`).  The local checkpoints are written and removed
+only by the holder of the store's lock.
 
 A checkpoint's barrier writes the mapping's changed keys to its database
 and takes a RocksDB checkpoint into ``ckpt-<epoch>`` (the SST files hard
@@ -21,15 +32,17 @@ files are hard linked into a new ``db/`` (nothing downloaded, no key
 re-inserted).  Otherwise (a fresh machine, another epoch, or a damaged
 file: a WARNING names it) the directory is replaced by the files fetched
 from the store, each checked against the manifest's digest before use.
-The live ``db/`` of an earlier run is never used: it may hold writes after
-the checkpoint.
+The live database of an earlier run is never used: it may hold writes
+after the checkpoint.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import logging
 import os
+import secrets
 import shutil
 import threading
 import time
@@ -49,6 +62,9 @@ __all__ = ["Home", "LocalCheckpoint", "Restored", "safe_name"]
 
 #: files of a RocksDB checkpoint other than SST files up to this size go in the state file
 INLINE_MAX = 1 << 20
+
+#: the live directories of the databases open in this process
+_LIVE: set[Path] = set()
 
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
@@ -109,15 +125,13 @@ class Home:
     #: the newest durable epoch and the digests of its files
     durable: tuple[int, frozenset[str]] = (0, frozenset())
     mapping: RocksKeyedState | None = None
+    #: the live directory of ``mapping`` (None: no database open)
+    live: Path | None = None
     #: where the files are uploaded to and fetched from
     store: Store | None = None
     #: the checkpoint taken at the last barrier, until it is made
     pending: LocalCheckpoint | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    @property
-    def db_dir(self) -> Path:
-        return self.root / "db"
 
     def ckpt_dir(self, epoch: int) -> Path:
         return self.root / f"ckpt-{epoch:012d}"
@@ -125,28 +139,41 @@ class Home:
     # ------------------------------------------------------------------ opening
     def open(self, read: Any, initial: Any = ()) -> RocksKeyedState:
         """A new, empty database (any earlier one removed), filled with ``initial``."""
-        self.close()
-        shutil.rmtree(self.db_dir, ignore_errors=True)
-        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        live = self._new_live()
+        live.mkdir(mode=0o700)
         self.digests.clear()
-        m = self._open_mapping(read)
+        m = self._open_mapping(live, read)
         m.update(initial)
         m.flush()
         return m
 
-    def _open_mapping(self, read: Any) -> RocksKeyedState:
-        db = open_db(self.db_dir, self.settings)
+    def _new_live(self) -> Path:
+        """The path of a new live directory (this home's database closed, stale ones removed)."""
+        self.close()
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _sweep(self.root)
+        return self.root / f"db-{os.getpid()}-{secrets.token_hex(4)}"
+
+    def _open_mapping(self, live: Path, read: Any) -> RocksKeyedState:
+        self.live = live
+        _LIVE.add(live)
+        db = open_db(live, self.settings)
         if os.environ.get("RIVERMARK_FAULT", "").startswith("rocks-compaction"):
             _watch_compactions(db)
         self.mapping = RocksKeyedState(
-            db, str(self.db_dir), self.settings.limit, read, self.settings.write_options(), self
+            db, str(live), self.settings.limit, read, self.settings.write_options(), self
         )
         return self.mapping
 
     def close(self) -> None:
+        """Close the database and remove its live directory (no checkpoint needs it)."""
         if self.mapping is not None:
             self.mapping.close()
             self.mapping = None
+        if self.live is not None:
+            shutil.rmtree(self.live, ignore_errors=True)
+            _LIVE.discard(self.live)
+            self.live = None
 
     # ------------------------------------------------------------------ checkpoints
     def take(self, epoch: int, last: int) -> LocalCheckpoint:
@@ -303,17 +330,53 @@ class Home:
         return total
 
     def promote(self, epoch: int, read: Any) -> RocksKeyedState:
-        """A new live ``db/`` from ``ckpt-<epoch>``: SST files hard linked, the rest copied."""
-        self.close()
-        shutil.rmtree(self.db_dir, ignore_errors=True)
-        self.db_dir.mkdir(parents=True, mode=0o700)
+        """A new live database from ``ckpt-<epoch>``: SST files hard linked, the rest copied."""
+        live = self._new_live()
+        live.mkdir(mode=0o700)
         src = self.ckpt_dir(epoch)
         for entry in os.scandir(src):
             if entry.name.endswith(".sst"):
-                os.link(entry.path, self.db_dir / entry.name)
+                os.link(entry.path, live / entry.name)
             else:
-                shutil.copyfile(entry.path, self.db_dir / entry.name)
-        return self._open_mapping(read)
+                shutil.copyfile(entry.path, live / entry.name)
+        return self._open_mapping(live, read)
+
+
+def _sweep(root: Path) -> None:
+    """Remove the live directories in ``root`` that no database uses any more.
+
+    One is in use when a database of this process has it open, or when
+    RocksDB's lock on its ``LOCK`` file is held (by another process: the
+    lock is a POSIX record lock, so it is probed only on directories no
+    database of this process has open).  ``db`` is the live directory of an
+    earlier rivermark.
+    """
+    for d in root.iterdir():
+        if not (d.name == "db" or d.name.startswith("db-")) or d in _LIVE or not d.is_dir():
+            continue
+        if _locked(d / "LOCK"):
+            logger.debug("%s is open in another process: left alone", d)
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _locked(path: Path) -> bool:
+    """Whether another process holds RocksDB's lock on ``path`` (False: no such file)."""
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True  # cannot tell: leave it
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    else:
+        fcntl.lockf(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
 
 
 def _differs(d: Path, files: dict[str, dict[str, Any]], small: dict[str, bytes]) -> str | None:
