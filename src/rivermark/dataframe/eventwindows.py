@@ -43,7 +43,15 @@ import pandas as pd
 
 from ..core.node import Stream
 from ..core.refs import Metadata
-from ..operators.eventtime import LateRecords, Results, _merge, _sign, _slot
+from ..operators.eventtime import (
+    Closed,
+    LateRecords,
+    Results,
+    _merge,
+    _sign,
+    _slot,
+    in_close_order,
+)
 from ..state import KeyedState, as_keyed
 from .running import ConformingNode, OpName
 
@@ -487,7 +495,7 @@ class FrameWindow(ConformingNode):
     def close_until(self, watermark: float) -> Results:
         """Emit every window whose end plus grace is at or below ``watermark``, as one DataFrame."""
         heap, open_, grace = self._heap, self._open, self.spec.grace
-        closed: list[tuple[float, float, int, Any, Any]] = []
+        closed: list[Closed] = []
         while heap and heap[0][0] + grace <= watermark:
             end, start, seq, k = heap[0]
             cur = open_.get((k, start))
@@ -508,13 +516,8 @@ class FrameWindow(ConformingNode):
         frame = self._results(closed)
         return None if frame is None else self._emit(frame, None)
 
-    def _results(
-        self, closed: list[tuple[float, float, int, Any, Any]], final: bool = True
-    ) -> pd.DataFrame | None:
-        try:
-            closed.sort(key=lambda c: (c[0], c[1], c[3]))
-        except TypeError:  # keys that cannot be compared: in the order the windows opened
-            closed.sort(key=lambda c: (c[0], c[1], c[2]))
+    def _results(self, closed: list[Closed], final: bool = True) -> pd.DataFrame | None:
+        in_close_order(closed)
         values: list[tuple[Any, ...]] = []
         kept = []
         for c in closed:
@@ -533,7 +536,7 @@ class FrameWindow(ConformingNode):
 
     def _frame_of(
         self,
-        kept: list[tuple[float, float, int, Any, Any]],
+        kept: list[Closed],
         values: list[tuple[Any, ...]],
         final: bool,
     ) -> pd.DataFrame:

@@ -26,7 +26,6 @@ WindowResult(start=20.0, end=30.0, key=None, value=1, final=True)
 
 from __future__ import annotations
 
-import contextlib
 import heapq
 import logging
 import math
@@ -84,20 +83,32 @@ def _merge(a: Results, b: Results) -> Results:
     return [*a, *b]
 
 
-def _in_key_order(ready: list[WindowResult]) -> None:
+#: a window that closed: ``(end, start, seq, key, value)``, ``seq`` the order it opened in
+Closed = tuple[float, float, int, Any, Any]
+
+
+def in_close_order(closed: list[Closed]) -> None:
     """Order windows that close together by end, start, then key (in place).
 
-    They come in the order they opened, which depends on how the input's
-    partitions were interleaved; ordered by key, a live read and a backfill
-    write the same bytes.  Keys that do not compare (mixed types) keep the
-    opening order.
+    The order they opened in depends on how the input's partitions were
+    interleaved; ordered by key, a live read and a backfill write the same
+    bytes.  Keys that do not compare with each other (mixed types) are
+    ordered by end, start and the order the windows opened (a sort that
+    raised leaves its list partly sorted, so the fallback sorts again).
+    Shared by the record windows and the DataFrame windows.
     """
-    with contextlib.suppress(TypeError):
-        ready.sort(key=_bounds_and_key)
+    try:
+        closed.sort(key=_end_start_key)
+    except TypeError:
+        closed.sort(key=_end_start_seq)
 
 
-def _bounds_and_key(r: WindowResult) -> tuple[float, float, Any]:
-    return (r.end, r.start, r.key)
+def _end_start_key(c: Closed) -> tuple[float, float, Any]:
+    return (c[0], c[1], c[3])
+
+
+def _end_start_seq(c: Closed) -> tuple[float, float, int]:
+    return (c[0], c[1], c[2])
 
 
 def _fname(func: Any) -> str:
@@ -490,7 +501,7 @@ class EventWindow(Stream):
         """Emit every window whose end plus grace is at or below ``watermark``."""
         heap, open_, grace = self._heap, self._open, self.grace
         result = self.agg.result
-        ready: list[WindowResult] = []
+        ready: list[Closed] = []
         while heap and heap[0][0] + grace <= watermark:
             end, start, seq, k = heap[0]
             cur = open_.get((k, start))
@@ -502,12 +513,12 @@ class EventWindow(Stream):
             heapq.heappop(heap)
             del open_[(k, start)]
             self._closed(k, start)
-            ready.append(WindowResult(start, end, k, result(cur[2])))
+            ready.append((end, start, seq, k, WindowResult(start, end, k, result(cur[2]))))
         if len(ready) > 1:
-            _in_key_order(ready)
+            in_close_order(ready)
         results: Results = None
-        for r in ready:
-            results = _merge(results, self._emit(r, None))
+        for c in ready:
+            results = _merge(results, self._emit(c[4], None))
         return results
 
     def _ripe(self, cur: Any, watermark: float) -> bool:

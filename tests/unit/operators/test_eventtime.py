@@ -244,6 +244,31 @@ def test_every_interleaving_of_the_partitions_gives_the_same_windows(
     assert windows(_interleaved(records, picks)) == live
 
 
+def test_windows_of_keys_that_do_not_compare_come_out_in_the_order_they_opened() -> None:
+    s = Stream()
+    t = s.timestamps(lambda r: r[0], max_delay=0)
+    L = t.tumbling_window(10, key=lambda r: r[1], agg="count").sink_to_list()
+    rng = random.Random(3)
+    numbers: list[Any] = [*range(40), *(i / 2 for i in range(1, 80, 2))]
+    rng.shuffle(numbers)
+    words = [f"k{i}" for i in range(40)]
+    rng.shuffle(words)
+    # numbers first: a sort gets far before it compares a number with a word
+    keys = numbers[:60] + words[:20] + numbers[60:] + words[20:]
+    for k in keys:
+        s.emit((rng.uniform(0, 9.9), k))
+    s.emit((25.0, "end"))  # closes [0, 10) for every key at once
+    assert [r.key for r in L] == keys  # a sort that raised half-way is not kept
+    s2 = Stream()
+    t2 = s2.timestamps(lambda r: r[0], max_delay=0)
+    L2 = t2.tumbling_window(10, key=lambda r: r[1], agg="count").sink_to_list()
+    for k in keys:
+        if isinstance(k, str):
+            s2.emit((5.0, k))
+    s2.emit((25.0, "end"))
+    assert [r.key for r in L2] == sorted(k for k in keys if isinstance(k, str))
+
+
 def test_an_expected_partition_holds_the_watermark_until_its_first_record() -> None:
     s = Stream()
     t = s.timestamps(lambda r: r, max_delay=1)
