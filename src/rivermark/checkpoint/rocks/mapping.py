@@ -283,11 +283,7 @@ class RocksKeyedState(KeyedState):
             return key, self.pop(key)
         raise KeyError("popitem(): the mapping is empty")
 
-    def setdefault(self, key: Any, default: Any = None) -> Any:
-        if key in self:
-            return self[key]
-        self[key] = default
-        return default
+    # setdefault: KeyedState's (through this class's ``in``, get and set)
 
     def update(self, other: Any = (), /, **kwargs: Any) -> None:
         items = other.items() if isinstance(other, Mapping) else other
