@@ -282,6 +282,44 @@ def test_values_changed_in_place_after_the_barrier_stay_out_of_its_checkpoint(
     assert at_barrier["k"] == [1] and m["k"] == [1, 2]
 
 
+def test_a_home_removes_only_its_own_local_checkpoints_and_a_restore_the_earlier_owners(
+    tmp_path: Path,
+) -> None:
+    store = LocalDirectoryStore(tmp_path / "ckpt")
+    old, new = _home(tmp_path), _home(tmp_path)  # two owners of one node's directory
+    old.store = new.store = store
+    m = old.open(codec.reader())
+    m.update({i: i for i in range(20)})
+    cp = old.take(1, 0)
+    old.upload(cp, store)
+    # the next owner restores epoch 1 from the local checkpoint: its own database
+    n = new.promote(1, codec.reader())
+    assert dict(n.items()) == {i: i for i in range(20)} and new.live != old.live
+    n[99] = 99
+    mine = new.take(2, 1)
+    new.upload(mine, store)
+    # the old owner, which has not noticed yet, makes one more: it leaves the new one's alone
+    m[50] = 50
+    late = old.take(3, 1)
+    old.upload(late, store)
+    assert mine.directory.is_dir() and late.directory.is_dir()
+    n[100] = 100
+    newer = new.take(4, 2)
+    new.upload(newer, store)  # removes its own older ones (not epoch 2: durable) only
+    assert {p.name for p in tmp_path.joinpath("h").glob("ckpt-*")} == {
+        "ckpt-000000000002", "ckpt-000000000003", "ckpt-000000000004",
+    }  # fmt: skip
+    assert len(n) == 22 and len(m) == 21
+    # a restore removes what earlier owners left (the lock is the restorer's)
+    again = _home(tmp_path)
+    again.store = store
+    assert len(again.promote(4, codec.reader())) == 22
+    assert [p.name for p in tmp_path.joinpath("h").glob("ckpt-*")] == ["ckpt-000000000004"]
+    for h in (old, new, again):
+        h.close()
+    assert not list(tmp_path.joinpath("h").glob("db*"))
+
+
 def test_the_docs_example_runs() -> None:
     doc = (Path(__file__).parents[3] / "docs" / "checkpointing.md").read_text()
     section = doc.split("## Keyed state in RocksDB", 1)[1]

@@ -13,8 +13,10 @@ new owner of a Kafka partition), must neither remove that directory nor
 share it, or each database would delete the other's files by name.  A live
 directory is removed when its database is closed; one left by a process
 that died is removed by the next open in that home, once RocksDB's lock on
-it is free (:func:`_sweep`).  The local checkpoints are written and removed
-only by the holder of the store's lock.
+it is free (:func:`_sweep`).  A home removes only the local checkpoints it
+made or restored from; a restore or a fresh start (the store's lock held)
+removes those of earlier owners: a process that lost its store's lease and
+has not noticed yet does not remove what its successor writes.
 
 A checkpoint's barrier writes the mapping's changed keys to its database
 and takes a RocksDB checkpoint into ``ckpt-<epoch>`` (the SST files hard
@@ -25,11 +27,11 @@ in the worker thread.  The local checkpoint of the newest durable epoch is
 kept (and the one being written); older ones are deleted at the next
 barrier.
 
-At restore (:meth:`Home.restore`) the local ``ckpt-<epoch>`` of the
-checkpoint being restored is used as it is when it holds exactly the files
-the manifest names, each with the manifest's sha256 and size: its SST
-files are hard linked into a new ``db/`` (nothing downloaded, no key
-re-inserted).  Otherwise (a fresh machine, another epoch, or a damaged
+At restore (:meth:`Home.check_local`, :meth:`Home.promote`) the local
+``ckpt-<epoch>`` of the checkpoint being restored is used as it is when it
+holds exactly the files the manifest names, each with the manifest's
+sha256 and size: its SST files are hard linked into a new live directory
+(nothing downloaded, no key re-inserted).  Otherwise (a fresh machine, another epoch, or a damaged
 file: a WARNING names it) the directory is replaced by the files fetched
 from the store, each checked against the manifest's digest before use.
 The live database of an earlier run is never used: it may hold writes
@@ -127,6 +129,8 @@ class Home:
     mapping: RocksKeyedState | None = None
     #: the live directory of ``mapping`` (None: no database open)
     live: Path | None = None
+    #: the local checkpoints this home made or restored from (the ones it removes)
+    mine: set[Path] = field(default_factory=set)
     #: where the files are uploaded to and fetched from
     store: Store | None = None
     #: the checkpoint taken at the last barrier, until it is made
@@ -140,6 +144,7 @@ class Home:
     def open(self, read: Any, initial: Any = ()) -> RocksKeyedState:
         """A new, empty database (any earlier one removed), filled with ``initial``."""
         live = self._new_live()
+        self._drop_checkpoints(keep=None)
         live.mkdir(mode=0o700)
         self.digests.clear()
         m = self._open_mapping(live, read)
@@ -197,9 +202,11 @@ class Home:
         """Write the changes handed over and take the RocksDB checkpoint, once.
 
         In the worker thread, or in the loop thread when its mapping needs the
-        database first (:meth:`make_pending`).  The local checkpoints but the
-        newest durable one are removed first (a leftover of ``cp``'s epoch
-        from a run that crashed included).
+        database first (:meth:`make_pending`).  The local checkpoints this
+        home made or restored from, but the newest durable one, are removed
+        first, and a leftover of ``cp``'s epoch from a run that crashed; the
+        ones of other processes are not (:meth:`promote` removes those of a
+        previous owner).
         """
         with self._lock:
             if cp.made:
@@ -208,10 +215,13 @@ class Home:
             assert mapping is not None
             try:
                 mapping.write_frozen(cp.frozen)
-                keep = self.ckpt_dir(cp.last).name
-                for d in self.root.glob("ckpt-*"):
-                    if d.name != keep:
-                        shutil.rmtree(d, ignore_errors=True)
+                keep = self.ckpt_dir(cp.last)
+                for d in [d for d in self.mine if d != keep]:
+                    shutil.rmtree(d, ignore_errors=True)
+                    self.mine.discard(d)
+                for d in (cp.directory, cp.directory.with_name(cp.directory.name + ".tmp")):
+                    shutil.rmtree(d, ignore_errors=True)
+                self.mine.add(cp.directory)
                 _rocksdict_checkpoint(mapping.db, cp.directory)
                 cp.made = True
             finally:
@@ -332,14 +342,26 @@ class Home:
     def promote(self, epoch: int, read: Any) -> RocksKeyedState:
         """A new live database from ``ckpt-<epoch>``: SST files hard linked, the rest copied."""
         live = self._new_live()
-        live.mkdir(mode=0o700)
         src = self.ckpt_dir(epoch)
+        self._drop_checkpoints(keep=src)
+        live.mkdir(mode=0o700)
         for entry in os.scandir(src):
             if entry.name.endswith(".sst"):
                 os.link(entry.path, live / entry.name)
             else:
                 shutil.copyfile(entry.path, live / entry.name)
         return self._open_mapping(live, read)
+
+    def _drop_checkpoints(self, keep: Path | None) -> None:
+        """At a restore or a fresh start: remove every local checkpoint but ``keep``.
+
+        The store's lock is held, so they are those of earlier owners (of
+        this process or another); ``keep`` becomes this home's.
+        """
+        for d in self.root.glob("ckpt-*"):
+            if d != keep:
+                shutil.rmtree(d, ignore_errors=True)
+        self.mine = set() if keep is None else {keep}
 
 
 def _sweep(root: Path) -> None:
