@@ -73,6 +73,7 @@ class Where:
     ) -> None:
         self.app, self.at, self.tag, self.fresh = app, at, tag, fresh
         self.rocks = workdir is not None
+        self.s3 = "://" in at("x")
         self.workdir = workdir
         #: the records of the input (the RocksDB cases read a shorter one)
         self.n = N_ROCKS if self.rocks else N
@@ -100,9 +101,9 @@ class Where:
             shutil.rmtree(self.state_dir(name), ignore_errors=True)
 
 
-# RocksDB on S3 (every restart a fresh machine) runs in the kills during
-# compaction and upload below: random kills and every fault point there would
-# add minutes to the test command for paths the directory cases already take
+# RocksDB on S3 (every restart a fresh machine: ``rocks-s3``) runs random kills
+# and the kills during compaction and upload below; every fault point there
+# would add minutes to the test command for paths the directory cases take
 @pytest.fixture(params=["dir", "s3", "keyed-dir", "rocks-dir"])
 def where(request: pytest.FixtureRequest, workdir: Path) -> Where:
     """The app and where its checkpoints live: a directory or an S3 URL (bucket per test)."""
@@ -113,6 +114,9 @@ def where(request: pytest.FixtureRequest, workdir: Path) -> Where:
     if request.param == "rocks-dir":
         return Where(KEYED_APP, lambda name: str(workdir / name), "rocks", workdir)
     bucket = request.getfixturevalue("bucket")
+    if request.param == "rocks-s3":
+        at = lambda name: f"s3://{bucket}/jobs/{name}"  # noqa: E731
+        return Where(KEYED_APP, at, "rocks-s3", workdir, fresh=True)
     return Where(APP, lambda name: f"s3://{bucket}/jobs/{name}", "s3")
 
 
@@ -200,6 +204,21 @@ def reference(workdir: Path, where: Where) -> bytes:
 
 
 def test_random_kills_give_identical_output(workdir: Path, reference: bytes, where: Where) -> None:
+    # the RocksDB case reads a fifth of the input: fewer kills spread over it; a
+    # restart on S3 takes seconds of requests to moto: fewer kills there too (its
+    # fault points run below)
+    _random_kills(workdir, reference, where, 12 if where.rocks or where.s3 else 20)
+
+
+@pytest.mark.parametrize("where", ["rocks-s3"], indirect=True)
+def test_random_kills_of_rocksdb_state_on_s3_give_identical_output(
+    workdir: Path, reference: bytes, where: Where
+) -> None:
+    # each restart on a fresh machine: every file fetched from S3 and checked
+    _random_kills(workdir, reference, where, 6)
+
+
+def _random_kills(workdir: Path, reference: bytes, where: Where, kills: int) -> None:
     ckpt = where("random-ckpt")
     out = _out(workdir, "random", ckpt)
     env = where.env(_env(workdir, out), "random")
@@ -236,10 +255,6 @@ def test_random_kills_give_identical_output(workdir: Path, reference: bytes, whe
         position = newest_position()
         return position is not None and position > progress[-1]
 
-    # the RocksDB case reads a fifth of the input: fewer kills spread over it; a
-    # restart on S3 takes seconds of requests to moto: fewer kills there too (its
-    # fault points run below)
-    kills = 12 if where.rocks or "://" in ckpt else 20
     report = run_with_crashes(
         # a checkpoint per 1,000 records as well, so that the kills find
         # checkpoints all over the input however fast the pipeline runs
