@@ -385,16 +385,21 @@ class PartitionedJob:
 
     async def _run_task(self, task: _Task) -> None:
         waiting = False
-        while not task.revoked:
-            try:
-                await task.job.run_async()
-                return
-            except CheckpointLockedError as e:
-                # the previous owner has not released the partition's store yet
-                if not waiting:
-                    logger.info("task %s[%d] waits for the store: %s", *task.tp, e)
-                    waiting = True
-                await asyncio.sleep(0.2)
+        try:
+            while not task.revoked:
+                try:
+                    await task.job.run_async()
+                    return
+                except CheckpointLockedError as e:
+                    # the previous owner has not released the partition's store yet
+                    if not waiting:
+                        logger.info("task %s[%d] waits for the store: %s", *task.tp, e)
+                        waiting = True
+                    await asyncio.sleep(0.2)
+        finally:
+            # nobody reads a stopped task's state: its RocksDB databases (and their
+            # caches) are closed now, not when the process ends
+            task.job.state_backend.close()
 
     def _stop_tasks(self, tps: list[TP], savepoint: bool = False) -> None:
         """Stop these tasks with a final checkpoint (a savepoint) each, and wait (polling thread)."""

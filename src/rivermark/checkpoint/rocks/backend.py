@@ -294,5 +294,8 @@ class StateBackend:
             )  # fmt: skip
 
     def close(self) -> None:
+        """Close every database of this backend (each live directory removed)."""
         for home in self.homes.values():
             home.close()
+            if _OPEN.get(home.root) is home:
+                del _OPEN[home.root]
