@@ -18,7 +18,7 @@ from rivermark.checkpoint.manifest import Manifest
 from rivermark.checkpoint.rocks import RocksKeyedState
 from rivermark.checkpoint.rocks.local import Home
 from rivermark.checkpoint.rocks.mapping import RocksSettings, open_db
-from rivermark.errors import ConfigurationError
+from rivermark.errors import ConfigurationError, RivermarkError
 
 
 def count(acc: KeyedState, w: Any) -> KeyedState:
@@ -318,6 +318,26 @@ def test_a_home_removes_only_its_own_local_checkpoints_and_a_restore_the_earlier
     for h in (old, new, again):
         h.close()
     assert not list(tmp_path.joinpath("h").glob("db*"))
+
+
+def test_closing_the_backend_closes_the_databases_and_removes_their_live_directories(
+    tmp_path: Path,
+) -> None:
+    src, counts, *_ = _graph([i % 30 for i in range(100)])
+    job = _job(src, tmp_path / "ckpt", tmp_path / "s")
+    job.run()
+    assert counts.state[7] == 4  # readable after the run
+    live = Path(counts.state.path)
+    assert live.is_dir() and live.name.startswith("db-")
+    job.state_backend.close()
+    assert not list((tmp_path / "s").glob("*/*/db*"))
+    with pytest.raises(RivermarkError, match="was closed .* read the state before closing"):
+        counts.state[7]
+    # the local checkpoint stays: the next run restores from it without a download
+    src, counts, *_ = _graph([i % 30 for i in range(130)])
+    job = _job(src, tmp_path / "ckpt", tmp_path / "s")
+    job.run()
+    assert job.state_backend.restores["counts"].local and counts.state[7] == 5
 
 
 def test_the_docs_example_runs() -> None:

@@ -149,15 +149,16 @@ def open_db(path: str | os.PathLike[str], settings: RocksSettings) -> Any:
 
 
 class _Closed:
-    """Stands in for a database that was closed (its job ended, another opened it)."""
+    """Stands in for a database that was closed (its job's backend closed, another opened it)."""
 
     def __init__(self, path: str) -> None:
         self.path = path
 
     def __getattr__(self, name: str) -> Any:
         raise RivermarkError(
-            f"the RocksDB state in {self.path!r} was closed (its job ended and another job "
-            "opened it); read the state through the job that holds it now"
+            f"the RocksDB state in {self.path!r} was closed (its job's state backend was "
+            "closed, or a later job on the same state_dir opened it); read the state before "
+            "closing it, or through the job that holds it now"
         )
 
 
