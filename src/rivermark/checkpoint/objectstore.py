@@ -6,7 +6,7 @@ in an :class:`ObjectStore`; the layout under the prefix is the one of
 
     PREFIX/LEASE                                       the lock (see rivermark.checkpoint.lease)
     PREFIX/job.json                                    format, fingerprint, node ids
-    PREFIX/checkpoints/000000000042/state/<node-id>.pkl
+    PREFIX/checkpoints/000000000042/state/<node-id>.<writer>.pkl   (names.file_name)
     PREFIX/checkpoints/000000000042/manifest.json
     PREFIX/shared/<sha256>                             files of RocksDB state (by content)
 
@@ -54,6 +54,7 @@ from .errors import (
 from .faults import fault_point
 from .lease import DEFAULT_LEASE_TTL, Lease, LeaseBackend, LocalLeaseBackend, S3LeaseBackend
 from .manifest import FORMAT_VERSION, Manifest, sha256_of
+from .names import checked_relative, file_name
 from .storebase import Store
 
 logger = logging.getLogger(__name__)
@@ -295,7 +296,7 @@ class ObjectStore(Store):
         if self._lease is not None:
             self._lease.check()
         for node_id, blob in states.items():
-            rel = f"state/{node_id}.{self._writer}.pkl"
+            rel = f"state/{file_name(node_id)}.{self._writer}.pkl"
             self._write(f"write the state of {node_id!r}", self._put, f"{base}/{rel}", blob)
             manifest.state[node_id] = {"file": rel, "size": len(blob), "sha256": sha256_of(blob)}
         fault_point("after-state-files")
@@ -333,10 +334,11 @@ class ObjectStore(Store):
         )
 
     def read_state(self, epoch: int, node_id: str) -> bytes:
-        return self.read_state_file(epoch, self.read_manifest(epoch).state[node_id]["file"])
+        entry = self.read_manifest(epoch).state[node_id]
+        return self.read_state_entry(epoch, node_id, entry)
 
     def read_state_entry(self, epoch: int, node_id: str, entry: dict[str, Any]) -> bytes:
-        return self.read_state_file(epoch, str(entry["file"]))
+        return self.read_state_file(epoch, checked_relative(node_id, str(entry["file"])))
 
     def delete(self, epoch: int) -> None:
         names = self._io("list the checkpoints", self._entries).get(epoch, [])

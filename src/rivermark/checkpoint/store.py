@@ -5,7 +5,8 @@ Layout of :class:`LocalDirectoryStore` (readable by a person)::
     DIR/LOCK                                    holder: pid, host, start time
     DIR/job.json                                format, fingerprint, node ids
     DIR/checkpoints/000000000042/manifest.json
-    DIR/checkpoints/000000000042/state/<node-id>.pkl
+    DIR/checkpoints/000000000042/state/<node-id>.pkl   the node id encoded by
+                                                names.file_name (one safe component)
     DIR/shared/<sha256>                         files of RocksDB state, named by content;
                                                 the manifests that need one name it
     DIR/set-aside-<UTC time>/000000000041/...  checkpoints set aside by a
@@ -39,6 +40,7 @@ from .errors import (
 )
 from .faults import fault_error, fault_point
 from .manifest import FORMAT_VERSION, Manifest, sha256_of
+from .names import checked_relative, file_name
 from .storebase import Store as Store
 
 logger = logging.getLogger(__name__)
@@ -177,7 +179,7 @@ class LocalDirectoryStore(Store):
         (d / "state").mkdir(DIR_MODE)
         fault_error("checkpoint-write")
         for node_id, blob in states.items():
-            rel = f"state/{node_id}.pkl"
+            rel = f"state/{file_name(node_id)}.pkl"
             _write_durable(d / rel, blob)
             manifest.state[node_id] = {"file": rel, "size": len(blob), "sha256": sha256_of(blob)}
         fsync_dir(d / "state")
@@ -200,11 +202,7 @@ class LocalDirectoryStore(Store):
         return self.read_state_entry(epoch, node_id, entry)
 
     def read_state_entry(self, epoch: int, node_id: str, entry: dict[str, Any]) -> bytes:
-        rel = Path(entry["file"])
-        if rel.is_absolute() or ".." in rel.parts:
-            raise CheckpointCorruptError(
-                f"state file of {node_id!r} is {entry['file']!r}, outside the checkpoint"
-            )
+        rel = Path(checked_relative(node_id, str(entry["file"])))
         return _read_no_symlink(self.epoch_dir(epoch) / rel, self.path)
 
     def set_aside(self, epochs: list[int]) -> str:

@@ -2,10 +2,13 @@
 
 Layout (``state_dir``, one per job; ``Job(state_dir=...)``)::
 
+    STATE_DIR/.lock                                      held by the job using it
     STATE_DIR/<node-id>/<attr>/db-<pid>-<random>/        a live database
     STATE_DIR/<node-id>/<attr>/ckpt-000000000042/        RocksDB checkpoint of epoch 42
 
-Each database opened gets a live directory of its own.  A job that ended
+``<node-id>`` and ``<attr>`` are encoded by
+:func:`rivermark.checkpoint.names.file_name` (one component each, whatever
+the id holds).  Each database opened gets a live directory of its own.  A job that ended
 has released its store but its process may keep the database open (the
 state stays readable after ``run()``), and RocksDB goes on compacting it:
 the next owner of the store, in another process on the same machine (the
@@ -55,6 +58,7 @@ from typing import Any
 
 from ..errors import CheckpointCorruptError
 from ..faults import fault_point
+from ..names import file_name as safe_name
 from ..store import Store, fsync_dir
 from .mapping import Frozen, RocksKeyedState, RocksSettings, open_db
 
@@ -67,18 +71,6 @@ INLINE_MAX = 1 << 20
 
 #: the live directories of the databases open in this process
 _LIVE: set[Path] = set()
-
-_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
-
-
-def safe_name(text: str) -> str:
-    """``text`` as one path component (other characters as ``%XX``).
-
-    >>> safe_name("map-1:parse")
-    'map-1%3Aparse'
-    """
-    out = "".join(c if c in _SAFE else "".join(f"%{b:02X}" for b in c.encode()) for c in text)
-    return "%2E" + out[1:] if out.startswith(".") else out
 
 
 def _sha256_file(path: Path) -> str:
