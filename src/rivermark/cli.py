@@ -354,8 +354,9 @@ def _do_run(target: str, opts: dict[str, Any]) -> int:
     default=None,
     envvar="RIVERMARK_STATE_DIR",
     metavar="DIR",
-    help="Local directory of the RocksDB state (default: one per job in the temporary "
-    "directory).  [env: RIVERMARK_STATE_DIR]",
+    help="Local directory of the RocksDB state, one job at a time (default: one per job in "
+    "this user's private <tmp>/rivermark-state-<uid>, removed when the job ends).  "
+    "[env: RIVERMARK_STATE_DIR]",
 )
 @click.option(
     "--state-cache",

@@ -231,8 +231,10 @@ class Job:
     resumes from unsigned checkpoints and loads pickled state without a
     verified signature (see ``docs/security.md``).
     ``state="rocksdb"`` keeps every node's ``KeyedState`` in RocksDB (or
-    ``state={"node-id": "rocksdb"}`` some nodes'), in ``state_dir`` (default:
-    a directory named after the job in the system's temporary directory),
+    ``state={"node-id": "rocksdb"}`` some nodes'), in ``state_dir`` (locked
+    while the job runs; default: a directory named after the job in this
+    user's private ``<temporary directory>/rivermark-state-<uid>``, removed
+    when the job ends),
     with ``state_cache`` bytes of RocksDB cache (default 256 MiB); each
     checkpoint uploads only the database files the store does not hold yet
     (see "Keyed state in RocksDB" in ``docs/checkpointing.md``).
@@ -584,6 +586,8 @@ class Job:
             self._metrics_server.stop()
         if self._ui is not None:
             await self._ui.stop()
+        # the state directory before the store: the next owner of the store takes both
+        self.state_backend.release()
         self.store.unlock()
         self._done.set()
 

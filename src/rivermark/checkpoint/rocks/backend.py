@@ -6,7 +6,9 @@
 (:class:`~.mapping.RocksKeyedState`) in the job's local state directory.
 The job calls, at its steps:
 
-* :meth:`StateBackend.bind` before recovery (the state directory, the store);
+* :meth:`StateBackend.bind` before recovery (the store, the job's id); the
+  state directory is created and locked only when a node keeps RocksDB
+  state (its first :meth:`StateBackend.home`);
 * :meth:`StateBackend.restored` from recovery, for a node whose state in the
   checkpoint is RocksDB state (the manifest's ``files`` names it): the local
   checkpoint is used if it verifies, else the files are fetched and checked;
@@ -15,17 +17,34 @@ The job calls, at its steps:
   is written into a new database and handed to the node (``set_state``);
 * at a barrier, :func:`rocks_view` (from :func:`.views.view_of`) takes a
   RocksDB checkpoint of each mapping; the worker thread uploads its new
-  files and :func:`files_of` puts their names and digests in the manifest.
+  files and :func:`files_of` puts their names and digests in the manifest;
+* :meth:`StateBackend.release` when the job ends: the state directory's
+  lock released; a default state directory removed but for the databases
+  still open, which :meth:`StateBackend.close` (or the process's exit)
+  removes.
+
+The state directory is the job's alone while it runs: a lock (``.lock``,
+``fcntl.flock``, naming the holder) refuses a second job on it, in this
+process or another.  Without ``state_dir`` it is
+``<temporary directory>/rivermark-state-<uid>/<job id>``; that parent must
+be a directory of this user's with mode 0700 (created so), else the job is
+refused (:func:`private_base`).
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import fcntl
 import hashlib
 import logging
 import os
 import pickle
+import socket
+import stat
 import tempfile
 import time
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,19 +54,87 @@ from ...core.node import Stream
 from ...errors import ConfigurationError
 from ...state import KeyedState
 from .. import codec
-from ..errors import CheckpointCorruptError
+from ..errors import CheckpointCorruptError, CheckpointLockedError
 from ..manifest import Manifest
 from ..store import Store
-from .local import Home, LocalCheckpoint, Restored, safe_name
+from .local import LOCK_NAME, Home, LocalCheckpoint, Restored, remove_unused, safe_name
 from .mapping import DEFAULT_CACHE, RocksKeyedState, RocksSettings
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["StateBackend", "RocksView", "rocks_attrs", "files_of", "copy_shared"]
+__all__ = [
+    "StateBackend",
+    "RocksView",
+    "rocks_attrs",
+    "files_of",
+    "copy_shared",
+    "default_state_base",
+    "private_base",
+]
 
 _KINDS = ("memory", "rocksdb")
 #: every open home of this process, by path: a new job on the same directory closes it
 _OPEN: dict[Path, Home] = {}
+
+
+#: backends with a default state directory: what is left of it goes when the process exits
+_DEFAULT_DIRS: weakref.WeakSet[StateBackend] = weakref.WeakSet()
+
+
+@atexit.register
+def _remove_default_dirs() -> None:
+    for backend in list(_DEFAULT_DIRS):
+        try:
+            backend.close()
+        except Exception as e:  # the process is exiting: say it, do not raise
+            logger.warning("could not remove %s (%s)", backend.state_dir, e)
+
+
+def default_state_base() -> Path:
+    """Where default state directories go: ``<temporary directory>/rivermark-state-<uid>``."""
+    return Path(tempfile.gettempdir()) / f"rivermark-state-{os.getuid()}"
+
+
+def private_base() -> Path:
+    """:func:`default_state_base`, created with mode 0700, or refused unless this user's alone.
+
+    Another user who owns it, or may write to it, could read the job's state
+    or move it away while the job runs: refused with one line.
+    """
+    base = default_state_base()
+    remedy = (
+        "remove it, or pass a state directory of your own (Job(state_dir=...), --state-dir or "
+        "RIVERMARK_STATE_DIR)"
+    )
+    try:
+        base.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    except OSError as e:
+        raise ConfigurationError(
+            f"Job: the default state directory {str(base)!r} cannot be created ({e.strerror}); "
+            "pass a state directory of your own (Job(state_dir=...), --state-dir or "
+            "RIVERMARK_STATE_DIR)"
+        ) from None
+    st = os.lstat(base)
+    uid = os.getuid()
+    if not stat.S_ISDIR(st.st_mode):
+        what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a directory"
+        raise ConfigurationError(
+            f"Job: the default state directory {str(base)!r} is {what}; {remedy}"
+        )
+    if st.st_uid != uid:
+        raise ConfigurationError(
+            f"Job: the default state directory {str(base)!r} belongs to uid {st.st_uid}, not "
+            f"to this user (uid {uid}), who could read or move the job's state; {remedy}"
+        )
+    if st.st_mode & 0o077:
+        raise ConfigurationError(
+            f"Job: the default state directory {str(base)!r} has mode "
+            f"{stat.S_IMODE(st.st_mode):04o}: other users may read it or move the job's state "
+            f"away; make it 0700 (chmod 700 {str(base)!r}), or {remedy}"
+        )
+    return base
 
 
 def rocks_attrs(state: Any) -> dict[str, RocksKeyedState]:
@@ -156,6 +243,10 @@ class StateBackend:
         if state_dir is not None and not isinstance(state_dir, (str, os.PathLike)):
             raise ConfigurationError(f"Job: state_dir must be a directory, got {state_dir!r}")
         self.state_dir: Path | None = None if state_dir is None else Path(state_dir)
+        #: whether the state directory is the default one (the job's to remove)
+        self.default_dir = state_dir is None
+        self.job_id = ""
+        self._lock_fd: int | None = None
         self.settings = RocksSettings(_parse_cache(state_cache))
         self.store: Store | None = None
         self.homes: dict[tuple[str, str], Home] = {}
@@ -178,8 +269,16 @@ class StateBackend:
                 f"is no stateful node of the graph (those are: {', '.join(stateful_ids)})"
             )
         self.store = store
-        if self.state_dir is None:
-            self.state_dir = Path(tempfile.gettempdir()) / "rivermark-state" / safe_name(job_id)
+        self.job_id = job_id
+
+    def directory(self) -> Path:
+        """The state directory, created and locked (by the first node that keeps RocksDB state)."""
+        if self._lock_fd is not None:
+            assert self.state_dir is not None
+            return self.state_dir
+        if self.default_dir:
+            self.state_dir = private_base() / safe_name(self.job_id)
+        assert self.state_dir is not None
         try:
             self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         except OSError as e:
@@ -187,13 +286,73 @@ class StateBackend:
                 f"Job: state_dir {str(self.state_dir)!r} cannot be created ({e.strerror}); "
                 "pass a writable directory on a local disk"
             ) from None
+        self._lock_fd = self._lock(self.state_dir, create=True)
+        if self.default_dir:
+            _DEFAULT_DIRS.add(self)
+        return self.state_dir
+
+    def _lock(self, d: Path, create: bool) -> int:
+        """Take the lock of state directory ``d``; raise :class:`CheckpointLockedError` if held."""
+        flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_CREAT if create else 0)
+        try:
+            fd = os.open(d / LOCK_NAME, flags, 0o600)
+        except OSError as e:
+            raise ConfigurationError(
+                f"Job: state_dir {str(d)!r} cannot be written ({e.strerror}: {e.filename!r}); "
+                "pass a writable directory on a local disk"
+            ) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.read(fd, 4096).decode(errors="replace").strip() or "unknown holder"
+            os.close(fd)
+            raise CheckpointLockedError(
+                f"Job: state directory {str(d)!r} is in use by another job ({holder}); stop "
+                "that job first, or give each job its own state directory (Job(state_dir=...), "
+                "--state-dir)"
+            ) from None
+        started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        holder = (
+            f"pid={os.getpid()} host={socket.gethostname()} started={started} "
+            f"checkpoint={self.store!r}\n"
+        )
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, holder.encode(), 0)
+        return fd
+
+    def _unlock(self) -> None:
+        fd, self._lock_fd = self._lock_fd, None
+        if fd is not None:
+            os.close(fd)  # releases the flock
+
+    def _remove_default(self) -> None:
+        """The default state directory removed but for open databases (its lock held)."""
+        d = self.state_dir
+        assert d is not None and self._lock_fd is not None
+        remove_unused(d)
+        with contextlib.suppress(FileNotFoundError):
+            if [p.name for p in d.iterdir()] == [LOCK_NAME]:
+                os.unlink(d / LOCK_NAME)
+                d.rmdir()
+
+    def release(self) -> None:
+        """At the job's end: the lock released (a default directory removed, open databases kept)."""
+        if self._lock_fd is None:
+            return
+        try:
+            if self.default_dir:
+                self._remove_default()
+        except OSError as e:
+            logger.warning("could not remove the state directory %s (%s)", self.state_dir, e)
+        finally:
+            self._unlock()
 
     def home(self, node_id: str, attr: str) -> Home:
         key = (node_id, attr)
         home = self.homes.get(key)
+        directory = self.directory()  # locked again by a job run a second time
         if home is None:
-            assert self.state_dir is not None
-            root = self.state_dir / safe_name(node_id) / safe_name(attr)
+            root = directory / safe_name(node_id) / safe_name(attr)
             other = _OPEN.pop(root, None)
             if other is not None:  # a job before this one in this process
                 other.close()
@@ -294,8 +453,22 @@ class StateBackend:
             )  # fmt: skip
 
     def close(self) -> None:
-        """Close every database of this backend (each live directory removed)."""
+        """Close every database of this backend (each live directory removed).
+
+        A default state directory is removed too, unless another job holds
+        it now.
+        """
         for home in self.homes.values():
             home.close()
             if _OPEN.get(home.root) is home:
                 del _OPEN[home.root]
+        _DEFAULT_DIRS.discard(self)
+        d = self.state_dir
+        if not self.default_dir or d is None:
+            return
+        if self._lock_fd is None:
+            try:
+                self._lock_fd = self._lock(d, create=True)
+            except (CheckpointLockedError, ConfigurationError):
+                return  # gone, or another job's now
+        self.release()

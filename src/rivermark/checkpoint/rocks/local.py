@@ -64,10 +64,13 @@ from .mapping import Frozen, RocksKeyedState, RocksSettings, open_db
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Home", "LocalCheckpoint", "Restored", "safe_name"]
+__all__ = ["Home", "LocalCheckpoint", "Restored", "safe_name", "remove_unused"]
 
 #: files of a RocksDB checkpoint other than SST files up to this size go in the state file
 INLINE_MAX = 1 << 20
+
+#: the lock of a state directory (no encoded node id starts with a dot)
+LOCK_NAME = ".lock"
 
 #: the live directories of the databases open in this process
 _LIVE: set[Path] = set()
@@ -372,6 +375,41 @@ def _sweep(root: Path) -> None:
             logger.debug("%s is open in another process: left alone", d)
             continue
         shutil.rmtree(d, ignore_errors=True)
+
+
+def remove_unused(root: Path) -> bool:
+    """Remove everything under ``root`` but the live databases still open; whether it is gone.
+
+    A live directory is kept when a database of this process has it open,
+    or another process holds RocksDB's lock on it (see :func:`_sweep`); so
+    are the directories that lead to one, and the lock of a state directory
+    (``.lock``: its holder removes it last).  Symbolic links are removed,
+    never followed.
+    """
+    kept = False
+    for p in list(root.iterdir()) if root.is_dir() and not root.is_symlink() else []:
+        if p.name == LOCK_NAME:
+            kept = True
+        elif p.is_symlink() or not p.is_dir():
+            p.unlink(missing_ok=True)
+        elif p.name == "db" or p.name.startswith("db-"):
+            if p in _LIVE or _locked(p / "LOCK"):
+                kept = True
+            else:
+                shutil.rmtree(p, ignore_errors=True)
+        elif p.name.startswith("ckpt-"):
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            kept = not remove_unused(p) or kept
+    if kept:
+        return False
+    try:
+        root.rmdir()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return True
 
 
 def _locked(path: Path) -> bool:
