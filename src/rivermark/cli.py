@@ -1066,7 +1066,8 @@ def _do_replay(target: str, opts: dict[str, Any]) -> int:
     "-o",
     required=True,
     metavar="DIR",
-    help="Where the side outputs go: DIR/<sink id>.txt, one line per record.",
+    help="Where the side outputs go: DIR/<sink id>.txt (the id encoded as one file name), "
+    "one line per record.",
 )
 @click.option(
     "--diff",

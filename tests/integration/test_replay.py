@@ -20,6 +20,7 @@ import pytest
 
 from rivermark import Stream
 from rivermark.checkpoint import CheckpointMismatchError, Job, LocalDirectoryStore
+from rivermark.checkpoint.names import file_name
 from rivermark.checkpoint.replay import ReplayError, plan_replay, run_replay
 from rivermark.checkpoint.upgrade import UpgradeRules
 from rivermark.kafka.sink import ToKafka
@@ -378,6 +379,31 @@ def test_a_refused_restore_and_stand_ins(tmp_path: Path) -> None:
     with pytest.raises(ReplayError) as refused:
         plan_replay(graph("sum"), str(tmp_path / "ck"), epochs[0], UpgradeRules())
     assert refused.value.option == "until"
+
+
+def test_side_outputs_of_sinks_named_anything_stay_in_the_output_directory(
+    tmp_path: Path,
+) -> None:
+    names = ["../../up", "a/b", "a_b", "s" * 300]
+
+    def graph() -> Stream:
+        source = Stream.from_iterable(list(range(6)), name="nums")
+        for i, n in enumerate(names):
+            source.map(lambda x, i=i: x + i).sink_to_textfile(str(tmp_path / f"o{i}.txt"), name=n)
+        return source
+
+    Job(graph(), checkpoint=tmp_path / "ck", every_batches=2, every=None).run()
+    epochs = LocalDirectoryStore(tmp_path / "ck").list_epochs()
+    side = tmp_path / "deep" / "side"
+    before = {p for p in tmp_path.rglob("*")}
+    plan = plan_replay(graph(), f"{tmp_path / 'ck'}@{epochs[1]}", epochs[-1], UpgradeRules())
+    run_replay(plan, side)
+    new = {p for p in tmp_path.rglob("*")} - before
+    assert new and all(p == side.parent or p.is_relative_to(side) for p in new), new
+    start = plan.start.positions["nums"]
+    for i, n in enumerate(names):  # one file each ("a/b" and "a_b" apart)
+        got = (side / f"{file_name(n)}.txt").read_text().splitlines()
+        assert got == [str(x + i) for x in range(start, 6)]
 
 
 def test_the_live_sinks_output_directory_is_refused(tmp_path: Path) -> None:

@@ -52,6 +52,7 @@ from .errors import CheckpointError, CheckpointMismatchError
 from .inspection import open_checkpoint_location, where
 from .job import Job
 from .manifest import Manifest
+from .names import file_name
 from .recovery import parse_savepoint_spec
 from .signing import Keyring, Trust
 from .store import LocalDirectoryStore, Store
@@ -291,8 +292,8 @@ def _is_sink(n: Stream) -> bool:
 
 
 def _side_file(output: Path, sink_id: str) -> Path:
-    """``DIR/<sink id>.txt`` (a path separator in the id becomes ``_``)."""
-    return output / f"{sink_id.replace(os.sep, '_')}.txt"
+    """``DIR/<sink id>.txt``, the id encoded as one file name (:func:`.names.file_name`)."""
+    return output / f"{file_name(sink_id)}.txt"
 
 
 def _check_output(output: Path, live: Store, sinks: dict[str, Stream]) -> None:
