@@ -286,14 +286,14 @@ class StateBackend:
                 f"Job: state_dir {str(self.state_dir)!r} cannot be created ({e.strerror}); "
                 "pass a writable directory on a local disk"
             ) from None
-        self._lock_fd = self._lock(self.state_dir, create=True)
+        self._lock_fd = self._lock(self.state_dir)
         if self.default_dir:
             _DEFAULT_DIRS.add(self)
         return self.state_dir
 
-    def _lock(self, d: Path, create: bool) -> int:
+    def _lock(self, d: Path) -> int:
         """Take the lock of state directory ``d``; raise :class:`CheckpointLockedError` if held."""
-        flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_CREAT if create else 0)
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
         try:
             fd = os.open(d / LOCK_NAME, flags, 0o600)
         except OSError as e:
@@ -455,8 +455,8 @@ class StateBackend:
     def close(self) -> None:
         """Close every database of this backend (each live directory removed).
 
-        A default state directory is removed too, unless another job holds
-        it now.
+        The state directory's lock is released; a default state directory
+        is removed, unless another job holds it now.
         """
         for home in self.homes.values():
             home.close()
@@ -465,10 +465,11 @@ class StateBackend:
         _DEFAULT_DIRS.discard(self)
         d = self.state_dir
         if not self.default_dir or d is None:
+            self._unlock()
             return
         if self._lock_fd is None:
             try:
-                self._lock_fd = self._lock(d, create=True)
+                self._lock_fd = self._lock(d)
             except (CheckpointLockedError, ConfigurationError):
                 return  # gone, or another job's now
         self.release()
