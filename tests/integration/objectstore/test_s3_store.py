@@ -110,6 +110,32 @@ def test_store_contract_on_s3(bucket: str) -> None:
     )
 
 
+def _add(acc: int, x: int) -> int:
+    return acc + x
+
+
+def test_nodes_named_anything_keep_their_state_objects_under_the_prefix_on_s3(
+    bucket: str,
+) -> None:
+    names = ["../../../x", "clicks/per-minute", "n" * 300]
+    url = f"s3://{bucket}/jobs/names"
+    for items in ([1, 2, 3], [1, 2, 3, 4]):
+        src = Stream.from_iterable(items, name="src")
+        outs = [src.accumulate(_add, start=i, name=n) for i, n in enumerate(names)]
+        Job(src, checkpoint=url, every=None).run()
+    assert [o.state for o in outs] == [10, 11, 12]  # the second run resumed every node
+    store = ObjectStore(url)
+    store.fs.invalidate_cache()
+    keys = [str(k) for k in store.fs.find(bucket)]
+    assert keys and all(k.startswith(f"{bucket}/jobs/names/") for k in keys)
+    for k in keys:  # no part of a key is '..' or '.', and each fits in 255 bytes
+        parts = k.split("/")
+        assert not {"..", ".", ""} & set(parts) and max(len(p.encode()) for p in parts) < 255
+    m = store.verify(store.list_epochs()[-1])
+    assert sorted(m.state) == sorted(names)
+    assert all(m.state[n]["file"].count("/") == 1 for n in names)
+
+
 def test_a_second_writer_never_replaces_a_checkpoint_on_s3(bucket: str) -> None:
     url = f"s3://{bucket}/jobs/two-writers"
     first, second = ObjectStore(url), ObjectStore(url)
