@@ -44,7 +44,6 @@ import socket
 import stat
 import tempfile
 import time
-import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,8 +76,9 @@ _KINDS = ("memory", "rocksdb")
 _OPEN: dict[Path, Home] = {}
 
 
-#: backends with a default state directory: what is left of it goes when the process exits
-_DEFAULT_DIRS: weakref.WeakSet[StateBackend] = weakref.WeakSet()
+#: backends with a default state directory: what is left of it goes when the process
+#: exits (held here until then, as their databases are held in _OPEN)
+_DEFAULT_DIRS: set[StateBackend] = set()
 
 
 @atexit.register
