@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import tempfile
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -168,16 +169,32 @@ def pipeline(
     return source, out
 
 
-def run_part_way(case: Case, ckpt: Path, savepoint: bool = False) -> None:
+def backend(state: str, ckpt: Path) -> dict[str, Any]:
+    """The job's arguments that keep its keyed state in ``state`` ("memory" or "rocksdb")."""
+    if state == "memory":
+        return {}
+    return {"state": state, "state_dir": str(ckpt.with_name(ckpt.name + "-state"))}
+
+
+def run_part_way(case: Case, ckpt: Path, savepoint: bool = False, state: str = "memory") -> None:
     jobs: list[Job] = []
     source, _ = pipeline(case, DATA, jobs, savepoint)
-    jobs.append(Job(source, checkpoint=str(ckpt), every=None))
+    jobs.append(Job(source, checkpoint=str(ckpt), every=None, **backend(state, ckpt)))
     jobs[0].run()
+    jobs[0].state_backend.close()
 
 
-def resume(case: Case, savepoint: str | Path, ckpt: Path) -> list[Any]:
+def resume(case: Case, savepoint: str | Path, ckpt: Path, state: str = "memory") -> list[Any]:
     source, out = pipeline(case, DATA)
-    Job(source, checkpoint=str(ckpt), every=None, from_savepoint=str(savepoint)).run()
+    job = Job(
+        source,
+        checkpoint=str(ckpt),
+        every=None,
+        from_savepoint=str(savepoint),
+        **backend(state, ckpt),
+    )
+    job.run()
+    job.state_backend.close()
     return out
 
 
@@ -237,6 +254,112 @@ def test_every_stateful_operator_round_trips_through_read_and_write(
         source, _ = pipeline(case, DATA)
         write_savepoint(tmp_path / "sp2", source, state=without, positions=old.positions)
         assert shown(case, resume(case, tmp_path / "sp2", tmp_path / "resumed2")) != expected
+
+
+#: the cases whose ``op`` keeps keyed state: in RocksDB with ``Job(state="rocksdb")``
+IN_ROCKSDB = [
+    "accumulate-keyed",
+    "frequencies",
+    "unique",
+    "partition-keyed",
+    "tumbling_window",
+    "hopping_window",
+    "session_window",
+    "keyed_process",
+]
+BACKENDS = ["memory", "rocksdb"]
+
+
+def _rocks_case(name: str) -> Case:
+    return next(c for c in CASES if c.name == name)
+
+
+def _by_key(value: Any) -> Any:
+    """A keyed state's pandas form in key order (RocksDB keeps its keys in encoded order)."""
+    return value.sort_index() if is_pandas(value) else value
+
+
+@pytest.mark.parametrize("name", IN_ROCKSDB)
+def test_keyed_state_in_rocksdb_reads_as_the_same_state_in_memory(
+    name: str, tmp_path: Path
+) -> None:
+    case = _rocks_case(name)
+    for state in BACKENDS:
+        run_part_way(case, tmp_path / state, state=state)
+    store = LocalDirectoryStore(tmp_path / "rocksdb")
+    assert "op" in store.load_manifest(store.list_epochs()[-1]).files  # RocksDB's own files
+    for as_pandas in (True, False):
+        mem = read(tmp_path / "memory", as_pandas=as_pandas)
+        rocks = read(tmp_path / "rocksdb", as_pandas=as_pandas)
+        assert rocks.positions == mem.positions
+        assert set(rocks.state["op"]) == set(mem.state["op"])  # not rest, rocks, small
+        for attr, value in mem.state["op"].items():
+            got = rocks.state["op"][attr]
+            if is_pandas(value):
+                assert is_pandas(got) and type(got) is type(value)
+                assert _by_key(got).equals(_by_key(value)), (attr, got, value)
+                assert list(_by_key(got).index) == list(_by_key(value).index)
+            else:
+                assert got == value, (attr, got, value)
+
+
+@pytest.mark.parametrize("state", BACKENDS)
+@pytest.mark.parametrize("name, as_pandas", _forms(IN_ROCKSDB, str, set(IN_ROCKSDB)))
+def test_keyed_state_round_trips_through_read_and_write_on_either_backend(
+    name: str, as_pandas: bool, state: str, tmp_path: Path
+) -> None:
+    case = _rocks_case(name)
+    run_part_way(case, tmp_path / "first", state=state)
+    old = read(tmp_path / "first", as_pandas=as_pandas)
+    source, _ = pipeline(case, DATA)
+    write_savepoint(tmp_path / "sp", source, state=old.state, positions=old.positions)
+    resumed = resume(case, tmp_path / "sp", tmp_path / "resumed", state=state)
+    assert shown(case, resumed) == uninterrupted(case)
+    # the resumed job's own checkpoint holds the state it went on from
+    assert read(tmp_path / "resumed", as_pandas=False).positions == {"numbers": N}
+
+
+@pytest.mark.parametrize("name", ["frequencies", "partition-keyed", "unique"])
+def test_export_and_show_give_the_keys_of_rocksdb_state_as_of_state_in_memory(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rivermark.cli import main
+
+    case = _rocks_case(name)
+    rows: dict[str, list[Any]] = {}
+    shown_state: dict[str, Any] = {}
+    text: dict[str, str] = {}
+    for state in BACKENDS:
+        run_part_way(case, tmp_path / state, state=state)
+        capsys.readouterr()
+        assert main(["checkpoints", "export", str(tmp_path / state), "op"]) == 0
+        rows[state] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        assert main(["checkpoints", "show", str(tmp_path / state), "--state", "op", "--json"]) == 0
+        shown_state[state] = json.loads(capsys.readouterr().out)
+        assert main(["checkpoints", "show", str(tmp_path / state), "--state", "op"]) == 0
+        text[state] = capsys.readouterr().out
+    assert rows["rocksdb"] and not {"rest", "rocks", "small"} & {r["key"] for r in rows["rocksdb"]}
+    assert sorted(map(json.dumps, rows["rocksdb"])) == sorted(map(json.dumps, rows["memory"]))
+    assert shown_state["rocksdb"] == shown_state["memory"]
+    assert text["rocksdb"] == text["memory"]  # pretty-printed with sorted keys
+    assert "small" not in text["rocksdb"] and "MANIFEST" not in text["rocksdb"]
+
+
+@pytest.mark.parametrize("op", ["sum", "frame-sum", "mean", "std"])
+def test_a_dataframe_aggregation_in_rocksdb_reads_as_its_pandas_form_in_memory(
+    op: str, tmp_path: Path
+) -> None:
+    forms = {}
+    for state in BACKENDS:
+        source, _ = _frame_op(op, _frames()[:3])
+        ckpt = tmp_path / state
+        job = Job(source, checkpoint=ckpt, every=None, **backend(state, ckpt))
+        job.run()
+        job.state_backend.close()
+        forms[state] = read(ckpt).state
+    (nid,) = (n for n in forms["memory"] if n != "out")
+    assert is_pandas(forms["rocksdb"][nid])
+    assert _by_key(forms["rocksdb"][nid]).equals(_by_key(forms["memory"][nid]))
 
 
 @pytest.mark.parametrize("as_pandas", [True, False], ids=["pandas", "python"])
@@ -447,18 +570,26 @@ def test_a_savepoint_read_from_a_directory_and_written_to_s3_resumes_exactly(
     assert shown(case, resume(case, url, tmp_path / "resumed")) == uninterrupted(case)
 
 
-def test_the_example_of_docs_upgrading_runs_as_written(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("state", BACKENDS)
+def test_the_example_of_docs_upgrading_runs_as_written_on_either_backend(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, state: str
 ) -> None:
     doc = (ROOT / "docs" / "upgrading.md").read_text()
     blocks = [
         b for b in re.findall(r"```python\n(.*?)```", doc, flags=re.S) if "write_savepoint" in b
     ]
     assert len(blocks) == 1
+    default = 'STATE = "memory"  # or "rocksdb": the round trip is the same\n'
+    assert default in blocks[0]
+    code = blocks[0].replace(default, f"STATE = {state!r}\n")
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where a job keeps RocksDB state
     namespace: dict[str, Any] = {}
-    exec(compile(blocks[0], "docs/upgrading.md", "exec"), namespace)
+    exec(compile(code, "docs/upgrading.md", "exec"), namespace)
     assert namespace["fixed"][-1] == {"river": 8, "mark": 2}
+    store = LocalDirectoryStore(tmp_path / "ckpt")
+    rocks = store.load_manifest(store.list_epochs()[-1]).files
+    assert ("counts" in rocks) == (state == "rocksdb")  # the job kept its state there
 
 
 #: the batches of the DataFrame cases: the first job reads three, the resumed one the rest
