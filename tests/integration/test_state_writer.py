@@ -23,7 +23,7 @@ import pytest
 
 from rivermark import KeyedState, Stream
 from rivermark.checkpoint import Job, LocalDirectoryStore, codec, read, write_savepoint
-from rivermark.checkpoint.errors import CheckpointSignatureError
+from rivermark.checkpoint.errors import CheckpointSignatureError, JobFailedError
 from rivermark.checkpoint.frames import is_pandas, keyed_dict
 from rivermark.checkpoint.signing import Keyring, Trust
 from rivermark.core import graph
@@ -463,6 +463,122 @@ def test_a_moved_iterable_position_skips_ahead_and_keeps_the_state(tmp_path: Pat
     assert out == expected
 
 
+def _lines_source(path: Path, **kw: Any) -> tuple[Stream, list[Any]]:
+    source = Stream.from_textfile(
+        str(path), stop_at_eof=True, poll_interval="5ms", name="lines", **kw
+    )
+    return source, source.sink_to_list(name="out")
+
+
+def _nothing_written(sp: Path) -> bool:
+    return not (sp / "checkpoints").exists() or not any((sp / "checkpoints").iterdir())
+
+
+@pytest.mark.parametrize("given", [9, {"offset": 9}], ids=["offset", "dict"])
+def test_a_text_position_inside_a_line_is_refused_naming_the_lines_around_it(
+    tmp_path: Path, given: Any
+) -> None:
+    path = tmp_path / "in.txt"
+    path.write_text("".join(f"line {i}\n" for i in range(10)))  # 7 bytes a line
+    source, _ = _lines_source(path)
+    message = (
+        f"write_savepoint: the position of 'lines': FromTextfile('lines'): position 9 is "
+        f"inside a line of {str(path)!r} (lines start at bytes 7 and 14): the first record "
+        "would be a fragment of it; give the byte offset where a line starts (as "
+        "{'offset': n}), or a position that read() gave"
+    )
+    with pytest.raises(ConfigurationError, match=re.escape(message)):
+        write_savepoint(tmp_path / "sp", source, positions={"lines": given})
+    assert _nothing_written(tmp_path / "sp")
+    with pytest.raises(ConfigurationError, match=re.escape("position 71 is past the end of")):
+        write_savepoint(tmp_path / "sp", source, positions={"lines": 71})
+    # the starts of lines, the end of the file, and after a last line without its delimiter
+    for ok in (0, 7, 14, 70):
+        write_savepoint(tmp_path / f"sp{ok}", source, positions={"lines": ok})
+    path.write_text("line 0\nlast")
+    write_savepoint(
+        tmp_path / "spu", source, positions={"lines": {"offset": 11, "unterminated": 4}}
+    )
+    with pytest.raises(ConfigurationError, match=re.escape("position 11 is inside a line")):
+        write_savepoint(tmp_path / "spx", source, positions={"lines": 11})
+
+
+def test_a_text_position_is_checked_in_code_units_after_the_byte_order_mark(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "in.txt"
+    path.write_bytes("a\nbb\nc\n".encode("utf-16"))  # a mark, then 2 bytes a character
+    source, out = _lines_source(path, encoding="utf-16")
+    with pytest.raises(ConfigurationError, match=re.escape("(lines start at bytes 6 and 12)")):
+        write_savepoint(tmp_path / "bad", source, positions={"lines": 7})
+    write_savepoint(tmp_path / "sp", source, positions={"lines": 6})
+    Job(source, checkpoint=tmp_path / "ckpt", every=None, from_savepoint=tmp_path / "sp").run()
+    assert out == ["bb\n", "c\n"]
+
+
+def test_an_iterable_position_past_its_end_is_refused(tmp_path: Path) -> None:
+    message = (
+        "write_savepoint: the position of 'numbers': FromIterable('numbers'): position 41 is "
+        f"past the end of its iterable ({N} items): the source would emit nothing; give the "
+        f"index of the next item to emit, from 0 to {N}"
+    )
+    with pytest.raises(ConfigurationError, match=re.escape(message)):
+        write_savepoint(tmp_path / "sp", _graph(), positions={"numbers": N + 1})
+    assert _nothing_written(tmp_path / "sp")
+    write_savepoint(tmp_path / "end", _graph(), positions={"numbers": N})  # finished: emits none
+
+
+class _Numbers:
+    """An iterable without a length: how far it goes is known only by reading it."""
+
+    def __iter__(self) -> Any:
+        return iter(range(4))
+
+
+def test_positions_that_cannot_be_checked_when_written_are_refused_at_restore(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "later.txt"  # not there yet when the savepoint is written
+    source, out = _lines_source(path)
+    write_savepoint(tmp_path / "sp", source, positions={"lines": 9})
+    path.write_text("".join(f"line {i}\n" for i in range(10)))
+    with pytest.raises(ConfigurationError) as e:
+        Job(source, checkpoint=tmp_path / "ck", every=None, from_savepoint=tmp_path / "sp").run()
+    _refusal(e, "FromTextfile('lines'): position 9 is inside a line", "(lines start at bytes 7")
+    assert out == []
+
+    numbers = Stream.from_iterable(_Numbers(), name="numbers")
+    got = numbers.sink_to_list(name="out")
+    write_savepoint(tmp_path / "sp2", numbers, positions={"numbers": 9})
+    with pytest.raises(JobFailedError) as failed:
+        Job(numbers, checkpoint=tmp_path / "ck2", every=None, from_savepoint=tmp_path / "sp2").run()
+    assert isinstance(failed.value.__cause__, ConfigurationError)
+    _refusal(
+        failed,
+        "FromIterable('numbers'): the position to resume at, item 9, is past the end of its "
+        "iterable (4 items): the source would emit nothing",
+    )
+    assert got == []
+
+
+def test_a_checkpoint_past_the_end_of_a_shorter_iterable_is_refused_at_restore(
+    tmp_path: Path,
+) -> None:
+    source, _ = _graph_and_output()
+    Job(source, checkpoint=tmp_path / "ck", every=None).run()
+    before = LocalDirectoryStore(tmp_path / "ck").list_epochs()
+    shorter, out = _graph_and_output(DATA[:10])
+    message = (
+        f"FromIterable('numbers'): the position to resume at, item {N}, is past the end of its "
+        "iterable (10 items): the source would emit nothing. Pass the items the checkpoint was "
+        "taken on, or start over (--from-scratch, or a new checkpoint location)"
+    )
+    with pytest.raises(ConfigurationError, match=re.escape(message)):
+        Job(shorter, checkpoint=tmp_path / "ck", every=None).run()
+    assert LocalDirectoryStore(tmp_path / "ck").list_epochs() == before  # nothing written
+    assert len(out) == len(DATA)  # the sink's list as the checkpoint holds it, nothing added
+
+
 def _refusal(excinfo: pytest.ExceptionInfo[BaseException], *needles: str) -> str:
     message = str(excinfo.value)
     assert "\n" not in message, message
@@ -475,8 +591,8 @@ def _graph() -> Stream:
     return _graph_and_output()[0]
 
 
-def _graph_and_output() -> tuple[Stream, list[int]]:
-    source = Stream.from_iterable(DATA, name="numbers")
+def _graph_and_output(items: list[int] = DATA) -> tuple[Stream, list[int]]:
+    source = Stream.from_iterable(items, name="numbers")
     out = source.accumulate(lambda a, x: a + x, start=0, name="sum").sink_to_list(name="out")
     return source, out
 
