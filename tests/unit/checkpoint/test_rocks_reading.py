@@ -114,3 +114,17 @@ def test_pickled_values_are_loaded_only_from_a_trusted_store(
     got = read(ckpt, as_pandas=False, trust_store=True).state["counts"]
     assert got == {"state": {1: Opaque(1), 2: Opaque(2)}}
     assert list(private_tmp.iterdir()) == []
+
+
+def test_show_lists_each_mapping_with_its_files_and_bytes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rivermark.cli import main
+
+    ckpt = _run(tmp_path, [f"w{i % 50}" for i in range(200)])
+    store, m, _, _ = _sst(ckpt)
+    files = m.files["counts"]["state"]
+    assert main(["checkpoints", "show", str(ckpt)]) == 0
+    out = capsys.readouterr().out
+    total = sum(i["size"] for i in files.values())
+    assert f"    'state' in RocksDB: {len(files)} files, {total:,} bytes\n" in out, out
