@@ -631,6 +631,8 @@ def _print_checkpoint(info: dict[str, Any]) -> None:
                 f"    delta chain: base {chain['base']} ({chain['base_size']} bytes) + "
                 f"{len(chain['deltas'])} delta(s) ({chain['delta_size']} bytes)"
             )
+        for attr, files in info.get("rocks", {}).get(nid, {}).items():
+            print(f"    {attr!r} in RocksDB: {files['files']} files, {files['bytes']:,} bytes")
     for kid, handle in info["sinks"].items():
         print(f"  sink {kid}: {handle!r}")
 

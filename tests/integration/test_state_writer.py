@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import tempfile
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ import pytest
 
 from rivermark import KeyedState, Stream
 from rivermark.checkpoint import Job, LocalDirectoryStore, codec, read, write_savepoint
-from rivermark.checkpoint.errors import CheckpointSignatureError
+from rivermark.checkpoint.errors import CheckpointSignatureError, JobFailedError
 from rivermark.checkpoint.frames import is_pandas, keyed_dict
 from rivermark.checkpoint.signing import Keyring, Trust
 from rivermark.core import graph
@@ -168,16 +169,32 @@ def pipeline(
     return source, out
 
 
-def run_part_way(case: Case, ckpt: Path, savepoint: bool = False) -> None:
+def backend(state: str, ckpt: Path) -> dict[str, Any]:
+    """The job's arguments that keep its keyed state in ``state`` ("memory" or "rocksdb")."""
+    if state == "memory":
+        return {}
+    return {"state": state, "state_dir": str(ckpt.with_name(ckpt.name + "-state"))}
+
+
+def run_part_way(case: Case, ckpt: Path, savepoint: bool = False, state: str = "memory") -> None:
     jobs: list[Job] = []
     source, _ = pipeline(case, DATA, jobs, savepoint)
-    jobs.append(Job(source, checkpoint=str(ckpt), every=None))
+    jobs.append(Job(source, checkpoint=str(ckpt), every=None, **backend(state, ckpt)))
     jobs[0].run()
+    jobs[0].state_backend.close()
 
 
-def resume(case: Case, savepoint: str | Path, ckpt: Path) -> list[Any]:
+def resume(case: Case, savepoint: str | Path, ckpt: Path, state: str = "memory") -> list[Any]:
     source, out = pipeline(case, DATA)
-    Job(source, checkpoint=str(ckpt), every=None, from_savepoint=str(savepoint)).run()
+    job = Job(
+        source,
+        checkpoint=str(ckpt),
+        every=None,
+        from_savepoint=str(savepoint),
+        **backend(state, ckpt),
+    )
+    job.run()
+    job.state_backend.close()
     return out
 
 
@@ -237,6 +254,112 @@ def test_every_stateful_operator_round_trips_through_read_and_write(
         source, _ = pipeline(case, DATA)
         write_savepoint(tmp_path / "sp2", source, state=without, positions=old.positions)
         assert shown(case, resume(case, tmp_path / "sp2", tmp_path / "resumed2")) != expected
+
+
+#: the cases whose ``op`` keeps keyed state: in RocksDB with ``Job(state="rocksdb")``
+IN_ROCKSDB = [
+    "accumulate-keyed",
+    "frequencies",
+    "unique",
+    "partition-keyed",
+    "tumbling_window",
+    "hopping_window",
+    "session_window",
+    "keyed_process",
+]
+BACKENDS = ["memory", "rocksdb"]
+
+
+def _rocks_case(name: str) -> Case:
+    return next(c for c in CASES if c.name == name)
+
+
+def _by_key(value: Any) -> Any:
+    """A keyed state's pandas form in key order (RocksDB keeps its keys in encoded order)."""
+    return value.sort_index() if is_pandas(value) else value
+
+
+@pytest.mark.parametrize("name", IN_ROCKSDB)
+def test_keyed_state_in_rocksdb_reads_as_the_same_state_in_memory(
+    name: str, tmp_path: Path
+) -> None:
+    case = _rocks_case(name)
+    for state in BACKENDS:
+        run_part_way(case, tmp_path / state, state=state)
+    store = LocalDirectoryStore(tmp_path / "rocksdb")
+    assert "op" in store.load_manifest(store.list_epochs()[-1]).files  # RocksDB's own files
+    for as_pandas in (True, False):
+        mem = read(tmp_path / "memory", as_pandas=as_pandas)
+        rocks = read(tmp_path / "rocksdb", as_pandas=as_pandas)
+        assert rocks.positions == mem.positions
+        assert set(rocks.state["op"]) == set(mem.state["op"])  # not rest, rocks, small
+        for attr, value in mem.state["op"].items():
+            got = rocks.state["op"][attr]
+            if is_pandas(value):
+                assert is_pandas(got) and type(got) is type(value)
+                assert _by_key(got).equals(_by_key(value)), (attr, got, value)
+                assert list(_by_key(got).index) == list(_by_key(value).index)
+            else:
+                assert got == value, (attr, got, value)
+
+
+@pytest.mark.parametrize("state", BACKENDS)
+@pytest.mark.parametrize("name, as_pandas", _forms(IN_ROCKSDB, str, set(IN_ROCKSDB)))
+def test_keyed_state_round_trips_through_read_and_write_on_either_backend(
+    name: str, as_pandas: bool, state: str, tmp_path: Path
+) -> None:
+    case = _rocks_case(name)
+    run_part_way(case, tmp_path / "first", state=state)
+    old = read(tmp_path / "first", as_pandas=as_pandas)
+    source, _ = pipeline(case, DATA)
+    write_savepoint(tmp_path / "sp", source, state=old.state, positions=old.positions)
+    resumed = resume(case, tmp_path / "sp", tmp_path / "resumed", state=state)
+    assert shown(case, resumed) == uninterrupted(case)
+    # the resumed job's own checkpoint holds the state it went on from
+    assert read(tmp_path / "resumed", as_pandas=False).positions == {"numbers": N}
+
+
+@pytest.mark.parametrize("name", ["frequencies", "partition-keyed", "unique"])
+def test_export_and_show_give_the_keys_of_rocksdb_state_as_of_state_in_memory(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rivermark.cli import main
+
+    case = _rocks_case(name)
+    rows: dict[str, list[Any]] = {}
+    shown_state: dict[str, Any] = {}
+    text: dict[str, str] = {}
+    for state in BACKENDS:
+        run_part_way(case, tmp_path / state, state=state)
+        capsys.readouterr()
+        assert main(["checkpoints", "export", str(tmp_path / state), "op"]) == 0
+        rows[state] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        assert main(["checkpoints", "show", str(tmp_path / state), "--state", "op", "--json"]) == 0
+        shown_state[state] = json.loads(capsys.readouterr().out)
+        assert main(["checkpoints", "show", str(tmp_path / state), "--state", "op"]) == 0
+        text[state] = capsys.readouterr().out
+    assert rows["rocksdb"] and not {"rest", "rocks", "small"} & {r["key"] for r in rows["rocksdb"]}
+    assert sorted(map(json.dumps, rows["rocksdb"])) == sorted(map(json.dumps, rows["memory"]))
+    assert shown_state["rocksdb"] == shown_state["memory"]
+    assert text["rocksdb"] == text["memory"]  # pretty-printed with sorted keys
+    assert "small" not in text["rocksdb"] and "MANIFEST" not in text["rocksdb"]
+
+
+@pytest.mark.parametrize("op", ["sum", "frame-sum", "mean", "std"])
+def test_a_dataframe_aggregation_in_rocksdb_reads_as_its_pandas_form_in_memory(
+    op: str, tmp_path: Path
+) -> None:
+    forms = {}
+    for state in BACKENDS:
+        source, _ = _frame_op(op, _frames()[:3])
+        ckpt = tmp_path / state
+        job = Job(source, checkpoint=ckpt, every=None, **backend(state, ckpt))
+        job.run()
+        job.state_backend.close()
+        forms[state] = read(ckpt).state
+    (nid,) = (n for n in forms["memory"] if n != "out")
+    assert is_pandas(forms["rocksdb"][nid])
+    assert _by_key(forms["rocksdb"][nid]).equals(_by_key(forms["memory"][nid]))
 
 
 @pytest.mark.parametrize("as_pandas", [True, False], ids=["pandas", "python"])
@@ -340,6 +463,122 @@ def test_a_moved_iterable_position_skips_ahead_and_keeps_the_state(tmp_path: Pat
     assert out == expected
 
 
+def _lines_source(path: Path, **kw: Any) -> tuple[Stream, list[Any]]:
+    source = Stream.from_textfile(
+        str(path), stop_at_eof=True, poll_interval="5ms", name="lines", **kw
+    )
+    return source, source.sink_to_list(name="out")
+
+
+def _nothing_written(sp: Path) -> bool:
+    return not (sp / "checkpoints").exists() or not any((sp / "checkpoints").iterdir())
+
+
+@pytest.mark.parametrize("given", [9, {"offset": 9}], ids=["offset", "dict"])
+def test_a_text_position_inside_a_line_is_refused_naming_the_lines_around_it(
+    tmp_path: Path, given: Any
+) -> None:
+    path = tmp_path / "in.txt"
+    path.write_text("".join(f"line {i}\n" for i in range(10)))  # 7 bytes a line
+    source, _ = _lines_source(path)
+    message = (
+        f"write_savepoint: the position of 'lines': FromTextfile('lines'): position 9 is "
+        f"inside a line of {str(path)!r} (lines start at bytes 7 and 14): the first record "
+        "would be a fragment of it; give the byte offset where a line starts (as "
+        "{'offset': n}), or a position that read() gave"
+    )
+    with pytest.raises(ConfigurationError, match=re.escape(message)):
+        write_savepoint(tmp_path / "sp", source, positions={"lines": given})
+    assert _nothing_written(tmp_path / "sp")
+    with pytest.raises(ConfigurationError, match=re.escape("position 71 is past the end of")):
+        write_savepoint(tmp_path / "sp", source, positions={"lines": 71})
+    # the starts of lines, the end of the file, and after a last line without its delimiter
+    for ok in (0, 7, 14, 70):
+        write_savepoint(tmp_path / f"sp{ok}", source, positions={"lines": ok})
+    path.write_text("line 0\nlast")
+    write_savepoint(
+        tmp_path / "spu", source, positions={"lines": {"offset": 11, "unterminated": 4}}
+    )
+    with pytest.raises(ConfigurationError, match=re.escape("position 11 is inside a line")):
+        write_savepoint(tmp_path / "spx", source, positions={"lines": 11})
+
+
+def test_a_text_position_is_checked_in_code_units_after_the_byte_order_mark(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "in.txt"
+    path.write_bytes("a\nbb\nc\n".encode("utf-16"))  # a mark, then 2 bytes a character
+    source, out = _lines_source(path, encoding="utf-16")
+    with pytest.raises(ConfigurationError, match=re.escape("(lines start at bytes 6 and 12)")):
+        write_savepoint(tmp_path / "bad", source, positions={"lines": 7})
+    write_savepoint(tmp_path / "sp", source, positions={"lines": 6})
+    Job(source, checkpoint=tmp_path / "ckpt", every=None, from_savepoint=tmp_path / "sp").run()
+    assert out == ["bb\n", "c\n"]
+
+
+def test_an_iterable_position_past_its_end_is_refused(tmp_path: Path) -> None:
+    message = (
+        "write_savepoint: the position of 'numbers': FromIterable('numbers'): position 41 is "
+        f"past the end of its iterable ({N} items): the source would emit nothing; give the "
+        f"index of the next item to emit, from 0 to {N}"
+    )
+    with pytest.raises(ConfigurationError, match=re.escape(message)):
+        write_savepoint(tmp_path / "sp", _graph(), positions={"numbers": N + 1})
+    assert _nothing_written(tmp_path / "sp")
+    write_savepoint(tmp_path / "end", _graph(), positions={"numbers": N})  # finished: emits none
+
+
+class _Numbers:
+    """An iterable without a length: how far it goes is known only by reading it."""
+
+    def __iter__(self) -> Any:
+        return iter(range(4))
+
+
+def test_positions_that_cannot_be_checked_when_written_are_refused_at_restore(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "later.txt"  # not there yet when the savepoint is written
+    source, out = _lines_source(path)
+    write_savepoint(tmp_path / "sp", source, positions={"lines": 9})
+    path.write_text("".join(f"line {i}\n" for i in range(10)))
+    with pytest.raises(ConfigurationError) as e:
+        Job(source, checkpoint=tmp_path / "ck", every=None, from_savepoint=tmp_path / "sp").run()
+    _refusal(e, "FromTextfile('lines'): position 9 is inside a line", "(lines start at bytes 7")
+    assert out == []
+
+    numbers = Stream.from_iterable(_Numbers(), name="numbers")
+    got = numbers.sink_to_list(name="out")
+    write_savepoint(tmp_path / "sp2", numbers, positions={"numbers": 9})
+    with pytest.raises(JobFailedError) as failed:
+        Job(numbers, checkpoint=tmp_path / "ck2", every=None, from_savepoint=tmp_path / "sp2").run()
+    assert isinstance(failed.value.__cause__, ConfigurationError)
+    _refusal(
+        failed,
+        "FromIterable('numbers'): the position to resume at, item 9, is past the end of its "
+        "iterable (4 items): the source would emit nothing",
+    )
+    assert got == []
+
+
+def test_a_checkpoint_past_the_end_of_a_shorter_iterable_is_refused_at_restore(
+    tmp_path: Path,
+) -> None:
+    source, _ = _graph_and_output()
+    Job(source, checkpoint=tmp_path / "ck", every=None).run()
+    before = LocalDirectoryStore(tmp_path / "ck").list_epochs()
+    shorter, out = _graph_and_output(DATA[:10])
+    message = (
+        f"FromIterable('numbers'): the position to resume at, item {N}, is past the end of its "
+        "iterable (10 items): the source would emit nothing. Pass the items the checkpoint was "
+        "taken on, or start over (--from-scratch, or a new checkpoint location)"
+    )
+    with pytest.raises(ConfigurationError, match=re.escape(message)):
+        Job(shorter, checkpoint=tmp_path / "ck", every=None).run()
+    assert LocalDirectoryStore(tmp_path / "ck").list_epochs() == before  # nothing written
+    assert len(out) == len(DATA)  # the sink's list as the checkpoint holds it, nothing added
+
+
 def _refusal(excinfo: pytest.ExceptionInfo[BaseException], *needles: str) -> str:
     message = str(excinfo.value)
     assert "\n" not in message, message
@@ -352,8 +591,8 @@ def _graph() -> Stream:
     return _graph_and_output()[0]
 
 
-def _graph_and_output() -> tuple[Stream, list[int]]:
-    source = Stream.from_iterable(DATA, name="numbers")
+def _graph_and_output(items: list[int] = DATA) -> tuple[Stream, list[int]]:
+    source = Stream.from_iterable(items, name="numbers")
     out = source.accumulate(lambda a, x: a + x, start=0, name="sum").sink_to_list(name="out")
     return source, out
 
@@ -447,18 +686,26 @@ def test_a_savepoint_read_from_a_directory_and_written_to_s3_resumes_exactly(
     assert shown(case, resume(case, url, tmp_path / "resumed")) == uninterrupted(case)
 
 
-def test_the_example_of_docs_upgrading_runs_as_written(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("state", BACKENDS)
+def test_the_example_of_docs_upgrading_runs_as_written_on_either_backend(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, state: str
 ) -> None:
     doc = (ROOT / "docs" / "upgrading.md").read_text()
     blocks = [
         b for b in re.findall(r"```python\n(.*?)```", doc, flags=re.S) if "write_savepoint" in b
     ]
     assert len(blocks) == 1
+    default = 'STATE = "memory"  # or "rocksdb": the round trip is the same\n'
+    assert default in blocks[0]
+    code = blocks[0].replace(default, f"STATE = {state!r}\n")
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where a job keeps RocksDB state
     namespace: dict[str, Any] = {}
-    exec(compile(blocks[0], "docs/upgrading.md", "exec"), namespace)
+    exec(compile(code, "docs/upgrading.md", "exec"), namespace)
     assert namespace["fixed"][-1] == {"river": 8, "mark": 2}
+    store = LocalDirectoryStore(tmp_path / "ckpt")
+    rocks = store.load_manifest(store.list_epochs()[-1]).files
+    assert ("counts" in rocks) == (state == "rocksdb")  # the job kept its state there
 
 
 #: the batches of the DataFrame cases: the first job reads three, the resumed one the rest

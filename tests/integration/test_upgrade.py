@@ -194,6 +194,11 @@ def test_renamed_node_keeps_its_state(tmp_path: Path, stop: int | str) -> None:
     app.feed(more)
     app.run_until({"sum.txt": len(FIRST + SECOND + more)}, "--rename", "sum=total")
     assert app.lines("sum.txt") == sums(FIRST + SECOND + more)
+    # a misspelt old id is no rename the checkpoint records: refused, naming the ids it holds
+    err = app.refused("--rename", "summ=total")
+    line = next(x for x in err.splitlines() if "rename summ=total" in x)
+    assert "holds no 'summ' (and records no rename of 'summ' to 'total')" in line, err
+    assert "its ids are lines, out-sum, total" in line, err
 
 
 def test_removed_node_is_refused_with_its_size_unless_allowed(tmp_path: Path) -> None:

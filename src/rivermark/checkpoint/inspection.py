@@ -53,6 +53,7 @@ from .frames import as_pandas as as_pandas_form
 from .frames import require_pandas
 from .keyed import materialise
 from .manifest import Manifest
+from .rocks.reading import read_rocks_state, rocks_key_counts
 from .signing import Keyring, Trust
 from .store import LocalDirectoryStore, Store, open_store
 
@@ -316,7 +317,11 @@ def _describe_file_offset(sig: str, position: int) -> str:
 
 
 def show_checkpoint(store: Store, epoch: int | None = None) -> dict[str, Any]:
-    """The manifest of ``epoch`` (default: the newest) with the positions explained."""
+    """The manifest of ``epoch`` (default: the newest) with the positions explained.
+
+    ``rocks`` gives, for each node whose keyed state is in RocksDB, the
+    number of files of each mapping's RocksDB checkpoint and their bytes.
+    """
     e = _pick_epoch(store, epoch)
     m = store.load_manifest(e)
     return {
@@ -329,6 +334,13 @@ def show_checkpoint(store: Store, epoch: int | None = None) -> dict[str, Any]:
         },
         "state": {nid: dict(info) for nid, info in sorted(m.state.items())},
         "chains": {nid: chain_sizes(store, e, nid) for nid in sorted(m.chains)},
+        "rocks": {
+            nid: {
+                attr: {"files": len(names), "bytes": sum(int(i["size"]) for i in names.values())}
+                for attr, names in sorted(attrs.items())
+            }
+            for nid, attrs in sorted(m.files.items())
+        },
         "sinks": dict(sorted(m.sinks.items())),
         "fingerprint": dict(m.fingerprint),
     }
@@ -388,7 +400,8 @@ def read_node_state(store: Store, epoch: int | None, node: str, as_pandas: bool 
             f"checkpoint {e} has no state for node {node!r}; nodes with state: "
             f"{', '.join(known) if known else '(none)'}"
         )
-    chains = store.load_chains(e)[1] if node in m.chains else {}
+    # a delta chain's blobs, or RocksDB state's state file: each checked against its manifest
+    chains = store.load_chains(e)[1] if node in m.chains or node in m.files else {}
     if as_pandas:
         require_pandas("the pandas form of a node's state")
         return as_pandas_form(*_decoded_keyed(store, e, m, node, chains))
@@ -407,6 +420,8 @@ def _decoded_keyed(
     allow = store.trust.allow_pickle(m.signature_status)
     why = _untrusted(store, e, node, m.signature_status)
     try:
+        if node in m.files:  # RocksDB state: its files opened read-only, each checked
+            return read_rocks_state(store, m, node, chains[node][-1], allow_pickle=allow, what=why)
         if node in m.chains:
             rest, content = materialise(chains[node], allow_pickle=allow, what=why)
             return {**rest, **content}, set(content)
@@ -658,12 +673,17 @@ def _entries(store: Store, epoch: int, m: Manifest, node: str) -> int | None:
     keyed node, an accumulate's dict, a window's list); ``None`` when the
     state has none or several, is too large to decode here, or holds
     pickled parts that this reader may not load (nothing is unpickled to
-    count).
+    count).  A mapping in RocksDB counts the keys its state file says it
+    holds (its files are not read).
     """
     info = m.state.get(node)
     if info is None or int(info.get("size", 0)) > _COUNT_ENTRIES_UP_TO:
         return None
     try:
+        if node in m.files:
+            rest, counts = rocks_key_counts(store.read_state(epoch, node))
+            sized = [v for v in rest.values() if isinstance(v, _CONTAINERS)]
+            return next(iter(counts.values())) if len(counts) == 1 and not sized else None
         chains = store.load_chains(epoch)[1] if node in m.chains else {}
         value = _decoded(store, epoch, m, node, chains)
     except (CheckpointCorruptError, UntrustedStateError, ConfigurationError):

@@ -321,6 +321,8 @@ class Job:
         self._ui: UiServer | None = None if ui is None else UiServer(self, ui, ui_addr)
         self.epoch = 0
         self.restored_epoch: int | None = None
+        #: node id -> the id its state had before a rename (recorded in every checkpoint)
+        self._renamed: dict[str, str] = {}
         #: the time the restored checkpoint was written (None when starting fresh)
         self.restored_time: float | None = None
         #: the positions the run resumed from (empty when starting fresh)
@@ -397,6 +399,7 @@ class Job:
             restored = self._recovery.recover()
             self.epoch = restored.epoch
             manifest = restored.manifest
+            self._renamed = {} if manifest is None else dict(manifest.renamed)
             if manifest is not None:
                 self.restored_epoch = manifest.epoch
                 self.restored_time = manifest.time
@@ -872,6 +875,7 @@ class Job:
                     savepoint=savepoint,
                     run={"started": self.started_at, "resumed_from": self.restored_epoch},
                     counts=self.metrics.totals(),
+                    renamed={n: o for n, o in self._renamed.items() if n in self.fingerprint},
                 )
                 pending = _Pending(epoch, manifest, views, positions, handles, paused_at)
                 manifest.timer = pending.timing

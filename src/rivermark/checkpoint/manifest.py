@@ -16,6 +16,7 @@
       "timing": {"duration": 0.042, "pause": 0.003},   # optional: seconds, up to the commit
       "counts": {"node-id": [records in, records out], ...},   # optional: totals so far
       "files": {"node-id": {"attr": {"000012.sst": {"sha256": "...", "size": 123}}}},   # format 5
+      "renamed": {"total": "sum"},     # optional: renames the state went through, new -> old
       "checksum": "<sha256 of every other field>",
       "signature": {"key": "<key id>", "hmac": "<HMAC-SHA256>"}   # format 4, with a key
     }
@@ -66,6 +67,14 @@ several checkpoints need is stored once, and retention keeps every file a
 kept checkpoint names.  A manifest with ``files`` is written as format 5,
 so a reader that knows only formats 1-4 refuses it rather than restoring
 such a node without its state.
+
+``renamed`` (optional) maps a node id to the id its state was stored under
+before a rename (``Job(rename={"sum": "total"})`` gives ``{"total": "sum"}``);
+every later checkpoint of the job carries it on, for the nodes still in the
+graph.  A restore given the same rename again (a restart with the same
+command) sees that it took effect; a rename whose old id the checkpoint
+neither holds nor records is refused (:mod:`rivermark.checkpoint.upgrade`).
+A reader that does not know the field ignores it (the checksum covers it).
 
 It is written last, under a temporary name, fsynced and renamed into place,
 so a checkpoint whose manifest is missing never existed.
@@ -243,6 +252,18 @@ def _check_run(d: dict[str, Any]) -> None:
         )
 
 
+def _check_renamed(d: dict[str, Any]) -> None:
+    """``renamed`` (optional) maps node ids to node ids: ``{"new-id": "old-id"}``."""
+    renamed = d.get("renamed", {})
+    ok = isinstance(renamed, dict) and all(
+        isinstance(k, str) and isinstance(v, str) and k and v for k, v in renamed.items()
+    )
+    if not ok:
+        raise ManifestError(
+            f'manifest field \'renamed\' must be {{"new-id": "old-id", ...}}, got {renamed!r}'
+        )
+
+
 def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
@@ -354,6 +375,8 @@ class Manifest:
     #: node id -> attribute -> file name -> ``{"sha256", "size"}`` (RocksDB state,
     #: format 5); filled while the checkpoint is written, before the manifest
     files: dict[str, dict[str, dict[str, dict[str, Any]]]] = field(default_factory=dict)
+    #: node id -> the id its state was stored under before a rename (carried on)
+    renamed: dict[str, str] = field(default_factory=dict)
     #: called when the manifest is serialised, gives ``timing`` (the job sets it)
     timer: Callable[[], dict[str, float]] | None = field(default=None, repr=False, compare=False)
     #: the canonical text the checksum (and signature) of a parsed manifest cover
@@ -384,6 +407,8 @@ class Manifest:
             raw["counts"] = self.counts
         if self.files:
             raw["files"] = self.files
+        if self.renamed:
+            raw["renamed"] = self.renamed
         # what a reader will see (string keys, lists for tuples): the checksum
         # is taken over that, so it matches after a round trip
         body: dict[str, Any] = json.loads(json.dumps(raw))
@@ -436,6 +461,7 @@ class Manifest:
         _check_timing(d)
         _check_counts(d)
         _check_files(d)
+        _check_renamed(d)
         if checksum is not None:
             actual = _canonical_checksum(d)
             if checksum != actual:
@@ -460,6 +486,7 @@ class Manifest:
             timing=dict(d["timing"]) if "timing" in d else None,
             counts={k: list(v) for k, v in d["counts"].items()} if "counts" in d else None,
             files=d.get("files", {}),
+            renamed=dict(d.get("renamed", {})),
             canonical=_canonical(d),
         )
 

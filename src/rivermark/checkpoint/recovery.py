@@ -23,6 +23,7 @@ says what the job resumes from.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Callable
@@ -188,7 +189,10 @@ class Recovery:
         """
         if plan is not None:
             manifest, blobs = renamed_manifest(manifest, blobs, plan.legacy)
+            done = {new: old for old, new in plan.renames.items()}
             manifest, blobs = renamed_manifest(manifest, blobs, plan.renames)
+            # the job's checkpoints record the renames (the same command again is no mistake)
+            manifest = dataclasses.replace(manifest, renamed={**manifest.renamed, **done})
             self._renamed = set(plan.legacy.values()) | set(plan.renames.values())
             self._migrating = dict(plan.migrations)
             changed = {d.node for d in plan.decisions if d.action == "inputs"}
@@ -281,6 +285,7 @@ class Recovery:
                 timing=manifest.timing,
                 counts=manifest.counts,
                 files=manifest.files,
+                renamed=manifest.renamed,
             )
             copy_shared(source, self.store, manifest)
             self.store.write_checkpoint(copy, {nid: b[-1] for nid, b in blobs.items()})

@@ -7,7 +7,10 @@ decision, in this order of the rules:
 
 1. ``rename={"old": "new"}``: the old node's state, position or sink handle
    goes to the new id (``renamed``); what the checkpoint holds under the new
-   id itself, unless it is renamed too, is removed as in 2;
+   id itself, unless it is renamed too, is removed as in 2.  A rename whose
+   old id the checkpoint does not hold is ``refused`` (a misspelt id would
+   leave a node's state behind), unless the checkpoint records that very
+   rename as done (the manifest's ``renamed``: the same command run again);
 2. an id only in the checkpoint is ``dropped`` when ``allow_dropped_state``
    is ``True`` or names it, else ``refused`` with the size of its state; a
    removed source's position or sink's handle (no state) is dropped;
@@ -393,14 +396,11 @@ def _renames(
     renames: dict[str, str] = {}
     for old_id, new_id in rules.rename.items():
         if old_id not in manifest.fingerprint:
-            if new_id not in manifest.fingerprint:
-                detail = (
-                    f"rename {old_id}={new_id}, but checkpoint {manifest.epoch} holds neither "
-                    f"{old_id!r} nor {new_id!r}; its ids are "
-                    f"{', '.join(sorted(manifest.fingerprint))}"
+            if manifest.renamed.get(new_id) != old_id or new_id not in manifest.fingerprint:
+                out.append(
+                    Decision("refused", old_id, _no_old_id(manifest, old_id, new_id), "rename")
                 )
-                out.append(Decision("refused", old_id, detail, "rename"))
-            # else given again after the rename took effect: the checkpoint holds the new id
+            # else given again after the rename took effect: the checkpoint records it
             continue
         if new_id not in new:
             detail = (
@@ -411,6 +411,19 @@ def _renames(
             continue
         renames[old_id] = new_id
     return renames
+
+
+def _no_old_id(manifest: Manifest, old_id: str, new_id: str) -> str:
+    """Why the rename ``old_id=new_id`` is refused: the checkpoint holds no ``old_id``."""
+    if new_id in manifest.fingerprint:
+        why = f"holds no {old_id!r} (and records no rename of {old_id!r} to {new_id!r})"
+    else:
+        why = f"holds neither {old_id!r} nor {new_id!r}"
+    return (
+        f"rename {old_id}={new_id}, but checkpoint {manifest.epoch} {why}; its ids are "
+        f"{', '.join(sorted(manifest.fingerprint))}: name the old id as the checkpoint holds "
+        "it, or leave the rename out"
+    )
 
 
 def _unrestored(

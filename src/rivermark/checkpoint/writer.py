@@ -21,7 +21,10 @@ for a node that is not one of its stateful nodes, a position for a node
 that is not a source, a handle for one that is not a checkpointed sink is
 refused (:class:`~rivermark.errors.ConfigurationError`, one line naming the
 id and the ids the graph has), and so is a state that cannot fit the node
-(see :func:`check_fits`).  A location that holds checkpoints is refused:
+(see :func:`check_fits`), and so is a position its source would not resume
+at as meant (inside a line of a text file, past the end of an iterable:
+:meth:`~rivermark.sources.base.Source.check_position`).  A location that
+holds checkpoints is refused:
 a savepoint is never mixed into a job's checkpoints.
 """
 
@@ -102,7 +105,7 @@ def write_savepoint(
         epoch=epoch,
         time=time.time(),
         fingerprint=job_fingerprint(graph_node),
-        positions=_checked_json(nodes, positions, Source, "position", "source"),
+        positions=_checked_positions(nodes, positions),
         sinks=_checked_json(nodes, sinks, CheckpointedSink, "handle", "checkpointed sink"),
         savepoint=True,
     )
@@ -275,6 +278,26 @@ def _checked_json(
             ) from None
         out[nid] = value
     return out
+
+
+def _checked_positions(
+    nodes: Mapping[str, Stream], given: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """``given`` positions, each JSON, for a source of the graph that can resume there.
+
+    Each source checks its position where it can without side effects (a
+    text file's offset is where a line starts, an iterable's index is not
+    past its end: :meth:`~rivermark.sources.base.Source.check_position`).
+    """
+    positions = _checked_json(nodes, given, Source, "position", "source")
+    for sid, position in positions.items():
+        source = nodes[sid]
+        assert isinstance(source, Source)
+        try:
+            source.check_position(position)
+        except ConfigurationError as e:
+            raise ConfigurationError(f"{_WHAT}: the position of {sid!r}: {e}") from None
+    return positions
 
 
 def _open_empty(location: str | os.PathLike[str] | Store, checkpoint_key: Any) -> Store:

@@ -141,6 +141,19 @@ class Source(Stream):
         """Resume from ``position`` (a value :meth:`position` returned)."""
         self._position = position
 
+    def check_position(self, position: Any) -> None:
+        """Refuse a ``position`` this source would not resume at as meant (one line).
+
+        ``write_savepoint`` asks it of every position it is given, before
+        anything is written: a position inside a record (it would emit a
+        fragment), or past the end of the input (it would emit nothing),
+        raises :class:`~rivermark.errors.ConfigurationError` naming the
+        source and what to give instead.  Only what can be seen without side
+        effects is checked (a file that is readable here, an iterable's
+        length); a source checks the rest when it seeks.  The default
+        accepts any position.
+        """
+
     def lag(self) -> dict[str, int] | None:
         """How much is left to read, per partition (``""`` for a single stream), if known.
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sized
 from typing import Any
 
 from ..core.node import Stream
@@ -18,6 +18,8 @@ __all__ = ["FromIterable"]
 
 #: most items read ahead of the emit (the chunk grows up to this while items come fast)
 _MAX_CHUNK = 1024
+#: what an iterable that ended gives
+_END = object()
 
 
 @Stream.register_api(staticmethod, attribute_name="from_iterable")
@@ -59,13 +61,43 @@ class FromIterable(Source):
         self._position = 0
 
     def seek(self, position: Any) -> None:
-        """Resume at item ``position`` (the number of items already emitted)."""
+        """Resume at item ``position`` (the number of items already emitted).
+
+        A position past the end of an iterable with a length is refused
+        (:meth:`check_position`); one past the end of another replayable
+        iterable is refused when the source runs.
+        """
+        self._check_index(position, restoring=True)
+        self._position = position
+
+    def check_position(self, position: Any) -> None:
+        """Refuse a position that is not an index >= 0, or past the end of the iterable."""
+        self._check_index(position, restoring=False)
+
+    def _check_index(self, position: Any, restoring: bool) -> None:
         if isinstance(position, bool) or not isinstance(position, int) or position < 0:
             raise ConfigurationError(
                 f"from_iterable: position must be an integer >= 0, got {position!r}; "
                 "pass a value that position() returned"
             )
-        self._position = position
+        if self.replayable and isinstance(self._iterable, Sized):
+            self._refuse_past_end(position, len(self._iterable), restoring)
+
+    def _refuse_past_end(self, position: int, length: int, restoring: bool) -> None:
+        if position <= length:
+            return
+        if restoring:
+            raise ConfigurationError(
+                f"{self.display_name()}: the position to resume at, item {position}, is past "
+                f"the end of its iterable ({length} items): the source would emit nothing. "
+                "Pass the items the checkpoint was taken on, or start over (--from-scratch, "
+                "or a new checkpoint location)"
+            )
+        raise ConfigurationError(
+            f"{self.display_name()}: position {position} is past the end of its iterable "
+            f"({length} items): the source would emit nothing; give the index of the next "
+            f"item to emit, from 0 to {length}"
+        )
 
     def stop_at(self, position: Any) -> None:
         """Emit the items before index ``position`` only (a replayable iterable)."""
@@ -90,7 +122,13 @@ class FromIterable(Source):
     async def run(self) -> None:
         index = self._position or 0
         if self.replayable:
-            it: Iterator[Any] = itertools.islice(iter(self._iterable), index, self._stop)
+            it: Iterator[Any] = iter(self._iterable)
+            if index and next(itertools.islice(it, index - 1, None), _END) is _END:
+                # fewer items than the position skips (an iterable without a length)
+                length = len(list(itertools.islice(iter(self._iterable), index)))
+                self._refuse_past_end(index, length, restoring=True)
+            stop = None if self._stop is None else max(0, self._stop - index)
+            it = itertools.islice(it, stop)
             chunk: list[Any] = []
         else:
             assert self._iterator is not None

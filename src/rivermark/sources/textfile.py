@@ -201,6 +201,9 @@ class FromTextfile(Source):
         self._reading = self._rotated_file(offset, digest, ident)
         problem = None if self._reading else self._changed(offset, digest)
         self._unterminated = unterminated
+        if problem is None and digest is None and offset:
+            # a position without the digest a job's carries: written by hand (write_savepoint)
+            self.check_position(position)
         if problem is not None:
             self._refuse_or_restart(problem)
             offset, self._unterminated = 0, 0
@@ -208,6 +211,28 @@ class FromTextfile(Source):
             self._resume_check = (position, offset, digest)
         self._position = offset
         self._check_continued(offset)
+
+    def check_position(self, position: Any) -> None:
+        """Refuse a position inside a line of the file, or past its end (where it is readable).
+
+        A position a job wrote is where a line starts (or just after a last
+        line emitted without its delimiter: ``"unterminated"``); one written
+        by hand may not be, and the first record would be a fragment of a
+        line.  ``write_savepoint`` asks this of every position it is given,
+        and ``seek`` of one without the digest a job's position carries.  A
+        file given as an open file object, or not readable here, is not
+        checked.
+        """
+        offset, _, _, unterminated = _parse_position(position)
+        where = self._reading or self.path
+        if where is None or not self._follows:
+            return
+        problem = _not_a_line_start(where, self._codec, offset - unterminated, offset)
+        if problem is not None:
+            raise ConfigurationError(
+                f"{self.display_name()}: position {offset} {problem}; give the byte offset where "
+                "a line starts (as {'offset': n}), or a position that read() gave"
+            )
 
     def _refuse_or_restart(self, problem: str) -> None:
         """The file no longer holds the position: refuse, or (``on_changed="restart"``) warn."""
@@ -600,6 +625,56 @@ def _parse_position(position: Any) -> tuple[int, str | None, tuple[int, int] | N
             "pass a value that position() returned"
         )
     return offset, digest, ident, unterminated
+
+
+#: how far around a position :func:`_not_a_line_start` looks for the lines' starts
+_AROUND = 1 << 16
+
+
+def _not_a_line_start(path: str, codec: Codec, start: int, offset: int) -> str | None:
+    """Why byte ``start`` of ``path`` is not where a record starts (``offset``: the position).
+
+    ``None`` when it is (the start of the file or of its text after a
+    byte-order mark, or just after a delimiter), or when the file cannot be
+    read here.
+    """
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            skip, codec = codec.for_file(f.read(codec.bom_length))
+            if offset > size:
+                return (
+                    f"is past the end of {path!r} ({size} bytes): the source would wait for "
+                    "bytes that are not there"
+                )
+            k = len(codec.delimiter)
+            if start < 0 or start in (0, skip):
+                return None if start >= 0 else f"is not a position in {path!r}"
+            if start >= skip + k and (start - skip) % codec.unit == 0:
+                f.seek(start - k)
+                if f.read(k) == codec.delimiter:
+                    return None
+            lo = max(skip, start - _AROUND)
+            f.seek(lo)
+            data = f.read(min(size, start + _AROUND) - lo)
+    except OSError:
+        return None
+    starts = _line_starts(data, lo, skip, codec)
+    before = max((b for b in starts if b < start), default=skip if lo == skip else None)
+    after = min((b for b in starts if b > start), default=None)
+    around = " and ".join(str(b) for b in (before, after) if b is not None)
+    near = f" (lines start at bytes {around})" if around else ""
+    return f"is inside a line of {path!r}{near}: the first record would be a fragment of it"
+
+
+def _line_starts(data: bytes, base: int, skip: int, codec: Codec) -> list[int]:
+    """The offsets just after each delimiter in ``data`` (read from byte ``base``)."""
+    out, i = [], data.find(codec.delimiter)
+    while i >= 0:
+        if (base + i - skip) % codec.unit == 0:
+            out.append(base + i + len(codec.delimiter))
+        i = data.find(codec.delimiter, i + 1)
+    return out
 
 
 def _drop_undecodable(lines: list[Any], sizes: list[int]) -> tuple[list[Any], list[int]]:

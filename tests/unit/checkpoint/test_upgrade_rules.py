@@ -102,6 +102,35 @@ def test_a_rename_to_an_unknown_id_is_refused(tmp_path: Path) -> None:
         ).run()
 
 
+def test_a_rename_whose_old_id_the_checkpoint_does_not_hold_is_refused(tmp_path: Path) -> None:
+    Job(_freq(["a"], "freq")[0], checkpoint=tmp_path, every=None).run()
+    epoch = LocalDirectoryStore(tmp_path).list_epochs()[-1]
+    source, out = _freq(["a", "b"], "freq")
+    line = (
+        f"rename: NOSUCH: rename NOSUCH=freq, but checkpoint {epoch} holds no 'NOSUCH' (and "
+        "records no rename of 'NOSUCH' to 'freq'); its ids are freq, out, words: name the old "
+        "id as the checkpoint holds it, or leave the rename out"
+    )
+    with pytest.raises(CheckpointMismatchError, match=re.escape(line)):
+        Job(source, checkpoint=tmp_path, every=None, rename={"NOSUCH": "freq"}).run()
+    assert out == [] and LocalDirectoryStore(tmp_path).list_epochs()[-1] == epoch
+
+
+def test_a_rename_given_again_after_it_took_effect_is_harmless_for_good(tmp_path: Path) -> None:
+    words = [f"w{i % 3}" for i in range(12)]
+    Job(_freq(words[:4], "freq")[0], checkpoint=tmp_path, every=None).run()
+    for n in (6, 8, 10, 12):  # the same command each time; the old checkpoints pruned away
+        source, out = _freq(words[:n], "freq2")
+        Job(source, checkpoint=tmp_path, every=None, keep=1, rename={"freq": "freq2"}).run()
+        assert out[-1] == dict(Counter(words[:n]))
+    store = LocalDirectoryStore(tmp_path)
+    (newest,) = store.list_epochs()
+    assert store.load_manifest(newest).renamed == {"freq2": "freq"}
+    # the record names what the state was renamed from: another old id is refused
+    with pytest.raises(CheckpointMismatchError, match=re.escape("holds no 'fre' (and records")):
+        Job(_freq(words, "freq2")[0], checkpoint=tmp_path, rename={"fre": "freq2"}).run()
+
+
 @pytest.mark.parametrize(
     "kwargs, words",
     [
