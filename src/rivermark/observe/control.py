@@ -40,6 +40,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..checkpoint.signing import check_private
 from ..errors import ConfigurationError, RivermarkError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -75,11 +76,20 @@ def control_token() -> str | None:
     A token shorter than 16 characters, or a file that cannot be read, is a
     :class:`ConfigurationError` naming the variable (never the token).
     """
+    for name in (TOKEN_ENV, TOKEN_FILE_ENV):
+        if name in os.environ and not os.environ[name].strip():
+            # e.g. TOKEN=$(cat missing-file): not "no token", a token that went missing
+            raise ConfigurationError(
+                f"{name} is set but empty; give it the "
+                f"{'token' if name == TOKEN_ENV else 'path of the token file'}, or unset it "
+                "(see docs/security.md)"
+            )
     token = os.environ.get(TOKEN_ENV, "").strip()
     where = TOKEN_ENV
     path = os.environ.get(TOKEN_FILE_ENV, "")
     if not token and path:
         where = f"the file {TOKEN_FILE_ENV} names ({path!r})"
+        check_private(path, TOKEN_FILE_ENV)
         try:
             lines = Path(path).read_text(encoding="utf-8").splitlines()
         except OSError as e:
