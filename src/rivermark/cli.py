@@ -645,6 +645,19 @@ _PROBLEM = {
 
 
 def _verify_line(r: dict[str, Any]) -> str:
+    if r.get("superseded"):
+        what = "savepoint" if r["savepoint"] else "checkpoint"
+        then = (
+            "a savepoint is never pruned: delete it, or re-sign it with "
+            "'rivermark checkpoints resign' while its key is still among the old keys"
+            if r["savepoint"]
+            else "it goes when pruned"
+        )
+        return (
+            f"{r['epoch']:>12}  {_PROBLEM[r['problem']]} (older than every signed checkpoint: "
+            f"a {what} from before the key was set or rotated, never resumed from with the "
+            f"key; not a failure; {then})"
+        )
     if not r["ok"]:
         return f"{r['epoch']:>12}  {_PROBLEM[r['problem']]}: {r['error']}"
     sig = {"ok": ", signed", "unchecked": ", signed (not checked: no key)"}
@@ -656,9 +669,10 @@ def _do_verify(directory: str, epoch: int | None, as_json: bool, trust_store: bo
     results = insp.verify_checkpoints(store, epoch)
     if not results:
         return _no_checkpoints(store)
+    failed = any(not (r["ok"] or r["superseded"]) for r in results)
     if as_json:
         _print_json(results)
-        return 0 if all(r["ok"] for r in results) else 1
+        return 1 if failed else 0
     for r in results:
         print(_verify_line(r))
     if epoch is None:
@@ -675,7 +689,7 @@ def _do_verify(directory: str, epoch: int | None, as_json: bool, trust_store: bo
             "checkpoints are not signed: set RIVERMARK_CHECKPOINT_KEY to sign them "
             "(see docs/security.md)"
         )
-    return 0 if all(r["ok"] for r in results) else 1
+    return 1 if failed else 0
 
 
 def _do_diff(directory: str, a: int | None, b: int | None, as_json: bool) -> int:

@@ -202,3 +202,60 @@ def test_store_files_are_private_and_a_symlinked_state_file_is_refused(tmp_path:
     state.symlink_to(outside)
     res = run("checkpoints", "verify", str(ckpt))
     assert res.returncode == 1 and "symbolic link" in res.stdout, res.stdout
+
+
+def test_a_job_that_lost_its_key_neither_resumes_nor_writes_a_signed_store(
+    tmp_path: Path,
+) -> None:
+    env = {"RIVERMARK_CHECKPOINT_KEY": KEY}
+    app, ckpt = write_store(tmp_path, env)
+    before = sorted(p.name for p in (ckpt / "checkpoints").iterdir())
+    manifests = {p: p.read_bytes() for p in (ckpt / "checkpoints").glob("*/manifest.json")}
+    newest_epoch = int(newest(ckpt).name)
+    for args in [(), ("--from-scratch",)]:
+        res = run("run", f"{app}:source", "--checkpoint", str(ckpt), *args)
+        one_clear_line(
+            res,
+            f"checkpoint {str(newest(ckpt))!r} is signed (key ",
+            "is signed (key ",
+            "but this job has no checkpoint key: set RIVERMARK_CHECKPOINT_KEY",
+            "--trust-store",
+        )
+        assert sorted(p.name for p in (ckpt / "checkpoints").iterdir()) == before
+        assert {p: p.read_bytes() for p in manifests} == manifests
+    # from a savepoint of that store into a new location: refused the same way
+    elsewhere = tmp_path / "elsewhere"
+    spec = f"{ckpt}@{newest_epoch}"
+    res = run("run", f"{app}:source", "--checkpoint", str(elsewhere), "--from-savepoint", spec)
+    assert res.returncode != 0 and "Traceback" not in res.stderr
+    # (the newest checkpoint is not a savepoint: refused for being signed first)
+    assert "is signed (key " in res.stderr, res.stderr
+    # the explicit choice to go on unsigned
+    res = run("run", f"{app}:source", "--checkpoint", str(ckpt), "-q", "--trust-store")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(newest(ckpt).joinpath("manifest.json").read_text()).get("signature") is None
+
+
+def test_verify_passes_after_a_migration_to_a_key_and_a_rotation_with_an_old_savepoint(
+    tmp_path: Path,
+) -> None:
+    from rivermark.checkpoint import LocalDirectoryStore
+
+    app, ckpt = write_store(tmp_path)  # unsigned, as before a key was set
+    unsigned = LocalDirectoryStore(ckpt).list_epochs()
+    env = {"RIVERMARK_CHECKPOINT_KEY": KEY}
+    res = run("run", f"{app}:source", "--checkpoint", str(ckpt), "-q", "--trust-store", env=env)
+    assert res.returncode == 0, res.stderr
+    epochs = LocalDirectoryStore(ckpt).list_epochs()
+    kept_unsigned = [e for e in epochs if e in unsigned]
+    assert kept_unsigned and epochs[-1] not in unsigned  # the migration's state
+    res = run("checkpoints", "verify", str(ckpt), env=env)
+    assert res.returncode == 0, res.stdout
+    for e in kept_unsigned:
+        assert f"{e:>12}  UNSIGNED (older than every signed checkpoint" in res.stdout
+    assert "it goes when pruned" in res.stdout
+    # an unsigned checkpoint newer than a signed one (planted, or a job without the key)
+    res = run("run", f"{app}:source", "--checkpoint", str(ckpt), "-q", "--trust-store")
+    assert res.returncode == 0, res.stderr
+    res = run("checkpoints", "verify", str(ckpt), env=env)
+    assert res.returncode == 1 and "UNSIGNED: " in res.stdout, res.stdout

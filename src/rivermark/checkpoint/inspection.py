@@ -576,23 +576,40 @@ def verify_checkpoints(store: Store, epoch: int | None = None) -> list[dict[str,
     unpickling anything).  ``problem`` names what is wrong: ``damaged``, a
     signature status, or ``untrusted`` (pickled state in a checkpoint that is
     neither verified nor in a trusted store: loading it would run code).
+
+    ``superseded`` is true for an unsigned or foreign-signed checkpoint older
+    than every checkpoint signed with the store's keys: what a store keeps
+    from before a key was set (or rotated) until it is pruned.  A job with
+    the key never resumes from it; it is not a failure of the store.
+    ``savepoint`` says whether the checkpoint is marked a savepoint.
     """
     epochs = store.list_epochs() if epoch is None else [_pick_epoch(store, epoch)]
-    return [_verify_one(store, e) for e in epochs]
+    rows = [_verify_one(store, e) for e in epochs]
+    signed = [r["epoch"] for r in rows if r["signature"] == "ok"]
+    for r in rows:
+        r["superseded"] = bool(
+            signed
+            and epoch is None
+            and r["problem"] in ("unsigned", "foreign-signed")
+            and r["epoch"] < signed[0]
+        )
+    return rows
 
 
 def _verify_one(store: Store, e: int) -> dict[str, Any]:
     row: dict[str, Any] = {"epoch": e, "ok": False, "error": None, "problem": None}
-    row.update(signature=None, pickled=[])
+    row.update(signature=None, pickled=[], savepoint=False)
     try:
         m, chains = store.load_chains(e)
     except CheckpointSignatureError as err:
         row.update(error=str(err), problem=err.status, signature=err.status)
+        row["savepoint"] = bool(store.read_manifest(e).savepoint)  # read: its checksum held
         return row
     except CheckpointCorruptError as err:
         row.update(error=str(err), problem="damaged")
         return row
     row["signature"] = m.signature_status
+    row["savepoint"] = bool(m.savepoint)
     row["pickled"] = sorted(n for n, blobs in chains.items() if any(map(codec.has_pickle, blobs)))
     if row["pickled"] and not store.trust.allow_pickle(m.signature_status):
         row.update(
