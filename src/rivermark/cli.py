@@ -926,6 +926,41 @@ def verify_command(directory: str, epoch: int | None, trust_store: bool, as_json
     return _do_verify(directory, epoch, as_json, trust_store)
 
 
+@checkpoints.command("resign")
+@_dir_argument
+@click.option("--dry-run", is_flag=True, help="Say what would be re-signed; change nothing.")
+@_trust_option
+@_json_option
+@_logging_options
+def resign_command(directory: str, dry_run: bool, trust_store: bool, as_json: bool) -> int:
+    """Sign with the new key every checkpoint of DIR that an old key signed (a key rotation).
+
+    Reads the keys as a job does (RIVERMARK_CHECKPOINT_KEY_FILE: the new key
+    first, the old ones after it).  Savepoints, which pruning never deletes,
+    are re-signed too, so the old key can be dropped; with --trust-store,
+    unsigned checkpoints (from before the key was set) are signed as well.
+    Refused while a job runs on DIR.  Exit 1 if a checkpoint was left as it
+    is because it does not verify.
+    """
+    _setup_logging(click.get_current_context())
+    store = _store(directory, trust_store)
+    if not store.list_epochs():
+        return _no_checkpoints(store)
+    rows = insp.resign_checkpoints(store, dry_run)
+    if as_json:
+        _print_json({"checkpoints": rows, "dry_run": dry_run})
+    else:
+        verb = "would re-sign" if dry_run else "re-signed"
+        for r in rows:
+            if r["action"] == "resigned":
+                print(f"{r['epoch']:>12}  {verb} (was {r['was']})")
+            elif r["action"] == "kept":
+                print(f"{r['epoch']:>12}  already signed with the new key")
+            else:
+                print(f"{r['epoch']:>12}  left as it is: {r['error']}")
+    return 1 if any(r["action"] == "refused" for r in rows) else 0
+
+
 @checkpoints.command("prune")
 @_dir_argument
 @click.option(

@@ -236,7 +236,7 @@ def test_a_job_that_lost_its_key_neither_resumes_nor_writes_a_signed_store(
     assert json.loads(newest(ckpt).joinpath("manifest.json").read_text()).get("signature") is None
 
 
-def test_verify_passes_after_a_migration_to_a_key_and_a_rotation_with_an_old_savepoint(
+def test_verify_passes_after_a_migration_to_a_key(
     tmp_path: Path,
 ) -> None:
     from rivermark.checkpoint import LocalDirectoryStore
@@ -259,3 +259,51 @@ def test_verify_passes_after_a_migration_to_a_key_and_a_rotation_with_an_old_sav
     assert res.returncode == 0, res.stderr
     res = run("checkpoints", "verify", str(ckpt), env=env)
     assert res.returncode == 1 and "UNSIGNED: " in res.stdout, res.stdout
+
+
+def mark_savepoint(d: Path, key: str) -> None:
+    """Make checkpoint ``d`` a savepoint signed with ``key`` (as a holder of the key can)."""
+    from rivermark.checkpoint.signing import Keyring
+
+    path = d / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest.pop("checksum")
+    manifest.pop("signature", None)
+    manifest["savepoint"] = True
+    canonical = json.dumps(manifest, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    manifest["checksum"] = sha256_of(canonical.encode())
+    manifest["signature"] = Keyring([key.encode()]).sign(canonical)
+    path.write_text(json.dumps(manifest))
+
+
+def test_a_rotation_finishes_with_a_savepoint_of_the_old_key(tmp_path: Path) -> None:
+    old = {"RIVERMARK_CHECKPOINT_KEY": OLD_KEY}
+    app, ckpt = write_store(tmp_path, old)
+    saved = int(newest(ckpt).name)
+    mark_savepoint(newest(ckpt), OLD_KEY)
+    keyfile = tmp_path / "keys"
+    keyfile.write_text(f"{KEY}\n{OLD_KEY}\n")
+    keyfile.chmod(0o600)
+    rotated = {"RIVERMARK_CHECKPOINT_KEY_FILE": str(keyfile)}
+    new = {"RIVERMARK_CHECKPOINT_KEY": KEY}
+    res = run("run", f"{app}:source", "--checkpoint", str(ckpt), "-q", "--from-savepoint",
+              f"{ckpt}@{saved}", env=rotated)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    # with only the new key the old savepoint is superseded, and says what to do
+    res = run("checkpoints", "verify", str(ckpt), env=new)
+    assert res.returncode == 0, res.stdout
+    assert f"{saved:>12}  FOREIGN-SIGNED (older than every signed checkpoint" in res.stdout
+    assert "a savepoint is never pruned: delete it, or re-sign it" in res.stdout
+    # re-signing with both keys: the savepoint then restores with the new key alone
+    dry = run("checkpoints", "resign", str(ckpt), "--dry-run", env=rotated)
+    assert dry.returncode == 0 and f"{saved:>12}  would re-sign (was key " in dry.stdout
+    res = run("checkpoints", "resign", str(ckpt), env=rotated)
+    assert res.returncode == 0 and f"{saved:>12}  re-signed (was key " in res.stdout, res.stdout
+    assert "already signed with the new key" in res.stdout
+    res = run("checkpoints", "verify", str(ckpt), env=new)
+    assert res.returncode == 0 and "FOREIGN" not in res.stdout, res.stdout
+    assert run("checkpoints", "verify", str(ckpt), env=old).returncode == 1
+    copy = tmp_path / "copy"
+    res = run("run", f"{app}:source", "--checkpoint", str(copy), "-q", "--from-savepoint",
+              f"{ckpt}@{saved}", env=new)  # fmt: skip
+    assert res.returncode == 0, res.stderr

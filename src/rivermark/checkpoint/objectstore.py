@@ -282,6 +282,10 @@ class ObjectStore(Store):
             if "manifest.json" not in names
         ]
 
+    def replace_manifest(self, epoch: int, data: bytes) -> None:
+        rel = f"{self._epoch_rel(epoch)}/manifest.json"
+        self._write(f"replace the manifest of checkpoint {epoch}", self._put, rel, data)
+
     def write_checkpoint(self, manifest: Manifest, states: dict[str, bytes]) -> None:
         """State objects, a lease renewal, then the manifest (only if none exists).
 

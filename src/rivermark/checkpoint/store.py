@@ -191,6 +191,13 @@ class LocalDirectoryStore(Store):
         os.replace(tmp, d / "manifest.json")
         fsync_dir(d)
 
+    def replace_manifest(self, epoch: int, data: bytes) -> None:
+        d = self.epoch_dir(epoch)
+        tmp = d / "manifest.json.tmp"
+        _write_durable(tmp, data)
+        os.replace(tmp, d / "manifest.json")
+        fsync_dir(d)
+
     def read_manifest(self, epoch: int) -> Manifest:
         path = self.epoch_dir(epoch) / "manifest.json"
         return Manifest.from_json(_read_no_symlink(path, self.path))

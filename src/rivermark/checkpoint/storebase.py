@@ -264,6 +264,10 @@ class Store(abc.ABC):
         self._check_signature(m, where)
         return m
 
+    def replace_manifest(self, epoch: int, data: bytes) -> None:
+        """Replace the manifest of ``epoch`` by ``data`` at once (re-signing; see ``resign``)."""
+        raise ConfigurationError(f"{self!r} cannot replace a manifest (re-sign its checkpoints)")
+
     def refuse_signed_without_key(self, epochs: list[int]) -> None:
         """Refuse a job without a key on a store whose newest checkpoint is signed.
 
