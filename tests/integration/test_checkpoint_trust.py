@@ -195,6 +195,14 @@ def test_store_files_are_private_and_a_symlinked_state_file_is_refused(tmp_path:
         assert stat.S_IMODE(p.stat().st_mode) == 0o700, p
     for p in [d / "manifest.json", *(d / "state").iterdir()]:
         assert stat.S_IMODE(p.stat().st_mode) == 0o600, p
+    # every file of the store, LOCK included; a LOCK left world-readable is made private
+    files = [p for p in ckpt.rglob("*") if p.is_file()]
+    assert ckpt / "LOCK" in files and ckpt / "job.json" in files
+    assert {p: oct(stat.S_IMODE(p.stat().st_mode)) for p in files} == {p: "0o600" for p in files}
+    (ckpt / "LOCK").chmod(0o644)
+    res = run("run", f"{app}:source", "--checkpoint", str(ckpt), "-q")
+    assert res.returncode == 0, res.stderr
+    assert stat.S_IMODE((ckpt / "LOCK").stat().st_mode) == 0o600
     outside = tmp_path / "outside"
     state = next((d / "state").iterdir())
     outside.write_bytes(state.read_bytes())
