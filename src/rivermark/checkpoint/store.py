@@ -305,7 +305,9 @@ class LocalDirectoryStore(Store):
     def lock(self) -> None:
         try:
             # private like every store file (a LOCK of an older version is made so below)
-            fd = os.open(self.path / "LOCK", os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, FILE_MODE)
+            fd = os.open(
+                self.path / "LOCK", os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, FILE_MODE
+            )
             f = os.fdopen(fd, "a+")  # held until unlock()
         except OSError as e:
             raise _unusable(self.path, e) from None
