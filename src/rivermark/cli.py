@@ -648,6 +648,19 @@ _PROBLEM = {
 
 
 def _verify_line(r: dict[str, Any]) -> str:
+    if r.get("superseded"):
+        what = "savepoint" if r["savepoint"] else "checkpoint"
+        then = (
+            "a savepoint is never pruned: delete it, or re-sign it with "
+            "'rivermark checkpoints resign' while its key is still among the old keys"
+            if r["savepoint"]
+            else "it goes when pruned"
+        )
+        return (
+            f"{r['epoch']:>12}  {_PROBLEM[r['problem']]} (older than every signed checkpoint: "
+            f"a {what} from before the key was set or rotated, never resumed from with the "
+            f"key; not a failure; {then})"
+        )
     if not r["ok"]:
         return f"{r['epoch']:>12}  {_PROBLEM[r['problem']]}: {r['error']}"
     sig = {"ok": ", signed", "unchecked": ", signed (not checked: no key)"}
@@ -659,9 +672,10 @@ def _do_verify(directory: str, epoch: int | None, as_json: bool, trust_store: bo
     results = insp.verify_checkpoints(store, epoch)
     if not results:
         return _no_checkpoints(store)
+    failed = any(not (r["ok"] or r["superseded"]) for r in results)
     if as_json:
         _print_json(results)
-        return 0 if all(r["ok"] for r in results) else 1
+        return 1 if failed else 0
     for r in results:
         print(_verify_line(r))
     if epoch is None:
@@ -678,7 +692,7 @@ def _do_verify(directory: str, epoch: int | None, as_json: bool, trust_store: bo
             "checkpoints are not signed: set RIVERMARK_CHECKPOINT_KEY to sign them "
             "(see docs/security.md)"
         )
-    return 0 if all(r["ok"] for r in results) else 1
+    return 1 if failed else 0
 
 
 def _do_diff(directory: str, a: int | None, b: int | None, as_json: bool) -> int:
@@ -913,6 +927,41 @@ def verify_command(directory: str, epoch: int | None, trust_store: bool, as_json
     """
     _setup_logging(click.get_current_context())
     return _do_verify(directory, epoch, as_json, trust_store)
+
+
+@checkpoints.command("resign")
+@_dir_argument
+@click.option("--dry-run", is_flag=True, help="Say what would be re-signed; change nothing.")
+@_trust_option
+@_json_option
+@_logging_options
+def resign_command(directory: str, dry_run: bool, trust_store: bool, as_json: bool) -> int:
+    """Sign with the new key every checkpoint of DIR that an old key signed (a key rotation).
+
+    Reads the keys as a job does (RIVERMARK_CHECKPOINT_KEY_FILE: the new key
+    first, the old ones after it).  Savepoints, which pruning never deletes,
+    are re-signed too, so the old key can be dropped; with --trust-store,
+    unsigned checkpoints (from before the key was set) are signed as well.
+    Refused while a job runs on DIR.  Exit 1 if a checkpoint was left as it
+    is because it does not verify.
+    """
+    _setup_logging(click.get_current_context())
+    store = _store(directory, trust_store)
+    if not store.list_epochs():
+        return _no_checkpoints(store)
+    rows = insp.resign_checkpoints(store, dry_run)
+    if as_json:
+        _print_json({"checkpoints": rows, "dry_run": dry_run})
+    else:
+        verb = "would re-sign" if dry_run else "re-signed"
+        for r in rows:
+            if r["action"] == "resigned":
+                print(f"{r['epoch']:>12}  {verb} (was {r['was']})")
+            elif r["action"] == "kept":
+                print(f"{r['epoch']:>12}  already signed with the new key")
+            else:
+                print(f"{r['epoch']:>12}  left as it is: {r['error']}")
+    return 1 if any(r["action"] == "refused" for r in rows) else 0
 
 
 @checkpoints.command("prune")

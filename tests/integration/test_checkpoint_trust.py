@@ -195,6 +195,14 @@ def test_store_files_are_private_and_a_symlinked_state_file_is_refused(tmp_path:
         assert stat.S_IMODE(p.stat().st_mode) == 0o700, p
     for p in [d / "manifest.json", *(d / "state").iterdir()]:
         assert stat.S_IMODE(p.stat().st_mode) == 0o600, p
+    # every file of the store, LOCK included; a LOCK left world-readable is made private
+    files = [p for p in ckpt.rglob("*") if p.is_file()]
+    assert ckpt / "LOCK" in files and ckpt / "job.json" in files
+    assert {p: oct(stat.S_IMODE(p.stat().st_mode)) for p in files} == {p: "0o600" for p in files}
+    (ckpt / "LOCK").chmod(0o644)
+    res = run("run", f"{app}:source", "--checkpoint", str(ckpt), "-q")
+    assert res.returncode == 0, res.stderr
+    assert stat.S_IMODE((ckpt / "LOCK").stat().st_mode) == 0o600
     outside = tmp_path / "outside"
     state = next((d / "state").iterdir())
     outside.write_bytes(state.read_bytes())
@@ -202,3 +210,108 @@ def test_store_files_are_private_and_a_symlinked_state_file_is_refused(tmp_path:
     state.symlink_to(outside)
     res = run("checkpoints", "verify", str(ckpt))
     assert res.returncode == 1 and "symbolic link" in res.stdout, res.stdout
+
+
+def test_a_job_that_lost_its_key_neither_resumes_nor_writes_a_signed_store(
+    tmp_path: Path,
+) -> None:
+    env = {"RIVERMARK_CHECKPOINT_KEY": KEY}
+    app, ckpt = write_store(tmp_path, env)
+    before = sorted(p.name for p in (ckpt / "checkpoints").iterdir())
+    manifests = {p: p.read_bytes() for p in (ckpt / "checkpoints").glob("*/manifest.json")}
+    newest_epoch = int(newest(ckpt).name)
+    for args in [(), ("--from-scratch",)]:
+        res = run("run", f"{app}:source", "--checkpoint", str(ckpt), *args)
+        one_clear_line(
+            res,
+            f"checkpoint {str(newest(ckpt))!r} is signed (key ",
+            "is signed (key ",
+            "but this job has no checkpoint key: set RIVERMARK_CHECKPOINT_KEY",
+            "--trust-store",
+        )
+        assert sorted(p.name for p in (ckpt / "checkpoints").iterdir()) == before
+        assert {p: p.read_bytes() for p in manifests} == manifests
+    # from a savepoint of that store into a new location: refused the same way
+    elsewhere = tmp_path / "elsewhere"
+    spec = f"{ckpt}@{newest_epoch}"
+    res = run("run", f"{app}:source", "--checkpoint", str(elsewhere), "--from-savepoint", spec)
+    assert res.returncode != 0 and "Traceback" not in res.stderr
+    # (the newest checkpoint is not a savepoint: refused for being signed first)
+    assert "is signed (key " in res.stderr, res.stderr
+    # the explicit choice to go on unsigned
+    res = run("run", f"{app}:source", "--checkpoint", str(ckpt), "-q", "--trust-store")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(newest(ckpt).joinpath("manifest.json").read_text()).get("signature") is None
+
+
+def test_verify_passes_after_a_migration_to_a_key(
+    tmp_path: Path,
+) -> None:
+    from rivermark.checkpoint import LocalDirectoryStore
+
+    app, ckpt = write_store(tmp_path)  # unsigned, as before a key was set
+    unsigned = LocalDirectoryStore(ckpt).list_epochs()
+    env = {"RIVERMARK_CHECKPOINT_KEY": KEY}
+    res = run("run", f"{app}:source", "--checkpoint", str(ckpt), "-q", "--trust-store", env=env)
+    assert res.returncode == 0, res.stderr
+    epochs = LocalDirectoryStore(ckpt).list_epochs()
+    kept_unsigned = [e for e in epochs if e in unsigned]
+    assert kept_unsigned and epochs[-1] not in unsigned  # the migration's state
+    res = run("checkpoints", "verify", str(ckpt), env=env)
+    assert res.returncode == 0, res.stdout
+    for e in kept_unsigned:
+        assert f"{e:>12}  UNSIGNED (older than every signed checkpoint" in res.stdout
+    assert "it goes when pruned" in res.stdout
+    # an unsigned checkpoint newer than a signed one (planted, or a job without the key)
+    res = run("run", f"{app}:source", "--checkpoint", str(ckpt), "-q", "--trust-store")
+    assert res.returncode == 0, res.stderr
+    res = run("checkpoints", "verify", str(ckpt), env=env)
+    assert res.returncode == 1 and "UNSIGNED: " in res.stdout, res.stdout
+
+
+def mark_savepoint(d: Path, key: str) -> None:
+    """Make checkpoint ``d`` a savepoint signed with ``key`` (as a holder of the key can)."""
+    from rivermark.checkpoint.signing import Keyring
+
+    path = d / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest.pop("checksum")
+    manifest.pop("signature", None)
+    manifest["savepoint"] = True
+    canonical = json.dumps(manifest, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    manifest["checksum"] = sha256_of(canonical.encode())
+    manifest["signature"] = Keyring([key.encode()]).sign(canonical)
+    path.write_text(json.dumps(manifest))
+
+
+def test_a_rotation_finishes_with_a_savepoint_of_the_old_key(tmp_path: Path) -> None:
+    old = {"RIVERMARK_CHECKPOINT_KEY": OLD_KEY}
+    app, ckpt = write_store(tmp_path, old)
+    saved = int(newest(ckpt).name)
+    mark_savepoint(newest(ckpt), OLD_KEY)
+    keyfile = tmp_path / "keys"
+    keyfile.write_text(f"{KEY}\n{OLD_KEY}\n")
+    keyfile.chmod(0o600)
+    rotated = {"RIVERMARK_CHECKPOINT_KEY_FILE": str(keyfile)}
+    new = {"RIVERMARK_CHECKPOINT_KEY": KEY}
+    res = run("run", f"{app}:source", "--checkpoint", str(ckpt), "-q", "--from-savepoint",
+              f"{ckpt}@{saved}", env=rotated)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    # with only the new key the old savepoint is superseded, and says what to do
+    res = run("checkpoints", "verify", str(ckpt), env=new)
+    assert res.returncode == 0, res.stdout
+    assert f"{saved:>12}  FOREIGN-SIGNED (older than every signed checkpoint" in res.stdout
+    assert "a savepoint is never pruned: delete it, or re-sign it" in res.stdout
+    # re-signing with both keys: the savepoint then restores with the new key alone
+    dry = run("checkpoints", "resign", str(ckpt), "--dry-run", env=rotated)
+    assert dry.returncode == 0 and f"{saved:>12}  would re-sign (was key " in dry.stdout
+    res = run("checkpoints", "resign", str(ckpt), env=rotated)
+    assert res.returncode == 0 and f"{saved:>12}  re-signed (was key " in res.stdout, res.stdout
+    assert "already signed with the new key" in res.stdout
+    res = run("checkpoints", "verify", str(ckpt), env=new)
+    assert res.returncode == 0 and "FOREIGN" not in res.stdout, res.stdout
+    assert run("checkpoints", "verify", str(ckpt), env=old).returncode == 1
+    copy = tmp_path / "copy"
+    res = run("run", f"{app}:source", "--checkpoint", str(copy), "-q", "--from-savepoint",
+              f"{ckpt}@{saved}", env=new)  # fmt: skip
+    assert res.returncode == 0, res.stderr

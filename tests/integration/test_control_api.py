@@ -105,7 +105,7 @@ def test_savepoint_and_stop_with_savepoint_through_the_control_api(tmp_path: Pat
         assert _post(url + "api/savepoint") == 401
         assert _post(url + "api/savepoint", "not-the-token-0123456789") == 401
         refused = _cli("savepoint", str(ckpt), token=None)
-        assert refused.returncode == 1 and "answered 401" in refused.stderr, refused.stderr
+        assert refused.returncode == 2 and "no control token" in refused.stderr, refused.stderr
         assert "Traceback" not in refused.stderr
         res = _cli("savepoint", str(ckpt))
         assert res.returncode == 0, res.stderr

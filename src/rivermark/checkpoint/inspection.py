@@ -31,6 +31,7 @@ errors, exit status 2); a damaged manifest raises
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import pprint
@@ -52,9 +53,9 @@ from .errors import (
 from .frames import as_pandas as as_pandas_form
 from .frames import require_pandas
 from .keyed import materialise
-from .manifest import Manifest
+from .manifest import Manifest, sha256_of
 from .rocks.reading import read_rocks_state, rocks_key_counts
-from .signing import Keyring, Trust
+from .signing import Keyring, Trust, key_id
 from .store import LocalDirectoryStore, Store, open_store
 
 logger = logging.getLogger(__name__)
@@ -591,23 +592,40 @@ def verify_checkpoints(store: Store, epoch: int | None = None) -> list[dict[str,
     unpickling anything).  ``problem`` names what is wrong: ``damaged``, a
     signature status, or ``untrusted`` (pickled state in a checkpoint that is
     neither verified nor in a trusted store: loading it would run code).
+
+    ``superseded`` is true for an unsigned or foreign-signed checkpoint older
+    than every checkpoint signed with the store's keys: what a store keeps
+    from before a key was set (or rotated) until it is pruned.  A job with
+    the key never resumes from it; it is not a failure of the store.
+    ``savepoint`` says whether the checkpoint is marked a savepoint.
     """
     epochs = store.list_epochs() if epoch is None else [_pick_epoch(store, epoch)]
-    return [_verify_one(store, e) for e in epochs]
+    rows = [_verify_one(store, e) for e in epochs]
+    signed = [r["epoch"] for r in rows if r["signature"] == "ok"]
+    for r in rows:
+        r["superseded"] = bool(
+            signed
+            and epoch is None
+            and r["problem"] in ("unsigned", "foreign-signed")
+            and r["epoch"] < signed[0]
+        )
+    return rows
 
 
 def _verify_one(store: Store, e: int) -> dict[str, Any]:
     row: dict[str, Any] = {"epoch": e, "ok": False, "error": None, "problem": None}
-    row.update(signature=None, pickled=[])
+    row.update(signature=None, pickled=[], savepoint=False)
     try:
         m, chains = store.load_chains(e)
     except CheckpointSignatureError as err:
         row.update(error=str(err), problem=err.status, signature=err.status)
+        row["savepoint"] = bool(store.read_manifest(e).savepoint)  # read: its checksum held
         return row
     except CheckpointCorruptError as err:
         row.update(error=str(err), problem="damaged")
         return row
     row["signature"] = m.signature_status
+    row["savepoint"] = bool(m.savepoint)
     row["pickled"] = sorted(n for n, blobs in chains.items() if any(map(codec.has_pickle, blobs)))
     if row["pickled"] and not store.trust.allow_pickle(m.signature_status):
         row.update(
@@ -616,6 +634,55 @@ def _verify_one(store: Store, e: int) -> dict[str, Any]:
         return row
     row["ok"] = True
     return row
+
+
+def resign_checkpoints(store: Store, dry_run: bool = False) -> list[dict[str, Any]]:
+    """Sign with the store's first key every checkpoint that an old key (or none) signed.
+
+    The last step of a key rotation (``docs/security.md``): with the new key
+    first and the old ones after it, each checkpoint (savepoints included,
+    which retention never deletes) that verifies with an old key gets a new
+    signature of the same manifest text with the new key; a store trusted
+    with ``trust_store`` has its unsigned checkpoints signed too.  A
+    checkpoint that does not verify is left as it is and reported.  Returns
+    one row per checkpoint: ``{"epoch", "was", "action"}`` (``resigned``,
+    ``kept``: already signed with the first key, or ``refused`` with
+    ``error``).  Takes the store's lock: refused while a job runs there.
+    """
+    keyring = store.trust.keyring
+    if keyring is None:
+        raise ConfigurationError(
+            f"re-signing {where(store)} needs the keys: set RIVERMARK_CHECKPOINT_KEY_FILE to a "
+            "file with the new key first and the old keys after it (see docs/security.md)"
+        )
+    first = key_id(keyring.keys[0])
+    rows: list[dict[str, Any]] = []
+    store.lock()
+    try:
+        for e in store.list_epochs():
+            try:
+                m = store.load_manifest(e)
+            except CheckpointSignatureError as err:
+                rows.append({"epoch": e, "was": err.status, "action": "refused", "error": str(err)})
+                continue
+            except CheckpointCorruptError as err:
+                rows.append({"epoch": e, "was": "damaged", "action": "refused", "error": str(err)})
+                continue
+            signer = m.signature.get("key") if isinstance(m.signature, dict) else None
+            was = "unsigned" if signer is None else f"key {signer}"
+            if signer == first:
+                rows.append({"epoch": e, "was": was, "action": "kept"})
+                continue
+            body = json.loads(m.canonical)
+            body["checksum"] = sha256_of(m.canonical.encode())
+            body["signature"] = keyring.sign(m.canonical)
+            if not dry_run:
+                store.replace_manifest(e, json.dumps(body, indent=2, sort_keys=True).encode())
+                store.load_manifest(e)  # read back: verifies with the first key
+            rows.append({"epoch": e, "was": was, "action": "resigned"})
+    finally:
+        store.unlock()
+    return rows
 
 
 def diff_checkpoints(store: Store, a: int | None = None, b: int | None = None) -> dict[str, Any]:

@@ -557,6 +557,8 @@ class Job:
                 "node_ids": [self.id_of(n) for n in self.nodes],
                 # where 'rivermark savepoint/stop DIR' reach this run (its page)
                 "control": None if self._ui is None else self._ui.local_url,
+                # the run that must answer there ('rivermark stop' checks it first)
+                "control_run": None if self._ui is None else self._ui.control_run,
             }
         )
         self._ended_by = None

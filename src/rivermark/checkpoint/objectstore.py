@@ -76,6 +76,33 @@ _S3_DEFAULTS: dict[str, Any] = {
 }
 
 
+def _quiet_io_loop() -> None:
+    """Make a dropped connection on fsspec's I/O loop one DEBUG line, not a traceback.
+
+    aiobotocore retries a request whose connection the endpoint dropped; the
+    aborted attempt leaves an aiohttp task whose exception nobody retrieves,
+    which asyncio logs with its traceback at ERROR, once per attempt, before
+    the store's own one-line error.  Other exceptions keep asyncio's handling.
+    """
+    try:
+        from fsspec.asyn import get_loop
+    except ImportError:  # pragma: no cover - fsspec without its async part
+        return
+    loop = get_loop()
+    if loop.get_exception_handler() is not None:
+        return
+
+    def handler(loop: Any, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        if isinstance(exc, OSError):  # aiohttp's ClientConnection*Error are OSErrors too
+            logger.debug("object store I/O: %s (%s: %s)", context.get("message"),
+                         type(exc).__name__, exc)  # fmt: skip
+            return
+        loop.default_exception_handler(context)
+
+    loop.call_soon_threadsafe(loop.set_exception_handler, handler)
+
+
 def _lease_ttl_from_env() -> float:
     raw = os.environ.get("RIVERMARK_LEASE_TTL")
     if not raw:
@@ -153,6 +180,8 @@ class ObjectStore(Store):
             ) from None
         if scheme in ("s3", "s3a") and hasattr(self.fs, "retries"):
             self.fs.retries = 2  # s3fs's own loop on top of botocore's attempts
+        if getattr(self.fs, "async_impl", False):
+            _quiet_io_loop()
         self.root = str(root).rstrip("/")
         self._local = "file" in _protocols(self.fs)
         self.lease_enabled = lease
@@ -282,6 +311,10 @@ class ObjectStore(Store):
             for e, names in sorted(entries.items())
             if "manifest.json" not in names
         ]
+
+    def replace_manifest(self, epoch: int, data: bytes) -> None:
+        rel = f"{self._epoch_rel(epoch)}/manifest.json"
+        self._write(f"replace the manifest of checkpoint {epoch}", self._put, rel, data)
 
     def write_checkpoint(self, manifest: Manifest, states: dict[str, bytes]) -> None:
         """State objects, a lease renewal, then the manifest (only if none exists).

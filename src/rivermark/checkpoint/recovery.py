@@ -154,6 +154,8 @@ class Recovery:
         incomplete = self.store.list_incomplete()
         taken = [*epochs, *(int(p.name) for p in incomplete if p.name.isdigit())]
         self._epoch = max(taken, default=0)
+        # a job that lost its key neither resumes a signed store nor writes to it
+        self.store.refuse_signed_without_key(epochs)
         if self.from_scratch:
             self._start_over(epochs)
             return
@@ -175,6 +177,7 @@ class Recovery:
                 k.restore(None)
             return
         manifest, blobs = loaded
+        self.store.refuse_signed(manifest, self.store.describe(manifest.epoch))
         for e, why in damaged.items():
             logger.warning("skipping damaged checkpoint %d: %s", e, why)
         self._restore_upgraded(manifest, blobs, self._check_fingerprint(manifest))
@@ -239,6 +242,7 @@ class Recovery:
                 f"{', '.join(map(str, saved)) or 'none'}); see 'rivermark checkpoints list'"
             )
         manifest, blobs = source.load_chains(wanted)  # verified, signature included
+        source.refuse_signed(manifest, f"{what}: {source.describe(wanted)}")
         if not manifest.savepoint:
             raise ConfigurationError(
                 f"{what}: checkpoint {wanted} in {source!r} is not a savepoint (it may need "

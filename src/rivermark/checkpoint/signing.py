@@ -32,7 +32,15 @@ from typing import Any
 
 from ..errors import ConfigurationError
 
-__all__ = ["Keyring", "Trust", "key_id", "KEY_ENV", "KEY_FILE_ENV", "MIN_KEY_BYTES"]
+__all__ = [
+    "Keyring",
+    "Trust",
+    "check_private",
+    "key_id",
+    "KEY_ENV",
+    "KEY_FILE_ENV",
+    "MIN_KEY_BYTES",
+]
 
 KEY_ENV = "RIVERMARK_CHECKPOINT_KEY"
 KEY_FILE_ENV = "RIVERMARK_CHECKPOINT_KEY_FILE"
@@ -61,7 +69,34 @@ def _as_key(value: Any, where: str) -> bytes:
     return key
 
 
+def check_private(path: str | os.PathLike[str], what: str) -> None:
+    """Refuse the secret file ``path`` when others than its owner may read or write it.
+
+    ``what`` names where the path came from (a variable, an option).  A
+    missing file is left to the reader to report.
+
+    >>> import tempfile, pathlib
+    >>> f = pathlib.Path(tempfile.mkdtemp()) / "key"
+    >>> _ = f.write_text("k" * 32); f.chmod(0o644)
+    >>> check_private(f, "KEY_FILE")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    rivermark.errors.ConfigurationError: KEY_FILE: the secret file '...key' is readable by others (mode 0644); run 'chmod 600 ...key'
+    >>> f.chmod(0o600); check_private(f, "KEY_FILE")
+    """
+    try:
+        mode = os.stat(path).st_mode & 0o777
+    except OSError:
+        return
+    if mode & 0o077:
+        access = "readable" if mode & 0o044 else "writable"
+        raise ConfigurationError(
+            f"{what}: the secret file {os.fspath(path)!r} is {access} by others "
+            f"(mode {mode:04o}); run 'chmod 600 {os.fspath(path)}'"
+        )
+
+
 def _read_key_file(path: str | os.PathLike[str], where: str) -> list[bytes]:
+    check_private(path, where)
     try:
         lines = Path(path).read_bytes().splitlines()
     except OSError as e:
@@ -95,9 +130,17 @@ class Keyring:
         if checkpoint_key is not None:
             return cls([_as_key(checkpoint_key, where)])
         keys: list[bytes] = []
-        if os.environ.get(KEY_ENV):
+        for name in (KEY_ENV, KEY_FILE_ENV):
+            if name in os.environ and not os.environ[name].strip():
+                # e.g. KEY=$(cat missing-file): not "no key", a key that went missing
+                raise ConfigurationError(
+                    f"{name} is set but empty; give it the "
+                    f"{'key' if name == KEY_ENV else 'path of the key file'}, or unset it "
+                    "to run without a key (see docs/security.md)"
+                )
+        if KEY_ENV in os.environ:
             keys.append(_as_key(os.environ[KEY_ENV], KEY_ENV))
-        if os.environ.get(KEY_FILE_ENV):
+        if KEY_FILE_ENV in os.environ:
             keys.extend(_read_key_file(os.environ[KEY_FILE_ENV], KEY_FILE_ENV))
         return cls(keys) if keys else None
 

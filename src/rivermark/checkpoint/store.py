@@ -193,6 +193,13 @@ class LocalDirectoryStore(Store):
         os.replace(tmp, d / "manifest.json")
         fsync_dir(d)
 
+    def replace_manifest(self, epoch: int, data: bytes) -> None:
+        d = self.epoch_dir(epoch)
+        tmp = d / "manifest.json.tmp"
+        _write_durable(tmp, data)
+        os.replace(tmp, d / "manifest.json")
+        fsync_dir(d)
+
     def read_manifest(self, epoch: int) -> Manifest:
         path = self.epoch_dir(epoch) / "manifest.json"
         return Manifest.from_json(_read_no_symlink(path, self.path))
@@ -295,7 +302,11 @@ class LocalDirectoryStore(Store):
     # ------------------------------------------------------------------ lock
     def lock(self) -> None:
         try:
-            f = open(self.path / "LOCK", "a+")  # noqa: SIM115 - held until unlock()
+            # private like every store file (a LOCK of an older version is made so below)
+            fd = os.open(
+                self.path / "LOCK", os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, FILE_MODE
+            )
+            f = os.fdopen(fd, "a+")  # held until unlock()
         except OSError as e:
             raise _unusable(self.path, e) from None
         try:
@@ -308,6 +319,8 @@ class LocalDirectoryStore(Store):
                 f"checkpoint directory {str(self.path)!r} is in use by another job ({holder}); "
                 "stop that job first, or use a different checkpoint directory"
             ) from None
+        with contextlib.suppress(OSError):  # another user's file: left as it is
+            os.fchmod(f.fileno(), FILE_MODE)
         f.seek(0)
         f.truncate()
         started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

@@ -16,7 +16,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from ..errors import RivermarkError
+from ..errors import ConfigurationError, RivermarkError
 from .errors import (
     CheckpointCorruptError,
     CheckpointError,
@@ -263,6 +263,41 @@ class Store(abc.ABC):
             )
         self._check_signature(m, where)
         return m
+
+    def replace_manifest(self, epoch: int, data: bytes) -> None:
+        """Replace the manifest of ``epoch`` by ``data`` at once (re-signing; see ``resign``)."""
+        raise ConfigurationError(f"{self!r} cannot replace a manifest (re-sign its checkpoints)")
+
+    def refuse_signed_without_key(self, epochs: list[int]) -> None:
+        """Refuse a job without a key on a store whose newest checkpoint is signed.
+
+        A signed store whose job lost its key (an unset variable, a missing
+        secret) would otherwise be resumed without any signature checked, and
+        written to without signatures.  ``trust_store`` is the explicit
+        choice to go on unsigned.  A damaged newest checkpoint is passed over
+        for the next one, as recovery does.
+        """
+        if self.trust.keyring is not None or self.trust.trust_store:
+            return
+        for epoch in reversed(epochs):
+            try:
+                m = self.read_manifest(epoch)
+            except (CheckpointCorruptError, OSError, KeyError, ValueError, TypeError):
+                continue
+            self.refuse_signed(m, self.describe(epoch))
+            return
+
+    def refuse_signed(self, m: Manifest, where: str) -> None:
+        """One line if ``m`` is signed and this store has no key (and is not trusted)."""
+        if m.signature is None or self.trust.keyring is not None or self.trust.trust_store:
+            return
+        key = m.signature.get("key") if isinstance(m.signature, dict) else None
+        raise ConfigurationError(
+            f"{where} is signed (key {key!r}), but this job has no checkpoint key: set "
+            "RIVERMARK_CHECKPOINT_KEY or RIVERMARK_CHECKPOINT_KEY_FILE (Job(checkpoint_key=...)) "
+            "to the key that signed it; or, to go on without signatures, run once with "
+            "--trust-store (Job(trust_store=True)) (see docs/security.md)"
+        )
 
     def _check_signature(self, m: Manifest, where: str) -> None:
         """Set ``m.signature_status``; with a key, refuse what did not verify."""

@@ -793,11 +793,18 @@ class ToKafka(Stream, OutputEnds):
         return None
 
     def _roll_forward(self, epoch: int, records: list[tuple[Any, Any]], known: str) -> None:
+        # an outcome that could not be told is not called "did not commit"
+        outcome = (
+            "whether its transaction committed is unknown"
+            if known.startswith("unknown")
+            else "its transaction did not commit"
+        )
         logger.warning(
-            "%s: epoch %d was checkpointed but its transaction did not commit (%s); "
-            "rolling forward: producing its %d records again",
+            "%s: epoch %d was checkpointed but %s (%s); rolling forward: producing its %d "
+            "records again",
             self.display_name(),
             epoch,
+            outcome,
             known,
             len(records),
         )

@@ -10,6 +10,8 @@ Reading needs nothing; changing needs the job's control token::
     GET  /api/job          status, epoch, positions, uptime
     GET  /api/checkpoints  the checkpoints this run wrote (epoch, time,
                            duration, pause, size, kind) and its failures
+    GET  /api/identity     ``?nonce=N``: ``{"run": R, "proof": P}``, P the
+                           :func:`identity_proof` of R and N with the token
     POST /api/checkpoint   take a checkpoint now: {"epoch": N} once durable
     POST /api/savepoint    take a savepoint now: {"epoch": N} once durable
     POST /api/stop         stop gracefully (``?savepoint=true``: the final
@@ -22,30 +24,38 @@ of the file ``RIVERMARK_CONTROL_TOKEN_FILE`` names.  A job without a token
 refuses every changing request (403); a missing or wrong token is refused
 with 401.  The token is compared in constant time and never printed or
 logged.  ``rivermark savepoint`` and ``rivermark stop`` are the clients
-(:func:`request`); they read the token from the same variables.
+(:func:`request`); they read the token from the same variables, have the
+job prove that it holds the token (``/api/identity``) before they send it,
+and never follow a redirect.  Every route answers only requests whose
+``Host`` names the server itself (:func:`host_allowed`; 421 otherwise).
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import http.client
 import ipaddress
 import json
+import logging
 import os
+import secrets
+import socket
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..checkpoint.signing import check_private
 from ..errors import ConfigurationError, RivermarkError
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Iterable
 
     from ..checkpoint.job import CheckpointFailure, CheckpointInfo, Job
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "TOKEN_ENV",
@@ -57,6 +67,9 @@ __all__ = [
     "checkpoint_rows",
     "control_token",
     "failure_rows",
+    "host_allowed",
+    "host_guard",
+    "identity_proof",
     "job_summary",
     "local_url",
     "request",
@@ -75,11 +88,20 @@ def control_token() -> str | None:
     A token shorter than 16 characters, or a file that cannot be read, is a
     :class:`ConfigurationError` naming the variable (never the token).
     """
+    for name in (TOKEN_ENV, TOKEN_FILE_ENV):
+        if name in os.environ and not os.environ[name].strip():
+            # e.g. TOKEN=$(cat missing-file): not "no token", a token that went missing
+            raise ConfigurationError(
+                f"{name} is set but empty; give it the "
+                f"{'token' if name == TOKEN_ENV else 'path of the token file'}, or unset it "
+                "(see docs/security.md)"
+            )
     token = os.environ.get(TOKEN_ENV, "").strip()
     where = TOKEN_ENV
     path = os.environ.get(TOKEN_FILE_ENV, "")
     if not token and path:
         where = f"the file {TOKEN_FILE_ENV} names ({path!r})"
+        check_private(path, TOKEN_FILE_ENV)
         try:
             lines = Path(path).read_text(encoding="utf-8").splitlines()
         except OSError as e:
@@ -96,6 +118,85 @@ def control_token() -> str | None:
             f"{MIN_TOKEN}; use a long random one, e.g. the output of 'openssl rand -hex 32'"
         )
     return token
+
+
+def host_allowed(host: str | None, addr: str) -> bool:
+    """Whether a request with ``Host: host`` may reach a server listening on ``addr``.
+
+    A web page that rebinds its own DNS name to ``127.0.0.1`` reaches the
+    server with its own name in ``Host``; only names that cannot be rebound
+    are taken: ``localhost``, a loopback address, the address the server
+    listens on, any IP address when it listens on every interface, and
+    this machine's host name when it listens beyond the loopback.  A
+    request without ``Host`` (no browser sends one) is taken.
+
+    >>> host_allowed("127.0.0.1:8080", "127.0.0.1"), host_allowed("[::1]:80", "127.0.0.1")
+    (True, True)
+    >>> host_allowed("localhost:8080", "127.0.0.1"), host_allowed("evil.example", "127.0.0.1")
+    (True, False)
+    >>> host_allowed("10.0.0.5:80", "127.0.0.1"), host_allowed("10.0.0.5:80", "0.0.0.0")
+    (False, True)
+    """
+    if host is None:
+        return True
+    name = host.strip().lower()
+    if name.startswith("["):  # [v6]:port
+        name = name[1 : name.find("]")] if "]" in name else name[1:]
+    elif name.count(":") == 1:
+        name = name.partition(":")[0]
+    name = name.rstrip(".")
+    if name == "localhost":
+        return True
+    listen = addr.strip("[]").lower()
+    everywhere = listen in _EVERY_INTERFACE
+    try:
+        ip = ipaddress.ip_address(name)
+    except ValueError:  # a name: one that cannot be rebound to this machine
+        if name == listen:
+            return True
+        beyond_loopback = everywhere or not _is_loopback(listen)
+        return beyond_loopback and name == socket.gethostname().lower()
+    if ip.is_loopback or everywhere:
+        return True
+    try:
+        return ip == ipaddress.ip_address(listen)
+    except ValueError:
+        return False
+
+
+def _is_loopback(addr: str) -> bool:
+    try:
+        return addr == "localhost" or ipaddress.ip_address(addr).is_loopback
+    except ValueError:
+        return False
+
+
+def host_guard(addr: str) -> Any:
+    """An aiohttp middleware answering 421 to a request whose ``Host`` is not :func:`host_allowed`."""
+    from aiohttp import web
+
+    refused: set[str] = set()
+
+    @web.middleware
+    async def guard(request: Any, handler: Any) -> Any:
+        host = request.headers.get("Host")
+        if host_allowed(host, addr):
+            return await handler(request)
+        if host not in refused and len(refused) < 16:
+            refused.add(host)
+            logger.warning(
+                "refused requests for host %r (the server listens on %s; a page that "
+                "rebinds its name to this machine sends its own name)",
+                host,
+                addr,
+            )
+        return web.Response(
+            status=421,
+            text=f"this server answers only requests for its own address ({addr} or a "
+            "loopback name), not for the host the request names\n",
+        )
+
+    return guard
 
 
 #: listen addresses that mean "every interface", and the loopback address reaching them here
@@ -216,15 +317,18 @@ class JobControl:
 class ControlApi:
     """The routes of the control API for ``target`` (added to an aiohttp application)."""
 
-    def __init__(self, target: ControlTarget, token: str | None) -> None:
+    def __init__(self, target: ControlTarget, token: str | None, run: str | None = None) -> None:
         self.target = target
         self._token = token
+        #: this run's id (not secret): ``job.json`` names it, :func:`identity_proof` covers it
+        self.run = run or secrets.token_hex(16)
 
     def add_routes(self, app: Any) -> None:
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/api/job", self._job)
         app.router.add_get("/api/checkpoints", self._checkpoints)
+        app.router.add_get("/api/identity", self._identity)
         app.router.add_post("/api/checkpoint", self._checkpoint)
         app.router.add_post("/api/savepoint", self._savepoint)
         app.router.add_post("/api/stop", self._stop)
@@ -253,19 +357,39 @@ class ControlApi:
 
         return web.json_response(self.target.history())
 
+    async def _identity(self, request: Any) -> Any:
+        """Proof that this server holds the token, before a client sends it."""
+        from aiohttp import web
+
+        if self._token is None:
+            return self._no_token()
+        nonce = request.query.get("nonce", "")
+        if not 32 <= len(nonce) <= 128 or not all(c in "0123456789abcdef" for c in nonce):
+            return web.json_response(
+                {"error": "give nonce=<32 to 128 lowercase hex digits, fresh each time>"},
+                status=400,
+            )
+        proof = identity_proof(self._token, self.run, nonce)
+        return web.json_response({"run": self.run, "proof": proof})
+
     # ------------------------------------------------------------------ changing
+    def _no_token(self) -> Any:
+        from aiohttp import web
+
+        return web.json_response(
+            {
+                "error": "this job takes no control requests: start it with "
+                f"{TOKEN_ENV} (or {TOKEN_FILE_ENV}) set; see docs/security.md"
+            },
+            status=403,
+        )
+
     def _refused(self, request: Any) -> Any:
         """The refusal of a changing request without the right token, or ``None``."""
         from aiohttp import web
 
         if self._token is None:
-            return web.json_response(
-                {
-                    "error": "this job takes no control requests: start it with "
-                    f"{TOKEN_ENV} (or {TOKEN_FILE_ENV}) set; see docs/security.md"
-                },
-                status=403,
-            )
+            return self._no_token()
         given = request.headers.get("Authorization", "")
         scheme, _, token = given.partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(
@@ -320,13 +444,19 @@ def resolve(target: str) -> str:
     it serves its page); only a loopback address is taken from there, so a
     writer of the store cannot send the token elsewhere.
     """
+    return _resolve(target)[0]
+
+
+def _resolve(target: str) -> tuple[str, str | None]:
+    """The control URL for ``target``, and the run ``job.json`` names (``None``: a URL)."""
     if target.startswith(("http://", "https://")):
-        return target.rstrip("/") + "/"
+        return target.rstrip("/") + "/", None
     info = Path(target) / "job.json"
     try:
-        url = json.loads(info.read_text(encoding="utf-8")).get("control")
+        named = json.loads(info.read_text(encoding="utf-8"))
+        url, run = named.get("control"), named.get("control_run")
     except (OSError, ValueError, AttributeError):
-        url = None
+        url = run = None
     if not isinstance(url, str) or not url:
         raise ConfigurationError(
             f"{target!r} names no running job's control address (no 'control' in "
@@ -334,45 +464,117 @@ def resolve(target: str) -> str:
             "--ui PORT), or the checkpoint directory of a job started with --ui"
         )
     host = urllib.parse.urlsplit(url).hostname or ""
-    try:
-        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
-    if not loopback:
+    if not _is_loopback(host):
         raise ConfigurationError(
             f"{str(info)!r} names the control address {url!r}, which is not on this "
             "machine's loopback; pass that URL yourself if you trust it"
         )
-    return url
+    return url, run if isinstance(run, str) else ""
+
+
+def identity_proof(token: str, run: str, nonce: str) -> str:
+    """What a job answers to ``GET /api/identity?nonce=N``: proof that it holds ``token``.
+
+    An HMAC-SHA256 keyed with the token over the job's run id and the
+    client's nonce: only a holder of the token can compute it, and a fresh
+    nonce makes an old answer useless.
+    """
+    text = f"rivermark-control-identity\n{run}\n{nonce}".encode()
+    return hmac.new(token.encode(), text, hashlib.sha256).hexdigest()
+
+
+def _exchange(
+    conn: http.client.HTTPConnection, method: str, path: str, headers: dict[str, str]
+) -> tuple[int, dict[str, Any] | None, str]:
+    """One request on ``conn``: the status, the JSON body (``None``: not JSON), ``Location``."""
+    conn.request(method, path, body=b"" if method == "POST" else None, headers=headers)
+    r = conn.getresponse()
+    data = r.read()
+    try:
+        body = json.loads(data)
+    except ValueError:
+        body = None
+    return r.status, body if isinstance(body, dict) else None, r.getheader("Location") or ""
+
+
+def _not_the_job(url: str, target: str, what: str) -> ControlRequestError:
+    return ControlRequestError(
+        f"the process at {url} is not the job of {target} ({what}); the job has probably "
+        "ended and another program holds its port: the control token was not sent"
+    )
+
+
+def _check_identity(
+    conn: http.client.HTTPConnection, url: str, target: str, token: str, run: str | None
+) -> None:
+    """Have the peer prove it holds ``token`` (and is ``run``) before the token is sent."""
+    nonce = secrets.token_hex(16)
+    base = urllib.parse.urlsplit(url).path or "/"
+    status, body, location = _exchange(conn, "GET", f"{base}api/identity?nonce={nonce}", {})
+    if status == 403 and body is not None and isinstance(body.get("error"), str):
+        # a job started without a token says so (an impostor saying it learns nothing)
+        raise ControlRequestError(f"the job at {url} answered 403: {body['error']}")
+    if 300 <= status < 400:
+        raise _not_the_job(
+            url, target, f"it answered {status}, a redirect to {location!r}, never followed"
+        )
+    if status != 200 or body is None:
+        raise _not_the_job(url, target, f"it answered {status} to the identity check")
+    theirs, proof = body.get("run"), body.get("proof")
+    if not isinstance(theirs, str) or not isinstance(proof, str):
+        raise _not_the_job(url, target, "its identity answer is not a job's")
+    if not hmac.compare_digest(proof.encode(), identity_proof(token, theirs, nonce).encode()):
+        raise _not_the_job(url, target, "it could not prove that it holds the control token")
+    if run and theirs != run:
+        raise _not_the_job(
+            url, target, f"it is another run than the one job.json names ({theirs} != {run})"
+        )
 
 
 def request(target: str, path: str, token: str | None, timeout: float = 600.0) -> dict[str, Any]:
     """POST ``path`` of the job at ``target`` with ``token``; the JSON answer.
 
-    An answer that is not 2xx, or no answer, is a :class:`ControlRequestError`
-    with the job's own message.
+    The job first proves, on the same connection, that it holds the token
+    (and, for a directory, that it is the run its ``job.json`` names):
+    :func:`identity_proof` of a fresh nonce.  Only then is the token sent;
+    a redirect is never followed.  An answer that is not 2xx, or no answer,
+    is a :class:`ControlRequestError` with the job's own message.
     """
-    url = resolve(target) + path.lstrip("/")
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    req = urllib.request.Request(url, data=b"", method="POST", headers=headers)
+    url, run = _resolve(target)
+    if not token:
+        raise ConfigurationError(
+            f"no control token: set {TOKEN_ENV} (or {TOKEN_FILE_ENV}) to the token the job "
+            "was started with (see docs/security.md)"
+        )
+    parts = urllib.parse.urlsplit(url)
+    connection = (
+        http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    )
+    conn = connection(parts.hostname or "", parts.port, timeout=min(timeout, 60.0))
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            answer: dict[str, Any] = json.load(r)
-            return answer
+        _check_identity(conn, url, target, token, run)
+        if conn.sock is not None:
+            conn.sock.settimeout(timeout)
+        headers = {"Authorization": f"Bearer {token}", "Content-Length": "0"}
+        status, answer, location = _exchange(
+            conn, "POST", (parts.path or "/") + path.lstrip("/"), headers
+        )
     except (http.client.HTTPException, ValueError) as e:
         # the job went away while it answered (an answer cut short, or not JSON)
         raise ControlRequestError(
             f"the job at {url} stopped answering ({type(e).__name__}: {e}); see "
             "'rivermark checkpoints list' for what it wrote"
         ) from None
-    except urllib.error.HTTPError as e:
-        try:
-            why = json.load(e).get("error", e.reason)
-        except ValueError:
-            why = e.reason
-        raise ControlRequestError(f"the job at {url} answered {e.code}: {why}") from None
-    except (urllib.error.URLError, OSError) as e:
-        reason = getattr(e, "reason", e)
+    except OSError as e:
         raise ControlRequestError(
-            f"no job answers at {url} ({reason}); is it running, with --ui?"
+            f"no job answers at {url} ({e.strerror or e}); is it running, with --ui?"
         ) from None
+    finally:
+        conn.close()
+    if 200 <= status < 300 and answer is not None:
+        return answer
+    if 300 <= status < 400:
+        why = f"a redirect to {location!r}, not followed"
+    else:
+        why = (answer or {}).get("error") or http.client.responses.get(status, "no JSON answer")
+    raise ControlRequestError(f"the job at {url} answered {status}: {why}")

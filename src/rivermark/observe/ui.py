@@ -22,6 +22,7 @@ import contextlib
 import json
 import logging
 import math
+import secrets
 from collections.abc import Awaitable, Callable
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any
@@ -33,6 +34,7 @@ from .control import (
     checkpoint_rows,
     control_token,
     failure_rows,
+    host_guard,
     local_url,
 )
 from .metrics import Snapshot
@@ -206,6 +208,34 @@ def snapshot_json(snap: Snapshot, job: Job | None = None) -> dict[str, Any]:
     }
 
 
+class _ServerLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """aiohttp's request-handler log: a malformed request is one DEBUG line, not a traceback.
+
+    Anyone who can connect can send bytes that are not HTTP; aiohttp answers
+    400 and would log the parser's traceback at ERROR in the job's log.
+    """
+
+    def _malformed(self, msg: Any, args: Any, kw: dict[str, Any]) -> bool:
+        from aiohttp.http_exceptions import HttpProcessingError
+
+        exc = kw.get("exc_info")
+        if not isinstance(exc, HttpProcessingError):
+            return False
+        why = " ".join(str(getattr(exc, "message", "") or exc).split())[:200]
+        self.logger.debug(
+            "%s: a malformed HTTP request (%s), answered %s", msg % args, why, exc.code
+        )
+        return True
+
+    def exception(self, msg: Any, *args: Any, **kw: Any) -> None:
+        if not self._malformed(msg, args, kw):
+            super().exception(msg, *args, **kw)
+
+    def debug(self, msg: Any, *args: Any, **kw: Any) -> None:
+        if not self._malformed(msg, args, kw):
+            super().debug(msg, *args, **kw)
+
+
 async def serve(
     app: Any, addr: str, port: int, what: str, remedy: str, access_log: bool = True
 ) -> tuple[Any, int]:
@@ -213,11 +243,16 @@ async def serve(
 
     A port that cannot be bound is a :class:`ConfigurationError` naming
     ``what`` and the ``remedy``.  ``access_log=False`` turns aiohttp's
-    access log off.
+    access log off.  Every route answers only requests whose ``Host`` names
+    this server (:func:`~rivermark.observe.control.host_allowed`): 421 else;
+    a malformed request is answered 400 and logged in one DEBUG line.
     """
     from aiohttp import web
 
+    app.middlewares.append(host_guard(addr))
+
     kw: dict[str, Any] = {} if access_log else {"access_log": None}
+    kw["logger"] = _ServerLog(logging.getLogger("aiohttp.server"), {})
     runner = web.AppRunner(app, handle_signals=False, **kw)
     await runner.setup()
     site = web.TCPSite(runner, addr, port)
@@ -255,6 +290,8 @@ class UiServer:
         self.interval = interval
         self._runner: Any = None
         self._closing: asyncio.Event | None = None
+        #: this run's id on the control API (``job.json`` names it; see ``control.request``)
+        self.control_run = secrets.token_hex(16)
         #: the tasks streaming events to open pages
         self._streams: set[asyncio.Task[Any]] = set()
 
@@ -279,7 +316,7 @@ class UiServer:
         app.router.add_get("/", page("page.html"))
         app.router.add_get("/graph.json", self._graph)
         app.router.add_get("/events", self._events)
-        ControlApi(JobControl(self.job), control_token()).add_routes(app)
+        ControlApi(JobControl(self.job), control_token(), self.control_run).add_routes(app)
         self._runner, self.port = await serve(
             app, self.addr, self.port, "the pipeline page", "pick another --ui port"
         )

@@ -174,6 +174,9 @@ def test_a_recreated_output_topic_makes_the_epoch_unknown_not_aborted(
     assert "was aborted" not in text, text[-3000:]
     assert "cannot tell whether epoch 3 committed: the output topic" in text, text[-3000:]
     assert "deleted and recreated since the checkpoint" in text
+    # the roll forward says the same: not known, rather than "did not commit"
+    assert "epoch 3 was checkpointed but whether its transaction committed is unknown" in text
+    assert "did not commit" not in text
     # the new topic holds epoch 3 (rolled forward) and everything after it, once:
     # per key a run of counts without a gap, up to the last one
     msgs = consume_all(bootstrap, out, timeout=60, committed_only=True)

@@ -431,3 +431,47 @@ def test_a_savepoint_copied_from_a_directory_to_s3_and_back_restores_exactly(
         counts[x % 37] = counts.get(x % 37, 0) + 1
         reference.append(f"{x % 37}:{counts[x % 37]}")
     assert seen == reference  # the sink's list came along with the savepoints too
+
+
+def test_an_endpoint_that_drops_every_connection_is_one_line_without_tracebacks(
+    s3_env: dict[str, str], tmp_path: Path
+) -> None:
+    """botocore retries each dropped request; the aborted attempts print nothing."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    dropped = []
+
+    def drop() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:  # closed: the test is over
+                return
+            dropped.append(1)
+            conn.close()
+
+    threading.Thread(target=drop, daemon=True).start()
+    try:
+        app = tmp_path / "app.py"
+        app.write_text(
+            "from rivermark import Stream\n"
+            "source = Stream.from_iterable(range(10), name='n')\n"
+            f"source.sink_to_textfile({str(tmp_path / 'out')!r})\n"
+        )
+        env = {**s3_env, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{listener.getsockname()[1]}"}
+        res = subprocess.run(
+            [sys.executable, "-m", "rivermark.cli", "run", f"{app}:source",
+             "--checkpoint", "s3://bucket/jobs/x"],
+            capture_output=True, text=True, timeout=300, env={**os.environ, **env},
+        )  # fmt: skip
+    finally:
+        listener.close()
+    assert len(dropped) > 1  # the request was tried again
+    assert res.returncode == 2, res.stderr
+    assert "Traceback" not in res.stderr and "never retrieved" not in res.stderr, res.stderr
+    assert res.stderr.splitlines() == [res.stderr.strip()], res.stderr
+    assert res.stderr.startswith(
+        "rivermark: ObjectStore('s3://bucket/jobs/x'): could not take the lease (Connection"
+    ), res.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ def test_the_token_comes_from_the_variable_or_the_first_line_of_a_file(
     assert control.control_token() is None
     secret = tmp_path / "token"
     secret.write_text("0123456789abcdef-from-a-file\nignored\n")
+    secret.chmod(0o600)
     monkeypatch.setenv(control.TOKEN_FILE_ENV, str(secret))
     assert control.control_token() == "0123456789abcdef-from-a-file"
     monkeypatch.setenv(control.TOKEN_ENV, "0123456789abcdef-from-the-env")
@@ -36,6 +38,37 @@ def test_a_short_token_or_an_unreadable_file_is_refused_without_showing_it(
     monkeypatch.setenv(control.TOKEN_FILE_ENV, str(tmp_path / "missing"))
     with pytest.raises(ConfigurationError, match="cannot be read"):
         control.control_token()
+
+
+def test_an_empty_variable_or_a_token_file_others_can_read_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(control.TOKEN_FILE_ENV, raising=False)
+    monkeypatch.setenv(control.TOKEN_ENV, "")  # TOKEN=$(cat missing-file)
+    with pytest.raises(
+        ConfigurationError, match=re.escape("RIVERMARK_CONTROL_TOKEN is set but empty")
+    ):
+        control.control_token()
+    monkeypatch.delenv(control.TOKEN_ENV)
+    monkeypatch.setenv(control.TOKEN_FILE_ENV, " ")
+    with pytest.raises(ConfigurationError, match="RIVERMARK_CONTROL_TOKEN_FILE is set but empty"):
+        control.control_token()
+    secret = tmp_path / "token"
+    secret.write_text("0123456789abcdef-from-a-file\n")
+    monkeypatch.setenv(control.TOKEN_FILE_ENV, str(secret))
+    for mode, what in [(0o644, "readable"), (0o640, "readable"), (0o602, "writable")]:
+        secret.chmod(mode)
+        with pytest.raises(
+            ConfigurationError,
+            match=re.escape(
+                f"the secret file {str(secret)!r} is {what} by others (mode {mode:04o}); "
+                f"run 'chmod 600 {secret}'"
+            ),
+        ) as err:
+            control.control_token()
+        assert "from-a-file" not in str(err.value)
+    secret.chmod(0o400)
+    assert control.control_token() == "0123456789abcdef-from-a-file"
 
 
 def test_a_directory_names_its_job_only_on_loopback(tmp_path: Path) -> None:
