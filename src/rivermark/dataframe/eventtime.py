@@ -57,7 +57,7 @@ from pandas.api.types import is_bool_dtype, is_numeric_dtype
 
 from ..core.node import Stream
 from ..core.refs import Metadata
-from ..core.timeutil import parse_interval
+from ..core.timeutil import NANOS, epoch_seconds, parse_interval
 from ..errors import ConfigurationError
 from ..operators.eventtime import Results, Timestamps, _delay, _partition_of, emits_updates
 from ..operators.watermarks import to_epoch
@@ -75,9 +75,6 @@ __all__ = [
     "column_times",
     "timestamps",
 ]
-
-_EPOCH = pd.Timestamp(0, tz="UTC")
-_SECOND = pd.Timedelta(seconds=1)
 
 
 def _dtype_problem(dtype: Any) -> str | None:
@@ -115,7 +112,7 @@ def column_times(values: pd.Series) -> np.ndarray:
     if problem is not None:
         raise TypeError(f"event time: column {values.name!r} {problem}")
     if isinstance(dtype, pd.DatetimeTZDtype):
-        return np.asarray(((values - _EPOCH) / _SECOND).to_numpy(dtype=float, na_value=np.nan))
+        return _datetime_seconds(values, dtype.unit)
     if getattr(dtype, "kind", None) != "O":
         secs = values.to_numpy(dtype=float, na_value=np.nan)
         return np.where(np.isfinite(secs), secs, np.nan)
@@ -126,6 +123,22 @@ def column_times(values: pd.Series) -> np.ndarray:
         except (TypeError, ValueError):
             out[i] = np.nan
     return out
+
+
+def _datetime_seconds(values: pd.Series, unit: str) -> np.ndarray:
+    """Datetimes (of ``unit``) as epoch seconds by integer arithmetic: whole seconds and
+    the exact nanoseconds after them (:func:`~rivermark.core.timeutil.epoch_seconds`,
+    the rule of a record's datetime), NaN where there is none."""
+    ticks = values.to_numpy(dtype=f"datetime64[{unit}]")  # UTC
+    missing = np.isnat(ticks)
+    per = NANOS // _TICK_NANOS[unit]
+    whole, after = np.divmod(ticks.view(np.int64), per)
+    secs = epoch_seconds(whole, after * _TICK_NANOS[unit])
+    return np.asarray(np.where(missing, np.nan, secs), dtype=float)
+
+
+#: nanoseconds per tick of a datetime unit
+_TICK_NANOS = {"s": NANOS, "ms": 10**6, "us": 10**3, "ns": 1}
 
 
 class FrameTimestamps(Timestamps):

@@ -6,6 +6,7 @@ The windows' results against pandas are in ``test_eventtime_differential.py``.
 from __future__ import annotations
 
 import logging
+import math
 import random
 import re
 from pathlib import Path
@@ -15,6 +16,8 @@ import numpy as np
 import pandas as pd
 import pandas.testing as tm
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rivermark import ConfigurationError, Stream
 from rivermark.checkpoint import Job, codec, open_store
@@ -311,3 +314,31 @@ def test_a_job_reads_batches_to_the_end_and_emits_every_window(tmp_path: Path) -
     assert snap.node("w").late_records == 2 and snap.node("w").open_windows == 0
     assert snap.node("times").watermark == float("inf")
     assert snap.sources[0].watermark == float("inf") and snap.sources[0].event_time_lag is None
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(
+    ticks=st.lists(st.integers(-(2**52), 2**52) | st.none(), min_size=1, max_size=20),
+    unit=st.sampled_from(["s", "ms", "us", "ns"]),
+    tz=st.sampled_from(["UTC", "Europe/Paris", "America/St_Johns"]),
+)
+def test_a_datetime_column_gives_each_row_the_seconds_a_record_of_it_gets(
+    ticks: list[int | None], unit: str, tz: str
+) -> None:
+    from rivermark.dataframe.eventtime import column_times
+    from rivermark.operators.watermarks import to_epoch
+
+    # near today's epoch (in the unit), where float nanoseconds lose digits
+    per = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}[unit]
+    base = 1_767_268_800 * per
+    span = 10**6 * per
+    raw = [None if t is None else base + t % span for t in ticks]
+    times = pd.Series(pd.array(raw, dtype="Int64")).astype(f"datetime64[{unit}]")
+    times = times.dt.tz_localize("UTC").dt.tz_convert(tz)
+    want = [math.nan if t is pd.NaT else to_epoch(t) for t in times]
+    got = column_times(times).tolist()
+    assert got == pytest.approx(want, nan_ok=True, abs=0, rel=0)
+    # and exactly the whole seconds and the fraction of each time
+    for t, g in zip(raw, got, strict=True):
+        if t is not None:
+            assert g == (t // per) + (t % per) * (10**9 // per) / 10**9

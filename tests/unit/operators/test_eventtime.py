@@ -412,6 +412,40 @@ def test_time_convention_datetimes_and_errors() -> None:
     assert L == [{"ts": 5}] and t2.errors_handled == 2
 
 
+def test_numpy_scalars_are_epoch_seconds_and_integers_exactly() -> None:
+    np = pytest.importorskip("numpy")
+    s = Stream()
+    t = s.timestamps(lambda r: r[0])
+    w = t.tumbling_window(10, agg="count").sink_to_list()
+    # what pandas hands out: numpy integers and floats of every width
+    times = [np.int64(3), np.float32(4.5), np.int32(9), np.uint16(11), np.float16(12.0)]
+    for x in times:
+        s.emit((x, 1))
+    assert t.watermark == 12.0 and type(t.watermark) is float
+    assert w == [WindowResult(0.0, 10.0, None, 3)]
+    # an integer beyond a float's 53 bits is rounded once, as the same Python int is
+    big = 2**62 + 1
+    s.emit((np.int64(big), 1))
+    assert t.watermark == float(big)
+    for bad in (np.bool_(True), np.datetime64(1, "s"), np.float64(np.nan)):
+        with pytest.raises((TypeError, ValueError), match="event time"):
+            s.emit((bad, 1))
+
+
+def test_datetimes_are_converted_by_whole_seconds_and_exact_nanoseconds() -> None:
+    pd = pytest.importorskip("pandas")
+    quarter = pd.Timestamp("2026-01-01 12:00:00.250", tz="UTC")
+    edge = pd.Timestamp("2026-01-01 12:00:10", tz="UTC").tz_convert("Europe/Paris")
+    s = Stream()
+    t = s.timestamps(lambda r: r)
+    out = t.tumbling_window(0.25, agg="count").sink_to_list()
+    for x in (quarter, quarter.to_pydatetime(), edge):
+        s.emit(x)
+    t.end_of_input()
+    assert [r.start for r in out] == [quarter.value / 10**9, edge.value / 10**9]
+    assert [r.value for r in out] == [2, 1]
+
+
 def test_configuration_errors_name_the_node_and_the_remedy() -> None:
     s = Stream()
     with pytest.raises(ConfigurationError, match=r"tumbling_window: needs event times.*timestamps"):
