@@ -223,9 +223,9 @@ class WatermarkTracker:
                 continue
         return {}
 
-    def end(self) -> float:
-        """The end of the input: the watermark becomes ``+inf``."""
-        self.watermark = math.inf
+    def end(self, at: float = math.inf) -> float:
+        """The end of the input: the watermark becomes ``at`` (``+inf``; never goes back)."""
+        self.watermark = max(self.watermark, at)
         return self.watermark
 
     def get_state(self) -> dict[str, Any]:

@@ -342,3 +342,40 @@ def test_a_datetime_column_gives_each_row_the_seconds_a_record_of_it_gets(
     for t, g in zip(raw, got, strict=True):
         if t is not None:
             assert g == (t // per) + (t % per) * (10**9 // per) / 10**9
+
+
+def test_rows_far_ahead_of_the_wall_clock_are_warned_about_or_refused_with_max_future(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    now = 1_767_268_800.0
+    batches = [
+        pd.DataFrame({"ts": [now, now + 1], "v": [1, 2]}),
+        pd.DataFrame({"ts": [now * 1000, now + 2], "v": [3, 4]}),  # one time in ms
+        pd.DataFrame({"ts": [now + 3], "v": [5]}),
+    ]
+    example = batches[0].iloc[:0]
+
+    def run(**kwargs: Any) -> tuple[Any, list[Any], list[Any]]:
+        src = Stream()
+        timed = DataFrame(src, example=example).timestamps("ts", **kwargs)
+        timed.stream.wall_clock = lambda: now  # type: ignore[attr-defined]
+        sums = timed.tumbling_window(10).v.sum()
+        out, late = sums.stream.sink_to_list(), sums.late.stream.sink_to_list()
+        for b in batches:
+            src.emit(b)
+        timed.end_of_input()
+        return timed, out, late
+
+    with caplog.at_level(logging.WARNING, logger="rivermark.dataframe.eventtime"):
+        timed, out, late = run()
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and "row 1767268800000.0 of column 'ts' is 55,945 years" in warned[0]
+    assert pd.concat(late).v.tolist() == [4, 5]  # late, as said once
+    refused: list[Any] = []
+    timed, out, late = run(max_future="1h", on_error=lambda x, e: refused.append((x, str(e))))
+    assert [x.v.tolist() for x, _ in refused] == [[3]]
+    assert refused[0][1].startswith(
+        "timestamps: 1 of 2 row(s) have a time in column 'ts' beyond max_future=3600 s of the "
+        "wall clock (first: 1767268800000.0, 55,945 years ahead)"
+    )
+    assert late == [] and pd.concat(out).v.tolist() == [1 + 2 + 4 + 5]
