@@ -42,6 +42,12 @@ def _frames(times: Any = None) -> list[pd.DataFrame]:
                     "k": [f"k{i % 3}" for i in rows],
                     "v": [float(i) * 1.5 for i in rows],
                     "n": [int(i) for i in rows],
+                    # kept whole by windows: a time zone's times, a categorical, a nullable
+                    "when": pd.to_datetime([i * 250 for i in rows], unit="ms", utc=True).tz_convert(
+                        "Europe/Paris"
+                    ),
+                    "tag": pd.Categorical([f"t{i % 2}" for i in rows], categories=["t0", "t1"]),
+                    "maybe": pd.array([None if i % 5 == 0 else i for i in rows], dtype="Int64"),
                 },
                 index=pd.to_datetime([i * 1_000_000_000 for i in rows]),
             )
@@ -161,6 +167,8 @@ def _frame_pipelines() -> dict[str, Callable[[Stream], Any]]:
         return build
 
     def event_windows(s: Stream) -> Any:
+        zoned = _frame_stream(s)[["when", "k", "v"]].timestamps("when")
+        zoned.session_window(1).groupby("k").v.max().stream.sink_to_list()
         timed = _frame_stream(s).timestamps("ts", max_delay=1)
         out = None
         for spec in (
@@ -188,6 +196,11 @@ def _frame_pipelines() -> dict[str, Callable[[Stream], Any]]:
         sdf.k.value_counts().stream.sink_to_list()
         sdf.k.window(n=5).value_counts().stream.sink_to_list()
         sdf.window(n=5).full().stream.sink_to_list()
+        sdf.window(value="4s").full().stream.sink_to_list()
+        sdf.when.max().stream.sink_to_list()
+        sdf[["when"]].window(n=5).min().stream.sink_to_list()
+        sdf.maybe.sum().stream.sink_to_list()
+        sdf.tag.value_counts().stream.sink_to_list()
         _agg(sdf.window(value="4s"), "size").stream.sink_to_list()
         sdf.v.window(n=5).apply(lambda v: float(v.sum())).stream.sink_to_list()
         sdf[["v", "n"]].rolling("3s").mean().stream.sink_to_list()
@@ -197,7 +210,7 @@ def _frame_pipelines() -> dict[str, Callable[[Stream], Any]]:
             getattr(sdf[["v", "n"]], how)().stream.sink_to_list()
         sdf.v.aggregate(Total()).stream.sink_to_list()
         sdf.v.window(n=5).aggregate(Total()).stream.sink_to_list()
-        return sdf.groupby("k").mean(with_state=True).stream.sink_to_list()
+        return sdf[["k", "v", "n"]].groupby("k").mean(with_state=True).stream.sink_to_list()
 
     out["df.misc"] = misc
     out["df.event windows"] = event_windows
