@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pandas.testing as tm
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from rivermark import Stream
@@ -265,8 +265,29 @@ def pandas_windows(case: Case, batches: list[tuple[int, pd.DataFrame]]) -> tuple
     return expect, late_rows
 
 
+def _on_edges() -> list[tuple[int, pd.DataFrame]]:
+    """Rows exactly on window edges (size 1 and 10) and exactly ``gap`` (1) apart, in ms."""
+    ts = [0.0, 0.25, 1.0, 2.0, 2.125, 3.125, 10.0, 11.0, 11.0, 9.875]
+    frame = pd.DataFrame(
+        {
+            "ts": pd.Series(ts, dtype="float64"),
+            "k": pd.Series(["p", "q"] * 5, dtype=object),
+            "v": pd.Series([float(i) for i in range(10)], dtype="float64"),
+        }
+    )
+    return [(0, frame.iloc[:5]), (0, frame.iloc[5:])]
+
+
+def _edge_case(kind: str, size: float, times: str) -> Case:
+    return Case(kind, size, size, 1.0, 0.0, 0.0, False, "count", False, times)
+
+
 @settings(max_examples=budget(250), **SETTINGS)
 @given(case=cases(), batches=inputs())
+@example(case=_edge_case("tumbling", 1.0, "datetime64[ms, UTC]"), batches=_on_edges())
+@example(case=_edge_case("tumbling", 10.0, "datetime64[us, Europe/Paris]"), batches=_on_edges())
+@example(case=_edge_case("session", 1.0, "datetime64[ms, UTC]"), batches=_on_edges())
+@example(case=_edge_case("session", 1.0, "datetime64[ns, UTC]"), batches=_on_edges())
 def test_dataframe_windows_and_late_rows_equal_pandas(
     case: Case, batches: list[tuple[int, pd.DataFrame]]
 ) -> None:
