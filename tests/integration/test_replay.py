@@ -468,3 +468,91 @@ def test_a_checkpoint_whose_keyed_state_is_a_delta(tmp_path: Path) -> None:
     got = (tmp_path / "side" / "out.txt").read_text().splitlines()
     assert got == [str(i + 1) for i in range(lo, hi)]  # the counts restored from the chain
     assert {p: p.read_bytes() for p in (tmp_path / "ck").rglob("*") if p.is_file()} == before
+
+
+WINDOWS_APP = """\
+import pandas as pd
+
+from rivermark import Stream
+from rivermark.dataframe import DataFrame
+
+
+def fmt(r):
+    return f"{{r.start:g}} {{r.end:g}} {{r.key}} {{r.value}}"
+
+
+def rows(frame):
+    return [" ".join(map(str, row)) for row in frame.itertuples(index=False)]
+
+
+def burst(x):
+    # bursts of 10 records a second apart, 6 s between bursts
+    return x + (x // 10) * 5
+
+
+source = Stream.from_textfile({inp!r}, stop_at_eof=True, name="lines")
+numbers = source.map(int, name="numbers")
+timed = numbers.timestamps(lambda x: x, max_delay=2, name="times")
+timed.tumbling_window(10, agg="count", name="tumbling").map(fmt).sink_to_textfile(
+    {out!r} + ".tumbling", name="tumbling_out"
+)
+timed.hopping_window(10, 5, key=lambda x: x % 2, agg="sum", name="hopping").map(fmt).sink_to_textfile(
+    {out!r} + ".hopping", name="hopping_out"
+)
+bursts = numbers.timestamps(burst, name="burst_times")
+bursts.session_window(3, key=lambda x: x % 2, agg="count", name="sessions").map(fmt).sink_to_textfile(
+    {out!r} + ".session", name="session_out"
+)
+frames = numbers.partition(7, name="batches").map(
+    lambda xs: pd.DataFrame({{"t": list(xs), "k": [x % 3 for x in xs], "v": list(xs)}})
+)
+sdf = DataFrame(frames, example=pd.DataFrame({{"t": [0], "k": [0], "v": [0]}}).iloc[:0])
+ftimed = sdf.timestamps("t", max_delay=1)
+for kind, windows in [
+    ("df_tumbling", ftimed.tumbling_window(10)),
+    ("df_hopping", ftimed.hopping_window(10, 5)),
+    ("df_session", ftimed.session_window(0.5)),
+]:
+    windows.groupby("k").v.sum(name=kind).stream.map(rows).flatten().sink_to_textfile(
+        {out!r} + "." + kind, name=kind + "_out"
+    )
+"""
+
+
+def test_unchanged_code_diffs_empty_with_windows_still_open_at_the_until_checkpoint(
+    tmp_path: Path,
+) -> None:
+    inp, out, ck = tmp_path / "in.txt", tmp_path / "out", tmp_path / "ck"
+    inp.write_text("".join(f"{i}\n" for i in range(100)))
+    app = tmp_path / "same.py"
+    app.write_text(WINDOWS_APP.format(inp=str(inp), out=str(out)))
+    res = rivermark("run", f"{app}:source", "-c", str(ck), "--every-batches", "9", "-q")
+    assert res.returncode == 0, res.stderr
+    store = LocalDirectoryStore(ck)
+    epochs = store.list_epochs()
+    assert len(epochs) >= 8, epochs
+    kinds = ["tumbling", "hopping", "session", "df_tumbling", "df_hopping", "df_session"]
+    for start, until in [(epochs[1], epochs[2]), (epochs[2], epochs[5]), (epochs[0], epochs[6])]:
+        side = tmp_path / f"side-{start}-{until}"
+        res = rivermark(
+            "replay", f"{app}:source", "--from", f"{ck}@{start}", "--until", str(until),
+            "--diff", "-o", str(side),
+        )  # fmt: skip
+        assert res.returncode == 0, res.stdout + res.stderr
+        for kind in kinds:
+            assert f"{kind}_out: the same as the live output" in res.stdout, res.stdout
+        # windows were open at the until checkpoint, and closed ones were compared
+        replayed = {k: (side / f"{k}_out.txt").read_text().splitlines() for k in kinds}
+        assert all(replayed.values()) or start == epochs[1], replayed
+    # a replay to the end of the input closes every window, as the live run's end did
+    side = tmp_path / "side-end"
+    res = rivermark(
+        "replay", f"{app}:source", "--from", f"{ck}@{epochs[2]}", "--until", "end", "-o", str(side)
+    )
+    assert res.returncode == 0, res.stderr
+    live_tail = (tmp_path / "out.tumbling").read_text().splitlines()
+    assert (
+        (side / "tumbling_out.txt").read_text().splitlines()[-1]
+        == live_tail[-1]
+        == "90 100 None 10"
+    )

@@ -1,17 +1,20 @@
 """The tagged columnar form of pandas objects in state files (see :mod:`.codec`).
 
-A ``Series``, ``DataFrame`` or ``Index`` (plain, range, datetime without a
-time zone, categorical, multi-level) is written as its labels and one
-numpy array per column; only numpy dtypes and pandas' string dtypes are
-taken (numbers, booleans, times without a time zone, strings and other
-objects element by element).  ``CategoricalDtype``, ``Timestamp`` (without
-a time zone), ``Timedelta`` and date offsets (an index's ``freq``) are
-written by their parts.  A pandas extension dtype on its own (a frame's
+A ``Series``, ``DataFrame`` or ``Index`` (plain, range, datetime,
+categorical, multi-level) is written as its labels and one numpy array per
+column; numpy dtypes and pandas' string dtypes are taken (numbers,
+booleans, times without a time zone, strings and other objects element by
+element), and, by their parts, datetimes with a time zone (UTC ticks and
+the dtype's name), categoricals (codes and categories) and nullable
+numbers and booleans (``Int64``, ``boolean``: values and the mask of the
+missing ones).  ``CategoricalDtype``, ``Timestamp`` (with its time zone's
+name), ``Timedelta`` and date offsets (an index's ``freq``) are written by
+their parts.  A pandas extension dtype on its own (a frame's
 schema holds them: ``str``, ``string``, ``Int64``, ``datetime64[ns, UTC]``)
 is written by its name when pandas reads that name back as an equal dtype.
 Anything else (other
-extension dtypes, a time zone) is left to the pickle part of the codec
-(``None`` here).
+extension dtypes, a time zone whose name does not give it back) is left to
+the pickle part of the codec (``None`` here).
 """
 
 from __future__ import annotations
@@ -26,20 +29,73 @@ _STRING_DTYPES = ("str", "string")
 
 
 def _numpy_dtype(dtype: Any) -> bool:
+    """Whether a column of ``dtype`` is written as data (numpy's, a string dtype, a time
+    zone's datetimes, a categorical of such categories, a nullable number or boolean)."""
     import numpy as np
+    import pandas as pd
 
     if isinstance(dtype, np.dtype):
         return dtype.kind in "biufcmMOSU" and dtype.fields is None
-    return str(dtype) in _STRING_DTYPES
+    if str(dtype) in _STRING_DTYPES:
+        return True
+    if isinstance(dtype, pd.DatetimeTZDtype):
+        return _named_dtype(pd, dtype) is not None
+    if isinstance(dtype, pd.CategoricalDtype):
+        return dtype.categories is not None and _index(pd, dtype.categories) is not None
+    return _masked(pd, dtype)
+
+
+def _masked(pd: Any, dtype: Any) -> bool:
+    """A nullable integer, float or boolean dtype (``Int64``, ``Float64``, ``boolean``)."""
+    return (
+        isinstance(dtype, pd.api.extensions.ExtensionDtype)
+        and getattr(dtype, "numpy_dtype", None) is not None
+        and dtype.kind in "biuf"
+        and _named_dtype(pd, dtype) is not None
+    )
 
 
 def _values(column: Any) -> dict[str, Any]:
-    """A column's (or index's) values: a numpy array, and a string dtype's name."""
-    import numpy as np
+    """A column's (or index's) values: a numpy array, and a string dtype's name.
 
-    if isinstance(column.dtype, np.dtype):
+    Datetimes with a time zone are their UTC ticks (``utc``), a categorical
+    its codes and its dtype's parts (``categories``), a nullable column its
+    numpy values and the mask of its missing ones (``mask``).
+    """
+    import numpy as np
+    import pandas as pd
+
+    dtype = column.dtype
+    if isinstance(dtype, np.dtype):
         return {"values": column.to_numpy(), "dtype": None}
-    return {"values": column.to_numpy(dtype=object), "dtype": str(column.dtype)}
+    if isinstance(dtype, pd.DatetimeTZDtype):
+        ticks = column.to_numpy(dtype=f"datetime64[{dtype.unit}]")
+        return {"values": ticks, "dtype": str(dtype), "utc": True}
+    if isinstance(dtype, pd.CategoricalDtype):
+        codes = np.asarray(pd.Categorical(column, dtype=dtype).codes)
+        return {"values": codes, "dtype": None, "categories": _other(pd, dtype)}
+    if _masked(pd, dtype):
+        mask = np.asarray(column.isna(), dtype=bool)
+        data = column.to_numpy(dtype=dtype.numpy_dtype, na_value=dtype.numpy_dtype.type(0))
+        return {"values": data, "dtype": str(dtype), "mask": mask}
+    return {"values": column.to_numpy(dtype=object), "dtype": str(dtype)}
+
+
+def _array(parts: dict[str, Any]) -> Any:
+    """The values :func:`_values` wrote, as an array of their dtype."""
+    import pandas as pd
+
+    values = parts["values"]
+    if parts.get("utc"):
+        tz = pd.api.types.pandas_dtype(parts["dtype"]).tz
+        return pd.DatetimeIndex(values, tz="UTC").tz_convert(tz).array
+    if parts.get("categories") is not None:
+        return pd.Categorical.from_codes(values, dtype=decode_pandas(parts["categories"]))
+    out = pd.array(values, dtype=_dtype(parts))
+    mask = parts.get("mask")
+    if mask is not None and mask.any():
+        out[mask] = pd.NA
+    return out
 
 
 def _index(pd: Any, index: Any) -> dict[str, Any] | None:
@@ -48,11 +104,8 @@ def _index(pd: Any, index: Any) -> dict[str, Any] | None:
         return {"kind": "range", "range": [index.start, index.stop, index.step], "name": index.name}
     if t is pd.Index and _numpy_dtype(index.dtype):
         return {"kind": "index", **_values(index), "name": index.name}
-    if t is pd.DatetimeIndex and index.tz is None:
-        freq = None if index.freq is None else _other(pd, index.freq)
-        if index.freq is not None and freq is None:
-            return None
-        return {"kind": "datetimes", "values": index.to_numpy(), "name": index.name, "freq": freq}
+    if t is pd.DatetimeIndex:
+        return _datetime_index(pd, index)
     if t is pd.CategoricalIndex:
         cats = _index(pd, index.categories)
         if cats is None:
@@ -73,6 +126,17 @@ def _index(pd: Any, index: Any) -> dict[str, Any] | None:
     return None
 
 
+def _datetime_index(pd: Any, index: Any) -> dict[str, Any] | None:
+    freq = None if index.freq is None else _other(pd, index.freq)
+    if index.freq is not None and freq is None:
+        return None
+    if index.tz is None:
+        return {"kind": "datetimes", "values": index.to_numpy(), "name": index.name, "freq": freq}
+    if _named_dtype(pd, index.dtype) is None:
+        return None
+    return {"kind": "datetimes", **_values(index), "name": index.name, "freq": freq}
+
+
 def _other(pd: Any, value: Any) -> dict[str, Any] | None:
     """A categorical dtype or a date offset, by its parts."""
     if type(value) is pd.CategoricalDtype:
@@ -80,8 +144,12 @@ def _other(pd: Any, value: Any) -> dict[str, Any] | None:
         if cats is None and value.categories is not None:
             return None
         return {"kind": "catdtype", "categories": cats, "ordered": bool(value.ordered)}
-    if type(value) is pd.Timestamp and value.tz is None:
-        return {"kind": "timestamp", "value": value.value, "unit": value.unit}
+    if type(value) is pd.Timestamp:
+        stamp = {"kind": "timestamp", "value": value.value, "unit": value.unit}
+        if value.tz is None:
+            return stamp
+        zone = _named_dtype(pd, pd.DatetimeTZDtype(value.unit, value.tz))
+        return None if zone is None else {**stamp, "tz": zone["name"]}
     if type(value) is pd.Timedelta:
         return {"kind": "timedelta", "value": value.value, "unit": value.unit}
     if isinstance(value, pd.offsets.BaseOffset) and isinstance(value.freqstr, str):
@@ -125,8 +193,9 @@ def _build_index(pd: Any, parts: dict[str, Any]) -> Any:
         return pd.RangeIndex(*parts["range"], name=parts["name"])
     if kind == "datetimes":
         freq = parts["freq"]
+        values = _array(parts) if parts.get("utc") else parts["values"]
         return pd.DatetimeIndex(
-            parts["values"], name=parts["name"], freq=None if freq is None else decode_pandas(freq)
+            values, name=parts["name"], freq=None if freq is None else decode_pandas(freq)
         )
     if kind == "categorical":
         cats = _build_index(pd, parts["categories"])
@@ -137,11 +206,33 @@ def _build_index(pd: Any, parts: dict[str, Any]) -> Any:
     if kind == "multi":
         levels = [_build_index(pd, level) for level in parts["levels"]]
         return pd.MultiIndex(levels=levels, codes=parts["codes"], names=parts["names"])
+    if parts.get("categories") is not None or parts.get("mask") is not None:
+        return pd.Index(_array(parts), name=parts["name"])
     return pd.Index(parts["values"], name=parts["name"], dtype=_dtype(parts))
+
+
+def _extension(parts: dict[str, Any]) -> bool:
+    """Whether :func:`_values` wrote a time zone's, a categorical's or a nullable column."""
+    return bool(parts.get("utc")) or any(parts.get(k) is not None for k in ("categories", "mask"))
 
 
 def _dtype(parts: dict[str, Any]) -> Any:
     return parts["values"].dtype if parts["dtype"] is None else parts["dtype"]
+
+
+def _timestamp(pd: Any, parts: dict[str, Any]) -> Any:
+    stamp = pd.Timestamp(parts["value"], unit="ns").as_unit(parts["unit"])
+    tz = parts.get("tz")
+    if tz is None:
+        return stamp
+    return stamp.tz_localize("UTC").tz_convert(pd.api.types.pandas_dtype(tz).tz)
+
+
+def _series(pd: Any, parts: dict[str, Any], index: Any, name: Any) -> Any:
+    """A column (or series) of :func:`_values`'s ``parts`` on ``index``."""
+    if _extension(parts):
+        return pd.Series(_array(parts), index=index, name=name)
+    return pd.Series(parts["values"], index=index, name=name, dtype=_dtype(parts))
 
 
 def decode_pandas(parts: dict[str, Any]) -> Any:
@@ -155,7 +246,7 @@ def decode_pandas(parts: dict[str, Any]) -> Any:
         cats = None if parts["categories"] is None else _build_index(pd, parts["categories"])
         return pd.CategoricalDtype(cats, ordered=parts["ordered"])
     if kind == "timestamp":
-        return pd.Timestamp(parts["value"], unit="ns").as_unit(parts["unit"])
+        return _timestamp(pd, parts)
     if kind == "timedelta":
         return pd.Timedelta(parts["value"], unit="ns").as_unit(parts["unit"])
     if kind == "dtype":
@@ -166,12 +257,12 @@ def decode_pandas(parts: dict[str, Any]) -> Any:
         return to_offset(parts["freq"])
     index = _build_index(pd, parts["index"])
     if kind == "series":
-        return pd.Series(parts["values"], index=index, name=parts["name"], dtype=_dtype(parts))
+        return _series(pd, parts, index, parts["name"])
     if kind != "frame":
         raise ValueError(f"unknown pandas part {kind!r}")
     cols = parts["cols"]
     frame = pd.DataFrame(
-        {i: pd.Series(c["values"], index=index, dtype=_dtype(c)) for i, c in enumerate(cols)},
+        {i: _series(pd, c, index, None) for i, c in enumerate(cols)},
         index=index,
     )
     if not cols:

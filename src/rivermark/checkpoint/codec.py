@@ -92,6 +92,7 @@ _DATA_CLASSES = {
         ("template", "freq", "dtypes", "tails", "meta", "layout"),
     ),
     "KeyedAcc": ("rivermark.dataframe.partials", ("keys", "comps", "meta", "layout")),
+    "Moments": ("rivermark.dataframe.partials", ("n", "mean", "m2")),
     "Remote": ("rivermark.dask.core", ("value",)),
     "WindowResult": (
         "rivermark.operators.eventtime",

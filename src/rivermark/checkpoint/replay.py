@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import math
 import os
 import tempfile
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import graph
+from ..core.inputend import HoldsWatermark
 from ..core.node import Stream
 from ..errors import ConfigurationError
 from ..sinks.base import CheckpointedSink, FileOutputSink, ReadBackSink
@@ -49,7 +51,7 @@ from ..sinks.basic import Sink, SinkToList
 from ..sinks.side import SideOutput, put_in_place_of
 from ..sources.base import Source
 from .errors import CheckpointError, CheckpointMismatchError
-from .inspection import open_checkpoint_location, where
+from .inspection import open_checkpoint_location, read_node_state, where
 from .job import Job
 from .manifest import Manifest
 from .names import file_name
@@ -347,6 +349,36 @@ def _job(plan: ReplayPlan, root: Stream, store: SideStore) -> Job:
     )
 
 
+def _stop_watermarks(plan: ReplayPlan) -> None:
+    """Each event-time node's watermark at the end of a replay up to a checkpoint: the live
+    run's watermark in that checkpoint, not ``+inf`` (the windows the live run still held
+    open there stay open, so the replay emits what the live run had emitted)."""
+    if plan.until is None:
+        return
+    ids = graph.node_ids(plan.node)
+    original = plan.live.load_manifest(plan.until.epoch)
+    # the graph's id of each node of the checkpoint (legacy ids, then renames)
+    stored = {}
+    for o in original.state:
+        legacy = plan.upgrade.legacy.get(o, o)
+        stored[plan.upgrade.renames.get(legacy, legacy)] = o
+    for n in graph.topological(plan.node):
+        if not isinstance(n, HoldsWatermark):
+            continue
+        nid = ids[id(n)]
+        if nid not in stored:  # new since: the records alone move it
+            n.end_watermark = -math.inf
+            continue
+        state = read_node_state(plan.live, plan.until.epoch, stored[nid])
+        n.end_watermark = float(state["watermarks"]["watermark"])
+        logger.info(
+            "replay: %s stops at the watermark of checkpoint %d (%s)",
+            nid,
+            plan.until.epoch,
+            n.end_watermark,
+        )
+
+
 def run_replay(
     plan: ReplayPlan, output: str | os.PathLike[str], signals: bool = False
 ) -> ReplayRun:
@@ -361,6 +393,7 @@ def run_replay(
     root = graph.sources_of(plan.node)[0]  # a root: never a sink, which leaves the graph
     out.mkdir(parents=True, exist_ok=True)
     sides = _replace_sinks(plan.node, sinks, out)
+    _stop_watermarks(plan)
     try:
         with tempfile.TemporaryDirectory(prefix=".replay-checkpoints-", dir=out) as scratch:
             job = _job(

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Hashable, Iterable
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["EndsWithInput", "ReadsPartitions"]
+__all__ = ["EndsWithInput", "ReadsPartitions", "HoldsWatermark"]
 
 
 @runtime_checkable
@@ -40,3 +40,19 @@ class EndsWithInput(Protocol):
     """
 
     def end_of_input(self) -> list[Awaitable[Any]] | None: ...
+
+
+@runtime_checkable
+class HoldsWatermark(EndsWithInput, Protocol):
+    """An event-time node whose watermark the end of the input moves (``+inf`` by default).
+
+    ``end_watermark`` is where :meth:`end_of_input` moves it; a replay up to
+    a checkpoint (``rivermark replay --until EPOCH``) sets it to the live
+    run's watermark in that checkpoint, read from the node's state there
+    (``state["watermarks"]["watermark"]``), so that the windows the live run
+    still held open stay open.
+    """
+
+    end_watermark: float
+
+    def get_state(self) -> Any: ...

@@ -17,7 +17,28 @@ from ..errors import ConfigurationError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["parse_interval"]
+__all__ = ["parse_interval", "epoch_seconds", "NANOS"]
+
+#: nanoseconds per second
+NANOS = 10**9
+
+
+def epoch_seconds(whole: Any, nanos: Any) -> Any:
+    """Epoch seconds as a float from whole seconds and the nanoseconds after them.
+
+    The one rule that turns an exact time (a ``datetime``, a ``pandas.Timestamp``,
+    a column of datetimes of any unit) into event-time seconds: the whole
+    seconds and the fraction are exact integers, and the result is their sum
+    in floating point, so a time that a float holds exactly (``12:00:00.250``)
+    comes out exactly, and a record and a DataFrame row of the same time get
+    the same float.  ``whole`` and ``nanos`` may be numpy arrays (numpy does
+    the same operations element by element).
+
+    >>> epoch_seconds(1767268800, 250_000_000)
+    1767268800.25
+    """
+    return whole * 1.0 + nanos / NANOS
+
 
 _UNITS: dict[str, float] = {
     "ns": 1e-9,

@@ -57,9 +57,16 @@ from pandas.api.types import is_bool_dtype, is_numeric_dtype
 
 from ..core.node import Stream
 from ..core.refs import Metadata
-from ..core.timeutil import parse_interval
+from ..core.timeutil import NANOS, epoch_seconds, parse_interval
 from ..errors import ConfigurationError
-from ..operators.eventtime import Results, Timestamps, _delay, _partition_of, emits_updates
+from ..operators.eventtime import (
+    Results,
+    Timestamps,
+    _ahead_of,
+    _delay,
+    _partition_of,
+    emits_updates,
+)
 from ..operators.watermarks import to_epoch
 from .core import DataFrame
 from .eventwindows import BUILT_IN, FrameWindow, WindowSpec
@@ -75,9 +82,6 @@ __all__ = [
     "column_times",
     "timestamps",
 ]
-
-_EPOCH = pd.Timestamp(0, tz="UTC")
-_SECOND = pd.Timedelta(seconds=1)
 
 
 def _dtype_problem(dtype: Any) -> str | None:
@@ -115,7 +119,7 @@ def column_times(values: pd.Series) -> np.ndarray:
     if problem is not None:
         raise TypeError(f"event time: column {values.name!r} {problem}")
     if isinstance(dtype, pd.DatetimeTZDtype):
-        return np.asarray(((values - _EPOCH) / _SECOND).to_numpy(dtype=float, na_value=np.nan))
+        return _datetime_seconds(values, dtype.unit)
     if getattr(dtype, "kind", None) != "O":
         secs = values.to_numpy(dtype=float, na_value=np.nan)
         return np.where(np.isfinite(secs), secs, np.nan)
@@ -126,6 +130,22 @@ def column_times(values: pd.Series) -> np.ndarray:
         except (TypeError, ValueError):
             out[i] = np.nan
     return out
+
+
+def _datetime_seconds(values: pd.Series, unit: str) -> np.ndarray:
+    """Datetimes (of ``unit``) as epoch seconds by integer arithmetic: whole seconds and
+    the exact nanoseconds after them (:func:`~rivermark.core.timeutil.epoch_seconds`,
+    the rule of a record's datetime), NaN where there is none."""
+    ticks = values.to_numpy(dtype=f"datetime64[{unit}]")  # UTC
+    missing = np.isnat(ticks)
+    per = NANOS // _TICK_NANOS[unit]
+    whole, after = np.divmod(ticks.view(np.int64), per)
+    secs = epoch_seconds(whole, after * _TICK_NANOS[unit])
+    return np.asarray(np.where(missing, np.nan, secs), dtype=float)
+
+
+#: nanoseconds per tick of a datetime unit
+_TICK_NANOS = {"s": NANOS, "ms": 10**6, "us": 10**3, "ns": 1}
 
 
 class FrameTimestamps(Timestamps):
@@ -188,9 +208,44 @@ class FrameTimestamps(Timestamps):
             )
             self._user_error(x[bad], err, self._what)
             x, times = x[~bad], times[~bad]
+        if len(times) and times.max() > self._far:
+            x, times = self._future_rows(x, times)
         self.times = times
         self.row_watermarks = self._marks(_partition_of(metadata) if metadata else None, times)
         return self._emit(x, metadata)
+
+    def _future_rows(self, x: pd.DataFrame, times: np.ndarray) -> tuple[pd.DataFrame, np.ndarray]:
+        """The rows without those whose time is beyond ``max_future`` of the wall clock (they
+        go through the error policy together); without ``max_future``, a warning, once."""
+        now = self.wall_clock()
+        self._far = now + self._ahead
+        beyond = times > self._far
+        if not beyond.any():
+            return x, times
+        first = x[self.column][beyond].iloc[:1].tolist()[0]  # a Python value, for the message
+        ahead = _ahead_of(float(times[beyond][0]), now)
+        if self.max_future is None:
+            if not self._warned_far:
+                self._warned_far = True
+                logger.warning(
+                    "%s: row %r of column %r is %s ahead of the wall clock; the watermark "
+                    "moves there for good and every later row with a present time will be "
+                    "late (a time in milliseconds? give seconds). Pass max_future= (e.g. "
+                    "'1h') to send such rows through on_error instead",
+                    self.display_name(),
+                    first,
+                    self.column,
+                    ahead,
+                )
+            return x, times
+        err = ValueError(
+            f"timestamps: {int(beyond.sum())} of {len(x)} row(s) have a time in column "
+            f"{self.column!r} beyond max_future={self.max_future:g} s of the wall clock (first: "
+            f"{first!r}, {ahead} ahead); it would move the watermark there for good and make "
+            "every later row late (a time in milliseconds? give seconds)"
+        )
+        self._user_error(x[beyond], err, self._what)
+        return x[~beyond], times[~beyond]
 
     def _marks(self, partition: Any, times: np.ndarray) -> np.ndarray:
         """What each row is judged against (rows of one partition, in order): the larger
@@ -215,7 +270,12 @@ class FrameTimestamps(Timestamps):
 
 @DataFrame.register_api(attribute_name="timestamps")
 def timestamps(
-    sdf: DataFrame, column: Any, max_delay: Any = 0, idle_timeout: Any = None, **kwargs: Any
+    sdf: DataFrame,
+    column: Any,
+    max_delay: Any = 0,
+    idle_timeout: Any = None,
+    max_future: Any = None,
+    **kwargs: Any,
 ) -> TimedDataFrame:
     """Event times from ``column``: then ``.tumbling_window(...)``, ``.hopping_window(...)``
     or ``.session_window(...)`` and an aggregation (see the module docs).
@@ -223,7 +283,9 @@ def timestamps(
     ``sdf.timestamps(column, max_delay=..., idle_timeout=...)``: ``max_delay``
     (seconds or ``"5s"``) bounds how far out of order rows may come;
     ``idle_timeout`` leaves a quiet input partition out of the watermark;
-    ``name=`` and ``on_error=`` as for every node.  Registered on
+    ``max_future`` (seconds or ``"1h"``) sends rows whose time is further
+    ahead of the wall clock through ``on_error`` (without it, the first such
+    row is warned about); ``name=`` and ``on_error=`` as for every node.  Registered on
     ``DataFrame`` by this module (``import rivermark.dataframe`` imports it).
     """
     for option in ("partition", "partitions"):
@@ -241,7 +303,9 @@ def timestamps(
     problem = _dtype_problem(sdf.example[column].dtype)
     if problem is not None:
         raise ConfigurationError(f"timestamps: column {column!r} {problem}")
-    node = FrameTimestamps(sdf.local_stream, column, max_delay, idle_timeout, **kwargs)
+    node = FrameTimestamps(
+        sdf.local_stream, column, max_delay, idle_timeout, max_future=max_future, **kwargs
+    )
     return TimedDataFrame(node, sdf.example, column)
 
 

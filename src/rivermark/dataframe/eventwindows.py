@@ -43,6 +43,7 @@ import pandas as pd
 
 from ..core.node import Stream
 from ..core.refs import Metadata
+from ..core.timeutil import NANOS
 from ..operators.eventtime import (
     Closed,
     LateRecords,
@@ -606,4 +607,9 @@ def _typed(values: list[Any], dtype: Any) -> Any:
 
 def _as_datetimes(seconds: np.ndarray, dtype: pd.DatetimeTZDtype) -> pd.DatetimeIndex:
     """Epoch seconds as datetimes of the time column's ``dtype`` (its timezone and unit)."""
-    return pd.to_datetime(seconds, unit="s", utc=True).tz_convert(dtype.tz).as_unit(dtype.unit)
+    # by integer arithmetic (the float seconds to the nearest nanosecond), not pandas' float
+    # product, which puts a window's edge a microsecond off
+    whole = np.floor(seconds)
+    nanos = whole.astype(np.int64) * NANOS + np.round((seconds - whole) * NANOS).astype(np.int64)
+    stamps = pd.DatetimeIndex(nanos.astype("datetime64[ns]")).tz_localize("UTC")
+    return stamps.tz_convert(dtype.tz).as_unit(dtype.unit)

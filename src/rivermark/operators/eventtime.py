@@ -30,6 +30,7 @@ import heapq
 import logging
 import math
 import operator
+import time
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Iterator, Sequence
 from fractions import Fraction
 from typing import Any, NamedTuple, Protocol
@@ -138,6 +139,19 @@ def _source_time(metadata: Metadata | None) -> Any:
     )
 
 
+#: seconds ahead of the wall clock beyond which a time is warned about (without max_future)
+FAR_AHEAD = 86400.0
+
+
+def _ahead_of(ts: float, now: float) -> str:
+    """How far ``ts`` is ahead of ``now``, in words (``"2 days"``, ``"1,700,000,000 years"``)."""
+    seconds = ts - now
+    for unit, size in (("years", 365.25 * 86400), ("days", 86400.0), ("hours", 3600.0)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:,.0f} {unit}"
+    return f"{seconds:,.0f} s"
+
+
 def _delay(value: Any, kind: str, arg: str) -> float:
     """A non-negative interval (0 allowed, unlike :func:`parse_interval`)."""
     if value == 0 and not isinstance(value, bool):
@@ -167,6 +181,12 @@ class Timestamps(Stream):
     several files joined by ``union``, say), and ``partitions=`` the
     partitions it will name, each holding the watermark until its first
     record.
+    ``max_future`` (seconds or a duration string) refuses a time further
+    ahead of the wall clock than that: the record goes through the error
+    policy, and the watermark does not move (one such time, say milliseconds
+    among seconds, would move it to the year 55,000 for good and make every
+    later record late).  Without it, the first time more than a day ahead
+    is logged as a WARNING naming the record.
     It never goes backwards.  A record is judged late against the larger of
     the watermark and its own partition's.  :meth:`end_of_input` (called by a :class:`~rivermark.Job`
     when every source is exhausted) makes it ``+inf``.
@@ -193,6 +213,7 @@ class Timestamps(Stream):
         idle_timeout: Any = None,
         partition: Callable[[Any], Hashable] | None = None,
         partitions: Iterable[Hashable] | None = None,
+        max_future: Any = None,
         **kwargs: Any,
     ) -> None:
         if func is not None:
@@ -214,6 +235,16 @@ class Timestamps(Stream):
             else parse_interval(idle_timeout, "timestamps", "idle_timeout")
         )
         self.tracker = WatermarkTracker(self.max_delay, self.idle_timeout)
+        #: a time more than this many seconds ahead of the wall clock is refused (None: warned)
+        self.max_future = (
+            None if max_future is None else _delay(max_future, "timestamps", "max_future")
+        )
+        #: the wall clock the times are compared with (a test may set its own)
+        self.wall_clock: Callable[[], float] = time.time
+        self._ahead = FAR_AHEAD if self.max_future is None else self.max_future
+        #: the wall clock plus ``_ahead`` when last read: a time below it is fine
+        self._far = -math.inf
+        self._warned_far = False
         #: the event time of the record being passed on (read by the windows below)
         self.current = math.nan
         #: the watermark that record is judged against (moved by it already): the
@@ -222,6 +253,9 @@ class Timestamps(Stream):
         self._windows: list[WatermarkClient] = []
         #: the watermark at which the next window may close (none open: +inf)
         self.due = math.inf
+        #: where the end of the input moves the watermark: ``+inf`` (every window is
+        #: emitted); a replay up to a checkpoint sets the live run's watermark there
+        self.end_watermark = math.inf
         if partitions is not None:
             self.tracker.expect(list(partitions))
         Stream.__init__(self, upstream, **kwargs)
@@ -241,6 +275,8 @@ class Timestamps(Stream):
             ts = _source_time(metadata) if func is None else func(x)
             if type(ts) is not float or not NEG_INF < ts < POS_INF:
                 ts = to_epoch(ts)  # the conversions and the refusals
+            if ts > self._far:
+                self.check_future(x, ts)
         except Exception as e:
             self._user_error(x, e, func or "source timestamp")
             return None
@@ -269,6 +305,33 @@ class Timestamps(Stream):
         self.record_watermark = judge
         return self._emit(x, metadata)
 
+    def check_future(self, x: Any, ts: float) -> None:
+        """A time far ahead of the wall clock: refused beyond ``max_future`` (``ValueError``,
+        for the error policy), else warned about once (it moves the watermark for good)."""
+        now = self.wall_clock()
+        self._far = now + self._ahead
+        if ts <= self._far:
+            return
+        ahead = _ahead_of(ts, now)
+        if self.max_future is not None:
+            raise ValueError(
+                f"timestamps: event time {ts!r} is {ahead} ahead of the wall clock, beyond "
+                f"max_future={self.max_future:g} s; it would move the watermark there for good "
+                "and make every later record late (a time in milliseconds? return seconds)"
+            )
+        if not self._warned_far:
+            self._warned_far = True
+            logger.warning(
+                "%s: event time %r of record %.200r is %s ahead of the wall clock; the "
+                "watermark moves there for good and every later record with a present time "
+                "will be late (a time in milliseconds? return seconds). Pass "
+                "max_future= (e.g. '1h') to send such records through on_error instead",
+                self.display_name(),
+                ts,
+                x,
+                ahead,
+            )
+
     def _advance(self, watermark: float) -> Results:
         results: Results = None
         due = math.inf
@@ -279,8 +342,13 @@ class Timestamps(Stream):
         return results
 
     def end_of_input(self) -> Results:
-        """The input is complete: the watermark becomes ``+inf`` and every window is emitted."""
-        return self._advance(self.tracker.end())
+        """The input is complete: the watermark becomes ``+inf`` and every window is emitted.
+
+        With :attr:`end_watermark` set (a replay up to a checkpoint), the
+        watermark moves to it instead, and the windows the live run still
+        held open there stay open.
+        """
+        return self._advance(self.tracker.end(self.end_watermark))
 
     def expect_partitions(self, partitions: Iterable[Hashable]) -> None:
         """The input reads ``partitions`` (``(topic, partition)`` pairs): each holds the

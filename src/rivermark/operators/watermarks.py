@@ -1,9 +1,13 @@
 """Event times and watermarks: the time convention and the per-partition watermark.
 
 Event times are **epoch seconds as a float** (seconds since 1970-01-01 UTC).
-A record's time may be given as an ``int``/``float`` of epoch seconds or as a
-timezone-aware :class:`datetime.datetime` (a ``pandas.Timestamp`` with a
-timezone is one), which is converted; a naive datetime, a string, ``None``,
+A record's time may be given as an ``int``/``float`` of epoch seconds (numpy's
+integer and floating scalars too, as pandas hands them out: an integer is
+taken exactly, as a Python ``int`` would be) or as a timezone-aware
+:class:`datetime.datetime` (a ``pandas.Timestamp`` with a timezone is one,
+to the nanosecond), which is converted by whole seconds and the exact
+fraction after them (:func:`~rivermark.core.timeutil.epoch_seconds`, as a
+DataFrame's time column is); a naive datetime, a string, ``None``,
 ``NaN`` or anything else is refused with a :class:`TypeError` or
 :class:`ValueError` naming what was given (the node's error policy decides
 what happens to the record).
@@ -36,9 +40,12 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import math
+import numbers
 import time
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
+
+from ..core.timeutil import epoch_seconds
 
 logger = logging.getLogger(__name__)
 
@@ -58,8 +65,9 @@ def to_epoch(value: Any) -> float:
     ...
     TypeError: event time: a naive datetime (2024-01-01 00:00:00) has no timezone; give it one (tzinfo=datetime.timezone.utc) or return epoch seconds
     """
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        seconds = float(value)
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        # numpy's scalars are numbers too (an integer one exactly, through int)
+        seconds = float(int(value)) if isinstance(value, numbers.Integral) else float(value)
         if not math.isfinite(seconds):
             raise ValueError(f"event time: {value!r} is not a finite number of epoch seconds")
         return seconds
@@ -69,11 +77,16 @@ def to_epoch(value: Any) -> float:
                 f"event time: a naive datetime ({value}) has no timezone; give it one "
                 "(tzinfo=datetime.timezone.utc) or return epoch seconds"
             )
-        return value.timestamp()
+        delta = value - _EPOCH  # a pandas.Timestamp's is a pandas.Timedelta, to the ns
+        nanos = delta.microseconds * 1000 + getattr(delta, "nanoseconds", 0)
+        return float(epoch_seconds(delta.days * 86400 + delta.seconds, nanos))
     raise TypeError(
-        f"event time: expected epoch seconds (int or float) or a timezone-aware datetime, "
+        f"event time: expected epoch seconds (a number) or a timezone-aware datetime, "
         f"got {type(value).__name__} {value!r}"
     )
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
 
 class WatermarkTracker:
@@ -210,9 +223,9 @@ class WatermarkTracker:
                 continue
         return {}
 
-    def end(self) -> float:
-        """The end of the input: the watermark becomes ``+inf``."""
-        self.watermark = math.inf
+    def end(self, at: float = math.inf) -> float:
+        """The end of the input: the watermark becomes ``at`` (``+inf``; never goes back)."""
+        self.watermark = max(self.watermark, at)
         return self.watermark
 
     def get_state(self) -> dict[str, Any]:

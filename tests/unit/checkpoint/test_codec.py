@@ -56,6 +56,19 @@ def _frames() -> list[Any]:
         pd.BooleanDtype(),
         pd.DatetimeTZDtype("ns", "UTC"),
         pd.DataFrame({"k": ["a"], "n": pd.array([1], dtype="Int64")}).dtypes,
+        # times with a time zone, categoricals and nullable columns, as windows hold them
+        pd.Timestamp("2026-01-01 12:00:00.25", tz="Europe/Paris"),
+        pd.Series(pd.to_datetime(["2026-01-01", None], utc=True).tz_convert("Asia/Tokyo")),
+        pd.DataFrame(
+            {
+                "when": pd.to_datetime([1, 2], unit="ms", utc=True),
+                "cat": pd.Categorical(["a", "b"], categories=["b", "a"], ordered=True),
+                "n": pd.array([1, None], dtype="Int64"),
+                "ok": pd.array([None, True], dtype="boolean"),
+            },
+            index=pd.DatetimeIndex(pd.to_datetime([5, 6], unit="s", utc=True), name="t"),
+        ),
+        pd.Series(["x", "y", "x"], dtype="category"),
     ]
 
 
@@ -76,6 +89,7 @@ def test_numpy_and_pandas_values_round_trip_without_pickle(value: Any) -> None:
         assert (back == value).all()
     else:
         assert back == value
+        assert getattr(back, "tz", None) == getattr(value, "tz", None)
 
 
 class Marker:

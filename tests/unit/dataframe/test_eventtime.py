@@ -6,6 +6,7 @@ The windows' results against pandas are in ``test_eventtime_differential.py``.
 from __future__ import annotations
 
 import logging
+import math
 import random
 import re
 from pathlib import Path
@@ -15,6 +16,8 @@ import numpy as np
 import pandas as pd
 import pandas.testing as tm
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rivermark import ConfigurationError, Stream
 from rivermark.checkpoint import Job, codec, open_store
@@ -311,3 +314,68 @@ def test_a_job_reads_batches_to_the_end_and_emits_every_window(tmp_path: Path) -
     assert snap.node("w").late_records == 2 and snap.node("w").open_windows == 0
     assert snap.node("times").watermark == float("inf")
     assert snap.sources[0].watermark == float("inf") and snap.sources[0].event_time_lag is None
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(
+    ticks=st.lists(st.integers(-(2**52), 2**52) | st.none(), min_size=1, max_size=20),
+    unit=st.sampled_from(["s", "ms", "us", "ns"]),
+    tz=st.sampled_from(["UTC", "Europe/Paris", "America/St_Johns"]),
+)
+def test_a_datetime_column_gives_each_row_the_seconds_a_record_of_it_gets(
+    ticks: list[int | None], unit: str, tz: str
+) -> None:
+    from rivermark.dataframe.eventtime import column_times
+    from rivermark.operators.watermarks import to_epoch
+
+    # near today's epoch (in the unit), where float nanoseconds lose digits
+    per = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}[unit]
+    base = 1_767_268_800 * per
+    span = 10**6 * per
+    raw = [None if t is None else base + t % span for t in ticks]
+    times = pd.Series(pd.array(raw, dtype="Int64")).astype(f"datetime64[{unit}]")
+    times = times.dt.tz_localize("UTC").dt.tz_convert(tz)
+    want = [math.nan if t is pd.NaT else to_epoch(t) for t in times]
+    got = column_times(times).tolist()
+    assert got == pytest.approx(want, nan_ok=True, abs=0, rel=0)
+    # and exactly the whole seconds and the fraction of each time
+    for t, g in zip(raw, got, strict=True):
+        if t is not None:
+            assert g == (t // per) + (t % per) * (10**9 // per) / 10**9
+
+
+def test_rows_far_ahead_of_the_wall_clock_are_warned_about_or_refused_with_max_future(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    now = 1_767_268_800.0
+    batches = [
+        pd.DataFrame({"ts": [now, now + 1], "v": [1, 2]}),
+        pd.DataFrame({"ts": [now * 1000, now + 2], "v": [3, 4]}),  # one time in ms
+        pd.DataFrame({"ts": [now + 3], "v": [5]}),
+    ]
+    example = batches[0].iloc[:0]
+
+    def run(**kwargs: Any) -> tuple[Any, list[Any], list[Any]]:
+        src = Stream()
+        timed = DataFrame(src, example=example).timestamps("ts", **kwargs)
+        timed.stream.wall_clock = lambda: now  # type: ignore[attr-defined]
+        sums = timed.tumbling_window(10).v.sum()
+        out, late = sums.stream.sink_to_list(), sums.late.stream.sink_to_list()
+        for b in batches:
+            src.emit(b)
+        timed.end_of_input()
+        return timed, out, late
+
+    with caplog.at_level(logging.WARNING, logger="rivermark.dataframe.eventtime"):
+        timed, out, late = run()
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and "row 1767268800000.0 of column 'ts' is 55,945 years" in warned[0]
+    assert pd.concat(late).v.tolist() == [4, 5]  # late, as said once
+    refused: list[Any] = []
+    timed, out, late = run(max_future="1h", on_error=lambda x, e: refused.append((x, str(e))))
+    assert [x.v.tolist() for x, _ in refused] == [[3]]
+    assert refused[0][1].startswith(
+        "timestamps: 1 of 2 row(s) have a time in column 'ts' beyond max_future=3600 s of the "
+        "wall clock (first: 1767268800000.0, 55,945 years ahead)"
+    )
+    assert late == [] and pd.concat(out).v.tolist() == [1 + 2 + 4 + 5]

@@ -22,6 +22,13 @@ over the concatenated input:
 
 This shares no code with the node (which works batch by batch, with partials
 kept per window).
+
+The time column is float epoch seconds, or timezone-aware datetimes of a
+unit (``ms``, ``us``, ``ns``) near today's epoch seconds, where a float
+division of nanoseconds would move a row on a window's edge (times step by
+1/8 s and land on edges; sessions' rows come exactly ``gap`` apart): the
+windows and late rows are the same, their times the datetimes of the
+oracle's seconds.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pandas.testing as tm
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from rivermark import Stream
@@ -56,6 +63,15 @@ EXAMPLE = pd.DataFrame(
     }
 )
 PARTITIONS = 3
+#: datetimes are this many seconds after the epoch (a multiple of every size and step)
+BASE = 210 * 8_415_565
+#: the time column's dtypes besides float seconds
+DATETIMES = [
+    "datetime64[ms, UTC]",
+    "datetime64[us, UTC]",
+    "datetime64[ns, UTC]",
+    "datetime64[ms, Europe/Paris]",
+]
 IDLE = 4.0  # seconds of the fake clock: four batches
 
 
@@ -82,6 +98,7 @@ class Case:
     keyed: bool
     how: Any
     idle: bool
+    times: str | None = None  # a datetime dtype of the time column (None: float seconds)
 
 
 @st.composite
@@ -102,6 +119,7 @@ def cases(draw: Any) -> Case:
         draw(st.booleans()),
         draw(st.sampled_from(HOWS)),
         draw(st.booleans()),
+        draw(st.sampled_from([None, None, *DATETIMES])),
     )
 
 
@@ -116,7 +134,7 @@ def inputs(draw: Any) -> list[tuple[int, pd.DataFrame]]:
         rows = draw(st.integers(0, 8))
         data: dict[str, list[Any]] = {"ts": [], "k": [], "v": []}
         for _ in range(rows):
-            heads[p] += draw(st.sampled_from([0.0, 0.5, 1.0, 3.0, 9.0]))
+            heads[p] += draw(st.sampled_from([0.0, 0.125, 0.25, 0.5, 1.0, 1.0, 3.0, 9.0]))
             behind = draw(st.sampled_from([0.0, 0.0, 2.0, 5.0, 30.0]))  # within / beyond the delay
             data["ts"].append(heads[p] - behind)
             data["k"].append(draw(st.sampled_from(["p", "q", "r", None])))
@@ -133,11 +151,27 @@ def inputs(draw: Any) -> list[tuple[int, pd.DataFrame]]:
     return out
 
 
+def as_datetimes(seconds: pd.Series, dtype: str) -> pd.Series:
+    """Seconds (multiples of 1/8) as datetimes ``BASE`` seconds later, by integer ms."""
+    ms = ((seconds + BASE) * 1000).round().astype("int64")
+    return pd.Series(pd.to_datetime(ms, unit="ms", utc=True), index=seconds.index).astype(dtype)
+
+
+def as_seconds(times: pd.Series) -> pd.Series:
+    """Datetimes back as seconds after ``BASE`` (exact: integer ms)."""
+    ms = times.to_numpy(dtype="datetime64[ms]").view("int64")
+    return pd.Series((ms - BASE * 1000) / 1000, index=times.index, name=times.name)
+
+
 def stream_windows(
     case: Case, batches: list[tuple[int, pd.DataFrame]], emit: str = "final"
 ) -> tuple[Any, Any]:
     src = Stream()
-    sdf = DataFrame(src, example=EXAMPLE)
+    example = EXAMPLE
+    if case.times is not None:
+        example = EXAMPLE.assign(ts=EXAMPLE.ts.astype(case.times))
+        batches = [(p, f.assign(ts=as_datetimes(f.ts, case.times))) for p, f in batches]
+    sdf = DataFrame(src, example=example)
     timed = sdf.timestamps("ts", max_delay=case.delay, idle_timeout=IDLE if case.idle else None)
     now = [0.0]
     timed.stream.tracker.clock = lambda: now[0]  # type: ignore[attr-defined]
@@ -157,10 +191,16 @@ def stream_windows(
         now[0] = float(b)
         src.emit(frame, metadata=[{"topic": "t", "partition": p}])
     timed.end_of_input()
-    ends = [float(e) for f in out for e in f["end"] if emit == "final"]
+    ends = [e for f in out for e in f["end"] if emit == "final"]
     assert ends == sorted(ends)  # emitted in the order of their ends
     got = pd.concat(out, ignore_index=True) if out else None
-    late_rows = pd.concat(late, ignore_index=True) if late else EXAMPLE
+    late_rows = pd.concat(late, ignore_index=True) if late else example
+    if case.times is not None:
+        assert late_rows.ts.dtype == case.times
+        late_rows = late_rows.assign(ts=as_seconds(late_rows.ts))
+        if got is not None:
+            assert got.start.dtype == got.end.dtype == case.times
+            got = got.assign(start=as_seconds(got.start), end=as_seconds(got.end))
     return got, late_rows
 
 
@@ -225,8 +265,29 @@ def pandas_windows(case: Case, batches: list[tuple[int, pd.DataFrame]]) -> tuple
     return expect, late_rows
 
 
+def _on_edges() -> list[tuple[int, pd.DataFrame]]:
+    """Rows exactly on window edges (size 1 and 10) and exactly ``gap`` (1) apart, in ms."""
+    ts = [0.0, 0.25, 1.0, 2.0, 2.125, 3.125, 10.0, 11.0, 11.0, 9.875]
+    frame = pd.DataFrame(
+        {
+            "ts": pd.Series(ts, dtype="float64"),
+            "k": pd.Series(["p", "q"] * 5, dtype=object),
+            "v": pd.Series([float(i) for i in range(10)], dtype="float64"),
+        }
+    )
+    return [(0, frame.iloc[:5]), (0, frame.iloc[5:])]
+
+
+def _edge_case(kind: str, size: float, times: str) -> Case:
+    return Case(kind, size, size, 1.0, 0.0, 0.0, False, "count", False, times)
+
+
 @settings(max_examples=budget(250), **SETTINGS)
 @given(case=cases(), batches=inputs())
+@example(case=_edge_case("tumbling", 1.0, "datetime64[ms, UTC]"), batches=_on_edges())
+@example(case=_edge_case("tumbling", 10.0, "datetime64[us, Europe/Paris]"), batches=_on_edges())
+@example(case=_edge_case("session", 1.0, "datetime64[ms, UTC]"), batches=_on_edges())
+@example(case=_edge_case("session", 1.0, "datetime64[ns, UTC]"), batches=_on_edges())
 def test_dataframe_windows_and_late_rows_equal_pandas(
     case: Case, batches: list[tuple[int, pd.DataFrame]]
 ) -> None:

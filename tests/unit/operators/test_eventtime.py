@@ -12,8 +12,10 @@ computation that shares no code with the operators.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import math
 import random
+import re
 from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
@@ -410,6 +412,95 @@ def test_time_convention_datetimes_and_errors() -> None:
     s2.emit({"ts": 5})
     assert [sorted(h) for h in handled] == [["x"], ["ts"]]
     assert L == [{"ts": 5}] and t2.errors_handled == 2
+
+
+def test_numpy_scalars_are_epoch_seconds_and_integers_exactly() -> None:
+    np = pytest.importorskip("numpy")
+    s = Stream()
+    t = s.timestamps(lambda r: r[0])
+    w = t.tumbling_window(10, agg="count").sink_to_list()
+    # what pandas hands out: numpy integers and floats of every width
+    times = [np.int64(3), np.float32(4.5), np.int32(9), np.uint16(11), np.float16(12.0)]
+    for x in times:
+        s.emit((x, 1))
+    assert t.watermark == 12.0 and type(t.watermark) is float
+    assert w == [WindowResult(0.0, 10.0, None, 3)]
+    # an integer beyond a float's 53 bits is rounded once, as the same Python int is
+    big = 2**62 + 1
+    s.emit((np.int64(big), 1))
+    assert t.watermark == float(big)
+    for bad in (np.bool_(True), np.datetime64(1, "s"), np.float64(np.nan)):
+        with pytest.raises((TypeError, ValueError), match="event time"):
+            s.emit((bad, 1))
+
+
+def test_datetimes_are_converted_by_whole_seconds_and_exact_nanoseconds() -> None:
+    pd = pytest.importorskip("pandas")
+    quarter = pd.Timestamp("2026-01-01 12:00:00.250", tz="UTC")
+    edge = pd.Timestamp("2026-01-01 12:00:10", tz="UTC").tz_convert("Europe/Paris")
+    s = Stream()
+    t = s.timestamps(lambda r: r)
+    out = t.tumbling_window(0.25, agg="count").sink_to_list()
+    for x in (quarter, quarter.to_pydatetime(), edge):
+        s.emit(x)
+    t.end_of_input()
+    assert [r.start for r in out] == [quarter.value / 10**9, edge.value / 10**9]
+    assert [r.value for r in out] == [2, 1]
+
+
+NOW = 1_767_268_800.0  # the wall clock of the tests below
+
+
+def test_a_time_far_ahead_of_the_wall_clock_is_warned_about_once_naming_the_record(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    s = Stream()
+    t = s.timestamps(lambda r: r["ts"], name="times")
+    t.wall_clock = lambda: NOW
+    w = t.tumbling_window(10, agg="count")
+    late = w.late.sink_to_list()
+    with caplog.at_level(logging.WARNING, logger="rivermark.operators.eventtime"):
+        s.emit({"ts": NOW})
+        s.emit({"ts": NOW + 3600})  # an hour ahead: nothing said
+        s.emit({"ts": NOW * 1000, "id": "in ms"})  # milliseconds among seconds
+        s.emit({"ts": NOW * 1000 + 1})
+        s.emit({"ts": NOW + 5})
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1
+    assert (
+        "Timestamps('times'): event time 1767268800000.0 of record "
+        "{'ts': 1767268800000.0, 'id': 'in ms'} is 55,945 years ahead"
+    ) in warned[0]
+    assert "years ahead of the wall clock" in warned[0] and "max_future=" in warned[0]
+    assert t.watermark == NOW * 1000 + 1 and late == [{"ts": NOW + 5}]
+
+
+def test_max_future_sends_a_far_future_time_through_the_error_policy() -> None:
+    s = Stream()
+    refused: list[Any] = []
+    t = s.timestamps(
+        lambda r: r["ts"], max_future="1h", on_error=lambda x, e: refused.append((x, str(e)))
+    )
+    t.wall_clock = lambda: NOW
+    out = t.tumbling_window(10, agg="count").sink_to_list()
+    for ts in (NOW, NOW + 3, NOW * 1000, NOW + 12):
+        s.emit({"ts": ts})
+    t.end_of_input()
+    assert [x for x, _ in refused] == [{"ts": NOW * 1000}]
+    assert refused[0][1] == (
+        "timestamps: event time 1767268800000.0 is 55,945 years ahead of the wall clock, "
+        "beyond max_future=3600 s; it would move the watermark there for good and make every "
+        "later record late (a time in milliseconds? return seconds)"
+    )
+    # the watermark did not move: the later record is on time
+    assert [r.value for r in out] == [2, 1] and t.errors_handled == 1
+    with pytest.raises(ValueError, match=re.escape("beyond max_future=3600 s")):
+        s2 = Stream()
+        t2 = s2.timestamps(lambda r: r, max_future=3600)
+        t2.wall_clock = lambda: NOW
+        s2.emit(NOW * 1000)
+    with pytest.raises(ConfigurationError, match="max_future"):
+        Stream().timestamps(lambda r: r, max_future="soon")
 
 
 def test_configuration_errors_name_the_node_and_the_remedy() -> None:
