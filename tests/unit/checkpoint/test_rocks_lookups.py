@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from rivermark import Stream
 from rivermark.checkpoint import LocalDirectoryStore, codec
 from rivermark.checkpoint.rocks.local import Home
 from rivermark.checkpoint.rocks.mapping import RocksSettings, evict_step, open_db, store_error
@@ -160,3 +161,17 @@ def test_keys_that_arrive_before_the_worker_wrote_the_barrier_wait_in_memory(
 def test_a_failed_write_is_one_line_naming_the_state_directory(raised: Any, line: str) -> None:
     with pytest.raises(StateStoreError, match=re.escape(line)):
         raise store_error("/s/db", raised)
+
+
+def test_a_failed_state_write_is_never_dropped_by_an_error_policy() -> None:
+    """The store failed, not the record: ``on_error="skip"`` does not hide it."""
+
+    def full(acc: int, x: int) -> int:
+        raise store_error("/s/db", Exception("IO error: No space left on device"))
+
+    src = Stream.from_iterable([1], name="xs")
+    counts = src.accumulate(full, start=0, on_error="skip", name="counts")
+    out = counts.sink_to_list()
+    with pytest.raises(StateStoreError, match=re.escape("no space left on the device (ENOSPC)")):
+        src.emit(1)
+    assert out == [] and counts.errors_skipped == 0
