@@ -17,10 +17,11 @@ A keyed count (``accumulate`` over a ``KeyedState``) with
 
 Each case runs in a process of its own, with checkpoints every 3 s and with
 checkpoints off (``every=None``).  Per case: records/s over the measured
-phase, the lowest rate of a 10-s window (sliding by 1 s) against the
-median window, the process's peak RSS (``VmHWM``), and the longest stall of
-the record loop: the largest gap between two records reaching the count
-(which follows the source directly), found by timing every record.
+phase and in its first and last tenth (a cliff shows as a last tenth far
+below the first), the lowest rate of a 10-s window (sliding by 1 s) against
+the median window, the process's peak RSS (``VmHWM``), and the longest
+stall of the record loop: the largest gap between two records reaching the
+count (which follows the source directly), found by timing every record.
 
 Not a test: it prints figures and exits 0.
 """
@@ -58,12 +59,15 @@ def load_then_update(keys: int, updates: int) -> Iterator[int]:
 class _Loop:
     """Times every record: the largest gap between two, and the records counted."""
 
-    def __init__(self, skip: int) -> None:
+    def __init__(self, skip: int, measured: int) -> None:
         self.n = 0
         self.skip = skip  # records of the loading phase (not measured)
         self.last = 0.0
         self.gap = 0.0
         self.started = 0.0
+        #: the records at the end of the first tenth and the start of the last tenth
+        self.tenths = (skip + measured // 10, skip + measured - measured // 10)
+        self.at: dict[int, float] = {}
 
     def count(self, acc: Any, key: int) -> Any:
         now = time.perf_counter()
@@ -74,6 +78,8 @@ class _Loop:
                 self.gap = gap
         elif self.n == self.skip + 1:
             self.started = now
+        if self.n in self.tenths:
+            self.at[self.n] = now
         self.last = now
         acc[key] = acc.get(key, 0) + 1
         return acc
@@ -94,8 +100,8 @@ def run_case(keys: int, updates: int, every: str | None) -> dict[str, Any]:
     from rivermark import Job, KeyedState, Stream
 
     logging.getLogger("rivermark").setLevel(logging.ERROR)
-    loop = _Loop(keys if updates else 0)
     total = keys + updates if updates else keys
+    loop = _Loop(keys if updates else 0, updates or keys)
     records = load_then_update(keys, updates) if updates else scattered(keys)
     source = Stream.from_iterable(records, name="keys")
     source.accumulate(loop.count, start=KeyedState(), name="counts")
@@ -123,7 +129,11 @@ def run_case(keys: int, updates: int, every: str | None) -> dict[str, Any]:
             if t1 - t0 >= 10:
                 windows.append((n1 - n0) / (t1 - t0))
                 break
+    a, b = loop.tenths
+    tenth = measured // 10
     return {
+        "first_tenth": tenth / (loop.at[a] - loop.started),
+        "last_tenth": tenth / (loop.last - loop.at[b]),
         "keys": keys,
         "updates": updates,
         "every": every,
@@ -157,10 +167,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     print()
     print(
-        "| shape | checkpoints | records/s | min 10-s window / median | peak RSS MiB "
-        "| longest stall ms | seconds | load average (1 min) |"
+        "| shape | checkpoints | records/s | first / last tenth | min 10-s window / median "
+        "| peak RSS MiB | longest stall ms | seconds | load average (1 min) |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     shape = (
         f"{args.keys:,} keys in order, then {args.updates:,} scattered updates"
         if args.updates
@@ -176,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         ratio = r["min_window"] / r["median_window"]
         print(
             f"| {shape} | {'every ' + every if every != 'off' else 'off'} | {r['rate']:,.0f} "
+            f"| {r['first_tenth']:,.0f} / {r['last_tenth']:,.0f} "
             f"| {r['min_window']:,.0f} / {r['median_window']:,.0f} ({ratio:.2f}) "
             f"| {r['peak_rss'] / (1 << 20):,.0f} | {r['stall'] * 1e3:,.1f} "
             f"| {r['seconds']:,.0f} | {os.getloadavg()[0]:.1f} |",
