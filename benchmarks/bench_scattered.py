@@ -3,6 +3,12 @@
 Run:  .venv/bin/python benchmarks/bench_scattered.py --keys 10000000
       .venv/bin/python benchmarks/bench_scattered.py --keys 30000000 --updates 3000000
       .venv/bin/python benchmarks/bench_bigstate.py --scattered 10000000   # the same
+      .venv/bin/python benchmarks/bench_scattered.py --lookups 100000 800000 3000000
+
+``--lookups N ...``: blocks and bytes read into the block cache per point
+lookup (RocksDB's statistics) in a database of N scattered keys with an
+8 MiB block cache, with the job's partitioned index and filters and with a
+whole filter and index per file (the options before), in the same run.
 
 A keyed count (``accumulate`` over a ``KeyedState``) with
 ``Job(state="rocksdb")`` and the default ``state_cache`` (256 MiB), fed by
@@ -148,13 +154,85 @@ def run_case(keys: int, updates: int, every: str | None) -> dict[str, Any]:
     }
 
 
+def lookups(n: int, partitioned: bool, cache: int = 8 << 20) -> tuple[float, float, float]:
+    """Blocks and bytes read per lookup, and microseconds, in a database of ``n`` scattered keys.
+
+    ``partitioned``: the job's table options; else RocksDB's whole filter and
+    index per file (the options before), both with the same block cache.
+    """
+    import random
+    import shutil
+
+    import rocksdict
+
+    from rivermark.checkpoint import codec
+    from rivermark.checkpoint.rocks.mapping import RocksSettings, open_db
+
+    settings = RocksSettings(cache=cache, statistics=True)
+    if not partitioned:
+
+        def whole() -> Any:
+            t = rocksdict.BlockBasedOptions()
+            t.set_block_cache(settings._shared["cache"])  # noqa: SLF001 - the settings' cache
+            t.set_bloom_filter(10, False)
+            t.set_cache_index_and_filter_blocks(True)
+            t.set_pin_l0_filter_and_index_blocks_in_cache(True)
+            return t
+
+        settings.table_options = whole  # type: ignore[method-assign]
+    where = tempfile.mkdtemp()
+    db = open_db(os.path.join(where, "db"), settings)
+    rng = random.Random(n)
+    keys = list(range(n))
+    rng.shuffle(keys)
+    for i in range(0, n, 20_000):
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        for k in keys[i : i + 20_000]:
+            batch.put(codec.pack(k * 7919), codec.pack(k))
+        db.write(batch, settings.write_options())
+    db.flush(True)
+    db.compact_range(None, None)
+    before = settings.statistics_counts()
+    count = 20_000
+    probes = [codec.pack(rng.randrange(2 * n) * 7919) for _ in range(count)]  # half absent
+    t0 = time.perf_counter()
+    for key in probes:
+        db.get(key)
+    took = time.perf_counter() - t0
+    after = settings.statistics_counts()
+    db.close()
+    shutil.rmtree(where, ignore_errors=True)
+
+    def grew(name: str) -> int:
+        return after.get(name, 0) - before.get(name, 0)
+
+    read = sum(grew(f"rocksdb.block.cache.{k}.bytes.insert") for k in ("index", "filter", "data"))
+    return grew("rocksdb.block.cache.miss") / count, read / count, took / count * 1e6
+
+
+def print_lookups(sizes: list[int]) -> None:
+    print("| keys | table options | blocks read / lookup | bytes read / lookup | us / lookup |")
+    print("|---|---|---|---|---|")
+    for n in sizes:
+        for partitioned in (False, True):
+            blocks, read, us = lookups(n, partitioned)
+            name = "partitioned (now)" if partitioned else "whole filter and index per file"
+            print(f"| {n:,} | {name} | {blocks:.2f} | {read:,.0f} | {us:.1f} |", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--keys", type=int, default=10_000_000)
     p.add_argument("--updates", type=int, default=0)
     p.add_argument("--every", nargs="*", default=["3s", "off"], help="checkpoint intervals")
+    p.add_argument(
+        "--lookups", type=int, nargs="*", default=None, help="blocks per lookup at these sizes"
+    )
     p.add_argument("--case", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.lookups is not None:
+        print_lookups(args.lookups or [100_000, 800_000, 3_000_000])
+        return 0
     if args.case is not None:
         every = None if args.case == "off" else args.case
         print(json.dumps(run_case(args.keys, args.updates, every)))
