@@ -10,8 +10,10 @@ the same app with its keyed state in RocksDB (``--state rocksdb``) in a
 local directory (every restart on the same machine: the local state
 directory is kept).  Kills during RocksDB's compactions and uploads run on
 a directory and in S3 (there every restart on a fresh machine: the local
-state directory is deleted at each kill).  The RocksDB runs are compared
-with the in-memory app's uncrashed output.
+state directory is deleted at each kill).  Random kills also run with
+``counts`` over 12,000 keys in scattered order (``RIVERMARK_APP_KEYS``),
+more than the mapping's cache holds, on a directory and in S3.  The
+RocksDB runs are compared with the in-memory app's uncrashed output.
 """
 
 from __future__ import annotations
