@@ -49,6 +49,10 @@ changed key, and the restore time of a new job on the same machine (the
 local state directory kept) and, for RocksDB, on a fresh machine (an empty
 state directory: every file fetched from the store).
 
+With ``--scattered K`` it runs ``bench_scattered.py --keys K`` (RocksDB,
+K distinct keys in scattered order: rate over time, peak RSS, longest stall
+of the record loop, checkpoints every 3 s against off); see that module.
+
 Not a test: it prints figures and exits 0.
 """
 
@@ -299,8 +303,13 @@ def main(argv: list[str] | None = None) -> int:
         "--only", nargs="*", default=["memory", "rocksdb"], help="with --backends: which ones"
     )
     p.add_argument("--cache", default="256MiB", help="with --backends: the RocksDB cache")
+    p.add_argument("--scattered", type=int, default=None, help="RocksDB, K keys in scattered order")
     p.add_argument("--case", nargs=2, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.scattered is not None:
+        here = os.path.dirname(os.path.abspath(__file__))
+        cmd = [sys.executable, os.path.join(here, "bench_scattered.py")]
+        return subprocess.call([*cmd, "--keys", str(args.scattered)])
     if args.case is not None:
         return backend_case(int(args.case[0]), args.case[1], args.seconds, args.cache)
     if args.backends is not None:

@@ -19,6 +19,7 @@ __all__ = [
     "ChangedFileError",
     "FileInUseError",
     "InputDecodeError",
+    "StateStoreError",
     "ErrorContext",
     "add_context",
     "context_of",
@@ -110,6 +111,16 @@ class ChangedFileError(ConfigurationError):
 
 class FileInUseError(ConfigurationError):
     """Another job (or another sink of this job) holds the lock of an output file."""
+
+
+class StateStoreError(RivermarkError):
+    """A node's state store failed (the disk of RocksDB state is full, a write failed).
+
+    The store failed, not the record: no error policy (``on_error``) drops
+    it; the job stops and the last complete checkpoint stays intact.
+    """
+
+    exit_code = 1
 
 
 class InputDecodeError(RivermarkError, ValueError):

@@ -10,8 +10,10 @@ the same app with its keyed state in RocksDB (``--state rocksdb``) in a
 local directory (every restart on the same machine: the local state
 directory is kept).  Kills during RocksDB's compactions and uploads run on
 a directory and in S3 (there every restart on a fresh machine: the local
-state directory is deleted at each kill).  The RocksDB runs are compared
-with the in-memory app's uncrashed output.
+state directory is deleted at each kill).  Random kills also run with
+``counts`` over 12,000 keys in scattered order (``RIVERMARK_APP_KEYS``),
+more than the mapping's cache holds, on a directory and in S3.  The
+RocksDB runs are compared with the in-memory app's uncrashed output.
 """
 
 from __future__ import annotations
@@ -41,6 +43,10 @@ KEYED_APP = Path(__file__).parent / "apps" / "keyed_app.py"
 N = 100_000
 #: the RocksDB cases read the first 20,000 lines: the same paths, a fifth of the time
 N_ROCKS = 20_000
+#: distinct scattered keys of ``counts`` in the scattered-key cases: more than the
+#: mapping's cache holds with a 16 MiB state_cache (8,192), so keys leave it and are
+#: read back from RocksDB
+SCATTERED = 12_000
 
 
 @pytest.fixture(scope="module")
@@ -70,8 +76,11 @@ class Where:
         tag: str,
         workdir: Path | None = None,
         fresh: bool = False,
+        keys: int = 0,
     ) -> None:
         self.app, self.at, self.tag, self.fresh = app, at, tag, fresh
+        #: scattered keys for ``counts`` (``RIVERMARK_APP_KEYS``; 0: ``v % 997``)
+        self.keys = keys
         self.rocks = workdir is not None
         self.s3 = "://" in at("x")
         self.workdir = workdir
@@ -89,6 +98,8 @@ class Where:
             env["RIVERMARK_STATE"] = "rocksdb"
             env["RIVERMARK_STATE_DIR"] = str(self.state_dir(name))
             env["RIVERMARK_STATE_CACHE"] = "16MiB"  # smaller than the state: reads go to disk
+        if self.keys:
+            env["RIVERMARK_APP_KEYS"] = str(self.keys)
         return env
 
     def state_dir(self, name: str) -> Path:
@@ -113,10 +124,16 @@ def where(request: pytest.FixtureRequest, workdir: Path) -> Where:
         return Where(KEYED_APP, lambda name: str(workdir / name), "keyed")
     if request.param == "rocks-dir":
         return Where(KEYED_APP, lambda name: str(workdir / name), "rocks", workdir)
+    if request.param == "rocks-scattered-dir":
+        at = lambda name: str(workdir / name)  # noqa: E731
+        return Where(KEYED_APP, at, "scattered", workdir, keys=SCATTERED)
     bucket = request.getfixturevalue("bucket")
     if request.param == "rocks-s3":
         at = lambda name: f"s3://{bucket}/jobs/{name}"  # noqa: E731
         return Where(KEYED_APP, at, "rocks-s3", workdir, fresh=True)
+    if request.param == "rocks-scattered-s3":
+        at = lambda name: f"s3://{bucket}/jobs/{name}"  # noqa: E731
+        return Where(KEYED_APP, at, "scattered-s3", workdir, fresh=True, keys=SCATTERED)
     return Where(APP, lambda name: f"s3://{bucket}/jobs/{name}", "s3")
 
 
@@ -179,19 +196,22 @@ def _env(workdir: Path, out: Path) -> dict[str, str]:
 _references: dict[Path, bytes] = {}
 
 
-def _ref_ckpt(workdir: Path, app: Path, n: int = N) -> str:
-    return str(workdir / f"ref-ckpt-{app.stem}{'' if n == N else f'-{n}'}")
+def _ref_ckpt(workdir: Path, app: Path, n: int = N, keys: int = 0) -> str:
+    scattered = f"-keys{keys}" if keys else ""
+    return str(workdir / f"ref-ckpt-{app.stem}{'' if n == N else f'-{n}'}{scattered}")
 
 
-def _reference_of(workdir: Path, app: Path, n: int = N) -> bytes:
+def _reference_of(workdir: Path, app: Path, n: int = N, keys: int = 0) -> bytes:
     """The app's output from a run without crashes, in memory (once per app and input)."""
-    key = workdir / f"{app.stem}-{n}"
+    key = workdir / f"{app.stem}-{n}-{keys}"
     if key not in _references:
-        out = workdir / f"reference-{app.stem}-{n}.txt"
+        out = workdir / f"reference-{app.stem}-{n}-{keys}.txt"
         env = _env(workdir, out)
         if n != N:
             env["RIVERMARK_APP_INPUT"] = str(workdir / f"in-{n}.jsonl")
-        run_uncrashed(_cmd(_ref_ckpt(workdir, app, n), app), env=env)
+        if keys:
+            env["RIVERMARK_APP_KEYS"] = str(keys)
+        run_uncrashed(_cmd(_ref_ckpt(workdir, app, n, keys), app), env=env)
         data = out.read_bytes()
         assert data.count(b"\n") > n // 2
         _references[key] = data
@@ -200,7 +220,7 @@ def _reference_of(workdir: Path, app: Path, n: int = N) -> bytes:
 
 @pytest.fixture
 def reference(workdir: Path, where: Where) -> bytes:
-    return _reference_of(workdir, where.app, where.n)
+    return _reference_of(workdir, where.app, where.n, where.keys)
 
 
 def test_random_kills_give_identical_output(workdir: Path, reference: bytes, where: Where) -> None:
@@ -216,6 +236,16 @@ def test_random_kills_of_rocksdb_state_on_s3_give_identical_output(
 ) -> None:
     # each restart on a fresh machine: every file fetched from S3 and checked
     _random_kills(workdir, reference, where, 6)
+
+
+@pytest.mark.parametrize("where", ["rocks-scattered-dir", "rocks-scattered-s3"], indirect=True)
+def test_random_kills_of_rocksdb_state_with_scattered_keys_give_exact_counts(
+    workdir: Path, reference: bytes, where: Where
+) -> None:
+    # keys in scattered order, more than the mapping's cache holds: keys leave the
+    # cache a few at a time between barriers and are read back from RocksDB; on S3
+    # every restart on a fresh machine
+    _random_kills(workdir, reference, where, 8 if where.s3 else 12)
 
 
 def _random_kills(workdir: Path, reference: bytes, where: Where, kills: int) -> None:
@@ -284,7 +314,7 @@ def _random_kills(workdir: Path, reference: bytes, where: Where, kills: int) -> 
     assert out.read_bytes() == reference
     # the records counted carry over every restore: the final checkpoint counts
     # what one uncrashed run counted, node by node, though records were replayed
-    assert _final_counts(ckpt) == _final_counts(_ref_ckpt(workdir, where.app, where.n))
+    assert _final_counts(ckpt) == _final_counts(_ref_ckpt(workdir, where.app, where.n, where.keys))
     final = _store(ckpt)
     # keep=3; a keyed chain also keeps the links its newest checkpoints need
     # (at most one compaction interval, RIVERMARK_COMPACT_EVERY=3, more)

@@ -20,7 +20,13 @@ import logging
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, ClassVar, TypeVar
 
-from ..errors import ConfigurationError, ErrorContext, NodeFailedError, add_context
+from ..errors import (
+    ConfigurationError,
+    ErrorContext,
+    NodeFailedError,
+    StateStoreError,
+    add_context,
+)
 from ..execution import counting, emitting, plan, push
 from ..execution.steps import step, step_of
 from . import runtime
@@ -436,6 +442,8 @@ class Stream(StreamFacade):
         (:func:`~rivermark.errors.add_context`: ``exc.rivermark_context`` and
         a PEP 678 note).
         """
+        if isinstance(exc, StateStoreError):
+            raise exc  # the state store failed, not the record: no policy drops it
         self.error_count += 1
         self.last_error = (x, exc)
         policy = self.on_error

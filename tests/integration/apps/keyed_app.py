@@ -20,6 +20,12 @@ chains:
   and a digest of the whole result.
 
 The lines of one record come in that order (the graph's order).
+
+``RIVERMARK_APP_KEYS=K`` gives ``counts`` scattered keys instead: the key of
+record ``v`` is ``(v % K) * 2654435761 % 2**32`` (K distinct keys in an order
+that jumps all over the key space, as user or session ids do), and
+``RIVERMARK_APP_PAD=B`` stores B bytes of text beside each count (state that
+fills a disk quickly).
 """
 
 from __future__ import annotations
@@ -36,6 +42,8 @@ from rivermark import KeyedState, Stream
 from rivermark.dataframe import DataFrame
 
 WORK = int(os.environ.get("RIVERMARK_APP_WORK", "0"))
+KEYS = int(os.environ.get("RIVERMARK_APP_KEYS", "0"))
+PAD = int(os.environ.get("RIVERMARK_APP_PAD", "0"))
 
 
 def parse(line: str) -> int:
@@ -46,10 +54,13 @@ def parse(line: str) -> int:
 
 
 def count(acc: KeyedState, v: int) -> tuple[KeyedState, str]:
-    key = v % 997
-    n = acc.get(key, 0) + 1
+    key = v % 997 if not KEYS else (v % KEYS) * 2654435761 % 2**32
+    old = acc.get(key, (0,) if PAD else 0)
+    n = (old[0] if PAD else old) + 1
     if n >= 40:
         del acc[key]
+    elif PAD:
+        acc[key] = (n, hashlib.shake_256(str(key).encode()).hexdigest(PAD // 2))
     else:
         acc[key] = n
     return acc, f"{key} {n}"

@@ -50,10 +50,10 @@ from pathlib import Path
 from typing import Any
 
 from ...core.node import Stream
-from ...errors import ConfigurationError
+from ...errors import ConfigurationError, StateStoreError
 from ...state import KeyedState
 from .. import codec
-from ..errors import CheckpointCorruptError, CheckpointLockedError
+from ..errors import CheckpointCorruptError, CheckpointLockedError, CheckpointWriteError
 from ..manifest import Manifest
 from ..store import Store
 from .local import LOCK_NAME, Home, LocalCheckpoint, Restored, remove_unused, safe_name
@@ -158,7 +158,13 @@ class RocksView:
         small: dict[str, dict[str, bytes]] = {}
         for attr, (home, cp, _) in self.parts.items():
             assert home.store is not None
-            self.files[attr], small[attr] = home.upload(cp, home.store)
+            try:
+                self.files[attr], small[attr] = home.upload(cp, home.store)
+            except StateStoreError as e:  # the local disk (full), not the store
+                raise CheckpointWriteError(
+                    f"Job: checkpoint {cp.epoch} could not be taken: {e}; every source and "
+                    "sink was stopped, the last complete checkpoint is intact"
+                ) from e
         return codec.dumps(
             {
                 "rest": pickle.loads(self.rest),

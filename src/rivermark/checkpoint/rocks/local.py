@@ -60,7 +60,7 @@ from ..errors import CheckpointCorruptError
 from ..faults import fault_point
 from ..names import file_name as safe_name
 from ..store import Store, fsync_dir
-from .mapping import Frozen, RocksKeyedState, RocksSettings, open_db
+from .mapping import Frozen, RocksKeyedState, RocksSettings, open_db, store_error
 
 logger = logging.getLogger(__name__)
 
@@ -480,7 +480,11 @@ def _watch_compactions(db: Any) -> None:
     threading.Thread(target=watch, name="rivermark-compaction-fault", daemon=True).start()
 
 
-def _rocksdict_checkpoint(db: Any, target: Path) -> None:
+#: seconds a checkpoint's memtable flush may take before the checkpoint fails
+FLUSH_TIMEOUT = 120.0
+
+
+def _rocksdict_checkpoint(db: Any, target: Path, timeout: float = FLUSH_TIMEOUT) -> None:
     """A RocksDB checkpoint of ``db`` in ``target``, its memtable flushed first.
 
     rocksdict holds the GIL while RocksDB works, and a checkpoint flushes the
@@ -488,12 +492,65 @@ def _rocksdict_checkpoint(db: Any, target: Path) -> None:
     own thread and waited for here with the GIL released (the pipeline runs
     meanwhile); the checkpoint then only links the files.  Nothing else
     writes to the database until it is taken (see ``Home.make``).
+
+    The wait is bounded: a flush that failed (a full disk) stays pending for
+    ever, so RocksDB's background error is read at every look and fails the
+    checkpoint at once with its cause (:class:`~rivermark.errors.StateStoreError`,
+    naming the state directory), and a flush still running after ``timeout``
+    seconds fails it too.
     """
     import rocksdict
 
-    db.flush(False)
+    path = db.path()
+    try:
+        db.flush(False)
+    except Exception as e:  # the background error of an earlier flush
+        raise store_error(path, e) from None
+    deadline = time.monotonic() + timeout
+    pause = 0.001
     while db.property_int_value("rocksdb.mem-table-flush-pending") or db.property_int_value(
         "rocksdb.num-running-flushes"
     ):
-        time.sleep(0.001)
-    rocksdict.Checkpoint(db).create_checkpoint(os.fspath(target))
+        if db.property_int_value("rocksdb.background-errors"):
+            raise store_error(path, _background_error(db))
+        if time.monotonic() > deadline:
+            raise store_error(
+                path,
+                f"RocksDB did not finish flushing its memtable within {timeout:g} s "
+                "(a disk that does not accept writes?)",
+            )
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+    try:
+        rocksdict.Checkpoint(db).create_checkpoint(os.fspath(target))
+    except Exception as e:
+        raise store_error(os.fspath(target), e) from None
+
+
+def _background_error(db: Any) -> str:
+    """The cause of ``db``'s background error, as far as RocksDB or the disk tell it.
+
+    A flush that waits returns the error; else RocksDB's LOG names it; else a
+    disk with (almost) no space left is the cause.
+    """
+    try:
+        db.flush(True)
+    except Exception as e:
+        return str(e)
+    path = Path(db.path())
+    try:
+        with open(path / "LOG", "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - (64 << 10)))
+            tail = f.read().decode("utf-8", "replace")
+    except OSError:
+        tail = ""
+    errors = [line for line in tail.splitlines() if "error" in line.lower()]
+    if any("no space left" in line.lower() for line in errors):
+        return "No space left on device"
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        st = None
+    if st is not None and st.f_bavail * st.f_frsize < (4 << 20):
+        return f"No space left on device ({st.f_bavail * st.f_frsize} bytes free)"
+    return errors[-1].strip() if errors else "a background flush or compaction failed"

@@ -11,10 +11,12 @@ Between writes to RocksDB the keys read or written recently are kept in the
 once is the same object until the cache is written out, so an operator that
 changes a value in place and calls :meth:`touched` (``partition(key=...)``)
 works as with the in-memory ``KeyedState``.  The cache holds at most
-``limit`` keys; when a new key would exceed that, the keys changed since
-the last write are written in one ``WriteBatch`` (the write-ahead log is
-off: after a crash the state comes from a checkpoint, never from the live
-database) and the cache is emptied.
+``limit`` keys; when a new key would exceed that, the oldest few keys
+(``evict_step``, at most 1,024) leave it, the changed ones among them
+written in one small ``WriteBatch`` (the write-ahead log is off: after a
+crash the state comes from a checkpoint, never from the live database).
+So a record never waits for more than one such small write, never for
+the whole cache, and a key not in memory costs one ``get``.
 
 A checkpoint's barrier costs O(changed keys) in C, not a write:
 :meth:`hand_over` hands the changed keys over (a copy of the cache, values
@@ -22,10 +24,11 @@ copied with ``freeze`` when the operator changes them in place) and empties
 the cache; the worker thread writes them (:meth:`write_frozen`) and takes
 the RocksDB checkpoint (:mod:`rivermark.checkpoint.rocks.local`) while the
 sources run on.  Until then reads look in the handed-over keys before the
-database, and nothing else is written to the database: a cache that fills
-up meanwhile first writes them and takes the checkpoint itself (a pause
-that only a full cache causes), so the checkpoint holds exactly the state
-at the barrier.
+database, and nothing else is written to the database: the cache grows
+past its limit meanwhile (up to twice it), and only a cache that reaches
+that writes them and takes the checkpoint itself (a pause that only a
+worker slower than ``limit`` new keys causes), so the checkpoint holds
+exactly the state at the barrier.
 
 Differences from a ``dict``: keys are compared by their encoding, so ``1``,
 ``1.0``, ``True`` and ``numpy.int64(1)`` are four keys; iteration is in the
@@ -41,21 +44,27 @@ import os
 import threading
 from collections.abc import Callable, ItemsView, Iterator, KeysView, Mapping, ValuesView
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
-from ...errors import ConfigurationError, RivermarkError
+from ...errors import ConfigurationError, RivermarkError, StateStoreError
 from ...state import KeyedDelta, KeyedState
 from .. import codec
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RocksKeyedState", "RocksSettings", "open_db", "DEFAULT_CACHE"]
+__all__ = ["RocksKeyedState", "RocksSettings", "open_db", "store_error", "DEFAULT_CACHE"]
 
 #: bytes of RocksDB's block cache (memtables are charged to it), per job
 DEFAULT_CACHE = 256 << 20
 #: the column family holding the number of keys (the data is in the default one)
 META_CF = "rivermark-meta"
 _COUNT = b"count"
+
+
+def evict_step(limit: int) -> int:
+    """The keys that leave a full cache of ``limit`` keys at a time (64 to 1,024)."""
+    return max(64, min(1024, limit // 64))
 
 
 class _Marker:
@@ -81,6 +90,14 @@ def _rocksdict() -> Any:
     return rocksdict
 
 
+#: bytes of a data block (RocksDB's default; a point lookup reads one)
+BLOCK_SIZE = 4 << 10
+#: bytes of an index or filter partition (a point lookup reads one of each)
+PARTITION_SIZE = 4 << 10
+#: bits of the bloom filter per key (about 1 % false positives)
+BLOOM_BITS = 10
+
+
 @dataclass
 class RocksSettings:
     """The RocksDB options of one job: one block cache that bounds its memory.
@@ -89,10 +106,23 @@ class RocksSettings:
     and filter blocks, and the memtables (charged to the cache by a write
     buffer manager).  ``limit`` is the number of keys each mapping keeps as
     Python objects between writes (the cache of :class:`RocksKeyedState`).
+    ``statistics`` turns RocksDB's statistics on (:meth:`statistics_counts`;
+    they cost a few per cent of throughput).
+
+    The table options are chosen for point lookups on large key sets in any
+    order (docs/checkpointing.md, "Tuning"): the index and the bloom filter
+    of each SST file are *partitioned* (a two-level index; partitions of
+    ``PARTITION_SIZE`` bytes in the block cache, their top level pinned),
+    so a lookup of a key not in memory reads one filter partition, one
+    index partition and one data block, however large the files grow.  A
+    whole filter or index per file (RocksDB's default) is one block of
+    about 1.25 bytes per key: once it outgrows a shard of the block cache it
+    is evicted as soon as it is used and read again by the next lookup.
     """
 
     cache: int = DEFAULT_CACHE
     limit: int = 0
+    statistics: bool = False
     _shared: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -121,13 +151,42 @@ class RocksSettings:
         o.set_keep_log_file_num(2)
         o.set_max_log_file_size(1 << 20)
         o.set_write_buffer_manager(self._shared["wbm"])
+        o.set_block_based_table_factory(self.table_options())
+        if self.statistics:
+            o.enable_statistics()
+            self._shared.setdefault("stats", []).append(o)
+        return o
+
+    def table_options(self) -> Any:
+        """The ``rocksdict.BlockBasedOptions``: partitioned index and filters (see above)."""
+        r = _rocksdict()
         table = r.BlockBasedOptions()
         table.set_block_cache(self._shared["cache"])
-        table.set_bloom_filter(10, False)
+        table.set_block_size(BLOCK_SIZE)
+        # whole-key bloom filters (a new key, a miss, usually reads no block at all)
+        table.set_bloom_filter(BLOOM_BITS, False)
+        # a two-level index and filters cut into partitions of PARTITION_SIZE bytes:
+        # a lookup reads one partition of each, never a whole file's filter or index
+        table.set_index_type(r.BlockBasedIndexType.two_level_index_search())
+        table.set_partition_filters(True)
+        table.set_metadata_block_size(PARTITION_SIZE)
+        # index and filter blocks live in the block cache (memory bounded by state_cache),
+        # in its high-priority pool (RocksDB's default), the top levels pinned
         table.set_cache_index_and_filter_blocks(True)
+        table.set_pin_top_level_index_and_filter(True)
         table.set_pin_l0_filter_and_index_blocks_in_cache(True)
-        o.set_block_based_table_factory(table)
-        return o
+        return table
+
+    def statistics_counts(self) -> dict[str, int]:
+        """RocksDB's statistics counters (``rocksdb.block.cache.miss`` ...) summed over the
+        databases opened with these settings (``statistics=True``; else empty)."""
+        totals: dict[str, int] = {}
+        for o in self._shared.get("stats", []):
+            for line in (o.get_statistics() or "").splitlines():
+                name, sep, rest = line.partition(" COUNT : ")
+                if sep and rest.isdigit():  # a counter (a histogram says more)
+                    totals[name] = totals.get(name, 0) + int(rest)
+        return totals
 
     def write_options(self) -> Any:
         wo = _rocksdict().WriteOptions()
@@ -146,6 +205,32 @@ def open_db(path: str | os.PathLike[str], settings: RocksSettings) -> Any:
             f"the RocksDB state in {os.fspath(path)!r} cannot be opened ({e}); another job "
             "may use the same state_dir: give each job its own Job(state_dir=...)"
         ) from e
+
+
+def store_error(path: str, error: BaseException | str) -> StateStoreError:
+    """One line for a write to the RocksDB state in ``path`` that failed with ``error``."""
+    text = str(error).strip()
+    low = text.lower()
+    if "no space left" in low or "enospc" in low:
+        cause = "no space left on the device (ENOSPC)"
+        remedy = "free disk space there, or give the job a state_dir on a larger disk"
+    else:
+        cause = text.splitlines()[0] if text else type(error).__name__
+        remedy = "fix the cause (free disk space, restore write permission), or give the job "
+        remedy += "another state_dir"
+    return StateStoreError(
+        f"the RocksDB state in {path!r} cannot be written: {cause}; {remedy} "
+        "(Job(state_dir=...), --state-dir) and run again: the job resumes from its last "
+        "complete checkpoint"
+    )
+
+
+def write(db: Any, batch: Any, options: Any, path: str) -> None:
+    """``db.write(batch)``; a failure (a full disk) as one :class:`StateStoreError` line."""
+    try:
+        db.write(batch, options)
+    except Exception as e:  # rocksdict raises a plain Exception("IO error: ...")
+        raise store_error(path, e) from None
 
 
 class _Closed:
@@ -179,6 +264,7 @@ class RocksKeyedState(KeyedState):
         "_dirty",
         "_len",
         "_limit",
+        "_step",
         "_read",
         "_wopts",
         "_frozen",
@@ -207,6 +293,8 @@ class RocksKeyedState(KeyedState):
         raw = self._meta.get(_COUNT)
         self._len = 0 if raw is None else int.from_bytes(raw, "little")
         self._limit = limit
+        #: keys leaving the cache at a time when it is full (one small write)
+        self._step = evict_step(limit)
         self._read = read
         self._wopts = write_options
         #: the changes handed over at a barrier, until the worker wrote them
@@ -218,7 +306,7 @@ class RocksKeyedState(KeyedState):
     def _load(self, key: Any) -> Any:
         """``key``'s value from the database (or ``_ABSENT``), now in the cache."""
         if dict.__len__(self) >= self._limit:
-            self.flush()
+            self._evict()
         frozen = self._frozen
         value = _MISS if frozen is None else frozen.values.get(key, _MISS)
         if value is not _MISS and value is not _ABSENT and self.freeze is not None:
@@ -309,13 +397,42 @@ class RocksKeyedState(KeyedState):
     def _write(self, batch: Any) -> None:
         """Write ``batch`` with the number of keys, atomically."""
         batch.put(_COUNT, self._len.to_bytes(8, "little"), self._meta_cf)
-        self.db.write(batch, self._wopts)
+        write(self.db, batch, self._wopts, self.path)
+
+    def _evict(self) -> None:
+        """The cache is full: the oldest ``_step`` keys leave it, the changed ones written.
+
+        While the changes handed over at a barrier are not written yet
+        (the worker writes them, then takes the RocksDB checkpoint), nothing
+        may reach the database: the cache grows past its limit meanwhile, and
+        only at twice the limit are they written here (:meth:`wait_frozen`).
+        """
+        if self._frozen is not None:
+            if dict.__len__(self) < 2 * self._limit:
+                return
+            self.wait_frozen()
+        dirty = self._dirty
+        pack = codec.pack
+        batch = None
+        for k in list(islice(dict.keys(self), self._step)):
+            v = dict.pop(self, k)
+            if k in dirty:
+                dirty.discard(k)
+                if batch is None:
+                    batch = _rocksdict().WriteBatch(raw_mode=True)
+                if v is _ABSENT:
+                    batch.delete(pack(k))
+                else:
+                    batch.put(pack(k), pack(v))
+        if batch is not None:
+            self._write(batch)
 
     def flush(self) -> int:
         """Write the keys changed since the last flush to the database; empty the cache.
 
-        Returns the number of keys written.  Called when the cache is full
-        (after the worker wrote the changes handed over at a barrier, if any).
+        Returns the number of keys written.  Called before every key is read
+        from the database (iteration, ``clear``), after the worker wrote the
+        changes handed over at a barrier, if any.
         """
         self.wait_frozen()
         dirty = self._dirty
@@ -373,7 +490,7 @@ class RocksKeyedState(KeyedState):
                 else:
                     batch.put(pack(k), pack(v))
             batch.put(_COUNT, frozen.count.to_bytes(8, "little"), self._meta_cf)
-            self.db.write(batch, self._wopts)
+            write(self.db, batch, self._wopts, self.path)
         return len(frozen.dirty)
 
     def release(self, frozen: Frozen) -> None:
