@@ -244,8 +244,9 @@ def test_random_kills_of_rocksdb_state_with_scattered_keys_give_exact_counts(
 ) -> None:
     # keys in scattered order, more than the mapping's cache holds: keys leave the
     # cache a few at a time between barriers and are read back from RocksDB; on S3
-    # every restart on a fresh machine
-    _random_kills(workdir, reference, where, 8 if where.s3 else 12)
+    # every restart on a fresh machine (the plain RocksDB cases above take the
+    # kills at every fault point; these few cover the scattered shape)
+    _random_kills(workdir, reference, where, 4 if where.s3 else 6)
 
 
 def _random_kills(workdir: Path, reference: bytes, where: Where, kills: int) -> None:
