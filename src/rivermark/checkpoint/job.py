@@ -848,7 +848,7 @@ class Job:
                 await self._quiesce()  # (2)
                 # (3) snapshot, synchronously on the loop thread: an immutable view
                 # of every node's state, positions, sink handles (pre-commit)
-                views = self._snapshot_states(epoch, base=savepoint)
+                views = self._snapshot_states(epoch, base=savepoint, final=final)
                 positions = {self.id_of(s): s.position() for s in self.sources}
                 if self._budget is not None:
                     self._budget.refill()  # the next record-count checkpoint counts from here
@@ -1013,15 +1013,20 @@ class Job:
         self.store.write_checkpoint(p.manifest, states)
         return states
 
-    def _snapshot_states(self, epoch: int, base: bool = False) -> dict[str, bytes | StateView]:
+    def _snapshot_states(
+        self, epoch: int, base: bool = False, final: bool = False
+    ) -> dict[str, bytes | StateView]:
         """Pickle every stateful node's state; a failure names the node and the type.
 
         With ``base`` (a savepoint) keyed state is written whole, not as a delta.
+        The ``final`` checkpoint (written with the sources held) compacts no
+        chain: it writes the changes since the last checkpoint, and the next
+        run's first checkpoint compacts.
         """
         states: dict[str, bytes | StateView] = {}
         current = [(n, n.get_state()) for n in self.stateful]
         # every keyed chain is compacted at the same barrier (see Chains.compaction_due)
-        compact = any(
+        compact = not final and any(
             self._keyed.compaction_due(self.id_of(n), state, self.epoch)
             for n, state in current
             if keyed_attrs(state)
@@ -1031,7 +1036,14 @@ class Job:
             try:
                 # keyed state: O(changed keys), the rest of the state is pickled here
                 states[nid] = view_of(
-                    self._keyed, nid, state, epoch, self.epoch, base=base, compact=compact
+                    self._keyed,
+                    nid,
+                    state,
+                    epoch,
+                    self.epoch,
+                    base=base,
+                    compact=compact,
+                    defer=final and not base,
                 )
             except Exception as e:
                 where, bad = unpicklable_part(state)
