@@ -89,9 +89,18 @@ class _Barriers:
             self.phases.setdefault(job.epoch + 1, {})["views"] = time.perf_counter() - t0
             return views
 
+        complete = job._complete
+        #: per epoch, when its write completed (perf_counter)
+        self.done: dict[int, float] = {}
+
+        async def timed_complete(p: Any) -> None:
+            await complete(p)
+            self.done[p.epoch] = time.perf_counter()
+
         source.pause = timed_pause
         job._quiesce = timed_quiesce
         job._snapshot_states = timed_snapshot
+        job._complete = timed_complete
 
 
 class _FullCollections:
@@ -146,8 +155,10 @@ def pause_run(shape: str, n_open: int, wanted: int, timeout: float) -> dict[str,
         while len(full()) < wanted and time.monotonic() < deadline and runner.is_alive():
             time.sleep(0.05)
         taken, waits = full()[:wanted], job.checkpoint_waits
+        t_stop = time.perf_counter()
         job.stop()
         runner.join(600)
+        stop_seconds = time.perf_counter() - t_stop
         collections.close()
         final = job.checkpoints[-1].pause  # written with the sources paused
     if len(taken) < 2:
@@ -160,12 +171,18 @@ def pause_run(shape: str, n_open: int, wanted: int, timeout: float) -> dict[str,
     held = [(barriers.at[c.epoch][2], barriers.at[c.epoch][2] + c.pause) for c in taken]
     return {
         "final": final,
+        "stop": stop_seconds,
         "gc": [t for _, t in collections.runs],
         "gc_in_pause": sum(any(a <= g < b for a, b in held) for g, _ in collections.runs),
         "infos": taken,
         "phases": [barriers.phases.get(c.epoch, {}) for c in taken],
         "intervals": [
             barriers.at[b.epoch][2] - barriers.at[a.epoch][2] for a, b in itertools.pairwise(taken)
+        ],
+        "completed": [
+            barriers.done[b.epoch] - barriers.done[a.epoch]
+            for a, b in itertools.pairwise(taken)
+            if a.epoch in barriers.done and b.epoch in barriers.done
         ],
         "rate": (last[1] - first[1]) / seconds if seconds > 0 else float("nan"),
         "seconds": seconds,
@@ -180,19 +197,24 @@ def encoding(window: Any) -> dict[str, float]:
     import pickle
 
     from rivermark.checkpoint import codec
+    from rivermark.checkpoint.columns import Columns
 
     content = dict(window.get_state()["open"])
     t0 = time.perf_counter()
-    blob = codec.dumps({"open": content})
+    blob = codec.dumps({"open": Columns.of(content)})  # what a checkpoint writes
     t1 = time.perf_counter()
     pickled = pickle.dumps({"open": content}, protocol=pickle.HIGHEST_PROTOCOL)
     t2 = time.perf_counter()
+    table = codec.dumps({"open": codec.Table.of(content)})  # what earlier versions wrote
+    t3 = time.perf_counter()
     return {
         "windows": len(content),
         "codec": t1 - t0,
         "codec_bytes": len(blob),
         "pickle": t2 - t1,
         "pickle_bytes": len(pickled),
+        "table": t3 - t2,
+        "table_bytes": len(table),
     }
 
 
@@ -232,9 +254,11 @@ def pauses(args: argparse.Namespace) -> int:
     print(
         "| shape | run | pause ms median (max) | quiesce / views / rest ms median "
         "| bytes/checkpoint median (max) | delta / base | write s median (max) | s between barriers "
-        "| records/s on / off | trigger waits | final checkpoint s | gen-2 GCs: n, max ms, in a pause |"
+        "| s between completed (max) | records/s on / off | trigger waits "
+        "| final checkpoint s (stop() s) "
+        "| gen-2 GCs: n, max ms, in a pause |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     encoded: list[str] = []
     for shape in args.shapes:
         all_pauses: list[float] = []
@@ -255,16 +279,18 @@ def pauses(args: argparse.Namespace) -> int:
                 f"| {sum(c.kind == 'delta' for c in infos)} / {sum(c.kind != 'delta' for c in infos)} "
                 f"| {statistics.median(writes):.2f} ({max(writes):.2f}) "
                 f"| {statistics.median(run['intervals']):.2f} "
+                f"| {statistics.median(run['completed']):.2f} ({max(run['completed']):.2f}) "
                 f"| {run['rate']:,.0f} / {run['off_rate']:,.0f} "
-                f"({run['rate'] / run['off_rate']:.2f}) | {run['waits']} | {run['final']:.2f} "
+                f"({run['rate'] / run['off_rate']:.2f}) | {run['waits']} | {run['final']:.2f} ({run['stop']:.2f}) "
                 f"| {len(run['gc'])}, {max(run['gc'], default=0.0) * 1e3:.0f}, {run['gc_in_pause']} |",
                 flush=True,
             )
-        print(f"| {shape} | all | {_ms(all_pauses)} | | | | | | | | | |")
+        print(f"| {shape} | all | {_ms(all_pauses)} | | | | | | | | | | |")
         e = run["encoding"]
         encoded.append(
             f"{shape}: {e['windows']:,} windows, codec {e['codec']:.2f} s "
-            f"({e['codec_bytes']:,} bytes), pickle {e['pickle']:.2f} s ({e['pickle_bytes']:,} bytes)"
+            f"({e['codec_bytes']:,} bytes), tuple columns {e['table']:.2f} s "
+            f"({e['table_bytes']:,} bytes), pickle {e['pickle']:.2f} s ({e['pickle_bytes']:,} bytes)"
         )
     print("\nEncoding the open windows whole in the writer thread's format (last run):")
     for line in encoded:

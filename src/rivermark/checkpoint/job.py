@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -158,6 +159,25 @@ class _Pending:
             "duration": now - self.paused_at,
             "pause": (self.resumed_at or now) - self.paused_at,
         }
+
+
+def freeze_long_lived() -> bool:
+    """Before the sources start: leave what is alive now out of full collections.
+
+    The graph, its operators' containers (the open windows' mapping and
+    heap, a ``KeyedState``, restored state) live as long as the job; a
+    generation-2 collection traverses every container it tracks, and a
+    mapping of a million windows made each one last most of a second.
+    ``gc.freeze()`` moves them to the permanent generation, which no
+    collection traverses; what they reference stays alive through them.
+    The job ends with ``gc.unfreeze()``, so garbage made before it started
+    is collectable again.  ``RIVERMARK_GC_FREEZE=0`` (or ``gc.disable()``)
+    leaves the collector as it is.
+    """
+    if os.environ.get("RIVERMARK_GC_FREEZE", "1") == "0" or not gc.isenabled():
+        return False
+    gc.freeze()
+    return True
 
 
 def _resolve_when_durable(
@@ -356,6 +376,9 @@ class Job:
         self._ended_by: BaseException | None = None
         #: delta chains of the nodes whose state holds a ``KeyedState``
         self._keyed = Chains(self.store, check_compact_every(compact_every))
+        #: whether this run moved the objects alive at its start out of the
+        #: garbage collector's reach (see freeze_long_lived)
+        self._gc_frozen = False
         #: what the job restores at the start of every run
         self._recovery = Recovery(
             self.store,
@@ -568,6 +591,7 @@ class Job:
             # replays the sources from where it began; durable before any
             # source runs, so no output exists that it does not account for
             await self._checkpoint(blocking=True)
+        self._gc_frozen = freeze_long_lived()
         for s in self.sources:
             s.budget = self._budget
             s.on_finished(self._wake_up)  # the end of input wakes the job
@@ -584,6 +608,9 @@ class Job:
             self._metrics_server.stop()
         if self._ui is not None:
             await self._ui.stop()
+        if self._gc_frozen:
+            gc.unfreeze()  # what was long-lived for this run is collectable again
+            self._gc_frozen = False
         self.store.unlock()
         self._done.set()
 
