@@ -258,20 +258,28 @@ def compact(chunks: list[Columns]) -> Columns | None:
     n = len(live_row)
     if n == 0:
         return Columns(kw, vw, [[] for _ in range(nk)], [[] for _ in range(max(vw, 1))], [])
-    # by key (a stable sort: rows of one key in the order they were written),
-    # the last row of each key is its newest
+    # by key (a stable sort: rows of one key in the order they were written);
+    # a key's value is its last row's, and its place in the mapping that of
+    # the row that (re)inserted it: the first after its last deletion (as
+    # applying the deltas to a dict in order keeps it)
     order = np.lexsort(codes[::-1])
+    same = np.ones(max(n - 1, 0), dtype=bool)
+    for c in codes:
+        s = c[order]
+        same &= s[1:] == s[:-1]
     last = np.ones(n, dtype=bool)
-    if n > 1:
-        same = np.ones(n - 1, dtype=bool)
-        for c in codes:
-            s = c[order]
-            same &= s[1:] == s[:-1]
-        last[:-1] = ~same
-    keep = live_row[order[last]]
-    keep = np.sort(keep[keep >= 0])  # live rows only, in the order they were written
-    key_columns = [_take(np, [c.keys[i] for c in chunks if len(c)], keep) for i in range(nk)]
-    value_columns = [_take(np, [c.values[i] for c in live], keep) for i in range(max(vw, 1))]
+    last[:-1] = ~same
+    dead = live_row[order] < 0
+    life = np.ones(n, dtype=bool)  # a new key, or the same key after a deletion
+    life[1:] = ~same | dead[:-1]
+    begun = np.maximum.accumulate(np.where(life, np.arange(n), 0))
+    pick = last & ~dead
+    value_rows = live_row[order[pick]]
+    inserted = order[begun[pick]]  # rows, numbered in the order they were written
+    place = np.argsort(inserted, kind="stable")
+    key_rows, value_rows = live_row[inserted[place]], value_rows[place]
+    key_columns = [_take(np, [c.keys[i] for c in chunks if len(c)], key_rows) for i in range(nk)]
+    value_columns = [_take(np, [c.values[i] for c in live], value_rows) for i in range(max(vw, 1))]
     return Columns(kw, vw, key_columns, value_columns, [])
 
 

@@ -243,9 +243,10 @@ class Chains:
         ``compact`` a chain that would go on with a delta is compacted into
         a base instead (see :meth:`compaction_due`).  With ``defer`` (the
         final checkpoint of a run, written with the sources held) a chain
-        that follows goes on with a delta even when a compaction is due (up
-        to twice ``compact_every`` links, so that a job run in many short
-        runs still compacts): the next run's first checkpoint compacts it.
+        that follows goes on with a delta even when a compaction is due, up
+        to twice ``compact_every`` links and deltas twice the base's bytes
+        (so that a job run in many short runs still compacts): the next
+        run's first checkpoint compacts it.
         """
         keyed = keyed_attrs(state)
         rest = pickle.dumps({a: v for a, v in state.items() if a not in keyed})
@@ -262,8 +263,11 @@ class Chains:
                 or chain.deltas + 1 >= self.compact_every
                 or (chain.delta_bytes > chain.base_bytes > 0)
             )
-            if defer and chain.deltas + 1 < 2 * self.compact_every:
-                due = False  # a run's last checkpoint: the next run compacts
+            if defer:  # a run's last checkpoint: the next run compacts, within bounds
+                due = (
+                    chain.deltas + 1 >= 2 * self.compact_every
+                    or chain.delta_bytes > 2 * chain.base_bytes > 0
+                )
             changes = {a: d.changes for a, d in deltas.items()}
             if not due:
                 return KeyedView(
