@@ -110,20 +110,27 @@ class _Barriers:
 
 
 class _FullCollections:
-    """The generation-2 garbage collections while it is installed: (start, seconds)."""
+    """The generation-2 garbage collections while it is installed: (start, seconds).
+
+    Also the CPU time of each (the collecting thread's): on a loaded machine
+    the wall time of a collection includes the time its thread waited for a
+    CPU, the CPU time does not.
+    """
 
     def __init__(self) -> None:
         self.runs: list[tuple[float, float]] = []
-        self._started = 0.0
+        self.cpu: list[float] = []
+        self._started = self._cpu = 0.0
         gc.callbacks.append(self._note)
 
     def _note(self, phase: str, info: dict[str, Any]) -> None:
         if info["generation"] != 2:
             return
         if phase == "start":
-            self._started = time.perf_counter()
+            self._started, self._cpu = time.perf_counter(), time.thread_time()
         else:
             self.runs.append((self._started, time.perf_counter() - self._started))
+            self.cpu.append(time.thread_time() - self._cpu)
 
     def close(self) -> None:
         gc.callbacks.remove(self._note)
@@ -179,6 +186,7 @@ def pause_run(shape: str, n_open: int, wanted: int, timeout: float) -> dict[str,
         "final": final,
         "stop": stop_seconds,
         "gc": [t for _, t in collections.runs],
+        "gc_cpu": collections.cpu,
         "gc_in_pause": sum(any(a <= g < b for a, b in held) for g, _ in collections.runs),
         "infos": taken,
         "phases": [barriers.phases.get(c.epoch, {}) for c in taken],
@@ -203,11 +211,17 @@ def encoding(window: Any) -> dict[str, float]:
     import pickle
 
     from rivermark.checkpoint import codec
-    from rivermark.checkpoint.columns import Columns
+
+    try:
+        from rivermark.checkpoint.columns import Columns
+
+        by_columns = Columns.of
+    except ImportError:  # a tree from before the columns (a comparison run)
+        by_columns = codec.Table.of
 
     content = dict(window.get_state()["open"])
     t0 = time.perf_counter()
-    blob = codec.dumps({"open": Columns.of(content)})  # what a checkpoint writes
+    blob = codec.dumps({"open": by_columns(content)})  # what a checkpoint writes
     t1 = time.perf_counter()
     pickled = pickle.dumps({"open": content}, protocol=pickle.HIGHEST_PROTOCOL)
     t2 = time.perf_counter()
@@ -262,7 +276,7 @@ def pauses(args: argparse.Namespace) -> int:
         "| bytes/checkpoint median (max) | delta / base | write s median (max) | s between barriers "
         "| s between completed (max) | records/s on / off | trigger waits "
         "| final checkpoint s (stop() s) "
-        "| gen-2 GCs: n, max ms, in a pause |"
+        "| gen-2 GCs: n, max ms (CPU ms), in a pause |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     encoded: list[str] = []
@@ -289,14 +303,16 @@ def pauses(args: argparse.Namespace) -> int:
                 f"| {statistics.median(run['completed']):.2f} ({max(run['completed']):.2f}) "
                 f"| {run['rate']:,.0f} / {run['off_rate']:,.0f} "
                 f"({run['rate'] / run['off_rate']:.2f}) | {run['waits']} | {run['final']:.2f} ({run['stop']:.2f}) "
-                f"| {len(run['gc'])}, {max(run['gc'], default=0.0) * 1e3:.0f}, {run['gc_in_pause']} |",
+                f"| {len(run['gc'])}, {max(run['gc'], default=0.0) * 1e3:.0f} "
+                f"({max(run['gc_cpu'], default=0.0) * 1e3:.0f} CPU), {run['gc_in_pause']} |",
                 flush=True,
             )
             goals.append(
                 f"{shape} run {r + 1}: on/off {run['rate'] / run['off_rate']:.2f} (>= 0.9), "
                 f"completed every {max(run['completed'], default=float('nan')):.2f} s at most "
                 f"(<= 2), final {run['final']:.2f} s (<= 1), "
-                f"max gen-2 {max(run['gc'], default=0.0) * 1e3:.0f} ms (<= 100)"
+                f"max gen-2 {max(run['gc'], default=0.0) * 1e3:.0f} ms, "
+                f"{max(run['gc_cpu'], default=0.0) * 1e3:.0f} ms CPU (<= 100)"
             )
         print(f"| {shape} | all | {_ms(all_pauses)} | | | | | | | | | | |")
         e = run["encoding"]
