@@ -136,6 +136,7 @@ def compacted(
         chunks.setdefault(attr, []).append(data)
     out: dict[str, Any] = {}
     for attr, parts in chunks.items():
+        parts = [p for p in parts if type(p) is Columns or p] or [{}]  # an empty one adds nothing
         columns = [p if type(p) is Columns else Columns.from_mapping(p) for p in parts]
         whole = [c for c in columns if c is not None]
         merged = compact(whole) if len(whole) == len(columns) else None
