@@ -126,7 +126,7 @@ class Columns:
             deleted = [k for k, v in data.items() if v is DELETED]
             live = {k: v for k, v in data.items() if v is not DELETED}
         keys, values = list(live), list(live.values())
-        kw = _width(keys + deleted)
+        kw = _width(keys + deleted if deleted else keys)
         vw = _width(values) if values else 0
         if kw is None or vw is None:
             return None
