@@ -1046,9 +1046,10 @@ class Job:
         """Pickle every stateful node's state; a failure names the node and the type.
 
         With ``base`` (a savepoint) keyed state is written whole, not as a delta.
-        The ``final`` checkpoint (written with the sources held) compacts no
-        chain: it writes the changes since the last checkpoint, and the next
-        run's first checkpoint compacts.
+        The ``final`` checkpoint (written with the sources held) defers a due
+        compaction within bounds (``Chains.view``'s ``defer``): it writes the
+        changes since the last checkpoint, and the next run's first
+        checkpoint compacts.
         """
         states: dict[str, bytes | StateView] = {}
         current = [(n, n.get_state()) for n in self.stateful]
