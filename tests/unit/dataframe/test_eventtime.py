@@ -311,3 +311,27 @@ def test_a_job_reads_batches_to_the_end_and_emits_every_window(tmp_path: Path) -
     assert snap.node("w").late_records == 2 and snap.node("w").open_windows == 0
     assert snap.node("times").watermark == float("inf")
     assert snap.sources[0].watermark == float("inf") and snap.sources[0].event_time_lag is None
+
+
+def test_a_checkpoint_writes_the_open_windows_by_columns_and_reads_them_back(
+    tmp_path: Path,
+) -> None:
+    from rivermark.checkpoint import LocalDirectoryStore
+    from rivermark.checkpoint.inspection import read_node_state
+
+    # 300 users in one window each, none closed when the job ends (stopped)
+    batches = [frame([(5, f"u{k}", k) for k in range(i, i + 100)]) for i in range(0, 300, 100)]
+    source = Stream.from_iterable(batches, name="src")
+    sdf = DataFrame(source, example=EXAMPLE)
+    sums = sdf.timestamps("ts", name="times").tumbling_window(10).groupby("user").n.sum(name="w")
+    sums.stream.sink_to_list()
+    job = Job(source, checkpoint=tmp_path / "c", every=None)
+    source.sink(lambda b: job.stop() if b is batches[-1] else None)
+    job.run()
+    store = LocalDirectoryStore(tmp_path / "c")
+    blob = store.load_chains(job.epoch)[1]["w"][-1]
+    # the windows' part is one Columns extension, not a dict of tuples
+    assert type(codec.loads(blob, columns=True)["keyed"]["open"]).__name__ == "Columns"
+    live = dict(sums.window_node.get_state()["open"])
+    assert len(live) == 300
+    assert read_node_state(store, job.epoch, "w")["open"] == live
