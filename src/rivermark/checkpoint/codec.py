@@ -9,7 +9,9 @@ complex numbers, the ``DELETED`` and ``no_default`` markers,
 :class:`rivermark.KeyedState`, rivermark's own data classes of state (by a
 fixed table of names), numpy arrays, scalars and dtypes of a numeric,
 boolean, string or time dtype, and pandas ``Series`` / ``DataFrame`` /
-``Index`` whose columns have such dtypes (a tagged columnar form).  Reading
+``Index`` whose columns have such dtypes (a tagged columnar form), and a
+mapping of keyed state written by its columns (:class:`.columns.Columns`:
+numbers as buffers; :class:`Table`, what earlier versions wrote).  Reading
 any of these builds the value from its parts; no class named by the file is
 looked up, no constructor it names is called.
 
@@ -44,6 +46,7 @@ from typing import Any
 import msgpack
 
 from ..state import DELETED, KeyedState, no_default
+from .columns import Columns
 from .errors import UntrustedStateError
 
 __all__ = [
@@ -80,6 +83,7 @@ class Tag(enum.IntEnum):
     NPDTYPE = 12
     DATACLASS = 13
     TABLE = 14
+    COLUMNS = 15
     PICKLE = 127
 
 
@@ -121,6 +125,9 @@ _TUPLE_CODE = 1  # Tag.TUPLE, without the enum's cost per tuple
 
 class Table:
     """A mapping to write column by column: keys and values tuples of one length each.
+
+    What versions before :class:`.columns.Columns` wrote (every column a
+    msgpack list); their state files are read as before.
 
     Keyed state is often such a mapping (an event-time window's
     ``{(key, start): (end, seq, acc)}``).  Written as a dict, each tuple is a
@@ -186,6 +193,11 @@ class Table:
         return columns
 
 
+#: the mappings written by their columns: :class:`~.columns.Columns`, and
+#: :class:`Table` (what versions before it wrote; read, and written by tests)
+_BY_COLUMNS: dict[type, Tag] = {Columns: Tag.COLUMNS, Table: Tag.TABLE}
+
+
 #: per thread, packers not in use (a tagged value packs its parts with another
 #: packer while the outer one is busy); making one per value costs more than packing
 _packers = threading.local()
@@ -226,8 +238,9 @@ def _default(value: Any) -> Any:
         return _ext(Tag.DELETED, None)
     if value is no_default:
         return _ext(Tag.NO_DEFAULT, None)
-    if t is Table:
-        return _ext(Tag.TABLE, value.parts())
+    by_columns = _BY_COLUMNS.get(t)
+    if by_columns is not None:
+        return _ext(by_columns, value.parts())
     if t is KeyedState:
         return _ext(Tag.KEYED, dict(value))
     fields = _data_class_fields(value)
@@ -314,10 +327,12 @@ def is_legacy(blob: bytes) -> bool:
 
 
 class _Decoder:
-    def __init__(self, allow_pickle: bool, what: str) -> None:
+    def __init__(self, allow_pickle: bool, what: str, columns: bool = False) -> None:
         self.allow_pickle = allow_pickle
         self.what = what
         self.pickles = 0
+        #: a columns part is returned as :class:`Columns` (a compaction), not a dict
+        self.columns = columns
 
     def unpack(self, data: bytes) -> Any:
         return msgpack.unpackb(data, ext_hook=self.ext, raw=False, strict_map_key=False)
@@ -381,6 +396,11 @@ def _table(v: list[Any], dec: _Decoder) -> dict[Any, Any]:
     return out
 
 
+def _columns(v: list[Any], dec: _Decoder) -> Any:
+    columns = Columns.from_parts(v)
+    return columns if dec.columns else columns.to_dict()
+
+
 def _pandas(v: dict[str, Any], dec: _Decoder) -> Any:
     from ._pandas_codec import decode_pandas
 
@@ -400,23 +420,27 @@ _BUILD: dict[Tag, Any] = {
     Tag.NPDTYPE: _npdtype,
     Tag.DATACLASS: _dataclass,
     Tag.TABLE: _table,
+    Tag.COLUMNS: _columns,
 }
 
 
-def loads(blob: bytes, *, allow_pickle: bool = False, what: str = "the state") -> Any:
+def loads(
+    blob: bytes, *, allow_pickle: bool = False, what: str = "the state", columns: bool = False
+) -> Any:
     """The value of state file ``blob``.
 
     A pickle part (or an older rivermark's whole-pickle file) is loaded only
     with ``allow_pickle``; otherwise :class:`UntrustedStateError` (its message
     is ``what``) is raised before any of it is read.  A file that is not
-    valid in this encoding raises ``ValueError``.
+    valid in this encoding raises ``ValueError``.  With ``columns`` a mapping
+    written column by column is given as its :class:`~.columns.Columns`.
     """
     if is_legacy(blob):
         if not allow_pickle:
             raise UntrustedStateError(what)
         return pickle.loads(blob)
     try:
-        return _Decoder(allow_pickle, what).unpack(blob[len(MAGIC) :])
+        return _Decoder(allow_pickle, what, columns).unpack(blob[len(MAGIC) :])
     except UntrustedStateError:
         raise
     except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as e:

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -158,6 +159,25 @@ class _Pending:
             "duration": now - self.paused_at,
             "pause": (self.resumed_at or now) - self.paused_at,
         }
+
+
+def freeze_long_lived() -> bool:
+    """Before the sources start: leave what is alive now out of full collections.
+
+    The graph, its operators' containers (the open windows' mapping and
+    heap, a ``KeyedState``, restored state) live as long as the job; a
+    generation-2 collection traverses every container it tracks, and a
+    mapping of a million windows made each one last most of a second.
+    ``gc.freeze()`` moves them to the permanent generation, which no
+    collection traverses; what they reference stays alive through them.
+    The job ends with ``gc.unfreeze()``, so garbage made before it started
+    is collectable again.  ``RIVERMARK_GC_FREEZE=0`` (or ``gc.disable()``)
+    leaves the collector as it is.
+    """
+    if os.environ.get("RIVERMARK_GC_FREEZE", "1") == "0" or not gc.isenabled():
+        return False
+    gc.freeze()
+    return True
 
 
 def _resolve_when_durable(
@@ -360,6 +380,9 @@ class Job:
         self._ended_by: BaseException | None = None
         #: delta chains of the nodes whose state holds a ``KeyedState``
         self._keyed = Chains(self.store, check_compact_every(compact_every))
+        #: whether this run moved the objects alive at its start out of the
+        #: garbage collector's reach (see freeze_long_lived)
+        self._gc_frozen = False
         #: what the job restores at the start of every run
         self._recovery = Recovery(
             self.store,
@@ -575,6 +598,7 @@ class Job:
             # replays the sources from where it began; durable before any
             # source runs, so no output exists that it does not account for
             await self._checkpoint(blocking=True)
+        self._gc_frozen = freeze_long_lived()
         for s in self.sources:
             s.budget = self._budget
             s.on_finished(self._wake_up)  # the end of input wakes the job
@@ -591,6 +615,9 @@ class Job:
             self._metrics_server.stop()
         if self._ui is not None:
             await self._ui.stop()
+        if self._gc_frozen:
+            gc.unfreeze()  # what was long-lived for this run is collectable again
+            self._gc_frozen = False
         # the state directory before the store: the next owner of the store takes both
         self.state_backend.release()
         self.store.unlock()
@@ -857,7 +884,7 @@ class Job:
                 await self._quiesce()  # (2)
                 # (3) snapshot, synchronously on the loop thread: an immutable view
                 # of every node's state, positions, sink handles (pre-commit)
-                views = self._snapshot_states(epoch, base=savepoint)
+                views = self._snapshot_states(epoch, base=savepoint, final=final)
                 positions = {self.id_of(s): s.position() for s in self.sources}
                 if self._budget is not None:
                     self._budget.refill()  # the next record-count checkpoint counts from here
@@ -1023,15 +1050,21 @@ class Job:
         self.store.write_checkpoint(p.manifest, states)
         return states
 
-    def _snapshot_states(self, epoch: int, base: bool = False) -> dict[str, bytes | StateView]:
+    def _snapshot_states(
+        self, epoch: int, base: bool = False, final: bool = False
+    ) -> dict[str, bytes | StateView]:
         """Pickle every stateful node's state; a failure names the node and the type.
 
         With ``base`` (a savepoint) keyed state is written whole, not as a delta.
+        The ``final`` checkpoint (written with the sources held) defers a due
+        compaction within bounds (``Chains.view``'s ``defer``): it writes the
+        changes since the last checkpoint, and the next run's first
+        checkpoint compacts.
         """
         states: dict[str, bytes | StateView] = {}
         current = [(n, n.get_state()) for n in self.stateful]
         # every keyed chain is compacted at the same barrier (see Chains.compaction_due)
-        compact = any(
+        compact = not final and any(
             self._keyed.compaction_due(self.id_of(n), state, self.epoch)
             for n, state in current
             if keyed_attrs(state)
@@ -1041,7 +1074,14 @@ class Job:
             try:
                 # keyed state: O(changed keys), the rest of the state is pickled here
                 states[nid] = view_of(
-                    self._keyed, nid, state, epoch, self.epoch, base=base, compact=compact
+                    self._keyed,
+                    nid,
+                    state,
+                    epoch,
+                    self.epoch,
+                    base=base,
+                    compact=compact,
+                    defer=final and not base,
                 )
             except Exception as e:
                 where, bad = unpicklable_part(state)

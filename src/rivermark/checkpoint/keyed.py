@@ -34,6 +34,7 @@ from typing import Any
 
 from ..state import DELETED, KeyedState, apply_delta
 from . import codec
+from .columns import Columns, compact
 from .faults import fault_point
 from .manifest import sha256_of
 from .store import Store
@@ -92,7 +93,8 @@ class KeyedView:
     digest: str = ""
 
     def serialise(self) -> bytes:
-        parts = self.parts
+        # a mapping of one shape is written column by column (numbers as buffers)
+        keyed: dict[str, Any] = {attr: Columns.of(changes) for attr, changes in self.parts.items()}
         if self.compact_from is not None:
             assert self.store is not None
             m, chains = self.store.load_chains(self.compact_from)
@@ -102,13 +104,8 @@ class KeyedView:
             trusted = self.store.trust.allow_pickle(m.signature_status) or all(
                 sha256_of(b) in self.known for b in blobs
             )
-            _, content = materialise(blobs, allow_pickle=trusted)
-            for attr, changes in parts.items():
-                apply_delta(content.setdefault(attr, {}), changes)
-            parts = content
+            keyed = compacted(blobs, keyed, allow_pickle=trusted)
             fault_point("compaction")
-        # a mapping of tuples is written column by column (codec.Table: C speed)
-        keyed = {attr: codec.Table.of(changes) for attr, changes in parts.items()}
         out: dict[str, Any] = {"rest": pickle.loads(self.rest), "keyed": keyed}
         if self.parent is None:
             # a base is a copy of the whole content (``KeyedState.take_delta`` the
@@ -118,6 +115,43 @@ class KeyedView:
         self.size = len(blob)
         self.digest = sha256_of(blob)
         return blob
+
+
+def compacted(
+    blobs: list[bytes], changes: dict[str, Any], *, allow_pickle: bool = False
+) -> dict[str, Any]:
+    """Each keyed attribute's content: the chain ``blobs`` with ``changes`` on top.
+
+    Where every part of an attribute is :class:`~.columns.Columns` (or can be
+    made one), they are merged column by column (:func:`~.columns.compact`:
+    no Python object per key); otherwise the dicts are built and the deltas
+    applied, as :func:`materialise` does.
+    """
+    chunks: dict[str, list[Any]] = {}
+    for blob in blobs:
+        part = codec.loads(blob, allow_pickle=allow_pickle, columns=True)
+        for attr, data in part["keyed"].items():
+            chunks.setdefault(attr, []).append(data)
+    for attr, data in changes.items():
+        chunks.setdefault(attr, []).append(data)
+    out: dict[str, Any] = {}
+    for attr, parts in chunks.items():
+        parts = [p for p in parts if type(p) is Columns or p] or [{}]  # an empty one adds nothing
+        columns = [p if type(p) is Columns else Columns.from_mapping(p) for p in parts]
+        whole = [c for c in columns if c is not None]
+        merged = compact(whole) if len(whole) == len(columns) else None
+        if merged is not None:
+            out[attr] = merged
+            continue
+        content: dict[Any, Any] = {}
+        for i, p in enumerate(parts):
+            d = p.to_dict() if type(p) is Columns else p
+            if i == 0:
+                content = without_deleted(dict(d))
+            else:
+                apply_delta(content, d)
+        out[attr] = Columns.of(content)
+    return out
 
 
 def without_deleted(changes: dict[Any, Any]) -> dict[Any, Any]:
@@ -201,13 +235,19 @@ class Chains:
         *,
         base: bool = False,
         compact: bool = False,
+        defer: bool = False,
     ) -> KeyedView:
         """At the barrier of ``epoch`` (the last durable one is ``last``): the node's view.
 
         With ``base`` (a savepoint) the view is a base holding the whole
         content, copied from memory: it needs no older checkpoint.  With
         ``compact`` a chain that would go on with a delta is compacted into
-        a base instead (see :meth:`compaction_due`).
+        a base instead (see :meth:`compaction_due`).  With ``defer`` (the
+        final checkpoint of a run, written with the sources held) a chain
+        that follows goes on with a delta even when a compaction is due, up
+        to twice ``compact_every`` links and deltas twice the base's bytes
+        (so that a job run in many short runs still compacts): the next
+        run's first checkpoint compacts it.
         """
         keyed = keyed_attrs(state)
         rest = pickle.dumps({a: v for a, v in state.items() if a not in keyed})
@@ -224,6 +264,11 @@ class Chains:
                 or chain.deltas + 1 >= self.compact_every
                 or (chain.delta_bytes > chain.base_bytes > 0)
             )
+            if defer:  # a run's last checkpoint: the next run compacts, within bounds
+                due = (
+                    chain.deltas + 1 >= 2 * self.compact_every
+                    or chain.delta_bytes > 2 * chain.base_bytes > 0
+                )
             changes = {a: d.changes for a, d in deltas.items()}
             if not due:
                 return KeyedView(

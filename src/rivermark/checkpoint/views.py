@@ -67,6 +67,7 @@ def view_of(
     *,
     base: bool = False,
     compact: bool = False,
+    defer: bool = False,
 ) -> StateView:
     """The view of one node's ``state`` at the barrier of ``epoch`` (``last``: the durable one).
 
@@ -75,13 +76,14 @@ def view_of(
     checkpoint of each, taken here.  Other state holding a
     :class:`rivermark.KeyedState` is a
     :class:`~rivermark.checkpoint.keyed.KeyedView` on the node's delta chain
-    in ``chains`` (a base with ``base``, as in a savepoint; see
-    :meth:`Chains.view`); anything else is a :class:`PlainView`.
+    in ``chains`` (a base with ``base``, as in a savepoint; a delta even
+    when a compaction is due with ``defer``; see :meth:`Chains.view`);
+    anything else is a :class:`PlainView`.
     """
     if rocks_attrs(state):
         return rocks_view(node_id, state, epoch, last)
     if keyed_attrs(state):
-        return chains.view(node_id, state, epoch, last, base=base, compact=compact)
+        return chains.view(node_id, state, epoch, last, base=base, compact=compact, defer=defer)
     return PlainView.of(state)
 
 

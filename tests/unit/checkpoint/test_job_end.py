@@ -189,3 +189,43 @@ def test_stop_from_another_thread_waits_for_the_end_or_says_it_did_not(tmp_path:
     assert not thread.is_alive() and raised == []
     # the final checkpoint holds where the source stopped: every record seen
     assert LocalDirectoryStore(tmp_path).list_epochs() and seen == list(range(len(seen)))
+
+
+def _generation_of(obj: object) -> int | None:
+    """The collector generation holding ``obj`` (None: in none, i.e. frozen or untracked)."""
+    import gc
+
+    for g in range(3):
+        if any(o is obj for o in gc.get_objects(g)):
+            return g
+    return None
+
+
+@pytest.mark.parametrize("freeze", ["1", "0"])
+def test_a_running_job_leaves_its_long_lived_state_out_of_full_collections(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, freeze: str
+) -> None:
+    import gc
+
+    monkeypatch.setenv("RIVERMARK_GC_FREEZE", freeze)
+    source = Stream.from_iterable(range(100), name="n")
+    windows = source.timestamps(float, name="t").tumbling_window(1000, agg="count", name="w")
+    windows.sink(lambda r: None)
+    seen: list[tuple[int | None, bool]] = []
+
+    def look(x: int) -> int:
+        if x == 50:  # while the job runs: the open windows' mapping and heap
+            seen.append((_generation_of(windows._open), gc.is_tracked(windows._open)))
+            seen.append((_generation_of(windows._heap), gc.is_tracked(windows._heap)))
+        return x
+
+    source.map(look).sink(lambda x: None)
+    before = gc.get_freeze_count()
+    Job(source, checkpoint=tmp_path / "c", every=None).run()
+    if freeze == "1":
+        # frozen (tracked, in no generation): a full collection does not traverse them
+        assert seen == [(None, True), (None, True)]
+    else:
+        assert None not in [g for g, _ in seen]  # in a generation the collector walks
+    assert gc.get_freeze_count() == before  # the job gave them back at its end
+    assert _generation_of(windows._open) is not None

@@ -139,7 +139,9 @@ def test_compaction_writes_a_base_and_retention_keeps_what_a_chain_needs(tmp_pat
     for e in epochs:
         store.verify(e)
         chain = chain_sizes(store, e, "counts")
-        assert len(chain["deltas"]) < 4 and chain["base"] in epochs
+        # each run ends with its final checkpoint, which defers a compaction
+        # (a delta, not a base) up to twice compact_every links
+        assert len(chain["deltas"]) < 2 * 4 and chain["base"] in epochs
     # more than keep=2 are retained exactly when the newest ones need older links
     assert epochs[0] == min(link["base"] for link in links.values())
     assert any(link["parent"] is None for link in links.values())
@@ -148,6 +150,23 @@ def test_compaction_writes_a_base_and_retention_keeps_what_a_chain_needs(tmp_pat
     source, acc2 = build(records, KeyedState(), out)
     Job(source, checkpoint=ckpt, every=None).run()
     assert dict(acc2.state) == final
+
+
+def test_a_final_checkpoint_writes_the_changes_when_a_compaction_is_due(tmp_path: Path) -> None:
+    # the sources are held while the final checkpoint is written: it compacts
+    # no chain (up to twice compact_every links), the next run's checkpoint does
+    initial = {k: 1 for k in range(5000)}
+    records = keys(2000, 40)
+    out, ckpt = tmp_path / "out.txt", tmp_path / "c"
+    kinds = []
+    for i in range(1, 6):
+        source, acc = build(records[: 400 * i], KeyedState(initial if i == 1 else {}), out)
+        job = Job(source, checkpoint=ckpt, every=None, compact_every=2)
+        job.run()
+        kinds.append(job.checkpoints[-1].kind)
+    assert kinds == ["delta", "delta", "delta", "full", "delta"]
+    final, text = expected(records, initial)
+    assert dict(acc.state) == final and out.read_text() == text
 
 
 def test_a_damaged_delta_fails_verify_of_later_checkpoints_and_recovery_falls_back(

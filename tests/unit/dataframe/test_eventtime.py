@@ -379,3 +379,27 @@ def test_rows_far_ahead_of_the_wall_clock_are_warned_about_or_refused_with_max_f
         "wall clock (first: 1767268800000.0, 55,945 years ahead)"
     )
     assert late == [] and pd.concat(out).v.tolist() == [1 + 2 + 4 + 5]
+
+
+def test_a_checkpoint_writes_the_open_windows_by_columns_and_reads_them_back(
+    tmp_path: Path,
+) -> None:
+    from rivermark.checkpoint import LocalDirectoryStore
+    from rivermark.checkpoint.inspection import read_node_state
+
+    # 300 users in one window each, none closed when the job ends (stopped)
+    batches = [frame([(5, f"u{k}", k) for k in range(i, i + 100)]) for i in range(0, 300, 100)]
+    source = Stream.from_iterable(batches, name="src")
+    sdf = DataFrame(source, example=EXAMPLE)
+    sums = sdf.timestamps("ts", name="times").tumbling_window(10).groupby("user").n.sum(name="w")
+    sums.stream.sink_to_list()
+    job = Job(source, checkpoint=tmp_path / "c", every=None)
+    source.sink(lambda b: job.stop() if b is batches[-1] else None)
+    job.run()
+    store = LocalDirectoryStore(tmp_path / "c")
+    blob = store.load_chains(job.epoch)[1]["w"][-1]
+    # the windows' part is one Columns extension, not a dict of tuples
+    assert type(codec.loads(blob, columns=True)["keyed"]["open"]).__name__ == "Columns"
+    live = dict(sums.window_node.get_state()["open"])
+    assert len(live) == 300
+    assert read_node_state(store, job.epoch, "w")["open"] == live

@@ -1,0 +1,189 @@
+"""Keyed state written column by column: exact round trips, compaction, older state files."""
+
+from __future__ import annotations
+
+import random
+import shutil
+import sys
+from array import array
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rivermark import KeyedState, Stream
+from rivermark.checkpoint import Job, LocalDirectoryStore, codec
+from rivermark.checkpoint.columns import Columns, compact
+from rivermark.checkpoint.inspection import read_node_state
+from rivermark.checkpoint.keyed import compacted, materialise
+from rivermark.state import DELETED, apply_delta
+
+#: a checkpoint directory written by rivermark before state files held columns
+#: (the windows as tuple columns, the counts as a dict); made by running
+#: ``python tests/unit/checkpoint/test_columns.py DIR`` with that version first
+#: on ``sys.path``
+OLD = Path(__file__).parent / "data" / "old-encoding-windows"
+
+N, STOP_AT = 4000, 2500
+_job: list[Job] = []
+
+
+def event_time(r: tuple[int, int]) -> float:
+    return r[0] * 0.05
+
+
+def value_of(r: tuple[int, int]) -> int:
+    return r[0] % 13
+
+
+def count(acc: KeyedState, r: tuple[int, int]) -> KeyedState:
+    acc[r[1]] = acc.get(r[1], 0) + 1
+    return acc
+
+
+def stop_at(r: tuple[int, int]) -> tuple[int, int]:
+    if r[0] == STOP_AT and _job:
+        _job[0].stop()
+    return r
+
+
+def build(n: int) -> tuple[Stream, list[Any], Stream]:
+    source = Stream.from_iterable([(i, (i * 7) % 100) for i in range(n)], name="events")
+    rec = source.map(stop_at, name="stopper")
+    windows = rec.timestamps(event_time, name="times").tumbling_window(
+        10, key=1, agg="sum", value=value_of, grace=100, name="windows"
+    )
+    out: list[Any] = []
+    windows.sink(out.append)
+    counts = rec.accumulate(count, start=KeyedState(), name="counts")
+    return source, out, counts
+
+
+def run(ckpt: Path, n: int, stop: bool) -> tuple[Job, list[Any], Stream]:
+    source, out, counts = build(n)
+    job = Job(source, checkpoint=ckpt, every=None)
+    _job[:] = [job] if stop else []
+    job.run()
+    return job, out, counts
+
+
+def test_a_mapping_is_written_by_columns_and_reads_back_with_its_types() -> None:
+    windows: dict[Any, Any] = {(k % 7, float(k)): (float(k) + 10.0, k, (k, 1)) for k in range(200)}
+    windows[(3, 5000.0)] = DELETED
+    columns = Columns.of(windows)
+    assert isinstance(columns, Columns)
+    # numbers are buffers of machine numbers, not one msgpack value each
+    assert [type(c) for c in columns.keys] == [array, array]
+    assert [type(c) for c in columns.values] == [array, array, list]
+    blob = codec.dumps({"keyed": {"open": columns}})
+    back = codec.loads(blob)["keyed"]["open"]
+    assert back == windows and not codec.has_pickle(blob)
+    assert list(map(type, next(iter(back)))) == [int, float]
+    # scalar keys and values (a keyed accumulator), and columns that are not
+    # all numbers of one type: each value keeps its type
+    odd = [True, 2**70, "s", 1.5, 2, None, b"b", (1, 2)]
+    scalars: dict[Any, Any] = {k: odd[k % len(odd)] for k in range(100)}
+    scalars.update({f"k{k}": k for k in range(100)})
+    blob = codec.dumps(Columns.of(scalars))
+    back = codec.loads(blob)
+    assert back == scalars and [type(v) for v in back.values()] == [
+        type(v) for v in scalars.values()
+    ]
+    floats_and_ints = {k: (float(k) if k % 2 else k,) for k in range(100)}
+    back = codec.loads(codec.dumps(Columns.of(floats_and_ints)))
+    assert [type(v[0]) for v in back.values()] == [type(v[0]) for v in floats_and_ints.values()]
+    # shapes that are not columns stay dicts: short, keys of several lengths
+    assert Columns.of({(1, 2): (3,)}) == {(1, 2): (3,)}
+    mixed = {**{(k, 0.0): (k,) for k in range(100)}, (1,): (2,)}
+    assert Columns.of(mixed) is mixed
+    half = {**{k: (k,) for k in range(100)}, "x": 1}
+    assert Columns.of(half) is half
+
+
+def test_a_bad_columns_part_is_refused_as_not_valid() -> None:
+    bad = codec.MAGIC + codec.pack(
+        __import__("msgpack").ExtType(
+            int(codec.Tag.COLUMNS), codec.pack([0, 0, [["<x", b""]], [], []])
+        )
+    )
+    with pytest.raises(ValueError, match="not a column: kind '<x'"):
+        codec.loads(bad)
+
+
+def _chain(rng: random.Random, key: Any) -> list[dict[Any, Any]]:
+    """A base and deltas over keys made by ``key(i)``: updates, deletions, keys coming back."""
+    base = {key(i): (float(i), i, rng.choice([1, 2.5, "x"])) for i in range(300)}
+    chain = [base]
+    for d in range(4):
+        delta: dict[Any, Any] = {}
+        for i in rng.sample(range(400), 150):
+            delta[key(i)] = DELETED if rng.random() < 0.3 else (float(i), d, rng.random())
+        chain.append(delta)
+    return chain
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        lambda i: (i % 37, float(i // 37) * 10.0),  # numbers: merged as numpy arrays
+        lambda i: (f"user-{i % 37}", float(i // 37)),  # strings: by the dict's equality
+        lambda i: i,  # scalar keys
+        lambda i: (i % 5 if i % 2 else float(i % 5), i // 5),  # 1 and 1.0 are one key
+    ],
+    ids=["numbers", "strings", "scalars", "ints-and-floats"],
+)
+def test_compaction_by_columns_gives_the_dicts_merge(key: Any) -> None:
+    rng = random.Random(7)
+    chain = _chain(rng, key)
+    expected: dict[Any, Any] = {}
+    for d in chain:
+        apply_delta(expected, d)
+    columns = [Columns.from_mapping(d) for d in chain]
+    assert None not in columns
+    merged = compact(columns)  # type: ignore[arg-type]
+    assert merged is not None and not merged.deleted
+    # the same keys and values, in the same order (a key updated keeps its place,
+    # one deleted and set again goes last), with the same key objects
+    assert list(merged.to_dict().items()) == list(expected.items())
+    assert list(map(type, merged.to_dict())) == list(map(type, expected))
+    # through the state files, as a compaction reads its chain from the store
+    blobs = [codec.dumps({"rest": {}, "keyed": {"a": Columns.of(d)}}) for d in chain[:-1]]
+    out = compacted(blobs, {"a": chain[-1]})
+    assert list(codec.loads(codec.dumps(out))["a"].items()) == list(expected.items())
+
+
+def test_a_checkpoint_of_the_older_encoding_restores_and_compacts(tmp_path: Path) -> None:
+    ckpt = tmp_path / "c"
+    shutil.copytree(OLD, ckpt)
+    store = LocalDirectoryStore(ckpt)
+    epoch = store.list_epochs()[-1]
+    blob = store.load_chains(epoch)[1]["windows"][-1]
+    assert codec.MAGIC in blob[:4] and b"\xc7" in blob  # written with tuple columns
+    old_windows = read_node_state(store, epoch, "windows")["open"]
+    old_counts = read_node_state(store, epoch, "counts")["state"]
+    assert len(old_windows) >= 1000 and len(old_counts) == 100
+    # compacting the old chain by columns gives what restoring it gives, in order
+    old_blobs = store.load_chains(epoch)[1]["windows"]
+    _, content = materialise(old_blobs)
+    by_columns = compacted(old_blobs, {})
+    assert type(by_columns["open"]) is Columns  # merged by columns, not by dicts
+    merged = codec.loads(codec.dumps(by_columns))
+    assert [list(v.items()) for v in merged.values()] == [list(v.items()) for v in content.values()]
+    # the same windows as this version computes for the records before the stop
+    _, first, counts_then = run(tmp_path / "again", N, stop=True)
+    assert dict(counts_then.state) == old_counts
+    # resumed from the old checkpoint: the rest of the windows, exactly
+    job, rest, counts = run(ckpt, N, stop=False)
+    assert job.restored_epoch == epoch
+    _, whole, all_counts = run(tmp_path / "whole", N, stop=False)
+    assert first + rest == whole and dict(counts.state) == dict(all_counts.state)
+    # the new checkpoint (a base compacted from the old chain: its deltas outweigh
+    # the empty start) restores
+    assert job.checkpoints[-1].kind == "full"
+    assert read_node_state(store, job.epoch, "counts")["state"] == dict(all_counts.state)
+
+
+if __name__ == "__main__":  # writes the directory OLD with the rivermark on sys.path
+    target = Path(sys.argv[1])
+    run(target, N, stop=True)
+    print(sorted(p.name for p in target.iterdir()))
