@@ -67,6 +67,7 @@ from ..core.node import Stream
 from ..core.timeutil import parse_interval
 from ..errors import ConfigurationError
 from ..execution import plan as execution_plan
+from ..observe.endstate import RunState, ended_record, previous_run, run_record, run_state
 from ..observe.metrics import Metrics
 from ..observe.prometheus import MetricsServer
 from ..observe.ui import UiServer
@@ -182,6 +183,12 @@ def _resolve_when_durable(
 _POLL = 0.0005
 #: how often a job whose input is exhausted looks whether its nodes still hold records
 _DRAIN_POLL = 0.001
+
+
+def _signal_reason(signum: int) -> str:
+    """Why a signal stopped the job: ``Ctrl-C (SIGINT)``, ``SIGTERM``."""
+    name = signal.Signals(signum).name
+    return "Ctrl-C (SIGINT)" if signum == signal.SIGINT else name
 
 
 class Job:
@@ -341,6 +348,12 @@ class Job:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._stop_requested = False
+        #: what ``job.json`` says of this run (None before it started)
+        self._job_info: dict[str, Any] | None = None
+        #: how the run before this one ended (None: unknown, or the first run)
+        self.previous_run: RunState | None = None
+        #: who asked the job to stop (``Ctrl-C (SIGINT)``, ``rivermark stop``, ``Job.stop()``)
+        self.stop_reason: str | None = None
         self._input_ended = False
         self._running = False
         self._done = threading.Event()
@@ -546,14 +559,18 @@ class Job:
         if self._ui is not None:
             await self._ui.start()
         self._recovery.warn_not_replayable()
-        self.store.write_job_info(
-            {
-                "fingerprint": self.fingerprint,
-                "node_ids": [self.id_of(n) for n in self.nodes],
-                # where 'rivermark savepoint/stop DIR' reach this run (its page)
-                "control": None if self._ui is None else self._ui.local_url,
-            }
-        )
+        #: how the run before this one ended (None: unknown, or the first run)
+        self.previous_run = previous_run(self.store.read_job_info())
+        self._job_info = {
+            "fingerprint": self.fingerprint,
+            "node_ids": [self.id_of(n) for n in self.nodes],
+            # where 'rivermark savepoint/stop DIR' reach this run (its page)
+            "control": None if self._ui is None else self._ui.local_url,
+            # how this run ended: null until it does (still null later: it was killed)
+            "ended": None,
+            **run_record(),
+        }
+        self.store.write_job_info(self._job_info)
         self._ended_by = None
         self._running = True
 
@@ -579,6 +596,7 @@ class Job:
         for s in self.sources:
             s.budget = None
         self.ended_at = time.time()
+        self._record_end()
         self._answer_requests(None)
         if self._metrics_server is not None:
             self._metrics_server.stop()
@@ -586,6 +604,15 @@ class Job:
             await self._ui.stop()
         self.store.unlock()
         self._done.set()
+
+    def _record_end(self) -> None:
+        """Write how the run ended into the store's ``job.json`` (a later reader sees it)."""
+        if self._job_info is None:
+            return  # refused before it started
+        try:
+            self.store.write_job_info({**self._job_info, "ended": ended_record(run_state(self))})
+        except Exception:  # the store may be what failed; the end state is shown anyway
+            logger.info("could not record the end of the run in %r", self.store, exc_info=True)
 
     async def _main_loop(self) -> None:
         assert self._wake is not None
@@ -696,7 +723,9 @@ class Job:
         )
         await self._checkpoint(final=True, savepoint=savepoint)
 
-    def stop(self, savepoint: bool = False, timeout: float | None = None) -> bool:
+    def stop(
+        self, savepoint: bool = False, timeout: float | None = None, reason: str = "Job.stop()"
+    ) -> bool:
         """Stop gracefully: pause, drain, final checkpoint, stop sources, close sinks.
 
         With ``savepoint=True`` the final checkpoint is a savepoint (kept by
@@ -705,10 +734,13 @@ class Job:
         has finished (its final checkpoint written, however long that takes
         with a large state), or for ``timeout`` seconds: it returns whether
         the job has ended.  From the job's own loop (a record's processing) it
-        only asks, and returns False.
+        only asks, and returns False.  ``reason`` says who asked (the first one
+        is kept: :func:`rivermark.observe.endstate.run_state` reports it).
         """
         if savepoint:
             self._stop_savepoint = True
+        if self.stop_reason is None:
+            self.stop_reason = reason
         self._stop_requested = True
         loop = self._loop
         if loop is None or not self._running:
@@ -742,7 +774,10 @@ class Job:
                     signum,
                 )
                 threading.Thread(
-                    target=self.stop, args=(savepoint,), name="rivermark-stop", daemon=True
+                    target=self.stop,
+                    args=(savepoint, None, _signal_reason(signum)),
+                    name="rivermark-stop",
+                    daemon=True,
                 ).start()
                 return
             logger.warning(

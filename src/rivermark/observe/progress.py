@@ -13,7 +13,9 @@
   checkpoint N"), errors, and the busiest nodes (records in, records/s,
   busy and backpressure: :mod:`rivermark.observe.busy`).  When stdout is not a terminal (or ``rich`` is missing): one plain
   line every ``interval`` seconds.
-* At the end: a summary (records per source, outputs per sink, skipped and
+* At the end: how the run ended (:mod:`rivermark.observe.endstate`:
+  ``finished after 3.2s: end of input``, ``stopped after 9.0s: rivermark
+  stop``) and a summary (records per source, outputs per sink, skipped and
   dead-lettered records, checkpoints written, elapsed time).
 
 The reporter reads :class:`~rivermark.observe.metrics.Metrics` from its own
@@ -28,6 +30,7 @@ import threading
 import time
 from typing import IO, TYPE_CHECKING, Any
 
+from .endstate import RunState, run_state
 from .metrics import Snapshot, SourceMetrics
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -110,9 +113,11 @@ def start_line(job: Job) -> str:
         if sid in by_id and by_id[sid].lag_unit == "bytes" and isinstance(pos, int):
             text = f"byte {pos:,}"
         parts.append(f"{sid} {text if len(text) <= 60 else text[:57] + '...'}")
+    before = job.previous_run
     return (
         f"resuming from checkpoint {job.restored_epoch} written {age} ago; "
         f"positions: {', '.join(parts) if parts else '(none)'}"
+        + ("" if before is None else f"; the previous run: {before.text}")
     )
 
 
@@ -145,9 +150,12 @@ def progress_line(snap: Snapshot) -> str:
     return "progress: " + "; ".join(parts)
 
 
-def summary_lines(snap: Snapshot) -> list[str]:
-    """The end-of-run summary."""
-    lines = [f"done in {snap.elapsed:.1f}s"]
+def summary_lines(snap: Snapshot, state: RunState | None = None) -> list[str]:
+    """The end-of-run summary: how the run ended (``finished after 3.2s: end of input``)
+    and its figures."""
+    head = "ended" if state is None else state.state
+    why = "" if state is None or not state.reason else f": {state.reason}"
+    lines = [f"{head} after {snap.elapsed:.1f}s{why}"]
     for s in snap.sources:
         lines.append(f"  source {s.id}: {s.records:,} records")
     for n in snap.sinks:
@@ -302,5 +310,5 @@ class ProgressReporter:
 
     def summary(self) -> None:
         """Print the end-of-run summary."""
-        for line in summary_lines(self.job.metrics.read()):
+        for line in summary_lines(self.job.metrics.read(), run_state(self.job)):
             self._print(line)

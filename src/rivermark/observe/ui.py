@@ -35,6 +35,7 @@ from .control import (
     failure_rows,
     local_url,
 )
+from .endstate import run_state
 from .metrics import Snapshot
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -134,16 +135,6 @@ def positions(graph: dict[str, Any]) -> dict[str, Any]:
     return graph
 
 
-def _state(snap: Snapshot, job: Job) -> str:
-    """``running``, ``not started``, ``finished`` or ``failed: <exception>``."""
-    if snap.running:
-        return "running"
-    if job.ended_at is None:
-        return "not started"
-    failure = job.ended_by
-    return "finished" if failure is None else f"failed: {type(failure).__name__}: {failure}"
-
-
 def _finite(value: float | None) -> float | None:
     """``value`` where JSON can carry it (a watermark is -inf or +inf at the ends)."""
     return value if value is not None and math.isfinite(value) else None
@@ -153,13 +144,21 @@ def _marks(marks: dict[str, float] | None) -> dict[str, float | None] | None:
     return None if marks is None else {p: _finite(v) for p, v in marks.items()}
 
 
+def _state(snap: Snapshot, job: Job | None) -> dict[str, Any]:
+    """The run's state and its reason (:mod:`rivermark.observe.endstate`)."""
+    if job is None:
+        return {"state": "running" if snap.running else "ended", "reason": ""}
+    state = run_state(job)
+    return {"state": state.state, "reason": state.reason}
+
+
 def snapshot_json(snap: Snapshot, job: Job | None = None) -> dict[str, Any]:
     """A reading of the metrics as the page uses it."""
     return {
         "time": snap.time,
         "elapsed": snap.elapsed,
         "running": snap.running,
-        "state": _state(snap, job) if job is not None else ("running" if snap.running else "ended"),
+        **_state(snap, job),
         "restored_epoch": snap.restored_epoch,
         "checkpoints_written": snap.checkpoints_written,
         "last_checkpoint_age": snap.last_checkpoint_age,

@@ -86,7 +86,8 @@ def test_plain_progress_lines_and_summary(app: tuple[Path, dict[str, str]], tmp_
     held = [p for p in progress if "lines: 151 records" in p]
     assert held and all(int(re.search(r"byte (\d+)", p)[1]) <= 490 for p in held), held
     skipped = len([i for i in range(300) if i % 7 == 0])
-    summary = lines[lines.index(next(x for x in lines if x.startswith("done in "))) :]
+    summary = lines[lines.index(next(x for x in lines if x.startswith("finished after "))) :]
+    assert re.fullmatch(r"finished after [\d.]+s: end of input", summary[0]), summary
     assert summary[1:] == [
         "  source lines: 300 records",
         f"  sink out: {300 - skipped} records",
@@ -100,7 +101,9 @@ def test_plain_progress_lines_and_summary(app: tuple[Path, dict[str, str]], tmp_
     assert again.returncode == 0, again.stderr
     first = again.stdout.splitlines()[0]
     assert re.fullmatch(
-        r"resuming from checkpoint 2 written \d+s ago; positions: lines byte 1,090", first
+        r"resuming from checkpoint 2 written \d+s ago; positions: lines byte 1,090; "
+        r"the previous run: finished \(end of input\)",
+        first,
     ), first
     # nothing new to read; the counts carried over from the checkpoint
     assert "  source lines: 300 records" in again.stdout
