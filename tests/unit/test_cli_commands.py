@@ -265,8 +265,8 @@ def test_counts_carry_over_a_restore(ckpt: Path) -> None:
     # the second run read lines 101-300 only: the first run's 100 are carried
     assert last.counts is not None and last.run is not None
     assert last.run["resumed_from"] is not None
-    assert last.counts["lines"] == [300, 300]
-    assert last.counts["seen"] == [300, 0]  # a leaf passes nothing on
+    assert last.counts["lines"] == [300, 300, 0, 0, 0, 0]
+    assert last.counts["seen"] == [300, 0, 0, 0, 0, 0]  # a leaf passes nothing on
 
 
 def test_export_writes_a_nodes_state_as_rows(

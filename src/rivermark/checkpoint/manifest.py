@@ -14,7 +14,7 @@
       "savepoint": true,               # format 4, only in a savepoint
       "run": {"started": 1764679000.0, "resumed_from": 41},   # optional: the run that wrote it
       "timing": {"duration": 0.042, "pause": 0.003},   # optional: seconds, up to the commit
-      "counts": {"node-id": [records in, records out], ...},   # optional: totals so far
+      "counts": {"node-id": [in, out, raised, skipped, handled, late], ...},  # optional: totals
       "files": {"node-id": {"attr": {"000012.sst": {"sha256": "...", "size": 123}}}},   # format 5
       "checksum": "<sha256 of every other field>",
       "signature": {"key": "<key id>", "hmac": "<HMAC-SHA256>"}   # format 4, with a key
@@ -50,10 +50,13 @@ how long they were held by then (a background write resumes them before
 it writes; a blocking one holds them throughout).  What follows the commit
 (the sinks' commits, pruning) is not in it.
 
-``counts`` (optional, format 4) holds every node's records in and out
-since the job first started, as they stood at the snapshot: a resumed job
-counts on from there, so its metrics carry over a restore exactly (the
-records after the checkpoint are processed again and counted again).
+``counts`` (optional, format 4) holds every node's records in and out,
+errors (raised, skipped, handled by an ``on_error`` callable) and late
+records since the job first started, as they stood at the snapshot
+(checkpoints of older versions: records in and out only): a resumed job
+counts on from there, so every count of its metrics carries over a restore
+exactly (the records after the checkpoint are processed again and counted
+again).
 
 ``files`` (format 5, only when some node keeps its keyed state in RocksDB,
 :mod:`rivermark.checkpoint.rocks`) names, per node and state attribute,
@@ -261,17 +264,19 @@ def _check_timing(d: dict[str, Any]) -> None:
 
 
 def _check_counts(d: dict[str, Any]) -> None:
-    """``counts`` (optional) maps node ids to ``[records in, records out]``."""
+    """``counts`` (optional) maps node ids to ``[records in, records out]``, and since
+    format 4's second form also errors raised, skipped, handled and late records."""
     if "counts" not in d:
         return
     counts = d["counts"]
     ok = isinstance(counts, dict) and all(
-        isinstance(v, list) and len(v) == 2 and all(_is_int(x) and x >= 0 for x in v)
+        isinstance(v, list) and len(v) in (2, 6) and all(_is_int(x) and x >= 0 for x in v)
         for v in counts.values()
     )
     if not ok:
         raise ManifestError(
-            "manifest field 'counts' must map node ids to [<records in>, <records out>], "
+            "manifest field 'counts' must map node ids to [<records in>, <records out>] or "
+            "[<in>, <out>, <errors raised>, <skipped>, <handled>, <late records>], "
             f"got {str(counts)[:200]}"
         )
 

@@ -8,7 +8,8 @@ Reading needs nothing; changing needs the job's control token::
                            ``stopping`` (its final checkpoint is written)
     GET  /readyz           200 while the job runs and takes records, else 503
     GET  /api/job          status (``running``, ... ``stopped``, ``finished``,
-                           ``failed``) and its reason, epoch, positions, uptime
+                           ``failed``) and its reason, epoch, positions, uptime,
+                           every node's counts since the job first started
     GET  /api/checkpoints  the checkpoints this run wrote (epoch, time,
                            duration, pause, size, kind) and its failures
     POST /api/checkpoint   take a checkpoint now: {"epoch": N} once durable
@@ -43,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import ConfigurationError, RivermarkError
 from .endstate import run_state
+from .metrics import COUNTS
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Iterable
@@ -200,6 +202,10 @@ class JobControl:
             "reason": run_state(job).reason,
             **job_summary(job),
             "uptime_seconds": round(time.time() - (job.started_at or self.started), 3),
+            # per node, every count since the job first started (they carry over a restore)
+            "counts": {
+                nid: dict(zip(COUNTS, values)) for nid, values in job.metrics.totals().items()
+            },
         }
 
     def history(self) -> dict[str, Any]:

@@ -68,6 +68,7 @@ __all__ = [
     "SourceMetrics",
     "EventTimeClock",
     "EventTimeWindows",
+    "COUNTS",
 ]
 
 
@@ -253,6 +254,10 @@ def _error_texts(n: Stream) -> tuple[str | None, str | None]:
     return _text(record), f"{type(exc).__name__}: {str(exc)[:300]}"
 
 
+#: what a checkpoint's ``counts`` hold per node, in this order (totals since the job first
+#: started; a checkpoint of an older version holds the first two)
+COUNTS = ("records_in", "records_out", "errors_raised", "errors_skipped", "errors_handled", "late")
+
 #: histogram buckets (upper bounds) of the checkpoints' duration and pause (s) and size (bytes)
 BUCKETS = {
     "duration": (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
@@ -377,19 +382,24 @@ class Metrics:
             return dict(self._rates)
 
     def totals(self) -> dict[str, list[int]]:
-        """Node id -> ``[records in, records out]`` since the job first started.
+        """Node id -> its counts since the job first started (:data:`COUNTS` in order).
 
         This run's counts plus those the restored checkpoint carried
         (``job.restored_counts``); a job writes them into each checkpoint,
-        so the figures carry over a restore.
+        so every count carries over a restore: records in and out, errors
+        raised, skipped and handled, late records.  A checkpoint of an older
+        version carries records in and out only.
         """
         outs = self._outs()
         carried = self.job.restored_counts
         totals = {}
         for n in self.job.nodes:
             nid = self.job.id_of(n)
-            before = carried.get(nid, (0, 0))
-            totals[nid] = [self._in(n, outs) + before[0], outs[id(n)] + before[1]]
+            before = [*carried.get(nid, ()), 0, 0, 0, 0, 0, 0][: len(COUNTS)]
+            late = n.late_count if isinstance(n, EventTimeWindows) else 0
+            raised = max(n.error_count - n.errors_skipped - n.errors_handled, 0)
+            now = [self._in(n, outs), outs[id(n)], raised, n.errors_skipped, n.errors_handled, late]
+            totals[nid] = [a + b for a, b in zip(now, before)]
         return totals
 
     def read(self) -> Snapshot:
@@ -413,7 +423,7 @@ class Metrics:
         edges = []
         for n in job.nodes:
             nid = ids[id(n)]
-            raised = n.error_count - n.errors_skipped - n.errors_handled
+            _, _, raised, skipped, handled, late_total = totals[nid]
             record, error = _error_texts(n)
             watermark, late, opened = _event_time(n)
             nodes.append(
@@ -423,9 +433,9 @@ class Metrics:
                     kind=type(n).__name__,
                     records_in=counts[nid],
                     records_out=totals[nid][1],
-                    errors_raised=max(raised, 0),
-                    errors_skipped=n.errors_skipped,
-                    errors_handled=n.errors_handled,
+                    errors_raised=raised,
+                    errors_skipped=skipped,
+                    errors_handled=handled,
                     backlog=node_backlog(n),
                     rate=rates.get(nid, 0.0),
                     upstreams=tuple(ids[id(u)] for u in n.upstreams if id(u) in ids),
@@ -437,7 +447,7 @@ class Metrics:
                     last_error=error,
                     state_size=sizes.get(nid),
                     watermark=watermark,
-                    late_records=late,
+                    late_records=None if late is None else late_total,
                     open_windows=opened,
                 )
             )
