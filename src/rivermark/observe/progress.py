@@ -11,7 +11,8 @@
   records), the last checkpoint's epoch, age and duration (or,
   after a restore and before this run's first checkpoint, "resumed from
   checkpoint N"), errors, and the busiest nodes (records in, records/s,
-  busy and backpressure: :mod:`rivermark.observe.busy`).  When stdout is not a terminal (or ``rich`` is missing): one plain
+  busy and backpressure: :mod:`rivermark.observe.busy`; every node with errors, late
+  records or backpressure is shown).  When stdout is not a terminal (or ``rich`` is missing): one plain
   line every ``interval`` seconds.
 * At the end: how the run ended (:mod:`rivermark.observe.endstate`:
   ``finished after 3.2s: end of input``, ``stopped after 9.0s: rivermark
@@ -31,7 +32,7 @@ import time
 from typing import IO, TYPE_CHECKING, Any
 
 from .endstate import RunState, run_state
-from .metrics import Snapshot, SourceMetrics
+from .metrics import NodeMetrics, Snapshot, SourceMetrics
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..checkpoint.job import Job
@@ -174,20 +175,46 @@ def _lag_text(s: SourceMetrics) -> str:
     return "–" if lag is None else f"{lag:,} {s.lag_unit}"
 
 
-#: the node rows the terminal shows: the busiest ones
+#: the node rows the terminal shows: at least the busiest ones
 BUSIEST = 5
+#: at most this many rows of nodes with errors, late records or backpressure
+FLAGGED = 12
 
 
-def _table(snap: Snapshot) -> Any:
+def _flagged(n: NodeMetrics) -> bool:
+    """A node the terminal always shows: it has errors, late records or backpressure."""
+    return n.errors > 0 or bool(n.late_records) or n.backpressure >= 0.01
+
+
+def shown_nodes(snap: Snapshot, limit: int = BUSIEST) -> list[NodeMetrics]:
+    """The node rows of the terminal display: every node with errors, late records or
+    backpressure (most errors first; at most :data:`FLAGGED`), then the busiest of the
+    others up to ``limit`` rows."""
+    flagged = sorted(
+        (n for n in snap.nodes if _flagged(n)),
+        key=lambda n: (-n.errors, -(n.late_records or 0), -n.backpressure, n.id),
+    )[:FLAGGED]
+    ids = {n.id for n in flagged}
+    rest = sorted(
+        (n for n in snap.nodes if n.id not in ids), key=lambda n: (-n.busy, -n.backpressure, n.id)
+    )
+    return flagged + rest[: max(limit - len(flagged), 0)]
+
+
+def _late_text(n: NodeMetrics) -> str:
+    return "" if n.late_records is None else f"{n.late_records:,}"
+
+
+def _title(snap: Snapshot) -> str:
+    errors = sum(n.errors for n in snap.nodes)
+    return f"rivermark  {snap.elapsed:.0f}s  {checkpoint_text(snap)}  errors {errors:,}"
+
+
+def _wide(snap: Snapshot) -> Any:
     from rich.console import Group
     from rich.table import Table
 
-    errors = sum(n.errors for n in snap.nodes)
-    table = Table(
-        title=f"rivermark  {snap.elapsed:.0f}s  {checkpoint_text(snap)}  errors {errors:,}",
-        title_justify="left",
-        expand=False,
-    )
+    table = Table(title=_title(snap), title_justify="left", expand=False)
     table.add_column("source")
     table.add_column("records", justify="right")
     table.add_column("records/s", justify="right")
@@ -203,12 +230,11 @@ def _table(snap: Snapshot) -> Any:
             lag = "–" if s.event_time_lag is None else format_age(s.event_time_lag)
             row += [watermark_text(s.watermark), lag]
         table.add_row(*row)
-    busiest = sorted(snap.nodes, key=lambda n: (-n.busy, -n.backpressure, n.id))[:BUSIEST]
     nodes = Table(title="busiest nodes", title_justify="left", expand=False)
     nodes.add_column("node")
-    for head in ("records in", "records/s", "busy", "backpressure", "errors"):
+    for head in ("records in", "records/s", "busy", "backpressure", "errors", "late"):
         nodes.add_column(head, justify="right")
-    for n in busiest:
+    for n in shown_nodes(snap):
         nodes.add_row(
             n.id,
             f"{n.records_in:,}",
@@ -216,9 +242,64 @@ def _table(snap: Snapshot) -> Any:
             f"{100 * n.busy:.0f}%",
             f"{100 * n.backpressure:.0f}%",
             f"{n.errors:,}",
+            _late_text(n),
         )
     clocks = _event_time_table(snap)
     return Group(table, nodes) if clocks is None else Group(table, nodes, clocks)
+
+
+def _compact(snap: Snapshot) -> Any:
+    """The same figures in rows for a small terminal (80 columns): each source on lines
+    of its own (position and watermark uncut), the nodes in a table without borders."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    parts: list[Any] = [Text(_title(snap), style="bold")]
+    for s in snap.sources:
+        lag = "" if s.total_lag is None else f"  lag {_lag_text(s)}"
+        parts.append(Text(f"{s.id}  {s.records:,} records  {s.rate:,.0f}/s{lag}"))
+        parts.append(Text(f"  {_position_text(s)}"))
+        if s.watermark is not None:
+            parts.append(Text(f"  {_event_time_text(s)}"))
+    nodes = Table(box=None, expand=False, pad_edge=False, title_justify="left")
+    nodes.add_column("node", overflow="fold")
+    for head in ("in", "/s", "busy", "bp", "errors", "late"):
+        nodes.add_column(head, justify="right")
+    timed = any(n.watermark is not None or n.open_windows is not None for n in snap.nodes)
+    if timed:
+        nodes.add_column("open", justify="right")
+    for n in shown_nodes(snap):
+        row = [
+            n.id,
+            f"{n.records_in:,}",
+            f"{n.rate:,.0f}",
+            f"{100 * n.busy:.0f}%",
+            f"{100 * n.backpressure:.0f}%",
+            f"{n.errors:,}",
+            _late_text(n),
+        ]
+        if timed:
+            row.append("" if n.open_windows is None else f"{n.open_windows:,}")
+        nodes.add_row(*row)
+    parts.append(nodes)
+    marks = [n for n in snap.nodes if n.watermark is not None]
+    for n in marks:
+        parts.append(Text(f"{n.id}: watermark {watermark_text(n.watermark)}"))
+    return Group(*parts)
+
+
+def _table(snap: Snapshot, width: int | None = None) -> Any:
+    """The live display: tables when they fit in ``width`` columns, else compact rows."""
+    wide = _wide(snap)
+    if width is None:
+        return wide
+    from rich.console import Console
+    from rich.measure import Measurement
+
+    console = Console(width=10_000)  # a measurement is clamped to the console's width
+    needed = max(Measurement.get(console, console.options, r).maximum for r in wide.renderables)
+    return wide if needed <= width else _compact(snap)
 
 
 def _event_time_table(snap: Snapshot) -> Any:
@@ -303,10 +384,14 @@ class ProgressReporter:
 
         console = Console(file=self.out)
         metrics = self.job.metrics
-        with Live(_table(metrics.read()), console=console, auto_refresh=False) as live:
+
+        def draw() -> Any:
+            return _table(metrics.read(), console.width)
+
+        with Live(draw(), console=console, auto_refresh=False) as live:
             while not self._stop.wait(0.5):
-                live.update(_table(metrics.read()), refresh=True)
-            live.update(_table(metrics.read()), refresh=True)
+                live.update(draw(), refresh=True)
+            live.update(draw(), refresh=True)
 
     def summary(self) -> None:
         """Print the end-of-run summary."""
