@@ -551,7 +551,8 @@ def _do_list(directory: str, as_json: bool) -> int:
         print("no checkpoints")
         return 0
     print(
-        f"{'EPOCH':>12}  {'TIME (UTC)':<24}  {'KIND':<9}  {'DURATION':>9}  {'PAUSE':>9}  "
+        f"{'EPOCH':>12}  {'TIME (UTC)':<24}  {'KIND':<9}  {'END TO END':>10}  {'WRITE':>9}  "
+        f"{'PAUSE':>9}  "
         f"{'STATE BYTES':>17}  {'SOURCES':>7}  RUN"
     )
     for r in rows:
@@ -561,7 +562,8 @@ def _do_list(directory: str, as_json: bool) -> int:
             began = f"  {r['run_began']}" if r["run_began"] else ""
             print(
                 f"{r['epoch']:>12}  {insp.format_time(r['time']):<24}  {r['kind']:<9}  "
-                f"{_duration_text(r['duration']):>9}  {_duration_text(r['pause']):>9}  "
+                f"{_duration_text(r['duration']):>10}  {_duration_text(r['write']):>9}  "
+                f"{_duration_text(r['pause']):>9}  "
                 f"{r['size']:>11} bytes  {r['sources']:>7}{began}"
             )
     return 0

@@ -250,13 +250,15 @@ def test_list_shows_how_long_each_checkpoint_took(
 ) -> None:
     assert main(["checkpoints", "list", str(ckpt)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split()[4:6] == ["DURATION", "PAUSE"]
+    assert lines[0].split()[4:9] == ["END", "TO", "END", "WRITE", "PAUSE"]
     for line in lines[1:]:
-        duration, pause = float(line.split()[4]), float(line.split()[6])
-        assert 0 < pause <= duration < 30, line  # "0.004 s  0.004 s": a blocking write
+        words = line.split()
+        duration, write, pause = float(words[4]), float(words[6]), float(words[8])
+        # "0.004 s  0.003 s  0.004 s": a blocking write holds the sources throughout
+        assert 0 < write <= duration < 30 and 0 < pause <= duration, line
     assert main(["checkpoints", "list", str(ckpt), "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert all(r["duration"] >= r["pause"] > 0 for r in rows)
+    assert all(r["duration"] >= r["pause"] > 0 and r["duration"] >= r["write"] for r in rows)
 
 
 def test_counts_carry_over_a_restore(ckpt: Path) -> None:

@@ -107,10 +107,12 @@ __all__ = ["Job", "CheckpointInfo", "CheckpointFailure"]
 class CheckpointInfo:
     """One checkpoint written by a running job (what the metrics report).
 
-    ``duration`` is the durable write and post-commit (steps 4-5),
-    ``pause`` the time the sources were held (from the pause to the resume:
-    steps 1-3 for a background write, 1-5 for a blocking one), both in
-    seconds; ``size`` is the bytes of state written, ``sizes`` per node id;
+    The figures are the manifest's ``timing`` (seconds, up to the manifest's
+    write; see :mod:`rivermark.checkpoint.manifest`): ``duration`` end to
+    end, from the pause of the sources; ``write`` the durable write of the
+    state files and the manifest; ``pause`` the time the sources were held
+    by then (steps 1-3 for a background write; a blocking one holds them
+    throughout).  ``size`` is the bytes of state written, ``sizes`` per node id;
     ``kind`` is ``"delta"`` when a node's keyed state was written as a delta,
     ``"savepoint"`` for a savepoint.
     """
@@ -122,6 +124,7 @@ class CheckpointInfo:
     size: int
     kind: str = "full"
     sizes: dict[str, int] = field(default_factory=dict)
+    write: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -151,12 +154,15 @@ class _Pending:
     handles: dict[str, Any]
     paused_at: float
     resumed_at: float | None = None
+    write_started: float | None = None
 
     def timing(self) -> dict[str, float]:
-        """Seconds since the pause, and of it the sources held (the manifest's ``timing``)."""
+        """The manifest's ``timing``, taken as it is serialised: seconds since the pause
+        (end to end), since the write began, and of them the sources held."""
         now = time.monotonic()
         return {
             "duration": now - self.paused_at,
+            "write": now - (self.write_started or now),
             "pause": (self.resumed_at or now) - self.paused_at,
         }
 
@@ -961,7 +967,7 @@ class Job:
     async def _complete(self, p: _Pending) -> None:
         """Steps 4-5: the durable write, then the post-commit (sinks, sources, prune)."""
         loop = asyncio.get_running_loop()
-        write_started = time.monotonic()
+        p.write_started = time.monotonic()
         try:
             # (4) serialise and write durably in one trip to the worker thread
             # (fault points before-write / after-state-files / after-manifest)
@@ -1009,12 +1015,15 @@ class Job:
                 "(%s: %s); they are removed by a later checkpoint",
                 p.epoch, self.store, type(e).__name__, e,
             )  # fmt: skip
-        done = time.monotonic()
+        # the figures the manifest holds (one definition everywhere); a store that
+        # did not serialise it through to_json gets them now
+        timing = p.manifest.timing or p.timing()
         info = CheckpointInfo(
             epoch=p.epoch,
             time=p.manifest.time,
-            duration=done - write_started,
-            pause=(p.resumed_at or done) - p.paused_at,
+            duration=timing["duration"],
+            pause=timing["pause"],
+            write=timing["write"],
             size=sum(len(b) for b in states.values()),
             kind="savepoint" if p.manifest.savepoint else checkpoint_kind(p.views.values()),
             sizes={nid: len(b) for nid, b in states.items()},
@@ -1022,13 +1031,15 @@ class Job:
         self.checkpoints.append(info)
         self.checkpoints_written += 1
         logger.info(
-            "%s %d written: %d state files, %d bytes, in %.3f s (sources paused %.3f s)",
+            "%s %d written: %d state files, %d bytes, in %.3f s end to end "
+            "(write %.3f s, sources paused %.3f s)",
             "savepoint" if p.manifest.savepoint else "checkpoint",
-            p.epoch, len(states), info.size, info.duration, info.pause,
+            p.epoch, len(states), info.size, info.duration, info.write, info.pause,
             extra={
                 "epoch": p.epoch,
                 "position": p.positions,
                 "duration_seconds": round(info.duration, 6),
+                "write_seconds": round(info.write, 6),
                 "pause_seconds": round(info.pause, 6),
                 "size_bytes": info.size,
             },

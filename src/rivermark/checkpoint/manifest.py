@@ -13,7 +13,7 @@
       "chains": {"node-id": {"parent": 41, "base": 37}},   # formats 3 and 4
       "savepoint": true,               # format 4, only in a savepoint
       "run": {"started": 1764679000.0, "resumed_from": 41},   # optional: the run that wrote it
-      "timing": {"duration": 0.042, "pause": 0.003},   # optional: seconds, up to the commit
+      "timing": {"duration": 0.042, "write": 0.031, "pause": 0.003},  # optional: seconds
       "counts": {"node-id": [in, out, raised, skipped, handled, late], ...},  # optional: totals
       "files": {"node-id": {"attr": {"000012.sst": {"sha256": "...", "size": 123}}}},   # format 5
       "checksum": "<sha256 of every other field>",
@@ -45,10 +45,14 @@ tell where each run began (``rivermark checkpoints list``).
 
 ``timing`` (optional, format 4) is how long the checkpoint took, measured
 when the manifest is serialised, the last step before the commit (the
-rename): ``duration`` from the moment the sources were paused, ``pause``
-how long they were held by then (a background write resumes them before
-it writes; a blocking one holds them throughout).  What follows the commit
-(the sinks' commits, pruning) is not in it.
+rename).  These are the figures the live page, the checkpoint history,
+Prometheus and ``rivermark checkpoints list`` show, under these names:
+``duration`` is **end to end**, from the moment the sources were paused;
+``write`` the durable **write** of the state files and the manifest (older
+checkpoints lack it); ``pause`` how long the sources were held by then (a
+background write resumes them before it writes; a blocking one holds them
+throughout, so its pause is its end-to-end figure).  What follows the commit
+(the sinks' commits, pruning) is in none of them.
 
 ``counts`` (optional, format 4) holds every node's records in and out,
 errors (raised, skipped, handled by an ``on_error`` callable) and late
@@ -251,14 +255,16 @@ def _is_number(v: Any) -> bool:
 
 
 def _check_timing(d: dict[str, Any]) -> None:
-    """``timing`` (optional) is ``{"duration": seconds, "pause": seconds}``."""
+    """``timing`` (optional) is ``{"duration": seconds, "pause": seconds}``, and since
+    the write is timed apart also ``"write": seconds``."""
     if "timing" not in d:
         return
     t = d["timing"]
-    ok = isinstance(t, dict) and set(t) == {"duration", "pause"}
+    ok = isinstance(t, dict) and set(t) in ({"duration", "pause"}, {"duration", "pause", "write"})
     if not (ok and all(_is_number(v) and v >= 0 for v in t.values())):
         raise ManifestError(
-            'manifest field \'timing\' must be {"duration": <seconds>, "pause": <seconds>}, '
+            'manifest field \'timing\' must be {"duration": <seconds>, "pause": <seconds>, '
+            '"write": <seconds>}, '
             f"got {t!r}"
         )
 

@@ -141,6 +141,7 @@ def checkpoint_rows(checkpoints: Iterable[CheckpointInfo]) -> list[dict[str, Any
             "epoch": c.epoch,
             "time": c.time,
             "duration": c.duration,
+            "write": c.write,
             "pause": c.pause,
             "size": c.size,
             "kind": c.kind,

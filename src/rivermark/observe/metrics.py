@@ -261,6 +261,7 @@ COUNTS = ("records_in", "records_out", "errors_raised", "errors_skipped", "error
 #: histogram buckets (upper bounds) of the checkpoints' duration and pause (s) and size (bytes)
 BUCKETS = {
     "duration": (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
+    "write": (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
     "pause": (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
     "size": tuple(float(4**k) for k in range(4, 17)),  # 256 B to 4 GiB
 }
@@ -301,7 +302,8 @@ class Metrics:
         self._folded: tuple[float | None, int] = (None, -1)
 
     def checkpoint_histogram(self, figure: str) -> tuple[list[tuple[str, float]], float]:
-        """Cumulative buckets and sum of the checkpoints' ``duration``, ``pause`` or ``size``.
+        """Cumulative buckets and sum of the checkpoints' ``duration`` (end to end),
+        ``write``, ``pause`` or ``size``.
 
         Counts every checkpoint of the current run that the job still lists
         (its last 100) when this is read: read at least once per 100
@@ -315,6 +317,7 @@ class Metrics:
             for c in list(self.job.checkpoints):
                 if c.epoch > last and c.time >= (self.job.started_at or 0.0):
                     self._histograms["duration"].add(c.duration)
+                    self._histograms["write"].add(c.write)
                     self._histograms["pause"].add(c.pause)
                     self._histograms["size"].add(c.size)
                     last = c.epoch
