@@ -1219,10 +1219,29 @@ def stop_command(target: str, savepoint: bool) -> int:
 
 
 # ---------------------------------------------------------------- entry point
-def _usage_line(err: click.UsageError) -> str:
+def _command_path(args: list[str]) -> str:
+    """``rivermark run`` (``rivermark checkpoints list``): the subcommand ``args`` name."""
+    path, group = ["rivermark"], cli
+    for arg in args:
+        command = group.commands.get(arg) if isinstance(group, click.Group) else None
+        if command is None:
+            if not arg.startswith("-"):
+                break  # an argument, not a subcommand
+            continue
+        path.append(arg)
+        group = command
+    return " ".join(path)
+
+
+def _usage_line(err: click.UsageError, args: list[str] | None = None) -> str:
+    """One line: the error and where its help is (a subcommand's own, when named).
+
+    >>> print(_usage_line(click.UsageError("Option '--ui' requires an argument."), ["run", "--ui"]))
+    rivermark: error: Option '--ui' requires an argument. (see 'rivermark run --help')
+    """
     ctx = err.ctx
-    where = f"{ctx.command_path} --help" if ctx is not None else "rivermark --help"
-    return f"rivermark: error: {err.format_message()} (see '{where}')"
+    path = ctx.command_path if ctx is not None else _command_path(args or [])
+    return f"rivermark: error: {err.format_message()} (see '{path} --help')"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1234,7 +1253,7 @@ def main(argv: list[str] | None = None) -> int:
         print(e.format_message(), file=sys.stderr)
         return 2
     except click.UsageError as e:
-        print(_usage_line(e), file=sys.stderr)
+        print(_usage_line(e, args), file=sys.stderr)
         return 2
     except click.exceptions.Exit as e:
         return int(e.exit_code)

@@ -303,3 +303,12 @@ def test_export_writes_a_nodes_state_as_rows(
     assert res.returncode == 2 and "no state for node 'nope'" in res.stderr and "seen" in res.stderr
     res = run_cli("checkpoints", "export", str(ckpt), "seen", "--format", "parquet")
     assert res.returncode == 2 and "give --output FILE" in res.stderr
+
+
+def test_an_option_without_its_value_points_at_the_subcommands_help(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["run", "app.py:source", "--ui"]) == 2
+    assert capsys.readouterr().err == (
+        "rivermark: error: Option '--ui' requires an argument. (see 'rivermark run --help')\n"
+    )
