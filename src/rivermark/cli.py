@@ -1221,7 +1221,8 @@ def stop_command(target: str, savepoint: bool) -> int:
 # ---------------------------------------------------------------- entry point
 def _command_path(args: list[str]) -> str:
     """``rivermark run`` (``rivermark checkpoints list``): the subcommand ``args`` name."""
-    path, group = ["rivermark"], cli
+    path: list[str] = ["rivermark"]
+    group: click.Command = cli
     for arg in args:
         command = group.commands.get(arg) if isinstance(group, click.Group) else None
         if command is None:
