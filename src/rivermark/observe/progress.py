@@ -47,6 +47,7 @@ __all__ = [
     "checkpoint_text",
     "summary_lines",
     "watermark_text",
+    "position_text",
 ]
 
 
@@ -65,7 +66,9 @@ def format_age(seconds: float) -> str:
     return f"{seconds / 86400:.1f} days"
 
 
-def _position_text(s: SourceMetrics) -> str:
+def position_text(s: SourceMetrics) -> str:
+    """A source's position as the terminal and the page show it (``byte 410,376 (45% of
+    file)``, ``lag 1,200``, ``position 42``)."""
     lag = s.total_lag
     if s.lag_unit == "bytes" and isinstance(s.position, int) and lag is not None:
         total = s.position + lag
@@ -136,7 +139,7 @@ def checkpoint_text(snap: Snapshot) -> str:
 def progress_line(snap: Snapshot) -> str:
     """One plain line: per source records, rate, position; last checkpoint; errors."""
     parts = [
-        f"{s.id}: {s.records:,} records ({s.rate:,.0f}/s), {_position_text(s)}"
+        f"{s.id}: {s.records:,} records ({s.rate:,.0f}/s), {position_text(s)}"
         + ("" if s.watermark is None else f", {_event_time_text(s)}")
         for s in snap.sources
     ]
@@ -225,7 +228,7 @@ def _wide(snap: Snapshot) -> Any:
         table.add_column("watermark")
         table.add_column("event-time lag", justify="right")
     for s in snap.sources:
-        row = [s.id, f"{s.records:,}", f"{s.rate:,.0f}", _position_text(s), _lag_text(s)]
+        row = [s.id, f"{s.records:,}", f"{s.rate:,.0f}", position_text(s), _lag_text(s)]
         if timed:
             lag = "–" if s.event_time_lag is None else format_age(s.event_time_lag)
             row += [watermark_text(s.watermark), lag]
@@ -259,7 +262,7 @@ def _compact(snap: Snapshot) -> Any:
     for s in snap.sources:
         lag = "" if s.total_lag is None else f"  lag {_lag_text(s)}"
         parts.append(Text(f"{s.id}  {s.records:,} records  {s.rate:,.0f}/s{lag}"))
-        parts.append(Text(f"  {_position_text(s)}"))
+        parts.append(Text(f"  {position_text(s)}"))
         if s.watermark is not None:
             parts.append(Text(f"  {_event_time_text(s)}"))
     nodes = Table(box=None, expand=False, pad_edge=False, title_justify="left")
