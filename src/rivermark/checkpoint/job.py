@@ -613,8 +613,8 @@ class Job:
 
     def _record_end(self) -> None:
         """Write how the run ended into the store's ``job.json`` (a later reader sees it)."""
-        if self._job_info is None:
-            return  # refused before it started
+        if self._job_info is None or isinstance(self._ended_by, CheckpointLockedError):
+            return  # refused before it started, or another job may own the store now
         try:
             self.store.write_job_info({**self._job_info, "ended": ended_record(run_state(self))})
         except Exception:  # the store may be what failed; the end state is shown anyway
