@@ -565,7 +565,6 @@ class Job:
         if self._ui is not None:
             await self._ui.start()
         self._recovery.warn_not_replayable()
-        #: how the run before this one ended (None: unknown, or the first run)
         self.previous_run = previous_run(self.store.read_job_info())
         self._job_info = {
             "fingerprint": self.fingerprint,
