@@ -16,6 +16,7 @@ included).  On a shared machine the wall time is the noisiest.
 
     .venv/bin/python benchmarks/bench_observe.py                 # 2,000,000 records, 15 rounds
     .venv/bin/python benchmarks/bench_observe.py -n 200000 --repeat 5
+    .venv/bin/python benchmarks/bench_observe.py --pages 60   # 60 open tabs
 
 Not a test: nothing here asserts on timings.
 """
@@ -49,7 +50,7 @@ def _loop_thread_clock() -> int:
     return time.pthread_getcpuclockid(loop.ident)
 
 
-def once(n: int, watched: bool) -> tuple[float, float, float]:
+def once(n: int, watched: bool, pages: int = 1) -> tuple[float, float, float]:
     """Wall seconds, the loop thread's CPU seconds and the process's CPU seconds of one job."""
     source = Stream.from_iterable(range(n), name="numbers")
     total = (
@@ -70,7 +71,8 @@ def once(n: int, watched: bool) -> tuple[float, float, float]:
     start, loop_cpu, cpu = time.perf_counter(), time.clock_gettime(clock), time.process_time()
     if watched:
         assert job.ui_url is not None
-        threading.Thread(target=_read_events, args=(job.ui_url, stop), daemon=True).start()
+        for _ in range(pages):  # open pages (tabs): each reads the event stream
+            threading.Thread(target=_read_events, args=(job.ui_url, stop), daemon=True).start()
     while job.running:  # the loop thread outlives the job: read its clock at the job's end
         job.wait_ended(0.05)
     loop_cpu = time.clock_gettime(clock) - loop_cpu
@@ -84,6 +86,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("-n", type=int, default=2_000_000, help="records per job")
     parser.add_argument("--repeat", type=int, default=15, help="rounds")
+    parser.add_argument("--pages", type=int, default=1, help="open pages (event streams)")
     args = parser.parse_args()
     once(10_000, True)  # warm up imports and the server
     plain: list[tuple[float, float, float]] = []
@@ -91,12 +94,12 @@ def main() -> None:
     for _ in range(args.repeat):
         order = [False, True]
         random.shuffle(order)
-        times = {w: once(args.n, w) for w in order}
+        times = {w: once(args.n, w, args.pages) for w in order}
         plain.append(times[False])
         watched.append(times[True])
     print(
         f"python {platform.python_version()}, {os.cpu_count()} cpus, "
-        f"load {os.getloadavg()[0]:.1f}, n={args.n:,}, rounds={args.repeat}"
+        f"load {os.getloadavg()[0]:.1f}, n={args.n:,}, rounds={args.repeat}, pages={args.pages}"
     )
     print("figure                          without page   with page   best ratio   median ratio")
     for i, what in enumerate(("wall s", "loop thread CPU s", "process CPU s")):

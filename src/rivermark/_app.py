@@ -32,6 +32,7 @@ import os
 import re
 import runpy
 import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -158,6 +159,44 @@ def _load_namespace(spec: str) -> dict[str, Any]:
 
 def load_app(target: str) -> Stream:
     """Import ``path/to/app.py:name`` or ``package.module:name``; return the node ``name`` holds."""
+    return _load_app(target)[0]
+
+
+def load_app_with_migrations(
+    target: str, migrate: Mapping[str, str]
+) -> tuple[Stream, dict[str, Callable[[Any], Any]]]:
+    """:func:`load_app`, and the functions ``--migrate NODE=FUNCTION`` names.
+
+    ``FUNCTION`` is a function the app defines (``upgrade_totals``) or one
+    in an importable module (``package.module:function``); each turns the
+    node's old state into its new one (``Job(migrate=...)``).
+    """
+    node, namespace, path = _load_app(target)
+    functions: dict[str, Callable[[Any], Any]] = {}
+    for nid, spec in migrate.items():
+        module, sep, name = spec.rpartition(":")
+        where = repr(module) if sep else f"the app {path!r}"
+        fn: Any
+        if sep:
+            try:
+                fn = getattr(importlib.import_module(module), name, _MISSING)
+            except ImportError as e:
+                raise AppError(
+                    f"rivermark run: --migrate {nid}={spec}: cannot import {module!r} ({e}); "
+                    "give a function of the app (NAME) or of an importable module (module:NAME)"
+                ) from None
+        else:
+            fn = namespace.get(name, _MISSING)
+        if not callable(fn):
+            raise AppError(
+                f"rivermark run: --migrate {nid}={spec}: {where} defines no function {name!r}; "
+                f"define def {name}(old_state): return new_state there"
+            )
+        functions[nid] = fn
+    return node, functions
+
+
+def _load_app(target: str) -> tuple[Stream, dict[str, Any], str]:
     path, sep, name = target.rpartition(":")
     if not sep or not path or not name:
         raise AppError(
@@ -179,7 +218,7 @@ def load_app(target: str) -> Stream:
             f"rivermark run: {name!r} in {path!r} must be a stream node, got {node!r}; "
             f"name a module-level variable that holds a node of the graph{hint}"
         )
-    return node
+    return node, namespace, path
 
 
 _MISSING = object()

@@ -12,6 +12,11 @@ installed package.
 ... except ValueError as e:
 ...     print(user_frame(e))
 <doctest rivermark._frames[0]>:2 in parse
+>>> try:
+...     list(map(int, ["a"]))
+... except ValueError as e:
+...     print(user_frame(e))
+<doctest rivermark._frames[2]>:2 in <module>
 """
 
 from __future__ import annotations
@@ -45,7 +50,11 @@ def user_frames(exc: BaseException | None) -> list[traceback.FrameSummary]:
     return [
         f
         for f in traceback.extract_tb(exc.__traceback__)
-        if not os.path.abspath(f.filename).startswith(libs) and not f.filename.startswith("<frozen")
+        if not os.path.abspath(f.filename).startswith(libs)
+        # the standard library's frozen modules, and rivermark's generated code
+        # (``<rivermark graph>``, ``<rivermark step ...>``): a builtin called from
+        # there (``map(int)``) has no frame of the user's
+        and not f.filename.startswith(("<frozen", "<rivermark"))
     ]
 
 

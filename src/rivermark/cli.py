@@ -47,7 +47,7 @@ from typing import Any
 
 import click
 
-from ._app import load_app, parse_every
+from ._app import load_app, load_app_with_migrations, parse_every
 from .checkpoint import CheckpointCorruptError, Job, Store, replay
 from .checkpoint import inspection as insp
 from .checkpoint.signing import Keyring, Trust
@@ -196,6 +196,24 @@ def _parse_renames(ctx: click.Context, param: click.Parameter, value: Any) -> di
     return out
 
 
+def _parse_migrations(ctx: click.Context, param: click.Parameter, value: Any) -> dict[str, str]:
+    """``--migrate NODE=FUNCTION`` (repeatable): which function migrates which node's state."""
+    out: dict[str, str] = {}
+    for text in value or ():
+        nid, sep, fn = text.partition("=")
+        if not sep or not nid or not fn:
+            raise click.BadParameter(
+                f"{text!r} is not NODE=FUNCTION (a node id and a function of the app, or "
+                "module:function)",
+                ctx,
+                param,
+            )
+        if nid in out:
+            raise click.BadParameter(f"{nid!r} is migrated twice", ctx, param)
+        out[nid] = fn
+    return out
+
+
 def _parse_dropped(ctx: click.Context, param: click.Parameter, value: Any) -> bool | list[str]:
     """``--allow-dropped-state NODE`` (repeatable, or ``all``) as ``Job(allow_dropped_state=...)``."""
     ids = list(value or ())
@@ -221,6 +239,16 @@ _dropped_option = click.option(
     "(repeatable; 'all' for every removed node).  "
     "[env: RIVERMARK_ALLOW_DROPPED_STATE, space-separated]",
 )
+_migrate_option = click.option(
+    "--migrate",
+    multiple=True,
+    metavar="NODE=FUNCTION",
+    callback=_parse_migrations,
+    envvar="RIVERMARK_MIGRATE",
+    help="Turn the restored state of NODE into its new shape with FUNCTION(old_state), a "
+    "function of the app or module:function (repeatable; Job(migrate=...); see "
+    "docs/upgrading.md).  [env: RIVERMARK_MIGRATE, space-separated]",
+)
 _new_nodes_option = click.option(
     "--allow-new-nodes/--no-allow-new-nodes",
     default=False,
@@ -232,7 +260,7 @@ _new_nodes_option = click.option(
 
 def _upgrade_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """How a restore meets a changed graph (see docs/upgrading.md): ``run``, ``replay``, ``diff``."""
-    return _new_nodes_option(_rename_option(_dropped_option(command)))
+    return _new_nodes_option(_rename_option(_dropped_option(_migrate_option(command))))
 
 
 def _note_stop_signals() -> list[int]:
@@ -278,8 +306,8 @@ def _short(value: Any) -> str:
 
 
 def _do_run(target: str, opts: dict[str, Any]) -> int:
-    node = load_app(target)
-    job = Job(node, **_job_options(opts))
+    node, migrate = load_app_with_migrations(target, opts["migrate"])
+    job = Job(node, **_job_options(opts), migrate=migrate)
     job.install_signal_handlers(savepoint=opts["savepoint_on_stop"])
     received = _note_stop_signals()
     reporter = None
@@ -552,7 +580,8 @@ def _do_list(directory: str, as_json: bool) -> int:
         print("no checkpoints")
         return 0
     print(
-        f"{'EPOCH':>12}  {'TIME (UTC)':<24}  {'KIND':<9}  {'DURATION':>9}  {'PAUSE':>9}  "
+        f"{'EPOCH':>12}  {'TIME (UTC)':<24}  {'KIND':<9}  {'END TO END':>10}  {'WRITE':>9}  "
+        f"{'PAUSE':>9}  "
         f"{'STATE BYTES':>17}  {'SOURCES':>7}  RUN"
     )
     for r in rows:
@@ -562,7 +591,8 @@ def _do_list(directory: str, as_json: bool) -> int:
             began = f"  {r['run_began']}" if r["run_began"] else ""
             print(
                 f"{r['epoch']:>12}  {insp.format_time(r['time']):<24}  {r['kind']:<9}  "
-                f"{_duration_text(r['duration']):>9}  {_duration_text(r['pause']):>9}  "
+                f"{_duration_text(r['duration']):>10}  {_duration_text(r['write']):>9}  "
+                f"{_duration_text(r['pause']):>9}  "
                 f"{r['size']:>11} bytes  {r['sources']:>7}{began}"
             )
     return 0
@@ -742,9 +772,9 @@ def _state_change(sizes: list[int | None], entries: list[int | None]) -> str:
 
 def _do_diff_against(directory: str, target: str, opts: dict[str, Any], as_json: bool) -> int:
     store = _store(directory)
-    node = load_app(target)
+    node, migrate = load_app_with_migrations(target, opts["migrate"])
     rules = UpgradeRules.checked(
-        opts["rename"], opts["allow_dropped_state"], opts["allow_new_nodes"]
+        opts["rename"], opts["allow_dropped_state"], opts["allow_new_nodes"], migrate
     )
     manifest = None
     for e in reversed(store.list_epochs()):
@@ -1078,9 +1108,9 @@ def _do_replay(target: str, opts: dict[str, Any]) -> int:
             "give --until EPOCH",
             click.get_current_context(),
         )
-    node = load_app(target)
+    node, migrate = load_app_with_migrations(target, opts["migrate"])
     rules = UpgradeRules.checked(
-        opts["rename"], opts["allow_dropped_state"], opts["allow_new_nodes"]
+        opts["rename"], opts["allow_dropped_state"], opts["allow_new_nodes"], migrate
     )
     try:
         plan = replay.plan_replay(node, opts["start"], until, rules, opts["trust_store"])
@@ -1242,10 +1272,30 @@ def stop_command(target: str, savepoint: bool) -> int:
 
 
 # ---------------------------------------------------------------- entry point
-def _usage_line(err: click.UsageError) -> str:
+def _command_path(args: list[str]) -> str:
+    """``rivermark run`` (``rivermark checkpoints list``): the subcommand ``args`` name."""
+    path: list[str] = ["rivermark"]
+    group: click.Command = cli
+    for arg in args:
+        command = group.commands.get(arg) if isinstance(group, click.Group) else None
+        if command is None:
+            if not arg.startswith("-"):
+                break  # an argument, not a subcommand
+            continue
+        path.append(arg)
+        group = command
+    return " ".join(path)
+
+
+def _usage_line(err: click.UsageError, args: list[str] | None = None) -> str:
+    """One line: the error and where its help is (a subcommand's own, when named).
+
+    >>> print(_usage_line(click.UsageError("Option '--ui' requires an argument."), ["run", "--ui"]))
+    rivermark: error: Option '--ui' requires an argument. (see 'rivermark run --help')
+    """
     ctx = err.ctx
-    where = f"{ctx.command_path} --help" if ctx is not None else "rivermark --help"
-    return f"rivermark: error: {err.format_message()} (see '{where}')"
+    path = ctx.command_path if ctx is not None else _command_path(args or [])
+    return f"rivermark: error: {err.format_message()} (see '{path} --help')"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1257,7 +1307,7 @@ def main(argv: list[str] | None = None) -> int:
         print(e.format_message(), file=sys.stderr)
         return 2
     except click.UsageError as e:
-        print(_usage_line(e), file=sys.stderr)
+        print(_usage_line(e, args), file=sys.stderr)
         return 2
     except click.exceptions.Exit as e:
         return int(e.exit_code)

@@ -276,6 +276,46 @@ if __name__ == "__main__":
 """
 
 
+MIGRATED_BY_THE_COMMAND = """\
+def pair(acc, x):
+    s, n = acc
+    return (s + x, n + 1), f"{s + x} {n + 1}"
+
+def upgrade(old):
+    return {"state": (old["state"], 60)}
+
+nums.accumulate(pair, start=(0, 0), name="sum", returns_state=True).sink_to_textfile(
+    "pairs.txt", name="out-pairs"
+)
+"""
+
+
+def test_rivermark_run_migrates_with_a_function_of_the_app(tmp_path: Path) -> None:
+    app = App(tmp_path)
+    app.write(SUM.format(name="sum"))
+    app.feed(FIRST)
+    app.run_until({"sum.txt": len(FIRST)}, stop="savepoint")
+    app.write(MIGRATED_BY_THE_COMMAND)
+    app.feed(SECOND)
+    err = app.refused()
+    # the refusal tells a user of the command what to pass
+    assert "(rivermark run --migrate sum=FUNCTION, a function of the app)" in err, err
+    wrong = subprocess.run(
+        app.command("--migrate", "sum=upgrades"),
+        cwd=app.dir, env={**os.environ, "UP_IN": str(app.input)},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert wrong.returncode == 2, wrong.stderr
+    assert wrong.stderr.strip() == (
+        "rivermark run: --migrate sum=upgrades: the app 'app.py' defines no function "
+        "'upgrades'; define def upgrades(old_state): return new_state there"
+    ), wrong.stderr
+    log = app.run_until({"pairs.txt": len(SECOND)}, "--migrate", "sum=upgrade")
+    want = [f"{s} {n}" for n, s in enumerate(sums(FIRST + SECOND), 1)][len(FIRST) :]
+    assert app.text_lines("pairs.txt") == want
+    assert log.count("migrated: sum: state migrated from Accumulate(func=add, ") == 1, log
+
+
 def test_changed_state_needs_a_migration(tmp_path: Path) -> None:
     app = App(tmp_path)
     app.write(SUM.format(name="sum"))

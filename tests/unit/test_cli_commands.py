@@ -250,13 +250,15 @@ def test_list_shows_how_long_each_checkpoint_took(
 ) -> None:
     assert main(["checkpoints", "list", str(ckpt)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split()[4:6] == ["DURATION", "PAUSE"]
+    assert lines[0].split()[4:9] == ["END", "TO", "END", "WRITE", "PAUSE"]
     for line in lines[1:]:
-        duration, pause = float(line.split()[4]), float(line.split()[6])
-        assert 0 < pause <= duration < 30, line  # "0.004 s  0.004 s": a blocking write
+        words = line.split()
+        duration, write, pause = float(words[4]), float(words[6]), float(words[8])
+        # "0.004 s  0.003 s  0.004 s": a blocking write holds the sources throughout
+        assert 0 < write <= duration < 30 and 0 < pause <= duration, line
     assert main(["checkpoints", "list", str(ckpt), "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert all(r["duration"] >= r["pause"] > 0 for r in rows)
+    assert all(r["duration"] >= r["pause"] > 0 and r["duration"] >= r["write"] for r in rows)
 
 
 def test_counts_carry_over_a_restore(ckpt: Path) -> None:
@@ -265,8 +267,8 @@ def test_counts_carry_over_a_restore(ckpt: Path) -> None:
     # the second run read lines 101-300 only: the first run's 100 are carried
     assert last.counts is not None and last.run is not None
     assert last.run["resumed_from"] is not None
-    assert last.counts["lines"] == [300, 300]
-    assert last.counts["seen"] == [300, 0]  # a leaf passes nothing on
+    assert last.counts["lines"] == [300, 300, 0, 0, 0, 0]
+    assert last.counts["seen"] == [300, 0, 0, 0, 0, 0]  # a leaf passes nothing on
 
 
 def test_export_writes_a_nodes_state_as_rows(
@@ -301,3 +303,12 @@ def test_export_writes_a_nodes_state_as_rows(
     assert res.returncode == 2 and "no state for node 'nope'" in res.stderr and "seen" in res.stderr
     res = run_cli("checkpoints", "export", str(ckpt), "seen", "--format", "parquet")
     assert res.returncode == 2 and "give --output FILE" in res.stderr
+
+
+def test_an_option_without_its_value_points_at_the_subcommands_help(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["run", "app.py:source", "--ui"]) == 2
+    assert capsys.readouterr().err == (
+        "rivermark: error: Option '--ui' requires an argument. (see 'rivermark run --help')\n"
+    )

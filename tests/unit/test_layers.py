@@ -246,13 +246,15 @@ TYPE_ONLY_CIRCLES: dict[frozenset[str], str] = {
             "rivermark.checkpoint.job",
             "rivermark.observe.busy",
             "rivermark.observe.control",
+            "rivermark.observe.endstate",
             "rivermark.observe.metrics",
             "rivermark.observe.notebook",
             "rivermark.observe.progress",
             "rivermark.observe.prometheus",
             "rivermark.observe.ui",
         }
-    ): "a Job makes its observers (metrics, page, notebook output, control API, handle), "
+    ): "a Job makes its observers (metrics, page, notebook output, control API, handle, "
+    "end state), "
     "which annotate the job they are given as Job; no import runs in that direction",
 }
 

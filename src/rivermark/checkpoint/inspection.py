@@ -127,8 +127,8 @@ def list_checkpoints(store: Store) -> list[dict[str, Any]]:
     a checkpoint of an older rivermark); ``run_began`` says where a run
     begins in the list: ``"started fresh"`` or ``"resumed from N"`` on the
     first checkpoint listed of each run, ``None`` on the others.
-    ``duration`` and ``pause`` are the manifest's ``timing`` in seconds
-    (``None`` for a checkpoint of an older rivermark).
+    ``duration`` (end to end), ``write`` and ``pause`` are the manifest's
+    ``timing`` in seconds (``None`` for a checkpoint of an older rivermark).
     """
     return [row for row, _ in _listed(store)]
 
@@ -155,6 +155,7 @@ def _listed(store: Store) -> list[tuple[dict[str, Any], Manifest | None]]:
             "kind": kind_of(m),
             "duration": None if m.timing is None else m.timing["duration"],
             "pause": None if m.timing is None else m.timing["pause"],
+            "write": None if m.timing is None else m.timing.get("write"),
             "sources": len(m.positions),
             "state_files": len(m.state),
             "run": m.run,

@@ -68,6 +68,7 @@ from ..core.node import Stream
 from ..core.timeutil import parse_interval
 from ..errors import ConfigurationError
 from ..execution import plan as execution_plan
+from ..observe.endstate import RunState, ended_record, previous_run, run_record, run_state
 from ..observe.metrics import Metrics
 from ..observe.prometheus import MetricsServer
 from ..observe.ui import UiServer
@@ -107,10 +108,12 @@ __all__ = ["Job", "CheckpointInfo", "CheckpointFailure"]
 class CheckpointInfo:
     """One checkpoint written by a running job (what the metrics report).
 
-    ``duration`` is the durable write and post-commit (steps 4-5),
-    ``pause`` the time the sources were held (from the pause to the resume:
-    steps 1-3 for a background write, 1-5 for a blocking one), both in
-    seconds; ``size`` is the bytes of state written, ``sizes`` per node id;
+    The figures are the manifest's ``timing`` (seconds, up to the manifest's
+    write; see :mod:`rivermark.checkpoint.manifest`): ``duration`` end to
+    end, from the pause of the sources; ``write`` the durable write of the
+    state files and the manifest; ``pause`` the time the sources were held
+    by then (steps 1-3 for a background write; a blocking one holds them
+    throughout).  ``size`` is the bytes of state written, ``sizes`` per node id;
     ``kind`` is ``"delta"`` when a node's keyed state was written as a delta,
     ``"savepoint"`` for a savepoint.
     """
@@ -122,6 +125,7 @@ class CheckpointInfo:
     size: int
     kind: str = "full"
     sizes: dict[str, int] = field(default_factory=dict)
+    write: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -151,12 +155,15 @@ class _Pending:
     handles: dict[str, Any]
     paused_at: float
     resumed_at: float | None = None
+    write_started: float | None = None
 
     def timing(self) -> dict[str, float]:
-        """Seconds since the pause, and of it the sources held (the manifest's ``timing``)."""
+        """The manifest's ``timing``, taken as it is serialised: seconds since the pause
+        (end to end), since the write began, and of them the sources held."""
         now = time.monotonic()
         return {
             "duration": now - self.paused_at,
+            "write": now - (self.write_started or now),
             "pause": (self.resumed_at or now) - self.paused_at,
         }
 
@@ -202,6 +209,12 @@ def _resolve_when_durable(
 _POLL = 0.0005
 #: how often a job whose input is exhausted looks whether its nodes still hold records
 _DRAIN_POLL = 0.001
+
+
+def _signal_reason(signum: int) -> str:
+    """Why a signal stopped the job: ``Ctrl-C (SIGINT)``, ``SIGTERM``."""
+    name = signal.Signals(signum).name
+    return "Ctrl-C (SIGINT)" if signum == signal.SIGINT else name
 
 
 class Job:
@@ -365,6 +378,12 @@ class Job:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._stop_requested = False
+        #: what ``job.json`` says of this run (None before it started)
+        self._job_info: dict[str, Any] | None = None
+        #: how the run before this one ended (None: unknown, or the first run)
+        self.previous_run: RunState | None = None
+        #: who asked the job to stop (``Ctrl-C (SIGINT)``, ``rivermark stop``, ``Job.stop()``)
+        self.stop_reason: str | None = None
         self._input_ended = False
         self._running = False
         self._done = threading.Event()
@@ -574,16 +593,19 @@ class Job:
         if self._ui is not None:
             await self._ui.start()
         self._recovery.warn_not_replayable()
-        self.store.write_job_info(
-            {
-                "fingerprint": self.fingerprint,
-                "node_ids": [self.id_of(n) for n in self.nodes],
-                # where 'rivermark savepoint/stop DIR' reach this run (its page)
-                "control": None if self._ui is None else self._ui.local_url,
-                # the run that must answer there ('rivermark stop' checks it first)
-                "control_run": None if self._ui is None else self._ui.control_run,
-            }
-        )
+        self.previous_run = previous_run(self.store.read_job_info())
+        self._job_info = {
+            "fingerprint": self.fingerprint,
+            "node_ids": [self.id_of(n) for n in self.nodes],
+            # where 'rivermark savepoint/stop DIR' reach this run (its page)
+            "control": None if self._ui is None else self._ui.local_url,
+            # the run that must answer there ('rivermark stop' checks it first)
+            "control_run": None if self._ui is None else self._ui.control_run,
+            # how this run ended: null until it does (still null later: it was killed)
+            "ended": None,
+            **run_record(),
+        }
+        self.store.write_job_info(self._job_info)
         self._ended_by = None
         self._running = True
 
@@ -610,6 +632,7 @@ class Job:
         for s in self.sources:
             s.budget = None
         self.ended_at = time.time()
+        self._record_end()
         self._answer_requests(None)
         if self._metrics_server is not None:
             self._metrics_server.stop()
@@ -622,6 +645,15 @@ class Job:
         self.state_backend.release()
         self.store.unlock()
         self._done.set()
+
+    def _record_end(self) -> None:
+        """Write how the run ended into the store's ``job.json`` (a later reader sees it)."""
+        if self._job_info is None or isinstance(self._ended_by, CheckpointLockedError):
+            return  # refused before it started, or another job may own the store now
+        try:
+            self.store.write_job_info({**self._job_info, "ended": ended_record(run_state(self))})
+        except Exception:  # the store may be what failed; the end state is shown anyway
+            logger.info("could not record the end of the run in %r", self.store, exc_info=True)
 
     async def _main_loop(self) -> None:
         assert self._wake is not None
@@ -732,7 +764,9 @@ class Job:
         )
         await self._checkpoint(final=True, savepoint=savepoint)
 
-    def stop(self, savepoint: bool = False, timeout: float | None = None) -> bool:
+    def stop(
+        self, savepoint: bool = False, timeout: float | None = None, reason: str = "Job.stop()"
+    ) -> bool:
         """Stop gracefully: pause, drain, final checkpoint, stop sources, close sinks.
 
         With ``savepoint=True`` the final checkpoint is a savepoint (kept by
@@ -741,10 +775,13 @@ class Job:
         has finished (its final checkpoint written, however long that takes
         with a large state), or for ``timeout`` seconds: it returns whether
         the job has ended.  From the job's own loop (a record's processing) it
-        only asks, and returns False.
+        only asks, and returns False.  ``reason`` says who asked (the first one
+        is kept: :func:`rivermark.observe.endstate.run_state` reports it).
         """
         if savepoint:
             self._stop_savepoint = True
+        if self.stop_reason is None:
+            self.stop_reason = reason
         self._stop_requested = True
         loop = self._loop
         if loop is None or not self._running:
@@ -778,7 +815,10 @@ class Job:
                     signum,
                 )
                 threading.Thread(
-                    target=self.stop, args=(savepoint,), name="rivermark-stop", daemon=True
+                    target=self.stop,
+                    args=(savepoint, None, _signal_reason(signum)),
+                    name="rivermark-stop",
+                    daemon=True,
                 ).start()
                 return
             logger.warning(
@@ -963,7 +1003,7 @@ class Job:
     async def _complete(self, p: _Pending) -> None:
         """Steps 4-5: the durable write, then the post-commit (sinks, sources, prune)."""
         loop = asyncio.get_running_loop()
-        write_started = time.monotonic()
+        p.write_started = time.monotonic()
         try:
             # (4) serialise and write durably in one trip to the worker thread
             # (fault points before-write / after-state-files / after-manifest)
@@ -1011,12 +1051,15 @@ class Job:
                 "(%s: %s); they are removed by a later checkpoint",
                 p.epoch, self.store, type(e).__name__, e,
             )  # fmt: skip
-        done = time.monotonic()
+        # the figures the manifest holds (one definition everywhere); a store that
+        # did not serialise it through to_json gets them now
+        timing = p.manifest.timing or p.timing()
         info = CheckpointInfo(
             epoch=p.epoch,
             time=p.manifest.time,
-            duration=done - write_started,
-            pause=(p.resumed_at or done) - p.paused_at,
+            duration=timing["duration"],
+            pause=timing["pause"],
+            write=timing["write"],
             size=sum(len(b) for b in states.values()),
             kind="savepoint" if p.manifest.savepoint else checkpoint_kind(p.views.values()),
             sizes={nid: len(b) for nid, b in states.items()},
@@ -1024,13 +1067,15 @@ class Job:
         self.checkpoints.append(info)
         self.checkpoints_written += 1
         logger.info(
-            "%s %d written: %d state files, %d bytes, in %.3f s (sources paused %.3f s)",
+            "%s %d written: %d state files, %d bytes, in %.3f s end to end "
+            "(write %.3f s, sources paused %.3f s)",
             "savepoint" if p.manifest.savepoint else "checkpoint",
-            p.epoch, len(states), info.size, info.duration, info.pause,
+            p.epoch, len(states), info.size, info.duration, info.write, info.pause,
             extra={
                 "epoch": p.epoch,
                 "position": p.positions,
                 "duration_seconds": round(info.duration, 6),
+                "write_seconds": round(info.write, 6),
                 "pause_seconds": round(info.pause, 6),
                 "size_bytes": info.size,
             },

@@ -13,8 +13,8 @@
       "chains": {"node-id": {"parent": 41, "base": 37}},   # formats 3 and 4
       "savepoint": true,               # format 4, only in a savepoint
       "run": {"started": 1764679000.0, "resumed_from": 41},   # optional: the run that wrote it
-      "timing": {"duration": 0.042, "pause": 0.003},   # optional: seconds, up to the commit
-      "counts": {"node-id": [records in, records out], ...},   # optional: totals so far
+      "timing": {"duration": 0.042, "write": 0.031, "pause": 0.003},  # optional: seconds
+      "counts": {"node-id": [in, out, raised, skipped, handled, late], ...},  # optional: totals
       "files": {"node-id": {"attr": {"000012.sst": {"sha256": "...", "size": 123}}}},   # format 5
       "renamed": {"total": "sum"},     # optional: renames the state went through, new -> old
       "checksum": "<sha256 of every other field>",
@@ -46,15 +46,22 @@ tell where each run began (``rivermark checkpoints list``).
 
 ``timing`` (optional, format 4) is how long the checkpoint took, measured
 when the manifest is serialised, the last step before the commit (the
-rename): ``duration`` from the moment the sources were paused, ``pause``
-how long they were held by then (a background write resumes them before
-it writes; a blocking one holds them throughout).  What follows the commit
-(the sinks' commits, pruning) is not in it.
+rename).  These are the figures the live page, the checkpoint history,
+Prometheus and ``rivermark checkpoints list`` show, under these names:
+``duration`` is **end to end**, from the moment the sources were paused;
+``write`` the durable **write** of the state files and the manifest (older
+checkpoints lack it); ``pause`` how long the sources were held by then (a
+background write resumes them before it writes; a blocking one holds them
+throughout, so its pause is its end-to-end figure).  What follows the commit
+(the sinks' commits, pruning) is in none of them.
 
-``counts`` (optional, format 4) holds every node's records in and out
-since the job first started, as they stood at the snapshot: a resumed job
-counts on from there, so its metrics carry over a restore exactly (the
-records after the checkpoint are processed again and counted again).
+``counts`` (optional, format 4) holds every node's records in and out,
+errors (raised, skipped, handled by an ``on_error`` callable) and late
+records since the job first started, as they stood at the snapshot
+(checkpoints of older versions: records in and out only): a resumed job
+counts on from there, so every count of its metrics carries over a restore
+exactly (the records after the checkpoint are processed again and counted
+again).
 
 ``files`` (format 5, only when some node keeps its keyed state in RocksDB,
 :mod:`rivermark.checkpoint.rocks`) names, per node and state attribute,
@@ -269,30 +276,34 @@ def _is_number(v: Any) -> bool:
 
 
 def _check_timing(d: dict[str, Any]) -> None:
-    """``timing`` (optional) is ``{"duration": seconds, "pause": seconds}``."""
+    """``timing`` (optional) is ``{"duration": seconds, "pause": seconds}``, and since
+    the write is timed apart also ``"write": seconds``."""
     if "timing" not in d:
         return
     t = d["timing"]
-    ok = isinstance(t, dict) and set(t) == {"duration", "pause"}
+    ok = isinstance(t, dict) and set(t) in ({"duration", "pause"}, {"duration", "pause", "write"})
     if not (ok and all(_is_number(v) and v >= 0 for v in t.values())):
         raise ManifestError(
-            'manifest field \'timing\' must be {"duration": <seconds>, "pause": <seconds>}, '
+            'manifest field \'timing\' must be {"duration": <seconds>, "pause": <seconds>, '
+            '"write": <seconds>}, '
             f"got {t!r}"
         )
 
 
 def _check_counts(d: dict[str, Any]) -> None:
-    """``counts`` (optional) maps node ids to ``[records in, records out]``."""
+    """``counts`` (optional) maps node ids to ``[records in, records out]``, and since
+    format 4's second form also errors raised, skipped, handled and late records."""
     if "counts" not in d:
         return
     counts = d["counts"]
     ok = isinstance(counts, dict) and all(
-        isinstance(v, list) and len(v) == 2 and all(_is_int(x) and x >= 0 for x in v)
+        isinstance(v, list) and len(v) in (2, 6) and all(_is_int(x) and x >= 0 for x in v)
         for v in counts.values()
     )
     if not ok:
         raise ManifestError(
-            "manifest field 'counts' must map node ids to [<records in>, <records out>], "
+            "manifest field 'counts' must map node ids to [<records in>, <records out>] or "
+            "[<in>, <out>, <errors raised>, <skipped>, <handled>, <late records>], "
             f"got {str(counts)[:200]}"
         )
 

@@ -438,6 +438,16 @@ class ObjectStore(Store):
         data = json.dumps({"format": FORMAT_VERSION, **info}, indent=2, sort_keys=True)
         self._write("write job.json", self._put, "job.json", data.encode())
 
+    def read_job_info(self) -> dict[str, Any] | None:
+        import json
+
+        try:
+            info = json.loads(self._get("job.json"))
+        except Exception:  # none yet, or unreadable: the history shows no end state
+            logger.debug("reading job.json of %r failed", self, exc_info=True)
+            return None
+        return info if isinstance(info, dict) else None
+
     # ------------------------------------------------------------------ lease
     def _lease_backend(self) -> LeaseBackend:
         path = self._path("LEASE")

@@ -299,6 +299,13 @@ class LocalDirectoryStore(Store):
         os.replace(tmp, self.path / "job.json")
         fsync_dir(self.path)
 
+    def read_job_info(self) -> dict[str, Any] | None:
+        try:
+            info = json.loads((self.path / "job.json").read_bytes())
+        except (OSError, ValueError):
+            return None
+        return info if isinstance(info, dict) else None
+
     # ------------------------------------------------------------------ lock
     def lock(self) -> None:
         try:

@@ -95,6 +95,10 @@ class Store(abc.ABC):
     def write_job_info(self, info: dict[str, Any]) -> None:  # noqa: B027 - optional
         """Record a description of the job (optional)."""
 
+    def read_job_info(self) -> dict[str, Any] | None:
+        """The description :meth:`write_job_info` recorded (None: none, or unreadable)."""
+        return None
+
     def list_incomplete(self) -> list[Path]:
         """Checkpoint directories without a manifest (torn writes); optional."""
         return []

@@ -509,7 +509,8 @@ def _moved(nid: str, what: str, was: str, now: str, elsewhere: str | None) -> De
     if graph.base_signature(was) != graph.base_signature(now):
         also = (
             f"; its configuration changed too (was {graph.base_signature(was)}, now "
-            f"{graph.base_signature(now)}): then also pass Job(migrate={{{nid!r}: ...}})"
+            f"{graph.base_signature(now)}): then also pass Job(migrate={{{nid!r}: ...}}) "
+            f"(rivermark run --migrate {nid}=FUNCTION)"
         )
     return Decision(
         "refused",
@@ -528,8 +529,9 @@ def _changed(nid: str, what: str, was: str, now: str, rules: UpgradeRules) -> De
         "refused",
         nid,
         f"{what} changed shape (was {was}, now {now}); pass "
-        f"Job(migrate={{{nid!r}: function(old_state) -> new_state}}), or restore the code "
-        "that wrote the checkpoint",
+        f"Job(migrate={{{nid!r}: function(old_state) -> new_state}}) (rivermark run "
+        f"--migrate {nid}=FUNCTION, a function of the app), or restore the code that wrote "
+        "the checkpoint",
         "changed",
     )
 

@@ -135,46 +135,53 @@ class Frame(BaseFrame):
         return GroupBy(self, other)
 
     def aggregate(
-        self, aggregation: aggs.Aggregation, start: Any = None, op: str | None = None
+        self,
+        aggregation: aggs.Aggregation,
+        start: Any = None,
+        op: str | None = None,
+        name: str | None = None,
     ) -> Any:
         """Run an :class:`~rivermark.dataframe.aggregations.Aggregation` over everything seen.
 
         ``aggregation`` implements rivermark's partials or streamz's
-        ``initial``/``on_new``/``on_old``; ``op`` names it in errors.
+        ``initial``/``on_new``/``on_old``; ``op`` names it in errors; ``name``
+        names the node (its state keeps that name across changes of the graph).
         """
         node = aggs.aggregate_node(
             self.local_stream, aggregation, start=start, example=self.example, op=op
         )
         example = aggs.aggregate_example(aggregation, self.example)
-        return self.accumulate_node(node, example, "updating")
+        return self.accumulate_node(node, example, "updating", name)
 
-    def sum(self, start: Any = None) -> Any:
+    def sum(self, start: Any = None, name: str | None = None) -> Any:
         """Running sum (of each column for a DataFrame)."""
-        return self.aggregate(aggs.Sum(), start=start, op="sum()")
+        return self.aggregate(aggs.Sum(), start=start, op="sum()", name=name)
 
-    def count(self, start: Any = None) -> Any:
+    def count(self, start: Any = None, name: str | None = None) -> Any:
         """Running count of non-null values."""
-        return self.aggregate(aggs.Count(), start=start, op="count()")
+        return self.aggregate(aggs.Count(), start=start, op="count()", name=name)
 
-    def mean(self, start: Any = None) -> Any:
+    def mean(self, start: Any = None, name: str | None = None) -> Any:
         """Running mean."""
-        return self.aggregate(aggs.Mean(), start=start, op="mean()")
+        return self.aggregate(aggs.Mean(), start=start, op="mean()", name=name)
 
-    def var(self, ddof: int = 1, start: Any = None) -> Any:
+    def var(self, ddof: int = 1, start: Any = None, name: str | None = None) -> Any:
         """Running variance."""
-        return self.aggregate(aggs.Var(ddof=ddof), start=start, op=f"var(ddof={ddof})")
+        return self.aggregate(aggs.Var(ddof=ddof), start=start, op=f"var(ddof={ddof})", name=name)
 
-    def std(self, ddof: int = 1, start: Any = None) -> Any:
+    def std(self, ddof: int = 1, start: Any = None, name: str | None = None) -> Any:
         """Running standard deviation."""
-        return self.aggregate(aggs.Var(ddof=ddof, sqrt=True), start=start, op=f"std(ddof={ddof})")
+        return self.aggregate(
+            aggs.Var(ddof=ddof, sqrt=True), start=start, op=f"std(ddof={ddof})", name=name
+        )
 
-    def min(self, start: Any = None) -> Any:
+    def min(self, start: Any = None, name: str | None = None) -> Any:
         """Running minimum (of each column for a DataFrame), skipping missing values."""
-        return self.aggregate(aggs.Min(), start=start, op="min()")
+        return self.aggregate(aggs.Min(), start=start, op="min()", name=name)
 
-    def max(self, start: Any = None) -> Any:
+    def max(self, start: Any = None, name: str | None = None) -> Any:
         """Running maximum (of each column for a DataFrame), skipping missing values."""
-        return self.aggregate(aggs.Max(), start=start, op="max()")
+        return self.aggregate(aggs.Max(), start=start, op="max()", name=name)
 
     def rolling(
         self,
@@ -221,25 +228,25 @@ class Frame(BaseFrame):
 
         return EWM(self, com, span, halflife, alpha, with_state, start)
 
-    def _cumulative(self, op: str) -> Any:
+    def _cumulative(self, op: str, name: str | None) -> Any:
         node = aggs.Cumulative(self.local_stream, op, example=self.example)
-        return self.accumulate_node(node, self.example, "streaming")
+        return self.accumulate_node(node, self.example, "streaming", name)
 
-    def cumsum(self) -> Any:
+    def cumsum(self, name: str | None = None) -> Any:
         """Cumulative sum across batches (each batch emitted with its cumulative values)."""
-        return self._cumulative("cumsum")
+        return self._cumulative("cumsum", name)
 
-    def cumprod(self) -> Any:
+    def cumprod(self, name: str | None = None) -> Any:
         """Cumulative product across batches."""
-        return self._cumulative("cumprod")
+        return self._cumulative("cumprod", name)
 
-    def cummin(self) -> Any:
+    def cummin(self, name: str | None = None) -> Any:
         """Cumulative minimum across batches."""
-        return self._cumulative("cummin")
+        return self._cumulative("cummin", name)
 
-    def cummax(self) -> Any:
+    def cummax(self, name: str | None = None) -> Any:
         """Cumulative maximum across batches."""
-        return self._cumulative("cummax")
+        return self._cumulative("cummax", name)
 
 
 class Frames(BaseFrame):
@@ -466,9 +473,9 @@ class Series(Frame, _SeriesMixin):
         _check_example(type(self).__name__, example, pd.Series)
         Frame.__init__(self, stream, example, stream_type)
 
-    def value_counts(self) -> Any:
+    def value_counts(self, name: str | None = None) -> Any:
         """Running counts of each value."""
-        return self.aggregate(aggs.ValueCounts(), op="value_counts()")
+        return self.aggregate(aggs.ValueCounts(), op="value_counts()", name=name)
 
     def verify(self, x: Any) -> None:
         """Raise :class:`SchemaError` unless ``x`` is a Series."""

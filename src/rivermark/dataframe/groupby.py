@@ -128,7 +128,12 @@ class GroupBy:
         raise AttributeError(f"GroupBy has no attribute or column {key!r}")
 
     def _accumulate(
-        self, how: str, ddof: int = 1, with_state: bool | None = None, start: Any = None
+        self,
+        how: str,
+        ddof: int = 1,
+        with_state: bool | None = None,
+        start: Any = None,
+        name: str | None = None,
     ) -> Any:
         agg = aggs.GroupbyAggregation(
             how,
@@ -151,7 +156,7 @@ class GroupBy:
             op=self._describe(how, ddof),
         )
         example = agg.example_result(self.root.example)
-        return self.root.accumulate_node(node, example, "updating")
+        return self.root.accumulate_node(node, example, "updating", name)
 
     def _describe(self, how: str, ddof: int) -> str:
         head = f"{self.prefix}." if self.prefix else ""
@@ -161,34 +166,34 @@ class GroupBy:
 
     # ``start`` and ``with_state`` as in streamz; ``start`` must be a state this
     # node emitted (``with_state=True``) or None
-    def sum(self, start: Any = None) -> Any:
+    def sum(self, start: Any = None, name: str | None = None) -> Any:
         """Running (or windowed) sum per key."""
-        return self._accumulate("sum", start=start)
+        return self._accumulate("sum", start=start, name=name)
 
-    def count(self, start: Any = None) -> Any:
+    def count(self, start: Any = None, name: str | None = None) -> Any:
         """Running count of non-null values per key."""
-        return self._accumulate("count", start=start)
+        return self._accumulate("count", start=start, name=name)
 
-    def mean(self, with_state: bool = False, start: Any = None) -> Any:
+    def mean(self, with_state: bool = False, start: Any = None, name: str | None = None) -> Any:
         """Running mean per key."""
-        return self._accumulate("mean", with_state=with_state or None, start=start)
+        return self._accumulate("mean", with_state=with_state or None, start=start, name=name)
 
-    def size(self) -> Any:
+    def size(self, name: str | None = None) -> Any:
         """Running number of rows per key."""
-        return self._accumulate("size")
+        return self._accumulate("size", name=name)
 
-    def var(self, ddof: int = 1) -> Any:
+    def var(self, ddof: int = 1, name: str | None = None) -> Any:
         """Running variance per key."""
-        return self._accumulate("var", ddof)
+        return self._accumulate("var", ddof, name=name)
 
-    def std(self, ddof: int = 1) -> Any:
+    def std(self, ddof: int = 1, name: str | None = None) -> Any:
         """Running standard deviation per key."""
-        return self._accumulate("std", ddof)
+        return self._accumulate("std", ddof, name=name)
 
-    def min(self) -> Any:
+    def min(self, name: str | None = None) -> Any:
         """Running minimum per key (skipping missing values)."""
-        return self._accumulate("min")
+        return self._accumulate("min", name=name)
 
-    def max(self) -> Any:
+    def max(self, name: str | None = None) -> Any:
         """Running maximum per key (skipping missing values)."""
-        return self._accumulate("max")
+        return self._accumulate("max", name=name)

@@ -277,8 +277,16 @@ class Streaming:
         )
         return self.accumulate_node(node, example, stream_type)
 
-    def accumulate_node(self, node: Stream, example: Any, stream_type: str = "updating") -> Any:
-        """Wrap a stateful node built on ``self.stream`` (its output becomes a new root)."""
+    def accumulate_node(
+        self, node: Stream, example: Any, stream_type: str = "updating", name: str | None = None
+    ) -> Any:
+        """Wrap a stateful node built on ``self.stream`` (its output becomes a new root).
+
+        ``name`` names the node, as ``name=`` does on every node: its state is
+        then matched by that name across changes of the graph around it.
+        """
+        if name is not None:
+            node.name = name
         return _wrap(node, example, stream_type)
 
     # ---------------------------------------------------------------- operators

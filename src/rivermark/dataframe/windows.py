@@ -152,11 +152,14 @@ class Window:
         return self._like(self.root.reset_index())
 
     # ---------------------------------------------------------------- aggregations
-    def aggregate(self, agg: aggs.Aggregation, op: str | None = None) -> Any:
+    def aggregate(
+        self, agg: aggs.Aggregation, op: str | None = None, name: str | None = None
+    ) -> Any:
         """Run an :class:`~rivermark.dataframe.aggregations.Aggregation` over the window.
 
         ``agg`` implements either rivermark's partials or streamz's
-        ``initial``/``on_new``/``on_old``; ``op`` names it in errors.
+        ``initial``/``on_new``/``on_old``; ``op`` names it in errors; ``name``
+        names the node (its state keeps that name across changes of the graph).
         """
         node = aggs.aggregate_node(
             self.root.local_stream,
@@ -169,56 +172,57 @@ class Window:
             op=f"{self._describe()}.{op or 'aggregate(' + type(agg).__name__ + ')'}",
         )
         example = aggs.aggregate_example(agg, self.root.example)
-        return self.root.accumulate_node(node, example, "updating")
+        return self.root.accumulate_node(node, example, "updating", name)
 
-    def full(self) -> Any:
+    def full(self, name: str | None = None) -> Any:
         """The whole window's data after each batch."""
-        return self.aggregate(aggs.Full(), "full()")
+        return self.aggregate(aggs.Full(), "full()", name)
 
-    def apply(self, func: Callable[[Any], Any]) -> Any:
+    def apply(self, func: Callable[[Any], Any], name: str | None = None) -> Any:
         """Apply ``func`` to the whole window after each batch.
 
-        With ``with_state=True`` ``func`` receives ``(state, window)`` tuples.
+        With ``with_state=True`` ``func`` receives ``(state, window)`` tuples;
+        ``name`` names the node that keeps the window.
         """
-        result = self.full()
+        result = self.full(name)
         return Streaming.map_partitions(func, result)
 
-    def sum(self) -> Any:
+    def sum(self, name: str | None = None) -> Any:
         """Sum within the window."""
-        return self.aggregate(aggs.Sum(), "sum()")
+        return self.aggregate(aggs.Sum(), "sum()", name)
 
-    def count(self) -> Any:
+    def count(self, name: str | None = None) -> Any:
         """Count of non-null values within the window."""
-        return self.aggregate(aggs.Count(), "count()")
+        return self.aggregate(aggs.Count(), "count()", name)
 
-    def mean(self) -> Any:
+    def mean(self, name: str | None = None) -> Any:
         """Mean within the window."""
-        return self.aggregate(aggs.Mean(), "mean()")
+        return self.aggregate(aggs.Mean(), "mean()", name)
 
-    def var(self, ddof: int = 1) -> Any:
+    def var(self, ddof: int = 1, name: str | None = None) -> Any:
         """Variance within the window."""
-        return self.aggregate(aggs.Var(ddof=ddof), f"var(ddof={ddof})")
+        return self.aggregate(aggs.Var(ddof=ddof), f"var(ddof={ddof})", name)
 
-    def std(self, ddof: int = 1) -> Any:
+    def std(self, ddof: int = 1, name: str | None = None) -> Any:
         """Standard deviation within the window."""
-        return self.aggregate(aggs.Var(ddof=ddof, sqrt=True), f"std(ddof={ddof})")
+        return self.aggregate(aggs.Var(ddof=ddof, sqrt=True), f"std(ddof={ddof})", name)
 
-    def min(self) -> Any:
+    def min(self, name: str | None = None) -> Any:
         """Minimum within the window (skipping missing values)."""
-        return self.aggregate(aggs.Min(), "min()")
+        return self.aggregate(aggs.Min(), "min()", name)
 
-    def max(self) -> Any:
+    def max(self, name: str | None = None) -> Any:
         """Maximum within the window (skipping missing values)."""
-        return self.aggregate(aggs.Max(), "max()")
+        return self.aggregate(aggs.Max(), "max()", name)
 
     @property
     def size(self) -> Any:
-        """Number of elements within the window."""
+        """Number of elements within the window (named: ``aggregate(aggregations.Size(), name=...)``)."""
         return self.aggregate(aggs.Size(), "size")
 
-    def value_counts(self) -> Any:
+    def value_counts(self, name: str | None = None) -> Any:
         """Counts of each value within the window."""
-        return self.aggregate(aggs.ValueCounts(), "value_counts()")
+        return self.aggregate(aggs.ValueCounts(), "value_counts()", name)
 
     def groupby(self, other: Any) -> Any:
         """Grouped aggregations within the window."""
@@ -351,7 +355,7 @@ class EWM:
             return self[key]
         raise AttributeError(f"EWM has no attribute or column {key!r}")
 
-    def mean(self) -> Any:
+    def mean(self, name: str | None = None) -> Any:
         """The exponentially weighted mean at each batch's newest row (a one-row frame)."""
         node = aggs.EWMMean(
             self.root.local_stream,
@@ -362,7 +366,7 @@ class EWM:
         )
         ex = self.root.example
         example: Any = ex.iloc[:0].astype(float)
-        return self.root.accumulate_node(node, example, "updating")
+        return self.root.accumulate_node(node, example, "updating", name)
 
     def _unsupported(self, what: str) -> Any:
         raise EWMNotSupportedError(
@@ -444,7 +448,7 @@ class Rolling:
             return self[key]
         raise AttributeError(f"Rolling has no attribute or column {key!r}")
 
-    def _known(self, op: str, *args: Any, **kwargs: Any) -> Any:
+    def _known(self, op: str, *args: Any, name: str | None = None, **kwargs: Any) -> Any:
         node = aggs.RollingAggregate(
             self.root.local_stream,
             self.window,
@@ -463,44 +467,44 @@ class Rolling:
             )
         except Exception:  # e.g. a time window over an example without a DatetimeIndex
             example = ex
-        return self.root.accumulate_node(node, example, "streaming")
+        return self.root.accumulate_node(node, example, "streaming", name)
 
-    def sum(self) -> Any:
+    def sum(self, name: str | None = None) -> Any:
         """Rolling sum."""
-        return self._known("sum")
+        return self._known("sum", name=name)
 
-    def mean(self) -> Any:
+    def mean(self, name: str | None = None) -> Any:
         """Rolling mean."""
-        return self._known("mean")
+        return self._known("mean", name=name)
 
-    def min(self) -> Any:
+    def min(self, name: str | None = None) -> Any:
         """Rolling minimum."""
-        return self._known("min")
+        return self._known("min", name=name)
 
-    def max(self) -> Any:
+    def max(self, name: str | None = None) -> Any:
         """Rolling maximum."""
-        return self._known("max")
+        return self._known("max", name=name)
 
-    def median(self) -> Any:
+    def median(self, name: str | None = None) -> Any:
         """Rolling median."""
-        return self._known("median")
+        return self._known("median", name=name)
 
-    def std(self, *args: Any, **kwargs: Any) -> Any:
+    def std(self, *args: Any, name: str | None = None, **kwargs: Any) -> Any:
         """Rolling standard deviation."""
-        return self._known("std", *args, **kwargs)
+        return self._known("std", *args, name=name, **kwargs)
 
-    def var(self, *args: Any, **kwargs: Any) -> Any:
+    def var(self, *args: Any, name: str | None = None, **kwargs: Any) -> Any:
         """Rolling variance."""
-        return self._known("var", *args, **kwargs)
+        return self._known("var", *args, name=name, **kwargs)
 
-    def count(self, *args: Any, **kwargs: Any) -> Any:
+    def count(self, *args: Any, name: str | None = None, **kwargs: Any) -> Any:
         """Rolling count."""
-        return self._known("count", *args, **kwargs)
+        return self._known("count", *args, name=name, **kwargs)
 
-    def aggregate(self, *args: Any, **kwargs: Any) -> Any:
+    def aggregate(self, *args: Any, name: str | None = None, **kwargs: Any) -> Any:
         """Rolling ``aggregate``."""
-        return self._known("aggregate", *args, **kwargs)
+        return self._known("aggregate", *args, name=name, **kwargs)
 
-    def quantile(self, *args: Any, **kwargs: Any) -> Any:
+    def quantile(self, *args: Any, name: str | None = None, **kwargs: Any) -> Any:
         """Rolling quantile."""
-        return self._known("quantile", *args, **kwargs)
+        return self._known("quantile", *args, name=name, **kwargs)

@@ -7,7 +7,9 @@ Reading needs nothing; changing needs the job's control token::
                            its first checkpoint is written), ``running``,
                            ``stopping`` (its final checkpoint is written)
     GET  /readyz           200 while the job runs and takes records, else 503
-    GET  /api/job          status, epoch, positions, uptime
+    GET  /api/job          status (``running``, ... ``stopped``, ``finished``,
+                           ``failed``) and its reason, epoch, positions, uptime,
+                           every node's counts since the job first started
     GET  /api/checkpoints  the checkpoints this run wrote (epoch, time,
                            duration, pause, size, kind) and its failures
     GET  /api/identity     ``?nonce=N``: ``{"run": R, "proof": P}``, P the
@@ -49,6 +51,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..checkpoint.signing import check_private
 from ..errors import ConfigurationError, RivermarkError
+from .endstate import run_state
+from .metrics import COUNTS
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Iterable
@@ -238,6 +242,7 @@ def checkpoint_rows(checkpoints: Iterable[CheckpointInfo]) -> list[dict[str, Any
             "epoch": c.epoch,
             "time": c.time,
             "duration": c.duration,
+            "write": c.write,
             "pause": c.pause,
             "size": c.size,
             "kind": c.kind,
@@ -258,7 +263,8 @@ class ControlTarget(Protocol):
     (:class:`JobControl`) or a group of tasks (``rivermark.kafka.PartitionedJob``)."""
 
     def status(self) -> str:
-        """``starting``, ``running``, ``stopping`` (a stop was asked for) or ``ended``."""
+        """``starting``, ``running``, ``stopping`` (a stop was asked for), or how it
+        ended: ``stopped``, ``finished``, ``failed`` (:mod:`rivermark.observe.endstate`)."""
 
     def describe(self) -> dict[str, Any]:
         """The body of ``GET /api/job``."""
@@ -283,7 +289,7 @@ class JobControl:
     def status(self) -> str:
         job = self.job
         if not job.running:
-            return "ended"
+            return run_state(job).state  # stopped, finished, failed (or not started)
         if job.stop_requested:
             return "stopping"
         # restored, its sources preparing (Kafka assignments) and its first checkpoint
@@ -294,8 +300,14 @@ class JobControl:
         job = self.job
         return {
             "status": self.status(),
+            # how the run ended (empty while it runs): rivermark.observe.endstate
+            "reason": run_state(job).reason,
             **job_summary(job),
             "uptime_seconds": round(time.time() - (job.started_at or self.started), 3),
+            # per node, every count since the job first started (they carry over a restore)
+            "counts": {
+                nid: dict(zip(COUNTS, values)) for nid, values in job.metrics.totals().items()
+            },
         }
 
     def history(self) -> dict[str, Any]:
@@ -309,7 +321,8 @@ class JobControl:
         return {"epoch": await take(), "savepoint": savepoint}
 
     async def stop_with(self, savepoint: bool) -> dict[str, Any]:
-        self.job.stop(savepoint=savepoint)  # on the loop: returns at once
+        # on the loop: returns at once
+        self.job.stop(savepoint=savepoint, reason="rivermark stop (POST /api/stop)")
         # answered by the final checkpoint (a savepoint when asked for)
         return await self.take(savepoint)
 

@@ -11,7 +11,9 @@ An ``aiohttp`` server (the ``ui`` extra) serves:
 * ``/``: one self-contained HTML page, which reloads the history every few
   seconds, so checkpoints a running job writes appear;
 * ``/api/checkpoints``: the history as JSON (the rows of
-  :func:`rivermark.checkpoint.inspection.checkpoint_history`).
+  :func:`rivermark.checkpoint.inspection.checkpoint_history`) and how the
+  last run stands or ended (``last_run``: running, stopped, finished,
+  failed or killed, with the reason; :mod:`rivermark.observe.endstate`).
 
 It never writes to the store: it takes no lock and creates no file.
 """
@@ -25,6 +27,7 @@ from typing import Any
 from ..checkpoint.inspection import checkpoint_history, where
 from ..checkpoint.store import Store
 from ..errors import ConfigurationError
+from .endstate import last_run
 from .ui import page, serve
 
 logger = logging.getLogger(__name__)
@@ -71,7 +74,14 @@ class HistoryServer:
     async def _checkpoints(self, request: Any) -> Any:
         from aiohttp import web
 
-        rows = await asyncio.get_running_loop().run_in_executor(
-            None, checkpoint_history, self.store
+        loop = asyncio.get_running_loop()
+        rows = await loop.run_in_executor(None, checkpoint_history, self.store)
+        run = last_run(await loop.run_in_executor(None, self.store.read_job_info))
+        last = (
+            None
+            if run is None
+            else {"state": run.state, "reason": run.reason, "time": run.ended_at}
         )
-        return web.json_response({"store": where(self.store), "checkpoints": rows})
+        return web.json_response(
+            {"store": where(self.store), "checkpoints": rows, "last_run": last}
+        )

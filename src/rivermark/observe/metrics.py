@@ -68,6 +68,7 @@ __all__ = [
     "SourceMetrics",
     "EventTimeClock",
     "EventTimeWindows",
+    "COUNTS",
 ]
 
 
@@ -253,9 +254,14 @@ def _error_texts(n: Stream) -> tuple[str | None, str | None]:
     return _text(record), f"{type(exc).__name__}: {str(exc)[:300]}"
 
 
+#: what a checkpoint's ``counts`` hold per node, in this order (totals since the job first
+#: started; a checkpoint of an older version holds the first two)
+COUNTS = ("records_in", "records_out", "errors_raised", "errors_skipped", "errors_handled", "late")
+
 #: histogram buckets (upper bounds) of the checkpoints' duration and pause (s) and size (bytes)
 BUCKETS = {
     "duration": (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
+    "write": (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
     "pause": (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
     "size": tuple(float(4**k) for k in range(4, 17)),  # 256 B to 4 GiB
 }
@@ -296,7 +302,8 @@ class Metrics:
         self._folded: tuple[float | None, int] = (None, -1)
 
     def checkpoint_histogram(self, figure: str) -> tuple[list[tuple[str, float]], float]:
-        """Cumulative buckets and sum of the checkpoints' ``duration``, ``pause`` or ``size``.
+        """Cumulative buckets and sum of the checkpoints' ``duration`` (end to end),
+        ``write``, ``pause`` or ``size``.
 
         Counts every checkpoint of the current run that the job still lists
         (its last 100) when this is read: read at least once per 100
@@ -310,6 +317,7 @@ class Metrics:
             for c in list(self.job.checkpoints):
                 if c.epoch > last and c.time >= (self.job.started_at or 0.0):
                     self._histograms["duration"].add(c.duration)
+                    self._histograms["write"].add(c.write)
                     self._histograms["pause"].add(c.pause)
                     self._histograms["size"].add(c.size)
                     last = c.epoch
@@ -377,19 +385,24 @@ class Metrics:
             return dict(self._rates)
 
     def totals(self) -> dict[str, list[int]]:
-        """Node id -> ``[records in, records out]`` since the job first started.
+        """Node id -> its counts since the job first started (:data:`COUNTS` in order).
 
         This run's counts plus those the restored checkpoint carried
         (``job.restored_counts``); a job writes them into each checkpoint,
-        so the figures carry over a restore.
+        so every count carries over a restore: records in and out, errors
+        raised, skipped and handled, late records.  A checkpoint of an older
+        version carries records in and out only.
         """
         outs = self._outs()
         carried = self.job.restored_counts
         totals = {}
         for n in self.job.nodes:
             nid = self.job.id_of(n)
-            before = carried.get(nid, (0, 0))
-            totals[nid] = [self._in(n, outs) + before[0], outs[id(n)] + before[1]]
+            before = [*carried.get(nid, ()), 0, 0, 0, 0, 0, 0][: len(COUNTS)]
+            late = n.late_count if isinstance(n, EventTimeWindows) else 0
+            raised = max(n.error_count - n.errors_skipped - n.errors_handled, 0)
+            now = [self._in(n, outs), outs[id(n)], raised, n.errors_skipped, n.errors_handled, late]
+            totals[nid] = [a + b for a, b in zip(now, before)]
         return totals
 
     def read(self) -> Snapshot:
@@ -413,7 +426,7 @@ class Metrics:
         edges = []
         for n in job.nodes:
             nid = ids[id(n)]
-            raised = n.error_count - n.errors_skipped - n.errors_handled
+            _, _, raised, skipped, handled, late_total = totals[nid]
             record, error = _error_texts(n)
             watermark, late, opened = _event_time(n)
             nodes.append(
@@ -423,9 +436,9 @@ class Metrics:
                     kind=type(n).__name__,
                     records_in=counts[nid],
                     records_out=totals[nid][1],
-                    errors_raised=max(raised, 0),
-                    errors_skipped=n.errors_skipped,
-                    errors_handled=n.errors_handled,
+                    errors_raised=raised,
+                    errors_skipped=skipped,
+                    errors_handled=handled,
                     backlog=node_backlog(n),
                     rate=rates.get(nid, 0.0),
                     upstreams=tuple(ids[id(u)] for u in n.upstreams if id(u) in ids),
@@ -437,7 +450,7 @@ class Metrics:
                     last_error=error,
                     state_size=sizes.get(nid),
                     watermark=watermark,
-                    late_records=late,
+                    late_records=None if late is None else late_total,
                     open_windows=opened,
                 )
             )

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..core.node import Stream
 from ..errors import ConfigurationError
 from ..sinks.basic import Sink
+from .endstate import run_state
 from .progress import checkpoint_text, progress_line
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -104,23 +105,29 @@ def _node_intro(node: Stream) -> str:
     return f"<code>{html.escape(str(node))}</code>: no record yet"
 
 
-def _follow_node(node: Stream, set_html: SetHtml) -> None:
-    def show(x: Any) -> None:
-        set_html(f"<pre>{html.escape(_cut(repr(x)))}</pre>")
-
-    Sink(node, show)
+def _record_html(x: Any) -> str:
+    return f"<pre>{html.escape(_cut(repr(x)))}</pre>"
 
 
-def node_output(node: Stream) -> Any:
-    """An ``ipywidgets.HTML`` showing the latest record ``node`` passes on, as they come."""
+def _follow_node(node: Stream, set_html: SetHtml, interval: float = 0.25) -> None:
+    # at most one message to the notebook every ``interval`` seconds, and always the last record
+    Sink(node, _Throttled(_record_html, set_html, interval))
+
+
+def node_output(node: Stream, interval: float = 0.25) -> Any:
+    """An ``ipywidgets.HTML`` showing the latest record ``node`` passes on.
+
+    Redrawn at most every ``interval`` seconds (a message to the notebook
+    each time), and always after the last record.
+    """
     box, set_html = _widget(_node_intro(node))
-    _follow_node(node, set_html)
+    _follow_node(node, set_html, interval)
     return box
 
 
 def _job_html(job: Job) -> str:
     snap = job.metrics.read()
-    state = "running" if snap.running else ("done" if job.ended_at else "not started")
+    state = html.escape(run_state(job).text)
     rows = "".join(
         f"<tr><td>{html.escape(s.id)}</td><td>{s.records:,}</td><td>{s.rate:,.0f}/s</td>"
         f"<td>{html.escape(_cut(repr(s.position), 80))}</td></tr>"
@@ -193,8 +200,16 @@ class _Throttled:
         self._set_html(self._render(value))
 
 
+#: the heading of an updating frame (the class names follow streamz: ``DataFrames``, ``Seriess``)
+_UPDATING = {"DataFrames": "DataFrame", "Seriess": "Series"}
+
+
 def _frame_title(frame: Frame) -> str:
-    return f"<h5>{html.escape(type(frame).__name__)}: latest rows</h5>"
+    """``DataFrame: latest rows`` (batches) or ``Series (updating): current result``."""
+    name = type(frame).__name__
+    if name in _UPDATING:
+        return f"<h5>{_UPDATING[name]} (updating): current result</h5>"
+    return f"<h5>{html.escape(name)}: latest rows</h5>"
 
 
 def _frame_intro(frame: Frame) -> str:

@@ -11,9 +11,12 @@
   records), the last checkpoint's epoch, age and duration (or,
   after a restore and before this run's first checkpoint, "resumed from
   checkpoint N"), errors, and the busiest nodes (records in, records/s,
-  busy and backpressure: :mod:`rivermark.observe.busy`).  When stdout is not a terminal (or ``rich`` is missing): one plain
+  busy and backpressure: :mod:`rivermark.observe.busy`; every node with errors, late
+  records or backpressure is shown).  When stdout is not a terminal (or ``rich`` is missing): one plain
   line every ``interval`` seconds.
-* At the end: a summary (records per source, outputs per sink, skipped and
+* At the end: how the run ended (:mod:`rivermark.observe.endstate`:
+  ``finished after 3.2s: end of input``, ``stopped after 9.0s: rivermark
+  stop``) and a summary (records per source, outputs per sink, skipped and
   dead-lettered records, checkpoints written, elapsed time).
 
 The reporter reads :class:`~rivermark.observe.metrics.Metrics` from its own
@@ -28,7 +31,8 @@ import threading
 import time
 from typing import IO, TYPE_CHECKING, Any
 
-from .metrics import Snapshot, SourceMetrics
+from .endstate import RunState, run_state
+from .metrics import NodeMetrics, Snapshot, SourceMetrics
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..checkpoint.job import Job
@@ -43,6 +47,7 @@ __all__ = [
     "checkpoint_text",
     "summary_lines",
     "watermark_text",
+    "position_text",
 ]
 
 
@@ -61,7 +66,9 @@ def format_age(seconds: float) -> str:
     return f"{seconds / 86400:.1f} days"
 
 
-def _position_text(s: SourceMetrics) -> str:
+def position_text(s: SourceMetrics) -> str:
+    """A source's position as the terminal and the page show it (``byte 410,376 (45% of
+    file)``, ``lag 1,200``, ``position 42``)."""
     lag = s.total_lag
     if s.lag_unit == "bytes" and isinstance(s.position, int) and lag is not None:
         total = s.position + lag
@@ -110,9 +117,11 @@ def start_line(job: Job) -> str:
         if sid in by_id and by_id[sid].lag_unit == "bytes" and isinstance(pos, int):
             text = f"byte {pos:,}"
         parts.append(f"{sid} {text if len(text) <= 60 else text[:57] + '...'}")
+    before = job.previous_run
     return (
         f"resuming from checkpoint {job.restored_epoch} written {age} ago; "
         f"positions: {', '.join(parts) if parts else '(none)'}"
+        + ("" if before is None else f"; the previous run: {before.text}")
     )
 
 
@@ -130,7 +139,7 @@ def checkpoint_text(snap: Snapshot) -> str:
 def progress_line(snap: Snapshot) -> str:
     """One plain line: per source records, rate, position; last checkpoint; errors."""
     parts = [
-        f"{s.id}: {s.records:,} records ({s.rate:,.0f}/s), {_position_text(s)}"
+        f"{s.id}: {s.records:,} records ({s.rate:,.0f}/s), {position_text(s)}"
         + ("" if s.watermark is None else f", {_event_time_text(s)}")
         for s in snap.sources
     ]
@@ -145,9 +154,12 @@ def progress_line(snap: Snapshot) -> str:
     return "progress: " + "; ".join(parts)
 
 
-def summary_lines(snap: Snapshot) -> list[str]:
-    """The end-of-run summary."""
-    lines = [f"done in {snap.elapsed:.1f}s"]
+def summary_lines(snap: Snapshot, state: RunState | None = None) -> list[str]:
+    """The end-of-run summary: how the run ended (``finished after 3.2s: end of input``)
+    and its figures."""
+    head = "ended" if state is None else state.state
+    why = "" if state is None or not state.reason else f": {state.reason}"
+    lines = [f"{head} after {snap.elapsed:.1f}s{why}"]
     for s in snap.sources:
         lines.append(f"  source {s.id}: {s.records:,} records")
     for n in snap.sinks:
@@ -166,20 +178,46 @@ def _lag_text(s: SourceMetrics) -> str:
     return "–" if lag is None else f"{lag:,} {s.lag_unit}"
 
 
-#: the node rows the terminal shows: the busiest ones
+#: the node rows the terminal shows: at least the busiest ones
 BUSIEST = 5
+#: at most this many rows of nodes with errors, late records or backpressure
+FLAGGED = 12
 
 
-def _table(snap: Snapshot) -> Any:
+def _flagged(n: NodeMetrics) -> bool:
+    """A node the terminal always shows: it has errors, late records or backpressure."""
+    return n.errors > 0 or bool(n.late_records) or n.backpressure >= 0.01
+
+
+def shown_nodes(snap: Snapshot, limit: int = BUSIEST) -> list[NodeMetrics]:
+    """The node rows of the terminal display: every node with errors, late records or
+    backpressure (most errors first; at most :data:`FLAGGED`), then the busiest of the
+    others up to ``limit`` rows."""
+    flagged = sorted(
+        (n for n in snap.nodes if _flagged(n)),
+        key=lambda n: (-n.errors, -(n.late_records or 0), -n.backpressure, n.id),
+    )[:FLAGGED]
+    ids = {n.id for n in flagged}
+    rest = sorted(
+        (n for n in snap.nodes if n.id not in ids), key=lambda n: (-n.busy, -n.backpressure, n.id)
+    )
+    return flagged + rest[: max(limit - len(flagged), 0)]
+
+
+def _late_text(n: NodeMetrics) -> str:
+    return "" if n.late_records is None else f"{n.late_records:,}"
+
+
+def _title(snap: Snapshot) -> str:
+    errors = sum(n.errors for n in snap.nodes)
+    return f"rivermark  {snap.elapsed:.0f}s  {checkpoint_text(snap)}  errors {errors:,}"
+
+
+def _wide(snap: Snapshot) -> Any:
     from rich.console import Group
     from rich.table import Table
 
-    errors = sum(n.errors for n in snap.nodes)
-    table = Table(
-        title=f"rivermark  {snap.elapsed:.0f}s  {checkpoint_text(snap)}  errors {errors:,}",
-        title_justify="left",
-        expand=False,
-    )
+    table = Table(title=_title(snap), title_justify="left", expand=False)
     table.add_column("source")
     table.add_column("records", justify="right")
     table.add_column("records/s", justify="right")
@@ -190,17 +228,16 @@ def _table(snap: Snapshot) -> Any:
         table.add_column("watermark")
         table.add_column("event-time lag", justify="right")
     for s in snap.sources:
-        row = [s.id, f"{s.records:,}", f"{s.rate:,.0f}", _position_text(s), _lag_text(s)]
+        row = [s.id, f"{s.records:,}", f"{s.rate:,.0f}", position_text(s), _lag_text(s)]
         if timed:
             lag = "–" if s.event_time_lag is None else format_age(s.event_time_lag)
             row += [watermark_text(s.watermark), lag]
         table.add_row(*row)
-    busiest = sorted(snap.nodes, key=lambda n: (-n.busy, -n.backpressure, n.id))[:BUSIEST]
     nodes = Table(title="busiest nodes", title_justify="left", expand=False)
     nodes.add_column("node")
-    for head in ("records in", "records/s", "busy", "backpressure", "errors"):
+    for head in ("records in", "records/s", "busy", "backpressure", "errors", "late"):
         nodes.add_column(head, justify="right")
-    for n in busiest:
+    for n in shown_nodes(snap):
         nodes.add_row(
             n.id,
             f"{n.records_in:,}",
@@ -208,9 +245,64 @@ def _table(snap: Snapshot) -> Any:
             f"{100 * n.busy:.0f}%",
             f"{100 * n.backpressure:.0f}%",
             f"{n.errors:,}",
+            _late_text(n),
         )
     clocks = _event_time_table(snap)
     return Group(table, nodes) if clocks is None else Group(table, nodes, clocks)
+
+
+def _compact(snap: Snapshot) -> Any:
+    """The same figures in rows for a small terminal (80 columns): each source on lines
+    of its own (position and watermark uncut), the nodes in a table without borders."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    parts: list[Any] = [Text(_title(snap), style="bold")]
+    for s in snap.sources:
+        lag = "" if s.total_lag is None else f"  lag {_lag_text(s)}"
+        parts.append(Text(f"{s.id}  {s.records:,} records  {s.rate:,.0f}/s{lag}"))
+        parts.append(Text(f"  {position_text(s)}"))
+        if s.watermark is not None:
+            parts.append(Text(f"  {_event_time_text(s)}"))
+    nodes = Table(box=None, expand=False, pad_edge=False, title_justify="left")
+    nodes.add_column("node", overflow="fold")
+    for head in ("in", "/s", "busy", "bp", "errors", "late"):
+        nodes.add_column(head, justify="right")
+    timed = any(n.watermark is not None or n.open_windows is not None for n in snap.nodes)
+    if timed:
+        nodes.add_column("open", justify="right")
+    for n in shown_nodes(snap):
+        row = [
+            n.id,
+            f"{n.records_in:,}",
+            f"{n.rate:,.0f}",
+            f"{100 * n.busy:.0f}%",
+            f"{100 * n.backpressure:.0f}%",
+            f"{n.errors:,}",
+            _late_text(n),
+        ]
+        if timed:
+            row.append("" if n.open_windows is None else f"{n.open_windows:,}")
+        nodes.add_row(*row)
+    parts.append(nodes)
+    marks = [n for n in snap.nodes if n.watermark is not None]
+    for n in marks:
+        parts.append(Text(f"{n.id}: watermark {watermark_text(n.watermark)}"))
+    return Group(*parts)
+
+
+def _table(snap: Snapshot, width: int | None = None) -> Any:
+    """The live display: tables when they fit in ``width`` columns, else compact rows."""
+    wide = _wide(snap)
+    if width is None:
+        return wide
+    from rich.console import Console
+    from rich.measure import Measurement
+
+    console = Console(width=10_000)  # a measurement is clamped to the console's width
+    needed = max(Measurement.get(console, console.options, r).maximum for r in wide.renderables)
+    return wide if needed <= width else _compact(snap)
 
 
 def _event_time_table(snap: Snapshot) -> Any:
@@ -295,12 +387,16 @@ class ProgressReporter:
 
         console = Console(file=self.out)
         metrics = self.job.metrics
-        with Live(_table(metrics.read()), console=console, auto_refresh=False) as live:
+
+        def draw() -> Any:
+            return _table(metrics.read(), console.width)
+
+        with Live(draw(), console=console, auto_refresh=False) as live:
             while not self._stop.wait(0.5):
-                live.update(_table(metrics.read()), refresh=True)
-            live.update(_table(metrics.read()), refresh=True)
+                live.update(draw(), refresh=True)
+            live.update(draw(), refresh=True)
 
     def summary(self) -> None:
         """Print the end-of-run summary."""
-        for line in summary_lines(self.job.metrics.read()):
+        for line in summary_lines(self.job.metrics.read(), run_state(self.job)):
             self._print(line)

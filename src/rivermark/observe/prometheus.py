@@ -161,12 +161,17 @@ def _checkpoint_families(metrics: Metrics, snap: Snapshot) -> Iterator[Any]:
     for name, doc, hist in [
         (
             "rivermark_checkpoint_duration_seconds",
-            "Write and commit time of checkpoints",
+            "End-to-end time of checkpoints: from pausing the sources to the manifest written",
             "duration",
         ),
         (
+            "rivermark_checkpoint_write_seconds",
+            "Durable write time of checkpoints: state files and manifest",
+            "write",
+        ),
+        (
             "rivermark_checkpoint_pause_seconds",
-            "Time the sources were held for checkpoints",
+            "Time the sources were held for checkpoints (up to the manifest written)",
             "pause",
         ),
         ("rivermark_checkpoint_size_bytes", "State bytes written by checkpoints", "size"),

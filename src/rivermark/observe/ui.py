@@ -5,11 +5,14 @@ An ``aiohttp`` server (the ``ui`` extra) on the job's own event loop serves:
 * ``/``: one self-contained HTML page (no external assets: it works
   without internet access) that draws the graph left to right, as
   ``visualize()`` does, and shows on each node its records in and out,
-  rate, backlog and errors; a strip of recent checkpoints (epoch,
-  duration, size); each source's records, rate, position and lag;
+  rate, backlog and errors, busy time and backpressure as its colour; a
+  strip of recent checkpoints, newest first; each source's records, rate,
+  position and lag; the exception history.  The page holds the graph and a
+  first reading (it shows data at once);
 * ``/graph.json``: the nodes, edges and their layout;
 * ``/events``: server-sent events, one JSON reading of the metrics about
-  once a second (``interval``), which the page applies as they arrive;
+  once a second (``interval``), which the page applies as they arrive; one
+  reading per interval is shared by every open page (:meth:`UiServer.reading`);
 * the control API (:mod:`rivermark.observe.control`): health, the job's
   status and checkpoints, and, with the job's token, checkpoint, savepoint
   and stop requests.
@@ -23,6 +26,9 @@ import json
 import logging
 import math
 import secrets
+import time
+import traceback
+from collections import deque
 from collections.abc import Awaitable, Callable
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any
@@ -37,7 +43,9 @@ from .control import (
     host_guard,
     local_url,
 )
+from .endstate import run_state
 from .metrics import Snapshot
+from .progress import position_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..checkpoint.job import Job
@@ -87,7 +95,7 @@ def layout(job: Job) -> dict[str, Any]:
 
 
 #: a node's box on the page, in pixels (the page draws boxes of this size)
-BOX_W, BOX_H, PAD = 190, 108, 16
+BOX_W, BOX_H, PAD = 200, 124, 16
 
 
 def _dot_source(graph: dict[str, Any]) -> str:
@@ -136,14 +144,9 @@ def positions(graph: dict[str, Any]) -> dict[str, Any]:
     return graph
 
 
-def _state(snap: Snapshot, job: Job) -> str:
-    """``running``, ``not started``, ``finished`` or ``failed: <exception>``."""
-    if snap.running:
-        return "running"
-    if job.ended_at is None:
-        return "not started"
-    failure = job.ended_by
-    return "finished" if failure is None else f"failed: {type(failure).__name__}: {failure}"
+def _short(value: Any, limit: int = 300) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _finite(value: float | None) -> float | None:
@@ -155,13 +158,21 @@ def _marks(marks: dict[str, float] | None) -> dict[str, float | None] | None:
     return None if marks is None else {p: _finite(v) for p, v in marks.items()}
 
 
+def _state(snap: Snapshot, job: Job | None) -> dict[str, Any]:
+    """The run's state and its reason (:mod:`rivermark.observe.endstate`)."""
+    if job is None:
+        return {"state": "running" if snap.running else "ended", "reason": ""}
+    state = run_state(job)
+    return {"state": state.state, "reason": state.reason}
+
+
 def snapshot_json(snap: Snapshot, job: Job | None = None) -> dict[str, Any]:
     """A reading of the metrics as the page uses it."""
     return {
         "time": snap.time,
         "elapsed": snap.elapsed,
         "running": snap.running,
-        "state": _state(snap, job) if job is not None else ("running" if snap.running else "ended"),
+        **_state(snap, job),
         "restored_epoch": snap.restored_epoch,
         "checkpoints_written": snap.checkpoints_written,
         "last_checkpoint_age": snap.last_checkpoint_age,
@@ -193,6 +204,8 @@ def snapshot_json(snap: Snapshot, job: Job | None = None) -> dict[str, Any]:
                 "records": s.records,
                 "rate": s.rate,
                 "position": s.position,
+                # as the terminal words it: byte 1,234 (45% of file), lag 12, ...
+                "position_text": position_text(s),
                 "lag": s.lag,
                 "lag_unit": s.lag_unit,
                 "finished": s.finished,
@@ -294,6 +307,13 @@ class UiServer:
         self.control_run = secrets.token_hex(16)
         #: the tasks streaming events to open pages
         self._streams: set[asyncio.Task[Any]] = set()
+        #: the last reading as JSON, shared by every open page: (monotonic time, text)
+        self._reading: tuple[float, str] | None = None
+        #: exceptions of the nodes seen so far, newest first, and which were seen
+        self._exceptions: deque[dict[str, Any]] = deque(maxlen=50)
+        self._seen: set[int] = set()
+        #: the graph with its layout (it does not change while the job runs)
+        self._graph_json: dict[str, Any] | None = None
 
     @property
     def url(self) -> str:
@@ -313,7 +333,7 @@ class UiServer:
         self._closing = asyncio.Event()
         self.job.metrics.watch()
         app = web.Application()
-        app.router.add_get("/", page("page.html"))
+        app.router.add_get("/", self._page)
         app.router.add_get("/graph.json", self._graph)
         app.router.add_get("/events", self._events)
         ControlApi(JobControl(self.job), control_token(), self.control_run).add_routes(app)
@@ -333,11 +353,63 @@ class UiServer:
         if runner is not None:
             await runner.cleanup()
 
+    async def _graph_data(self) -> dict[str, Any]:
+        if self._graph_json is None:
+            loop = asyncio.get_running_loop()
+            graph = await loop.run_in_executor(None, positions, layout(self.job))
+            self._graph_json = {"store": repr(self.job.store), **graph}
+        return self._graph_json
+
     async def _graph(self, request: Any) -> Any:
         from aiohttp import web
 
-        graph = await asyncio.get_running_loop().run_in_executor(None, positions, layout(self.job))
-        return web.json_response({"store": repr(self.job.store), **graph})
+        return web.json_response(await self._graph_data())
+
+    def reading(self, fresh: bool = False) -> str:
+        """The metrics as the page reads them (JSON), one reading per ``interval`` shared by
+        every open page: the page's cost does not grow with the number of open tabs."""
+        now = time.monotonic()
+        last = self._reading
+        if fresh or last is None or now - last[0] >= 0.9 * self.interval:
+            data = snapshot_json(self.job.metrics.read(), self.job)
+            data["exceptions"] = self._exception_history()
+            self._reading = last = (now, json.dumps(data, default=repr))
+        return last[1]
+
+    def _exception_history(self) -> list[dict[str, Any]]:
+        """The exceptions the nodes' user functions raised, newest first, with the time
+        they were seen, the record and the traceback (the last 50)."""
+        for n in self.job.nodes:
+            last = n.last_error
+            if last is None or id(last[1]) in self._seen:
+                continue
+            record, exc = last
+            self._seen.add(id(last[1]))
+            self._exceptions.appendleft(
+                {
+                    "time": time.time(),
+                    "node": self.job.id_of(n),
+                    "record": _short(record),
+                    "exception": f"{type(exc).__name__}: {str(exc)[:300]}",
+                    "traceback": "".join(
+                        traceback.format_exception(type(exc), exc, exc.__traceback__)
+                    )[-4000:],
+                }
+            )
+        return list(self._exceptions)
+
+    async def _page(self, request: Any) -> Any:
+        """The page with its graph and the current reading inside: it shows data at once."""
+        from aiohttp import web
+
+        initial = {"graph": await self._graph_data(), "reading": json.loads(self.reading())}
+        # inside a <script> element: no "</" may end it early
+        data = json.dumps(initial, default=repr).replace("</", "<\\/")
+        html = files("rivermark.observe").joinpath("page.html").read_text(encoding="utf-8")
+        html = html.replace(
+            "<!--initial-->", f'<script id="initial" type="application/json">{data}</script>'
+        )
+        return web.Response(text=html, content_type="text/html")
 
     async def _events(self, request: Any) -> Any:
         from aiohttp import web
@@ -353,7 +425,7 @@ class UiServer:
         try:
             while True:
                 closing = self._closing.is_set()
-                data = json.dumps(snapshot_json(self.job.metrics.read(), self.job), default=repr)
+                data = self.reading(fresh=closing)  # the final state: read once more
                 await resp.write(f"data: {data}\n\n".encode())
                 if closing:  # the job has ended: that was its final state
                     break

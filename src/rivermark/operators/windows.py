@@ -145,6 +145,19 @@ class Partition(Stream):
             return self._emit_and_release(out, meta, meta)
         return self._emit(out, None)
 
+    def end_of_input(self) -> list[Any] | None:
+        """The input ended (a job's sources are exhausted): a partial group is not emitted
+        (only ``timeout=`` emits one, as in streamz); say so, naming the node."""
+        held = self.records_held() or 0
+        if held and self._timeout is None:
+            logger.warning(
+                "%s: the input ended with %d record(s) in partial group(s) of fewer than %d; "
+                "they are not emitted (a group is emitted when it has n records) and stay in "
+                "the node's state; pass timeout= to emit partial groups",
+                self.display_name(), held, self.n,
+            )  # fmt: skip
+        return None
+
     def _key_of(self, x: Any) -> Any:
         k = self._key
         return k(x) if callable(k) else x[k]

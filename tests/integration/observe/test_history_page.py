@@ -96,6 +96,11 @@ def test_history_of_a_finished_job(tmp_path: Path, browser: Any) -> None:
         # the run's first checkpoint still readable says where the run began
         assert "started fresh" in rows[-2][1] and "started fresh" not in newest, rows
         assert f"{len(epochs)} checkpoint(s) retained" in browser.find_element(By.ID, "store").text
+        # how the last run ended, in the job's own words; and the write figure
+        assert history["last_run"]["state"] == "finished"
+        last = browser.find_element(By.ID, "last-run")
+        assert last.text.startswith("last run: finished (end of input) at "), last.text
+        assert f"{timing['write']:.3f} s" in newest
         # reading the history wrote nothing: no lock, no file
         assert _files(ckpt) == before
         # the page follows the store: a checkpoint written meanwhile appears

@@ -26,7 +26,7 @@ def shown():
 
 def settled():
     text = "\\n".join(shown())
-    return all(s in text for s in ("<pre>40000</pre>", "<td>191</td>", "<td>10100</td>", "done"))
+    return all(s in text for s in ("<pre>40000</pre>", "<td>191</td>", "<td>10100</td>", "finished"))
 
 deadline = time.monotonic() + 60
 while not settled() and time.monotonic() < deadline:
@@ -63,8 +63,11 @@ def test_job_run_in_a_cell_returns_a_handle_and_outputs_update() -> None:
     assert "<td>190</td>" not in frame
     assert "<td>10100</td>" in text and "<td>10000</td>" in text  # the sums per parity
     job = next(v for v in values if v.startswith("<b>rivermark job</b>"))
-    assert "done" in job and "<td>numbers</td><td>200</td>" in job
+    assert "finished (end of input)" in job and "<td>numbers</td><td>200</td>" in job
     # what the kernel sent the frontend: the job's output ended on its final state
     states = nb.metadata["widgets"][STATE]["state"].values()
     sent = [s["state"].get("value", "") for s in states if s["model_name"] == "HTMLModel"]
-    assert any("rivermark job</b> done" in v for v in sent), sent
+    assert any("rivermark job</b> finished (end of input)" in v for v in sent), sent
+    # the updating Series is headed as one, not by its class name
+    assert any(v.startswith("<h5>Series (updating): current result</h5>") for v in values), values
+    assert not any("Seriess" in v for v in sent), sent

@@ -215,7 +215,7 @@ def test_exposition_follows_prometheus_conventions(tmp_path: Path) -> None:
         assert stamp == pytest.approx(written.time)
         assert ours["rivermark_restores"].samples[0].value == 1
         # the checkpoints as histograms (none written by this run yet)
-        for name in ("duration_seconds", "pause_seconds", "size_bytes"):
+        for name in ("duration_seconds", "write_seconds", "pause_seconds", "size_bytes"):
             fam = ours[f"rivermark_checkpoint_{name}"]
             assert fam.type == "histogram"
             count = next(s for s in fam.samples if s.name.endswith("_count"))

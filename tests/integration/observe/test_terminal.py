@@ -86,7 +86,8 @@ def test_plain_progress_lines_and_summary(app: tuple[Path, dict[str, str]], tmp_
     held = [p for p in progress if "lines: 151 records" in p]
     assert held and all(int(re.search(r"byte (\d+)", p)[1]) <= 490 for p in held), held
     skipped = len([i for i in range(300) if i % 7 == 0])
-    summary = lines[lines.index(next(x for x in lines if x.startswith("done in "))) :]
+    summary = lines[lines.index(next(x for x in lines if x.startswith("finished after "))) :]
+    assert re.fullmatch(r"finished after [\d.]+s: end of input", summary[0]), summary
     assert summary[1:] == [
         "  source lines: 300 records",
         f"  sink out: {300 - skipped} records",
@@ -100,7 +101,9 @@ def test_plain_progress_lines_and_summary(app: tuple[Path, dict[str, str]], tmp_
     assert again.returncode == 0, again.stderr
     first = again.stdout.splitlines()[0]
     assert re.fullmatch(
-        r"resuming from checkpoint 2 written \d+s ago; positions: lines byte 1,090", first
+        r"resuming from checkpoint 2 written \d+s ago; positions: lines byte 1,090; "
+        r"the previous run: finished \(end of input\)",
+        first,
     ), first
     # nothing new to read; the counts carried over from the checkpoint
     assert "  source lines: 300 records" in again.stdout
@@ -323,6 +326,54 @@ def test_live_table_shows_the_watermark_and_the_windows(
         shown = wait_value(at_the_hold, what="the event-time table at record 500")
         assert re.search(r"┃ lag\s+┃ watermark\s+┃ event-time lag ┃", shown), shown
         assert "event time" in shown
+        Path(env["GO"]).write_text("")
+        wait_for(done.exists, what="the job to end")
+        assert done.read_text().strip() == "0"
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True)
+
+
+def test_an_80x24_terminal_shows_every_position_and_watermark_uncut(
+    event_time_app: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    path, env = event_time_app
+    session = f"rivermark-{uuid.uuid4().hex[:8]}"
+    done = tmp_path / "exit-status"
+    inner = (
+        f"{' '.join(RIVERMARK)} run {path}:numbers -c {tmp_path / 'ck'}; "
+        f"echo $? > {done}.part; mv {done}.part {done}; "
+        "sleep 600"
+    )
+    tmux_env = [f"{k}={env[k]}" for k in ("OUT", "GO")] + ["COLUMNS=80", "LINES=24"]
+    tmux = ["tmux", "-L", session]
+    subprocess.run(
+        [*tmux, "new-session", "-d", "-s", session, "-x", "80", "-y", "24",
+         "env", *tmux_env, "sh", "-c", inner],
+        check=True,
+    )  # fmt: skip
+
+    def screen() -> str:
+        res = subprocess.run(
+            [*tmux, "capture-pane", "-p", "-t", session], capture_output=True, text=True
+        )
+        return res.stdout
+
+    held = [
+        r"numbers  501 records",
+        r"  position \d+\n",
+        rf"  watermark {HELD_WATERMARK} \(event-time lag [\d.]+ days\)",
+        rf"times: watermark {HELD_WATERMARK}",
+        r"tumble\s+501\s+\d+\s+\d+%\s+\d+%\s+0\s+4\s+3",  # late records and open windows
+    ]
+    try:
+
+        def at_the_hold() -> str:
+            s = screen()
+            return s if all(re.search(r, s) for r in held) else ""
+
+        shown = wait_value(at_the_hold, what="the compact display at record 500")
+        assert all(len(line) <= 80 for line in shown.splitlines()), shown
+        assert "…" not in shown, shown  # nothing cut
         Path(env["GO"]).write_text("")
         wait_for(done.exists, what="the job to end")
         assert done.read_text().strip() == "0"

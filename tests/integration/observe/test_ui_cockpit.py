@@ -102,11 +102,13 @@ def test_busy_backpressure_errors_state_and_zoom(tmp_path: Path, browser: Any) -
         job.stop()
         runner.join(60)
     assert raised == []
-    # the page outlives the run: it shows the final state and keeps the last figures
+    # the page outlives the run: it shows the final state and keeps the last figures;
+    # a stop is "stopped" (never "finished": the input did not end), with who asked
     wait_for(
-        lambda: browser.find_element(By.ID, "status").get_attribute("data-state") == "finished",
+        lambda: browser.find_element(By.ID, "status").get_attribute("data-state") == "stopped",
         what="the final state",
     )
+    assert text(browser, "#status").startswith("stopped (Job.stop()) · ")
     assert "in –" not in text(browser, '[data-node="total"] .counts')
 
 
@@ -131,15 +133,14 @@ def test_a_failed_job_says_why_on_the_page(tmp_path: Path, browser: Any) -> None
         go.set()
         runner.join(60)
     assert failures
-    state = wait_value(
+    status = wait_value(
         lambda: (
-            browser.find_element(By.ID, "status").get_attribute("data-state")
-            if "failed" in text(browser, "#status")
-            else None
+            browser.find_element(By.ID, "status") if "failed" in text(browser, "#status") else None
         ),
         what="the failed state",
     )
-    assert state.startswith("failed: ") and "ValueError: cannot parse" in state, state
+    assert status.get_attribute("data-state") == "failed"
+    assert "ValueError: cannot parse" in status.get_attribute("data-reason")
     assert "disconnected" not in text(browser, "#status")
 
 

@@ -153,7 +153,14 @@ def test_page_shows_watermarks_open_windows_and_late_records(tmp_path: Path, bro
             what="the window's open windows and late records",
         )
         when = r"1970-01-01 00:\d\d:\d\d UTC"  # the times are seconds after the epoch
-        assert re.search(f"watermark {when}", text('[data-node="times"] .rate'))
+        # the watermark on a line of its own, inside its box
+        assert re.search(f"wm {when}", text('[data-node="times"] .time'))
+        inside = browser.execute_script(
+            "const g = document.querySelector('[data-node=\"times\"]');"
+            "return g.querySelector('.time').getBBox().width + 8"
+            " <= g.querySelector('rect').getBBox().width;"
+        )
+        assert inside
         cells = texts('#sources tr[data-source="numbers"] td')
         assert re.fullmatch(when, cells[5]), cells[5]
         assert cells[6].endswith(" s") and float(cells[6][:-2].replace(",", "")) > 1e9

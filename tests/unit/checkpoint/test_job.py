@@ -376,3 +376,13 @@ def test_job_gives_sinks_a_stable_job_id(tmp_path):
     assert sink1.job_id == sink2.job_id == job1.job_id == job2.job_id
     assert job1.job_id.startswith("ckpt-")
     assert Job(build()[0], checkpoint=str(tmp_path / "other")).job_id != job1.job_id
+
+
+def test_a_failing_builtin_is_not_located_in_generated_code(tmp_path: Path) -> None:
+    source = Stream.from_iterable(["1", "x", "3"], name="src")
+    source.map(int, name="parse").sink_to_list()
+    with pytest.raises(JobFailedError) as err:
+        Job(source, checkpoint=tmp_path, every=None).run()
+    msg = str(err.value)
+    assert "user function 'int' raised ValueError" in msg, msg
+    assert "<rivermark" not in msg, msg

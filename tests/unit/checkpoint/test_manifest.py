@@ -274,6 +274,9 @@ def test_counts_are_covered_by_the_checksum_and_checked() -> None:
     text = m.to_json()
     assert Manifest.from_json(text).counts == {"src": [10, 10], "acc": [10, 9]}
     assert Manifest.from_json(_manifest().to_json()).counts is None
+    # errors raised, skipped, handled and late records after in and out
+    m.counts = {"src": [10, 10, 0, 0, 0, 0], "acc": [10, 7, 1, 1, 1, 4]}
+    assert Manifest.from_json(m.to_json()).counts == m.counts
 
 
 #: an optional field of a manifest given a value of the wrong shape (its checksum
@@ -287,6 +290,7 @@ MALFORMED = [
     ("timing", {"duration": -1.0, "pause": 0.0}, "'timing' must be"),
     ("timing", {"duration": "1", "pause": 0}, "'timing' must be"),
     ("counts", {"src": [1]}, "'counts' must map"),
+    ("counts", {"src": [1, 2, 3]}, "'counts' must map"),
     ("counts", {"src": [1, -2]}, "'counts' must map"),
     ("counts", {"src": [1.5, 2]}, "'counts' must map"),
     ("counts", {"src": "12"}, "'counts' must map"),

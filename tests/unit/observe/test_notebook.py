@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +22,43 @@ from rivermark.testing import wait_for
 def test_node_output_follows_the_records() -> None:
     s = Stream()
     doubled = s.map(lambda x: 2 * x)
-    box = node_output(doubled)
+    box = node_output(doubled, interval=0.01)
     assert "no record yet" in box.value
     s.emit(1)
-    assert box.value == "<pre>2</pre>"
+    wait_for(lambda: box.value == "<pre>2</pre>")
     s.emit(21)
-    assert box.value == "<pre>42</pre>"
+    wait_for(lambda: box.value == "<pre>42</pre>")
+
+
+def test_node_output_sends_a_few_messages_per_second_and_the_last_record() -> None:
+    s = Stream()
+    box = node_output(s.map(lambda x: 2 * x), interval=0.25)
+    sent: list[str] = []
+    box.observe(lambda change: sent.append(change["new"]), names="value")
+    started = time.monotonic()
+    for i in range(2_697):
+        s.emit(i)
+    wait_for(lambda: sent and sent[-1] == "<pre>5392</pre>", what="the last record")
+    elapsed = time.monotonic() - started
+    # one message per 0.25 s at most (and the last one), not one per record
+    assert len(sent) <= elapsed / 0.25 + 2, (len(sent), elapsed)
+
+
+def test_a_failed_job_says_failed_and_why_in_its_output(tmp_path: Path) -> None:
+    def parse(x: int) -> int:
+        if x == 7:
+            raise ValueError(f"cannot parse {x}")
+        return x
+
+    source = Stream.from_iterable(range(10), name="numbers")
+    source.map(parse, name="parse").sink_to_list()
+    job = Job(source, checkpoint=tmp_path, every=None)
+    box = job_output(job, interval=0.05)
+    with pytest.raises(Exception, match=re.escape("cannot parse 7")):
+        job.run()
+    wait_for(lambda: "failed" in box.value)
+    assert "done" not in box.value and "finished" not in box.value, box.value
+    assert "ValueError" in box.value, box.value
 
 
 def test_job_output_updates_while_the_job_runs(tmp_path: Path) -> None:
@@ -48,7 +81,11 @@ def test_job_output_updates_while_the_job_runs(tmp_path: Path) -> None:
     finally:
         gate.set()
         runner.join(30)
-    wait_for(lambda: "<td>numbers</td><td>100</td>" in box.value and "done" in box.value)
+    wait_for(
+        lambda: (
+            "<td>numbers</td><td>100</td>" in box.value and "finished (end of input)" in box.value
+        )
+    )
 
 
 def test_displayed_in_ipython() -> None:

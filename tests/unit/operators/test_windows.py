@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -369,3 +371,22 @@ def test_partition_timeout_downstream_error_fails_the_node(
 
     run(main())
     assert "Partition failed: RuntimeError: sink broke" in caplog.text
+
+
+def test_partition_says_so_when_the_input_ends_with_a_partial_group(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from rivermark.checkpoint import Job
+
+    source = Stream.from_iterable(range(7), name="numbers")
+    out = source.partition(3, name="triples").sink_to_list()
+    with caplog.at_level(logging.WARNING, logger="rivermark.operators.windows"):
+        Job(source, checkpoint=tmp_path, every=None).run()
+    assert out == [(0, 1, 2), (3, 4, 5)]
+    assert (
+        caplog.text.count(
+            "Partition('triples'): the input ended with 1 record(s) in partial group(s) of fewer than 3; "
+            "they are not emitted"
+        )
+        == 1
+    ), caplog.text
