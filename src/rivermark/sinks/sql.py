@@ -551,11 +551,23 @@ class ToSQL(Sink):
             return self._store
         if self._closed:
             raise ConfigurationError(f"{self.label()}: used after close()")
+        store: _SQLite | _Postgres | None = None
         try:
             store = self._open()
             if isinstance(store, _Postgres):
                 store.conn.execute(f"SET statement_timeout = {int(self.timeout * 1000)}")
             store.lock()
+        except BaseException:
+            if store is not None:
+                store.close()
+            raise
+        self._store = store
+        return store
+
+    def _open(self) -> _SQLite | _Postgres:
+        """A store on a new connection (see :meth:`_open_store`), errors as one line."""
+        try:
+            return self._open_store()
         except ImportError as e:
             raise ConfigurationError(
                 f"{self.label()}: PostgreSQL needs psycopg 3: pip install 'rivermark[sql]'"
@@ -567,10 +579,8 @@ class ToSQL(Sink):
                 f"{self.label()}: cannot connect ({type(e).__name__}: {_first_line(e)}); "
                 "check the server address, user and password, and that the server runs"
             ) from None
-        self._store = store
-        return store
 
-    def _open(self) -> _SQLite | _Postgres:
+    def _open_store(self) -> _SQLite | _Postgres:
         """A store on a new connection, from the URL or the factory."""
         t = self.target
         if isinstance(t, str) and t.startswith("sqlite://"):
