@@ -37,7 +37,7 @@ def total(acc: tuple[dict[str, int], Any], r: dict[str, Any]) -> tuple[dict[str,
         sums.pop(k, None)
         return sums, delete(k=k)
     sums[k] = sums.get(k, 0) + r["v"]
-    return sums, {"k": k, "total": sums[k]}
+    return sums, {"k": k, "total": sums[k], "last": r["id"]}
 
 
 def second(acc: tuple[Any, Any]) -> Any:
@@ -53,6 +53,6 @@ if MODE == "append":
     )  # fmt: skip
 else:
     records.accumulate(total, start=({}, None)).map(second).to_sql(
-        URL, "out", mode="upsert", key=["k"], columns={"k": "TEXT", "total": "BIGINT"},
+        URL, "out", mode="upsert", key=["k"], columns={"k": "TEXT", "total": "BIGINT", "last": "BIGINT"},
         create=True, name="totals",
     )  # fmt: skip
