@@ -142,6 +142,7 @@ class ToSQL(Sink):
         self.timeout = float(timeout)
         self.column_types = dict(columns) if isinstance(columns, Mapping) else None
         self.column_names: list[str] = list(columns) if columns is not None else []
+        self._column_set = frozenset(self.column_names)
         super().__init__(upstream, **kwargs)
         self.sink_id = sink_id or self.name or table
         if len(self.sink_id) > 150:
@@ -247,7 +248,9 @@ class ToSQL(Sink):
     def update(self, x: Any, who: Stream | None = None, metadata: Metadata | None = None) -> None:
         if not self.column_names:
             self._prepare_table()
-        if hasattr(x, "to_dict") and hasattr(x, "columns"):
+        if type(x) is dict:  # the common case, first
+            self._add(x)
+        elif hasattr(x, "to_dict") and hasattr(x, "columns"):
             for rec in x.to_dict("records"):
                 self._add(rec)
         else:
@@ -255,32 +258,37 @@ class ToSQL(Sink):
 
     def _add(self, rec: Any) -> None:
         cols = self.column_names
-        if isinstance(rec, Delete):
-            if self.mode != "upsert":
+        if type(rec) is not dict:
+            if isinstance(rec, Delete):
+                self._add_delete(rec)
+                return
+            if not isinstance(rec, Mapping):
                 raise ConfigurationError(
-                    f"{self.label()}: received {rec!r}; a tombstone needs mode='upsert'"
+                    f"{self.label()}: received {rec!r}; to_sql writes dicts (column -> value) "
+                    "or DataFrames: add a .map(...) that builds one"
                 )
-            k = self._key_of(rec.key, rec)
-            self._ops[k] = None
-            return
-        if not isinstance(rec, Mapping):
-            raise ConfigurationError(
-                f"{self.label()}: received {rec!r}; to_sql writes dicts (column -> value) "
-                "or DataFrames: add a .map(...) that builds one"
-            )
-        extra = [c for c in rec if c not in cols]
-        if extra:
+        if not rec.keys() <= self._column_set:
+            extra = [c for c in rec if c not in self._column_set]
             raise ConfigurationError(
                 f"{self.label()}: record {rec!r} has column(s) {extra!r} that the table does "
                 f"not have (its columns: {cols!r})"
             )
-        row = tuple(rec.get(c) for c in cols)
+        row = tuple(map(rec.get, cols))
         if self.mode == "append":
             self._rows.append(row)
         else:
             k = self._key_of(rec, rec)
             self._ops.pop(k, None)  # re-insert at the end: the order of last operations
             self._ops[k] = row
+
+    def _add_delete(self, rec: Delete) -> None:
+        if self.mode != "upsert":
+            raise ConfigurationError(
+                f"{self.label()}: received {rec!r}; a tombstone needs mode='upsert'"
+            )
+        k = self._key_of(rec.key, rec)
+        self._ops.pop(k, None)
+        self._ops[k] = None
 
     def _key_of(self, rec: Mapping[str, Any], whole: Any) -> tuple[Any, ...]:
         try:
@@ -304,6 +312,7 @@ class ToSQL(Sink):
                 existing = store.columns()
             if not self.column_names:
                 self.column_names = existing
+                self._column_set = frozenset(existing)
             missing = [c for c in self.column_names if c not in existing]
             if missing:
                 raise SQLSinkError(
