@@ -38,14 +38,15 @@ marker of an earlier run is reported (``unaccounted_output``) and the job
 refuses to start; ``--from-scratch`` (``start_over``) empties the table,
 drops the sink's staged or prepared epochs and its marker, in one transaction.
 
->>> import os, sqlite3, tempfile
+>>> import contextlib, os, sqlite3, tempfile
 >>> from rivermark import Job, Stream
 >>> db = os.path.join(tempfile.mkdtemp(), "out.db")
 >>> src = Stream.from_iterable([{"k": "a", "n": 1}, {"k": "b", "n": 2}, {"k": "a", "n": 3}])
 >>> _ = src.to_sql(f"sqlite:///{db}", "totals", mode="upsert", key=["k"],
 ...                columns={"k": "TEXT", "n": "INTEGER"}, create=True)
 >>> _ = Job(src, checkpoint=os.path.join(os.path.dirname(db), "ckpt")).run()
->>> sorted(sqlite3.connect(db).execute("SELECT k, n FROM totals"))
+>>> with contextlib.closing(sqlite3.connect(db)) as c:
+...     sorted(c.execute("SELECT k, n FROM totals"))
 [('a', 3), ('b', 2)]
 """
 
