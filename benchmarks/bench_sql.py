@@ -72,10 +72,13 @@ def plain_pg_seconds(url: str, recs: list[dict[str, Any]], table: str, batch: in
         c.execute(f"CREATE TABLE {table} (id BIGINT, k TEXT, v BIGINT)")
         t0 = time.perf_counter()
         for i in range(0, len(recs), batch):
-            with c.transaction(), c.cursor() as cur:
-                with cur.copy(f"COPY {table} (id, k, v) FROM STDIN") as copy:
-                    for r in recs[i : i + batch]:
-                        copy.write_row((r["id"], r["k"], r["v"]))
+            with (
+                c.transaction(),
+                c.cursor() as cur,
+                cur.copy(f"COPY {table} (id, k, v) FROM STDIN") as copy,
+            ):
+                for r in recs[i : i + batch]:
+                    copy.write_row((r["id"], r["k"], r["v"]))
         return time.perf_counter() - t0
 
 
