@@ -18,6 +18,7 @@ table did not hold every row once).
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import subprocess
 import sys
@@ -142,6 +143,7 @@ def main() -> int:
             )  # fmt: skip
         finally:
             subprocess.run([script, "stop", d], check=False)
+            shutil.rmtree(d, ignore_errors=True)
     return 0 if ok else 1
 
 
