@@ -1,0 +1,413 @@
+"""The two stores of ``to_sql`` (:mod:`rivermark.sinks.sql`): SQLite and PostgreSQL.
+
+Each implements the same steps for one sink: take the sink id's lock, read
+the table's columns, ``prepare`` an epoch (durable, invisible), ``commit``
+it (idempotent), ``resolve`` what a crash left at ``restore``, and
+``start_over``.  The protocol they implement is described in
+:mod:`rivermark.sinks.sql`.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import IO, TYPE_CHECKING, Any
+
+from ..errors import RivermarkError
+
+if TYPE_CHECKING:
+    from .sql import ToSQL
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["MARKERS", "Delete", "SQLSinkError", "delete"]
+
+MARKERS = "_rivermark_epochs"
+
+
+class SQLSinkError(RivermarkError):
+    """A SQL sink cannot reach, write or resolve its table (the message says what to do)."""
+
+
+@dataclass(frozen=True)
+class Delete:
+    """A tombstone for ``to_sql(mode="upsert")``: delete the row with this key."""
+
+    key: Mapping[str, Any]
+
+
+def delete(**key: Any) -> Delete:
+    """A tombstone: ``delete(user="ann")`` deletes the row whose key is ``user='ann'``."""
+    return Delete(dict(key))
+
+
+def quote(name: str) -> str:
+    """A quoted SQL identifier."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
+
+
+class SQLStore:
+    """One database dialect: connection, lock, marker, and the epoch's two phases."""
+
+    ph = "?"
+
+    def __init__(self, sink: ToSQL, conn: Any) -> None:
+        self.sink, self.conn = sink, conn
+
+    def where(self) -> str:
+        raise NotImplementedError
+
+    # helpers shared by both dialects ------------------------------------------------
+    def insert_sql(self, table: str, upsert: bool) -> str:
+        cols = self.sink.column_names
+        values = f"VALUES ({', '.join([self.ph] * len(cols))})"
+        return f"{self.insert_head(table)} {values}{self.conflict() if upsert else ''}"
+
+    def insert_head(self, table: str) -> str:
+        return f"INSERT INTO {quote(table)} ({', '.join(map(quote, self.sink.column_names))})"
+
+    def conflict(self) -> str:
+        """The upsert clause: a row whose key exists replaces its other columns."""
+        rest = [c for c in self.sink.column_names if c not in self.sink.key]
+        keys = ", ".join(map(quote, self.sink.key))
+        if not rest:
+            return f" ON CONFLICT ({keys}) DO NOTHING"
+        sets = ", ".join(f"{quote(c)} = excluded.{quote(c)}" for c in rest)
+        return f" ON CONFLICT ({keys}) DO UPDATE SET {sets}"
+
+    def delete_sql(self, table: str) -> str:
+        cond = " AND ".join(f"{quote(k)} = {self.ph}" for k in self.sink.key)
+        return f"DELETE FROM {quote(table)} WHERE {cond}"
+
+    def create_sql(self) -> str:
+        s = self.sink
+        assert s.column_types is not None
+        cols = [f"{quote(c)} {t}" for c, t in s.column_types.items()]
+        if s.key:
+            cols.append(f"PRIMARY KEY ({', '.join(map(quote, s.key))})")
+        return f"CREATE TABLE IF NOT EXISTS {quote(s.table)} ({', '.join(cols)})"
+
+
+class SQLiteStore(SQLStore):
+    ph = "?"
+
+    def __init__(self, sink: ToSQL, conn: Any, path: str | None) -> None:
+        super().__init__(sink, conn)
+        self.path = path
+        self.stage = f"_rivermark_stage_{sink.table}"
+        self._lock: IO[str] | None = None
+        conn.isolation_level = None  # transactions are explicit
+        conn.execute("PRAGMA synchronous=FULL")
+
+    def where(self) -> str:
+        return f"SQLite file {self.path!r}"
+
+    def lock(self) -> None:
+        if self.path is None or self._lock is not None:
+            return
+        digest = hashlib.sha256(self.sink.sink_id.encode()).hexdigest()[:12]
+        lock = open(f"{self.path}.rivermark-{digest}.lock", "a+")  # noqa: SIM115 - until close()
+        try:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().strip() or "another process"
+            lock.close()
+            raise SQLSinkError(
+                f"{self.sink.label()}: another job writes through this sink id ({holder}) "
+                f"into {self.where()}; two jobs through one sink id would mix their epochs. "
+                "Stop that job first, or give this sink another name"
+            ) from None
+        lock.truncate(0)
+        lock.write(f"pid {os.getpid()}\n")
+        lock.flush()
+        self._lock = lock
+
+    def columns(self) -> list[str]:
+        return [r[1] for r in self.conn.execute(f"PRAGMA table_info({quote(self.sink.table)})")]
+
+    def setup(self) -> None:
+        c = self.conn
+        c.execute(f"CREATE TABLE IF NOT EXISTS {MARKERS} (sink_id TEXT PRIMARY KEY, epoch INTEGER)")
+        cols = ", ".join(quote(x) for x in self.sink.column_names)
+        c.execute(
+            f"CREATE TABLE IF NOT EXISTS {quote(self.stage)} "
+            f"(_rm_sink TEXT, _rm_epoch INTEGER, _rm_op INTEGER, {cols})"
+        )
+
+    def marker(self) -> int | None:
+        row = self.conn.execute(
+            f"SELECT epoch FROM {MARKERS} WHERE sink_id = ?", (self.sink.sink_id,)
+        ).fetchone()
+        return None if row is None else int(row[0])
+
+    def prepare(
+        self, epoch: int, rows: list[tuple[Any, ...]], deletes: list[tuple[Any, ...]]
+    ) -> None:
+        c, sid = self.conn, self.sink.sink_id
+        n = len(self.sink.column_names)
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            c.execute(
+                f"DELETE FROM {quote(self.stage)} WHERE _rm_sink = ? AND _rm_epoch >= ?",
+                (sid, epoch),
+            )
+            sql = f"INSERT INTO {quote(self.stage)} VALUES (?, ?, ?, {', '.join(['?'] * n)})"
+            c.executemany(sql, [(sid, epoch, 0, *r) for r in rows])
+            c.executemany(sql, [(sid, epoch, 1, *self._key_row(k)) for k in deletes])
+            c.execute("COMMIT")
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
+
+    def _key_row(self, key: tuple[Any, ...]) -> list[Any]:
+        """A staged tombstone: the key in the key columns' places, the rest NULL."""
+        row: list[Any] = [None] * len(self.sink.column_names)
+        for name, v in zip(self.sink.key, key):
+            row[self.sink.column_names.index(name)] = v
+        return row
+
+    def commit(self, epoch: int) -> None:
+        c, s = self.conn, self.sink
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            marker = self.marker()
+            if marker is not None and marker >= epoch:
+                c.execute("ROLLBACK")
+                return
+            self._move(epoch)
+            self._set_marker(epoch)
+            c.execute("COMMIT")
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
+        logger.debug("%s: epoch %d committed into %s", s.label(), epoch, self.where())
+
+    def _set_marker(self, epoch: int) -> None:
+        self.conn.execute(
+            f"INSERT INTO {MARKERS} (sink_id, epoch) VALUES (?, ?) "
+            "ON CONFLICT (sink_id) DO UPDATE SET epoch = excluded.epoch",
+            (self.sink.sink_id, epoch),
+        )
+
+    def _move(self, upto: int) -> None:
+        """Move the staged epochs up to ``upto`` into the table (inside a transaction)."""
+        c, s, sid = self.conn, self.sink, self.sink.sink_id
+        cols = ", ".join(map(quote, s.column_names))
+        upsert = s.mode == "upsert"
+        epochs = [
+            int(r[0])
+            for r in c.execute(
+                f"SELECT DISTINCT _rm_epoch FROM {quote(self.stage)} WHERE _rm_sink = ? "
+                "AND _rm_epoch <= ? ORDER BY _rm_epoch",
+                (sid, upto),
+            )
+        ]
+        for e in epochs:
+            if upsert:
+                keys = ", ".join(map(quote, s.key))
+                c.execute(
+                    f"DELETE FROM {quote(s.table)} WHERE ({keys}) IN (SELECT {keys} FROM "
+                    f"{quote(self.stage)} WHERE _rm_sink = ? AND _rm_epoch = ? AND _rm_op = 1)",
+                    (sid, e),
+                )
+            c.execute(
+                f"{self.insert_head(s.table)} SELECT {cols} FROM {quote(self.stage)} WHERE "
+                f"_rm_sink = ? AND _rm_epoch = ? AND _rm_op = 0 ORDER BY rowid"
+                f"{self.conflict() if upsert else ''}",
+                (sid, e),
+            )
+        c.execute(
+            f"DELETE FROM {quote(self.stage)} WHERE _rm_sink = ? AND _rm_epoch <= ?", (sid, upto)
+        )
+
+    def resolve(self, epoch: int | None) -> str:
+        c, sid = self.conn, self.sink.sink_id
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            marker = self.marker()
+            if epoch is not None and marker is not None and marker > epoch:
+                raise self.sink.newer_marker(marker, epoch, self.where())
+            dropped = c.execute(
+                f"DELETE FROM {quote(self.stage)} WHERE _rm_sink = ? AND _rm_epoch > ?",
+                (sid, -1 if epoch is None else epoch),
+            ).rowcount
+            done = "nothing to resolve"
+            if epoch is not None and (marker is None or marker < epoch):
+                self._move(epoch)
+                self._set_marker(epoch)
+                done = f"epoch {epoch} committed from its staged rows"
+            c.execute("COMMIT")
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
+        return f"{done}; {dropped} staged row(s) of later epochs dropped"
+
+    def start_over(self) -> int:
+        c, sid = self.conn, self.sink.sink_id
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            n = c.execute(f"DELETE FROM {quote(self.sink.table)}").rowcount
+            c.execute(f"DELETE FROM {quote(self.stage)} WHERE _rm_sink = ?", (sid,))
+            c.execute(f"DELETE FROM {MARKERS} WHERE sink_id = ?", (sid,))
+            c.execute("COMMIT")
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
+        return int(n)
+
+    def close(self) -> None:
+        try:
+            self.conn.close()
+        finally:
+            if self._lock is not None:
+                self._lock.close()
+                self._lock = None
+
+
+class PostgresStore(SQLStore):
+    ph = "%s"
+
+    def __init__(self, sink: ToSQL, conn: Any) -> None:
+        super().__init__(sink, conn)
+        conn.autocommit = True
+        self.prefix = f"rivermark:{sink.sink_id}:"
+
+    def where(self) -> str:
+        info = self.conn.info
+        return f"PostgreSQL server {info.host}:{info.port}/{info.dbname}"
+
+    def gid(self, epoch: int) -> str:
+        return f"{self.prefix}{epoch}"
+
+    def lock(self) -> None:
+        got = self.conn.execute(
+            "SELECT pg_try_advisory_lock(hashtext(%s))", (f"rivermark-sink:{self.sink.sink_id}",)
+        ).fetchone()[0]
+        if not got:
+            raise SQLSinkError(
+                f"{self.sink.label()}: another job writes through this sink id into "
+                f"{self.where()}; two jobs through one sink id would mix their epochs. "
+                "Stop that job first, or give this sink another name"
+            )
+
+    def columns(self) -> list[str]:
+        rows = self.conn.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = %s "
+            "AND table_schema = current_schema() ORDER BY ordinal_position",
+            (self.sink.table,),
+        ).fetchall()
+        return [r[0] for r in rows]
+
+    def setup(self) -> None:
+        self.conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {MARKERS} (sink_id TEXT PRIMARY KEY, epoch BIGINT)"
+        )
+
+    def marker(self) -> int | None:
+        row = self.conn.execute(
+            f"SELECT epoch FROM {MARKERS} WHERE sink_id = %s", (self.sink.sink_id,)
+        ).fetchone()
+        return None if row is None else int(row[0])
+
+    def prepared(self) -> list[int]:
+        """The epochs of this sink's prepared transactions in this database."""
+        rows = self.conn.execute(
+            "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() "
+            "AND left(gid, length(%s)) = %s",
+            (self.prefix, self.prefix),
+        ).fetchall()
+        return sorted(
+            int(r[0][len(self.prefix) :]) for r in rows if r[0][len(self.prefix) :].isdigit()
+        )
+
+    def _finish(self, verb: str, epoch: int) -> None:
+        from psycopg import sql
+
+        self.conn.execute(sql.SQL(verb + " PREPARED {}").format(sql.Literal(self.gid(epoch))))
+
+    def prepare(
+        self, epoch: int, rows: list[tuple[Any, ...]], deletes: list[tuple[Any, ...]]
+    ) -> None:
+        from psycopg import sql
+
+        c, s = self.conn, self.sink
+        c.execute("BEGIN")
+        try:
+            with c.cursor() as cur:
+                if deletes:
+                    cur.executemany(self.delete_sql(s.table), deletes)
+                if rows and s.mode == "append":
+                    cols = ", ".join(map(quote, s.column_names))
+                    with cur.copy(f"COPY {quote(s.table)} ({cols}) FROM STDIN") as copy:
+                        for r in rows:
+                            copy.write_row(r)
+                elif rows:
+                    cur.executemany(self.insert_sql(s.table, True), rows)
+                cur.execute(
+                    f"INSERT INTO {MARKERS} (sink_id, epoch) VALUES (%s, %s) "
+                    "ON CONFLICT (sink_id) DO UPDATE SET epoch = excluded.epoch",
+                    (s.sink_id, epoch),
+                )
+            c.execute(sql.SQL("PREPARE TRANSACTION {}").format(sql.Literal(self.gid(epoch))))
+        except BaseException:
+            try:
+                c.execute("ROLLBACK")
+            except Exception:  # the connection is gone: the server rolls back
+                logger.debug("%s: rollback failed", s.label(), exc_info=True)
+            raise
+
+    def commit(self, epoch: int) -> None:
+        if epoch in self.prepared():
+            self._finish("COMMIT", epoch)
+            return
+        marker = self.marker()
+        if marker is None or marker < epoch:
+            raise SQLSinkError(
+                f"{self.sink.label()}: the prepared transaction {self.gid(epoch)!r} of epoch "
+                f"{epoch} is gone from {self.where()} (rolled back outside the job?); its rows "
+                "are lost. Rerun the job with --from-scratch to rebuild the table"
+            )
+
+    def resolve(self, epoch: int | None) -> str:
+        done: list[str] = []
+        for p in self.prepared():
+            if epoch is not None and p <= epoch:
+                self._finish("COMMIT", p)
+                done.append(f"committed prepared epoch {p}")
+            else:
+                self._finish("ROLLBACK", p)
+                done.append(f"rolled back prepared epoch {p}")
+        marker = self.marker()
+        if epoch is not None:
+            if marker is not None and marker > epoch:
+                raise self.sink.newer_marker(marker, epoch, self.where())
+            if marker is None or marker < epoch:
+                raise SQLSinkError(
+                    f"{self.sink.label()}: the checkpoint's epoch {epoch} is neither committed "
+                    f"nor prepared in {self.where()} (its table says epoch {marker}); the rows "
+                    "of that epoch are lost (a database restored from an older backup, or "
+                    "prepared transactions rolled back by hand). Rerun with --from-scratch"
+                )
+        return "; ".join(done) or "nothing to resolve"
+
+    def start_over(self) -> int:
+        for p in self.prepared():
+            self._finish("ROLLBACK", p)
+        c = self.conn
+        with c.transaction():
+            n = c.execute(f"DELETE FROM {quote(self.sink.table)}").rowcount
+            c.execute(f"DELETE FROM {MARKERS} WHERE sink_id = %s", (self.sink.sink_id,))
+        return int(n)
+
+    def close(self) -> None:
+        self.conn.close()
