@@ -24,7 +24,8 @@ being the smaller of its left side's watermark and the time of its oldest
 waiting record (a lookup join needs only the latest version; a table without
 joins uses its own watermark).  No left record that is not late can need an
 older version.  Versions are dropped when their key changes; a key whose
-only version left is a tombstone at or before the floor is forgotten.
+only version left is a tombstone at or before both the floor and the table's
+watermark (no change before it can come any more) is forgotten.
 
 The versions (a :class:`~rivermark.KeyedState` ``{key: ((time, value),
 ...)}``) and the waiting left records (``{seq: (time, key, record)}``) are
@@ -189,9 +190,14 @@ class Table(_Late, Stream):
         if first > 0:
             self.versions_dropped += first
             versions = versions[first:]
-        if len(versions) == 1 and versions[0][1] is None and versions[0][0] <= floor:
+        if (
+            len(versions) == 1
+            and versions[0][1] is None
+            and versions[0][0] <= min(floor, self.clock.watermark)
+        ):
+            # deleted, no join can look before it, and no change before it can come
             self.versions_dropped += 1
-            self._versions.pop(k, None)  # deleted, and no join can see it before that
+            self._versions.pop(k, None)
             return
         self._versions[k] = tuple(versions)
 
