@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from rivermark import Stream
 from rivermark.checkpoint import Job
 from rivermark.errors import ConfigurationError
-from rivermark.operators.timejoins import AsofJoin, Table
+from rivermark.operators.timejoins import AsofJoin, IntervalJoin, Table
 
 #: a table change ("T", partition, key, time, value or None, id) or a left record
 #: ("L", partition, key, time, None, id)
@@ -354,3 +354,133 @@ def test_a_join_needs_a_table_and_event_times() -> None:
         ConfigurationError, match=re.escape("to_table: needs event times from the node right")
     ):
         Stream().to_table(key=0)
+
+
+@st.composite
+def pairs_input(draw: Any) -> list[Rec]:
+    n = draw(st.integers(0, 40))
+    out: list[Rec] = []
+    for i in range(n):
+        side = draw(st.sampled_from(["L", "R"]))
+        key = draw(st.integers(0, 3 if side == "L" else 4))  # key 4: right only
+        out.append((side, draw(st.sampled_from(PARTS)), key, draw(st.integers(0, 30)), None, i))
+    return out
+
+
+def _run_interval(
+    order: list[Rec], delay: float, lower: float, upper: float, how: str
+) -> tuple[list[tuple[int, int]], list[int]]:
+    a, b = Stream(), Stream()
+
+    def clock(s: Stream) -> Any:
+        return s.timestamps(
+            lambda r: r[3], max_delay=delay, partition=lambda r: r[1], partitions=PARTS
+        )
+
+    joined = clock(a).join_interval(clock(b), key=lambda r: r[2], lower=lower, upper=upper, how=how)
+    out, late = joined.sink_to_list(), joined.late.sink_to_list()
+    for r in order:
+        (a if r[0] == "L" else b).emit(r)
+    for up in joined.upstreams:
+        up.end_of_input()
+    assert joined.waiting == 0
+    return sorted((x[5], -1 if y is None else y[5]) for x, y in out), sorted(r[5] for r in late)
+
+
+def _oracle_interval(
+    order: list[Rec], delay: float, lower: float, upper: float, how: str
+) -> tuple[list[tuple[int, int]], list[int]]:
+    lefts = [r for r in order if r[0] == "L"]
+    rights = [r for r in order if r[0] == "R"]
+    late = _late_ids(lefts, delay) | _late_ids(rights, delay)
+    cols = ["id", "key", "t"]
+    left = pd.DataFrame([(r[5], r[2], r[3]) for r in lefts if r[5] not in late], columns=cols)
+    right = pd.DataFrame([(r[5], r[2], r[3]) for r in rights if r[5] not in late], columns=cols)
+    m = left.merge(right, on="key", suffixes=("_l", "_r"))
+    m = m[(m.t_l + lower <= m.t_r) & (m.t_r <= m.t_l + upper)]
+    expected = [(int(a), int(b)) for a, b in zip(m.id_l, m.id_r, strict=True)]
+    if how == "left":
+        matched = set(m.id_l)
+        expected += [(int(i), -1) for i in left.id if i not in matched]
+    return sorted(expected), sorted(late)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    order=pairs_input(),
+    delay=st.sampled_from([0, 3, 50]),
+    bounds=st.sampled_from([(0, 0), (-2, 3), (1, 5), (-6, -1)]),
+    how=st.sampled_from(["inner", "left"]),
+    seed=st.integers(0, 10**6),
+)
+def test_interval_join_equals_merge_filtered_by_the_interval(
+    order: list[Rec], delay: float, bounds: tuple[float, float], how: str, seed: int
+) -> None:
+    lower, upper = bounds
+    got = _run_interval(order, delay, lower, upper, how)
+    assert got == _oracle_interval(order, delay, lower, upper, how)
+    # another interleaving of the sides and partitions (each one's own order kept)
+    other = _interleave([r if r[0] == "L" else ("T", *r[1:]) for r in order], random.Random(seed))
+    again = [r if r[0] == "L" else ("R", *r[1:]) for r in other]
+    assert _run_interval(again, delay, lower, upper, how) == got
+
+
+def test_interval_join_drops_records_by_the_watermark() -> None:
+    a, b = Stream(), Stream()
+    joined = a.timestamps(lambda r: r[0]).join_interval(
+        b.timestamps(lambda r: r[0]), key=1, lower="-1s", upper="2s", how="left"
+    )
+    out = joined.sink_to_list()
+    for t in range(0, 1000, 2):
+        a.emit((t, "k"))
+        b.emit((t + 1, "k"))
+    assert joined.waiting <= 4  # held only while a record to come may pair with it
+    assert len(out) == 2 * 500 - 1  # (t, t+1) and (t+2, t+1) pairs; t=0 pairs once
+    a.emit((5000, "z"))
+    b.emit((6000, "w"))
+    assert out[-1] == ((5000, "z"), None)
+
+
+def test_interval_join_options_are_checked() -> None:
+    a, b = Stream().timestamps(lambda r: r), Stream().timestamps(lambda r: r)
+    with pytest.raises(ConfigurationError, match=re.escape("join_interval: lower (5.0) is above")):
+        a.join_interval(b, key=0, lower=5, upper=1)
+    with pytest.raises(ConfigurationError, match=re.escape("the right stream needs event times")):
+        a.join_interval(Stream(), key=0)
+    with pytest.raises(ConfigurationError, match=re.escape("how must be 'inner' or 'left'")):
+        a.join_interval(b, key=0, how="right")
+
+
+def test_interval_join_waiting_records_survive_a_restore() -> None:
+    rnd = random.Random(3)
+    recs: list[Rec] = [
+        (rnd.choice("LR"), rnd.randrange(2), rnd.randrange(5), i // 5 + rnd.randrange(4), None, i)
+        for i in range(400)
+    ]
+
+    def graph() -> tuple[Stream, Stream, IntervalJoin, list[Any]]:
+        a, b = Stream(), Stream()
+        j = a.timestamps(lambda r: r[3], max_delay=2, partition=lambda r: r[1]).join_interval(
+            b.timestamps(lambda r: r[3], max_delay=2, partition=lambda r: r[1]),
+            key=lambda r: r[2], lower=-3, upper=3, how="left",
+        )  # fmt: skip
+        return a, b, j, j.sink_to_list()
+
+    def feed(a: Stream, b: Stream, j: IntervalJoin, part: list[Rec], end: bool) -> None:
+        for r in part:
+            (a if r[0] == "L" else b).emit(r)
+        if end:
+            for up in j.upstreams:
+                up.end_of_input()
+
+    a, b, j, whole = graph()
+    feed(a, b, j, recs, True)
+    a1, b1, j1, first = graph()
+    feed(a1, b1, j1, recs[:200], False)
+    assert j1.waiting > 0
+    nodes1 = [*j1.upstreams, j1]
+    a2, b2, j2, second = graph()
+    for n1, n2 in zip(nodes1, [*j2.upstreams, j2], strict=True):
+        n2.set_state(n1.get_state())
+    feed(a2, b2, j2, recs[200:], True)
+    assert first + second == whole
