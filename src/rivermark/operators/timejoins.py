@@ -84,13 +84,22 @@ def _name(func: Any) -> str:
 
 
 class _Late:
-    """A node's ``.late`` stream and its count (shared by the table and the join)."""
+    """A node's ``.late`` stream and its count (shared by the table and the joins)."""
 
     kind = "node"
-    _late: LateRecords | None
-    late_count: int
+    _late: LateRecords | None = None
+    late_count = 0
 
-    def _send_late(self, node: Stream, x: Any, metadata: Metadata | None, ts: float) -> Results:
+    @property
+    def late(self) -> LateRecords:
+        """The records that arrived after their side's watermark had passed their time."""
+        assert isinstance(self, Stream)
+        if self._late is None:
+            self._late = LateRecords(self, stream_name=f"{self.kind}.late")
+        return self._late
+
+    def _send_late(self, x: Any, metadata: Metadata | None, ts: float) -> Results:
+        assert isinstance(self, Stream)
         self.late_count += 1
         if self._late is not None:
             return self._late.pass_late(x, metadata)
@@ -98,7 +107,7 @@ class _Late:
             logger.warning(
                 "%s: a record arrived after its side's watermark had passed its time (%s); "
                 "such records are counted in late_count; sink %s.late to keep them",
-                node.display_name(),
+                self.display_name(),
                 ts,
                 self.kind,
             )
@@ -145,18 +154,9 @@ class Table(_Late, Stream):
         self._versions = KeyedState()
         #: the joins reading this table (they decide how far back versions are kept)
         self._joins: list[AsofJoin] = []
-        self._late = None
-        self.late_count = 0
         #: versions dropped by retention so far
         self.versions_dropped = 0
         Stream.__init__(self, upstream, **kwargs)
-
-    @property
-    def late(self) -> LateRecords:
-        """The changes that arrived after the table's watermark had passed their time."""
-        if self._late is None:
-            self._late = LateRecords(self, stream_name="to_table.late")
-        return self._late
 
     def update(
         self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
@@ -171,7 +171,7 @@ class Table(_Late, Stream):
             self._user_error(x, e, self.value or self.key)
             return None
         if ts < clock.record_watermark:
-            return self._send_late(self, x, metadata, ts)
+            return self._send_late(x, metadata, ts)
         self._put(k, ts, v)
         return None
 
@@ -320,19 +320,10 @@ class AsofJoin(_Late, Stream):
         self._waiting = KeyedState()
         self._heap: list[tuple[float, int]] = []
         self._seq = 0
-        self._late = None
-        self.late_count = 0
         Stream.__init__(self, upstream, **kwargs)
         table._joins.append(self)  # noqa: SLF001 - its floor decides the table's retention
         if mode == "event_time":
             table.clock._windows.append(self)  # noqa: SLF001 - the table's watermark releases
-
-    @property
-    def late(self) -> LateRecords:
-        """The records that arrived after their side's watermark had passed their time."""
-        if self._late is None:
-            self._late = LateRecords(self, stream_name="join_asof.late")
-        return self._late
 
     def update(
         self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
@@ -350,7 +341,7 @@ class AsofJoin(_Late, Stream):
             return self._joined(x, found, metadata)
         t = clock.current
         if t < clock.record_watermark:
-            return self._send_late(self, x, metadata, t)
+            return self._send_late(x, metadata, t)
         if t < self.table.clock.watermark:  # every version at or before t is in
             return self._joined(x, self._version(k, t), metadata)
         seq = self._seq
@@ -483,20 +474,11 @@ class IntervalJoin(_Late, Stream):
         self._lefts = KeyedState()
         self._rights = KeyedState()
         self._seq = 0
-        self._late = None
-        self.late_count = 0
         self._index: tuple[dict[Any, set[int]], dict[Any, set[int]]] = ({}, {})
         self._heaps: tuple[list[tuple[float, int]], list[tuple[float, int]]] = ([], [])
         Stream.__init__(self, upstreams=[upstream, right], **kwargs)
         for clock in (self.left_clock, self.right_clock):
             clock._windows.append(self)  # noqa: SLF001 - the watermarks drop waiting records
-
-    @property
-    def late(self) -> LateRecords:
-        """The records that arrived after their side's watermark had passed their time."""
-        if self._late is None:
-            self._late = LateRecords(self, stream_name="join_interval.late")
-        return self._late
 
     def update(
         self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
@@ -511,7 +493,7 @@ class IntervalJoin(_Late, Stream):
             return None
         t = clock.current
         if t < clock.record_watermark:
-            return self._send_late(self, x, metadata, t)
+            return self._send_late(x, metadata, t)
         seq = self._seq
         self._seq = seq + 1
         results: Results = None
