@@ -303,7 +303,8 @@ def test_the_waiting_records_and_the_versions_survive_a_restore() -> None:
     assert first + second == whole
 
 
-def test_a_job_joins_every_waiting_record_at_the_end_of_input(tmp_path: Path) -> None:
+@pytest.mark.parametrize("state", ["memory", "rocksdb"])
+def test_a_job_joins_every_waiting_record_at_the_end_of_input(tmp_path: Path, state: str) -> None:
     recs = [("T", 0, t % 3, t, t, t) if t % 2 else ("L", 0, t % 3, t, None, t) for t in range(200)]
     source = Stream.from_iterable(recs, name="src")
     table = (
@@ -317,8 +318,24 @@ def test_a_job_joins_every_waiting_record_at_the_end_of_input(tmp_path: Path) ->
         .join_asof(table, key=lambda r: r[2], how="left", name="join")
     )
     out = joined.sink_to_list(name="out")
-    Job(source, checkpoint=tmp_path / "c", every=None).run()
+    pairs = (
+        source.filter(lambda r: r[0] == "L", name="lefts2")
+        .timestamps(lambda r: r[3], name="lts2")
+        .join_interval(
+            source.filter(lambda r: r[0] == "T", name="changes2").timestamps(
+                lambda r: r[3], max_delay=1000, name="tts2"
+            ),
+            key=lambda r: r[2],
+            lower=0,
+            upper=3,
+            name="pairs",
+        )
+        .sink_to_list(name="pairs_out")
+    )
+    Job(source, checkpoint=tmp_path / "c", every=None, state=state, state_dir=tmp_path / "s").run()
     assert sorted((x[5], v) for x, v in out) == _oracle(recs, 1000, "left")[0]
+    # left t pairs with the change at t + 3 of the same key (t % 3): one pair each
+    assert sorted((x[3], y[3]) for x, y in pairs) == [(t, t + 3) for t in range(0, 197, 2)]
     assert len(out) == 100
 
 
