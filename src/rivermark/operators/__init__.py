@@ -7,6 +7,7 @@ from . import eventtime as eventtime
 from . import eventtimers as eventtimers
 from . import joins as joins
 from . import stateful as stateful
+from . import timejoins as timejoins
 from . import timing as timing
 from . import transform as transform
 from . import windows as windows

@@ -1,0 +1,602 @@
+"""Joins by event time: versioned tables and the as-of (temporal) join.
+
+``changes.timestamps(func).to_table(key, value=...)`` keeps a **table**: per
+key, the versions of its value by event time, built from a stream of
+changes (each change an upsert of its key at its time; a value of ``None``
+is a tombstone, which deletes the key from that time on).
+``left.timestamps(func).join_asof(table, key=...)`` joins each left record
+with its key's version valid at the record's time: the latest version at or
+before it.
+
+The join is **deterministic**: a left record at time ``t`` is joined only
+once the table side's watermark is past ``t`` (``watermark > t``); until
+then it waits in the join's buffer.  A change of the table that arrives
+after its side's watermark passed its time (``time < watermark``, judged as
+windows judge records) is late: it goes to the table's ``.late`` stream and
+changes nothing, so every record is joined with the versions an
+uninterrupted, in-order read would have given it.  ``mode="lookup"`` joins at
+once with the latest version present instead (not a function of the input
+alone: for users who prefer latency and say so).
+
+**Retention.**  Per key the table keeps the versions from the newest one at
+or before its *floor* on: the smallest of its joins' floors, a join's floor
+being the smaller of its left side's watermark and the time of its oldest
+waiting record (a lookup join needs only the latest version; a table without
+joins uses its own watermark).  No left record that is not late can need an
+older version.  Versions are dropped when their key changes; a key whose
+only version left is a tombstone at or before both the floor and the table's
+watermark (no change before it can come any more) is forgotten.
+
+The versions (a :class:`~rivermark.KeyedState` ``{key: ((time, value),
+...)}``) and the waiting left records (``{seq: (time, key, record)}``) are
+checkpoint state, written as data.  See ``docs/joins.md``.
+
+>>> from rivermark import Stream
+>>> changes, orders = Stream(), Stream()
+>>> tiers = changes.timestamps(lambda c: c[0]).to_table(key=lambda c: c[1], value=lambda c: c[2])
+>>> joined = orders.timestamps(lambda o: o[0]).join_asof(tiers, key=lambda o: o[1])
+>>> out = joined.sink_to_list()
+>>> changes.emit((0, "ann", "silver")); orders.emit((5, "ann"))
+>>> out  # waits: a change at time 5 could still come
+[]
+>>> changes.emit((4, "ann", "gold")); changes.emit((9, "ann", "platinum")); out
+[((5, 'ann'), 'gold')]
+>>> tiers.get("ann"), tiers.as_of("ann", 6)
+('platinum', 'gold')
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import logging
+import math
+from collections.abc import Callable, Hashable
+from typing import Any
+
+from ..core.node import Stream, check_callable
+from ..core.refs import Metadata
+from ..core.timeutil import parse_interval
+from ..errors import ConfigurationError
+from ..state import KeyedState, as_keyed
+from .eventtime import EventWindow, LateRecords, Results, Timestamps, _merge, attach
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Table", "AsofJoin", "IntervalJoin"]
+
+#: ``Table.as_of``'s answer when the key has no version at that time
+_MISSING = object()
+
+
+def _key_fn(kind: str, key: Any) -> Callable[[Any], Any]:
+    if key is None:
+        raise ConfigurationError(
+            f"{kind}: key= is required (a callable, or an index or field name for x[key])"
+        )
+    fn = EventWindow._key_function(key)  # noqa: SLF001 - the windows' key rule
+    assert fn is not None
+    return fn
+
+
+def _name(func: Any) -> str:
+    return getattr(func, "__qualname__", None) or repr(func)
+
+
+class _Late:
+    """A node's ``.late`` stream and its count (shared by the table and the joins)."""
+
+    kind = "node"
+    _late: LateRecords | None = None
+    late_count = 0
+
+    @property
+    def late(self) -> LateRecords:
+        """The records that arrived after their side's watermark had passed their time."""
+        assert isinstance(self, Stream)
+        if self._late is None:
+            self._late = LateRecords(self, stream_name=f"{self.kind}.late")
+        return self._late
+
+    def _send_late(self, x: Any, metadata: Metadata | None, ts: float) -> Results:
+        assert isinstance(self, Stream)
+        self.late_count += 1
+        if self._late is not None:
+            return self._late.pass_late(x, metadata)
+        if self.late_count == 1:
+            logger.warning(
+                "%s: a record arrived after its side's watermark had passed its time (%s); "
+                "such records are counted in late_count; sink %s.late to keep them",
+                self.display_name(),
+                ts,
+                self.kind,
+            )
+        return None
+
+
+@Stream.register_api(attribute_name="to_table")
+class Table(_Late, Stream):
+    """A keyed table versioned by event time, built from a stream of changes.
+
+    Needs :meth:`Stream.timestamps` right above it (the time of each change).
+    ``key`` (a callable, or an index/field name for ``x[key]``) gives the
+    key; ``value`` (default: the record) the new value, ``None`` deleting
+    the key (a tombstone).  Two changes of a key at the same time: the one
+    that arrives last wins (keep a key's changes in one input partition).
+    A change whose time is below its side's watermark is late: it goes to
+    ``.late`` and changes nothing.  :meth:`get` and :meth:`as_of` read the
+    table from Python, while the job runs too.  Emits nothing itself.
+
+    >>> s = Stream()
+    >>> t = s.timestamps(lambda c: c["ts"], max_delay=5).to_table(key="id", value=lambda c: c.get("v"))
+    >>> s.emit({"ts": 1, "id": "a", "v": 10}); s.emit({"ts": 3, "id": "a"})
+    >>> t.as_of("a", 2), t.get("a"), t.get("b")
+    (10, None, None)
+    """
+
+    _graphviz_shape = "cylinder"
+    kind = "to_table"
+
+    def __init__(
+        self,
+        upstream: Stream,
+        key: Hashable | Callable[[Any], Any] = None,
+        value: Callable[[Any], Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self.clock: Timestamps = attach(self, "to_table", upstream)
+        self.key = key
+        self._key_of = _key_fn("to_table", key)
+        if value is not None:
+            check_callable("to_table", "value", value)
+        self.value = value
+        #: per key, its versions ``((time, value), ...)`` in time order (value None: deleted)
+        self._versions = KeyedState()
+        #: the joins reading this table (they decide how far back versions are kept)
+        self._joins: list[AsofJoin] = []
+        #: versions dropped by retention so far
+        self.versions_dropped = 0
+        Stream.__init__(self, upstream, **kwargs)
+
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> Results:
+        clock = self.clock
+        ts = clock.current
+        try:
+            k = self._key_of(x)
+            v = x if self.value is None else self.value(x)
+            hash(k)
+        except Exception as e:
+            self._user_error(x, e, self.value or self.key)
+            return None
+        if ts < clock.record_watermark:
+            return self._send_late(x, metadata, ts)
+        self._put(k, ts, v)
+        return None
+
+    def _put(self, k: Any, ts: float, v: Any) -> None:
+        versions = list(self._versions.get(k, ()))
+        i = bisect.bisect_right(versions, ts, key=_time)
+        if i and versions[i - 1][0] == ts:
+            versions[i - 1] = (ts, v)  # the same time again: the later change wins
+        else:
+            versions.insert(i, (ts, v))
+        self._store(k, versions)
+
+    def _store(self, k: Any, versions: list[tuple[float, Any]]) -> None:
+        """Keep ``versions`` of ``k`` from the newest at or before the floor on."""
+        floor = self.floor()
+        first = bisect.bisect_right(versions, floor, key=_time) - 1
+        if first > 0:
+            self.versions_dropped += first
+            versions = versions[first:]
+        if (
+            len(versions) == 1
+            and versions[0][1] is None
+            and versions[0][0] <= min(floor, self.clock.watermark)
+        ):
+            # deleted, no join can look before it, and no change before it can come
+            self.versions_dropped += 1
+            self._versions.pop(k, None)
+            return
+        self._versions[k] = tuple(versions)
+
+    def floor(self) -> float:
+        """The time at or before which only the newest version of a key is kept."""
+        if not self._joins:
+            return self.clock.watermark
+        return min(j.floor() for j in self._joins)
+
+    def as_of(self, key: Any, time: float, default: Any = None) -> Any:
+        """The value of ``key`` at event time ``time`` (the latest version at or before it).
+
+        ``default`` when the key had no version then or was deleted.  Exact
+        for times at or after the retention floor (:meth:`floor`).
+        """
+        found = self._at(key, float(time))
+        return default if found is _MISSING or found is None else found
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        """The value of ``key`` in its newest version (``default`` if none or deleted)."""
+        versions = self._versions.get(key)
+        if not versions or versions[-1][1] is None:
+            return default
+        return versions[-1][1]
+
+    def _at(self, key: Any, time: float) -> Any:
+        versions = self._versions.get(key)
+        if not versions:
+            return _MISSING
+        i = bisect.bisect_right(versions, time, key=_time)
+        return versions[i - 1][1] if i else _MISSING
+
+    @property
+    def size(self) -> int:
+        """How many keys the table holds (deleted keys still needed by a join included)."""
+        return len(self._versions)
+
+    def records_held(self) -> int | None:
+        return len(self._versions)
+
+    def get_state(self) -> Any:
+        return {"versions": self._versions}
+
+    def set_state(self, state: Any) -> None:
+        self._versions = as_keyed(state["versions"])
+
+    def state_signature(self) -> str:
+        key = _name(self.key) if callable(self.key) else repr(self.key)
+        value = "record" if self.value is None else _name(self.value)
+        return f"Table(key={key}, value={value})"
+
+
+def _time(version: tuple[float, Any]) -> float:
+    return version[0]
+
+
+@Stream.register_api(attribute_name="join_asof")
+class AsofJoin(_Late, Stream):
+    """Join each record with its key's version in ``table`` at the record's time.
+
+    Emits ``(record, value)``: ``value`` is the latest version of the key at
+    or before the record's time.  ``how="inner"`` (default) leaves out records
+    whose key had no version then (or was deleted); ``how="left"`` emits them
+    with ``None``.  ``key`` (a callable, or an index/field name) gives the
+    record's key in the table.
+
+    ``mode="event_time"`` (default; needs :meth:`Stream.timestamps` right
+    above it) is deterministic: a record waits until the table's watermark
+    is past its time, then is joined; a record whose time is below its own
+    side's watermark is late and goes to ``.late``.  ``mode="lookup"``
+    joins every record at once with the key's newest version present: the
+    answer depends on how far the table has been read, so a replay can
+    differ.
+
+    >>> from rivermark import Stream
+    >>> c, s = Stream(), Stream()
+    >>> table = c.timestamps(lambda r: r[0]).to_table(key=1, value=lambda r: r[2])
+    >>> j = s.timestamps(lambda r: r[0]).join_asof(table, key=1, how="left")
+    >>> out = j.sink_to_list()
+    >>> for r in [(1, "x", "a"), (4, "x", "b")]:
+    ...     c.emit(r)
+    >>> s.emit((2, "x")); s.emit((3, "y")); out
+    [((2, 'x'), 'a'), ((3, 'y'), None)]
+    """
+
+    _graphviz_shape = "triangle"
+    kind = "join_asof"
+
+    def __init__(
+        self,
+        upstream: Stream,
+        table: Table,
+        key: Hashable | Callable[[Any], Any] = None,
+        how: str = "inner",
+        mode: str = "event_time",
+        **kwargs: Any,
+    ) -> None:
+        if not isinstance(table, Table):
+            raise ConfigurationError(
+                f"join_asof: table must be a table, got {table!r}; "
+                "make one with changes.timestamps(func).to_table(key=...)"
+            )
+        if how not in ("inner", "left"):
+            raise ConfigurationError(f"join_asof: how must be 'inner' or 'left', got {how!r}")
+        if mode not in ("event_time", "lookup"):
+            raise ConfigurationError(
+                f"join_asof: mode must be 'event_time' (deterministic) or 'lookup' "
+                f"(the newest version present, not deterministic), got {mode!r}"
+            )
+        self.clock: Timestamps | None = (
+            attach(self, "join_asof", upstream) if mode == "event_time" else None
+        )
+        self.table = table
+        self.key = key
+        self._key_of = _key_fn("join_asof", key)
+        self.how = how
+        self.mode = mode
+        #: the records waiting for the table's watermark: ``{seq: (time, key, record)}``
+        self._waiting = KeyedState()
+        self._heap: list[tuple[float, int]] = []
+        self._seq = 0
+        Stream.__init__(self, upstream, **kwargs)
+        table._joins.append(self)  # noqa: SLF001 - its floor decides the table's retention
+        if mode == "event_time":
+            table.clock._windows.append(self)  # noqa: SLF001 - the table's watermark releases
+
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> Results:
+        try:
+            k = self._key_of(x)
+            hash(k)
+        except Exception as e:
+            self._user_error(x, e, self.key)
+            return None
+        clock = self.clock
+        if clock is None:  # lookup: the newest version present
+            versions = self.table._versions.get(k)  # noqa: SLF001 - the table it joins
+            found = versions[-1][1] if versions else None
+            return self._joined(x, found, metadata)
+        t = clock.current
+        if t < clock.record_watermark:
+            return self._send_late(x, metadata, t)
+        if t < self.table.clock.watermark:  # every version at or before t is in
+            return self._joined(x, self._version(k, t), metadata)
+        seq = self._seq
+        self._seq = seq + 1
+        self._waiting[seq] = (t, k, x)
+        heapq.heappush(self._heap, (t, seq))
+        table_clock = self.table.clock
+        due = math.nextafter(t, math.inf)
+        if due < table_clock.due:
+            table_clock.due = due
+        return None
+
+    def _version(self, k: Any, t: float) -> Any:
+        found = self.table._at(k, t)  # noqa: SLF001 - the table it joins
+        return None if found is _MISSING else found
+
+    def _joined(self, x: Any, found: Any, metadata: Metadata | None) -> Results:
+        if found is None and self.how == "inner":
+            return None
+        return self._emit((x, found), metadata)
+
+    def close_until(self, watermark: float) -> Results:
+        """The table's watermark moved: join the records whose time is below it."""
+        heap, waiting = self._heap, self._waiting
+        results: Results = None
+        while heap and heap[0][0] < watermark:
+            t, seq = heapq.heappop(heap)
+            _, k, x = waiting.pop(seq)
+            results = _merge(results, self._joined(x, self._version(k, t), None))
+        return results
+
+    def next_due(self) -> float:
+        return math.nextafter(self._heap[0][0], math.inf) if self._heap else math.inf
+
+    def floor(self) -> float:
+        """The oldest time a record still to be joined may have (see the module docs)."""
+        if self.clock is None:
+            return math.inf
+        low = self.clock.watermark
+        if self._heap and self._heap[0][0] < low:
+            return self._heap[0][0]
+        return low
+
+    @property
+    def waiting(self) -> int:
+        """How many records wait for the table's watermark."""
+        return len(self._waiting)
+
+    def records_held(self) -> int | None:
+        return len(self._waiting)
+
+    def get_state(self) -> Any:
+        return {"waiting": self._waiting, "seq": self._seq}
+
+    def set_state(self, state: Any) -> None:
+        self._waiting = as_keyed(state["waiting"])
+        self._seq = int(state["seq"])
+        self._heap = [(float(v[0]), int(seq)) for seq, v in self._waiting.items()]
+        heapq.heapify(self._heap)
+        self.table.clock.due = -math.inf  # the next change looks what is due
+
+    def state_signature(self) -> str:
+        key = _name(self.key) if callable(self.key) else repr(self.key)
+        return f"AsofJoin(key={key}, how={self.how}, mode={self.mode})"
+
+
+@Stream.register_api(attribute_name="join_interval")
+class IntervalJoin(_Late, Stream):
+    """Pairs of records of two streams with the same key, close in event time.
+
+    Emits ``(left, right)`` for every left record ``l`` and right record
+    ``r`` with the same key and ``l.time + lower <= r.time <= l.time + upper``
+    (seconds or duration strings; ``lower`` may be negative), when the second
+    of the two arrives.  Both streams need :meth:`Stream.timestamps` right
+    above the join.  ``how="left"`` also emits ``(left, None)`` for a left
+    record that found no partner, once its interval has closed (the right
+    side's watermark is past ``l.time + upper``).  A left record waits until
+    the right side's watermark is past ``l.time + upper``, a right record
+    until the left side's is past ``r.time - lower``; then they are dropped.
+    A record below its own side's watermark is late: it goes to ``.late``
+    and joins nothing, so the pairs are a function of the input alone.
+
+    >>> a, b = Stream(), Stream()
+    >>> j = a.timestamps(lambda r: r[0]).join_interval(
+    ...     b.timestamps(lambda r: r[0]), key=1, lower=0, upper=5, how="left")
+    >>> out = j.sink_to_list()
+    >>> a.emit((10, "x")); a.emit((12, "y")); b.emit((13, "x")); b.emit((20, "z"))
+    >>> out
+    [((10, 'x'), (13, 'x')), ((12, 'y'), None)]
+    """
+
+    _graphviz_shape = "triangle"
+    kind = "join_interval"
+
+    def __init__(
+        self,
+        upstream: Stream,
+        right: Stream,
+        key: Hashable | Callable[[Any], Any] = None,
+        lower: Any = 0,
+        upper: Any = 0,
+        how: str = "inner",
+        right_key: Hashable | Callable[[Any], Any] = None,
+        **kwargs: Any,
+    ) -> None:
+        if how not in ("inner", "left"):
+            raise ConfigurationError(f"join_interval: how must be 'inner' or 'left', got {how!r}")
+        if upstream is right:
+            raise ConfigurationError(
+                "join_interval: the left and right streams are the same node; join two "
+                "streams, each with its own timestamps(...)"
+            )
+        self.left_clock: Timestamps = attach(self, "join_interval", upstream)
+        if not isinstance(right, Timestamps):
+            raise ConfigurationError(
+                "join_interval: the right stream needs event times; pass "
+                "right.timestamps(func, max_delay=...)"
+            )
+        self.right_clock: Timestamps = attach(self, "join_interval", right)
+        self.lower, self.upper = _bound(lower, "lower"), _bound(upper, "upper")
+        if self.lower > self.upper:
+            raise ConfigurationError(
+                f"join_interval: lower ({self.lower}) is above upper ({self.upper}): no pair "
+                "could match; pass lower <= upper"
+            )
+        self.key, self.how = key, how
+        self._key_of = _key_fn("join_interval", key)
+        self._right_key_of = self._key_of if right_key is None else _key_fn("", right_key)
+        #: waiting records: left ``{seq: (time, key, record, matched)}``, right ``{seq: (time, key, record)}``
+        self._lefts = KeyedState()
+        self._rights = KeyedState()
+        self._seq = 0
+        self._index: tuple[dict[Any, set[int]], dict[Any, set[int]]] = ({}, {})
+        self._heaps: tuple[list[tuple[float, int]], list[tuple[float, int]]] = ([], [])
+        Stream.__init__(self, upstreams=[upstream, right], **kwargs)
+        for clock in (self.left_clock, self.right_clock):
+            clock._windows.append(self)  # noqa: SLF001 - the watermarks drop waiting records
+
+    def update(
+        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> Results:
+        side = 0 if who is self.upstreams[0] else 1
+        clock = self.left_clock if side == 0 else self.right_clock
+        try:
+            k = (self._key_of if side == 0 else self._right_key_of)(x)
+            hash(k)
+        except Exception as e:
+            self._user_error(x, e, self.key)
+            return None
+        t = clock.current
+        if t < clock.record_watermark:
+            return self._send_late(x, metadata, t)
+        seq = self._seq
+        self._seq = seq + 1
+        results: Results = None
+        matched = False
+        if side == 0:
+            low, high = t + self.lower, t + self.upper
+            for s in sorted(self._index[1].get(k, ()), key=self._right_order):
+                rt, _, r = self._rights[s]
+                if low <= rt <= high:
+                    matched = True
+                    results = _merge(results, self._emit((x, r), None))
+            self._lefts[seq] = (t, k, x, matched)
+            self._hold(0, k, seq, t + self.upper, self.right_clock)
+        else:
+            for s in sorted(self._index[0].get(k, ()), key=self._left_order):
+                lt, _, left, was = self._lefts[s]
+                if lt + self.lower <= t <= lt + self.upper:
+                    if not was:
+                        self._lefts[s] = (lt, k, left, True)
+                    results = _merge(results, self._emit((left, x), None))
+            self._rights[seq] = (t, k, x)
+            self._hold(1, k, seq, t - self.lower, self.left_clock)
+        return results
+
+    def _left_order(self, seq: int) -> tuple[float, int]:
+        return (self._lefts[seq][0], seq)
+
+    def _right_order(self, seq: int) -> tuple[float, int]:
+        return (self._rights[seq][0], seq)
+
+    def _hold(self, side: int, k: Any, seq: int, until: float, clock: Timestamps) -> None:
+        """Keep a record until ``clock``'s watermark is past ``until``."""
+        self._index[side].setdefault(k, set()).add(seq)
+        heapq.heappush(self._heaps[side], (until, seq))
+        due = math.nextafter(until, math.inf)
+        if due < clock.due:
+            clock.due = due
+
+    def close_until(self, watermark: float) -> Results:
+        """A watermark moved: drop the records no record to come can pair with."""
+        results: Results = None
+        heap, index = self._heaps[0], self._index[0]
+        right_mark = self.right_clock.watermark
+        while heap and heap[0][0] < right_mark:
+            _, seq = heapq.heappop(heap)
+            _, k, x, matched = self._lefts.pop(seq)
+            _unindex(index, k, seq)
+            if not matched and self.how == "left":
+                results = _merge(results, self._emit((x, None), None))
+        heap, index = self._heaps[1], self._index[1]
+        left_mark = self.left_clock.watermark
+        while heap and heap[0][0] < left_mark:
+            _, seq = heapq.heappop(heap)
+            _, k, _ = self._rights.pop(seq)
+            _unindex(index, k, seq)
+        return results
+
+    def next_due(self) -> float:
+        dues = [math.nextafter(h[0][0], math.inf) for h in self._heaps if h]
+        return min(dues, default=math.inf)
+
+    @property
+    def waiting(self) -> int:
+        """How many records of both sides are held."""
+        return len(self._lefts) + len(self._rights)
+
+    def records_held(self) -> int | None:
+        return self.waiting
+
+    def get_state(self) -> Any:
+        return {"lefts": self._lefts, "rights": self._rights, "seq": self._seq}
+
+    def set_state(self, state: Any) -> None:
+        self._lefts = as_keyed(state["lefts"])
+        self._rights = as_keyed(state["rights"])
+        self._seq = int(state["seq"])
+        self._index = ({}, {})
+        self._heaps = ([], [])
+        for seq, (t, k, *_) in self._lefts.items():
+            self._index[0].setdefault(k, set()).add(seq)
+            self._heaps[0].append((t + self.upper, seq))
+        for seq, (t, k, _) in self._rights.items():
+            self._index[1].setdefault(k, set()).add(seq)
+            self._heaps[1].append((t - self.lower, seq))
+        for h in self._heaps:
+            heapq.heapify(h)
+        self.left_clock.due = self.right_clock.due = -math.inf
+
+    def state_signature(self) -> str:
+        key = _name(self.key) if callable(self.key) else repr(self.key)
+        return f"IntervalJoin(key={key}, lower={self.lower}, upper={self.upper}, how={self.how})"
+
+
+def _bound(value: Any, arg: str) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str) and value.startswith("-"):
+        return -parse_interval(value[1:], "join_interval", arg)
+    return parse_interval(value, "join_interval", arg)
+
+
+def _unindex(index: dict[Any, set[int]], k: Any, seq: int) -> None:
+    seqs = index[k]
+    seqs.discard(seq)
+    if not seqs:
+        del index[k]

@@ -1,0 +1,87 @@
+"""An as-of join over a file, run by ``rivermark run asofjoin_app.py:source``.
+
+RIVERMARK_APP_INPUT is a file of JSON lines, each a change of the table
+(``{"s": "T", "i": i, "ts": t, "k": k, "v": value or null}``, null deleting
+the key) or a record to join (``{"s": "L", "i": i, "ts": t, "k": k}``), out of
+order by up to 3 s, a few far behind (late).  RIVERMARK_APP_OUTPUT gets one
+line per joined record (``how="left"``), per pair of a record and a change
+at most 0.5 s apart (an interval join, left-outer) and per late record;
+RIVERMARK_APP_WORK adds rounds of hashing per line (a longer run, the same
+output).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Any
+
+from rivermark import Stream
+
+WORK = int(os.environ.get("RIVERMARK_APP_WORK", "0"))
+
+
+def parse(line: str) -> dict[str, Any]:
+    data = line.encode()
+    for _ in range(WORK):
+        data = hashlib.sha256(data).digest()
+    return dict(json.loads(line))
+
+
+def is_change(r: dict[str, Any]) -> bool:
+    return bool(r["s"] == "T")
+
+
+def is_record(r: dict[str, Any]) -> bool:
+    return bool(r["s"] == "L")
+
+
+def event_time(r: dict[str, Any]) -> float:
+    return float(r["ts"])
+
+
+def key(r: dict[str, Any]) -> int:
+    return int(r["k"])
+
+
+def value(r: dict[str, Any]) -> Any:
+    return r["v"]
+
+
+def joined_line(pair: tuple[dict[str, Any], Any]) -> str:
+    r, v = pair
+    return f"join {r['i']} {r['ts']} {r['k']} {v}"
+
+
+def pair_line(pair: tuple[dict[str, Any], Any]) -> str:
+    r, c = pair
+    return f"pair {r['i']} {None if c is None else c['i']}"
+
+
+def late_line(r: dict[str, Any]) -> str:
+    return f"late {r['s']} {r['i']} {r['ts']}"
+
+
+INPUT = os.environ.get("RIVERMARK_APP_INPUT", os.devnull)
+OUTPUT = os.environ.get("RIVERMARK_APP_OUTPUT", os.devnull)
+
+source = Stream.from_textfile(INPUT, stop_at_eof=True, name="lines")
+rows = source.map(parse, name="parse")
+change_times = rows.filter(is_change, name="changes").timestamps(
+    event_time, max_delay="4s", name="table_times"
+)
+table = change_times.to_table(key=key, value=value, name="table")
+record_times = rows.filter(is_record, name="records").timestamps(
+    event_time, max_delay="4s", name="record_times"
+)
+joined = record_times.join_asof(table, key=key, how="left", name="join")
+pairs = record_times.join_interval(
+    change_times, key=key, lower=-0.5, upper=0.5, how="left", name="pairs"
+)
+joined.map(joined_line).union(
+    joined.late.map(late_line),
+    table.late.map(late_line),
+    pairs.map(pair_line),
+    pairs.late.map(late_line),
+).sink_to_textfile(OUTPUT)
