@@ -13,20 +13,42 @@ import fcntl
 import hashlib
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any, Protocol
 
 from ..errors import RivermarkError
-
-if TYPE_CHECKING:
-    from .sql import ToSQL
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["MARKERS", "Delete", "SQLSinkError", "delete"]
 
 MARKERS = "_rivermark_epochs"
+
+
+class SinkTable(Protocol):
+    """What a store reads of its sink (``to_sql``'s node): the table and how to name it."""
+
+    @property
+    def table(self) -> str: ...
+    @property
+    def mode(self) -> str: ...
+    @property
+    def key(self) -> Sequence[str]: ...
+    @property
+    def sink_id(self) -> str: ...
+    @property
+    def column_names(self) -> Sequence[str]: ...
+    @property
+    def column_types(self) -> Mapping[str, str] | None: ...
+
+    def label(self) -> str:
+        """The sink in one phrase, for messages."""
+        ...
+
+    def newer_marker(self, marker: int, epoch: int, where: str) -> SQLSinkError:
+        """The refusal of a table that holds epochs newer than the checkpoint."""
+        ...
 
 
 class SQLSinkError(RivermarkError):
@@ -60,7 +82,7 @@ class SQLStore:
 
     ph = "?"
 
-    def __init__(self, sink: ToSQL, conn: Any) -> None:
+    def __init__(self, sink: SinkTable, conn: Any) -> None:
         self.sink, self.conn = sink, conn
 
     def where(self) -> str:
@@ -100,7 +122,7 @@ class SQLStore:
 class SQLiteStore(SQLStore):
     ph = "?"
 
-    def __init__(self, sink: ToSQL, conn: Any, path: str | None) -> None:
+    def __init__(self, sink: SinkTable, conn: Any, path: str | None) -> None:
         super().__init__(sink, conn)
         self.path = path
         self.stage = f"_rivermark_stage_{sink.table}"
@@ -277,7 +299,7 @@ class SQLiteStore(SQLStore):
 class PostgresStore(SQLStore):
     ph = "%s"
 
-    def __init__(self, sink: ToSQL, conn: Any) -> None:
+    def __init__(self, sink: SinkTable, conn: Any) -> None:
         super().__init__(sink, conn)
         conn.autocommit = True
         self.prefix = f"rivermark:{sink.sink_id}:"
