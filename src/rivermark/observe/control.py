@@ -74,6 +74,7 @@ __all__ = [
     "host_allowed",
     "host_guard",
     "identity_proof",
+    "job_status",
     "job_summary",
     "local_url",
     "request",
@@ -279,6 +280,18 @@ class ControlTarget(Protocol):
         """Stop gracefully; the answer once the final checkpoint is durable."""
 
 
+def job_status(job: Job) -> str:
+    """A job's status in the control API: ``starting``, ``running``, ``stopping``, or
+    how it ended (:func:`rivermark.observe.endstate.run_state`)."""
+    if not job.running:
+        return run_state(job).state  # stopped, finished, failed (or not started)
+    if job.stop_requested:
+        return "stopping"
+    # restored, its sources preparing (Kafka assignments) and its first checkpoint
+    # being written: it takes no records yet
+    return "running" if all(s.started for s in job.sources) else "starting"
+
+
 class JobControl:
     """:class:`ControlTarget` of one job."""
 
@@ -287,14 +300,7 @@ class JobControl:
         self.started = time.time()
 
     def status(self) -> str:
-        job = self.job
-        if not job.running:
-            return run_state(job).state  # stopped, finished, failed (or not started)
-        if job.stop_requested:
-            return "stopping"
-        # restored, its sources preparing (Kafka assignments) and its first checkpoint
-        # being written: it takes no records yet
-        return "running" if all(s.started for s in job.sources) else "starting"
+        return job_status(self.job)
 
     def describe(self) -> dict[str, Any]:
         job = self.job
