@@ -49,7 +49,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..checkpoint.signing import check_private
+from ..checkpoint.signing import check_private, refuse_empty
 from ..errors import ConfigurationError, RivermarkError
 from .endstate import run_state
 from .metrics import COUNTS
@@ -93,14 +93,8 @@ def control_token() -> str | None:
     A token shorter than 16 characters, or a file that cannot be read, is a
     :class:`ConfigurationError` naming the variable (never the token).
     """
-    for name in (TOKEN_ENV, TOKEN_FILE_ENV):
-        if name in os.environ and not os.environ[name].strip():
-            # e.g. TOKEN=$(cat missing-file): not "no token", a token that went missing
-            raise ConfigurationError(
-                f"{name} is set but empty; give it the "
-                f"{'token' if name == TOKEN_ENV else 'path of the token file'}, or unset it "
-                "(see docs/security.md)"
-            )
+    refuse_empty(TOKEN_ENV, "token")
+    refuse_empty(TOKEN_FILE_ENV, "path of the token file")
     token = os.environ.get(TOKEN_ENV, "").strip()
     where = TOKEN_ENV
     path = os.environ.get(TOKEN_FILE_ENV, "")
