@@ -52,6 +52,11 @@ def test_version_and_help_of_every_command() -> None:
         (("checkpoints", "show"), "Describe checkpoint EPOCH"),
         (("checkpoints", "verify"), "Verify every checkpoint in DIR"),
         (("checkpoints", "diff"), "Compare checkpoints"),
+        (("checkpoints", "export"), "Write the state of NODE in a checkpoint of DIR as rows"),
+        (("checkpoints", "prune"), "Delete all but the newest --keep checkpoints"),
+        (("checkpoints", "resign"), "Sign with the new key every checkpoint of DIR"),
+        (("graph",), "Print the graph of APP.py:NAME as text"),
+        (("ui",), "Serve a page with the checkpoint history of DIR"),
         (("savepoint",), "Take a savepoint of the running job"),
         (("stop",), "Stop the running job at DIR|URL gracefully"),
         (("replay",), "Dry-run APP.py:NAME from a checkpoint of the live job"),
@@ -64,6 +69,13 @@ def test_version_and_help_of_every_command() -> None:
         assert ("--log-level" in res.stdout) == (cmd == ()), cmd
         res = run_cli(*cmd, "--log-level", "info", "--help")
         assert res.returncode == 0 and words in res.stdout, (cmd, res.stderr)
+    # every command is listed in its group's help
+    listed = run_cli("--help").stdout
+    for name in ("checkpoints", "graph", "replay", "run", "savepoint", "stop", "ui"):
+        assert f"\n  {name} " in listed, name
+    listed = run_cli("checkpoints", "--help").stdout
+    for name in ("diff", "export", "list", "prune", "resign", "show", "verify"):
+        assert f"\n  {name} " in listed, name
 
 
 def test_every_job_option_has_a_flag_and_an_env_var() -> None:

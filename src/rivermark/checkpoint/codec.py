@@ -46,7 +46,7 @@ from typing import Any
 import msgpack
 
 from ..state import DELETED, KeyedState, no_default
-from .columns import Columns
+from .columns import Columns, split_deleted
 from .errors import UntrustedStateError
 
 __all__ = [
@@ -164,11 +164,7 @@ class Table:
 
     @staticmethod
     def _columns(data: dict[Any, Any]) -> list[Any] | None:
-        deleted: list[Any] = []
-        live = data
-        if DELETED in data.values():  # a scan in C (identity)
-            deleted = [k for k, v in data.items() if v is DELETED]
-            live = {k: v for k, v in data.items() if v is not DELETED}
+        live, deleted = split_deleted(data)
         keys, values = list(live), list(live.values())
         if not keys:
             return None

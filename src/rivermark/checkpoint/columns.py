@@ -34,7 +34,7 @@ from typing import Any
 
 from ..state import DELETED
 
-__all__ = ["Columns", "compact"]
+__all__ = ["Columns", "compact", "split_deleted"]
 
 #: a column: a list of values, or numbers in an ``array`` or a numpy array
 Column = Any
@@ -81,6 +81,19 @@ def _width(items: list[Any]) -> int | None:
     return n if n > 0 else None
 
 
+def split_deleted(data: dict[Any, Any]) -> tuple[dict[Any, Any], list[Any]]:
+    """``data``'s live entries and the keys it marks :data:`~rivermark.state.DELETED`
+    (``data`` itself, no copy, when none is).
+
+    >>> split_deleted({1: "a", 2: DELETED})
+    ({1: 'a'}, [2])
+    """
+    if DELETED not in data.values():  # a scan in C (identity)
+        return data, []
+    deleted = [k for k, v in data.items() if v is DELETED]
+    return {k: v for k, v in data.items() if v is not DELETED}, deleted
+
+
 class Columns:
     """A mapping held as its key columns, value columns and deleted keys' columns.
 
@@ -120,11 +133,7 @@ class Columns:
     @classmethod
     def from_mapping(cls, data: dict[Any, Any]) -> Columns | None:
         """The columns of ``data``, or ``None`` when its keys or values have no one shape."""
-        deleted: list[Any] = []
-        live = data
-        if DELETED in data.values():  # a scan in C (identity)
-            deleted = [k for k, v in data.items() if v is DELETED]
-            live = {k: v for k, v in data.items() if v is not DELETED}
+        live, deleted = split_deleted(data)
         keys, values = list(live), list(live.values())
         kw = _width(keys + deleted if deleted else keys)
         vw = _width(values) if values else 0

@@ -68,7 +68,14 @@ from ..core.node import Stream
 from ..core.timeutil import parse_interval
 from ..errors import ConfigurationError
 from ..execution import plan as execution_plan
-from ..observe.endstate import RunState, ended_record, previous_run, run_record, run_state
+from ..observe.endstate import (
+    RunState,
+    ended_record,
+    previous_run,
+    run_record,
+    run_state,
+    signal_reason,
+)
 from ..observe.metrics import Metrics
 from ..observe.prometheus import MetricsServer
 from ..observe.ui import UiServer
@@ -209,12 +216,6 @@ def _resolve_when_durable(
 _POLL = 0.0005
 #: how often a job whose input is exhausted looks whether its nodes still hold records
 _DRAIN_POLL = 0.001
-
-
-def _signal_reason(signum: int) -> str:
-    """Why a signal stopped the job: ``Ctrl-C (SIGINT)``, ``SIGTERM``."""
-    name = signal.Signals(signum).name
-    return "Ctrl-C (SIGINT)" if signum == signal.SIGINT else name
 
 
 class Job:
@@ -816,7 +817,7 @@ class Job:
                 )
                 threading.Thread(
                     target=self.stop,
-                    args=(savepoint, None, _signal_reason(signum)),
+                    args=(savepoint, None, signal_reason(signum)),
                     name="rivermark-stop",
                     daemon=True,
                 ).start()

@@ -37,6 +37,7 @@ __all__ = [
     "Trust",
     "check_private",
     "key_id",
+    "refuse_empty",
     "KEY_ENV",
     "KEY_FILE_ENV",
     "MIN_KEY_BYTES",
@@ -95,6 +96,16 @@ def check_private(path: str | os.PathLike[str], what: str) -> None:
         )
 
 
+def refuse_empty(name: str, what: str, unset: str = "") -> None:
+    """One line when the variable ``name`` is set but empty: a secret that went
+    missing (``X=$(cat missing-file)``), not "no secret"."""
+    if name in os.environ and not os.environ[name].strip():
+        raise ConfigurationError(
+            f"{name} is set but empty; give it the {what}, or unset it{unset} "
+            "(see docs/security.md)"
+        )
+
+
 def _read_key_file(path: str | os.PathLike[str], where: str) -> list[bytes]:
     check_private(path, where)
     try:
@@ -130,14 +141,8 @@ class Keyring:
         if checkpoint_key is not None:
             return cls([_as_key(checkpoint_key, where)])
         keys: list[bytes] = []
-        for name in (KEY_ENV, KEY_FILE_ENV):
-            if name in os.environ and not os.environ[name].strip():
-                # e.g. KEY=$(cat missing-file): not "no key", a key that went missing
-                raise ConfigurationError(
-                    f"{name} is set but empty; give it the "
-                    f"{'key' if name == KEY_ENV else 'path of the key file'}, or unset it "
-                    "to run without a key (see docs/security.md)"
-                )
+        refuse_empty(KEY_ENV, "key", " to run without a key")
+        refuse_empty(KEY_FILE_ENV, "path of the key file", " to run without a key")
         if KEY_ENV in os.environ:
             keys.append(_as_key(os.environ[KEY_ENV], KEY_ENV))
         if KEY_FILE_ENV in os.environ:

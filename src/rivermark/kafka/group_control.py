@@ -5,8 +5,11 @@
 needs nothing, changing needs the control token, as for a single job.  A
 request is answered for every task, keyed ``topic[partition]``:
 
-* ``GET /api/job``: the process's status, its group member identity and,
-  per task, its status, epoch, last savepoint and position;
+* ``GET /api/job``: the process's status (``running``, ``stopping``, then
+  ``stopped`` or ``failed``, in the words of :mod:`rivermark.observe.endstate`)
+  and its reason, its group member identity and, per task, its status and
+  reason as a single job's ``/api/job`` gives them, epoch, last savepoint and
+  position;
 * ``GET /api/checkpoints``: per task, the checkpoints its job wrote in this
   process and its failures;
 * ``POST /api/checkpoint`` and ``POST /api/savepoint``: every task takes one
@@ -36,16 +39,18 @@ from ..observe.control import (
     checkpoint_rows,
     control_token,
     failure_rows,
+    job_status,
     job_summary,
     local_url,
 )
+from ..observe.endstate import RunState, failure_text, run_state
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..checkpoint.job import Job
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["GroupControl", "TaskGroup", "task_key"]
+__all__ = ["GroupControl", "TaskGroup", "group_state", "task_key"]
 
 
 class Task(Protocol):
@@ -68,6 +73,12 @@ class TaskGroup(Protocol):
     def stop_requested(self) -> bool: ...
 
     @property
+    def stop_reason(self) -> str | None: ...
+
+    @property
+    def error(self) -> BaseException | None: ...
+
+    @property
     def consumer_params(self) -> Mapping[str, Any]: ...
 
     @property
@@ -76,7 +87,7 @@ class TaskGroup(Protocol):
     @property
     def location(self) -> str: ...
 
-    def request_stop(self, savepoint: bool = False) -> None: ...
+    def request_stop(self, savepoint: bool = False, reason: str = ...) -> None: ...
 
     def wait_stopped(self, timeout: float | None = None) -> bool: ...
 
@@ -84,6 +95,17 @@ class TaskGroup(Protocol):
 def task_key(topic: str, partition: int) -> str:
     """How a task is named in the answers: ``events[3]``."""
     return f"{topic}[{partition}]"
+
+
+def group_state(group: TaskGroup) -> RunState:
+    """How a group's process stands: ``running``, ``stopping``, then ``failed`` (a task's or
+    the group consumer's error) or ``stopped`` (who asked), as
+    :func:`rivermark.observe.endstate.run_state` words a job (a group's input never ends)."""
+    if not group.ended:
+        return RunState("stopping" if group.stop_requested else "running")
+    if group.error is not None:
+        return RunState("failed", failure_text(group.error))
+    return RunState("stopped", group.stop_reason or "PartitionedJob.stop()")
 
 
 class GroupControl:
@@ -100,18 +122,21 @@ class GroupControl:
         return {task_key(*tp): task for tp, task in sorted(self.group.tasks.items())}
 
     def status(self) -> str:
-        if self.group.ended:
-            return "ended"
-        return "stopping" if self.group.stop_requested else "running"
+        return group_state(self.group).state
 
     def describe(self) -> dict[str, Any]:
         tasks = {}
         for key, task in self._tasks().items():
             job = task.job
-            status = "running" if job.running else "starting" if not job.recovered else "ended"
-            tasks[key] = {"status": status, **job_summary(job)}
+            tasks[key] = {
+                "status": job_status(job),
+                "reason": run_state(job).reason,
+                **job_summary(job),
+            }
+        state = group_state(self.group)
         return {
-            "status": self.status(),
+            "status": state.state,
+            "reason": state.reason,
             "group": str(self.group.consumer_params["group.id"]),
             "member": self.group.member_identity,
             "location": self.group.location,
@@ -147,7 +172,7 @@ class GroupControl:
 
     async def stop_with(self, savepoint: bool) -> dict[str, Any]:
         tasks = self._tasks()
-        self.group.request_stop(savepoint=savepoint)
+        self.group.request_stop(savepoint=savepoint, reason="rivermark stop (POST /api/stop)")
         # the polling thread stops every task with its final checkpoint, then leaves
         await asyncio.get_running_loop().run_in_executor(None, self.group.wait_stopped)
         finals = {

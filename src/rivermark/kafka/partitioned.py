@@ -81,6 +81,7 @@ from ..core import graph, runtime
 from ..core.node import Stream
 from ..errors import ConfigurationError
 from ..observe.control import local_url
+from ..observe.endstate import signal_reason
 from .errors import KafkaCommitError, KafkaConnectorError, KafkaDeliveryError
 from .group_control import GroupControl
 from .membership import InstanceSlot
@@ -282,6 +283,8 @@ class PartitionedJob:
         self.control: GroupControl | None = None
         #: a graceful stop was asked for (signal, stop(), the control API)
         self.stop_requested = False
+        #: who asked for the stop first (``Ctrl-C (SIGINT)``, ``SIGTERM``, ...)
+        self.stop_reason: str | None = None
         #: run() has returned (or is returning)
         self.ended = False
         self._stop_savepoint = False
@@ -407,9 +410,17 @@ class PartitionedJob:
         for task in tasks:
             task.revoked = True
         deadline = time.monotonic() + self.revoke_timeout
+        # who asked, as the task's end state reports it
+        reason = (
+            (self.stop_reason or "the process stopped")
+            if self._stop.is_set()
+            else "its partition was revoked or lost"
+        )
         for task in tasks:
             stopper = threading.Thread(
-                target=task.job.stop, kwargs={"savepoint": savepoint}, daemon=True
+                target=task.job.stop,
+                kwargs={"savepoint": savepoint, "reason": reason},
+                daemon=True,
             )
             stopper.start()
         for task in tasks:
@@ -618,18 +629,26 @@ class PartitionedJob:
             self._consumer = None
             self._done.set()
 
-    def stop(self, savepoint: bool = False) -> None:
+    @property
+    def error(self) -> BaseException | None:
+        """The error that stopped the process (a task's or the group consumer's), if any."""
+        return self._error
+
+    def stop(self, savepoint: bool = False, reason: str = "PartitionedJob.stop()") -> None:
         """Stop every task with a final checkpoint and leave the group; waits up to a minute.
 
-        With ``savepoint`` each task's final checkpoint is a savepoint.
+        With ``savepoint`` each task's final checkpoint is a savepoint.  ``reason``
+        says who asked (the first one is kept; the control API reports it).
         """
-        self.request_stop(savepoint)
+        self.request_stop(savepoint, reason)
         if self._runner is not None and self._runner is not threading.current_thread():
             self.wait_stopped(60)
 
-    def request_stop(self, savepoint: bool = False) -> None:
+    def request_stop(self, savepoint: bool = False, reason: str = "PartitionedJob.stop()") -> None:
         """Ask for a graceful stop (returns at once; :meth:`wait_stopped` waits for it)."""
         self._stop_savepoint = self._stop_savepoint or savepoint
+        if self.stop_reason is None:
+            self.stop_reason = reason
         self.stop_requested = True
         self._stop.set()
 
@@ -669,7 +688,7 @@ class PartitionedJob:
             received.append(signum)
             if len(received) == 1:
                 logger.warning("signal %d: stopping every task with a final checkpoint", signum)
-                self.request_stop()
+                self.request_stop(reason=signal_reason(signum))
                 return
             os._exit(128 + signum)
 

@@ -49,7 +49,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..checkpoint.signing import check_private
+from ..checkpoint.signing import check_private, refuse_empty
 from ..errors import ConfigurationError, RivermarkError
 from .endstate import run_state
 from .metrics import COUNTS
@@ -74,6 +74,7 @@ __all__ = [
     "host_allowed",
     "host_guard",
     "identity_proof",
+    "job_status",
     "job_summary",
     "local_url",
     "request",
@@ -92,14 +93,8 @@ def control_token() -> str | None:
     A token shorter than 16 characters, or a file that cannot be read, is a
     :class:`ConfigurationError` naming the variable (never the token).
     """
-    for name in (TOKEN_ENV, TOKEN_FILE_ENV):
-        if name in os.environ and not os.environ[name].strip():
-            # e.g. TOKEN=$(cat missing-file): not "no token", a token that went missing
-            raise ConfigurationError(
-                f"{name} is set but empty; give it the "
-                f"{'token' if name == TOKEN_ENV else 'path of the token file'}, or unset it "
-                "(see docs/security.md)"
-            )
+    refuse_empty(TOKEN_ENV, "token")
+    refuse_empty(TOKEN_FILE_ENV, "path of the token file")
     token = os.environ.get(TOKEN_ENV, "").strip()
     where = TOKEN_ENV
     path = os.environ.get(TOKEN_FILE_ENV, "")
@@ -279,6 +274,18 @@ class ControlTarget(Protocol):
         """Stop gracefully; the answer once the final checkpoint is durable."""
 
 
+def job_status(job: Job) -> str:
+    """A job's status in the control API: ``starting``, ``running``, ``stopping``, or
+    how it ended (:func:`rivermark.observe.endstate.run_state`)."""
+    if not job.running:
+        return run_state(job).state  # stopped, finished, failed (or not started)
+    if job.stop_requested:
+        return "stopping"
+    # restored, its sources preparing (Kafka assignments) and its first checkpoint
+    # being written: it takes no records yet
+    return "running" if all(s.started for s in job.sources) else "starting"
+
+
 class JobControl:
     """:class:`ControlTarget` of one job."""
 
@@ -287,14 +294,7 @@ class JobControl:
         self.started = time.time()
 
     def status(self) -> str:
-        job = self.job
-        if not job.running:
-            return run_state(job).state  # stopped, finished, failed (or not started)
-        if job.stop_requested:
-            return "stopping"
-        # restored, its sources preparing (Kafka assignments) and its first checkpoint
-        # being written: it takes no records yet
-        return "running" if all(s.started for s in job.sources) else "starting"
+        return job_status(self.job)
 
     def describe(self) -> dict[str, Any]:
         job = self.job

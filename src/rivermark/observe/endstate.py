@@ -32,6 +32,7 @@ signal killed it (137 for SIGKILL, 130 for a second Ctrl-C).
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import time
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ __all__ = [
     "ended_record",
     "run_record",
     "ENDED_STATES",
+    "signal_reason",
 ]
 
 #: the states a run can end in
@@ -84,6 +86,12 @@ def failure_text(exc: BaseException) -> str:
     """An exception as one line: ``KeyError: 'x'`` (the first line of its message)."""
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0][:500]}" if text else type(exc).__name__
+
+
+def signal_reason(signum: int) -> str:
+    """Why a signal stopped a run: ``Ctrl-C (SIGINT)``, ``SIGTERM``."""
+    name = signal.Signals(signum).name
+    return "Ctrl-C (SIGINT)" if signum == signal.SIGINT else name
 
 
 def run_state(job: Job) -> RunState:

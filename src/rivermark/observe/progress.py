@@ -208,6 +208,19 @@ def _late_text(n: NodeMetrics) -> str:
     return "" if n.late_records is None else f"{n.late_records:,}"
 
 
+def _node_cells(n: NodeMetrics) -> list[str]:
+    """A node's row in both layouts: id, in, rate, busy, backpressure, errors, late."""
+    return [
+        n.id,
+        f"{n.records_in:,}",
+        f"{n.rate:,.0f}",
+        f"{100 * n.busy:.0f}%",
+        f"{100 * n.backpressure:.0f}%",
+        f"{n.errors:,}",
+        _late_text(n),
+    ]
+
+
 def _title(snap: Snapshot) -> str:
     errors = sum(n.errors for n in snap.nodes)
     return f"rivermark  {snap.elapsed:.0f}s  {checkpoint_text(snap)}  errors {errors:,}"
@@ -238,15 +251,7 @@ def _wide(snap: Snapshot) -> Any:
     for head in ("records in", "records/s", "busy", "backpressure", "errors", "late"):
         nodes.add_column(head, justify="right")
     for n in shown_nodes(snap):
-        nodes.add_row(
-            n.id,
-            f"{n.records_in:,}",
-            f"{n.rate:,.0f}",
-            f"{100 * n.busy:.0f}%",
-            f"{100 * n.backpressure:.0f}%",
-            f"{n.errors:,}",
-            _late_text(n),
-        )
+        nodes.add_row(*_node_cells(n))
     clocks = _event_time_table(snap)
     return Group(table, nodes) if clocks is None else Group(table, nodes, clocks)
 
@@ -273,15 +278,7 @@ def _compact(snap: Snapshot) -> Any:
     if timed:
         nodes.add_column("open", justify="right")
     for n in shown_nodes(snap):
-        row = [
-            n.id,
-            f"{n.records_in:,}",
-            f"{n.rate:,.0f}",
-            f"{100 * n.busy:.0f}%",
-            f"{100 * n.backpressure:.0f}%",
-            f"{n.errors:,}",
-            _late_text(n),
-        ]
+        row = _node_cells(n)
         if timed:
             row.append("" if n.open_windows is None else f"{n.open_windows:,}")
         nodes.add_row(*row)

@@ -1,6 +1,6 @@
 """Checkpointed Jobs with their work on a real LocalCluster of worker processes.
 
-What the Dask issue's guarantees mean, each tested against real processes:
+What the Dask guarantees mean, each tested against real processes:
 
 * a checkpoint waits for the futures in flight, and the scattered state (the
   accumulate's future, the futures a partition holds) is in the checkpoint;

@@ -84,9 +84,10 @@ def test_one_address_answers_for_every_task(
 
         status, job = _call(base + "api/job")
         assert status == 200 and job["status"] == "running" and job["group"] == group
+        assert job["reason"] == "", job
         tasks = job["tasks"]
         assert sorted(tasks) == [f"{inp}[{p}]" for p in range(4)]
-        assert all(t["status"] == "running" for t in tasks.values()), tasks
+        assert all((t["status"], t["reason"]) == ("running", "") for t in tasks.values()), tasks
         # the positions say where each task is: the four add up to the input
         offsets = {
             part: offset

@@ -7,6 +7,8 @@ import re
 import subprocess
 import sys
 import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -284,10 +286,13 @@ def test_plain_progress_lines_show_the_watermark_and_the_windows(
     assert line.endswith("; open windows 3, late records 4"), line
 
 
-def test_live_table_shows_the_watermark_and_the_windows(
-    event_time_app: tuple[Path, dict[str, str]], tmp_path: Path
-) -> None:
-    path, env = event_time_app
+@contextmanager
+def _numbers_on_a_terminal(
+    path: Path, env: dict[str, str], tmp_path: Path, columns: int, lines: int
+) -> Iterator[tuple[Callable[[], str], Path]]:
+    """``rivermark run`` of the event-time app in a ``columns`` x ``lines`` terminal
+    (rich reads COLUMNS and LINES before the terminal's size), on a tmux server of its
+    own: what the screen shows, and the file its exit status is written to."""
     session = f"rivermark-{uuid.uuid4().hex[:8]}"
     done = tmp_path / "exit-status"
     inner = (
@@ -295,12 +300,11 @@ def test_live_table_shows_the_watermark_and_the_windows(
         f"echo $? > {done}.part; mv {done}.part {done}; "
         "sleep 600"
     )
-    # the table is wider than 80 columns: a terminal of 160 (rich reads COLUMNS and LINES
-    # before the terminal's size), on a tmux server of its own
-    tmux_env = [f"{k}={env[k]}" for k in ("OUT", "GO")] + ["COLUMNS=160", "LINES=50"]
+    size = [f"COLUMNS={columns}", f"LINES={lines}"]
+    tmux_env = [f"{k}={env[k]}" for k in ("OUT", "GO")] + size
     tmux = ["tmux", "-L", session]
     subprocess.run(
-        [*tmux, "new-session", "-d", "-s", session, "-x", "160", "-y", "50",
+        [*tmux, "new-session", "-d", "-s", session, "-x", str(columns), "-y", str(lines),
          "env", *tmux_env, "sh", "-c", inner],
         check=True,
     )  # fmt: skip
@@ -311,53 +315,47 @@ def test_live_table_shows_the_watermark_and_the_windows(
         )
         return res.stdout
 
+    try:
+        yield screen, done
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True)
+
+
+def _screen_with_all(screen: Callable[[], str], patterns: list[str], what: str) -> str:
+    """The first screen on which every pattern is found."""
+
+    def shows_all() -> str:
+        s = screen()
+        return s if all(re.search(r, s) for r in patterns) else ""
+
+    return wait_value(shows_all, what=what)
+
+
+def test_live_table_shows_the_watermark_and_the_windows(
+    event_time_app: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    path, env = event_time_app
     held = [
         r"│ tumble\s+│\s+│\s+3 │\s+4 │",
         rf"│ numbers\s+│\s+501 │.*│ {HELD_WATERMARK} │\s+[\d.]+ days │",
         rf"│ times\s+│ {HELD_WATERMARK} │",
     ]
-    try:
+    # the table is wider than 80 columns: a terminal of 160
+    with _numbers_on_a_terminal(path, env, tmp_path, 160, 50) as (screen, done):
         # the windows' row reads 3 and 4 from record 451 on: wait for the hold at 500,
         # where every row shows it (a slow machine may draw a screen before that)
-        def at_the_hold() -> str:
-            s = screen()
-            return s if all(re.search(r, s) for r in held) else ""
-
-        shown = wait_value(at_the_hold, what="the event-time table at record 500")
+        shown = _screen_with_all(screen, held, "the event-time table at record 500")
         assert re.search(r"┃ lag\s+┃ watermark\s+┃ event-time lag ┃", shown), shown
         assert "event time" in shown
         Path(env["GO"]).write_text("")
         wait_for(done.exists, what="the job to end")
         assert done.read_text().strip() == "0"
-    finally:
-        subprocess.run([*tmux, "kill-server"], capture_output=True)
 
 
 def test_an_80x24_terminal_shows_every_position_and_watermark_uncut(
     event_time_app: tuple[Path, dict[str, str]], tmp_path: Path
 ) -> None:
     path, env = event_time_app
-    session = f"rivermark-{uuid.uuid4().hex[:8]}"
-    done = tmp_path / "exit-status"
-    inner = (
-        f"{' '.join(RIVERMARK)} run {path}:numbers -c {tmp_path / 'ck'}; "
-        f"echo $? > {done}.part; mv {done}.part {done}; "
-        "sleep 600"
-    )
-    tmux_env = [f"{k}={env[k]}" for k in ("OUT", "GO")] + ["COLUMNS=80", "LINES=24"]
-    tmux = ["tmux", "-L", session]
-    subprocess.run(
-        [*tmux, "new-session", "-d", "-s", session, "-x", "80", "-y", "24",
-         "env", *tmux_env, "sh", "-c", inner],
-        check=True,
-    )  # fmt: skip
-
-    def screen() -> str:
-        res = subprocess.run(
-            [*tmux, "capture-pane", "-p", "-t", session], capture_output=True, text=True
-        )
-        return res.stdout
-
     held = [
         r"numbers  501 records",
         r"  position \d+\n",
@@ -365,17 +363,10 @@ def test_an_80x24_terminal_shows_every_position_and_watermark_uncut(
         rf"times: watermark {HELD_WATERMARK}",
         r"tumble\s+501\s+\d+\s+\d+%\s+\d+%\s+0\s+4\s+3",  # late records and open windows
     ]
-    try:
-
-        def at_the_hold() -> str:
-            s = screen()
-            return s if all(re.search(r, s) for r in held) else ""
-
-        shown = wait_value(at_the_hold, what="the compact display at record 500")
+    with _numbers_on_a_terminal(path, env, tmp_path, 80, 24) as (screen, done):
+        shown = _screen_with_all(screen, held, "the compact display at record 500")
         assert all(len(line) <= 80 for line in shown.splitlines()), shown
         assert "…" not in shown, shown  # nothing cut
         Path(env["GO"]).write_text("")
         wait_for(done.exists, what="the job to end")
         assert done.read_text().strip() == "0"
-    finally:
-        subprocess.run([*tmux, "kill-server"], capture_output=True)

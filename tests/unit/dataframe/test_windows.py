@@ -160,7 +160,7 @@ def test_window_errors() -> None:
 
 
 def window_func(window_gdf):
-    """The seed's window function (streamz issue): state passes through."""
+    """The window function of the streamz pipeline rivermark started from: state passes through."""
     state = None
     if isinstance(window_gdf, tuple):
         state = window_gdf[0]

@@ -88,3 +88,28 @@ def test_each_task_keeps_its_rocksdb_state_in_a_directory_of_its_own(tmp_path: P
     assert options["state"] == "rocksdb" and options["state_cache"] == "64MiB"
     assert Path(options["state_dir"]) == tmp_path / "state" / "events-3"
     assert "state_dir" not in _make(lambda s: s.sink(print), tmp_path)._task_options(("e", 0))  # noqa: SLF001
+
+
+def test_the_control_api_words_a_group_s_state_as_a_job_s(tmp_path: Path) -> None:
+    import json
+    import urllib.request
+
+    from rivermark.testing import run_in_thread, wait_for
+
+    job = _make(lambda source: source.sink(print), tmp_path, control_port=0)
+    thread, raised = run_in_thread(job)
+    try:
+        wait_for(lambda: job.control_url is not None, what="the control API's address")
+        assert job.control_url is not None
+        with urllib.request.urlopen(job.control_url + "api/job", timeout=30) as r:
+            answer = json.load(r)
+        assert (answer["status"], answer["reason"]) == ("running", "")
+    finally:
+        job.stop(reason="rivermark stop (POST /api/stop)")
+        thread.join(60)
+    assert not thread.is_alive() and raised == []
+    # the end, in the words of rivermark.observe.endstate (it said "ended")
+    assert job.control is not None
+    answer = job.control.describe()
+    assert (answer["status"], answer["reason"]) == ("stopped", "rivermark stop (POST /api/stop)")
+    assert job.control.status() == "stopped"

@@ -58,7 +58,7 @@ def test_source_gives_the_loop_a_turn_within_a_few_slow_records(kind: str, tmp_p
 
 
 def test_checkpoints_keep_their_interval_on_a_slow_pipeline(tmp_path: Path) -> None:
-    # issue: --every 0.5s gave one checkpoint in 22 s because the source held the
+    # --every 0.5s once gave one checkpoint in 22 s because the source held the
     # loop for a whole read buffer.  Each checkpoint is requested from outside
     # while the job runs; every request must be served before the file ends.
     path = tmp_path / "in.txt"
