@@ -54,6 +54,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         path = Path(str(item.path))
+        if "dask_cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.dask)  # every test on the session's LocalCluster
         if item.get_closest_marker("kafka") is not None:
             group = "kafka"
         elif _INTEGRATION in path.parents:
