@@ -7,12 +7,12 @@ keeps under the temporary directory by default (RocksDB's live state,
 ``<tmp>/rivermark-state/<job id>``; the Kafka instance slots) is never
 shared between tests that run at the same time.
 
-With ``-n`` and ``--dist loadgroup`` (``scripts/test``), the tests against
-the Kafka broker run on one worker, one after the other, against its one
-broker; each other integration test file runs whole on one worker (its
-module fixtures, such as an uncrashed reference run, are computed once);
-unit tests and doctests are spread one by one.  tests/README.md lists the
-tiers.
+With ``-n N --dist loadscope`` (``scripts/test``), the tests against the
+Kafka broker run on one worker, one after the other, against its one
+broker, and so do the tests on the Dask cluster; each other integration
+test file runs whole on one worker (its module fixtures, such as an
+uncrashed reference run, are computed once); unit tests and doctests are
+spread one by one (:func:`group_of`).  tests/README.md lists the tiers.
 """
 
 from __future__ import annotations
@@ -22,11 +22,10 @@ import shutil
 import tempfile
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-_HERE = Path(__file__).parent
-_INTEGRATION = _HERE / "integration"
 _own_tmp: Path | None = None
 
 
@@ -50,16 +49,38 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(_own_tmp, ignore_errors=True)
 
 
-@pytest.hookimpl(trylast=True)  # after the kafka folder's conftest marked its tests
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        path = Path(str(item.path))
-        if "dask_cluster" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.dask)  # every test on the session's LocalCluster
-        if item.get_closest_marker("kafka") is not None:
-            group = "kafka"
-        elif _INTEGRATION in path.parents:
-            group = str(path.relative_to(_HERE))
-        else:
-            continue
-        item.add_marker(pytest.mark.xdist_group(group))
+def pytest_itemcollected(item: pytest.Item) -> None:
+    if "dask_cluster" in getattr(item, "fixturenames", ()):
+        item.add_marker(pytest.mark.dask)  # every test on the session's LocalCluster
+
+
+def group_of(nodeid: str) -> str:
+    """Which tests run on one worker, one after the other, under ``-n N --dist loadscope``.
+
+    >>> group_of("tests/integration/kafka/test_job.py::test_x[a]")
+    'kafka'
+    >>> group_of("tests/integration/test_replay.py::test_y")
+    'tests/integration/test_replay.py'
+    >>> group_of("tests/unit/test_steps.py::test_z")
+    'tests/unit/test_steps.py::test_z'
+    """
+    path = nodeid.split("::", 1)[0]
+    for shared in ("kafka", "dask"):  # one broker, one LocalCluster
+        if path.startswith(f"tests/integration/{shared}/"):
+            return shared
+    if path.startswith("tests/integration/"):
+        return path
+    return nodeid
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadscope`` with the scopes of :func:`group_of`."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Groups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid)
+
+    return Groups(config, log)
