@@ -147,7 +147,7 @@ def test_random_kills_give_identical_windows(
         ready=lambda pid: f"pid={pid} " in _lock_text(ckpt),
     )
     assert report.completed
-    assert report.kills >= kills // 2 + 1, report
+    assert report.kills == kills, report.summary()  # a run that ends early holds until killed
     assert sum(0 < p < size for p in progress) >= 3, progress  # killed mid-data
     assert out.read_bytes() == reference
 

@@ -11,12 +11,19 @@ import pytest
 from rivermark.testing import WaitTimeout, wait_progress
 from rivermark.testing.crash import CrashHarnessError, run_with_crashes
 
-# writes one more line to a file every 0.3 s, 12 lines (about 3.6 s) in all
+# writes one more line to a file every 0.3 s, 12 lines (about 3.6 s) in all, then
+# holds at its end while the harness owes it a kill (the protocol of
+# rivermark.testing.crash.hold_before_end, without importing rivermark); a
+# restart finds its 12 lines and ends
 _SLOW_BUT_MOVING = """
-import sys, time
+import os, sys, time
+done = open(sys.argv[1]).read().count("\\n") if os.path.exists(sys.argv[1]) else 0
 with open(sys.argv[1], "a") as f:
-    for _ in range(12):
+    for _ in range(12 - done):
         f.write("x\\n"); f.flush(); time.sleep(0.3)
+if os.environ.get("RIVERMARK_HOLD_END"):
+    open(os.environ["RIVERMARK_HOLD_END"], "w").close()
+    time.sleep(600)
 """
 
 
@@ -33,12 +40,13 @@ def test_a_run_that_keeps_moving_outlives_the_timeout(tmp_path: Path) -> None:
     report = run_with_crashes(
         [sys.executable, "-c", _SLOW_BUT_MOVING, str(out)],
         kills=1,
-        min_delay=30,  # the one kill would come after the run ended by itself
+        min_delay=30,  # the one kill comes when the run holds at its end
         max_delay=30,
         timeout=2.5,  # less than the run takes: only progress keeps it alive
         progress=lambda: _lines(out),
     )
     assert report.completed
+    assert (report.kills, report.kills_at_end) == (1, 1)
     assert _lines(out) == 12
     assert time.monotonic() - started > 2.5
 

@@ -20,19 +20,31 @@ was created and before its first state file is written.
 ``after-state-files`` (a savepoint's state files are written, its manifest
 not yet); it is not in :data:`FAULT_POINTS`, which every checkpoint passes.
 
+``hold_before_end()`` is where a job waits to be killed instead of ending:
+the crash harness (:func:`rivermark.testing.crash.run_with_crashes`) sets
+``RIVERMARK_HOLD_END`` to a file name while it still owes the job kills; a
+:class:`~rivermark.checkpoint.Job` that is about to end (its input is
+exhausted, or it was asked to stop) creates that file and waits there, its
+final checkpoint not written, until the harness kills it.  So a test that
+asks for N kills gets N however fast the machine runs the job.  A process
+whose parent is gone stops waiting and ends normally.
+
 >>> fault_point("after-manifest")  # RIVERMARK_FAULT is unset: nothing happens
+>>> asyncio.run(hold_before_end())  # RIVERMARK_HOLD_END is unset: returns at once
 """
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import logging
 import os
 import signal
+from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["fault_point", "fault_error", "FAULT_POINTS"]
+__all__ = ["fault_point", "fault_error", "hold_before_end", "FAULT_POINTS", "HOLD_END_ENV"]
 
 #: the points the checkpoint protocol passes, in the order of a background write
 #: (a checkpoint written with the sources paused passes before-resume last)
@@ -88,3 +100,25 @@ def fault_error(name: str) -> None:
     number = _armed_error[1]
     logger.warning("fault point %r reached: raising %s", name, errno.errorcode[number])
     raise OSError(number, os.strerror(number))
+
+
+#: set by the crash harness: the file a job creates when it is about to end
+HOLD_END_ENV = "RIVERMARK_HOLD_END"
+_hold_end = os.environ.get(HOLD_END_ENV)
+_parent = os.getppid()
+
+
+async def hold_before_end() -> None:
+    """Wait here to be killed if ``RIVERMARK_HOLD_END`` is set (see module docs).
+
+    The event loop keeps running meanwhile (a checkpoint written in the
+    background completes); the wait ends only when the process that started
+    this one is gone, and then the job ends as it would have.
+    """
+    if _hold_end is None:
+        return
+    logger.warning("about to end: waiting to be killed (%s=%s)", HOLD_END_ENV, _hold_end)
+    Path(_hold_end).touch()
+    while os.getppid() == _parent:
+        await asyncio.sleep(0.02)
+    logger.warning("the process that started this one is gone: ending normally")

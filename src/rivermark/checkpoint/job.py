@@ -86,7 +86,7 @@ from .errors import (
     CheckpointWriteError,
     JobFailedError,
 )
-from .faults import fault_point
+from .faults import fault_point, hold_before_end
 from .handle import JobHandle, run_in_background
 from .keyed import Chains, KeyedView, checkpoint_kind, keyed_attrs
 from .manifest import Manifest
@@ -714,6 +714,7 @@ class Job:
 
     async def _end_of_input(self) -> None:
         """Every source is exhausted: nodes that wait for more input (event time) finish now."""
+        await hold_before_end()  # a crash test that still owes kills holds the job here
         self._input_ended = True
         for n in self.nodes:
             if isinstance(n, EndsWithInput):
@@ -760,6 +761,7 @@ class Job:
         It is a savepoint after ``stop(savepoint=True)`` or while a
         ``savepoint()`` call waits for one.
         """
+        await hold_before_end()  # a crash test that still owes kills holds the job here
         savepoint = self._stop_savepoint or any(
             f in self._savepoint_wanted and not f.done() for f in self._requests
         )

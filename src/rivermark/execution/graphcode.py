@@ -40,7 +40,7 @@ from typing import Any
 from . import counting
 from .node import Node
 from .push import merge_results, pass_down
-from .steps import Names, Site, Unsupported, emit_call, specialize, step_of
+from .steps import Names, Site, Unsupported, define, emit_call, specialize, step_of
 
 logger = logging.getLogger(__name__)
 
@@ -336,16 +336,11 @@ def _args(
 
 
 def _compile(src: str, scope: dict[str, Any], what: str) -> Callable[..., Any] | None:
-    from .steps import _code  # noqa: PLC0415 - one cache of compiled text for both
-
     try:
-        exec(_code(src, "<rivermark graph>"), scope)  # noqa: S102 - written from the graph's steps
+        return define(src, f"graph {what}", scope, what)
     except (SyntaxError, RecursionError, MemoryError) as e:  # pragma: no cover - a safety net
         logger.debug("could not compile the %s: %r", what, e)
         return None
-    fn: Callable[..., Any] = scope[what]
-    fn.rivermark_source = src  # type: ignore[attr-defined]
-    return fn
 
 
 def compile_loop(root: Node, update_of: Callable[[Node], Update]) -> Callable[[Any], Any] | None:

@@ -53,7 +53,9 @@ import ast
 import builtins
 import copy
 import functools
+import hashlib
 import inspect
+import linecache
 import operator
 import textwrap
 import types
@@ -741,6 +743,25 @@ def _code(src: str, filename: str) -> types.CodeType:
     return compile(src, filename, "exec")
 
 
+def define(src: str, what: str, scope: dict[str, Any], name: str) -> Callable[..., Any]:
+    """Run generated ``src`` in ``scope`` and return the function ``name`` it defines.
+
+    The one place generated code is executed.  The text is registered in
+    :mod:`linecache` under a file name of its own (``<rivermark what
+    digest>``, one per distinct text), so a traceback through it shows
+    each line, and a debugger can list it; ``fn.rivermark_source`` holds
+    the text too.  ``exec`` may raise ``SyntaxError`` (the caller decides).
+    """
+    digest = hashlib.sha1(src.encode()).hexdigest()[:12]
+    filename = f"<rivermark {what} {digest}>"
+    # mtime None: linecache.checkcache() keeps the entry (there is no file to compare)
+    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
+    exec(_code(src, filename), scope)  # noqa: S102 - written from the graph's steps
+    fn: Callable[..., Any] = scope[name]
+    fn.rivermark_source = src  # type: ignore[attr-defined]
+    return fn
+
+
 def specialized_update(node: Node, info: StepInfo) -> Callable[..., Any]:
     """``node``'s step with its fixed configuration folded in, bound to it.
 
@@ -765,9 +786,6 @@ def specialized_update(node: Node, info: StepInfo) -> Callable[..., Any]:
         returns=None,
     )
     src = ast.unparse(ast.fix_missing_locations(ast.Module(body=[fdef], type_ignores=[])))
-    scope = bind.scope
-    exec(_code(src, f"<rivermark step {info.name}>"), scope)  # noqa: S102 - made from the step
-    fn: Callable[..., Any] = scope["update"]
+    fn = define(src, f"step {info.name}", bind.scope, "update")
     fn.__qualname__ = info.name
-    fn.rivermark_source = src  # type: ignore[attr-defined]
     return types.MethodType(fn, node)

@@ -260,7 +260,7 @@ class TimedWindow(_Ticker):
 
     >>> from rivermark.testing import wait_for
     >>> s = Stream()
-    >>> L = s.timed_window("10ms").sink_to_list()
+    >>> L = s.timed_window("500ms").sink_to_list()
     >>> s.emit(1); s.emit(2)
     >>> wait_for(lambda: [1, 2] in L)
     >>> [w for w in L if w]
@@ -316,7 +316,7 @@ class TimedWindowUnique(_Ticker):
 
     >>> from rivermark.testing import wait_for
     >>> s = Stream()
-    >>> L = s.timed_window_unique("10ms", key=len, keep="last").sink_to_list()
+    >>> L = s.timed_window_unique("500ms", key=len, keep="last").sink_to_list()
     >>> for word in ["a", "b", "cc", "d"]:
     ...     s.emit(word)
     >>> wait_for(lambda: any(L))

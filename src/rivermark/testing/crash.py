@@ -7,6 +7,16 @@ its own.  Then, once per named fault point, it runs the command with
 :mod:`rivermark.testing.faults`) and restarts it without the variable until
 it finishes.  The caller compares the output with :func:`run_uncrashed`'s.
 
+A test that asks for N kills gets N, on a fast machine as on a slow one:
+while kills are still owed, a run may not end.  The harness sets
+``RIVERMARK_HOLD_END`` for it, and a :class:`~rivermark.checkpoint.Job`
+about to end (input exhausted, or asked to stop) announces it and waits
+there, before its final checkpoint; the harness kills it at once (counted
+in :attr:`CrashReport.kills_at_end`).  A script that runs no ``Job`` calls
+:func:`hold_before_end` where it ends (or, in any language: if the variable
+is set, create the file it names and sleep); a run that exits 0 while kills
+are owed is an error, not a test with fewer kills.
+
 :func:`run_with_kills_at` kills by progress instead of by time, so the
 number of kills does not depend on the machine's speed or load: the job
 calls :func:`hold_point` with its progress (e.g. the id of each record);
@@ -14,26 +24,32 @@ when that reaches the next kill point the process announces it (a file)
 and waits there, the harness sends SIGKILL and restarts it with the next
 point.
 
-A tiny real example (a command that finishes at once is never killed):
+A tiny real example: a script that would finish at once holds at its end
+until its one kill has landed, then finishes:
 
 >>> import sys
->>> report = run_with_crashes([sys.executable, "-c", "pass"], kills=1, max_delay=5.0)
->>> report.completed, report.kills
-(True, 0)
+>>> script = "from rivermark.testing.crash import hold_before_end; hold_before_end()"
+>>> report = run_with_crashes([sys.executable, "-c", script], kills=1, max_delay=60.0)
+>>> report.completed, report.kills, report.kills_at_end, report.runs
+(True, 1, 1, 2)
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import random
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..checkpoint import faults
 from ..errors import RivermarkError
 
 logger = logging.getLogger(__name__)
@@ -43,6 +59,7 @@ __all__ = [
     "run_with_crashes",
     "run_with_kills_at",
     "hold_point",
+    "hold_before_end",
     "run_uncrashed",
     "CrashHarnessError",
     "HOLD_AT_ENV",
@@ -67,10 +84,13 @@ class CrashReport:
     fault_kills: dict[str, int] = field(default_factory=dict)  #: fault point -> self-kills
     completed: bool = False  #: the last run exited 0
     kill_points: list[int] = field(default_factory=list)  #: progress at each kill (by progress)
+    kills_at_end: int = 0  #: of ``kills``: runs that reached their end and held there
 
     def summary(self) -> str:
         """One readable line: how many kills, where, how many runs."""
         text = f"killed with SIGKILL {self.kills} time{'s' if self.kills != 1 else ''}"
+        if self.kills_at_end:
+            text += f" ({self.kills_at_end} held at the end of the job)"
         if self.kill_points:
             text += " (at progress " + ", ".join(f"{p:,}" for p in self.kill_points) + ")"
         for point, n in sorted(self.fault_kills.items()):
@@ -127,7 +147,10 @@ def run_with_crashes(
 ) -> CrashReport:
     """Kill ``cmd`` ``kills`` times at random, then once at each fault point.
 
-    Every phase restarts the command until it exits 0.  ``on_kill(n)`` is
+    Every phase restarts the command until it exits 0.  While random kills
+    are owed, a run that reaches its end holds there (see the module docs)
+    and is killed at once; one that exits 0 instead raises
+    :class:`CrashHarnessError`.  ``on_kill(n)`` is
     called after the n-th random kill (e.g. to record how far the job got),
     and after each kill at a fault point (``n``: the random kills so far).
     ``ready(pid)``, if given, is polled after each start and the random delay
@@ -141,24 +164,54 @@ def run_with_crashes(
     its own or the deadline passes.
     """
     run = _Runs(cmd, env, timeout, progress, limit)
-    rng = random.Random(seed)
-    # phase 1: random kills (skipped when kills == 0)
+    try:
+        _random_kills(run, kills, random.Random(seed), (min_delay, max_delay), on_kill, ready)
+        _fault_kills(run, fault_points, on_kill)
+    finally:
+        shutil.rmtree(run.hold_dir, ignore_errors=True)
+    run.report.completed = True
+    return run.report
+
+
+def _random_kills(
+    run: _Runs,
+    kills: int,
+    rng: random.Random,
+    delays: tuple[float, float],
+    on_kill: Callable[[int], None] | None,
+    ready: Callable[[int], bool] | None,
+) -> None:
+    """Phase 1: ``kills`` random kills (none when ``kills <= 0``), then a run to the end."""
     done = kills <= 0
     while not done:
-        proc = run.start(None)
-        if run.report.kills < kills:
+        owed = run.report.kills < kills
+        proc = run.start(None, hold=owed)
+        if owed:
             if ready is not None:
                 run.wait_ready(proc, ready)
-            rc = run.killed_after(proc, rng.uniform(min_delay, max_delay))
+            rc = run.killed_after(proc, rng.uniform(*delays))
             if rc is None:
                 if on_kill is not None:
                     on_kill(run.report.kills)
                 continue
-        else:
-            rc = run.to_end(proc)
-        _check_failed(proc, rc, cmd)
+            _check_failed(proc, rc, run.cmd)
+            if rc == -signal.SIGKILL:  # killed by someone else (the OOM killer): again
+                continue
+            raise CrashHarnessError(
+                f"run_with_crashes: {run.cmd!r} exited {rc} after {run.report.kills} of "
+                f"{kills} kills instead of holding at its end: run it as a rivermark Job, "
+                "or call rivermark.testing.crash.hold_before_end() where it ends"
+            )
+        rc = run.to_end(proc)
+        _check_failed(proc, rc, run.cmd)
         done = rc == 0
-    # phase 2: one self-kill per fault point, then run to completion
+
+
+def _fault_kills(
+    run: _Runs, fault_points: Sequence[str], on_kill: Callable[[int], None] | None
+) -> None:
+    """Phase 2: one self-kill per fault point, each followed by a run to the end."""
+    cmd = run.cmd
     for point in fault_points:
         proc = run.start(point)
         rc = run.to_end(proc)
@@ -172,8 +225,6 @@ def run_with_crashes(
         _check_failed(proc, rc, cmd)
         if rc != 0:
             raise CrashHarnessError(f"run_with_crashes: {list(cmd)!r} was killed unexpectedly")
-    run.report.completed = True
-    return run.report
 
 
 class _Runs:
@@ -194,11 +245,17 @@ class _Runs:
         self.progress, self.limit = progress, limit
         self.best: int | None = None
         self.next_poll = 0.0  # progress() is asked at most once a second
+        self.hold_dir = Path(tempfile.mkdtemp(prefix="rivermark-crash-"))
+        self.held = self.hold_dir / "held"  # created by a run that holds at its end
 
-    def start(self, fault: str | None) -> subprocess.Popen[bytes]:
+    def start(self, fault: str | None, hold: bool = False) -> subprocess.Popen[bytes]:
         self.report.runs += 1
+        env = _env(self.env, fault)
+        self.held.unlink(missing_ok=True)
+        if hold:
+            env[faults.HOLD_END_ENV] = str(self.held)
         return subprocess.Popen(
-            self.cmd, env=_env(self.env, fault), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+            self.cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
         )
 
     def remaining(self) -> float:
@@ -218,7 +275,7 @@ class _Runs:
         return left
 
     def wait_ready(self, proc: subprocess.Popen[bytes], ready: Callable[[int], bool]) -> None:
-        while proc.poll() is None and not ready(proc.pid):
+        while proc.poll() is None and not ready(proc.pid) and not self.held.exists():
             self.remaining()
             time.sleep(0.002)
 
@@ -240,12 +297,17 @@ class _Runs:
             raise
 
     def killed_after(self, proc: subprocess.Popen[bytes], delay: float) -> int | None:
-        """SIGKILL ``proc`` after ``delay`` s (None), unless it ended first (its exit status)."""
+        """SIGKILL ``proc`` after ``delay`` s, or as soon as it holds at its end (None).
+
+        Its exit status if it ended first.
+        """
         kill_at = time.monotonic() + delay
-        while (left := kill_at - time.monotonic()) > 0:
-            rc = self._wait(proc, left)
+        while (left := kill_at - time.monotonic()) > 0 and not self.held.exists():
+            rc = self._wait(proc, min(left, 0.01))
             if rc is not None:
                 return rc
+        if self.held.exists():
+            self.report.kills_at_end += 1
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         self.report.kills += 1
@@ -258,6 +320,15 @@ class _Runs:
         while (rc := self._wait(proc, 1.0)) is None:
             pass
         return rc
+
+
+def hold_before_end() -> None:
+    """Where a job script that runs no :class:`~rivermark.checkpoint.Job` ends: wait to be killed.
+
+    Does nothing unless :func:`run_with_crashes` still owes the run kills
+    (it sets ``RIVERMARK_HOLD_END``); a ``Job`` does this by itself.
+    """
+    asyncio.run(faults.hold_before_end())
 
 
 _hold_at = os.environ.get(HOLD_AT_ENV)

@@ -163,7 +163,7 @@ def test_seed0_dataframe_state_and_offsets_resume_in_sync(
     if ref_error:
         raise ref_error[0]
     assert report.completed
-    assert report.kills >= 10, report
+    assert report.kills == 10, report.summary()
     assert set(report.fault_kills) == set(FAULT_POINTS), report
 
     ref_out, crash_out = tmp_path / "ref.jsonl", tmp_path / "crash.jsonl"

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import inspect
 import re
+import traceback
 import weakref
 from typing import Any
 
@@ -353,3 +355,29 @@ def test_reentrant_emit_matches_node_by_node() -> None:
     with node_by_node():
         expected = run()
     assert run() == expected
+
+
+def _explode(x: Any) -> Any:
+    raise ValueError(f"bad record {x!r}")
+
+
+def test_a_traceback_through_generated_code_shows_its_lines():
+    s = Stream()
+    s.map(_explode).sink_to_list()
+    loop_source = Stream.from_iterable([1])
+    loop_source.map(_explode).sink_to_list()
+    for fn, call in [(s.emit, lambda f: f(7)), (loop_source.record_loop(), lambda f: f(iter([7])))]:
+        assert generated(fn)
+        with pytest.raises(ValueError, match=re.escape("bad record 7")) as info:
+            call(fn)
+        frames = [
+            f
+            for f in traceback.extract_tb(info.value.__traceback__)
+            if f.filename.startswith("<rivermark graph")
+        ]
+        lines = fn.rivermark_source.splitlines()
+        # the frame that called the user function, with the generated line's text
+        assert [f.line for f in frames if f.name == fn.__name__][-1] == "y_1 = func_1(x)"
+        assert all(f.line == lines[f.lineno - 1].strip() for f in frames)
+        assert "y_1 = func_1(x)" in "".join(traceback.format_exception(info.value))
+        assert inspect.getsource(fn) == fn.rivermark_source  # what a debugger lists

@@ -1,0 +1,86 @@
+"""Settings of the whole suite: a private temporary directory per process, the groups for -n.
+
+Each pytest process (the only one, or each pytest-xdist worker) gets a
+temporary directory of its own, ``TMPDIR`` for its subprocesses and
+``tempfile.gettempdir()`` for itself, removed when it ends: what the code
+keeps under the temporary directory by default (RocksDB's live state,
+``<tmp>/rivermark-state/<job id>``; the Kafka instance slots) is never
+shared between tests that run at the same time.
+
+With ``-n N --dist loadscope`` (``scripts/test``), the tests against the
+Kafka broker run on one worker, one after the other, against its one
+broker, and so do the tests on the Dask cluster; each other integration
+test file runs whole on one worker (its module fixtures, such as an
+uncrashed reference run, are computed once); unit tests and doctests are
+spread one by one (:func:`group_of`).  tests/README.md lists the tiers.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+_own_tmp: Path | None = None
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's tmp_path plugin is configured
+def pytest_configure(config: pytest.Config) -> None:
+    global _own_tmp
+    # pytest's own temporary root (tmp_path, kept for the last runs) is chosen first
+    config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID", uuid.uuid4().hex)[:12]
+    base = Path(tempfile.gettempdir()) / f"rivermark-tests-{os.getuid()}"
+    base.mkdir(mode=0o700, exist_ok=True)
+    _own_tmp = base / f"{run}-{worker}"
+    _own_tmp.mkdir(mode=0o700)
+    os.environ["TMPDIR"] = str(_own_tmp)
+    tempfile.tempdir = str(_own_tmp)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _own_tmp is not None:
+        shutil.rmtree(_own_tmp, ignore_errors=True)
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    if "dask_cluster" in getattr(item, "fixturenames", ()):
+        item.add_marker(pytest.mark.dask)  # every test on the session's LocalCluster
+
+
+def group_of(nodeid: str) -> str:
+    """Which tests run on one worker, one after the other, under ``-n N --dist loadscope``.
+
+    >>> group_of("tests/integration/kafka/test_job.py::test_x[a]")
+    'kafka'
+    >>> group_of("tests/integration/test_replay.py::test_y")
+    'tests/integration/test_replay.py'
+    >>> group_of("tests/unit/test_steps.py::test_z")
+    'tests/unit/test_steps.py::test_z'
+    """
+    path = nodeid.split("::", 1)[0]
+    for shared in ("kafka", "dask"):  # one broker, one LocalCluster
+        if path.startswith(f"tests/integration/{shared}/"):
+            return shared
+    if path.startswith("tests/integration/"):
+        return path
+    return nodeid
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadscope`` with the scopes of :func:`group_of`."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Groups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid)
+
+    return Groups(config, log)
