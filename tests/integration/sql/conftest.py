@@ -38,8 +38,12 @@ class PgServer:
 
 
 def start_pg() -> PgServer:
-    """Start a new server in a fresh directory under /tmp (its user must reach it)."""
-    d = tempfile.mkdtemp(prefix="rivermark-pg-")
+    """Start a new server in a fresh directory under /tmp (its user must reach it).
+
+    Not under the test process's own temporary directory: that one is private
+    to this user (mode 0700), and the server runs as another (``nobody``).
+    """
+    d = tempfile.mkdtemp(prefix="rivermark-pg-", dir="/tmp")
     res = subprocess.run(
         [str(SCRIPT), "start", d], capture_output=True, text=True, timeout=120, check=False
     )
