@@ -47,13 +47,26 @@ def _records(seed: int = 0) -> list[dict[str, Any]]:
     return [{"Name": rng.choice(NAMES), "Amount": rng.randrange(1, 1000)} for _ in range(N)]
 
 
-def _produce_slowly(bootstrap: str, topic: str, records: list[dict[str, Any]]) -> None:
-    """Write ``records`` in record batches of CHUNK over a few seconds, then the sentinel."""
+def _produce_slowly(
+    bootstrap: str,
+    topic: str,
+    records: list[dict[str, Any]],
+    paced_by: Callable[[int], None] = lambda part: None,
+) -> None:
+    """Write ``records`` in record batches of CHUNK over a few seconds, then the sentinel.
+
+    ``paced_by(part)`` is called before each fifth of the records after the
+    first: the crash test waits there for its kills, so that they land while
+    records are still coming, however slowly a loaded machine restarts the job.
+    """
     p = ck.Producer(
         {"bootstrap.servers": bootstrap, "linger.ms": 10_000, "enable.idempotence": True}
     )
     stop = threading.Event()
+    fifth = len(records) // 5
     for i in range(0, len(records), CHUNK):
+        if i and i % fifth == 0:
+            paced_by(i // fifth)
         for r in records[i : i + CHUNK]:
             p.produce(topic, json.dumps(r).encode(), partition=0)
         assert p.flush(30) == 0  # one record batch per chunk
@@ -120,17 +133,29 @@ def test_seed0_dataframe_state_and_offsets_resume_in_sync(
 
     def reference() -> None:
         try:
-            run_uncrashed(cmd("ref"), env=env("ref"), timeout=90)
+            # the producer waits for the crash run's kills: the reference reads as long
+            run_uncrashed(cmd("ref"), env=env("ref"), timeout=600)
         except BaseException as e:  # re-raised in the test thread
             ref_error.append(e)
 
     crash_ckpt = tmp_path / "ckpt-crash"
     manifests: list[dict[str, Any]] = []
+    killed = threading.Condition()
+    kills_seen = [0]
 
     def on_kill(n: int) -> None:
         m = _newest_manifest(crash_ckpt)
         if m is not None:
             manifests.append(m)
+        with killed:
+            kills_seen[0] += 1
+            killed.notify_all()
+
+    def paced_by(part: int) -> None:
+        # two random kills per fifth of the input (the first fifth is written at once):
+        # the kills land mid-run; a bound so that a stuck harness fails, not hangs
+        with killed:
+            killed.wait_for(lambda: kills_seen[0] >= 2 * part, timeout=240)
 
     def ready(pid: int) -> bool:
         try:
@@ -140,7 +165,9 @@ def test_seed0_dataframe_state_and_offsets_resume_in_sync(
 
     # both jobs read while the producer is still writing
     ref = threading.Thread(target=reference)
-    producer = threading.Thread(target=_produce_slowly, args=(bootstrap, topic, records))
+    producer = threading.Thread(
+        target=_produce_slowly, args=(bootstrap, topic, records), kwargs={"paced_by": paced_by}
+    )
     ref.start()
     producer.start()
     try:
@@ -158,8 +185,8 @@ def test_seed0_dataframe_state_and_offsets_resume_in_sync(
             progress=lambda: _checkpointed(crash_ckpt),
         )
     finally:
-        producer.join(60)
-        ref.join(90)
+        producer.join(300)
+        ref.join(600)
     if ref_error:
         raise ref_error[0]
     assert report.completed
