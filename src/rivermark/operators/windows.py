@@ -98,6 +98,9 @@ class Partition(Stream):
         self._timers: dict[Any, asyncio.TimerHandle] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self.in_flight = 0
+        #: the records in open groups, counted as they come and go: the metrics read it
+        #: from their own thread, where the groups (RocksDB state) must not be touched
+        self._held = 0
         # asynchronous only when a timeout needs the event loop
         self._is_async = timeout is not None
         Stream.__init__(self, upstream, **kwargs)
@@ -106,11 +109,13 @@ class Partition(Stream):
         return [self._buffer] if self._key is None else list(self._buffers.values())
 
     def records_held(self) -> int | None:
-        return sum(len(b) for b in self._groups())
+        # a plain attribute: reading the groups from another thread would write a
+        # RocksDB mapping's cache out under the operator (see Stream.records_held)
+        return self._held
 
     def emits_later(self) -> bool:
         # with a timeout, an open partition is emitted when it expires
-        if self._timeout is not None and any(self._groups()):
+        if self._timeout is not None and self._held:
             return True
         return self.in_flight > 0
 
@@ -131,6 +136,7 @@ class Partition(Stream):
                 self._user_error(x, e, self._key)
                 return None
         buf.append(x)
+        self._held += 1
         if metadata:  # a tracked record: its references are kept with the group
             self._retain_refs(metadata)
             self._metas.setdefault(k, []).extend(metadata)
@@ -178,6 +184,7 @@ class Partition(Stream):
             self._buffer.clear()
         else:
             out = tuple(self._buffers.pop(k, ()))
+        self._held -= len(out)
         meta = self._metas.pop(k, None) if self._metas else None
         return out, (meta or None)
 
@@ -255,6 +262,7 @@ class Partition(Stream):
                 freeze=list,
             )
             keys = list(self._buffers)
+        self._held = sum(len(g) for g in self._groups())
         if self._timeout is not None:
             # restored partial partitions get a fresh timeout (timers are not state)
             for k in keys:
