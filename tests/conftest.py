@@ -36,7 +36,12 @@ def pytest_configure(config: pytest.Config) -> None:
     config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     run = os.environ.get("PYTEST_XDIST_TESTRUNUID", uuid.uuid4().hex)[:12]
-    base = Path(tempfile.gettempdir()) / f"rivermark-tests-{os.getuid()}"
+    # the system's temporary directory, also in xdist's workers (which inherit the
+    # TMPDIR set below in the controller): their directories are siblings, not
+    # nested, so that paths under them stay short (a unix socket's path, such as
+    # chromium's profile lock, has at most 107 bytes)
+    root = os.environ.setdefault("RIVERMARK_TESTS_TMP_ROOT", tempfile.gettempdir())
+    base = Path(root) / f"rivermark-tests-{os.getuid()}"
     base.mkdir(mode=0o700, exist_ok=True)
     _own_tmp = base / f"{run}-{worker}"
     _own_tmp.mkdir(mode=0o700)

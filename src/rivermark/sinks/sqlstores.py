@@ -13,6 +13,7 @@ import fcntl
 import hashlib
 import logging
 import os
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, Protocol
@@ -311,10 +312,20 @@ class PostgresStore(SQLStore):
     def gid(self, epoch: int) -> str:
         return f"{self.prefix}{epoch}"
 
+    #: how long a lock held by a session that is ending is waited for: the server ends
+    #: a closed connection's session (and releases its locks) a moment after the close
+    LOCK_GRACE = 5.0
+
     def lock(self) -> None:
-        got = self.conn.execute(
-            "SELECT pg_try_advisory_lock(hashtext(%s))", (f"rivermark-sink:{self.sink.sink_id}",)
-        ).fetchone()[0]
+        name = f"rivermark-sink:{self.sink.sink_id}"
+        deadline = time.monotonic() + self.LOCK_GRACE
+        while True:
+            got = self.conn.execute(
+                "SELECT pg_try_advisory_lock(hashtext(%s))", (name,)
+            ).fetchone()[0]
+            if got or time.monotonic() >= deadline:
+                break
+            time.sleep(0.1)
         if not got:
             raise SQLSinkError(
                 f"{self.sink.label()}: another job writes through this sink id into "
@@ -432,4 +443,10 @@ class PostgresStore(SQLStore):
         return int(n)
 
     def close(self) -> None:
-        self.conn.close()
+        try:
+            if not self.conn.closed:  # released now, not when the server ends the session
+                self.conn.execute("SELECT pg_advisory_unlock_all()")
+        except Exception as e:  # noqa: BLE001 - the server went away: closing releases it
+            logger.debug("%s: releasing the sink's lock: %s", self.sink.label(), e)
+        finally:
+            self.conn.close()

@@ -270,6 +270,15 @@ def _scenario(
                 extra = start()
             else:
                 assert extra is not None and extra.poll() is None, log.read_text()[-3000:]
+                # a SIGTERM before the app installed its handlers would end it at once
+                # (-15): it asks to stop once it is in the group, as an operator would
+                wait_for(
+                    lambda p=extra.pid: (
+                        f" {p} rivermark.kafka.partitioned joining group" in log.read_text()
+                    ),
+                    timeout=120,
+                    what="the added process joining the group",
+                )
                 extra.send_signal(signal.SIGTERM)
                 assert extra.wait(timeout=90) == 0, log.read_text()[-3000:]
         assert kills == events.count("kill")

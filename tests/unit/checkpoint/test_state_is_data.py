@@ -102,7 +102,15 @@ def _record_pipelines() -> dict[str, Callable[[Stream], Any]]:
         a, b = s.map(lambda r: r[1]), s.map(lambda r: r[2])
         a.zip(b).sink_to_list()
         a.zip_latest(b).sink_to_list()
-        return a.combine_latest(b).sink_to_list()
+        a.combine_latest(b).sink_to_list()
+        # by event time: a versioned table, the as-of and the interval join (the
+        # same records on both sides, so that every buffer holds something)
+        changes = s.timestamps(lambda r: r[0], max_delay=2)
+        table = changes.to_table(key=1, value=lambda r: r[2])
+        left = s.timestamps(lambda r: r[0] + 0.5, max_delay=2)
+        left.join_asof(table, key=1, how="left").sink_to_list()
+        right = s.timestamps(lambda r: r[0], max_delay=2)
+        return left.join_interval(right, key=1, lower=-3, upper=3, how="left").sink_to_list()
 
     return {
         "accumulate": lambda s: s.accumulate(lambda a, r: a + r[2], start=0.0).sink_to_list(),
