@@ -415,7 +415,8 @@ def test_time_convention_datetimes_and_errors() -> None:
 
 
 def test_numpy_scalars_are_epoch_seconds_and_integers_exactly() -> None:
-    np = pytest.importorskip("numpy")
+    import numpy as np  # a test dependency: never skipped
+
     s = Stream()
     t = s.timestamps(lambda r: r[0])
     w = t.tumbling_window(10, agg="count").sink_to_list()
@@ -435,7 +436,8 @@ def test_numpy_scalars_are_epoch_seconds_and_integers_exactly() -> None:
 
 
 def test_datetimes_are_converted_by_whole_seconds_and_exact_nanoseconds() -> None:
-    pd = pytest.importorskip("pandas")
+    import pandas as pd  # a test dependency: never skipped
+
     quarter = pd.Timestamp("2026-01-01 12:00:00.250", tz="UTC")
     edge = pd.Timestamp("2026-01-01 12:00:10", tz="UTC").tz_convert("Europe/Paris")
     s = Stream()
