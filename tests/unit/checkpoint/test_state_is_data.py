@@ -297,11 +297,14 @@ ELSEWHERE = {"rivermark.dask.core", "rivermark.kafka.sink"}
 
 
 def test_the_walk_covers_every_stateful_operator_and_frame_aggregation(tmp_path: Path) -> None:
-    if not COVERED["nodes"]:  # run on its own: walk them here
-        for items, build in PIPELINES.values():
-            nodes = _run(tmp_path / str(len(list(tmp_path.iterdir()))), items(), build)
-            COVERED["nodes"].update(type(n) for n in nodes if n.is_stateful)
-            COVERED["aggs"].update(type(n.agg) for n in nodes if isinstance(n, Aggregate))
+    # the graphs the walk above runs (built here, in this process: the cases may run
+    # in other processes of a parallel run)
+    for items, build in PIPELINES.values():
+        src = Stream.from_iterable(items())
+        build(src)
+        nodes = list(_nodes(src))
+        COVERED["nodes"].update(type(n) for n in nodes if n.is_stateful)
+        COVERED["aggs"].update(type(n.agg) for n in nodes if isinstance(n, Aggregate))
     wanted = {c for c in _stateful_classes() if c.__module__ not in ELSEWHERE}
     # an abstract base is covered by its subclasses
     wanted -= {c for c in wanted if any(issubclass(d, c) for d in COVERED["nodes"])}
