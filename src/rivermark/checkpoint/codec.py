@@ -98,6 +98,8 @@ _DATA_CLASSES = {
     "KeyedAcc": ("rivermark.dataframe.partials", ("keys", "comps", "meta", "layout")),
     "Moments": ("rivermark.dataframe.partials", ("n", "mean", "m2")),
     "Remote": ("rivermark.dask.core", ("value",)),
+    # to_sql's tombstone, which an accumulator may hold as its last output
+    "Delete": ("rivermark.sinks.sqlstores", ("key",)),
     "WindowResult": (
         "rivermark.operators.eventtime",
         ("start", "end", "key", "value", "final"),

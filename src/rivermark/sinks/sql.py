@@ -12,7 +12,7 @@ within an epoch, upserts are folded to the last operation per key.
 * PostgreSQL: ``pre_commit(e)`` opens a transaction, writes the epoch's
   rows in one batch (``COPY`` for append, a pipelined ``executemany`` for
   upsert) and the sink's marker row (sink id, ``e``) in ``_rivermark_epochs``,
-  then ``PREPARE TRANSACTION 'rivermark:<sink id>:<e>'``: durable on the
+  then ``PREPARE TRANSACTION 'rivermark:<db digest>:<sink id>:<e>'``: durable on the
   server, invisible to every reader.  ``commit(e)`` runs ``COMMIT PREPARED``.
   ``restore(handle)`` resolves what a crash left: the prepared transaction of
   the checkpoint's epoch (or an older one) is committed, later ones are

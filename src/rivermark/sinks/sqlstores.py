@@ -303,7 +303,10 @@ class PostgresStore(SQLStore):
     def __init__(self, sink: SinkTable, conn: Any) -> None:
         super().__init__(sink, conn)
         conn.autocommit = True
-        self.prefix = f"rivermark:{sink.sink_id}:"
+        # a prepared transaction's id is unique in the whole server, not per database:
+        # the database's digest keeps two databases' sinks of one name apart
+        db = hashlib.sha256(str(conn.info.dbname).encode()).hexdigest()[:8]
+        self.prefix = f"rivermark:{db}:{sink.sink_id}:"
 
     def where(self) -> str:
         info = self.conn.info

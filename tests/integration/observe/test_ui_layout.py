@@ -141,8 +141,10 @@ def test_readable_text_newest_checkpoint_in_view_and_data_at_once(
 
 def test_the_end_of_input_is_finished_on_the_page(tmp_path: Path, browser: Any) -> None:
     go = threading.Event()
-    source = Stream.from_iterable(range(100), name="numbers")
-    source.map(lambda x: go.wait(30) and x, name="held").sink_to_list()
+    # each record waits a little until the page was seen (never long: the page is
+    # served by the job's loop between records), then the input runs to its end
+    source = Stream.from_iterable(range(10_000), name="numbers")
+    source.map(lambda x: (go.wait(0.05), x)[1], name="held").sink_to_list()
     job = Job(source, checkpoint=tmp_path, every=None, ui=0)
     runner, raised = run_in_thread(job)
     try:

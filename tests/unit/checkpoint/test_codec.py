@@ -172,6 +172,16 @@ def test_event_time_results_held_in_state_are_data() -> None:
     assert back == held and all(type(r) is WindowResult for r in back["L"])
 
 
+def test_a_sql_tombstone_held_in_state_is_data() -> None:
+    # an accumulator that returns to_sql's tombstone keeps it as its last output
+    from rivermark.sinks.sql import delete
+
+    held = ({"a": 3}, delete(k="a"))
+    blob = codec.dumps(held)
+    assert not codec.has_pickle(blob)
+    assert codec.loads(blob) == held
+
+
 def test_a_mapping_of_tuples_is_written_by_columns_and_reads_back_the_same() -> None:
     from rivermark.checkpoint.codec import Table
     from rivermark.state import DELETED
