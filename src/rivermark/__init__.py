@@ -16,6 +16,10 @@ from __future__ import annotations
 import typing as _typing
 
 from . import kafka as kafka
+
+# attaches the metrics, the Prometheus endpoint, the live page and the notebook
+# display to every job (through rivermark.checkpoint.listeners)
+from . import observe as observe
 from . import operators as operators
 from . import plugins as plugins
 from . import sinks as sinks

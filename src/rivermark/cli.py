@@ -54,7 +54,7 @@ from .checkpoint.signing import Keyring, Trust
 from .checkpoint.upgrade import UpgradeRules, plan_restore
 from .errors import RivermarkError, exit_code_of
 from .observe.logs import configure_logging
-from .observe.metrics import Snapshot
+from .observe.metrics import Snapshot, metrics_of
 from .observe.progress import ProgressReporter, summary_lines
 
 logger = logging.getLogger(__name__)
@@ -321,7 +321,7 @@ def _do_run(target: str, opts: dict[str, Any]) -> int:
             reporter.stop()
     if received:
         # said even with --quiet: the run did not finish, and this is how to go on
-        snap = job.metrics.read()
+        snap = metrics_of(job).read()
         print(stopped_line(received[0], snap), file=sys.stderr)
         if opts["savepoint_on_stop"] and job.last_savepoint is not None:
             print(f"stopped with savepoint {job.last_savepoint}", file=sys.stderr)

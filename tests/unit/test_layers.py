@@ -211,6 +211,18 @@ def test_checkpoint_does_not_depend_on_connectors_or_dataframes() -> None:
     assert {k: v for k, v in offenders.items() if v} == {}
 
 
+def test_checkpoint_imports_nothing_from_observe() -> None:
+    # not even for type checking: the job publishes events to listeners
+    # (checkpoint/listeners.py); the observe layer attaches them when imported
+    offenders = {
+        str(p.relative_to(PKG)): sorted(
+            i for i in _imports(p, False) if i.startswith("rivermark.observe")
+        )
+        for p in _modules("checkpoint")
+    }
+    assert {k: v for k, v in offenders.items() if v} == {}
+
+
 def test_kafka_does_not_import_dask() -> None:
     # from_kafka_batched(dask=True) reaches Dask through plugins.door; the
     # Dask connector builds on the Kafka source, never the other way round
@@ -242,20 +254,14 @@ def test_no_import_circle_anywhere() -> None:
 TYPE_ONLY_CIRCLES: dict[frozenset[str], str] = {
     frozenset(
         {
+            "rivermark.checkpoint.cycle",
             "rivermark.checkpoint.handle",
             "rivermark.checkpoint.job",
-            "rivermark.observe.busy",
-            "rivermark.observe.control",
-            "rivermark.observe.endstate",
-            "rivermark.observe.metrics",
-            "rivermark.observe.notebook",
-            "rivermark.observe.progress",
-            "rivermark.observe.prometheus",
-            "rivermark.observe.ui",
+            "rivermark.checkpoint.listeners",
+            "rivermark.checkpoint.runloop",
         }
-    ): "a Job makes its observers (metrics, page, notebook output, control API, handle, "
-    "end state), "
-    "which annotate the job they are given as Job; no import runs in that direction",
+    ): "a Job hands itself to its handle and to its listeners, which annotate it as Job "
+    "(the cycle and the run loop tell the listeners); no import runs in that direction",
 }
 
 
