@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import typing as _typing
 
+from . import _optional
 from . import kafka as kafka
 from . import operators as operators
 from . import plugins as plugins
@@ -57,6 +58,7 @@ __all__ = [
     "sources",
 ]
 
+_optional.install()
 plugins.register_doors()
 plugins.register_all()
 
@@ -65,4 +67,6 @@ def __getattr__(name: str) -> _typing.Any:
     """streamz's lowercase names (``rivermark.map`` is :class:`~rivermark.operators.transform.Map`)."""
     from .streamz_names import STREAMZ_NAMES, lookup
 
+    if name in _optional.DASK_NAMES:  # the optional layer, imported on first use
+        _optional.load_dask()
     return lookup(STREAMZ_NAMES, __name__, name)
