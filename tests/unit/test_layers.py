@@ -302,7 +302,10 @@ def _imports_by_name(path: Path) -> list[tuple[int, bool]]:
         if not isinstance(node, ast.Call):
             continue
         func = node.func
-        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        if isinstance(func, ast.Attribute):
+            name = func.attr
+        else:
+            name = func.id if isinstance(func, ast.Name) else ""
         if name in _BY_NAME:
             first = node.args[0] if node.args else None
             literal = isinstance(first, ast.Constant | ast.JoinedStr)

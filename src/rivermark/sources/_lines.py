@@ -65,7 +65,7 @@ def _single_byte(name: str) -> bool:
     except LookupError:
         return False
     # the lookup imported the codec's module; a charmap codec's has a decoding table
-    module = sys.modules.get(getattr(decode, "__module__", None) or "")  # builtins: none
+    module = sys.modules.get(decode.__module__ or "")
     return module is not None and hasattr(module, "decoding_table")
 
 
