@@ -41,6 +41,7 @@ from ..core.timeutil import parse_interval
 from ..errors import ConfigurationError
 from ..execution.steps import step
 from ..state import KeyedState, as_keyed
+from ..statedata import register_state_class
 from .aggregations import Aggregation, aggregation
 from .watermarks import NEG_INF, POS_INF, WatermarkTracker, to_epoch
 
@@ -901,3 +902,7 @@ class SessionWindow(EventWindow):
 
     def state_signature(self) -> str:
         return f"SessionWindow(gap={self.gap}, {self._config()})"
+
+
+# a node's state holds the results it has not passed on yet: checkpoints write them as data
+register_state_class(WindowResult, ("start", "end", "key", "value", "final"))
