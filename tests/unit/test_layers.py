@@ -231,6 +231,7 @@ LAYERS: dict[str, frozenset[str]] = {
             "sinks",
             "checkpoint",
             "kafka",
+            "observe",  # fills the job's listener registry (metrics, the page)
             "plugins",
             "streamz_names",
             "_optional",

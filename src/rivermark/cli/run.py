@@ -12,7 +12,7 @@ import click
 
 from .._app import load_app_with_migrations, parse_every
 from ..checkpoint import Job
-from ..observe.metrics import Snapshot
+from ..observe.metrics import Snapshot, metrics_of
 from ..observe.progress import ProgressReporter, summary_lines
 from .group import cli
 from .options import logged, set_meta, trust_option, upgrade_options
@@ -107,7 +107,7 @@ def _do_run(target: str, opts: dict[str, Any]) -> int:
             reporter.stop()
     if received:
         # said even with --quiet: the run did not finish, and this is how to go on
-        snap = job.metrics.read()
+        snap = metrics_of(job).read()
         print(stopped_line(received[0], snap), file=sys.stderr)
         if opts["savepoint_on_stop"] and job.last_savepoint is not None:
             print(f"stopped with savepoint {job.last_savepoint}", file=sys.stderr)
