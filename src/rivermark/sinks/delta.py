@@ -118,6 +118,7 @@ class ToDelta(Sink):
         self.home = f"_rivermark/{self.digest}"
         self._schema: Any = None
         self._names: frozenset[str] = frozenset()
+        self._fast_append = False  # append mode, with a schema
         if schema is not None or example is not None:
             self._set_schema(schema_of(schema if schema is not None else example, self.label()))
         self._loc: Location | None = None
@@ -141,6 +142,7 @@ class ToDelta(Sink):
             )
         self._schema = schema
         self._names = frozenset(schema.names)
+        self._fast_append = self.mode == "append"
 
     # ---------------------------------------------------------------- the table
     def _location(self) -> Location:
@@ -189,7 +191,9 @@ class ToDelta(Sink):
 
     # ---------------------------------------------------------------- records
     def update(self, x: Any, who: Stream | None = None, metadata: Metadata | None = None) -> None:
-        if isinstance(x, Mapping):
+        if type(x) is dict and self._fast_append and x.keys() <= self._names:  # the common case
+            self._rows.append(x)
+        elif isinstance(x, Mapping):
             self._add_record(x)
         elif isinstance(x, Delete):
             if self.mode != "merge":
@@ -414,6 +418,7 @@ class ToDelta(Sink):
             actions, mode="append", schema=dt.schema(), partition_by=self.partition_by or None,
             commit_properties=props,
         )  # fmt: skip
+        dt.update_incremental()  # the object does not follow a commit made this way
 
     def _commit_merge(self, loc: Location, dt: Any, stage: str, props: Any) -> None:
         import io

@@ -142,6 +142,8 @@ class ToParquet(Sink):
         self._loc: Location | None = None
         self._lease: Lease | None = None
         self._buffers: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
+        #: without partition_by: the one buffer (``_buffers[()]``) while it exists
+        self._unpartitioned: list[Mapping[str, Any]] | None = None
         self._open: dict[tuple[Any, ...], _OpenFile] = {}
         self._sealed: list[_OpenFile] = []
         self._pending: list[dict[str, Any]] = []  # {"epoch": e, "files": [[src, dst], ...]}
@@ -189,6 +191,12 @@ class ToParquet(Sink):
 
     # ---------------------------------------------------------------- records
     def update(self, x: Any, who: Stream | None = None, metadata: Metadata | None = None) -> None:
+        buf = self._unpartitioned
+        if buf is not None and type(x) is dict and x.keys() <= self._names:  # the common case
+            buf.append(x)
+            if len(buf) >= self.batch_rows:
+                self._flush(())
+            return
         if type(x) is dict or isinstance(x, Mapping):
             if self._schema is None:
                 self._set_schema(schema_of(x, self.label()))
@@ -199,10 +207,12 @@ class ToParquet(Sink):
                     f"have (its columns: {self._schema.names!r}); pass schema= with them"
                 ), self.update)  # fmt: skip
                 return
-            key = tuple(x.get(c) for c in self.partition_by)
+            key = tuple(map(x.get, self.partition_by))
             buf = self._buffers.get(key)
             if buf is None:
                 buf = self._buffers[key] = []
+                if not self.partition_by:
+                    self._unpartitioned = buf
             buf.append(x)
             if len(buf) >= self.batch_rows:
                 self._flush(key)
@@ -219,6 +229,8 @@ class ToParquet(Sink):
         import pyarrow as pa
 
         rows = self._buffers.pop(key, None)
+        if not key:
+            self._unpartitioned = None
         if not rows:
             return
         try:
@@ -403,6 +415,7 @@ class ToParquet(Sink):
         for f in self._open.values():
             f.handle.close()
         self._buffers, self._open, self._sealed, self._pending = {}, {}, [], []
+        self._unpartitioned = None
 
     def start_over(self) -> None:
         """Delete the sink's files, published and in progress (``--from-scratch``)."""
