@@ -53,8 +53,17 @@ from ..checkpoint.lease import Lease
 from ..core.node import Stream
 from ..core.refs import Metadata
 from ..errors import ConfigurationError
+from ..execution.steps import step
 from .basic import Sink
-from .lakefiles import LakeSinkError, Location, RecordSchemaError, hive_dir, schema_of, sink_digest
+from .lakefiles import (
+    LakeSinkError,
+    Location,
+    RecordSchemaError,
+    hive_dir,
+    rows_to_table,
+    schema_of,
+    sink_digest,
+)
 from .sqlstores import Delete, first_line
 
 logger = logging.getLogger(__name__)
@@ -190,10 +199,17 @@ class ToDelta(Sink):
         return None if v is None or v < 0 else int(v)
 
     # ---------------------------------------------------------------- records
+    @step
     def update(self, x: Any, who: Stream | None = None, metadata: Metadata | None = None) -> None:
         if type(x) is dict and self._fast_append and x.keys() <= self._names:  # the common case
             self._rows.append(x)
-        elif isinstance(x, Mapping):
+            return None
+        self._add(x)
+        return None
+
+    def _add(self, x: Any) -> None:
+        """A record or batch off the common path (a tombstone, merge mode, a DataFrame)."""
+        if isinstance(x, Mapping):
             self._add_record(x)
         elif isinstance(x, Delete):
             if self.mode != "merge":
@@ -275,7 +291,7 @@ class ToDelta(Sink):
 
         errors = (pa.ArrowException, ValueError, TypeError, OverflowError)
         try:
-            return pa.Table.from_pylist(rows, schema=schema)
+            return rows_to_table(rows, schema)
         except errors:
             pass
         good = []
@@ -286,7 +302,7 @@ class ToDelta(Sink):
                 self._user_error(r, self._misfit("record", e), self.update)
                 continue
             good.append(r)
-        return pa.Table.from_pylist(good, schema=schema)
+        return rows_to_table(good, schema)
 
     # ---------------------------------------------------------------- checkpoint contract
     def pre_commit(self, epoch: int) -> dict[str, Any]:

@@ -60,8 +60,17 @@ from ..checkpoint.lease import Lease
 from ..core.node import Stream
 from ..core.refs import Metadata
 from ..errors import ConfigurationError
+from ..execution.steps import step
 from .basic import Sink
-from .lakefiles import LakeSinkError, Location, RecordSchemaError, hive_dir, schema_of, sink_digest
+from .lakefiles import (
+    LakeSinkError,
+    Location,
+    RecordSchemaError,
+    hive_dir,
+    rows_to_table,
+    schema_of,
+    sink_digest,
+)
 from .sqlstores import first_line
 
 logger = logging.getLogger(__name__)
@@ -112,7 +121,7 @@ class ToParquet(Sink):
         roll_rows: int = 1_000_000,
         roll_bytes: int = 128 * 1024 * 1024,
         roll_seconds: float = 3600.0,
-        batch_rows: int = 10_000,
+        batch_rows: int = 50_000,
         sink_id: str | None = None,
         storage_options: Mapping[str, Any] | None = None,
         **kwargs: Any,
@@ -190,13 +199,19 @@ class ToParquet(Sink):
         )
 
     # ---------------------------------------------------------------- records
+    @step
     def update(self, x: Any, who: Stream | None = None, metadata: Metadata | None = None) -> None:
         buf = self._unpartitioned
         if buf is not None and type(x) is dict and x.keys() <= self._names:  # the common case
             buf.append(x)
             if len(buf) >= self.batch_rows:
                 self._flush(())
-            return
+            return None
+        self._add(x)
+        return None
+
+    def _add(self, x: Any) -> None:
+        """A record or batch off the common path (the first, a partitioned one, a DataFrame)."""
         if type(x) is dict or isinstance(x, Mapping):
             if self._schema is None:
                 self._set_schema(schema_of(x, self.label()))
@@ -234,7 +249,7 @@ class ToParquet(Sink):
         if not rows:
             return
         try:
-            table = pa.Table.from_pylist(rows, schema=self._schema)
+            table = rows_to_table(rows, self._schema)
         except (pa.ArrowException, ValueError, TypeError, OverflowError):
             table = self._fitting(rows)
             if table is None:
@@ -253,7 +268,7 @@ class ToParquet(Sink):
                 self._user_error(r, self._misfit("record", e), self.update)
                 continue
             good.append(r)
-        return pa.Table.from_pylist(good, schema=self._schema) if good else None
+        return rows_to_table(good, self._schema) if good else None
 
     def _misfit(self, what: str, e: BaseException) -> RecordSchemaError:
         return RecordSchemaError(

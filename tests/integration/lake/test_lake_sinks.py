@@ -255,3 +255,27 @@ def test_delta_a_second_job_through_the_same_sink_id_is_refused(tmp_path: Path) 
 def test_delta_merge_needs_a_key() -> None:
     with pytest.raises(ConfigurationError, match=re.escape("to_delta: mode='merge' needs key=[...]")):  # fmt: skip
         Stream().to_delta("t", mode="merge")
+
+
+def test_parquet_files_roll_by_size_and_by_age(tmp_path: Path) -> None:
+    import time
+
+    from rivermark.testing import wait_for
+
+    by_size = tmp_path / "size"
+    _parquet_job(str(by_size), RECS[:20], tmp_path / "a", roll_bytes=1, batch_rows=5, name="s").run()  # fmt: skip
+    # every row group (5 records) passes one byte: a new file for each
+    assert sorted(pq.read_metadata(f).num_rows for f in by_size.glob("*.parquet")) == [5, 5, 5, 5]
+    by_age = tmp_path / "age"
+    sink = ToParquet(Stream(), str(by_age), roll_seconds=0.05, batch_rows=1, name="t")
+    sink.restore(None)
+    try:
+        sink.update(RECS[0])
+        sink.update(RECS[1])  # the same file: younger than 0.05 s
+        t0 = time.monotonic()
+        wait_for(lambda: time.monotonic() - t0 > 0.1, timeout=5, what="the file to age")
+        sink.update(RECS[2])  # the file is older than roll_seconds: a new one
+        sink.commit(1, sink.pre_commit(1))
+    finally:
+        sink.close()
+    assert sorted(pq.read_metadata(f).num_rows for f in by_age.glob("*.parquet")) == [1, 2]
