@@ -1,6 +1,7 @@
 """``to_parquet`` and ``to_delta`` under a Job against a plain batched writer loop, same run.
 
 Run:  .venv/bin/python benchmarks/bench_lake.py              # 300,000 rows, local directory
+      .venv/bin/python benchmarks/bench_lake.py --frames     # DataFrame batches of 10,000 rows
       .venv/bin/python benchmarks/bench_lake.py --quick      # smoke run
 
 Append mode, one dict record per row ``{"id", "k", "v"}`` from
@@ -11,6 +12,10 @@ with a checkpoint every second.  The baseline: the same rows converted
 file per batch, or one ``deltalake.write_deltalake`` append per batch.  Each
 figure is the median of ``--repeat`` rounds, the two ways interleaved, each
 into a fresh directory.
+
+``--frames``: the records arrive as pandas DataFrames of 10,000 rows; the
+baseline converts each batch of ``--batch`` rows with
+``pyarrow.Table.from_pandas`` (after ``pandas.concat``).
 
 Not a test: it prints rows/s and the ratio job / plain, and exits 0 (1 if the
 output did not hold every row once).
@@ -31,7 +36,13 @@ def records(n: int) -> list[dict[str, Any]]:
     return [{"id": i, "k": f"k{i % 1000}", "v": i * 3} for i in range(n)]
 
 
-def job_seconds(kind: str, out: str, recs: list[dict[str, Any]]) -> float:
+def frames(recs: list[dict[str, Any]], size: int = 10_000) -> list[Any]:
+    import pandas as pd
+
+    return [pd.DataFrame(recs[i : i + size]) for i in range(0, len(recs), size)]
+
+
+def job_seconds(kind: str, out: str, recs: list[Any]) -> float:
     from rivermark import Job, Stream
 
     src = Stream.from_iterable(recs)
@@ -46,26 +57,35 @@ def job_seconds(kind: str, out: str, recs: list[dict[str, Any]]) -> float:
         return time.perf_counter() - t0
 
 
-def plain_parquet_seconds(out: str, recs: list[dict[str, Any]], batch: int) -> float:
+def to_arrow(part: list[Any]) -> Any:
+    """A batch of records (or of DataFrames) as one Arrow table."""
+    import pyarrow as pa
+
+    if part and isinstance(part[0], dict):
+        return pa.Table.from_pylist(part)
+    import pandas as pd
+
+    return pa.Table.from_pandas(pd.concat(part), preserve_index=False)
+
+
+def plain_parquet_seconds(out: str, recs: list[Any], batch: int) -> float:
     import os
 
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     os.makedirs(out)
     t0 = time.perf_counter()
     for n, i in enumerate(range(0, len(recs), batch)):
-        pq.write_table(pa.Table.from_pylist(recs[i : i + batch]), f"{out}/part-{n:05d}.parquet")
+        pq.write_table(to_arrow(recs[i : i + batch]), f"{out}/part-{n:05d}.parquet")
     return time.perf_counter() - t0
 
 
-def plain_delta_seconds(out: str, recs: list[dict[str, Any]], batch: int) -> float:
-    import pyarrow as pa
+def plain_delta_seconds(out: str, recs: list[Any], batch: int) -> float:
     from deltalake import write_deltalake
 
     t0 = time.perf_counter()
     for i in range(0, len(recs), batch):
-        write_deltalake(out, pa.Table.from_pylist(recs[i : i + batch]), mode="append")
+        write_deltalake(out, to_arrow(recs[i : i + batch]), mode="append")
     return time.perf_counter() - t0
 
 
@@ -85,8 +105,10 @@ def count(kind: str, out: str) -> int:
     return distinct if distinct == t.num_rows else -1
 
 
-def measure(kind: str, plain: Callable[[str, list[dict[str, Any]]], float], n: int, repeat: int) -> bool:  # fmt: skip
-    recs = records(n)
+def measure(
+    kind: str, plain: Callable[[str, list[Any]], float], n: int, repeat: int, as_frames: bool
+) -> bool:
+    recs: list[Any] = frames(records(n)) if as_frames else records(n)
     job_t: list[float] = []
     plain_t: list[float] = []
     ok = True
@@ -97,7 +119,9 @@ def measure(kind: str, plain: Callable[[str, list[dict[str, Any]]], float], n: i
             ok = ok and count(kind, out) == n
             plain_t.append(plain(f"{tmp}/plain_{r}", recs))
     j, p = statistics.median(job_t), statistics.median(plain_t)
-    name = "to_parquet" if kind == "parquet" else "to_delta"
+    name = ("to_parquet" if kind == "parquet" else "to_delta") + (
+        " (DataFrames)" if as_frames else ""
+    )
     print(
         f"{name}: under a Job {n / j:,.0f} rows/s, plain batched loop {n / p:,.0f} rows/s, "
         f"ratio {p / j:.2f}{'' if ok else '  (ROW COUNT WRONG)'}"
@@ -110,11 +134,20 @@ def main() -> int:
     ap.add_argument("--rows", type=int, default=300_000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--batch", type=int, default=50_000)
+    ap.add_argument("--frames", action="store_true")
     ap.add_argument("--quick", action="store_true")
     a = ap.parse_args()
     n, repeat = (20_000, 1) if a.quick else (a.rows, a.repeat)
-    ok = measure("parquet", lambda out, recs: plain_parquet_seconds(out, recs, a.batch), n, repeat)
-    ok &= measure("delta", lambda out, recs: plain_delta_seconds(out, recs, a.batch), n, repeat)
+    import deltalake  # noqa: F401  (imported once before timing: neither way pays for it)
+    import pyarrow.parquet  # noqa: F401
+    # with --frames, --batch counts DataFrames of 10,000 rows
+    batch = max(1, a.batch // 10_000) if a.frames else a.batch
+    ok = measure(
+        "parquet", lambda out, recs: plain_parquet_seconds(out, recs, batch), n, repeat, a.frames
+    )
+    ok &= measure(
+        "delta", lambda out, recs: plain_delta_seconds(out, recs, batch), n, repeat, a.frames
+    )
     return 0 if ok else 1
 
 
