@@ -216,6 +216,11 @@ class ToDelta(Sink):
                 raise ConfigurationError(
                     f"{self.label()}: received {x!r}; a tombstone needs mode='merge'"
                 )
+            if self._schema is None:
+                raise ConfigurationError(
+                    f"{self.label()}: a tombstone {x!r} came before any record, so the table's "
+                    "schema is unknown; pass example={...} or schema=pyarrow.schema([...])"
+                )
             k = self._key_of(x.key, x)
             self._ops.pop(k, None)
             self._ops[k] = None

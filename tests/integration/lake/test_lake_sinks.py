@@ -19,7 +19,7 @@ import pytest
 from deltalake import DeltaTable
 
 from rivermark import Job, Stream
-from rivermark.checkpoint.errors import UnaccountedOutputError
+from rivermark.checkpoint.errors import JobFailedError, UnaccountedOutputError
 from rivermark.errors import ConfigurationError
 from rivermark.sinks.delta import ToDelta
 from rivermark.sinks.lakefiles import LakeSinkError, RecordSchemaError
@@ -279,3 +279,13 @@ def test_parquet_files_roll_by_size_and_by_age(tmp_path: Path) -> None:
     finally:
         sink.close()
     assert sorted(pq.read_metadata(f).num_rows for f in by_age.glob("*.parquet")) == [1, 2]
+
+
+def test_delta_a_tombstone_before_any_record_needs_a_schema(tmp_path: Path) -> None:
+    from rivermark.sinks.sql import delete
+
+    job = _delta_job(str(tmp_path / "t"), [delete(k="a")], tmp_path / "c", mode="merge", key=["k"], name="m")  # fmt: skip
+    with pytest.raises(JobFailedError, match=re.escape("to_delta sink 'm': a tombstone Delete(key={'k': 'a'}) came before any record, so the table's schema is unknown; pass example={...}")):  # fmt: skip
+        job.run()
+    _delta_job(str(tmp_path / "t"), [delete(k="a"), {"k": "b", "n": 1}], tmp_path / "d", mode="merge", key=["k"], example={"k": "", "n": 0}, name="m").run()  # fmt: skip
+    assert DeltaTable(str(tmp_path / "t")).to_pyarrow_table().to_pylist() == [{"k": "b", "n": 1}]
