@@ -35,6 +35,16 @@ table whose log holds this sink id's epochs makes the job refuse to start;
 ``--from-scratch`` deletes every row in one Delta commit that also resets the
 sink's transaction version (older versions stay readable by time travel
 until ``VACUUM``).
+
+>>> import os, tempfile
+>>> from deltalake import DeltaTable
+>>> from rivermark import Job, Stream
+>>> d = tempfile.mkdtemp()
+>>> src = Stream.from_iterable([{"k": "a", "n": 1}, {"k": "b", "n": 2}, {"k": "a", "n": 3}])
+>>> _ = src.to_delta(os.path.join(d, "totals"), mode="merge", key=["k"], name="totals")
+>>> _ = Job(src, checkpoint=os.path.join(d, "ckpt")).run()
+>>> sorted(DeltaTable(os.path.join(d, "totals")).to_pyarrow_table().to_pylist(), key=str)
+[{'k': 'a', 'n': 3}, {'k': 'b', 'n': 2}]
 """
 
 from __future__ import annotations
