@@ -466,7 +466,8 @@ class FrameWindow(ConformingNode):
         for s, _ in sorted(olds, key=lambda o: o[0]):
             acc = combine(store.open[(k, s)][2], acc)
         start, last = float(start), float(last)
-        store.join_sessions(k, [s for s, _ in olds], start, last + self.spec.gap, acc, last)
+        merged = [s for s, _ in olds] if olds else ()
+        store.join_sessions(k, merged, start, last + self.spec.gap, acc, last)
         if self.spec.updates:
             self._touched.append((k, start))
 

@@ -37,6 +37,7 @@ places both.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections.abc import Sequence
@@ -170,16 +171,18 @@ class OpenWindows:
         self, k: Any, merged: Sequence[float], start: float, end: float, acc: Any, last: float
     ) -> None:
         """Replace key ``k``'s sessions starting at ``merged`` by one ``[start, end)``."""
-        open_ = self.open
-        starts = self.sessions.get(k, [])
-        if merged:
-            gone = set(merged)
-            for s in gone:
-                del open_[(k, s)]
-            starts = [s for s in starts if s not in gone]
-        starts.append(start)
-        starts.sort()
-        self.sessions[k] = starts
+        sessions = self.sessions
+        starts = sessions.get(k)
+        if starts is None:
+            sessions[k] = [start]
+        else:
+            if merged:
+                open_ = self.open
+                gone = set(merged)
+                for s in gone:
+                    del open_[(k, s)]
+                starts = sessions[k] = [s for s in starts if s not in gone]
+            bisect.insort(starts, start)
         self.open_window(k, start, end, acc, last)
 
     # ------------------------------------------------------------------ windows out
