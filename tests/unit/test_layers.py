@@ -290,6 +290,39 @@ def test_the_layer_test_sees_a_part_that_imports_above_its_layer(tmp_path: Path)
     assert graph["core"] - LAYERS["core"] == {"checkpoint"}
 
 
+#: the checkpoint package's subpackages, by concern -> those it may import (its
+#: root, ``errors`` and ``faults``, every one may); a module not in one of them
+#: (the package's root) is not checked here
+CHECKPOINT_LAYERS: dict[str, frozenset[str]] = {
+    "stores": frozenset(),
+    "state": frozenset({"stores"}),
+    "protocol": frozenset({"stores", "state"}),
+    "tools": frozenset({"stores", "state", "protocol"}),
+}
+
+
+def _concern(module: str) -> str | None:
+    parts = module.split(".")
+    if len(parts) > 3 and parts[1] == "checkpoint" and parts[2] in CHECKPOINT_LAYERS:
+        return parts[2]
+    return None
+
+
+def test_the_checkpoint_concerns_import_in_one_direction() -> None:
+    # stores below state below the protocol below the tools: a store is
+    # changed without reading a job, a job without reading the tools
+    offenders = {
+        module: sorted(c for c in map(_concern, edges) if c and c != concern)
+        for module, edges in import_graph(typing_too=True).items()
+        if (concern := _concern(module))
+        and any(
+            c and c != concern and c not in CHECKPOINT_LAYERS[concern] for c in map(_concern, edges)
+        )
+    }
+    assert offenders == {}
+    assert circles({k: set(v) for k, v in CHECKPOINT_LAYERS.items()}) == []
+
+
 #: where a module is imported by a name held in a string, with the reason;
 #: never a name written in the source (that is an ``import`` statement)
 IMPORTS_BY_NAME: dict[str, str] = {

@@ -220,14 +220,15 @@ def test_a_process_reads_dataframe_state_before_importing_the_dataframe_layer(
     (tmp_path / "state").write_bytes(blob)
     code = (
         "import sys\n"
-        "from rivermark.checkpoint import codec\n"
+        "from rivermark.checkpoint.codec import loads\n"
         "before = 'rivermark.dataframe' in sys.modules\n"
-        f"v = codec.loads(open({str(tmp_path / 'state')!r}, 'rb').read())\n"
+        f"v = loads(open({str(tmp_path / 'state')!r}, 'rb').read())\n"
         "print(before, type(v['acc']).__module__, v['acc'].keys.tolist(), tuple(v['m']))\n"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=120
     )
+    assert out.returncode == 0, out.stderr
     assert out.stdout.split("\n")[0] == (
         "False rivermark.dataframe.partials ['a', 'b'] (3, 2.0, 2.0)"
     )
