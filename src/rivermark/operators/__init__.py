@@ -5,6 +5,7 @@ from __future__ import annotations
 from . import asyncops as asyncops
 from . import eventtime as eventtime
 from . import eventtimers as eventtimers
+from . import intervaljoin as intervaljoin
 from . import joins as joins
 from . import stateful as stateful
 from . import timejoins as timejoins
