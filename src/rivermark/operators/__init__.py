@@ -11,4 +11,5 @@ from . import stateful as stateful
 from . import timejoins as timejoins
 from . import timing as timing
 from . import transform as transform
+from . import windowjoin as windowjoin
 from . import windows as windows
