@@ -58,7 +58,7 @@ from ..core.node import Stream, check_callable
 from ..core.refs import Metadata
 from ..errors import ConfigurationError
 from ..state import KeyedState, as_keyed
-from .eventtime import Results, Timestamps, _merge, attach
+from .eventtime import Results, Timestamps, _delay, _merge, attach
 from .intervaljoin import IntervalJoin as IntervalJoin
 from .joinbase import LateSide, func_name, join_key
 
@@ -192,6 +192,15 @@ class Table(LateSide, Stream):
             return default
         return versions[-1][1]
 
+    def version_at(self, key: Any, time: float) -> tuple[float, Any] | None:
+        """The version of ``key`` valid at ``time``: ``(its time, value)`` (value None:
+        deleted), or None when the key had none."""
+        versions = self._versions.get(key)
+        if not versions:
+            return None
+        i = bisect.bisect_right(versions, time, key=_time)
+        return (versions[i - 1][0], versions[i - 1][1]) if i else None
+
     def _at(self, key: Any, time: float) -> Any:
         versions = self._versions.get(key)
         if not versions:
@@ -231,7 +240,8 @@ class AsofJoin(LateSide, Stream):
     or before the record's time.  ``how="inner"`` (default) leaves out records
     whose key had no version then (or was deleted); ``how="left"`` emits them
     with ``None``.  ``key`` (a callable, or an index/field name) gives the
-    record's key in the table.
+    record's key in the table; ``tolerance`` (seconds or a duration string) leaves out
+    a version older than that before the record's time.
 
     ``mode="event_time"`` (default; needs :meth:`Stream.timestamps` right
     above it) is deterministic: a record waits until the table's watermark
@@ -262,6 +272,7 @@ class AsofJoin(LateSide, Stream):
         key: Hashable | Callable[[Any], Any] = None,
         how: str = "inner",
         mode: str = "event_time",
+        tolerance: Any = None,
         **kwargs: Any,
     ) -> None:
         if not isinstance(table, Table):
@@ -284,6 +295,8 @@ class AsofJoin(LateSide, Stream):
         self._key_of = join_key("join_asof", key)
         self.how = how
         self.mode = mode
+        #: a version older than this many seconds before the record is not used
+        self.tolerance = None if tolerance is None else _delay(tolerance, "join_asof", "tolerance")
         #: the records waiting for the table's watermark: ``{seq: (time, key, record)}``
         self._waiting = KeyedState()
         self._heap: list[tuple[float, int]] = []
@@ -318,7 +331,12 @@ class AsofJoin(LateSide, Stream):
         return None
 
     def _version(self, k: Any, t: float) -> Any:
-        return self.table.as_of(k, t)
+        if self.tolerance is None:
+            return self.table.as_of(k, t)
+        found = self.table.version_at(k, t)
+        if found is None or t - found[0] > self.tolerance:
+            return None
+        return found[1]
 
     def _joined(self, x: Any, found: Any, metadata: Metadata | None) -> Results:
         if found is None and self.how == "inner":
@@ -367,4 +385,5 @@ class AsofJoin(LateSide, Stream):
 
     def state_signature(self) -> str:
         key = func_name(self.key) if callable(self.key) else repr(self.key)
-        return f"AsofJoin(key={key}, how={self.how}, mode={self.mode})"
+        tol = "" if self.tolerance is None else f", tolerance={self.tolerance}"
+        return f"AsofJoin(key={key}, how={self.how}, mode={self.mode}{tol})"
