@@ -165,8 +165,10 @@ class FrameAsofJoin(_FrameJoin):
         ]
         #: the right rows not late: the versions (pruned by the left side's floor)
         self._versions = right.example.iloc[:0][[*by, *self.value_columns]].assign(
-            **{_T: np.empty(0), _SEQ: np.empty(0, dtype=np.int64)}
+            **{_T: np.empty(0), _HIT: np.empty(0, dtype=bool)}
         )
+        #: the versions in order of time (stable: arrival order within a time), when known
+        self._sorted: pd.DataFrame | None = None
         #: left rows waiting for the right side's watermark
         self._waiting = left.example.iloc[:0].assign(
             **{_T: np.empty(0), _SEQ: np.empty(0, dtype=np.int64)}
@@ -176,7 +178,9 @@ class FrameAsofJoin(_FrameJoin):
 
     def _take(self, side: int, rows: pd.DataFrame) -> Results:
         if side == 1:
-            self._versions = pd.concat([self._versions, rows[self._versions.columns]])
+            new = rows.assign(**{_HIT: True})[self._versions.columns]
+            self._versions = pd.concat([self._versions, new]) if len(self._versions) else new
+            self._sorted = None
             return None
         ready = rows[_T].to_numpy() < self.right_clock.watermark
         if not ready.all():
@@ -200,8 +204,9 @@ class FrameAsofJoin(_FrameJoin):
         if not len(rows):
             return rows
         rows = rows.sort_values([_T, _SEQ], kind="mergesort")
-        versions = self._versions.sort_values(_T, kind="mergesort").drop(columns=[_SEQ])
-        versions[_HIT] = True
+        versions = self._sorted
+        if versions is None:
+            versions = self._sorted = self._versions.sort_values(_T, kind="mergesort")
         merged = pd.merge_asof(
             rows,
             versions,
@@ -239,6 +244,7 @@ class FrameAsofJoin(_FrameJoin):
             kept = versions[old].sort_values(_T, kind="mergesort")
             kept = kept.drop_duplicates(subset=self.by, keep="last")
             versions = pd.concat([kept, versions[~old]])
+            self._sorted = None
         self._versions = versions
         self._pruned = len(versions)
 
@@ -255,6 +261,7 @@ class FrameAsofJoin(_FrameJoin):
 
     def set_state(self, state: Any) -> None:
         self._versions, self._waiting = state["versions"], state["waiting"]
+        self._sorted = None
         self._seq = int(state["seq"])
         self._pruned = len(self._versions)
 

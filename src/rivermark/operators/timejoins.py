@@ -140,19 +140,24 @@ class Table(LateSide, Stream):
         return None
 
     def _put(self, k: Any, ts: float, v: Any) -> None:
-        versions = list(self._versions.get(k, ()))
-        i = bisect.bisect_right(versions, ts, key=_time)
-        if i and versions[i - 1][0] == ts:
-            versions[i - 1] = (ts, v)  # the same time again: the later change wins
+        old = self._versions.get(k)
+        if not old or ts > old[-1][0]:  # in order of time (the common case): appended
+            versions = [*old, (ts, v)] if old else [(ts, v)]
         else:
-            versions.insert(i, (ts, v))
+            versions = list(old)
+            i = bisect.bisect_right(versions, ts, key=_time)
+            if i and versions[i - 1][0] == ts:
+                versions[i - 1] = (ts, v)  # the same time again: the later change wins
+            else:
+                versions.insert(i, (ts, v))
         self._store(k, versions)
 
     def _store(self, k: Any, versions: list[tuple[float, Any]]) -> None:
         """Keep ``versions`` of ``k`` from the newest at or before the floor on."""
-        floor = self.floor()
-        first = bisect.bisect_right(versions, floor, key=_time) - 1
-        if first > 0:
+        joins = self._joins
+        floor = joins[0].floor() if len(joins) == 1 else self.floor()
+        if len(versions) > 1 and versions[1][0] <= floor:  # versions[0] is not needed
+            first = bisect.bisect_right(versions, floor, key=_time) - 1
             self.versions_dropped += first
             versions = versions[first:]
         if (
@@ -301,7 +306,9 @@ class AsofJoin(LateSide, Stream):
         self._waiting = KeyedState()
         self._heap: list[tuple[float, int]] = []
         self._seq = 0
-        Stream.__init__(self, upstream, **kwargs)
+        # the table is an upstream too (it emits nothing): a job that runs the join
+        # finds the table and the source of its changes in the graph
+        Stream.__init__(self, upstreams=[upstream, table], **kwargs)
         table.add_join(self)
         if mode == "event_time":
             table.clock.add_client(self)  # the table's watermark releases waiting records

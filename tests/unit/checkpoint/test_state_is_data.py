@@ -222,7 +222,15 @@ def _frame_pipelines() -> dict[str, Callable[[Stream], Any]]:
         sdf.v.window(n=5).aggregate(Total()).stream.sink_to_list()
         return sdf[["k", "v", "n"]].groupby("k").mean(with_state=True).stream.sink_to_list()
 
+    def joins(s: Stream) -> Any:
+        left = _frame_stream(s)[["ts", "k", "v"]].timestamps("ts", max_delay=1)
+        right = _frame_stream(s)[["ts", "k", "n"]].timestamps("ts", max_delay=1)
+        left.merge_asof(right, by="k").stream.sink_to_list()
+        pairs = left.join_interval(right, by="k", lower=-2, upper=2, how="left")
+        return pairs.stream.sink_to_list()
+
     out["df.misc"] = misc
+    out["df.joins"] = joins
     out["df.event windows"] = event_windows
     return out
 

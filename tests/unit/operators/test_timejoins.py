@@ -514,3 +514,16 @@ def test_tolerance_leaves_out_a_version_older_than_it() -> None:
         lefts.emit((t, "a"))
     assert out == [((2, "a"), "v1"), ((3, "a"), "v1"), ((4, "a"), None)]
     assert "tolerance=2.0" in joined.state_signature()
+
+
+def test_a_job_over_the_left_source_runs_the_table_and_its_own_source(tmp_path: Path) -> None:
+    # the table is read from a source of its own: the job finds it through the join
+    changes = Stream.from_iterable([(0, "a", "x"), (5, "a", "y"), (100, "a", "z")], name="changes")
+    lefts = Stream.from_iterable([(3, "a"), (7, "a")], name="lefts")
+    table = changes.timestamps(lambda r: r[0], name="tt").to_table(
+        key=1, value=lambda r: r[2], name="table"
+    )
+    joined = lefts.timestamps(lambda r: r[0], name="lt").join_asof(table, key=1, name="join")
+    out = joined.sink_to_list(name="out")
+    Job(lefts, checkpoint=tmp_path / "c", every=None).run()
+    assert out == [((3, "a"), "x"), ((7, "a"), "y")]
