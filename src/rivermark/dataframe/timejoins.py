@@ -119,7 +119,9 @@ class _FrameJoin(Stream):
                 results = self._late.pass_late(x[late], metadata)
             x, times = x[~late], times[~late]
         n = len(x)
-        rows = x.assign(**{_T: times, _SEQ: np.arange(self._seq, self._seq + n)})
+        rows = x.copy(deep=False)  # the batch's columns are not changed, only added to
+        rows[_T] = times
+        rows[_SEQ] = np.arange(self._seq, self._seq + n)
         self._seq += n
         results = _merge(results, self._take(side, rows))
         return _merge(results, self.close_until(clock.watermark))
@@ -140,8 +142,10 @@ class _FrameJoin(Stream):
     def _out(self, frame: pd.DataFrame) -> Results:
         if not len(frame):
             return None
-        frame = frame.drop(columns=[c for c in (_T, _SEQ, _HIT, _MATCHED) if c in frame])
-        return self._emit(frame.reset_index(drop=True), None)
+        helpers = (_T, _SEQ, _HIT, _MATCHED)
+        frame = frame[[c for c in frame.columns if c not in helpers]]
+        frame.index = pd.RangeIndex(len(frame))
+        return self._emit(frame, None)
 
 
 class FrameAsofJoin(_FrameJoin):
@@ -167,19 +171,23 @@ class FrameAsofJoin(_FrameJoin):
         self._versions = right.example.iloc[:0][[*by, *self.value_columns]].assign(
             **{_T: np.empty(0), _HIT: np.empty(0, dtype=bool)}
         )
+        #: batches of versions not yet concatenated to ``_versions`` (in arrival order)
+        self._new: list[pd.DataFrame] = []
         #: the versions in order of time (stable: arrival order within a time), when known
         self._sorted: pd.DataFrame | None = None
         #: left rows waiting for the right side's watermark
         self._waiting = left.example.iloc[:0].assign(
             **{_T: np.empty(0), _SEQ: np.empty(0, dtype=np.int64)}
         )
+        self._held_new = 0
         self._pruned = 0
         super().__init__(left, right, by, **kwargs)
 
     def _take(self, side: int, rows: pd.DataFrame) -> Results:
         if side == 1:
-            new = rows.assign(**{_HIT: True})[self._versions.columns]
-            self._versions = pd.concat([self._versions, new]) if len(self._versions) else new
+            rows[_HIT] = True
+            self._new.append(rows[self._versions.columns])
+            self._held_new += len(rows)
             self._sorted = None
             return None
         ready = rows[_T].to_numpy() < self.right_clock.watermark
@@ -196,17 +204,18 @@ class FrameAsofJoin(_FrameJoin):
             if ready.any():
                 self._waiting = waiting[~ready]
                 results = self._out(self._join(waiting[ready]))
-        if len(self._versions) > 2 * self._pruned + 1024:
+        if len(self._versions) + self._held_new > 2 * self._pruned + 1024:
             self._prune()
         return results
 
     def _join(self, rows: pd.DataFrame) -> pd.DataFrame:
         if not len(rows):
             return rows
-        rows = rows.sort_values([_T, _SEQ], kind="mergesort")
+        # rows come in arrival order: a stable sort by time orders ties by arrival
+        rows = rows.sort_values(_T, kind="mergesort")
         versions = self._sorted
         if versions is None:
-            versions = self._sorted = self._versions.sort_values(_T, kind="mergesort")
+            versions = self._sorted = self._all().sort_values(_T, kind="mergesort")
         merged = pd.merge_asof(
             rows,
             versions,
@@ -236,9 +245,17 @@ class FrameAsofJoin(_FrameJoin):
             low = min(low, float(self._waiting[_T].min()))
         return low
 
+    def _all(self) -> pd.DataFrame:
+        """Every version held, in arrival order (the new batches concatenated once)."""
+        if self._new:
+            parts = [self._versions, *self._new] if len(self._versions) else self._new
+            self._versions = pd.concat(parts) if len(parts) > 1 else parts[0]
+            self._new, self._held_new = [], 0
+        return self._versions
+
     def _prune(self) -> None:
         """Keep per key the versions from the newest at or before the floor on."""
-        versions, floor = self._versions, self.floor()
+        versions, floor = self._all(), self.floor()
         old = versions[_T].to_numpy() <= floor
         if old.any():
             kept = versions[old].sort_values(_T, kind="mergesort")
@@ -254,14 +271,14 @@ class FrameAsofJoin(_FrameJoin):
         return len(self._waiting)
 
     def records_held(self) -> int | None:
-        return len(self._waiting) + len(self._versions)
+        return len(self._waiting) + len(self._versions) + self._held_new
 
     def get_state(self) -> Any:
-        return {"versions": self._versions, "waiting": self._waiting, "seq": self._seq}
+        return {"versions": self._all(), "waiting": self._waiting, "seq": self._seq}
 
     def set_state(self, state: Any) -> None:
         self._versions, self._waiting = state["versions"], state["waiting"]
-        self._sorted = None
+        self._new, self._held_new, self._sorted = [], 0, None
         self._seq = int(state["seq"])
         self._pruned = len(self._versions)
 

@@ -255,3 +255,52 @@ def test_a_change_at_the_watermark_itself_is_still_seen() -> None:
     feed = [("R", [("R", 5, 1, 0)]), ("L", [("L", 5, 1, 1)]), ("R", [("R", 5, 1, 2)])]
     expected = ([(1, 2)], [])
     assert _frame_asof(feed, 0, "left", None) == _record_asof(feed, 0, "left", None) == expected
+
+
+@pytest.mark.parametrize("kind", ["merge_asof", "join_interval"])
+def test_a_restored_frame_join_goes_on_as_an_uninterrupted_one(kind: str) -> None:
+    rng = np.random.default_rng(9)
+    feed = []
+    for i in range(40):
+        side = "L" if rng.random() < 0.5 else "R"
+        rows = [
+            (side, int(i * 2 + rng.integers(0, 6)), int(rng.integers(0, 4)), i * 10 + j)
+            for j in range(5)
+        ]
+        feed.append((side, rows))
+
+    def graph() -> tuple[Stream, Stream, list[Any], list[Any]]:
+        ls, rs, left, right = _frames(3)
+        if kind == "merge_asof":
+            joined = left.merge_asof(right, by="k")
+        else:
+            joined = left.join_interval(right, by="k", lower=-2, upper=3, how="left")
+        nodes = [left.stream, right.stream, joined.stream]
+        return ls, rs, nodes, joined.stream.sink_to_list()
+
+    def feed_to(ls: Stream, rs: Stream, part: list[Any]) -> None:
+        for side, rows in part:
+            (ls if side == "L" else rs).emit(_frame(rows))
+
+    def pairs(out: list[Any]) -> list[Any]:
+        return sorted(
+            (int(a), -1 if pd.isna(b) else int(b))
+            for f in out
+            for a, b in zip(f["id_x"], f["id_y"], strict=True)
+        )
+
+    ls, rs, nodes, whole = graph()
+    feed_to(ls, rs, feed)
+    for n in nodes[:2]:
+        n.end_of_input()
+    ls1, rs1, nodes1, first = graph()
+    feed_to(ls1, rs1, feed[:20])
+    assert nodes1[2].waiting > 0
+    states = [n.get_state() for n in nodes1]
+    ls2, rs2, nodes2, second = graph()
+    for n, s in zip(nodes2, states, strict=True):
+        n.set_state(s)
+    feed_to(ls2, rs2, feed[20:])
+    for n in nodes2[:2]:
+        n.end_of_input()
+    assert pairs(first + second) == pairs(whole) and whole
