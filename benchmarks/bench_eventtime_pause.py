@@ -78,7 +78,8 @@ class _Barriers:
     def __init__(self, job: Any, source: Any, window: Any) -> None:
         self.at: dict[int, tuple[int, int, float]] = {}
         self.phases: dict[int, dict[str, float]] = {}
-        pause, quiesce, snapshot = source.pause, job._quiesce, job._snapshot_states
+        cycle = job._cycle  # the job's checkpoint protocol (rivermark.checkpoint.cycle)
+        pause, quiesce, snapshot = source.pause, cycle.quiesce, cycle.snapshot_states
 
         def timed_pause() -> None:
             self.at[job.epoch + 1] = (window.open_windows, source.emitted, time.perf_counter())
@@ -95,7 +96,7 @@ class _Barriers:
             self.phases.setdefault(job.epoch + 1, {})["views"] = time.perf_counter() - t0
             return views
 
-        complete = job._complete
+        complete = cycle.complete
         #: per epoch, when its write completed (perf_counter)
         self.done: dict[int, float] = {}
 
@@ -104,9 +105,9 @@ class _Barriers:
             self.done[p.epoch] = time.perf_counter()
 
         source.pause = timed_pause
-        job._quiesce = timed_quiesce
-        job._snapshot_states = timed_snapshot
-        job._complete = timed_complete
+        cycle.quiesce = timed_quiesce
+        cycle.snapshot_states = timed_snapshot
+        cycle.complete = timed_complete
 
 
 class _FullCollections:

@@ -15,7 +15,12 @@ from __future__ import annotations
 
 import typing as _typing
 
+from . import _optional
 from . import kafka as kafka
+
+# attaches the metrics, the Prometheus endpoint, the live page and the notebook
+# display to every job (through rivermark.checkpoint.listeners)
+from . import observe as observe
 from . import operators as operators
 from . import plugins as plugins
 from . import sinks as sinks
@@ -57,6 +62,7 @@ __all__ = [
     "sources",
 ]
 
+_optional.install()
 plugins.register_doors()
 plugins.register_all()
 
@@ -65,4 +71,6 @@ def __getattr__(name: str) -> _typing.Any:
     """streamz's lowercase names (``rivermark.map`` is :class:`~rivermark.operators.transform.Map`)."""
     from .streamz_names import STREAMZ_NAMES, lookup
 
+    if name in _optional.DASK_NAMES:  # the optional layer, imported on first use
+        _optional.load_dask()
     return lookup(STREAMZ_NAMES, __name__, name)

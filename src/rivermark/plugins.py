@@ -24,7 +24,9 @@ name in :data:`DOORS` (``scatter``, ``to_dataframe``, ``to_batch``, the
 notebook display) is defined once, by the module that implements it, which
 registers it on :class:`~rivermark.Stream` when imported;
 :func:`register_doors` (run when ``rivermark`` is imported) installs a stand-in
-that imports that module on first call.  :func:`door` finds a function in
+that imports that module on first call.  The package's top level
+(``rivermark._optional``) fills :data:`DOORS` and :data:`LAYER_FUNCTIONS`
+with functions that import those layers; this module imports none of them.  :func:`door` finds a function in
 another layer the same way (``from_kafka_batched(dask=True)`` reaches Dask
 through it), so connectors do not import each other.
 
@@ -39,7 +41,7 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Callable
-from importlib import import_module, metadata
+from importlib import metadata
 from typing import Any
 
 from .core.node import Stream, identity
@@ -59,6 +61,8 @@ __all__ = [
     "load_plugins",
     "DOORS",
     "LAYER_FUNCTIONS",
+    "add_door",
+    "add_layer_function",
     "register_doors",
     "door",
 ]
@@ -267,18 +271,24 @@ def load_plugins() -> dict[str, type]:
     return {name: stub.get_plugin() for name, stub in _REGISTERED.items()}
 
 
-#: ``Stream`` attribute -> the module that defines it and registers it on import
-DOORS: dict[str, str] = {
-    "scatter": "rivermark.dask.core",
-    "to_dataframe": "rivermark.dataframe.core",
-    "to_batch": "rivermark.batch",
-    "_ipython_display_": "rivermark.observe.notebook",
-}
+#: ``Stream`` attribute -> the module that defines it (named in messages) and a
+#: function that imports it (the module registers the attribute when imported);
+#: filled by the package's top level (``rivermark._optional``), which may import
+#: every layer, so that this module imports none of them
+DOORS: dict[str, tuple[str, Callable[[], None]]] = {}
 
-#: a function one layer calls in another -> ``module:attribute`` of its definition
-LAYER_FUNCTIONS: dict[str, str] = {
-    "from_kafka_batched_dask": "rivermark.dask.kafka:from_kafka_batched_dask",
-}
+#: a function one layer calls in another -> a function that imports and returns it
+LAYER_FUNCTIONS: dict[str, Callable[[], Callable[..., Any]]] = {}
+
+
+def add_door(name: str, module: str, load: Callable[[], None]) -> None:
+    """Declare the door ``name``: defined by ``module``, which ``load`` imports."""
+    DOORS[name] = (module, load)
+
+
+def add_layer_function(name: str, load: Callable[[], Callable[..., Any]]) -> None:
+    """Declare the layer function ``name``: ``load`` imports and returns it."""
+    LAYER_FUNCTIONS[name] = load
 
 
 class _LazyDoor:
@@ -289,15 +299,16 @@ class _LazyDoor:
     ``register_api`` replaces this stand-in, and calls the real attribute.
     """
 
-    def __init__(self, cls: type, name: str, module: str) -> None:
+    def __init__(self, cls: type, name: str, module: str, load: Callable[[], None]) -> None:
         self.cls = cls
         self.name = name
         self.module = module
+        self._load = load
         self.__doc__ = f"Defined by {module} (imported on first call)."
 
     def load(self) -> Any:
         """Import the module that defines the door; the class's real attribute."""
-        import_module(self.module)
+        self._load()
         real = self.cls.__dict__.get(self.name)
         if real is None or real is self:
             raise PluginError(
@@ -324,17 +335,15 @@ def register_doors(cls: type = Stream) -> None:
     >>> callable(Stream().to_batch)
     True
     """
-    for name, module in DOORS.items():
+    for name, (module, load) in DOORS.items():
         if _class_attr(cls, name) is None:
-            setattr(cls, name, _LazyDoor(cls, name, module))
+            setattr(cls, name, _LazyDoor(cls, name, module, load))
 
 
 def door(name: str) -> Callable[..., Any]:
-    """The function ``name`` of :data:`LAYER_FUNCTIONS`, importing its module.
+    """The function ``name`` of :data:`LAYER_FUNCTIONS`, importing its layer.
 
     >>> door("from_kafka_batched_dask").__module__
     'rivermark.dask.kafka'
     """
-    module, _, attribute = LAYER_FUNCTIONS[name].partition(":")
-    found: Callable[..., Any] = getattr(import_module(module), attribute)
-    return found
+    return LAYER_FUNCTIONS[name]()

@@ -26,7 +26,7 @@ False
 
 from __future__ import annotations
 
-import importlib
+import sys
 from typing import Any
 
 __all__ = ["STREAMZ_NAMES", "CORE", "SOURCES", "SINKS", "lookup"]
@@ -101,9 +101,18 @@ def lookup(table: dict[str, tuple[str, str]], module: str, name: str) -> Any:
     """Resolve ``name`` through ``table`` for the module ``__getattr__`` of ``module``.
 
     Raises ``AttributeError`` (as a module does) for a name not in ``table``.
+    Nothing is imported here: ``import rivermark`` has imported the modules of
+    these names (the package's top level imports the optional Dask layer
+    first for its two names), so the name is looked up in the loaded module.
     """
     target = table.get(name)
     if target is None:
         raise AttributeError(f"module {module!r} has no attribute {name!r}")
     mod, attr = target
-    return getattr(importlib.import_module(mod), attr)
+    loaded = sys.modules.get(mod)
+    if loaded is None:
+        raise AttributeError(
+            f"module {module!r}: {name!r} is defined in {mod}, which is not imported; "
+            f"import {mod} first"
+        )
+    return getattr(loaded, attr)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import rivermark
@@ -93,6 +94,7 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+@functools.cache
 def import_graph(typing_too: bool) -> dict[str, set[str]]:
     """Module -> the rivermark modules it imports anywhere (inside functions too).
 
@@ -149,6 +151,195 @@ def circles(graph: dict[str, set[str]]) -> list[set[str]]:
 
 def _modules(under: str = "") -> list[Path]:
     return sorted((PKG / under).rglob("*.py"))
+
+
+#: every part of the package (a subpackage, or a module at the top) -> the parts it
+#: may import, counting every import (inside functions, and those made only for
+#: type checking); the layer table of docs/architecture.md.  A new part is
+#: placed here before its first import passes.
+LAYERS: dict[str, frozenset[str]] = {
+    # the bottom: imports nothing of rivermark but the errors
+    "errors": frozenset(),
+    "_fileid": frozenset(),
+    "_frames": frozenset(),
+    "_runguard": frozenset({"errors"}),
+    "state": frozenset(),
+    "statedata": frozenset(),
+    "streamz_names": frozenset(),
+    # the engine: the data flow below the graph
+    "execution": frozenset({"errors"}),
+    "core": frozenset({"errors", "execution", "streamz_names"}),
+    "graph": frozenset({"core"}),
+    "plugins": frozenset({"core", "errors"}),
+    # on the engine
+    "operators": frozenset({"core", "execution", "errors", "state", "statedata"}),
+    "sources": frozenset({"core", "execution", "errors", "_fileid", "streamz_names"}),
+    "sinks": frozenset(
+        {"core", "execution", "errors", "_fileid", "state", "statedata", "streamz_names"}
+    ),
+    # checkpoints: the engine, sources and sinks; never the cockpit, a connector or
+    # an extension (observers attach to a job, the job does not import them)
+    "checkpoint": frozenset(
+        {
+            "core",
+            "execution",
+            "errors",
+            "state",
+            "statedata",
+            "sources",
+            "sinks",
+            "_frames",
+            "_runguard",
+        }
+    ),
+    # the cockpit: what a running job shows (metrics, the page, the notebook)
+    "observe": frozenset({"core", "execution", "errors", "sources", "sinks", "checkpoint"}),
+    # connectors and extensions
+    "kafka": frozenset(
+        {
+            "core",
+            "execution",
+            "errors",
+            "state",
+            "sources",
+            "sinks",
+            "checkpoint",
+            "observe",
+            "plugins",
+            "_runguard",
+        }
+    ),
+    "dataframe": frozenset(
+        {"core", "execution", "errors", "state", "statedata", "operators", "observe"}
+    ),
+    "batch": frozenset({"core", "dataframe"}),
+    "dask": frozenset(
+        {"core", "execution", "errors", "state", "statedata", "operators", "checkpoint", "kafka"}
+    ),
+    # the top: the command line, its app loader, the package itself
+    "_app": frozenset({"core", "errors", "_frames", "_runguard"}),
+    "cli": frozenset({"core", "errors", "checkpoint", "observe", "_app"}),
+    "__main__": frozenset({"cli"}),
+    "_optional": frozenset({"plugins", "statedata", "dask", "dataframe", "batch", "observe"}),
+    "__init__": frozenset(
+        {
+            "core",
+            "errors",
+            "state",
+            "operators",
+            "sources",
+            "sinks",
+            "checkpoint",
+            "kafka",
+            "observe",  # fills the job's listener registry (metrics, the page)
+            "plugins",
+            "streamz_names",
+            "_optional",
+        }
+    ),
+    # test helpers: anything; production code never imports them
+    "testing": frozenset(
+        {"core", "execution", "errors", "state", "sources", "sinks", "checkpoint", "kafka"}
+    ),
+}
+
+
+def _part(module: str) -> str:
+    """The part of the package ``module`` belongs to (``rivermark.core.node`` -> ``core``)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def part_graph() -> dict[str, set[str]]:
+    """Part -> the other parts it imports (anywhere, type checking included)."""
+    found: dict[str, set[str]] = {}
+    for module, edges in import_graph(typing_too=True).items():
+        part = _part(module)
+        found.setdefault(part, set()).update(p for p in map(_part, edges) if p != part)
+    return found
+
+
+def test_every_part_of_the_package_has_a_row_in_the_layer_table() -> None:
+    assert sorted(set(part_graph()) - set(LAYERS)) == []
+    assert sorted(set(LAYERS) - set(part_graph())) == []
+
+
+def test_every_part_imports_only_what_the_layer_table_allows() -> None:
+    offenders = {
+        part: sorted(imported - LAYERS[part])
+        for part, imported in part_graph().items()
+        if imported - LAYERS.get(part, frozenset())
+    }
+    assert offenders == {}
+
+
+def test_the_layer_table_has_no_circle() -> None:
+    # so no two packages import each other (core and execution, checkpoint
+    # and observe were such a pair): the allowed imports are in layers
+    assert circles({part: set(allowed) for part, allowed in LAYERS.items()}) == []
+    assert circles(part_graph()) == []
+
+
+def test_the_layer_test_sees_a_part_that_imports_above_its_layer(tmp_path: Path) -> None:
+    # the check that guards the table, on a graph of its own
+    graph = {"core": {"execution", "checkpoint"}, "execution": {"core"}}
+    assert circles(graph) == [{"core", "execution"}]
+    assert graph["core"] - LAYERS["core"] == {"checkpoint"}
+
+
+#: where a module is imported by a name held in a string, with the reason;
+#: never a name written in the source (that is an ``import`` statement)
+IMPORTS_BY_NAME: dict[str, str] = {
+    "_app.py": "the user's app and migration functions, named on the command line",
+}
+
+_BY_NAME = {"import_module", "__import__", "resolve_name"}
+
+
+def _imports_by_name(path: Path) -> list[tuple[int, bool]]:
+    """Each call that imports a module by name: its line, and whether the name is a literal."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Attribute):
+            name = func.attr
+        else:
+            name = func.id if isinstance(func, ast.Name) else ""
+        if name in _BY_NAME:
+            first = node.args[0] if node.args else None
+            literal = isinstance(first, ast.Constant | ast.JoinedStr)
+            found.append((node.lineno, literal))
+    return found
+
+
+def test_no_module_is_imported_by_a_string() -> None:
+    # a layer reached by ``importlib.import_module("rivermark.x")`` is an import
+    # the tests above cannot see: lower layers offer registries the upper ones
+    # fill when imported (``statedata``, ``plugins.DOORS``), and the package's
+    # top level imports the optional layers with ``import`` statements
+    found = {
+        str(p.relative_to(PKG)): _imports_by_name(p)
+        for p in _modules()
+        if "testing" not in p.relative_to(PKG).parts
+    }
+    literal = {k: v for k, v in found.items() if any(lit for _, lit in v)}
+    assert literal == {}
+    unlisted = {k: v for k, v in found.items() if v and k not in IMPORTS_BY_NAME}
+    assert unlisted == {}
+    assert sorted(k for k in IMPORTS_BY_NAME if not found.get(k)) == []
+
+
+def test_the_string_import_finder_sees_each_form(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text(
+        "import importlib\n"
+        "importlib.import_module('rivermark.dask')\n"
+        "__import__(f'rivermark.{x}')\n"
+        "importlib.import_module(name)\n"
+    )
+    assert _imports_by_name(module) == [(2, True), (3, True), (4, False)]
 
 
 def test_production_code_imports_nothing_from_rivermark_testing() -> None:
@@ -211,6 +402,18 @@ def test_checkpoint_does_not_depend_on_connectors_or_dataframes() -> None:
     assert {k: v for k, v in offenders.items() if v} == {}
 
 
+def test_checkpoint_imports_nothing_from_observe() -> None:
+    # not even for type checking: the job publishes events to listeners
+    # (checkpoint/listeners.py); the observe layer attaches them when imported
+    offenders = {
+        str(p.relative_to(PKG)): sorted(
+            i for i in _imports(p, False) if i.startswith("rivermark.observe")
+        )
+        for p in _modules("checkpoint")
+    }
+    assert {k: v for k, v in offenders.items() if v} == {}
+
+
 def test_kafka_does_not_import_dask() -> None:
     # from_kafka_batched(dask=True) reaches Dask through plugins.door; the
     # Dask connector builds on the Kafka source, never the other way round
@@ -242,20 +445,14 @@ def test_no_import_circle_anywhere() -> None:
 TYPE_ONLY_CIRCLES: dict[frozenset[str], str] = {
     frozenset(
         {
+            "rivermark.checkpoint.cycle",
             "rivermark.checkpoint.handle",
             "rivermark.checkpoint.job",
-            "rivermark.observe.busy",
-            "rivermark.observe.control",
-            "rivermark.observe.endstate",
-            "rivermark.observe.metrics",
-            "rivermark.observe.notebook",
-            "rivermark.observe.progress",
-            "rivermark.observe.prometheus",
-            "rivermark.observe.ui",
+            "rivermark.checkpoint.listeners",
+            "rivermark.checkpoint.runloop",
         }
-    ): "a Job makes its observers (metrics, page, notebook output, control API, handle, "
-    "end state), "
-    "which annotate the job they are given as Job; no import runs in that direction",
+    ): "a Job hands itself to its handle and to its listeners, which annotate it as Job "
+    "(the cycle and the run loop tell the listeners); no import runs in that direction",
 }
 
 

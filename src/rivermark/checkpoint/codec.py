@@ -6,8 +6,8 @@ one msgpack document.  msgpack's own types carry ``None``, ``bool``,
 everything else rivermark's operators keep is an extension with a type tag
 (:class:`Tag`): tuples, sets, frozensets, integers beyond 64 bits,
 complex numbers, the ``DELETED`` and ``no_default`` markers,
-:class:`rivermark.KeyedState`, rivermark's own data classes of state (by a
-fixed table of names), numpy arrays, scalars and dtypes of a numeric,
+:class:`rivermark.KeyedState`, rivermark's own data classes of state (those
+registered with :func:`rivermark.statedata.register_state_class`), numpy arrays, scalars and dtypes of a numeric,
 boolean, string or time dtype, and pandas ``Series`` / ``DataFrame`` /
 ``Index`` whose columns have such dtypes (a tagged columnar form), and a
 mapping of keyed state written by its columns (:class:`.columns.Columns`:
@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import importlib
 import operator
 import pickle
 import sys
@@ -46,6 +45,7 @@ from typing import Any
 import msgpack
 
 from ..state import DELETED, KeyedState, no_default
+from ..statedata import registered, state_class
 from .columns import Columns, split_deleted
 from .errors import UntrustedStateError
 
@@ -87,31 +87,14 @@ class Tag(enum.IntEnum):
     PICKLE = 127
 
 
-#: rivermark's own classes that state holds, by name, with their module and the
-#: attributes their constructor takes as keywords (all of them): decoding calls
-#: only these constructors, never a class the file names
-_DATA_CLASSES = {
-    "KeyedLayout": (
-        "rivermark.dataframe.keyed",
-        ("template", "freq", "dtypes", "tails", "meta", "layout"),
-    ),
-    "KeyedAcc": ("rivermark.dataframe.partials", ("keys", "comps", "meta", "layout")),
-    "Moments": ("rivermark.dataframe.partials", ("n", "mean", "m2")),
-    "Remote": ("rivermark.dask.core", ("value",)),
-    # to_sql's tombstone, which an accumulator may hold as its last output
-    "Delete": ("rivermark.sinks.sqlstores", ("key",)),
-    "WindowResult": (
-        "rivermark.operators.eventtime",
-        ("start", "end", "key", "value", "final"),
-    ),
-}
-
-
 def _data_class_fields(value: Any) -> dict[str, Any] | None:
-    """The attributes of one of rivermark's classes in :data:`_DATA_CLASSES`, or ``None``."""
-    t = type(value)
-    known = _DATA_CLASSES.get(t.__qualname__)
-    if known is None or known[0] != t.__module__:
+    """The attributes of one of rivermark's classes registered for state, or ``None``.
+
+    The classes are registered by the layers that define them
+    (:mod:`rivermark.statedata`); the codec imports none of those layers.
+    """
+    known = registered(type(value))
+    if known is None:
         return None
     if dataclasses.is_dataclass(value):
         attrs = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
@@ -119,7 +102,7 @@ def _data_class_fields(value: Any) -> dict[str, Any] | None:
         attrs = dict(value._asdict())  # type: ignore[attr-defined]
     else:
         attrs = dict(getattr(value, "__dict__", {}))
-    return attrs if tuple(attrs) == known[1] else None
+    return attrs if tuple(attrs) == known else None
 
 
 _TUPLE_CODE = 1  # Tag.TUPLE, without the enum's cost per tuple
@@ -380,10 +363,10 @@ def _npdtype(v: str, dec: _Decoder) -> Any:
 
 def _dataclass(v: list[Any], dec: _Decoder) -> Any:
     name, fields = v
-    known = _DATA_CLASSES.get(name)
+    known = state_class(name) if isinstance(name, str) else None
     if known is None or not isinstance(fields, dict) or tuple(fields) != known[1]:
         raise ValueError(f"not a data class of rivermark's state: {name!r}")
-    return getattr(importlib.import_module(known[0]), name)(**fields)
+    return known[0](**fields)
 
 
 def _table(v: list[Any], dec: _Decoder) -> dict[Any, Any]:

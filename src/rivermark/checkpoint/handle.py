@@ -16,6 +16,7 @@ import concurrent.futures
 from typing import TYPE_CHECKING
 
 from ..core import runtime
+from .listeners import display
 
 if TYPE_CHECKING:  # pragma: no cover
     from .job import Job
@@ -70,9 +71,7 @@ class JobHandle:
         return self.job.savepoint()
 
     def _ipython_display_(self) -> None:
-        from ..observe.notebook import display_job
-
-        display_job(self.job)
+        display(self.job)
 
     def __repr__(self) -> str:
         state = "running" if not self.done else "ended"

@@ -19,9 +19,10 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from ..execution.node import Metadata as Metadata
+
 logger = logging.getLogger(__name__)
 
-Metadata = list[dict[str, Any]]
 
 __all__ = ["RefCounter", "Metadata", "retain_refs", "release_refs", "merge_metadata"]
 

@@ -17,8 +17,12 @@ import atexit
 import concurrent.futures
 import logging
 import threading
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Coroutine
 from typing import Any, TypeVar
+
+from ..execution.loops import current_loop as current_loop
+from ..execution.loops import gather_results as gather_results
+from ..execution.loops import in_loop_thread as in_loop_thread
 
 logger = logging.getLogger(__name__)
 
@@ -88,19 +92,6 @@ def stop_background_loop() -> None:
 atexit.register(stop_background_loop)
 
 
-def current_loop() -> asyncio.AbstractEventLoop | None:
-    """The loop running in this thread, or ``None``."""
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
-
-
-def in_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:
-    """Whether the calling thread is the one running ``loop``."""
-    return current_loop() is loop
-
-
 def run_sync(
     loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T], timeout: float | None = None
 ) -> T:
@@ -119,18 +110,3 @@ def run_sync(
         while not fut.done():
             concurrent.futures.wait((fut,), timeout=_SIGNAL_POLL)
     return fut.result(timeout)
-
-
-async def gather_results(results: list[Awaitable[Any]] | None) -> None:
-    """Await every awaitable in an ``update``/``_emit`` result list.
-
-    Awaitables may themselves produce further result lists (a node that emits
-    after awaiting); those are awaited too, so the caller has backpressure on
-    the whole downstream subgraph.
-    """
-    while results:
-        pending = results
-        results = []
-        for r in await asyncio.gather(*pending):
-            if r:
-                results.extend(r)

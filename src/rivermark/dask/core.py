@@ -55,6 +55,7 @@ from ..core import runtime
 from ..core.node import Stream, check_callable
 from ..core.refs import Metadata
 from ..errors import ConfigurationError
+from ..statedata import register_state_class
 from .batches import _OpenBatch, _Part
 from .client import _check_client, _futures_in
 from .client import _rebuild as _rebuild
@@ -407,3 +408,7 @@ def _register_scattered() -> dict[str, type]:
         DaskStream.register_api(attribute_name=streamz_name)(cls)
         made[streamz_name] = cls
     return made
+
+
+# a scattered node's state holds Remote in place of each future: checkpoints write it as data
+register_state_class(Remote, ("value",))

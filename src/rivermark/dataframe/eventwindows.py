@@ -23,7 +23,8 @@ window that closes in the middle of a batch can receive no more rows that
 are not late, what is emitted depends on the rows and their order alone,
 not on how they are cut into batches.
 
-The open windows are a :class:`~rivermark.KeyedState` ``{(key, start):
+The open windows are the record windows' store,
+:class:`~rivermark.operators.windowstore.OpenWindows`: ``{(key, start):
 (end, seq, partial[, last])}`` of plain values (numbers, strings, tuples), so
 a checkpoint writes the windows changed since the previous one, and nothing
 in it is a pickle.
@@ -31,7 +32,6 @@ in it is a pickle.
 
 from __future__ import annotations
 
-import heapq
 import logging
 import math
 from collections.abc import Callable, Sequence
@@ -44,16 +44,8 @@ import pandas as pd
 from ..core.node import Stream
 from ..core.refs import Metadata
 from ..core.timeutil import NANOS
-from ..operators.eventtime import (
-    Closed,
-    LateRecords,
-    Results,
-    _merge,
-    _sign,
-    _slot,
-    in_close_order,
-)
-from ..state import KeyedState, as_keyed
+from ..operators.eventtime import LateRecords, Results, _merge
+from ..operators.windowstore import Closed, OpenWindows, exact_sign, in_close_order, slot
 from .running import ConformingNode, OpName
 
 logger = logging.getLogger(__name__)
@@ -105,7 +97,7 @@ class WindowSpec:
 def slots(ts: np.ndarray, width: float, offset: float, shift: float = 0.0) -> np.ndarray:
     """``floor((ts - offset - shift) / width)`` per time, exact on the float values.
 
-    The same index as the record windows' (``operators.eventtime._slot``):
+    The same index as the record windows' (``operators.windowstore.slot``):
     numpy's division decides every time far from a slot boundary, and
     integral times with integral window parameters exactly; the few others
     near a boundary are decided with fractions.
@@ -120,7 +112,7 @@ def slots(ts: np.ndarray, width: float, offset: float, shift: float = 0.0) -> np
         unsure &= ~((ts == np.floor(ts)) & (np.abs(ts - offset - shift) < 2.0**52))
     out = k.astype(np.int64)
     for i in np.flatnonzero(unsure):
-        out[i] = _slot(float(ts[i]), width, offset, shift)
+        out[i] = slot(float(ts[i]), width, offset, shift)
     return out
 
 
@@ -131,7 +123,7 @@ def _below(a: np.ndarray, b: float, c: np.ndarray) -> np.ndarray:
         unsure = np.isfinite(c) & (np.abs(d) <= (np.abs(a) + abs(b) + np.abs(c)) * 1e-12)
     out: np.ndarray = d < 0
     for i in np.flatnonzero(unsure):
-        out[i] = _sign(float(a[i]), b, -float(c[i])) < 0
+        out[i] = exact_sign(float(a[i]), b, -float(c[i])) < 0
     return out
 
 
@@ -264,12 +256,9 @@ class FrameWindow(ConformingNode):
         self.time_dtype = time_dtype
         self.op = OpName(op)
         self.schema = None
-        self._open = KeyedState()
-        self._seq = 0
+        #: the open windows
+        self.store = OpenWindows(clock, spec.grace, spec.gap if spec.sessions else None)
         self._rows = 0
-        self._heap: list[tuple[float, float, int, Any]] = []
-        #: per key, the starts of its open sessions (derived from the open windows)
-        self._sessions: dict[Any, list[float]] = {}
         self._late: LateRecords | None = None
         #: rows that arrived after (one of) their window(s) had closed
         self.late_count = 0
@@ -288,7 +277,7 @@ class FrameWindow(ConformingNode):
     @property
     def open_windows(self) -> int:
         """How many windows (per key) are open now."""
-        return len(self._open)
+        return len(self.store)
 
     def update(
         self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
@@ -317,7 +306,7 @@ class FrameWindow(ConformingNode):
     def _updated(self) -> Results:
         """``emit="updates"``: pass on the windows the batch changed, as they are now."""
         touched, self._touched = self._touched, []
-        open_ = self._open
+        open_ = self.store.open
         now = []
         for k, start in dict.fromkeys(touched):
             cur = open_.get((k, start))
@@ -356,20 +345,20 @@ class FrameWindow(ConformingNode):
         data[_SEQ] = seqs if take is None else seqs[take]
         return pd.DataFrame(data, copy=False)
 
-    def _grouped(self, rows: pd.DataFrame, by: list[Any]) -> tuple[list[Any], list[Any]]:
+    def _grouped(self, rows: pd.DataFrame, by: list[Any]) -> tuple[pd.Index, list[Any]]:
         """The group labels of ``rows`` by ``by`` and each group's partial."""
         grouped = rows.groupby(by, sort=True, observed=True, dropna=True)
-        labels = grouped.size().index.tolist()
+        labels = grouped.size().index
         codes = _codes(grouped) if callable(self.how) else np.empty(0, np.int64)
         return labels, self.partials.of_groups(grouped, codes, rows)
 
-    def _key(self, label: Any) -> tuple[Any, Any]:
-        """``(key, window)`` of a group label of ``(*by, window)``."""
+    def _keys(self, labels: pd.Index) -> list[Any]:
+        """The key of each group label of ``(*by, window)`` (None without ``by``)."""
         if not self.by:
-            return None, label
+            return [None] * len(labels)
         if len(self.by) == 1:
-            return label[0], label[1]
-        return tuple(label[:-1]), label[-1]
+            return list(labels.get_level_values(0).tolist())
+        return list(zip(*(labels.get_level_values(i).tolist() for i in range(len(self.by)))))
 
     def _add_fixed(
         self, x: pd.DataFrame, times: np.ndarray, marks: np.ndarray, seqs: np.ndarray
@@ -400,14 +389,17 @@ class FrameWindow(ConformingNode):
             self._merge_fixed(labels, parts)
         return late
 
-    def _merge_fixed(self, labels: list[Any], parts: list[Any]) -> None:
-        spec, open_, combine = self.spec, self._open, self.partials.combine
-        for label, part in zip(labels, parts):
-            k, w = self._key(label)
-            start = spec.offset + w * spec.step
-            cur = open_.get((k, start))
+    def _merge_fixed(self, labels: pd.Index, parts: list[Any]) -> None:
+        spec, store, combine = self.spec, self.store, self.partials.combine
+        open_ = store.open
+        get = open_.get
+        windows = labels.get_level_values(-1).to_numpy()
+        # the same floats as offset + w * step per window (int64 to float64 is exact here)
+        starts = (spec.offset + windows.astype(np.float64) * spec.step).tolist()
+        for k, start, part in zip(self._keys(labels), starts, parts):
+            cur = get((k, start))
             if cur is None:
-                self._open_window(k, start, start + spec.size, part)
+                store.open_window(k, start, start + spec.size, part)
             else:
                 open_[(k, start)] = (cur[0], cur[1], combine(cur[2], part))
             if spec.updates:
@@ -434,8 +426,9 @@ class FrameWindow(ConformingNode):
         has_key = codes >= 0
         if not has_key.all():  # rows whose key is missing are in no window
             rows, t, codes = rows[has_key].copy(), t[has_key], codes[has_key]
-        old = [(c, s) for c, k in enumerate(keys) for s in self._sessions.get(k, ())]
-        old_last = [self._open[(keys[c], s)][3] for c, s in old]
+        store = self.store
+        old = [(c, s) for c, k in enumerate(keys) for s in store.session_starts(k)]
+        old_last = [store.open[(keys[c], s)][3] for c, s in old]
         item_code = np.concatenate([codes, np.array([c for c, _ in old], dtype=np.int64)])
         item_start = np.concatenate([t, np.array([s for _, s in old], dtype=float)])
         item_last = np.concatenate([t, np.array(old_last, dtype=float)])
@@ -454,7 +447,8 @@ class FrameWindow(ConformingNode):
         seg_last = np.maximum.reduceat(sl, np.flatnonzero(new))
         seg_key = sc[new]
         rows[_WINDOW] = seg_of[: len(t)]
-        labels, parts = self._grouped(rows, [_WINDOW])
+        index, parts = self._grouped(rows, [_WINDOW])
+        labels = index.tolist()
         olds: dict[int, list[tuple[float, Any]]] = {}
         for i, (c, s) in enumerate(old):
             olds.setdefault(int(seg_of[len(t) + i]), []).append((s, c))
@@ -467,51 +461,24 @@ class FrameWindow(ConformingNode):
     def _merge_session(
         self, k: Any, start: float, last: float, part: Any, olds: list[tuple[float, Any]]
     ) -> None:
-        open_, combine = self._open, self.partials.combine
+        store, combine = self.store, self.partials.combine
         acc = part
         for s, _ in sorted(olds, key=lambda o: o[0]):
-            acc = combine(open_.pop((k, s))[2], acc)
-        if olds:
-            gone = {s for s, _ in olds}
-            self._sessions[k] = [s for s in self._sessions[k] if s not in gone]
+            acc = combine(store.open[(k, s)][2], acc)
         start, last = float(start), float(last)
-        self._sessions.setdefault(k, []).append(start)
-        self._sessions[k].sort()
-        self._open_window(k, start, last + self.spec.gap, acc, last)
+        merged = [s for s, _ in olds] if olds else ()
+        store.join_sessions(k, merged, start, last + self.spec.gap, acc, last)
         if self.spec.updates:
             self._touched.append((k, start))
-
-    def _open_window(self, k: Any, start: float, end: float, acc: Any, *extra: Any) -> None:
-        seq = self._seq
-        self._open[(k, start)] = (end, seq, acc, *extra)
-        self._seq = seq + 1
-        heapq.heappush(self._heap, (end, start, seq, k))
 
     # ------------------------------------------------------------------ windows out
     def next_due(self) -> float:
         """The watermark at which this node's next window may close (+inf: none open)."""
-        heap = self._heap
-        return heap[0][0] + self.spec.grace if heap else math.inf
+        return self.store.next_due()
 
     def close_until(self, watermark: float) -> Results:
         """Emit every window whose end plus grace is at or below ``watermark``, as one DataFrame."""
-        heap, open_, grace = self._heap, self._open, self.spec.grace
-        closed: list[Closed] = []
-        while heap and heap[0][0] + grace <= watermark:
-            end, start, seq, k = heap[0]
-            cur = open_.get((k, start))
-            if cur is None or cur[0] != end or cur[1] != seq:
-                heapq.heappop(heap)
-                continue  # a session that grew or merged: its newer entry decides
-            if self.spec.sessions and _sign(cur[3], self.spec.gap, grace, -watermark) > 0:
-                break  # rounding in end + grace: the exact rule says not yet
-            heapq.heappop(heap)
-            del open_[(k, start)]
-            if self.spec.sessions:
-                self._sessions[k].remove(start)
-                if not self._sessions[k]:
-                    del self._sessions[k]
-            closed.append((end, start, seq, k, cur[2]))
+        closed = self.store.pop_due(watermark)
         if not closed:
             return None
         frame = self._results(closed)
@@ -563,26 +530,16 @@ class FrameWindow(ConformingNode):
 
     # ------------------------------------------------------------------ state
     def records_held(self) -> int | None:
-        return len(self._open)
+        return len(self.store)
 
     def get_state(self) -> Any:
         # the live container: the checkpoint takes its changed windows at the barrier
-        return {"open": self._open, "seq": self._seq, "rows": self._rows, "schema": self.schema}
+        return {**self.store.get_state(), "rows": self._rows, "schema": self.schema}
 
     def set_state(self, state: Any) -> None:
-        self._open = as_keyed(state["open"])
-        self._seq = int(state["seq"])
+        self.store.set_state(state)
         self._rows = int(state["rows"])
         self.schema = state.get("schema")
-        self._heap = [(v[0], start, v[1], k) for (k, start), v in self._open.items()]
-        heapq.heapify(self._heap)
-        sessions: dict[Any, list[float]] = {}
-        if self.spec.sessions:
-            for k, s in self._open:
-                sessions.setdefault(k, []).append(s)
-            for starts in sessions.values():
-                starts.sort()
-        self._sessions = sessions
 
     def state_signature(self) -> str:
         how = self.how if isinstance(self.how, str) else getattr(self.how, "__qualname__", "func")

@@ -47,6 +47,7 @@ import numpy as np
 import pandas as pd
 
 from ..state import KeyedState
+from ..statedata import register_state_class
 from .partials import KeyedAcc
 
 logger = logging.getLogger(__name__)
@@ -257,3 +258,7 @@ def _column(values: list[Any], dtype: np.dtype[Any], tail: tuple[int, ...]) -> n
         return np.fromiter(values, dtype=object, count=len(values))
     out = np.array(values, dtype=dtype)
     return out.reshape((len(values),) + tail)
+
+
+# a grouped aggregation's state: checkpoints write it as data
+register_state_class(KeyedLayout, ("template", "freq", "dtypes", "tails", "meta", "layout"))

@@ -21,6 +21,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
+from ..statedata import register_state_class
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
@@ -295,3 +297,8 @@ class KeyedAcc:
 
     def __repr__(self) -> str:
         return f"<KeyedAcc keys={len(self.keys)} comps={len(self.comps)}>"
+
+
+# the partials of running aggregations: checkpoints write them as data
+register_state_class(Moments, ("n", "mean", "m2"))
+register_state_class(KeyedAcc, ("keys", "comps", "meta", "layout"))

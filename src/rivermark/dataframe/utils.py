@@ -16,7 +16,7 @@ True
 
 from __future__ import annotations
 
-import importlib
+import sys
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -51,7 +51,8 @@ def is_index_like(x: Any) -> bool:
 
 def get_dataframe_package(x: Any) -> ModuleType:
     """The top-level package that defines the type of ``x`` (``pandas`` for a pandas frame)."""
-    return importlib.import_module(type(x).__module__.split(".")[0])
+    # the type exists, so its package is imported: looked up, not imported
+    return sys.modules[type(x).__module__.split(".")[0]]
 
 
 def get_base_frame_type(

@@ -14,15 +14,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..core import runtime
-from . import delivery
-from .node import Node
+from . import delivery, loops
+from .node import Metadata, Node
 from .plan import plan_of
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ..core.refs import Metadata
 
 __all__ = ["emit"]
 
@@ -39,9 +35,9 @@ def emit(node: Node, x: Any, asynchronous: bool, metadata: Metadata | None) -> A
             return None
         # a synchronous node may still hand back awaitables when the caller
         # runs on a loop (zip's backpressure on a full buffer): await them
-        return runtime.gather_results(results) if results else _done()
+        return loops.gather_results(results) if results else _done()
     deferred = plan.deferred(node)
-    if runtime.in_loop_thread(loop):
+    if loops.in_loop_thread(loop):
         return _emit_on_loop(node, x, asynchronous, metadata, deferred)
     coro = (
         _emit_and_deliver(node, x, metadata, deferred)
@@ -67,15 +63,15 @@ def _emit_on_loop(
         before = delivery.counts(deferred)
         results = node._emit(x, metadata)
         waits = delivery.waits(deferred, before)
-        return runtime.gather_results([*(results or ()), *waits])
+        return loops.gather_results([*(results or ()), *waits])
     results = node._emit(x, metadata)
     if asynchronous:
-        return runtime.gather_results(results)
+        return loops.gather_results(results)
     return results
 
 
 async def _emit_and_wait(node: Node, x: Any, metadata: Metadata | None) -> None:
-    await runtime.gather_results(node._emit(x, metadata))
+    await loops.gather_results(node._emit(x, metadata))
 
 
 async def _emit_and_deliver(
@@ -88,7 +84,7 @@ async def _emit_and_deliver(
     before = delivery.counts(deferred)
     results = node._emit(x, metadata)
     waits: list[Awaitable[Any]] = [*(results or ()), *delivery.waits(deferred, before)]
-    await runtime.gather_results(waits)
+    await loops.gather_results(waits)
 
 
 async def _done() -> None:

@@ -17,7 +17,10 @@ import itertools
 from collections.abc import Awaitable, Iterator
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["Node", "Results"]
+__all__ = ["Node", "Results", "Metadata"]
+
+#: a tracked record's metadata (a list of dicts, as in streamz; see ``core.refs``)
+Metadata = list[dict[str, Any]]
 
 #: what an update returns: None, or awaitables of work still running below
 Results = list[Awaitable[Any]] | None

@@ -19,7 +19,7 @@ Nothing restates the step: a change to the method changes every path.
 What folding knows (and nothing else):
 
 * the node's fixed configuration: the attributes its class declares with
-  :class:`~rivermark.core.config.Fixed` (``self.args`` and ``self._args``);
+  :class:`~rivermark.execution.fixed.Fixed` (``self.args`` and ``self._args``);
 * in a graph, where every record is untracked, ``metadata`` is ``None``;
   ``who`` is the upstream the record comes from, ``self.upstreams`` and
   ``self.downstreams`` are the graph's shape, and a method marked
@@ -64,7 +64,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
-from ..core.config import Fixed
+from .fixed import Fixed
 from .node import Node
 
 __all__ = [
@@ -279,7 +279,7 @@ _FIXED: weakref.WeakKeyDictionary[type, dict[str, str]] = weakref.WeakKeyDiction
 
 
 def _fixed_slots(cls: type) -> dict[str, str]:
-    """Attribute -> slot of every :class:`~rivermark.core.config.Fixed` of ``cls`` (both names)."""
+    """Attribute -> slot of every :class:`~rivermark.execution.fixed.Fixed` of ``cls`` (both names)."""
     found = _FIXED.get(cls)
     if found is not None:
         return found

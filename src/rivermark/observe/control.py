@@ -52,12 +52,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..checkpoint.signing import check_private, refuse_empty
 from ..errors import ConfigurationError, RivermarkError
 from .endstate import run_state
-from .metrics import COUNTS
+from .metrics import COUNTS, metrics_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Iterable
 
-    from ..checkpoint.job import CheckpointFailure, CheckpointInfo, Job
+    from ..checkpoint.job import Job
+    from ..checkpoint.listeners import CheckpointFailure, CheckpointInfo
 
 logger = logging.getLogger(__name__)
 
@@ -306,7 +307,7 @@ class JobControl:
             "uptime_seconds": round(time.time() - (job.started_at or self.started), 3),
             # per node, every count since the job first started (they carry over a restore)
             "counts": {
-                nid: dict(zip(COUNTS, values)) for nid, values in job.metrics.totals().items()
+                nid: dict(zip(COUNTS, values)) for nid, values in metrics_of(job).totals().items()
             },
         }
 

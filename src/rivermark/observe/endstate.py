@@ -1,30 +1,10 @@
-"""One vocabulary for how a run stands and how it ended, with the reason.
+"""How a run stands and how it ended, in the words every display uses.
 
-Every place that shows a job (the live page, the terminal, ``rivermark run``,
-the notebook widget, ``GET /api/job``, the checkpoint history) words its
-state with :func:`run_state`:
+The vocabulary (:class:`RunState`, :func:`run_state`, the table of states)
+is the job's own and lives in :mod:`rivermark.checkpoint.runstate`; it is
+re-exported here for the displays.  :func:`last_run` is the reader's side:
+how the run recorded in a store stands for someone who holds no lock.
 
-=============  ==============================================================
-state          meaning
-=============  ==============================================================
-not started    ``run()`` was not called yet
-running        recovered and taking records (``stopping`` once a stop is asked)
-stopped        a stop ended it: ``Job.stop()``, ``rivermark stop``, Ctrl-C or
-               SIGTERM; its final checkpoint is written, it resumes from there
-finished       every source reached the end of its input; final checkpoint written
-failed         an exception ended it (a node, a source, a sink, a checkpoint
-               write); the reason names it; it resumes from the last checkpoint
-killed         it ended without a final checkpoint or a recorded failure
-               (SIGKILL, a second Ctrl-C, the machine went down); only a later
-               reader of its checkpoint store can tell (:func:`previous_run`)
-=============  ==============================================================
-
-``rivermark run`` exits 0 after ``finished`` and ``stopped``, 1 (or the
-error's own status) after ``failed``, and 128 + the signal number when a
-signal killed it (137 for SIGKILL, 130 for a second Ctrl-C).
-
->>> RunState("stopped", "Ctrl-C (SIGINT)").text
-'stopped (Ctrl-C (SIGINT))'
 >>> RunState("finished", "end of input").text
 'finished (end of input)'
 """
@@ -32,14 +12,19 @@ signal killed it (137 for SIGKILL, 130 for a second Ctrl-C).
 from __future__ import annotations
 
 import os
-import signal
 import socket
-import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ..checkpoint.job import Job
+from ..checkpoint.runstate import END_OF_INPUT as END_OF_INPUT
+from ..checkpoint.runstate import ENDED_STATES as ENDED_STATES
+from ..checkpoint.runstate import KILLED_REASON as KILLED_REASON
+from ..checkpoint.runstate import RunState as RunState
+from ..checkpoint.runstate import ended_record as ended_record
+from ..checkpoint.runstate import failure_text as failure_text
+from ..checkpoint.runstate import previous_run as previous_run
+from ..checkpoint.runstate import run_record as run_record
+from ..checkpoint.runstate import run_state as run_state
+from ..checkpoint.runstate import signal_reason as signal_reason
 
 __all__ = [
     "RunState",
@@ -49,95 +34,9 @@ __all__ = [
     "ended_record",
     "run_record",
     "ENDED_STATES",
+    "failure_text",
     "signal_reason",
 ]
-
-#: the states a run can end in
-ENDED_STATES = ("stopped", "finished", "failed", "killed")
-
-#: why a run that reached the end of its input ended
-END_OF_INPUT = "end of input"
-#: why a run that ended without a word is taken as killed
-KILLED_REASON = (
-    "it ended without a final checkpoint or a recorded failure (SIGKILL, a second Ctrl-C, "
-    "or the machine went down); it resumes from its last complete checkpoint"
-)
-
-
-@dataclass(frozen=True)
-class RunState:
-    """A run's state (see the module's table) and why it is in it ("" while it runs)."""
-
-    state: str
-    reason: str = ""
-    #: unix time the run ended (None: it has not)
-    ended_at: float | None = None
-
-    @property
-    def text(self) -> str:
-        return self.state if not self.reason else f"{self.state} ({self.reason})"
-
-    @property
-    def ended(self) -> bool:
-        return self.state in ENDED_STATES
-
-
-def failure_text(exc: BaseException) -> str:
-    """An exception as one line: ``KeyError: 'x'`` (the first line of its message)."""
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0][:500]}" if text else type(exc).__name__
-
-
-def signal_reason(signum: int) -> str:
-    """Why a signal stopped a run: ``Ctrl-C (SIGINT)``, ``SIGTERM``."""
-    name = signal.Signals(signum).name
-    return "Ctrl-C (SIGINT)" if signum == signal.SIGINT else name
-
-
-def run_state(job: Job) -> RunState:
-    """How ``job``'s current (or last) run stands."""
-    if job.running:
-        return RunState("stopping" if job.stop_requested else "running")
-    if job.ended_at is None:
-        return RunState("not started")
-    failure = job.ended_by
-    if failure is not None:
-        return RunState("failed", failure_text(failure), job.ended_at)
-    if job.stop_requested:
-        return RunState("stopped", job.stop_reason or "Job.stop()", job.ended_at)
-    return RunState("finished", END_OF_INPUT, job.ended_at)
-
-
-def ended_record(state: RunState) -> dict[str, Any]:
-    """What a job writes into its store's ``job.json`` when its run ends."""
-    return {"state": state.state, "reason": state.reason, "time": state.ended_at or time.time()}
-
-
-def previous_run(info: dict[str, Any] | None) -> RunState | None:
-    """How the run recorded in a store's ``job.json`` ended (None: unknown, or none yet).
-
-    A run records ``"ended": null`` when it starts and its end state when it
-    ends; a record still null when it is read by a later run (or by a reader
-    while no job holds the store) means the run was killed.
-
-    >>> previous_run({"ended": {"state": "stopped", "reason": "rivermark stop", "time": 5.0}})
-    RunState(state='stopped', reason='rivermark stop', ended_at=5.0)
-    >>> previous_run({"ended": None}).state
-    'killed'
-    >>> previous_run({}) is None
-    True
-    """
-    if not info or "ended" not in info:
-        return None  # written by an older version, or no run yet
-    ended = info["ended"]
-    if not isinstance(ended, dict):
-        return RunState("killed", KILLED_REASON)
-    return RunState(str(ended.get("state")), str(ended.get("reason", "")), ended.get("time"))
-
-
-def run_record() -> dict[str, Any]:
-    """Where a run is (``host``, ``pid``): recorded in ``job.json`` while it runs."""
-    return {"host": socket.gethostname(), "pid": os.getpid()}
 
 
 def _alive(pid: int) -> bool:

@@ -51,18 +51,25 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from ..checkpoint.counts import COUNTS as COUNTS
+from ..checkpoint.counts import EventTimeWindows as EventTimeWindows
+from ..checkpoint.counts import totals
+from ..checkpoint.listeners import JobListener, attach_listener
+from ..checkpoint.options import JobOptions
 from ..core.graph import ancestors
 from ..core.node import Stream
-from ..sources.base import Source
+from ..errors import ConfigurationError
 from .busy import BusySampler
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..checkpoint.job import CheckpointFailure, CheckpointInfo, Job
+    from ..checkpoint.job import Job
+    from ..checkpoint.listeners import CheckpointFailure, CheckpointInfo
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "Metrics",
+    "metrics_of",
     "Snapshot",
     "NodeMetrics",
     "SourceMetrics",
@@ -86,17 +93,6 @@ class EventTimeClock(Protocol):
     def watermark(self) -> float: ...
 
     def partition_watermarks(self) -> dict[str, float]: ...
-
-
-@runtime_checkable
-class EventTimeWindows(Protocol):
-    """A node that keeps event-time windows, as the metrics read it (from another thread)."""
-
-    #: records (DataFrame rows) that arrived after their window had closed
-    late_count: int
-
-    @property
-    def open_windows(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -254,10 +250,6 @@ def _error_texts(n: Stream) -> tuple[str | None, str | None]:
     return _text(record), f"{type(exc).__name__}: {str(exc)[:300]}"
 
 
-#: what a checkpoint's ``counts`` hold per node, in this order (totals since the job first
-#: started; a checkpoint of an older version holds the first two)
-COUNTS = ("records_in", "records_out", "errors_raised", "errors_skipped", "errors_handled", "late")
-
 #: histogram buckets (upper bounds) of the checkpoints' duration and pause (s) and size (bytes)
 BUCKETS = {
     "duration": (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
@@ -288,8 +280,12 @@ class _Histogram:
         return out
 
 
-class Metrics:
-    """Reads a :class:`Job`'s figures; rates are per second since the previous :meth:`read`."""
+class Metrics(JobListener):
+    """Reads a :class:`Job`'s figures; rates are per second since the previous :meth:`read`.
+
+    Every job has one (``job.metrics``, :func:`metrics_of`), attached as a
+    listener when the job is made; it reads the graph when asked.
+    """
 
     def __init__(self, job: Job) -> None:
         self.job = job
@@ -333,30 +329,6 @@ class Metrics:
                 self._sampler = BusySampler(self.job)
         self._sampler.start()
 
-    def _outs(self) -> dict[int, int]:
-        """``records_out`` of every node, derived where the node does not count it."""
-        outs: dict[int, int] = {}
-        for n in self.job.nodes:  # topological: upstreams first
-            outs[id(n)] = self._out(n, outs)
-        return outs
-
-    @staticmethod
-    def _in(n: Stream, outs: dict[int, int]) -> int:
-        if isinstance(n, Source):
-            return n.emitted_now()
-        if not n.upstreams:
-            return n.records_out
-        return sum(outs.get(id(u), 0) for u in n.upstreams)
-
-    def _out(self, n: Stream, outs: dict[int, int]) -> int:
-        if isinstance(n, Source):
-            return n.emitted_now()
-        if not n.downstreams:
-            return 0
-        if n.derived_out:
-            return n.derive_records_out([outs.get(id(u), 0) for u in n.upstreams])
-        return n.records_out
-
     def _busy(self, ids: dict[int, str]) -> tuple[dict[str, float], dict[str, float]]:
         """Busy seconds per node, and backpressure: the busy seconds of everything below it."""
         busy = {} if self._sampler is None else self._sampler.busy_seconds()
@@ -393,17 +365,7 @@ class Metrics:
         raised, skipped and handled, late records.  A checkpoint of an older
         version carries records in and out only.
         """
-        outs = self._outs()
-        carried = self.job.restored_counts
-        totals = {}
-        for n in self.job.nodes:
-            nid = self.job.id_of(n)
-            before = [*carried.get(nid, ()), 0, 0, 0, 0, 0, 0][: len(COUNTS)]
-            late = n.late_count if isinstance(n, EventTimeWindows) else 0
-            raised = max(n.error_count - n.errors_skipped - n.errors_handled, 0)
-            now = [self._in(n, outs), outs[id(n)], raised, n.errors_skipped, n.errors_handled, late]
-            totals[nid] = [a + b for a, b in zip(now, before)]
-        return totals
+        return totals(self.job.nodes, self.job.id_of, self.job.restored_counts)
 
     def read(self) -> Snapshot:
         """The figures now (thread-safe; reading costs one pass over the graph)."""
@@ -499,3 +461,18 @@ class Metrics:
             checkpoint_failures=tuple(list(job.checkpoint_failures)),
             checkpoints_failed=job.checkpoints_failed,
         )
+
+
+def metrics_of(job: Job) -> Metrics:
+    """``job``'s metrics (``job.metrics``), typed."""
+    metrics = job.listener("metrics")
+    if not isinstance(metrics, Metrics):
+        raise ConfigurationError(f"{job!r} has no metrics: it was made before rivermark.observe")
+    return metrics
+
+
+def _job_metrics(job: Job, options: JobOptions) -> Metrics:
+    return Metrics(job)
+
+
+attach_listener("metrics", _job_metrics)

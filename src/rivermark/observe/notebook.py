@@ -26,10 +26,13 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..checkpoint.listeners import CheckpointFailure, CheckpointInfo, JobListener
+from ..checkpoint.runstate import RunState
 from ..core.node import Stream
 from ..errors import ConfigurationError
 from ..sinks.basic import Sink
 from .endstate import run_state
+from .metrics import metrics_of
 from .progress import checkpoint_text, progress_line
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -126,7 +129,7 @@ def node_output(node: Stream, interval: float = 0.25) -> Any:
 
 
 def _job_html(job: Job) -> str:
-    snap = job.metrics.read()
+    snap = metrics_of(job).read()
     state = html.escape(run_state(job).text)
     rows = "".join(
         f"<tr><td>{html.escape(s.id)}</td><td>{s.records:,}</td><td>{s.rate:,.0f}/s</td>"
@@ -142,19 +145,44 @@ def _job_html(job: Job) -> str:
     )
 
 
-def _follow_job(job: Job, set_html: SetHtml, interval: float) -> None:
-    job.metrics.watch()
+class _JobView(JobListener):
+    """Redraws a job's output every ``interval`` seconds, and at once when a checkpoint
+    completes or fails and when the run ends (the job's listener until then)."""
 
-    def refresh() -> None:
+    def __init__(self, job: Job, set_html: SetHtml, interval: float) -> None:
+        self.job = job
+        self.set_html = set_html
+        self.interval = interval
+        self._changed = threading.Event()
+
+    def checkpoint_completed(self, info: CheckpointInfo) -> None:
+        self._changed.set()
+
+    def checkpoint_failed(self, failure: CheckpointFailure) -> None:
+        self._changed.set()
+
+    async def stopped(self, job: Job, state: RunState) -> None:
+        self._changed.set()
+
+    def refresh(self) -> None:
         # until the job has run and ended: a job displayed before run() waits for it
-        while True:
-            ended = job.ended_at is not None
-            set_html(_job_html(job))
-            if ended:
-                return
-            job.wait_ended(interval)
+        try:
+            while True:
+                ended = self.job.ended_at is not None
+                self.set_html(_job_html(self.job))
+                if ended:
+                    return
+                self._changed.wait(self.interval)
+                self._changed.clear()
+        finally:
+            self.job.remove_listener(self)
 
-    threading.Thread(target=refresh, name="rivermark-notebook", daemon=True).start()
+
+def _follow_job(job: Job, set_html: SetHtml, interval: float) -> None:
+    metrics_of(job).watch()
+    view = _JobView(job, set_html, interval)
+    job.add_listener(view)
+    threading.Thread(target=view.refresh, name="rivermark-notebook", daemon=True).start()
 
 
 def job_output(job: Job, interval: float = 0.5) -> Any:

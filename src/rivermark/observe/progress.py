@@ -19,8 +19,9 @@
   stop``) and a summary (records per source, outputs per sink, skipped and
   dead-lettered records, checkpoints written, elapsed time).
 
-The reporter reads :class:`~rivermark.observe.metrics.Metrics` from its own
-thread; it never touches the job's event loop.
+The reporter is one of the job's listeners (it hears the run start and
+end) and reads :class:`~rivermark.observe.metrics.Metrics` from its own
+thread; it never works on the job's event loop.
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ import threading
 import time
 from typing import IO, TYPE_CHECKING, Any
 
+from ..checkpoint.listeners import JobListener
 from .endstate import RunState, run_state
-from .metrics import NodeMetrics, Snapshot, SourceMetrics
+from .metrics import NodeMetrics, Snapshot, SourceMetrics, metrics_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..checkpoint.job import Job
@@ -324,7 +326,7 @@ def _event_time_table(snap: Snapshot) -> Any:
     return table
 
 
-class ProgressReporter:
+class ProgressReporter(JobListener):
     """Shows a running job's progress on ``out`` from a thread (see the module docs)."""
 
     def __init__(
@@ -344,33 +346,46 @@ class ProgressReporter:
                 live = False
         self.live = live
         self._stop = threading.Event()
+        #: set once the run started (or ended without starting), or the reporter stops
+        self._began = threading.Event()
         self._thread: threading.Thread | None = None
 
+    async def started(self, job: Job) -> None:
+        self._began.set()
+
+    async def stopped(self, job: Job, state: RunState) -> None:
+        self._began.set()
+
     def start(self) -> None:
+        """Listen to the job and report from a thread of its own until :meth:`stop`."""
+        self.job.add_listener(self)
+        if self.job.running or self.job.ended_at is not None:
+            self._began.set()  # it started before the reporter
         self._thread = threading.Thread(target=self._run, name="rivermark-progress", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
+        self._began.set()
         if self._thread is not None:
             self._thread.join(10)
+        self.job.remove_listener(self)
 
     def _print(self, text: str) -> None:
         self.out.write(text + "\n")
         self.out.flush()
 
     def _wait_started(self) -> bool:
-        while not self._stop.is_set():
-            if self.job.running or self.job.ended_at is not None:
-                return True
-            self._stop.wait(0.02)
+        self._began.wait()
+        if not self._stop.is_set():
+            return True
         return self.job.started_at is not None
 
     def _run(self) -> None:
         if not self._wait_started():
             return
         self._print(start_line(self.job))
-        metrics = self.job.metrics
+        metrics = metrics_of(self.job)
         metrics.watch()
         if self.live:
             self._run_live()
@@ -383,7 +398,7 @@ class ProgressReporter:
         from rich.live import Live
 
         console = Console(file=self.out)
-        metrics = self.job.metrics
+        metrics = metrics_of(self.job)
 
         def draw() -> Any:
             return _table(metrics.read(), console.width)
@@ -395,5 +410,5 @@ class ProgressReporter:
 
     def summary(self) -> None:
         """Print the end-of-run summary."""
-        for line in summary_lines(self.job.metrics.read(), run_state(self.job)):
+        for line in summary_lines(metrics_of(self.job).read(), run_state(self.job)):
             self._print(line)

@@ -14,10 +14,16 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ..checkpoint.listeners import JobListener, attach_listener
+from ..checkpoint.options import JobOptions, check_port
+from ..checkpoint.runstate import RunState
 from ..errors import ConfigurationError
-from .metrics import Metrics, Snapshot
+from .metrics import Metrics, Snapshot, metrics_of
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..checkpoint.job import Job
 
 logger = logging.getLogger(__name__)
 
@@ -210,17 +216,15 @@ class _Collector:
         return []  # no reading at registration
 
 
-class MetricsServer:
+class MetricsServer(JobListener):
     """Serves ``metrics`` in Prometheus text format at ``http://addr:port/metrics``.
 
-    ``port=0`` picks a free port (see :attr:`port` after :meth:`start`).
+    ``port=0`` picks a free port (see :attr:`port` after :meth:`start`).  As
+    a job's listener (``Job(metrics_port=...)``) it serves while the job runs.
     """
 
     def __init__(self, metrics: Metrics, port: int, addr: str = "127.0.0.1") -> None:
-        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-            raise ConfigurationError(
-                f"metrics_port must be a TCP port number (0-65535), got {port!r}; pass e.g. 9100"
-            )
+        check_port(port, "metrics_port", "9100")
         self.metrics = metrics
         self.addr = addr
         self.port = port
@@ -260,6 +264,15 @@ class MetricsServer:
     def url(self) -> str:
         return f"http://{self.addr}:{self.port}/metrics"
 
+    async def started(self, job: Job) -> None:
+        self.start()
+
+    async def stopped(self, job: Job, state: RunState) -> None:
+        self.stop()
+
+    def served_at(self) -> str | None:
+        return self.url
+
     def stop(self) -> None:
         server, self._server = self._server, None
         if server is not None:
@@ -268,3 +281,12 @@ class MetricsServer:
         if self._thread is not None:
             self._thread.join(5)
             self._thread = None
+
+
+def _endpoint(job: Job, options: JobOptions) -> MetricsServer | None:
+    if options.metrics_port is None:
+        return None
+    return MetricsServer(metrics_of(job), options.metrics_port, options.metrics_addr)
+
+
+attach_listener("metrics_port", _endpoint)

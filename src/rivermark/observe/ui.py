@@ -33,6 +33,9 @@ from collections.abc import Awaitable, Callable
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any
 
+from ..checkpoint.listeners import JobListener, attach_listener
+from ..checkpoint.options import JobOptions, check_port
+from ..checkpoint.runstate import RunState
 from ..errors import ConfigurationError
 from .control import (
     ControlApi,
@@ -44,7 +47,7 @@ from .control import (
     local_url,
 )
 from .endstate import run_state
-from .metrics import Snapshot
+from .metrics import Snapshot, metrics_of
 from .progress import position_text
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -289,14 +292,15 @@ def page(name: str) -> Callable[[Any], Awaitable[Any]]:
     return handler
 
 
-class UiServer:
-    """Serves the page for ``job`` on ``addr:port`` (``port=0``: a free one; see :attr:`url`)."""
+class UiServer(JobListener):
+    """Serves the page for ``job`` on ``addr:port`` (``port=0``: a free one; see :attr:`url`).
+
+    A listener of the job (``Job(ui=...)``): it serves from the job's start
+    to its end, and ``job.json`` records where (``rivermark stop DIR``).
+    """
 
     def __init__(self, job: Job, port: int, addr: str = "127.0.0.1", interval: float = 1.0) -> None:
-        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-            raise ConfigurationError(
-                f"ui must be a TCP port number (0-65535), got {port!r}; pass e.g. ui=8080"
-            )
+        check_port(port, "ui", "ui=8080")
         self.job = job
         self.port = port
         self.addr = addr
@@ -331,7 +335,7 @@ class UiServer:
         except ImportError as e:
             raise ConfigurationError("ui needs aiohttp: pip install 'rivermark[ui]'") from e
         self._closing = asyncio.Event()
-        self.job.metrics.watch()
+        metrics_of(self.job).watch()
         app = web.Application()
         app.router.add_get("/", self._page)
         app.router.add_get("/graph.json", self._graph)
@@ -341,6 +345,18 @@ class UiServer:
             app, self.addr, self.port, "the pipeline page", "pick another --ui port"
         )
         logger.info("serving the live pipeline page at %s", self.url)
+
+    async def started(self, job: Job) -> None:
+        await self.start()
+
+    async def stopped(self, job: Job, state: RunState) -> None:
+        await self.stop()
+
+    def run_record(self) -> dict[str, str | None]:
+        return {"control": self.local_url, "control_run": self.control_run}
+
+    def served_at(self) -> str | None:
+        return self.url
 
     async def stop(self) -> None:
         """Send every open page the job's final state, then stop serving."""
@@ -371,7 +387,7 @@ class UiServer:
         now = time.monotonic()
         last = self._reading
         if fresh or last is None or now - last[0] >= 0.9 * self.interval:
-            data = snapshot_json(self.job.metrics.read(), self.job)
+            data = snapshot_json(metrics_of(self.job).read(), self.job)
             data["exceptions"] = self._exception_history()
             self._reading = last = (now, json.dumps(data, default=repr))
         return last[1]
@@ -436,3 +452,10 @@ class UiServer:
         finally:
             self._streams.discard(task)
         return resp
+
+
+def _page_server(job: Job, options: JobOptions) -> UiServer | None:
+    return None if options.ui is None else UiServer(job, options.ui, options.ui_addr)
+
+
+attach_listener("ui", _page_server)

@@ -6,7 +6,7 @@ closes emits a :class:`~rivermark.operators.eventtime.WindowResult` whose
 value is ``func(lefts, rights)`` (default: the pair of tuples).  The windows
 are those of ``tumbling_window`` (``size``), ``hopping_window`` (``size``
 and ``step``) and ``session_window`` (``gap``, a session spanning both
-sides' records), assigned by the same functions.
+sides' records), assigned by the same functions (:mod:`.windowstore`).
 
 **Determinism.** A record is late when its own side's watermark has passed
 its window (as a window judges it: ``end + grace <= watermark`` for fixed
@@ -43,19 +43,9 @@ from ..core.refs import Metadata
 from ..core.timeutil import parse_interval
 from ..errors import ConfigurationError
 from ..state import KeyedState, as_keyed
-from .eventtime import (
-    Closed,
-    Results,
-    Timestamps,
-    WindowResult,
-    _delay,
-    _fixed_starts,
-    _merge,
-    _sign,
-    attach,
-    in_close_order,
-)
+from .eventtime import Results, Timestamps, WindowResult, _delay, _merge, attach
 from .joinbase import LateSide, func_name, join_key
+from .windowstore import Closed, exact_sign, in_close_order, slot
 
 __all__ = ["WindowJoin"]
 
@@ -172,13 +162,17 @@ class WindowJoin(LateSide, Stream):
         self._seq = seq + 1
         entry: Entry = (side, t, seq, x)
         if self.gap is not None:
-            if _sign(t, self.grace, -judge) < 0:  # t + grace < watermark, exactly
+            if exact_sign(t, self.grace, -judge) < 0:  # t + grace < watermark, exactly
                 return self._send_late(x, metadata, t)
             self._hold(k, k, entry)
             self._due(t + self.gap + self.grace, math.nan, k)
             return None
         late = False
-        for start in _fixed_starts(t, self.size, self.step, self.offset):
+        step, offset = self.step, self.offset
+        last = slot(t, step, offset)  # the record's latest window, then the earlier ones
+        first = last if step == self.size else slot(t, step, offset, self.size) + 1
+        for j in range(first, last + 1):
+            start = offset + j * step
             end = start + self.size
             if end + self.grace <= judge:
                 late = True
@@ -187,15 +181,16 @@ class WindowJoin(LateSide, Stream):
                 self._due(end + self.grace, start, k)
         return self._send_late(x, metadata, t) if late else None
 
-    def _hold(self, slot: Any, header: Any, entry: Entry) -> bool:
-        """Add ``entry`` to the records of ``slot``; whether the slot is new."""
+    def _hold(self, place: Any, header: Any, entry: Entry) -> bool:
+        """Add ``entry`` to the records of ``place`` (a window, or a key's sessions);
+        whether it is new."""
         open_ = self._open
-        held = open_.get(slot)
+        held = open_.get(place)
         new = held is None
         if held is None:
-            held = open_[slot] = [] if self.gap is not None else [header]
+            held = open_[place] = [] if self.gap is not None else [header]
         held.append(entry)
-        open_.touched(slot)
+        open_.touched(place)
         self._held += 1
         return new
 
@@ -242,10 +237,10 @@ class WindowJoin(LateSide, Stream):
         first = 0
         for i in range(1, len(entries) + 1):
             # a session ends where the next record is gap or more after the last one
-            if i < len(entries) and _sign(entries[i][1], -entries[i - 1][1], -gap) < 0:
+            if i < len(entries) and exact_sign(entries[i][1], -entries[i - 1][1], -gap) < 0:
                 continue
             last = entries[i - 1][1]
-            if _sign(last, gap, grace, -mark) > 0:  # last + gap + grace > mark: still open
+            if exact_sign(last, gap, grace, -mark) > 0:  # last + gap + grace > mark: still open
                 break
             session = entries[first:i]
             start = session[0][1]
@@ -259,7 +254,7 @@ class WindowJoin(LateSide, Stream):
             self._open[k] = rest
             end_of_first = rest[0][1]
             for j in range(1, len(rest)):
-                if _sign(rest[j][1], -rest[j - 1][1], -gap) >= 0:
+                if exact_sign(rest[j][1], -rest[j - 1][1], -gap) >= 0:
                     break
                 end_of_first = rest[j][1]
             self._due(end_of_first + gap + grace, math.nan, k)
@@ -309,15 +304,15 @@ class WindowJoin(LateSide, Stream):
         self._seq = int(state["seq"])
         heap: list[tuple[float, int, float, Any]] = []
         held = 0
-        for slot, entries in self._open.items():
+        for place, entries in self._open.items():
             if self.gap is None:
-                k, start = slot
+                k, start = place
                 heap.append((entries[0][0] + self.grace, next(self._pushes), start, k))
                 held += len(entries) - 1
             else:
                 # every record may end a session: the close finds which did
                 due = self.gap + self.grace
-                heap.extend((e[1] + due, next(self._pushes), math.nan, slot) for e in entries)
+                heap.extend((e[1] + due, next(self._pushes), math.nan, place) for e in entries)
                 held += len(entries)
         heapq.heapify(heap)
         self._heap, self._held = heap, held

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import IO, Any, Protocol
 
 from ..errors import RivermarkError
+from ..statedata import register_state_class
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +62,10 @@ class Delete:
     """A tombstone for ``to_sql(mode="upsert")``: delete the row with this key."""
 
     key: Mapping[str, Any]
+
+
+# an accumulator may hold a tombstone as its last output: checkpoints write it as data
+register_state_class(Delete, ("key",))
 
 
 def delete(**key: Any) -> Delete:

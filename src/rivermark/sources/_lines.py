@@ -26,7 +26,6 @@ reading is linear in the input whatever the length of a line
 from __future__ import annotations
 
 import codecs
-import importlib
 import sys
 from dataclasses import dataclass, replace
 
@@ -62,10 +61,12 @@ _UNITS = {"utf-16": 2, "utf-16-le": 2, "utf-16-be": 2, "utf-32": 4, "utf-32-le":
 def _single_byte(name: str) -> bool:
     """A charmap codec (one byte per character), where any byte split is safe."""
     try:
-        module = importlib.import_module(f"encodings.{name.replace('-', '_')}")
-    except ImportError:
+        decode = codecs.lookup(name).decode
+    except LookupError:
         return False
-    return hasattr(module, "decoding_table")
+    # the lookup imported the codec's module; a charmap codec's has a decoding table
+    module = sys.modules.get(decode.__module__ or "")
+    return module is not None and hasattr(module, "decoding_table")
 
 
 @dataclass(frozen=True)

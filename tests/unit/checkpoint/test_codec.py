@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import re
 from pathlib import Path
 from typing import Any
 
@@ -201,3 +202,46 @@ def test_a_mapping_of_tuples_is_written_by_columns_and_reads_back_the_same() -> 
     assert Table.of(mixed) is mixed
     scalars = {(k, 0.0): k for k in range(100)}
     assert Table.of(scalars) is scalars
+
+
+def test_a_process_reads_dataframe_state_before_importing_the_dataframe_layer(
+    tmp_path: Path,
+) -> None:
+    # the codec imports no layer: the DataFrame layer registers its classes,
+    # and the package's top level loads it when a name is not known yet
+    import subprocess
+    import sys
+
+    from rivermark.dataframe.partials import KeyedAcc, Moments
+
+    acc = KeyedAcc.from_partial([pd.Series([1, 2], index=["a", "b"], name="v")])
+    blob = codec.dumps({"acc": acc, "m": Moments(3, 2.0, 2.0)})
+    assert not codec.has_pickle(blob)
+    (tmp_path / "state").write_bytes(blob)
+    code = (
+        "import sys\n"
+        "from rivermark.checkpoint import codec\n"
+        "before = 'rivermark.dataframe' in sys.modules\n"
+        f"v = codec.loads(open({str(tmp_path / 'state')!r}, 'rb').read())\n"
+        "print(before, type(v['acc']).__module__, v['acc'].keys.tolist(), tuple(v['m']))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.split("\n")[0] == (
+        "False rivermark.dataframe.partials ['a', 'b'] (3, 2.0, 2.0)"
+    )
+
+
+def test_two_state_classes_of_one_name_are_refused() -> None:
+    from rivermark.operators.eventtime import WindowResult
+    from rivermark.statedata import register_state_class, registered
+
+    class WindowResult2:
+        pass
+
+    WindowResult2.__qualname__ = "WindowResult"
+    with pytest.raises(ValueError, match=re.escape("'WindowResult' is registered already")):
+        register_state_class(WindowResult2, ("start",))
+    assert registered(WindowResult) == ("start", "end", "key", "value", "final")
+    assert registered(WindowResult2) is None

@@ -186,7 +186,7 @@ def test_a_failed_prune_is_a_warning_and_the_job_goes_on(
     source, _ = graph(out)
     store = UnprunableStore(ckpt)
     job = Job(source, checkpoint=store, every=None, every_batches=5000, keep=1)
-    with caplog.at_level("WARNING", logger="rivermark.checkpoint.job"):
+    with caplog.at_level("WARNING", logger="rivermark.checkpoint.cycle"):
         job.run()
     assert out.read_text() == expected()
     # every checkpoint was written and counts; none was pruned

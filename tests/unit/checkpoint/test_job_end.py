@@ -217,8 +217,8 @@ def test_a_running_job_leaves_its_long_lived_state_out_of_full_collections(
 
     def look(x: int) -> int:
         if x == 50:  # while the job runs: the open windows' mapping and heap
-            seen.append((_generation_of(windows._open), gc.is_tracked(windows._open)))
-            seen.append((_generation_of(windows._heap), gc.is_tracked(windows._heap)))
+            seen.append((_generation_of(windows.store.open), gc.is_tracked(windows.store.open)))
+            seen.append((_generation_of(windows.store.heap), gc.is_tracked(windows.store.heap)))
         return x
 
     source.map(look).sink(lambda x: None)
@@ -230,4 +230,4 @@ def test_a_running_job_leaves_its_long_lived_state_out_of_full_collections(
     else:
         assert None not in [g for g, _ in seen]  # in a generation the collector walks
     assert gc.get_freeze_count() == before  # the job gave them back at its end
-    assert _generation_of(windows._open) is not None
+    assert _generation_of(windows.store.open) is not None

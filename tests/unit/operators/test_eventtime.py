@@ -825,7 +825,7 @@ def test_sessions_restore_from_state_without_their_last_time() -> None:
 
 def test_whole_second_times_on_window_edges_go_in_the_window_they_start() -> None:
     # a time on an edge takes the exact path: whole numbers are computed as integers
-    from rivermark.operators.eventtime import _slot
+    from rivermark.operators.windowstore import slot as _slot
 
     times = [0, 10, 20, 30, -10, 10**12, 10**12 + 10, 7, 9, 11]
     for t in times:

@@ -1,0 +1,577 @@
+"""``to_delta``: write records into a Delta Lake table (the ``deltalake`` package), exactly once.
+
+Records are dicts (column -> value) or pandas DataFrame batches.
+``mode="append"`` adds every record once; ``mode="merge"`` keeps the latest
+row per ``key`` and deletes a key on a tombstone
+(:func:`rivermark.sinks.sql.delete`).  The table is local or on object
+storage (``s3://``); no Spark, no JVM.
+
+Exactly-once through the checkpoint protocol (:mod:`rivermark.sinks.base`),
+as Spark's idempotent streaming writes do it: each epoch becomes one Delta
+commit that carries a transaction identifier (application id
+``rivermark:<sink id>``, version = the epoch), so a commit repeated after a
+crash is recognised in the table's log and skipped.
+
+* The records of epoch ``e`` are kept in memory until ``pre_commit(e)``.
+  There they are written durably but invisibly: *append* writes the epoch's
+  Parquet data files into the table's directory (no Delta reader sees a file
+  that the log does not name); *merge* folds the epoch to the last operation
+  per key and writes it to ``_rivermark/<sink digest>/stage/epoch-<e>.parquet``.
+  The handle lists what every epoch not yet committed wrote.
+* ``commit(e)`` makes one Delta commit per pending epoch up to ``e`` (append:
+  the data files' add actions; merge: a ``MERGE`` of the staged rows), with
+  ``Transaction(app_id, epoch)``; an epoch whose version the table's log
+  already holds is skipped.
+* ``restore(handle)`` commits the epochs the checkpoint lists that the log
+  does not hold yet, and deletes data and staged files of later epochs
+  (never committed).  A table whose log holds an epoch after the checkpoint's
+  is refused: the checkpoint does not know that output.
+
+A reader (``deltalake``, DuckDB over the table's files, Spark) sees an epoch's
+rows all at once, only after the checkpoint holding them is durable, and
+never a row that later disappears.  One job at a time per sink id: a lease at
+``_rivermark/<sink digest>/LEASE`` under the table.  Without a checkpoint, a
+table whose log holds this sink id's epochs makes the job refuse to start;
+``--from-scratch`` deletes every row in one Delta commit that also resets the
+sink's transaction version (older versions stay readable by time travel
+until ``VACUUM``).
+
+>>> import os, tempfile
+>>> from deltalake import DeltaTable
+>>> from rivermark import Job, Stream
+>>> d = tempfile.mkdtemp()
+>>> src = Stream.from_iterable([{"k": "a", "n": 1}, {"k": "b", "n": 2}, {"k": "a", "n": 3}])
+>>> _ = src.to_delta(os.path.join(d, "totals"), mode="merge", key=["k"], name="totals")
+>>> _ = Job(src, checkpoint=os.path.join(d, "ckpt")).run()
+>>> sorted(DeltaTable(os.path.join(d, "totals")).to_pyarrow_table().to_pylist(), key=str)
+[{'k': 'a', 'n': 3}, {'k': 'b', 'n': 2}]
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+from urllib.parse import quote as url_quote
+
+from ..checkpoint.lease import Lease
+from ..core.node import Stream
+from ..core.refs import Metadata
+from ..errors import ConfigurationError
+from ..execution.steps import step
+from .basic import Sink
+from .lakefiles import (
+    LakeSinkError,
+    Location,
+    RecordSchemaError,
+    hive_dir,
+    rows_to_table,
+    schema_of,
+    sink_digest,
+)
+from .sqlstores import Delete, first_line
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ToDelta"]
+
+_DATA = re.compile(r"part-rm-([0-9a-f]{12})-(\d{12})-\d{5}-[0-9a-f]{8}\.parquet\Z")
+_DELETE = "_rm_delete"
+#: deltalake storage option -> fsspec (s3fs) option, for the sink's own files
+_FSSPEC_KEYS = {"AWS_ENDPOINT_URL": "endpoint_url", "AWS_ACCESS_KEY_ID": "key",
+                "AWS_SECRET_ACCESS_KEY": "secret"}  # fmt: skip
+
+
+@Stream.register_api(attribute_name="to_delta")
+class ToDelta(Sink):
+    """Write dict records or DataFrame batches into the Delta table at ``url``, exactly once.
+
+    ``mode``: ``"append"`` or ``"merge"`` (by ``key``).  ``partition_by``:
+    the table's partition columns (when it creates the table).  ``schema`` /
+    ``example``: a pyarrow schema, or a record or DataFrame to derive it
+    from (default: the first record or batch).  ``storage_options``: for
+    ``deltalake`` (``AWS_ENDPOINT_URL``, ``AWS_REGION``, ...).  ``sink_id``:
+    the name of the application id, lock and files (default: the node's
+    ``name``, else the URL).  See the module docs for the protocol.
+    """
+
+    _graphviz_shape: ClassVar[str] = "trapezium"
+    #: records after pre_commit(e) are buffered for the next epoch
+    seals_epoch_at_pre_commit: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        upstream: Stream,
+        url: str,
+        *,
+        mode: str = "append",
+        key: Sequence[str] = (),
+        partition_by: Sequence[str] = (),
+        schema: Any = None,
+        example: Any = None,
+        sink_id: str | None = None,
+        storage_options: Mapping[str, str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if mode not in ("append", "merge"):
+            raise ConfigurationError(f"to_delta: mode must be 'append' or 'merge', got {mode!r}")
+        key = [key] if isinstance(key, str) else list(key)
+        if mode == "merge" and not key:
+            raise ConfigurationError(
+                "to_delta: mode='merge' needs key=[...]: the columns that identify a row"
+            )
+        if not isinstance(url, str) or not url:
+            raise ConfigurationError(f"to_delta: url must be a non-empty string, got {url!r}")
+        self.url, self.mode, self.key = url, mode, key
+        self.partition_by = [partition_by] if isinstance(partition_by, str) else list(partition_by)
+        self.storage_options = {str(k): str(v) for k, v in (storage_options or {}).items()}
+        super().__init__(upstream, **kwargs)
+        self.sink_id = sink_id or self.name or url
+        self.app_id = f"rivermark:{self.sink_id}"
+        self.digest = sink_digest(self.sink_id)
+        self.home = f"_rivermark/{self.digest}"
+        self._schema: Any = None
+        self._names: frozenset[str] = frozenset()
+        self._fast_append = False  # append mode, with a schema
+        if schema is not None or example is not None:
+            self._set_schema(schema_of(schema if schema is not None else example, self.label()))
+        self._loc: Location | None = None
+        self._lease: Lease | None = None
+        self._rows: list[Mapping[str, Any]] = []
+        self._frames: list[Any] = []
+        self._ops: dict[tuple[Any, ...], Mapping[str, Any] | None] = {}
+        self._pending: list[dict[str, Any]] = []
+        self._dt: Any = None  # the DeltaTable, once opened
+        self._closed = False
+
+    def label(self) -> str:
+        return f"to_delta sink {self.sink_id!r}"
+
+    def _set_schema(self, schema: Any) -> None:
+        missing = [c for c in [*self.partition_by, *self.key] if c not in schema.names]
+        if missing:
+            raise ConfigurationError(
+                f"{self.label()}: column(s) {missing!r} of partition_by/key are not in the "
+                f"schema (its columns: {schema.names!r})"
+            )
+        self._schema = schema
+        self._names = frozenset(schema.names)
+        self._fast_append = self.mode == "append"
+
+    # ---------------------------------------------------------------- the table
+    def _location(self) -> Location:
+        if self._loc is None:
+            if self._closed:
+                raise ConfigurationError(f"{self.label()}: used after close()")
+            fs_options = {_FSSPEC_KEYS[k]: v for k, v in self.storage_options.items()
+                          if k in _FSSPEC_KEYS}  # fmt: skip
+            loc = Location(self.url, fs_options, self.label())
+            try:
+                self._lease = loc.lease(f"{self.home}/LEASE")
+            except LakeSinkError:
+                raise
+            except Exception as e:
+                raise self._failed(loc, "taking the sink's lock", e) from None
+            self._loc = loc
+        return self._loc
+
+    def _failed(self, loc: Location, what: str, e: BaseException) -> LakeSinkError:
+        logger.debug("%s: %s failed", self.label(), what, exc_info=True)
+        return LakeSinkError(
+            f"{self.label()}: {what} failed in {loc.where()} ({type(e).__name__}: "
+            f"{first_line(e)}); the job stopped with its last checkpoint intact: fix the "
+            "cause (disk space, permissions, the object store's address) and run again to resume"
+        )
+
+    def _table(self) -> Any:
+        """The Delta table, created (empty, with the schema) if it does not exist."""
+        from deltalake import DeltaTable
+
+        if self._dt is not None:  # this job is the only writer (the lease): kept up to date
+            return self._dt
+        opts = self.storage_options or None
+        if DeltaTable.is_deltatable(self.url, storage_options=opts):
+            self._dt = DeltaTable(self.url, storage_options=opts)
+        elif self._schema is not None:
+            self._dt = DeltaTable.create(
+                self.url, self._schema, mode="ignore", partition_by=self.partition_by or None,
+                storage_options=opts,
+            )  # fmt: skip
+        return self._dt
+
+    def _version(self, dt: Any) -> int | None:
+        v = dt.transaction_version(self.app_id)
+        return None if v is None or v < 0 else int(v)
+
+    # ---------------------------------------------------------------- records
+    @step
+    def update(self, x: Any, who: Stream | None = None, metadata: Metadata | None = None) -> None:
+        if type(x) is dict and self._fast_append and x.keys() <= self._names:  # the common case
+            self._rows.append(x)
+            return None
+        self._add(x)
+        return None
+
+    def _add(self, x: Any) -> None:
+        """A record or batch off the common path (a tombstone, merge mode, a DataFrame)."""
+        if isinstance(x, Mapping):
+            self._add_record(x)
+        elif isinstance(x, Delete):
+            if self.mode != "merge":
+                raise ConfigurationError(
+                    f"{self.label()}: received {x!r}; a tombstone needs mode='merge'"
+                )
+            if self._schema is None:
+                raise ConfigurationError(
+                    f"{self.label()}: a tombstone {x!r} came before any record, so the table's "
+                    "schema is unknown; pass example={...} or schema=pyarrow.schema([...])"
+                )
+            k = self._key_of(x.key, x)
+            self._ops.pop(k, None)
+            self._ops[k] = None
+        elif hasattr(x, "to_dict") and hasattr(x, "columns"):
+            self._add_frame(x)
+        else:
+            raise ConfigurationError(
+                f"{self.label()}: received {x!r:.200}; to_delta writes dicts (column -> value) "
+                "or DataFrames: add a .map(...) that builds one"
+            )
+
+    def _add_record(self, x: Mapping[str, Any]) -> None:
+        if self._schema is None:
+            self._set_schema(schema_of(x, self.label()))
+        if not x.keys() <= self._names:
+            extra = [c for c in x if c not in self._names]
+            self._user_error(x, RecordSchemaError(
+                f"{self.label()}: record has column(s) {extra!r} that the schema does not "
+                f"have (its columns: {self._schema.names!r}); pass schema= with them"
+            ), self.update)  # fmt: skip
+            return
+        if self.mode == "append":
+            self._rows.append(x)
+        else:
+            k = self._key_of(x, x)
+            self._ops.pop(k, None)
+            self._ops[k] = x
+
+    def _add_frame(self, df: Any) -> None:
+        if self._schema is None:
+            self._set_schema(schema_of(df, self.label()))
+        table = self._frame_table(df)
+        if table is None:
+            return
+        if self.mode == "append":
+            self._frames.append(table)
+            return
+        for rec in table.to_pylist():
+            k = self._key_of(rec, rec)
+            self._ops.pop(k, None)
+            self._ops[k] = rec
+
+    def _key_of(self, rec: Mapping[str, Any], whole: Any) -> tuple[Any, ...]:
+        try:
+            return tuple(rec[k] for k in self.key)
+        except KeyError:
+            raise ConfigurationError(
+                f"{self.label()}: record {whole!r:.200} lacks a key column of {self.key!r}"
+            ) from None
+
+    def _misfit(self, what: str, e: BaseException) -> RecordSchemaError:
+        return RecordSchemaError(
+            f"{self.label()}: {what} does not fit the table's schema ({type(e).__name__}: "
+            f"{first_line(e)}); fix the input, pass schema= with the right types, or set "
+            "on_error='skip' or on_error=callable on this node"
+        )
+
+    def _frame_table(self, df: Any) -> Any:
+        import pyarrow as pa
+
+        try:
+            extra = [c for c in df.columns if c not in self._names]
+            if extra:
+                raise ValueError(f"column(s) {extra!r} are not in the schema")
+            return pa.Table.from_pandas(df, schema=self._schema, preserve_index=False)
+        except (pa.ArrowException, ValueError, TypeError, OverflowError, KeyError) as e:
+            self._user_error(df, self._misfit("DataFrame batch", e), self.update)
+            return None
+
+    def _records_table(self, rows: Sequence[Mapping[str, Any]], schema: Any) -> Any:
+        """``rows`` as a table; rows that do not fit go through the error policy, one by one."""
+        import pyarrow as pa
+
+        errors = (pa.ArrowException, ValueError, TypeError, OverflowError)
+        try:
+            return rows_to_table(rows, schema)
+        except errors:
+            pass
+        good = []
+        for r in rows:
+            try:
+                pa.Table.from_pylist([r], schema=schema)
+            except errors as e:
+                self._user_error(r, self._misfit("record", e), self.update)
+                continue
+            good.append(r)
+        return rows_to_table(good, schema)
+
+    # ---------------------------------------------------------------- checkpoint contract
+    def pre_commit(self, epoch: int) -> dict[str, Any]:
+        """Write the epoch durably, unreferenced by the log; the handle lists every pending epoch."""
+        loc = self._location()
+        entry: dict[str, Any] | None = None
+        if self.mode == "append":
+            rows, frames = self._rows, self._frames
+            self._rows, self._frames = [], []
+            if rows or frames:
+                entry = self._write_data(loc, epoch, rows, frames)
+        elif self._ops:
+            ops, self._ops = self._ops, {}
+            entry = self._write_stage(loc, epoch, ops)
+        if entry is not None:
+            self._pending.append(entry)
+        return {"sink": self.sink_id, "epoch": epoch, "pending": [dict(p) for p in self._pending]}
+
+    def _write_data(
+        self, loc: Location, epoch: int, rows: list[Mapping[str, Any]], frames: list[Any]
+    ) -> dict[str, Any] | None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        tables = [*frames, self._records_table(rows, self._schema)] if rows else frames
+        table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+        if table.num_rows == 0:
+            return None
+        groups: dict[tuple[Any, ...], list[int]] = {}
+        if self.partition_by:
+            keys = zip(*(table.column(c).to_pylist() for c in self.partition_by))
+            for i, k in enumerate(keys):
+                groups.setdefault(k, []).append(i)
+        files = []
+        try:
+            self._table()  # created before its first data file
+            for n, (k, idx) in enumerate(groups.items() if groups else [((), None)]):
+                part = table.take(idx).drop_columns(self.partition_by) if idx else table
+                # a token: a run after --from-scratch never reuses an older version's name
+                name = f"part-rm-{self.digest}-{epoch:012d}-{n:05d}-{uuid.uuid4().hex[:8]}.parquet"
+                d = hive_dir(self.partition_by, k)
+                rel = f"{d}/{name}" if d else name
+                f = loc.open_write(rel)
+                pq.write_table(part, f)
+                size = loc.seal(f)
+                loc.sync_dir(os.path.dirname(rel))
+                values = {c: None if v is None else str(v) for c, v in zip(self.partition_by, k)}
+                files.append(
+                    {"path": rel, "size": size, "partition": values, "rows": part.num_rows}
+                )
+        except Exception as e:
+            raise self._failed(loc, f"writing the data files of epoch {epoch}", e) from None
+        return {"epoch": epoch, "files": files}
+
+    def _write_stage(
+        self, loc: Location, epoch: int, ops: dict[tuple[Any, ...], Mapping[str, Any] | None]
+    ) -> dict[str, Any]:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        schema = self._schema.append(pa.field(_DELETE, pa.bool_()))
+        rows: list[Mapping[str, Any]] = []
+        for k, rec in ops.items():
+            if rec is None:
+                rows.append({**dict(zip(self.key, k)), _DELETE: True})
+            else:
+                rows.append({**rec, _DELETE: False})
+        table = self._records_table(rows, schema)
+        rel = f"{self.home}/stage/epoch-{epoch:012d}.parquet"
+        try:
+            self._table()
+            f = loc.open_write(rel)
+            pq.write_table(table, f)
+            loc.seal(f)
+            loc.sync_dir(os.path.dirname(rel))
+        except Exception as e:
+            raise self._failed(loc, f"staging epoch {epoch}", e) from None
+        return {"epoch": epoch, "stage": rel}
+
+    def commit(self, epoch: int, handle: Any) -> None:
+        """One Delta commit per pending epoch up to ``epoch``; epochs the log holds are skipped."""
+        loc = self._location()
+        while self._pending and self._pending[0]["epoch"] <= epoch:
+            self._apply(loc, self._pending[0])
+            self._pending.pop(0)
+
+    def _apply(self, loc: Location, entry: dict[str, Any]) -> bool:
+        """Commit one epoch's entry unless the table's log already holds it."""
+        from deltalake import CommitProperties, Transaction
+
+        epoch = int(entry["epoch"])
+        try:
+            dt = self._table()
+            done = self._version(dt)
+            if done is not None and done >= epoch:
+                if "stage" in entry:
+                    loc.remove([entry["stage"]])
+                return False
+            props = CommitProperties(app_transactions=[Transaction(self.app_id, epoch)])
+            if "files" in entry:
+                self._commit_files(loc, dt, entry["files"], props)
+            else:
+                self._commit_merge(loc, dt, entry["stage"], props)
+                loc.remove([entry["stage"]])
+        except LakeSinkError:
+            raise
+        except Exception as e:
+            raise self._failed(loc, f"committing epoch {epoch}", e) from None
+        logger.debug("%s: epoch %d committed", self.label(), epoch)
+        return True
+
+    def _commit_files(
+        self, loc: Location, dt: Any, files: list[dict[str, Any]], props: Any
+    ) -> None:
+        from deltalake.transaction import AddAction
+
+        now = int(time.time() * 1000)
+        actions = []
+        for f in files:
+            if not loc.exists(f["path"]):
+                raise LakeSinkError(
+                    f"{self.label()}: data file {f['path']!r} of a durable checkpoint is missing "
+                    f"from {loc.where()}; someone deleted it: rerun with --from-scratch"
+                )
+            stats = json.dumps({"numRecords": f["rows"]})
+            path = url_quote(f["path"], safe="/=")  # a URI relative to the table
+            actions.append(AddAction(path, f["size"], f["partition"], now, True, stats))
+        dt.create_write_transaction(
+            actions, mode="append", schema=dt.schema(), partition_by=self.partition_by or None,
+            commit_properties=props,
+        )  # fmt: skip
+        dt.update_incremental()  # the object does not follow a commit made this way
+
+    def _commit_merge(self, loc: Location, dt: Any, stage: str, props: Any) -> None:
+        import io
+
+        import pyarrow.parquet as pq
+
+        if not loc.exists(stage):
+            raise LakeSinkError(
+                f"{self.label()}: staged epoch {stage!r} of a durable checkpoint is missing from "
+                f"{loc.where()}; someone deleted it: rerun with --from-scratch"
+            )
+        source = pq.read_table(io.BytesIO(loc.read_bytes(stage)))
+        on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in self.key)
+        cols = {c: f"s.`{c}`" for c in self._schema.names}
+        (
+            dt.merge(source, on, source_alias="s", target_alias="t", commit_properties=props)
+            .when_matched_delete(predicate=f"s.{_DELETE}")
+            .when_matched_update(cols, predicate=f"NOT s.{_DELETE}")
+            .when_not_matched_insert(cols, predicate=f"NOT s.{_DELETE}")
+            .execute()
+        )
+
+    def restore(self, handle: Any) -> None:
+        """Commit the checkpoint's pending epochs; delete files of later (never committed) ones."""
+        loc = self._location()
+        epoch = -1
+        if handle is not None:
+            if handle.get("sink") != self.sink_id:
+                raise LakeSinkError(
+                    f"{self.label()}: the checkpoint's Delta sink wrote as sink id "
+                    f"{handle.get('sink')!r}; write there again, or use a new checkpoint directory"
+                )
+            epoch = int(handle["epoch"])
+        self._rows, self._frames, self._ops, self._pending = [], [], {}, []
+        self._dt = None  # read the log afresh
+        try:
+            dt = self._table()
+            done = None if dt is None else self._version(dt)
+        except Exception as e:
+            raise self._failed(loc, "reading the table's log", e) from None
+        if done is not None and done > epoch:
+            raise LakeSinkError(
+                f"{self.label()}: the table {loc.where()} holds this sink's epochs up to {done}, "
+                f"newer than the checkpoint being restored (epoch {epoch}); resuming would write "
+                f"epochs {epoch + 1}..{done} twice. Restore the newest checkpoint, or rerun with "
+                "--from-scratch"
+            )
+        committed = sum(self._apply(loc, p) for p in (handle or {}).get("pending", []))
+        try:
+            dt = self._table()
+            live = set() if dt is None else self._live_names(dt)
+            later = [r for r, e in self._own_files(loc)
+                     if e > epoch and os.path.basename(r) not in live]  # fmt: skip
+            loc.remove(later)
+        except Exception as e:
+            raise self._failed(loc, "deleting files of epochs after the checkpoint", e) from None
+        logger.info(
+            "%s: restored to epoch %d in %s: %d epoch(s) committed, %d uncommitted file(s) deleted",
+            self.label(), epoch, loc.where(), committed, len(later),
+        )  # fmt: skip
+
+    @staticmethod
+    def _live_names(dt: Any) -> set[str]:
+        """The names of the data files the table's current version holds."""
+        paths = dt.get_add_actions(flatten=True).column("path").to_pylist()
+        return {os.path.basename(str(p)) for p in paths}
+
+    def _own_files(self, loc: Location) -> list[tuple[str, int]]:
+        """The sink's data and staged files (committed or not) and their epochs."""
+        out = []
+        for rel in loc.files():
+            if rel.startswith("_delta_log/"):
+                continue
+            base = os.path.basename(rel)
+            m = _DATA.match(base)
+            if m is not None and m.group(1) == self.digest:
+                out.append((rel, int(m.group(2))))
+            elif rel.startswith(f"{self.home}/stage/epoch-"):
+                out.append((rel, int(base[len("epoch-") : len("epoch-") + 12])))
+        return out
+
+    def start_over(self) -> None:
+        """Delete every row in one commit that resets the sink's version (``--from-scratch``)."""
+        from deltalake import CommitProperties, Transaction
+
+        loc = self._location()
+        self._rows, self._frames, self._ops, self._pending = [], [], {}, []
+        try:
+            dt = self._table()
+            if dt is not None:
+                dt.delete(commit_properties=CommitProperties(
+                    app_transactions=[Transaction(self.app_id, -1)]))  # fmt: skip
+            loc.remove([r for r, _ in self._own_files(loc) if r.startswith(self.home)])
+        except Exception as e:
+            raise self._failed(loc, "starting over", e) from None
+        logger.warning(
+            "%s: starting over from scratch: deleted every row of %s (one Delta commit; older "
+            "versions stay readable by time travel until VACUUM)", self.label(), loc.where(),
+        )  # fmt: skip
+
+    def unaccounted_output(self) -> str | None:
+        """The epoch the table's log holds for this sink id when no checkpoint knows it."""
+        loc = self._location()
+        try:
+            dt = self._table()
+        except Exception as e:
+            raise self._failed(loc, "reading the table's log", e) from None
+        done = None if dt is None else self._version(dt)
+        if done is None:
+            return None
+        return (
+            f"{self.label()}: the table {loc.where()} holds this sink's output up to epoch "
+            f"{done} from an earlier run"
+        )
+
+    def close(self) -> None:
+        """Release the lock (idempotent); nothing is written."""
+        self._closed = True
+        lease, self._lease = self._lease, None
+        self._loc = None
+        if lease is not None:
+            lease.release()
+
+    def state_signature(self) -> str:
+        return f"ToDelta(url={self.url!r}, sink_id={self.sink_id!r})"

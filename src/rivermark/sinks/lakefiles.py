@@ -1,0 +1,295 @@
+"""What the file sinks share: a location (a local directory or fsspec URL), its lock, rows to Arrow.
+
+``to_parquet`` (:mod:`rivermark.sinks.parquet`) and ``to_delta``
+(:mod:`rivermark.sinks.delta`) write files under a root: a local directory
+(a path or ``file://``) or object storage (``s3://bucket/prefix``, through
+fsspec and s3fs).  :class:`Location` gives them the few operations they
+need, each durable before it returns: write a file (fsynced, with its
+directory, on a local disk; one complete PUT on object storage), publish a
+file under its final name (a rename; a copy then a delete on object
+storage, which is idempotent: a publish repeated after a crash finds the
+file already there), list, remove.
+
+A sink's own files live under ``ROOT/_rivermark/<digest of the sink id>/``:
+readers skip names that start with ``_`` or ``.`` (pyarrow, pandas, Spark,
+DuckDB's Hive reader), and Delta readers read only the files its log names.
+The lock of one sink id is a lease there (:mod:`rivermark.checkpoint.lease`):
+a second job writing through the same sink id is refused while the first
+holds it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from operator import itemgetter
+from typing import IO, Any
+from urllib.parse import quote as url_quote
+
+from ..checkpoint.errors import CheckpointLockedError
+from ..checkpoint.lease import Lease, LocalLeaseBackend, S3LeaseBackend
+from ..errors import ConfigurationError, RivermarkError
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "LakeSinkError",
+    "Location",
+    "RecordSchemaError",
+    "hive_dir",
+    "rows_to_table",
+    "schema_of",
+    "sink_digest",
+]
+
+#: S3 client settings unless storage_options says otherwise: fail in seconds
+_S3_DEFAULTS: dict[str, Any] = {
+    "skip_instance_cache": True,
+    "use_listings_cache": False,
+    "config_kwargs": {
+        "connect_timeout": 5,
+        "read_timeout": 30,
+        "retries": {"max_attempts": 3, "mode": "standard"},
+    },
+}
+#: Hive's name of the partition of a null value
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+
+
+class LakeSinkError(RivermarkError):
+    """A file sink cannot write, publish or resolve its files (the message says what to do)."""
+
+
+class RecordSchemaError(RivermarkError, ValueError):
+    """A record or batch that does not fit a file sink's schema (dropped by ``on_error='skip'``)."""
+
+
+def sink_digest(sink_id: str) -> str:
+    """A short name for a sink id in file names (any text, safe in a path)."""
+    return hashlib.sha256(sink_id.encode()).hexdigest()[:12]
+
+
+def hive_dir(columns: Sequence[str], values: Sequence[Any]) -> str:
+    """``col=value/...`` (URI-encoded values, as pyarrow's Hive partitioning reads them)."""
+    parts = []
+    for c, v in zip(columns, values):
+        text = HIVE_NULL if v is None else url_quote(str(v), safe="")
+        parts.append(f"{c}={text}")
+    return "/".join(parts)
+
+
+def schema_of(example: Any, label: str) -> Any:
+    """The Arrow schema of a record (dict), a list of them, a DataFrame or a pyarrow schema."""
+    import pyarrow as pa
+
+    if isinstance(example, pa.Schema):
+        return example
+    try:
+        if isinstance(example, Mapping):
+            return pa.Table.from_pylist([dict(example)]).schema
+        if isinstance(example, list) and example and isinstance(example[0], Mapping):
+            return pa.Table.from_pylist(example).schema
+        if hasattr(example, "to_dict") and hasattr(example, "columns"):  # a DataFrame
+            return pa.Table.from_pandas(example, preserve_index=False).schema
+    except (pa.ArrowException, ValueError, TypeError) as e:
+        raise ConfigurationError(
+            f"{label}: cannot derive a schema from {example!r:.200} ({e}); pass "
+            "schema=pyarrow.schema([...])"
+        ) from None
+    raise ConfigurationError(
+        f"{label}: cannot derive a schema from {example!r:.200}; pass a dict record, a "
+        "DataFrame, or schema=pyarrow.schema([...])"
+    )
+
+
+def rows_to_table(rows: Sequence[Mapping[str, Any]], schema: Any) -> Any:
+    """``pyarrow.Table.from_pylist(rows, schema=schema)``, a column at a time.
+
+    The same values and the same errors (a value that does not fit its
+    column's type raises ``pyarrow.ArrowInvalid`` or ``ArrowTypeError``); a
+    column missing from a record is null there.  Faster: each column is
+    gathered with ``map(itemgetter(name), rows)`` unless a record lacks it.
+    """
+    import pyarrow as pa
+
+    arrays = []
+    for field in schema:
+        try:
+            values = list(map(itemgetter(field.name), rows))
+        except KeyError:
+            values = [r.get(field.name) for r in rows]
+        arrays.append(pa.array(values, type=field.type))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+class Location:
+    """Files under ``url`` (a local directory, ``file://`` or any fsspec URL), durably written."""
+
+    def __init__(self, url: str, storage_options: Mapping[str, Any] | None, label: str) -> None:
+        self.url, self.label = url, label
+        self.local = "://" not in url or url.startswith("file://")
+        self.fs: Any = None
+        if self.local:
+            self.root = os.path.abspath(url[len("file://") :] if url.startswith("file://") else url)
+            return
+        try:
+            import fsspec
+        except ImportError as e:
+            raise ConfigurationError(
+                f"{label}: {url!r} needs fsspec (and s3fs for s3://): pip install "
+                "'rivermark[objectstore]'"
+            ) from e
+        options = dict(storage_options or {})
+        scheme = url.split("://", 1)[0]
+        if scheme in ("s3", "s3a"):
+            options = {**_S3_DEFAULTS, **options}
+        try:
+            self.fs, root = fsspec.url_to_fs(url, **options)
+        except (ImportError, ValueError) as e:
+            raise ConfigurationError(
+                f"{label}: fsspec cannot open {scheme!r} URLs ({e}); install its package "
+                "(s3fs for s3://)"
+            ) from None
+        self.root = str(root).rstrip("/")
+        self.scheme = scheme
+
+    def where(self) -> str:
+        return repr(self.url)
+
+    def path(self, rel: str) -> str:
+        return f"{self.root}/{rel}" if rel else self.root
+
+    # ---------------------------------------------------------------- writing
+    def open_write(self, rel: str) -> IO[bytes]:
+        """A new file at ``rel`` (its directories created); finish it with :meth:`seal`."""
+        p = self.path(rel)
+        if self.local:
+            os.makedirs(os.path.dirname(p), exist_ok=True)
+            return open(p, "wb")  # noqa: SIM115 - closed by seal()
+        f: IO[bytes] = self.fs.open(p, "wb")
+        return f
+
+    def seal(self, f: IO[bytes]) -> int:
+        """Close ``f`` durably (fsync on a local disk; the upload completes on object storage)."""
+        if self.local:
+            f.flush()
+            os.fsync(f.fileno())
+            size = f.tell()
+            f.close()
+            return size
+        size = f.tell()
+        f.close()
+        return size
+
+    def sync_dir(self, rel_dir: str) -> None:
+        """fsync a local directory (its new and renamed entries); nothing on object storage."""
+        if self.local:
+            fd = os.open(self.path(rel_dir), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def publish(self, src: str, dst: str) -> bool:
+        """Give ``src`` the name ``dst``; False when already done (``src`` gone, ``dst`` there).
+
+        A file missing under both names is an error: the output it held is lost.
+        """
+        ps, pd = self.path(src), self.path(dst)
+        if self.local:
+            os.makedirs(os.path.dirname(pd), exist_ok=True)
+            try:
+                os.replace(ps, pd)
+            except FileNotFoundError:
+                if os.path.exists(pd):
+                    return False
+                raise self._lost(src, dst) from None
+            self.sync_dir(os.path.dirname(dst))
+            return True
+        self.fs.invalidate_cache(os.path.dirname(ps))
+        if self.fs.exists(ps):
+            self.fs.copy(ps, pd)  # put, then delete: dst is complete before src goes
+            self.fs.rm(ps)
+            return True
+        self.fs.invalidate_cache(os.path.dirname(pd))
+        if self.fs.exists(pd):
+            return False
+        raise self._lost(src, dst)
+
+    def _lost(self, src: str, dst: str) -> LakeSinkError:
+        return LakeSinkError(
+            f"{self.label}: file {src!r} of a durable checkpoint is missing from {self.where()} "
+            f"and was not published as {dst!r}; someone deleted it: restore an older "
+            "checkpoint, or rerun with --from-scratch"
+        )
+
+    def write_bytes(self, rel: str, data: bytes) -> None:
+        f = self.open_write(rel)
+        f.write(data)
+        self.seal(f)
+        self.sync_dir(os.path.dirname(rel))
+
+    def read_bytes(self, rel: str) -> bytes:
+        if self.local:
+            with open(self.path(rel), "rb") as f:
+                return f.read()
+        return bytes(self.fs.cat_file(self.path(rel)))
+
+    # ---------------------------------------------------------------- reading the tree
+    def exists(self, rel: str) -> bool:
+        if self.local:
+            return os.path.exists(self.path(rel))
+        self.fs.invalidate_cache(os.path.dirname(self.path(rel)))
+        return bool(self.fs.exists(self.path(rel)))
+
+    def files(self, rel_dir: str = "") -> list[str]:
+        """Every file under ``rel_dir``, as paths relative to the root (sorted)."""
+        base = self.path(rel_dir)
+        if self.local:
+            out: list[str] = []
+            for d, _dirs, names in os.walk(base):
+                out.extend(os.path.relpath(os.path.join(d, n), self.root) for n in names)
+            return sorted(out)
+        self.fs.invalidate_cache()
+        try:
+            found = self.fs.find(base)
+        except FileNotFoundError:
+            return []
+        n = len(self.root) + 1
+        return sorted(str(p)[n:] for p in found)
+
+    def remove(self, rels: Sequence[str]) -> None:
+        """Delete ``rels`` (those already gone are fine)."""
+        for rel in rels:
+            try:
+                if self.local:
+                    os.unlink(self.path(rel))
+                else:
+                    self.fs.rm(self.path(rel))
+            except FileNotFoundError:
+                pass
+
+    # ---------------------------------------------------------------- the lock
+    def lease(self, rel: str) -> Lease:
+        """Take the lease at ``rel`` or raise :class:`LakeSinkError` naming the holder."""
+        if self.local:
+            backend: LocalLeaseBackend | S3LeaseBackend = LocalLeaseBackend(self.path(rel))
+        elif self.scheme in ("s3", "s3a"):
+            backend = S3LeaseBackend(self.fs, self.path(rel))
+        else:
+            raise ConfigurationError(
+                f"{self.label}: cannot lock {self.where()} (only local directories and s3:// "
+                "have a lock); write to one of those"
+            )
+        lease = Lease(backend, f"{self.url}/{rel}")
+        try:
+            lease.acquire()
+        except CheckpointLockedError as e:
+            raise LakeSinkError(
+                f"{self.label}: another job writes through this sink id into {self.where()} "
+                f"({str(e).split('(', 1)[-1].split(')', 1)[0]}); two jobs through one sink id "
+                "would mix their files. Stop that job first, or give this sink another name"
+            ) from None
+        return lease

@@ -1,0 +1,475 @@
+"""``to_parquet``: write records into Parquet files (a directory or object storage), exactly once.
+
+Records are dicts (column -> value) or pandas DataFrame batches.  The files
+are laid out as pyarrow, pandas, DuckDB and Spark read a dataset: Hive
+partitions by ``partition_by`` columns (``date=2026-12-06/``, the column
+left out of the file), files named ``part-<sink digest>-<epoch>-<n>.parquet``.
+
+Exactly-once through the checkpoint protocol (:mod:`rivermark.sinks.base`),
+as Flink's file sink does it (in-progress, pending, finished):
+
+* records are written as they arrive into *in-progress* files under
+  ``ROOT/_rivermark/<sink digest>/inprogress/_<uuid>.inprogress``, a name
+  every reader skips; a file is rolled (closed, a new one opened) when it
+  reaches ``roll_rows`` rows, ``roll_bytes`` bytes or ``roll_seconds`` age;
+* ``pre_commit(e)`` closes every open file durably (fsync; a complete
+  upload on object storage) and gives each its final name; the handle lists
+  the files of every epoch not yet published, in-progress name -> final name;
+* ``commit(e)`` publishes them: a rename (``os.replace`` and a directory
+  fsync), or on object storage a copy then a delete, so that the final file
+  is complete before its in-progress copy goes;
+* ``restore(handle)`` publishes the files the checkpoint lists that a crash
+  left unpublished, deletes every other in-progress file of the sink, and
+  deletes published files of epochs after the checkpoint's (output that no
+  checkpoint holds, after an older checkpoint was restored).
+
+A reader of the directory therefore sees an epoch's files only once the
+checkpoint holding them is durable, and never a file that later disappears.
+One job at a time per sink id: a lease at ``ROOT/_rivermark/<sink digest>/LEASE``.
+Without a checkpoint, published files of the sink id make the job refuse to
+start (``unaccounted_output``); ``--from-scratch`` deletes the sink's files
+(its ``part-<sink digest>-*`` files and in-progress files; other files stay).
+
+The schema is ``schema=`` (a pyarrow schema), else derived from
+``example=`` (a record or a DataFrame), else from the first record or
+batch.  A record or batch that does not fit it is refused through the node's
+error policy (``on_error``) with one line naming the column.
+
+>>> import os, tempfile, pyarrow.parquet as pq
+>>> from rivermark import Job, Stream
+>>> d = tempfile.mkdtemp()
+>>> src = Stream.from_iterable([{"day": "mon", "n": 1}, {"day": "tue", "n": 2}])
+>>> _ = src.to_parquet(os.path.join(d, "out"), partition_by=["day"], name="days")
+>>> _ = Job(src, checkpoint=os.path.join(d, "ckpt")).run()
+>>> pq.read_table(os.path.join(d, "out")).sort_by("n").to_pylist()
+[{'n': 1, 'day': 'mon'}, {'n': 2, 'day': 'tue'}]
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import IO, Any, ClassVar
+
+from ..checkpoint.lease import Lease
+from ..core.node import Stream
+from ..core.refs import Metadata
+from ..errors import ConfigurationError
+from ..execution.steps import step
+from .basic import Sink
+from .lakefiles import (
+    LakeSinkError,
+    Location,
+    RecordSchemaError,
+    hive_dir,
+    rows_to_table,
+    schema_of,
+    sink_digest,
+)
+from .sqlstores import first_line
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ToParquet"]
+
+_FINAL = re.compile(r"part-([0-9a-f]{12})-(\d{12})-\d{5}\.parquet\Z")
+
+
+@dataclass
+class _OpenFile:
+    """An in-progress file being written: its writer, name and what is in it."""
+
+    rel: str
+    part: str
+    handle: IO[bytes]
+    writer: Any
+    opened: float
+    rows: int = 0
+
+
+@Stream.register_api(attribute_name="to_parquet")
+class ToParquet(Sink):
+    """Write dict records or DataFrame batches as Parquet files under ``url``, exactly once.
+
+    ``url``: a directory, ``file://...`` or an fsspec URL (``s3://bucket/prefix``;
+    ``storage_options`` go to fsspec).  ``partition_by``: Hive partition
+    columns.  ``roll_rows`` / ``roll_bytes`` / ``roll_seconds``: when a file
+    is closed and a new one opened (files are also closed at every
+    checkpoint).  ``schema`` / ``example``: see the module docs.
+    ``sink_id``: the name the files, the lock and the handle carry (default:
+    the node's ``name``, else the URL).  ``batch_rows``: records buffered
+    before they are converted and written as a row group.
+    """
+
+    _graphviz_shape: ClassVar[str] = "trapezium"
+    #: records after pre_commit(e) go to new files of the next epoch
+    seals_epoch_at_pre_commit: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        upstream: Stream,
+        url: str,
+        *,
+        partition_by: Sequence[str] = (),
+        schema: Any = None,
+        example: Any = None,
+        roll_rows: int = 1_000_000,
+        roll_bytes: int = 128 * 1024 * 1024,
+        roll_seconds: float = 3600.0,
+        batch_rows: int = 50_000,
+        sink_id: str | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if not isinstance(url, str) or not url:
+            raise ConfigurationError(f"to_parquet: url must be a non-empty string, got {url!r}")
+        partition_by = [partition_by] if isinstance(partition_by, str) else list(partition_by)
+        for name, value in (("roll_rows", roll_rows), ("roll_bytes", roll_bytes),
+                            ("batch_rows", batch_rows), ("roll_seconds", roll_seconds)):  # fmt: skip
+            if not isinstance(value, (int, float)) or value <= 0:
+                raise ConfigurationError(
+                    f"to_parquet: {name} must be a positive number, got {value!r}"
+                )
+        self.url = url
+        self.partition_by = partition_by
+        self.roll_rows, self.roll_bytes = int(roll_rows), int(roll_bytes)
+        self.roll_seconds, self.batch_rows = float(roll_seconds), int(batch_rows)
+        self.storage_options = dict(storage_options or {})
+        super().__init__(upstream, **kwargs)
+        self.sink_id = sink_id or self.name or url
+        self.digest = sink_digest(self.sink_id)
+        self.home = f"_rivermark/{self.digest}"
+        self._schema: Any = None
+        self._names: frozenset[str] = frozenset()
+        if schema is not None or example is not None:
+            self._set_schema(schema_of(schema if schema is not None else example, self.label()))
+        self._loc: Location | None = None
+        self._lease: Lease | None = None
+        self._buffers: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
+        #: without partition_by: the one buffer (``_buffers[()]``) while it exists
+        self._unpartitioned: list[Mapping[str, Any]] | None = None
+        self._open: dict[tuple[Any, ...], _OpenFile] = {}
+        self._sealed: list[_OpenFile] = []
+        self._pending: list[dict[str, Any]] = []  # {"epoch": e, "files": [[src, dst], ...]}
+        self._closed = False
+
+    def label(self) -> str:
+        return f"to_parquet sink {self.sink_id!r}"
+
+    def _set_schema(self, schema: Any) -> None:
+        missing = [c for c in self.partition_by if c not in schema.names]
+        if missing:
+            raise ConfigurationError(
+                f"{self.label()}: partition_by column(s) {missing!r} are not in the schema "
+                f"(its columns: {schema.names!r})"
+            )
+        self._schema = schema
+        self._names = frozenset(schema.names)
+        keep = [f for f in schema if f.name not in self.partition_by]
+        import pyarrow as pa
+
+        self._file_schema = pa.schema(keep)
+
+    # ---------------------------------------------------------------- location and lock
+    def _location(self) -> Location:
+        if self._loc is None:
+            if self._closed:
+                raise ConfigurationError(f"{self.label()}: used after close()")
+            loc = Location(self.url, self.storage_options, self.label())
+            try:
+                self._lease = loc.lease(f"{self.home}/LEASE")
+            except LakeSinkError:
+                raise
+            except Exception as e:
+                raise self._failed(loc, "taking the sink's lock", e) from None
+            self._loc = loc
+        return self._loc
+
+    def _failed(self, loc: Location, what: str, e: BaseException) -> LakeSinkError:
+        logger.debug("%s: %s failed", self.label(), what, exc_info=True)
+        return LakeSinkError(
+            f"{self.label()}: {what} failed in {loc.where()} ({type(e).__name__}: "
+            f"{first_line(e)}); the job stopped with its last checkpoint intact: fix the "
+            "cause (disk space, permissions, the object store's address) and run again to resume"
+        )
+
+    # ---------------------------------------------------------------- records
+    @step
+    def update(self, x: Any, who: Stream | None = None, metadata: Metadata | None = None) -> None:
+        buf = self._unpartitioned
+        if buf is not None and type(x) is dict and x.keys() <= self._names:  # the common case
+            buf.append(x)
+            if len(buf) >= self.batch_rows:
+                self._flush(())
+            return None
+        self._add(x)
+        return None
+
+    def _add(self, x: Any) -> None:
+        """A record or batch off the common path (the first, a partitioned one, a DataFrame)."""
+        if type(x) is dict or isinstance(x, Mapping):
+            if self._schema is None:
+                self._set_schema(schema_of(x, self.label()))
+            if not x.keys() <= self._names:
+                extra = [c for c in x if c not in self._names]
+                self._user_error(x, RecordSchemaError(
+                    f"{self.label()}: record has column(s) {extra!r} that the schema does not "
+                    f"have (its columns: {self._schema.names!r}); pass schema= with them"
+                ), self.update)  # fmt: skip
+                return
+            key = tuple(map(x.get, self.partition_by))
+            buf = self._buffers.get(key)
+            if buf is None:
+                buf = self._buffers[key] = []
+                if not self.partition_by:
+                    self._unpartitioned = buf
+            buf.append(x)
+            if len(buf) >= self.batch_rows:
+                self._flush(key)
+        elif hasattr(x, "to_dict") and hasattr(x, "columns"):
+            self._write_frame(x)
+        else:
+            raise ConfigurationError(
+                f"{self.label()}: received {x!r:.200}; to_parquet writes dicts (column -> value) "
+                "or DataFrames: add a .map(...) that builds one"
+            )
+
+    def _flush(self, key: tuple[Any, ...]) -> None:
+        """Convert the buffered records of one partition and write them as a row group."""
+        import pyarrow as pa
+
+        rows = self._buffers.pop(key, None)
+        if not key:
+            self._unpartitioned = None
+        if not rows:
+            return
+        try:
+            table = rows_to_table(rows, self._schema)
+        except (pa.ArrowException, ValueError, TypeError, OverflowError):
+            table = self._fitting(rows)
+            if table is None:
+                return
+        self._write(key, table)
+
+    def _fitting(self, rows: list[Mapping[str, Any]]) -> Any:
+        """The rows that fit the schema; the others go through the error policy, one by one."""
+        import pyarrow as pa
+
+        good = []
+        for r in rows:
+            try:
+                pa.Table.from_pylist([r], schema=self._schema)
+            except (pa.ArrowException, ValueError, TypeError, OverflowError) as e:
+                self._user_error(r, self._misfit("record", e), self.update)
+                continue
+            good.append(r)
+        return rows_to_table(good, self._schema) if good else None
+
+    def _misfit(self, what: str, e: BaseException) -> RecordSchemaError:
+        return RecordSchemaError(
+            f"{self.label()}: {what} does not fit the schema ({type(e).__name__}: "
+            f"{first_line(e)}); fix the input, pass schema= with the right types, or set "
+            "on_error='skip' or on_error=callable on this node"
+        )
+
+    def _write_frame(self, df: Any) -> None:
+        import pyarrow as pa
+
+        if self._schema is None:
+            self._set_schema(schema_of(df, self.label()))
+        extra = [c for c in df.columns if c not in self._names]
+        try:
+            if extra:
+                raise ValueError(f"column(s) {extra!r} are not in the schema")
+            table = pa.Table.from_pandas(df, schema=self._schema, preserve_index=False)
+        except (pa.ArrowException, ValueError, TypeError, OverflowError, KeyError) as e:
+            self._user_error(df, self._misfit("DataFrame batch", e), self.update)
+            return
+        if not self.partition_by:
+            self._flush(())
+            self._write((), table)
+            return
+        keys = list(zip(*(table.column(c).to_pylist() for c in self.partition_by)))
+        groups: dict[tuple[Any, ...], list[int]] = {}
+        for i, k in enumerate(keys):
+            groups.setdefault(k, []).append(i)
+        for k, idx in groups.items():
+            self._flush(k)
+            self._write(k, table.take(idx))
+
+    def _write(self, key: tuple[Any, ...], table: Any) -> None:
+        """Write ``table`` (the whole schema) into the partition's open file, rolling it first."""
+        loc = self._location()
+        f = self._open.get(key)
+        now = time.monotonic()
+        if f is not None and (
+            f.rows >= self.roll_rows
+            or f.handle.tell() >= self.roll_bytes
+            or now - f.opened >= self.roll_seconds
+        ):
+            self._seal(key)
+            f = None
+        if self.partition_by:
+            table = table.drop_columns(self.partition_by)
+        try:
+            if f is None:
+                f = self._open_file(loc, key, now)
+            f.writer.write_table(table)
+        except Exception as e:
+            raise self._failed(loc, "writing an in-progress file", e) from None
+        f.rows += table.num_rows
+
+    def _open_file(self, loc: Location, key: tuple[Any, ...], now: float) -> _OpenFile:
+        import pyarrow.parquet as pq
+
+        rel = f"{self.home}/inprogress/_{uuid.uuid4().hex}.inprogress"
+        handle = loc.open_write(rel)
+        part = hive_dir(self.partition_by, key)
+        f = _OpenFile(rel, part, handle, pq.ParquetWriter(handle, self._file_schema), now)
+        self._open[key] = f
+        return f
+
+    def _seal(self, key: tuple[Any, ...]) -> None:
+        f = self._open.pop(key)
+        f.writer.close()
+        assert self._loc is not None
+        self._loc.seal(f.handle)
+        self._sealed.append(f)
+
+    # ---------------------------------------------------------------- checkpoint contract
+    def pre_commit(self, epoch: int) -> dict[str, Any]:
+        """Close every file durably and name it; the handle lists the unpublished files."""
+        loc = self._location()
+        for key in list(self._buffers):
+            self._flush(key)
+        try:
+            for key in list(self._open):
+                self._seal(key)
+            if self._sealed:
+                loc.sync_dir(f"{self.home}/inprogress")
+        except Exception as e:
+            raise self._failed(loc, f"closing the files of epoch {epoch}", e) from None
+        files = []
+        for n, f in enumerate(self._sealed):
+            name = f"part-{self.digest}-{epoch:012d}-{n:05d}.parquet"
+            files.append([f.rel, f"{f.part}/{name}" if f.part else name])
+        self._sealed = []
+        if files:
+            self._pending.append({"epoch": epoch, "files": files})
+        return {"sink": self.sink_id, "epoch": epoch, "pending": [dict(p) for p in self._pending]}
+
+    def commit(self, epoch: int, handle: Any) -> None:
+        """Publish the files of every epoch up to ``epoch`` (idempotent)."""
+        loc = self._location()
+        while self._pending and self._pending[0]["epoch"] <= epoch:
+            try:
+                self._publish(loc, self._pending[0]["files"])
+            except LakeSinkError:
+                raise
+            except Exception as e:
+                raise self._failed(loc, f"publishing the files of epoch {epoch}", e) from None
+            self._pending.pop(0)
+
+    def _publish(self, loc: Location, files: list[list[str]]) -> int:
+        return sum(loc.publish(src, dst) for src, dst in files)
+
+    def restore(self, handle: Any) -> None:
+        """Publish the checkpoint's unpublished files; delete every other in-progress file."""
+        loc = self._location()
+        epoch = -1
+        if handle is not None:
+            if handle.get("sink") != self.sink_id:
+                raise LakeSinkError(
+                    f"{self.label()}: the checkpoint's Parquet sink wrote as sink id "
+                    f"{handle.get('sink')!r}; write there again, or use a new checkpoint directory"
+                )
+            epoch = int(handle["epoch"])
+        self._drop_unwritten()
+        try:
+            published = 0
+            listed: set[str] = set()
+            for p in handle["pending"] if handle is not None else []:
+                published += self._publish(loc, p["files"])
+                listed.update(src for src, _ in p["files"])
+            stale = [r for r in loc.files(f"{self.home}/inprogress") if r not in listed]
+            # no handle: the job refused to start if the sink had published files
+            later = [r for r, e in self._final_files(loc) if e > epoch] if handle else []
+            loc.remove(stale + later)
+        except LakeSinkError:
+            raise
+        except Exception as e:
+            raise self._failed(loc, "resolving the last epoch", e) from None
+        if later:
+            logger.warning(
+                "%s: deleted %d published file(s) of epochs after the checkpoint's (%d): %s",
+                self.label(), len(later), epoch, later[:5],
+            )  # fmt: skip
+        logger.info(
+            "%s: restored to epoch %d in %s: %d file(s) published, %d in-progress dropped",
+            self.label(), epoch, loc.where(), published, len(stale),
+        )  # fmt: skip
+
+    def _final_files(self, loc: Location) -> list[tuple[str, int]]:
+        """The sink's published files and their epochs."""
+        out = []
+        for rel in loc.files():
+            if rel.startswith("_rivermark/"):
+                continue
+            m = _FINAL.match(os.path.basename(rel))
+            if m is not None and m.group(1) == self.digest:
+                out.append((rel, int(m.group(2))))
+        return out
+
+    def _drop_unwritten(self) -> None:
+        """Forget buffered records and open files (a restore or a start over follows)."""
+        for f in self._open.values():
+            f.handle.close()
+        self._buffers, self._open, self._sealed, self._pending = {}, {}, [], []
+        self._unpartitioned = None
+
+    def start_over(self) -> None:
+        """Delete the sink's files, published and in progress (``--from-scratch``)."""
+        loc = self._location()
+        self._drop_unwritten()
+        try:
+            final = [r for r, _ in self._final_files(loc)]
+            loc.remove(final + loc.files(f"{self.home}/inprogress"))
+        except Exception as e:
+            raise self._failed(loc, "starting over", e) from None
+        logger.warning(
+            "%s: starting over from scratch: deleted %d file(s) of this sink in %s",
+            self.label(), len(final), loc.where(),
+        )  # fmt: skip
+
+    def unaccounted_output(self) -> str | None:
+        """The sink's published files when no checkpoint knows them."""
+        loc = self._location()
+        final = self._final_files(loc)
+        if not final:
+            return None
+        return (
+            f"{self.label()}: {loc.where()} holds {len(final)} file(s) of this sink up to epoch "
+            f"{max(e for _, e in final)} from an earlier run"
+        )
+
+    def close(self) -> None:
+        """Close open files (left in progress) and release the lock (idempotent)."""
+        self._closed = True
+        for f in self._open.values():
+            try:
+                f.handle.close()
+            except Exception:  # an upload that cannot complete: the file stays in progress
+                logger.debug("%s: close failed", self.label(), exc_info=True)
+        self._open = {}
+        lease, self._lease = self._lease, None
+        self._loc = None
+        if lease is not None:
+            lease.release()
+
+    def state_signature(self) -> str:
+        return f"ToParquet(url={self.url!r}, sink_id={self.sink_id!r})"

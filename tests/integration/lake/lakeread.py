@@ -1,0 +1,102 @@
+"""Reading what the file sinks wrote, as a reader of the dataset or table would."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from rivermark.testing.s3_server import S3Server
+
+
+def lake_cmd(app: str, ckpt: str, every: str = "0.2s") -> list[str]:
+    return [
+        sys.executable, "-m", "rivermark.cli", "run", f"{app}:source",
+        "--checkpoint", ckpt, "--every", every,
+    ]  # fmt: skip
+
+
+def lake_env(
+    kind: str, url: str, mode: str, n: int, work: int = 0, base: dict[str, str] | None = None
+) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    env.update(
+        RIVERMARK_LAKE_KIND=kind,
+        RIVERMARK_LAKE_URL=url,
+        RIVERMARK_LAKE_MODE=mode,
+        RIVERMARK_LAKE_N=str(n),
+        RIVERMARK_APP_WORK=str(work),
+    )
+    return env
+
+
+def parquet_rows(url: str, s3: S3Server | None) -> list[tuple[Any, ...]]:
+    """``(id, k, v, g)`` of every row in the dataset (pyarrow, Hive partitions), sorted."""
+    import pyarrow.dataset as ds
+
+    if s3 is None:
+        if not os.path.isdir(url):
+            return []
+        d = ds.dataset(url, format="parquet", partitioning="hive")
+    else:
+        fs = s3.filesystem()
+        path = url[len("s3://") :]
+        if not fs.exists(path):
+            return []
+        from pyarrow.fs import FSSpecHandler, PyFileSystem
+
+        d = ds.dataset(path, format="parquet", partitioning="hive",
+                       filesystem=PyFileSystem(FSSpecHandler(fs)))  # fmt: skip
+    if not d.files:  # the sink's own directory only (its lock), no data yet
+        return []
+    t = d.to_table(columns=["id", "k", "v", "g"])
+    return sorted(zip(*(t.column(c).to_pylist() for c in ("id", "k", "v", "g"))))
+
+
+class Poller:
+    """Calls ``read()`` over and over in a thread; keeps every row seen."""
+
+    def __init__(self, read: Callable[[], list[tuple[Any, ...]]]) -> None:
+        self.read = read
+        self.seen: set[tuple[Any, ...]] = set()
+        self.reads = 0
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self.seen.update(self.read())
+                self.reads += 1
+                self._stop.wait(0.02)
+        except BaseException as e:  # reported by __exit__
+            self.error = e
+
+    def __enter__(self) -> Poller:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(60)
+        if self.error is not None:
+            raise self.error
+
+
+def delta_rows(url: str, mode: str) -> list[tuple[Any, ...]]:
+    """The table's rows at its latest version, read by DuckDB over deltalake's dataset, sorted.
+
+    append: ``(id, k, v, g)``; merge: ``(k, total, last)``.
+    """
+    import duckdb
+    from deltalake import DeltaTable
+
+    if not DeltaTable.is_deltatable(url):
+        return []
+    ds = DeltaTable(url).to_pyarrow_dataset()  # noqa: F841 - read by DuckDB below by name
+    cols = "id, k, v, g" if mode == "append" else "k, total, last"
+    with duckdb.connect() as con:
+        return sorted(con.sql(f"SELECT {cols} FROM ds").fetchall())

@@ -1,0 +1,291 @@
+"""``to_parquet`` and ``to_delta``: layout, rolling, readers, bad input, locks and --from-scratch.
+
+Every test writes real files (a local directory, or a bucket of a real S3
+server where it says so) and reads them back with pyarrow, deltalake or DuckDB.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from deltalake import DeltaTable
+
+from rivermark import Job, Stream
+from rivermark.checkpoint.errors import JobFailedError, UnaccountedOutputError
+from rivermark.errors import ConfigurationError
+from rivermark.sinks.delta import ToDelta
+from rivermark.sinks.lakefiles import LakeSinkError, RecordSchemaError
+from rivermark.sinks.parquet import ToParquet
+from rivermark.testing.s3_server import S3Server
+
+from .lakeread import parquet_rows
+
+RECS = [{"id": i, "k": f"k{i % 37}", "v": i, "g": i % 3} for i in range(100)]
+
+
+def _parquet_job(url: str, records: list[Any], ckpt: Path, from_scratch: bool = False, **kw: Any) -> Job:  # fmt: skip
+    src = Stream.from_iterable(records)
+    src.to_parquet(url, **kw)
+    return Job(src, checkpoint=str(ckpt), from_scratch=from_scratch)
+
+
+def _delta_job(url: str, records: list[Any], ckpt: Path, from_scratch: bool = False, **kw: Any) -> Job:  # fmt: skip
+    src = Stream.from_iterable(records)
+    src.to_delta(url, **kw)
+    return Job(src, checkpoint=str(ckpt), from_scratch=from_scratch)
+
+
+def _delta(url: str) -> list[tuple[Any, ...]]:
+    t = DeltaTable(url).to_pyarrow_table()
+    cols = [c for c in ("id", "k", "v", "g") if c in t.column_names]
+    return sorted(zip(*(t.column(c).to_pylist() for c in cols)))
+
+
+# ---------------------------------------------------------------- Parquet
+def test_parquet_files_are_hive_partitioned_rolled_by_rows_and_named_per_epoch(tmp_path: Path) -> None:  # fmt: skip
+    out = tmp_path / "out"
+    _parquet_job(str(out), RECS, tmp_path / "c", partition_by=["g"], roll_rows=10, batch_rows=5, name="r").run()  # fmt: skip
+    assert parquet_rows(str(out), None) == sorted((r["id"], r["k"], r["v"], r["g"]) for r in RECS)
+    assert sorted(os.listdir(out)) == ["_rivermark", "g=0", "g=1", "g=2"]
+    files = sorted(os.listdir(out / "g=0"))
+    # 34 rows in g=0, files rolled at 10 rows: 4 files, the partition column not in them
+    assert len(files) == 4 and all(re.fullmatch(r"part-[0-9a-f]{12}-\d{12}-\d{5}\.parquet", f) for f in files)  # fmt: skip
+    assert [pq.read_metadata(out / "g=0" / f).num_rows for f in files] == [10, 10, 10, 4]
+    assert pq.read_schema(out / "g=0" / files[0]).names == ["id", "k", "v"]
+    # nothing left in progress after the job
+    assert os.listdir(out / "_rivermark" / os.listdir(out / "_rivermark")[0] / "inprogress") == []
+
+
+def test_parquet_in_progress_files_are_skipped_by_readers_until_commit(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    sink = ToParquet(Stream(), str(out), partition_by=["g"], batch_rows=1, name="r")
+    sink.restore(None)
+    try:
+        for r in RECS[:30]:
+            sink.update(r)
+        handle = sink.pre_commit(1)
+        inprogress = [f for f in out.rglob("*") if f.is_file() and "inprogress" in f.parts]
+        assert len(inprogress) == 3  # one per partition, durable, not yet published
+        # pyarrow (and pandas) skip names starting with "_"; DuckDB's glob matches only *.parquet
+        assert parquet_rows(str(out), None) == []
+        assert duckdb.sql(f"SELECT count(*) FROM glob('{out}/**/*.parquet')").fetchall() == [(0,)]
+        sink.commit(1, handle)
+        assert len(parquet_rows(str(out), None)) == 30
+        n = duckdb.sql(f"SELECT count(*) FROM read_parquet('{out}/**/*.parquet', hive_partitioning=true)").fetchall()  # fmt: skip
+        assert n == [(30,)]
+    finally:
+        sink.close()
+
+
+def test_parquet_on_s3_publishes_with_put_then_delete(s3_server: S3Server, s3_env: dict[str, str], tmp_path: Path) -> None:  # fmt: skip
+    url = f"s3://{s3_server.new_bucket()}/data"
+    sink = ToParquet(Stream(), url, name="r")
+    sink.restore(None)
+    try:
+        for r in RECS:
+            sink.update(r)
+        handle = sink.pre_commit(1)
+        fs = s3_server.filesystem()
+        assert parquet_rows(url, s3_server) == []
+        (src, dst), = handle["pending"][0]["files"]  # fmt: skip
+        assert fs.exists(f"{url[5:]}/{src}") and not fs.exists(f"{url[5:]}/{dst}")
+        sink.commit(1, handle)
+        fs.invalidate_cache()
+        assert not fs.exists(f"{url[5:]}/{src}") and fs.exists(f"{url[5:]}/{dst}")
+        assert len(parquet_rows(url, s3_server)) == 100
+        sink.commit(1, handle)  # again: already published, nothing to do
+    finally:
+        sink.close()
+
+
+def test_parquet_dataframe_batches_are_written_partitioned(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    frames = [pd.DataFrame(RECS[:50]), pd.DataFrame(RECS[50:])]
+    _parquet_job(str(out), frames, tmp_path / "c", partition_by=["g"], name="f").run()
+    assert parquet_rows(str(out), None) == sorted((r["id"], r["k"], r["v"], r["g"]) for r in RECS)
+
+
+def test_parquet_a_record_that_does_not_fit_the_schema_goes_through_the_error_policy(tmp_path: Path) -> None:  # fmt: skip
+    out = tmp_path / "out"
+    bad = [*RECS[:5], {"id": "five", "k": "x", "v": 5, "g": 0}, *RECS[6:10]]
+    job = _parquet_job(str(out), bad, tmp_path / "a", name="r")
+    with pytest.raises(RecordSchemaError, match=re.escape("to_parquet sink 'r': record does not fit the schema (")) as e:  # fmt: skip
+        job.run()
+    assert "\n" not in str(e.value) and "on_error='skip'" in str(e.value)
+    assert parquet_rows(str(out), None) == []  # nothing of the failed epoch is visible
+    _parquet_job(str(out), bad, tmp_path / "b", from_scratch=True, name="r", on_error="skip").run()
+    assert [r[0] for r in parquet_rows(str(out), None)] == [0, 1, 2, 3, 4, 6, 7, 8, 9]
+
+
+def test_parquet_a_batch_that_does_not_fit_is_refused_whole(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    frames = [pd.DataFrame(RECS[:5]), pd.DataFrame({"id": ["x"], "k": ["a"], "v": [1], "g": [0]})]
+    seen: list[Any] = []
+    _parquet_job(str(out), frames, tmp_path / "a", name="r", on_error=lambda x, e: seen.append(e)).run()  # fmt: skip
+    assert len(parquet_rows(str(out), None)) == 5
+    assert len(seen) == 1 and str(seen[0]).startswith("to_parquet sink 'r': DataFrame batch does not fit the schema (")  # fmt: skip
+
+
+def test_parquet_schema_from_an_example_and_a_missing_partition_column(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match=re.escape("to_parquet sink 'r': partition_by column(s) ['day'] are not in the schema (its columns: ['id'])")):  # fmt: skip
+        Stream().to_parquet(str(tmp_path), partition_by=["day"], example={"id": 1}, name="r")
+    out = tmp_path / "out"
+    _parquet_job(str(out), [{"id": 1}], tmp_path / "c", schema=pa.schema([("id", pa.int32()), ("note", pa.string())]), name="r").run()  # fmt: skip
+    assert pq.read_table(out).schema.names == ["id", "note"]
+    assert pq.read_table(out).schema.field("id").type == pa.int32()
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_parquet_a_second_job_through_the_same_sink_id_is_refused(where: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:  # fmt: skip
+    if where == "local":
+        url = str(tmp_path / "out")
+    else:
+        request.getfixturevalue("s3_env")
+        url = f"s3://{request.getfixturevalue('s3_server').new_bucket()}/out"
+    first = ToParquet(Stream(), url, name="r")
+    first.restore(None)
+    try:
+        with pytest.raises(LakeSinkError, match=re.escape("to_parquet sink 'r': another job writes through this sink id into")) as e:  # fmt: skip
+            _parquet_job(url, RECS, tmp_path / "c", name="r").run()
+        assert "Stop that job first, or give this sink another name" in str(e.value)
+    finally:
+        first.close()
+    _parquet_job(url, RECS[:3], tmp_path / "d", name="other").run()  # another sink id: allowed
+
+
+def test_parquet_earlier_output_is_refused_and_from_scratch_deletes_only_the_sinks_files(tmp_path: Path) -> None:  # fmt: skip
+    out = tmp_path / "out"
+    _parquet_job(str(out), RECS, tmp_path / "one", name="r").run()
+    pq.write_table(pa.table({"id": [1000], "k": ["z"], "v": [0], "g": [0]}), out / "theirs.parquet")
+    with pytest.raises(UnaccountedOutputError, match=re.escape("to_parquet sink 'r':")):
+        _parquet_job(str(out), RECS, tmp_path / "two", name="r").run()
+    _parquet_job(str(out), RECS[:10], tmp_path / "two", from_scratch=True, name="r").run()
+    ids = sorted(pq.read_table(out).column("id").to_pylist())
+    assert ids == [*range(10), 1000]
+
+
+def test_parquet_restore_publishes_a_pending_epoch_and_drops_later_in_progress_files(tmp_path: Path) -> None:  # fmt: skip
+    out = tmp_path / "out"
+    a = ToParquet(Stream(), str(out), name="r", batch_rows=1)
+    a.restore(None)
+    for r in RECS[:10]:
+        a.update(r)
+    handle = a.pre_commit(1)  # the checkpoint is durable, then a crash before commit
+    for r in RECS[10:20]:
+        a.update(r)  # epoch 2, in progress
+    a.pre_commit(2)
+    a.close()
+    b = ToParquet(Stream(), str(out), name="r")
+    b.restore(handle)
+    b.close()
+    assert [r[0] for r in parquet_rows(str(out), None)] == list(range(10))
+    assert list((out / "_rivermark").rglob("*.inprogress")) == []
+
+
+# ---------------------------------------------------------------- Delta
+def test_delta_each_epoch_is_one_commit_with_the_sinks_transaction_version(tmp_path: Path) -> None:  # fmt: skip
+    url = str(tmp_path / "t")
+    sink = ToDelta(Stream(), url, name="d", example=RECS[0])
+    sink.restore(None)
+    try:
+        for e in (1, 2):
+            for r in RECS[(e - 1) * 10 : e * 10]:
+                sink.update(r)
+            handle = sink.pre_commit(e)
+            assert _delta(url) == sorted((r["id"], r["k"], r["v"], r["g"]) for r in RECS[: (e - 1) * 10])  # fmt: skip
+            sink.commit(e, handle)
+        dt = DeltaTable(url)
+        assert dt.transaction_version("rivermark:d") == 2
+        assert dt.version() == 2  # created, then one commit per epoch
+    finally:
+        sink.close()
+    # a replayed commit (a crash after the Delta commit, before the sink knew) is skipped
+    again = ToDelta(Stream(), url, name="d", example=RECS[0])
+    again.restore({"sink": "d", "epoch": 2, "pending": [handle["pending"][-1]]})
+    again.close()
+    assert DeltaTable(url).version() == 2 and len(_delta(url)) == 20
+
+
+def test_delta_merge_dataframes_and_tombstones(tmp_path: Path) -> None:
+    from rivermark.sinks.sql import delete
+
+    url = str(tmp_path / "t")
+    recs: list[Any] = [pd.DataFrame({"k": ["a", "b"], "n": [1, 2]}), {"k": "a", "n": 3}, delete(k="b"), pd.DataFrame({"k": ["c"], "n": [5]})]  # fmt: skip
+    _delta_job(url, recs, tmp_path / "c", mode="merge", key=["k"], name="m").run()
+    assert sorted(DeltaTable(url).to_pyarrow_table().to_pylist(), key=str) == [{"k": "a", "n": 3}, {"k": "c", "n": 5}]  # fmt: skip
+
+
+def test_delta_a_record_that_does_not_fit_goes_through_the_error_policy(tmp_path: Path) -> None:
+    url = str(tmp_path / "t")
+    bad = [*RECS[:5], {"id": "five", "k": "x", "v": 5, "g": 0}]
+    with pytest.raises(RecordSchemaError, match=re.escape("to_delta sink 'd': record does not fit the table's schema (")):  # fmt: skip
+        _delta_job(url, bad, tmp_path / "a", name="d").run()
+    _delta_job(url, bad, tmp_path / "b", name="d", on_error="skip").run()
+    assert [r[0] for r in _delta(url)] == [0, 1, 2, 3, 4]
+
+
+def test_delta_earlier_output_is_refused_and_from_scratch_empties_the_table(tmp_path: Path) -> None:  # fmt: skip
+    url = str(tmp_path / "t")
+    _delta_job(url, RECS, tmp_path / "one", name="d").run()
+    with pytest.raises(UnaccountedOutputError, match=re.escape("to_delta sink 'd': the table")):
+        _delta_job(url, RECS, tmp_path / "two", name="d").run()
+    _delta_job(url, RECS[:10], tmp_path / "two", from_scratch=True, name="d").run()
+    assert [r[0] for r in _delta(url)] == list(range(10))
+
+
+def test_delta_a_second_job_through_the_same_sink_id_is_refused(tmp_path: Path) -> None:
+    url = str(tmp_path / "t")
+    first = ToDelta(Stream(), url, name="d")
+    first.restore(None)
+    try:
+        with pytest.raises(LakeSinkError, match=re.escape("to_delta sink 'd': another job writes through this sink id")):  # fmt: skip
+            _delta_job(url, RECS, tmp_path / "c", name="d").run()
+    finally:
+        first.close()
+
+
+def test_delta_merge_needs_a_key() -> None:
+    with pytest.raises(ConfigurationError, match=re.escape("to_delta: mode='merge' needs key=[...]")):  # fmt: skip
+        Stream().to_delta("t", mode="merge")
+
+
+def test_parquet_files_roll_by_size_and_by_age(tmp_path: Path) -> None:
+    import time
+
+    from rivermark.testing import wait_for
+
+    by_size = tmp_path / "size"
+    _parquet_job(str(by_size), RECS[:20], tmp_path / "a", roll_bytes=1, batch_rows=5, name="s").run()  # fmt: skip
+    # every row group (5 records) passes one byte: a new file for each
+    assert sorted(pq.read_metadata(f).num_rows for f in by_size.glob("*.parquet")) == [5, 5, 5, 5]
+    by_age = tmp_path / "age"
+    sink = ToParquet(Stream(), str(by_age), roll_seconds=0.05, batch_rows=1, name="t")
+    sink.restore(None)
+    try:
+        sink.update(RECS[0])
+        sink.update(RECS[1])  # the same file: younger than 0.05 s
+        t0 = time.monotonic()
+        wait_for(lambda: time.monotonic() - t0 > 0.1, timeout=5, what="the file to age")
+        sink.update(RECS[2])  # the file is older than roll_seconds: a new one
+        sink.commit(1, sink.pre_commit(1))
+    finally:
+        sink.close()
+    assert sorted(pq.read_metadata(f).num_rows for f in by_age.glob("*.parquet")) == [1, 2]
+
+
+def test_delta_a_tombstone_before_any_record_needs_a_schema(tmp_path: Path) -> None:
+    from rivermark.sinks.sql import delete
+
+    job = _delta_job(str(tmp_path / "t"), [delete(k="a")], tmp_path / "c", mode="merge", key=["k"], name="m")  # fmt: skip
+    with pytest.raises(JobFailedError, match=re.escape("to_delta sink 'm': a tombstone Delete(key={'k': 'a'}) came before any record, so the table's schema is unknown; pass example={...}")):  # fmt: skip
+        job.run()
+    _delta_job(str(tmp_path / "t"), [delete(k="a"), {"k": "b", "n": 1}], tmp_path / "d", mode="merge", key=["k"], example={"k": "", "n": 0}, name="m").run()  # fmt: skip
+    assert DeltaTable(str(tmp_path / "t")).to_pyarrow_table().to_pylist() == [{"k": "b", "n": 1}]
