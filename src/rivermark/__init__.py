@@ -17,6 +17,7 @@ import typing as _typing
 
 from . import _optional
 from . import kafka as kafka
+from . import lake as lake
 
 # attaches the metrics, the Prometheus endpoint, the live page and the notebook
 # display to every job (through rivermark.checkpoint.listeners)

@@ -209,6 +209,8 @@ LAYERS: dict[str, frozenset[str]] = {
             "_runguard",
         }
     ),
+    # exactly-once files (Parquet, Delta Lake): sinks that hold a lease like the stores do
+    "lake": frozenset({"core", "execution", "errors", "sinks", "checkpoint"}),
     "dataframe": frozenset(
         {"core", "execution", "errors", "state", "statedata", "operators", "observe"}
     ),
@@ -231,6 +233,7 @@ LAYERS: dict[str, frozenset[str]] = {
             "sinks",
             "checkpoint",
             "kafka",
+            "lake",
             "observe",  # fills the job's listener registry (metrics, the page)
             "plugins",
             "streamz_names",

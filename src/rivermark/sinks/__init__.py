@@ -10,8 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 from . import basic as basic
-from . import delta as delta
-from . import parquet as parquet
 from . import sql as sql
 from . import textfile as textfile
 from .basic import Sink as Sink

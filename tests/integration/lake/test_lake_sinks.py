@@ -21,9 +21,9 @@ from deltalake import DeltaTable
 from rivermark import Job, Stream
 from rivermark.checkpoint.errors import JobFailedError, UnaccountedOutputError
 from rivermark.errors import ConfigurationError
-from rivermark.sinks.delta import ToDelta
-from rivermark.sinks.lakefiles import LakeSinkError, RecordSchemaError
-from rivermark.sinks.parquet import ToParquet
+from rivermark.lake.delta import ToDelta
+from rivermark.lake.files import LakeSinkError, RecordSchemaError
+from rivermark.lake.parquet import ToParquet
 from rivermark.testing.s3_server import S3Server
 
 from .lakeread import parquet_rows

@@ -64,8 +64,9 @@ from ..core.node import Stream
 from ..core.refs import Metadata
 from ..errors import ConfigurationError
 from ..execution.steps import step
-from .basic import Sink
-from .lakefiles import (
+from ..sinks.basic import Sink
+from ..sinks.sqlstores import Delete, first_line
+from .files import (
     LakeSinkError,
     Location,
     RecordSchemaError,
@@ -74,7 +75,6 @@ from .lakefiles import (
     schema_of,
     sink_digest,
 )
-from .sqlstores import Delete, first_line
 
 logger = logging.getLogger(__name__)
 

@@ -61,8 +61,9 @@ from ..core.node import Stream
 from ..core.refs import Metadata
 from ..errors import ConfigurationError
 from ..execution.steps import step
-from .basic import Sink
-from .lakefiles import (
+from ..sinks.basic import Sink
+from ..sinks.sqlstores import first_line
+from .files import (
     LakeSinkError,
     Location,
     RecordSchemaError,
@@ -71,7 +72,6 @@ from .lakefiles import (
     schema_of,
     sink_digest,
 )
-from .sqlstores import first_line
 
 logger = logging.getLogger(__name__)
 

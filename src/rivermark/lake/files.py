@@ -1,7 +1,7 @@
 """What the file sinks share: a location (a local directory or fsspec URL), its lock, rows to Arrow.
 
-``to_parquet`` (:mod:`rivermark.sinks.parquet`) and ``to_delta``
-(:mod:`rivermark.sinks.delta`) write files under a root: a local directory
+``to_parquet`` (:mod:`rivermark.lake.parquet`) and ``to_delta``
+(:mod:`rivermark.lake.delta`) write files under a root: a local directory
 (a path or ``file://``) or object storage (``s3://bucket/prefix``, through
 fsspec and s3fs).  :class:`Location` gives them the few operations they
 need, each durable before it returns: write a file (fsynced, with its
