@@ -6,6 +6,7 @@ Install with ``pip install rivermark[dataframe]``.
 from __future__ import annotations
 
 from . import aggregations as aggregations
+from . import timejoins as timejoins
 from .aggregations import Aggregate as Aggregate
 from .aggregations import Aggregation as Aggregation
 from .core import ColumnsError as ColumnsError
@@ -49,6 +50,7 @@ __all__ = [
     "Streaming",
     "Window",
     "aggregations",
+    "timejoins",
     "to_dataframe",
     "TimedDataFrame",
 ]

@@ -82,6 +82,7 @@ from ..core.node import Stream
 from ..errors import ConfigurationError
 from ..observe.control import local_url
 from ..observe.endstate import signal_reason
+from .copartition import co_partitioning_problem, partition_counts
 from .errors import KafkaCommitError, KafkaConnectorError, KafkaDeliveryError
 from .group_control import GroupControl
 from .membership import InstanceSlot
@@ -142,6 +143,32 @@ class PartitionSource(KafkaBatchedSource):
         super().__init__([topic], consumer_params, **kwargs)
         self.partition = int(partition)
         self.partitions.only = {(topic, self.partition)}
+        self._params, self._options = dict(consumer_params), dict(kwargs)
+        #: the sources of other topics the task reads (co-partitioned or global)
+        self.partners: list[KafkaBatchedSource] = []
+
+    def co_partitioned(self, topic: str) -> PartitionSource:
+        """A source reading the same partition of ``topic``: the other side of a join by key.
+
+        ``topic`` must have as many partitions as the task's topic, keyed
+        alike (checked when the job starts).  Its offsets are kept in the
+        task's checkpoints only.
+        """
+        src = PartitionSource(topic, self.partition, self._params, **self._options)
+        src.read_only()
+        self.partners.append(src)
+        return src
+
+    def global_topic(self, topic: str) -> KafkaBatchedSource:
+        """A source reading every partition of ``topic`` in this task (a global table).
+
+        No co-partitioning needed; every task reads all of it.  Its offsets
+        are kept in the task's checkpoints only.
+        """
+        src = KafkaBatchedSource([topic], self._params, **self._options)
+        src.read_only()
+        self.partners.append(src)
+        return src
 
     def state_signature(self) -> str:
         # a task's checkpoint belongs to its partition: another one's is refused
@@ -318,7 +345,11 @@ class PartitionedJob:
         self._runner: threading.Thread | None = None
         # build one task's graph now, so that a graph that cannot be partitioned
         # is refused before the process joins the group
-        self._make_graph((self.topics[0], 0))
+        first = self._make_graph((self.topics[0], 0))
+        #: the topics each task reads the same partition of (checked when the job starts)
+        self.co_partitioned = [
+            p.topics[0] for p in first.partners if isinstance(p, PartitionSource)
+        ]
 
     # ------------------------------------------------------------------ tasks
     def task_location(self, topic: str, partition: int) -> str:
@@ -359,14 +390,20 @@ class PartitionedJob:
                 "source it was given; build the graph on that source (each partition gets its "
                 "own copy)"
             )
-        others = [n for n in nodes if not n.upstreams and n is not source]
+        partners = source.partners
+        others = [
+            n
+            for n in nodes
+            if not n.upstreams and n is not source and not any(n is p for p in partners)
+        ]
         if others:
             raise ConfigurationError(
                 f"PartitionedJob: the graph of build {name} has another input besides the "
                 f"partition's source: {others[0]!r}; a partitioned job keeps state per input "
                 "partition, so every node must depend on that partition's records only (a "
                 "second source, or a join with another stream, cannot be split by partition). "
-                "Run that part as its own Job, or put both inputs in one topic, keyed alike"
+                "Read another topic with source.co_partitioned(topic) or "
+                "source.global_topic(topic), or run that part as its own Job"
             )
         for n in nodes:
             if isinstance(n, ToKafka) and n.exactly_once and n.transactional_id is not None:
@@ -579,7 +616,7 @@ class PartitionedJob:
         try:
             self._start_control()
             self._run_member(self._member_conf(slot))
-        except KafkaConnectorError as e:
+        except (KafkaConnectorError, ConfigurationError) as e:
             self._error = self._error or e
         finally:
             self.ended = True
@@ -605,6 +642,11 @@ class PartitionedJob:
         )
         self._consumer = consumer = ck.Consumer(conf)
         try:
+            if self.co_partitioned:
+                counts = partition_counts(consumer, [*self.topics, *self.co_partitioned])
+                problem = co_partitioning_problem(counts, self.topics, self.co_partitioned)
+                if problem is not None:
+                    raise ConfigurationError(problem)
             consumer.subscribe(
                 self.topics,
                 on_assign=self._on_assign,

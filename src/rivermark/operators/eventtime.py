@@ -307,6 +307,24 @@ class Timestamps(Stream):
         self.due = due
         return results
 
+    def add_client(self, client: WatermarkClient) -> None:
+        """Have ``client`` act when the watermark moves (a window, a timer, a join).
+
+        The clock calls ``client.close_until(watermark)`` once the watermark
+        reaches the smallest ``next_due()`` of its clients (or the time a
+        client asked for with :meth:`wake_at`), then asks each for its next.
+        """
+        self._windows.append(client)
+
+    def wake_at(self, watermark: float) -> None:
+        """A client holds something due when the watermark reaches ``watermark``."""
+        if watermark < self.due:
+            self.due = watermark
+
+    def recheck(self) -> None:
+        """A client's held state was restored: the next record asks every client what is due."""
+        self.due = -math.inf
+
     def end_of_input(self) -> Results:
         """The input is complete: the watermark becomes ``+inf`` and every window is emitted.
 
@@ -382,6 +400,13 @@ def attach(node: Stream, kind: str, upstream: Stream) -> Timestamps:
             f"write stream.timestamps(func, max_delay=...).{kind}(...)"
         )
     return upstream
+
+
+def key_function(key: Any) -> Callable[[Any], Any] | None:
+    """The key of a record: ``key`` itself when callable, else ``x[key]`` (None: no key)."""
+    if key is None or callable(key):
+        return key  # type: ignore[no-any-return]
+    return operator.itemgetter(key)
 
 
 class LateRecords(Stream):
@@ -461,9 +486,7 @@ class EventWindow(Stream):
 
     @staticmethod
     def _key_function(key: Any) -> Callable[[Any], Any] | None:
-        if key is None or callable(key):
-            return key  # type: ignore[no-any-return]
-        return operator.itemgetter(key)
+        return key_function(key)
 
     def _updated(
         self, x: Any, metadata: Metadata | None, changed: Sequence[WindowResult], late: bool

@@ -52,14 +52,15 @@ import heapq
 import logging
 import math
 from collections.abc import Callable, Hashable
-from typing import Any
+from typing import Any, Protocol
 
 from ..core.node import Stream, check_callable
 from ..core.refs import Metadata
-from ..core.timeutil import parse_interval
 from ..errors import ConfigurationError
 from ..state import KeyedState, as_keyed
-from .eventtime import EventWindow, LateRecords, Results, Timestamps, _merge, attach
+from .eventtime import Results, Timestamps, _delay, _merge, attach
+from .intervaljoin import IntervalJoin as IntervalJoin
+from .joinbase import LateSide, func_name, join_key
 
 logger = logging.getLogger(__name__)
 
@@ -69,53 +70,16 @@ __all__ = ["Table", "AsofJoin", "IntervalJoin"]
 _MISSING = object()
 
 
-def _key_fn(kind: str, key: Any) -> Callable[[Any], Any]:
-    if key is None:
-        raise ConfigurationError(
-            f"{kind}: key= is required (a callable, or an index or field name for x[key])"
-        )
-    fn = EventWindow._key_function(key)  # noqa: SLF001 - the windows' key rule
-    assert fn is not None
-    return fn
+class TableReader(Protocol):
+    """A join reading a :class:`Table` (:meth:`Table.add_join`)."""
 
-
-def _name(func: Any) -> str:
-    return getattr(func, "__qualname__", None) or repr(func)
-
-
-class _Late:
-    """A node's ``.late`` stream and its count (shared by the table and the joins)."""
-
-    kind = "node"
-    _late: LateRecords | None = None
-    late_count = 0
-
-    @property
-    def late(self) -> LateRecords:
-        """The records that arrived after their side's watermark had passed their time."""
-        assert isinstance(self, Stream)
-        if self._late is None:
-            self._late = LateRecords(self, stream_name=f"{self.kind}.late")
-        return self._late
-
-    def _send_late(self, x: Any, metadata: Metadata | None, ts: float) -> Results:
-        assert isinstance(self, Stream)
-        self.late_count += 1
-        if self._late is not None:
-            return self._late.pass_late(x, metadata)
-        if self.late_count == 1:
-            logger.warning(
-                "%s: a record arrived after its side's watermark had passed its time (%s); "
-                "such records are counted in late_count; sink %s.late to keep them",
-                self.display_name(),
-                ts,
-                self.kind,
-            )
-        return None
+    def floor(self) -> float:
+        """The oldest time a record still to be joined may have (``+inf``: only the newest)."""
+        ...
 
 
 @Stream.register_api(attribute_name="to_table")
-class Table(_Late, Stream):
+class Table(LateSide, Stream):
     """A keyed table versioned by event time, built from a stream of changes.
 
     Needs :meth:`Stream.timestamps` right above it (the time of each change).
@@ -146,14 +110,14 @@ class Table(_Late, Stream):
     ) -> None:
         self.clock: Timestamps = attach(self, "to_table", upstream)
         self.key = key
-        self._key_of = _key_fn("to_table", key)
+        self._key_of = join_key("to_table", key)
         if value is not None:
             check_callable("to_table", "value", value)
         self.value = value
         #: per key, its versions ``((time, value), ...)`` in time order (value None: deleted)
         self._versions = KeyedState()
         #: the joins reading this table (they decide how far back versions are kept)
-        self._joins: list[AsofJoin] = []
+        self._joins: list[TableReader] = []
         #: versions dropped by retention so far
         self.versions_dropped = 0
         Stream.__init__(self, upstream, **kwargs)
@@ -176,19 +140,24 @@ class Table(_Late, Stream):
         return None
 
     def _put(self, k: Any, ts: float, v: Any) -> None:
-        versions = list(self._versions.get(k, ()))
-        i = bisect.bisect_right(versions, ts, key=_time)
-        if i and versions[i - 1][0] == ts:
-            versions[i - 1] = (ts, v)  # the same time again: the later change wins
+        old = self._versions.get(k)
+        if not old or ts > old[-1][0]:  # in order of time (the common case): appended
+            versions = [*old, (ts, v)] if old else [(ts, v)]
         else:
-            versions.insert(i, (ts, v))
+            versions = list(old)
+            i = bisect.bisect_right(versions, ts, key=_time)
+            if i and versions[i - 1][0] == ts:
+                versions[i - 1] = (ts, v)  # the same time again: the later change wins
+            else:
+                versions.insert(i, (ts, v))
         self._store(k, versions)
 
     def _store(self, k: Any, versions: list[tuple[float, Any]]) -> None:
         """Keep ``versions`` of ``k`` from the newest at or before the floor on."""
-        floor = self.floor()
-        first = bisect.bisect_right(versions, floor, key=_time) - 1
-        if first > 0:
+        joins = self._joins
+        floor = joins[0].floor() if len(joins) == 1 else self.floor()
+        if len(versions) > 1 and versions[1][0] <= floor:  # versions[0] is not needed
+            first = bisect.bisect_right(versions, floor, key=_time) - 1
             self.versions_dropped += first
             versions = versions[first:]
         if (
@@ -201,6 +170,10 @@ class Table(_Late, Stream):
             self._versions.pop(k, None)
             return
         self._versions[k] = tuple(versions)
+
+    def add_join(self, join: TableReader) -> None:
+        """``join`` reads this table: its :meth:`~TableReader.floor` bounds the retention."""
+        self._joins.append(join)
 
     def floor(self) -> float:
         """The time at or before which only the newest version of a key is kept."""
@@ -224,6 +197,15 @@ class Table(_Late, Stream):
             return default
         return versions[-1][1]
 
+    def version_at(self, key: Any, time: float) -> tuple[float, Any] | None:
+        """The version of ``key`` valid at ``time``: ``(its time, value)`` (value None:
+        deleted), or None when the key had none."""
+        versions = self._versions.get(key)
+        if not versions:
+            return None
+        i = bisect.bisect_right(versions, time, key=_time)
+        return (versions[i - 1][0], versions[i - 1][1]) if i else None
+
     def _at(self, key: Any, time: float) -> Any:
         versions = self._versions.get(key)
         if not versions:
@@ -246,8 +228,8 @@ class Table(_Late, Stream):
         self._versions = as_keyed(state["versions"])
 
     def state_signature(self) -> str:
-        key = _name(self.key) if callable(self.key) else repr(self.key)
-        value = "record" if self.value is None else _name(self.value)
+        key = func_name(self.key) if callable(self.key) else repr(self.key)
+        value = "record" if self.value is None else func_name(self.value)
         return f"Table(key={key}, value={value})"
 
 
@@ -256,14 +238,15 @@ def _time(version: tuple[float, Any]) -> float:
 
 
 @Stream.register_api(attribute_name="join_asof")
-class AsofJoin(_Late, Stream):
+class AsofJoin(LateSide, Stream):
     """Join each record with its key's version in ``table`` at the record's time.
 
     Emits ``(record, value)``: ``value`` is the latest version of the key at
     or before the record's time.  ``how="inner"`` (default) leaves out records
     whose key had no version then (or was deleted); ``how="left"`` emits them
     with ``None``.  ``key`` (a callable, or an index/field name) gives the
-    record's key in the table.
+    record's key in the table; ``tolerance`` (seconds or a duration string) leaves out
+    a version older than that before the record's time.
 
     ``mode="event_time"`` (default; needs :meth:`Stream.timestamps` right
     above it) is deterministic: a record waits until the table's watermark
@@ -294,6 +277,7 @@ class AsofJoin(_Late, Stream):
         key: Hashable | Callable[[Any], Any] = None,
         how: str = "inner",
         mode: str = "event_time",
+        tolerance: Any = None,
         **kwargs: Any,
     ) -> None:
         if not isinstance(table, Table):
@@ -313,17 +297,21 @@ class AsofJoin(_Late, Stream):
         )
         self.table = table
         self.key = key
-        self._key_of = _key_fn("join_asof", key)
+        self._key_of = join_key("join_asof", key)
         self.how = how
         self.mode = mode
+        #: a version older than this many seconds before the record is not used
+        self.tolerance = None if tolerance is None else _delay(tolerance, "join_asof", "tolerance")
         #: the records waiting for the table's watermark: ``{seq: (time, key, record)}``
         self._waiting = KeyedState()
         self._heap: list[tuple[float, int]] = []
         self._seq = 0
-        Stream.__init__(self, upstream, **kwargs)
-        table._joins.append(self)  # noqa: SLF001 - its floor decides the table's retention
+        # the table is an upstream too (it emits nothing): a job that runs the join
+        # finds the table and the source of its changes in the graph
+        Stream.__init__(self, upstreams=[upstream, table], **kwargs)
+        table.add_join(self)
         if mode == "event_time":
-            table.clock._windows.append(self)  # noqa: SLF001 - the table's watermark releases
+            table.clock.add_client(self)  # the table's watermark releases waiting records
 
     def update(
         self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
@@ -336,9 +324,7 @@ class AsofJoin(_Late, Stream):
             return None
         clock = self.clock
         if clock is None:  # lookup: the newest version present
-            versions = self.table._versions.get(k)  # noqa: SLF001 - the table it joins
-            found = versions[-1][1] if versions else None
-            return self._joined(x, found, metadata)
+            return self._joined(x, self.table.get(k), metadata)
         t = clock.current
         if t < clock.record_watermark:
             return self._send_late(x, metadata, t)
@@ -348,15 +334,16 @@ class AsofJoin(_Late, Stream):
         self._seq = seq + 1
         self._waiting[seq] = (t, k, x)
         heapq.heappush(self._heap, (t, seq))
-        table_clock = self.table.clock
-        due = math.nextafter(t, math.inf)
-        if due < table_clock.due:
-            table_clock.due = due
+        self.table.clock.wake_at(math.nextafter(t, math.inf))
         return None
 
     def _version(self, k: Any, t: float) -> Any:
-        found = self.table._at(k, t)  # noqa: SLF001 - the table it joins
-        return None if found is _MISSING else found
+        if self.tolerance is None:
+            return self.table.as_of(k, t)
+        found = self.table.version_at(k, t)
+        if found is None or t - found[0] > self.tolerance:
+            return None
+        return found[1]
 
     def _joined(self, x: Any, found: Any, metadata: Metadata | None) -> Results:
         if found is None and self.how == "inner":
@@ -401,202 +388,9 @@ class AsofJoin(_Late, Stream):
         self._seq = int(state["seq"])
         self._heap = [(float(v[0]), int(seq)) for seq, v in self._waiting.items()]
         heapq.heapify(self._heap)
-        self.table.clock.due = -math.inf  # the next change looks what is due
+        self.table.clock.recheck()
 
     def state_signature(self) -> str:
-        key = _name(self.key) if callable(self.key) else repr(self.key)
-        return f"AsofJoin(key={key}, how={self.how}, mode={self.mode})"
-
-
-@Stream.register_api(attribute_name="join_interval")
-class IntervalJoin(_Late, Stream):
-    """Pairs of records of two streams with the same key, close in event time.
-
-    Emits ``(left, right)`` for every left record ``l`` and right record
-    ``r`` with the same key and ``l.time + lower <= r.time <= l.time + upper``
-    (seconds or duration strings; ``lower`` may be negative), when the second
-    of the two arrives.  Both streams need :meth:`Stream.timestamps` right
-    above the join.  ``how="left"`` also emits ``(left, None)`` for a left
-    record that found no partner, once its interval has closed (the right
-    side's watermark is past ``l.time + upper``).  A left record waits until
-    the right side's watermark is past ``l.time + upper``, a right record
-    until the left side's is past ``r.time - lower``; then they are dropped.
-    A record below its own side's watermark is late: it goes to ``.late``
-    and joins nothing, so the pairs are a function of the input alone.
-
-    >>> a, b = Stream(), Stream()
-    >>> j = a.timestamps(lambda r: r[0]).join_interval(
-    ...     b.timestamps(lambda r: r[0]), key=1, lower=0, upper=5, how="left")
-    >>> out = j.sink_to_list()
-    >>> a.emit((10, "x")); a.emit((12, "y")); b.emit((13, "x")); b.emit((20, "z"))
-    >>> out
-    [((10, 'x'), (13, 'x')), ((12, 'y'), None)]
-    """
-
-    _graphviz_shape = "triangle"
-    kind = "join_interval"
-
-    def __init__(
-        self,
-        upstream: Stream,
-        right: Stream,
-        key: Hashable | Callable[[Any], Any] = None,
-        lower: Any = 0,
-        upper: Any = 0,
-        how: str = "inner",
-        right_key: Hashable | Callable[[Any], Any] = None,
-        **kwargs: Any,
-    ) -> None:
-        if how not in ("inner", "left"):
-            raise ConfigurationError(f"join_interval: how must be 'inner' or 'left', got {how!r}")
-        if upstream is right:
-            raise ConfigurationError(
-                "join_interval: the left and right streams are the same node; join two "
-                "streams, each with its own timestamps(...)"
-            )
-        self.left_clock: Timestamps = attach(self, "join_interval", upstream)
-        if not isinstance(right, Timestamps):
-            raise ConfigurationError(
-                "join_interval: the right stream needs event times; pass "
-                "right.timestamps(func, max_delay=...)"
-            )
-        self.right_clock: Timestamps = attach(self, "join_interval", right)
-        self.lower, self.upper = _bound(lower, "lower"), _bound(upper, "upper")
-        if self.lower > self.upper:
-            raise ConfigurationError(
-                f"join_interval: lower ({self.lower}) is above upper ({self.upper}): no pair "
-                "could match; pass lower <= upper"
-            )
-        self.key, self.how = key, how
-        self._key_of = _key_fn("join_interval", key)
-        self._right_key_of = self._key_of if right_key is None else _key_fn("", right_key)
-        #: waiting records: left ``{seq: (time, key, record, matched)}``, right ``{seq: (time, key, record)}``
-        self._lefts = KeyedState()
-        self._rights = KeyedState()
-        self._seq = 0
-        self._index: tuple[dict[Any, set[int]], dict[Any, set[int]]] = ({}, {})
-        self._heaps: tuple[list[tuple[float, int]], list[tuple[float, int]]] = ([], [])
-        Stream.__init__(self, upstreams=[upstream, right], **kwargs)
-        for clock in (self.left_clock, self.right_clock):
-            clock._windows.append(self)  # noqa: SLF001 - the watermarks drop waiting records
-
-    def update(
-        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
-    ) -> Results:
-        side = 0 if who is self.upstreams[0] else 1
-        clock = self.left_clock if side == 0 else self.right_clock
-        try:
-            k = (self._key_of if side == 0 else self._right_key_of)(x)
-            hash(k)
-        except Exception as e:
-            self._user_error(x, e, self.key)
-            return None
-        t = clock.current
-        if t < clock.record_watermark:
-            return self._send_late(x, metadata, t)
-        seq = self._seq
-        self._seq = seq + 1
-        results: Results = None
-        matched = False
-        if side == 0:
-            low, high = t + self.lower, t + self.upper
-            for s in sorted(self._index[1].get(k, ()), key=self._right_order):
-                rt, _, r = self._rights[s]
-                if low <= rt <= high:
-                    matched = True
-                    results = _merge(results, self._emit((x, r), None))
-            self._lefts[seq] = (t, k, x, matched)
-            self._hold(0, k, seq, t + self.upper, self.right_clock)
-        else:
-            for s in sorted(self._index[0].get(k, ()), key=self._left_order):
-                lt, _, left, was = self._lefts[s]
-                if lt + self.lower <= t <= lt + self.upper:
-                    if not was:
-                        self._lefts[s] = (lt, k, left, True)
-                    results = _merge(results, self._emit((left, x), None))
-            self._rights[seq] = (t, k, x)
-            self._hold(1, k, seq, t - self.lower, self.left_clock)
-        return results
-
-    def _left_order(self, seq: int) -> tuple[float, int]:
-        return (self._lefts[seq][0], seq)
-
-    def _right_order(self, seq: int) -> tuple[float, int]:
-        return (self._rights[seq][0], seq)
-
-    def _hold(self, side: int, k: Any, seq: int, until: float, clock: Timestamps) -> None:
-        """Keep a record until ``clock``'s watermark is past ``until``."""
-        self._index[side].setdefault(k, set()).add(seq)
-        heapq.heappush(self._heaps[side], (until, seq))
-        due = math.nextafter(until, math.inf)
-        if due < clock.due:
-            clock.due = due
-
-    def close_until(self, watermark: float) -> Results:
-        """A watermark moved: drop the records no record to come can pair with."""
-        results: Results = None
-        heap, index = self._heaps[0], self._index[0]
-        right_mark = self.right_clock.watermark
-        while heap and heap[0][0] < right_mark:
-            _, seq = heapq.heappop(heap)
-            _, k, x, matched = self._lefts.pop(seq)
-            _unindex(index, k, seq)
-            if not matched and self.how == "left":
-                results = _merge(results, self._emit((x, None), None))
-        heap, index = self._heaps[1], self._index[1]
-        left_mark = self.left_clock.watermark
-        while heap and heap[0][0] < left_mark:
-            _, seq = heapq.heappop(heap)
-            _, k, _ = self._rights.pop(seq)
-            _unindex(index, k, seq)
-        return results
-
-    def next_due(self) -> float:
-        dues = [math.nextafter(h[0][0], math.inf) for h in self._heaps if h]
-        return min(dues, default=math.inf)
-
-    @property
-    def waiting(self) -> int:
-        """How many records of both sides are held."""
-        return len(self._lefts) + len(self._rights)
-
-    def records_held(self) -> int | None:
-        return self.waiting
-
-    def get_state(self) -> Any:
-        return {"lefts": self._lefts, "rights": self._rights, "seq": self._seq}
-
-    def set_state(self, state: Any) -> None:
-        self._lefts = as_keyed(state["lefts"])
-        self._rights = as_keyed(state["rights"])
-        self._seq = int(state["seq"])
-        self._index = ({}, {})
-        self._heaps = ([], [])
-        for seq, (t, k, *_) in self._lefts.items():
-            self._index[0].setdefault(k, set()).add(seq)
-            self._heaps[0].append((t + self.upper, seq))
-        for seq, (t, k, _) in self._rights.items():
-            self._index[1].setdefault(k, set()).add(seq)
-            self._heaps[1].append((t - self.lower, seq))
-        for h in self._heaps:
-            heapq.heapify(h)
-        self.left_clock.due = self.right_clock.due = -math.inf
-
-    def state_signature(self) -> str:
-        key = _name(self.key) if callable(self.key) else repr(self.key)
-        return f"IntervalJoin(key={key}, lower={self.lower}, upper={self.upper}, how={self.how})"
-
-
-def _bound(value: Any, arg: str) -> float:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if isinstance(value, str) and value.startswith("-"):
-        return -parse_interval(value[1:], "join_interval", arg)
-    return parse_interval(value, "join_interval", arg)
-
-
-def _unindex(index: dict[Any, set[int]], k: Any, seq: int) -> None:
-    seqs = index[k]
-    seqs.discard(seq)
-    if not seqs:
-        del index[k]
+        key = func_name(self.key) if callable(self.key) else repr(self.key)
+        tol = "" if self.tolerance is None else f", tolerance={self.tolerance}"
+        return f"AsofJoin(key={key}, how={self.how}, mode={self.mode}{tol})"

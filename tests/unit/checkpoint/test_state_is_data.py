@@ -103,13 +103,15 @@ def _record_pipelines() -> dict[str, Callable[[Stream], Any]]:
         a.zip(b).sink_to_list()
         a.zip_latest(b).sink_to_list()
         a.combine_latest(b).sink_to_list()
-        # by event time: a versioned table, the as-of and the interval join (the
+        # by event time: a versioned table, the as-of, window and interval joins (the
         # same records on both sides, so that every buffer holds something)
         changes = s.timestamps(lambda r: r[0], max_delay=2)
         table = changes.to_table(key=1, value=lambda r: r[2])
         left = s.timestamps(lambda r: r[0] + 0.5, max_delay=2)
         left.join_asof(table, key=1, how="left").sink_to_list()
         right = s.timestamps(lambda r: r[0], max_delay=2)
+        left.join_window(right, key=1, size=4, how="outer").sink_to_list()
+        left.join_window(right, key=1, gap=2, how="outer").sink_to_list()
         return left.join_interval(right, key=1, lower=-3, upper=3, how="left").sink_to_list()
 
     return {
@@ -220,7 +222,15 @@ def _frame_pipelines() -> dict[str, Callable[[Stream], Any]]:
         sdf.v.window(n=5).aggregate(Total()).stream.sink_to_list()
         return sdf[["k", "v", "n"]].groupby("k").mean(with_state=True).stream.sink_to_list()
 
+    def joins(s: Stream) -> Any:
+        left = _frame_stream(s)[["ts", "k", "v"]].timestamps("ts", max_delay=1)
+        right = _frame_stream(s)[["ts", "k", "n"]].timestamps("ts", max_delay=1)
+        left.merge_asof(right, by="k").stream.sink_to_list()
+        pairs = left.join_interval(right, by="k", lower=-2, upper=2, how="left")
+        return pairs.stream.sink_to_list()
+
     out["df.misc"] = misc
+    out["df.joins"] = joins
     out["df.event windows"] = event_windows
     return out
 

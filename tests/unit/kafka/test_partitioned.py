@@ -113,3 +113,57 @@ def test_the_control_api_words_a_group_s_state_as_a_job_s(tmp_path: Path) -> Non
     answer = job.control.describe()
     assert (answer["status"], answer["reason"]) == ("stopped", "rivermark stop (POST /api/stop)")
     assert job.control.status() == "stopped"
+
+
+def _asof_build(how_other: str, topic: str = "tiers") -> Any:
+    def build(source: PartitionSource) -> Stream:
+        other = getattr(source, how_other)(topic)  # co_partitioned or global_topic
+        table = other.flatten().timestamps(lambda r: r[0]).to_table(key=1, value=lambda r: r[2])
+        return source.flatten().timestamps(lambda r: r[0]).join_asof(table, key=1).sink(print)
+
+    return build
+
+
+def test_a_join_with_a_co_partitioned_topic_is_accepted_and_checked_at_start(
+    tmp_path: Path,
+) -> None:
+    job = _make(_asof_build("co_partitioned"), tmp_path)
+    assert job.co_partitioned == ["tiers"]
+
+
+def test_a_join_with_a_global_topic_needs_no_co_partitioning(tmp_path: Path) -> None:
+    job = _make(_asof_build("global_topic"), tmp_path)
+    assert job.co_partitioned == []
+
+
+def test_the_partners_read_the_tasks_partition_and_commit_nothing_to_the_group() -> None:
+    source = PartitionSource("orders", 2, PARAMS)
+    co, glob = source.co_partitioned("tiers"), source.global_topic("prices")
+    assert source.partners == [co, glob]
+    assert co.partitions.only == {("tiers", 2)} and glob.partitions.only is None
+    assert co.group_takeover and glob.group_takeover  # read only: the group is the job's
+
+
+@pytest.mark.parametrize(
+    ("counts", "message"),
+    [
+        ({"orders": 3, "tiers": 3}, None),
+        (
+            {"orders": 3, "tiers": 2},
+            "PartitionedJob: topics 'orders' (3 partitions) and 'tiers' (2 partitions) are "
+            "joined in each task but are not co-partitioned",
+        ),
+        ({"orders": 3, "tiers": 0}, "PartitionedJob: topic 'tiers' does not exist"),
+    ],
+)
+def test_co_partitioning_is_the_same_partition_count(
+    counts: dict[str, int], message: str | None
+) -> None:
+    from rivermark.kafka.copartition import co_partitioning_problem
+
+    problem = co_partitioning_problem(counts, ["orders"], ["tiers"])
+    if message is None:
+        assert problem is None
+    else:
+        assert problem is not None and problem.startswith(message)
+        assert len(problem.splitlines()) == 1

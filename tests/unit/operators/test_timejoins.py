@@ -501,3 +501,29 @@ def test_interval_join_waiting_records_survive_a_restore() -> None:
         n2.set_state(n1.get_state())
     feed(a2, b2, j2, recs[200:], True)
     assert first + second == whole
+
+
+def test_tolerance_leaves_out_a_version_older_than_it() -> None:
+    changes, lefts = Stream(), Stream()
+    table = changes.timestamps(lambda r: r[0]).to_table(key=1, value=lambda r: r[2])
+    joined = lefts.timestamps(lambda r: r[0]).join_asof(table, key=1, how="left", tolerance="2s")
+    out = joined.sink_to_list()
+    changes.emit((1, "a", "v1"))
+    changes.emit((10, "b", "w"))
+    for t in (2, 3, 4):
+        lefts.emit((t, "a"))
+    assert out == [((2, "a"), "v1"), ((3, "a"), "v1"), ((4, "a"), None)]
+    assert "tolerance=2.0" in joined.state_signature()
+
+
+def test_a_job_over_the_left_source_runs_the_table_and_its_own_source(tmp_path: Path) -> None:
+    # the table is read from a source of its own: the job finds it through the join
+    changes = Stream.from_iterable([(0, "a", "x"), (5, "a", "y"), (100, "a", "z")], name="changes")
+    lefts = Stream.from_iterable([(3, "a"), (7, "a")], name="lefts")
+    table = changes.timestamps(lambda r: r[0], name="tt").to_table(
+        key=1, value=lambda r: r[2], name="table"
+    )
+    joined = lefts.timestamps(lambda r: r[0], name="lt").join_asof(table, key=1, name="join")
+    out = joined.sink_to_list(name="out")
+    Job(lefts, checkpoint=tmp_path / "c", every=None).run()
+    assert out == [((3, "a"), "x"), ((7, "a"), "y")]

@@ -1,0 +1,76 @@
+"""What the joins by event time share: the key rule, the ``.late`` side output, bounds.
+
+The joins themselves live in :mod:`.timejoins` (tables, as-of),
+:mod:`.intervaljoin` and :mod:`.windowjoin`.  See ``docs/joins.md``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from ..core.node import Stream
+from ..core.refs import Metadata
+from ..core.timeutil import parse_interval
+from ..errors import ConfigurationError
+from .eventtime import LateRecords, Results, key_function
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["LateSide", "join_key", "func_name", "signed_interval"]
+
+
+def join_key(kind: str, key: Any) -> Callable[[Any], Any]:
+    """The key function of a join (``key`` callable, or an index or field name); required."""
+    fn = key_function(key)
+    if fn is None:
+        raise ConfigurationError(
+            f"{kind}: key= is required (a callable, or an index or field name for x[key])"
+        )
+    return fn
+
+
+def func_name(func: Any) -> str:
+    """A user function's name, for state signatures and messages."""
+    return getattr(func, "__qualname__", None) or repr(func)
+
+
+def signed_interval(value: Any, kind: str, arg: str) -> float:
+    """Seconds or a duration string, which may be negative (``"-2s"``)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str) and value.startswith("-"):
+        return -parse_interval(value[1:], kind, arg)
+    return parse_interval(value, kind, arg)
+
+
+class LateSide:
+    """A node's ``.late`` stream and its count (shared by the table and the joins)."""
+
+    kind = "node"
+    _late: LateRecords | None = None
+    late_count = 0
+
+    @property
+    def late(self) -> LateRecords:
+        """The records that arrived after their side's watermark had passed their time."""
+        assert isinstance(self, Stream)
+        if self._late is None:
+            self._late = LateRecords(self, stream_name=f"{self.kind}.late")
+        return self._late
+
+    def _send_late(self, x: Any, metadata: Metadata | None, ts: float) -> Results:
+        assert isinstance(self, Stream)
+        self.late_count += 1
+        if self._late is not None:
+            return self._late.pass_late(x, metadata)
+        if self.late_count == 1:
+            logger.warning(
+                "%s: a record arrived after its side's watermark had passed its time (%s); "
+                "such records are counted in late_count; sink %s.late to keep them",
+                self.display_name(),
+                ts,
+                self.kind,
+            )
+        return None
