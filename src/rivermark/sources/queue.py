@@ -18,7 +18,7 @@ __all__ = ["FromQ"]
 
 
 @Stream.register_api(staticmethod, attribute_name="from_q")
-class FromQ(Source):
+class FromQ(Source[int]):
     """Emit every item put into ``q`` (a ``queue.Queue``-like object).
 
     The queue is polled: when it is empty the source sleeps ``sleep_time``
