@@ -585,6 +585,7 @@ class FrameWindow(ConformingNode):
         self._sessions = sessions
 
     def state_signature(self) -> str:
+        # optional: a callable object has no __qualname__
         how = self.how if isinstance(self.how, str) else getattr(self.how, "__qualname__", "func")
         return (
             f"FrameWindow({self.spec.signature()}, by={list(self.by)!r}, "

@@ -35,6 +35,7 @@ from collections.abc import Awaitable, Callable, Hashable, Iterable, Iterator, S
 from fractions import Fraction
 from typing import Any, NamedTuple, Protocol
 
+from ..core.naming import function_name
 from ..core.node import Stream, check_callable
 from ..core.refs import Metadata
 from ..core.timeutil import parse_interval
@@ -113,7 +114,7 @@ def _end_start_seq(c: Closed) -> tuple[float, float, int]:
 
 
 def _fname(func: Any) -> str:
-    return getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
+    return function_name(func)
 
 
 def _partition_of(metadata: Metadata | None) -> Any:

@@ -80,6 +80,7 @@ def _key_fn(kind: str, key: Any) -> Callable[[Any], Any]:
 
 
 def _name(func: Any) -> str:
+    # optional: a callable object has no __qualname__
     return getattr(func, "__qualname__", None) or repr(func)
 
 

@@ -164,6 +164,7 @@ class SinkToTextfile(Stream):
             self._truncate_pending = mode == "w"
         elif hasattr(file, "write"):
             self._file = file
+            # optional: a user's file object may have no name
             self.path = getattr(file, "name", None)
             if not isinstance(self.path, str):
                 self.path = None

@@ -36,6 +36,7 @@ class FromQ(Source[int]):
     """
 
     def __init__(self, q: Any, sleep_time: Any = 0.01, **kwargs: Any) -> None:
+        # optional: checks that the user passed a queue at all
         if not callable(getattr(q, "get_nowait", None)):
             raise ConfigurationError(
                 f"from_q: q must be a queue.Queue-like object with get_nowait(), got {q!r}; "

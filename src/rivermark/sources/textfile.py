@@ -130,6 +130,7 @@ class FromTextfile(Source[int | FilePosition]):
             self.path: str | None = os.fspath(f)
         elif hasattr(f, "read"):
             self._given = f
+            # optional: a user's file object may have no name
             name = getattr(f, "name", None)
             self.path = name if isinstance(name, str) else None
         else:
@@ -368,6 +369,7 @@ class FromTextfile(Source[int | FilePosition]):
             tail.start_at(self.offset)
         else:
             assert self._given is not None
+            # optional: a text file object has a binary buffer, a binary one does not
             raw: IO[bytes] = getattr(self._given, "buffer", self._given)
             if codec.boms:
                 raw.seek(0)
