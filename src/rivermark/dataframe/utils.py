@@ -70,6 +70,7 @@ def get_base_frame_type(
         and example is not None
         and (is_series_like(example) or is_index_like(example))
     ):
+        # optional: a DataFrame-like package may have no DataFrame class
         frame = getattr(get_dataframe_package(example), "DataFrame", None)
         if isinstance(frame, type):
             return frame
