@@ -140,6 +140,7 @@ def main() -> int:
     n, repeat = (20_000, 1) if a.quick else (a.rows, a.repeat)
     import deltalake  # noqa: F401  (imported once before timing: neither way pays for it)
     import pyarrow.parquet  # noqa: F401
+
     # with --frames, --batch counts DataFrames of 10,000 rows
     batch = max(1, a.batch // 10_000) if a.frames else a.batch
     ok = measure(

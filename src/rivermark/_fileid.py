@@ -45,6 +45,7 @@ def tail_digest(path: str, length: int, tail: int = TAIL_BYTES) -> str | None:
     ``None`` when the file is missing or shorter than ``length``.
     """
     try:
+        # optional: O_CLOEXEC is missing on some platforms
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         return None

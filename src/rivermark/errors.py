@@ -59,6 +59,7 @@ def exit_code_of(error: RivermarkError) -> int:
     cur: BaseException | None = error
     while cur is not None and id(cur) not in seen:
         seen.add(id(cur))
+        # optional: any exception in the chain; only rivermark's own carry an exit code
         code = getattr(cur, "job_exit_code", None)
         if isinstance(code, int):
             return code
@@ -179,6 +180,7 @@ def add_context(exc: BaseException, context: ErrorContext) -> None:
         exc.rivermark_context = context  # type: ignore[attr-defined]
     except (AttributeError, TypeError):  # an exception type that takes no attributes
         return
+    # optional: BaseException.add_note exists from Python 3.11
     add_note = getattr(exc, "add_note", None)
     if add_note is not None:
         add_note(context.message())
@@ -193,6 +195,7 @@ def context_of(exc: BaseException) -> ErrorContext | None:
     >>> add_context(e, ErrorContext("Map('m')", "f", 1)); context_of(e).function
     'f'
     """
+    # optional: set only on exceptions raised inside a node
     ctx = getattr(exc, "rivermark_context", None)
     return ctx if isinstance(ctx, ErrorContext) else None
 

@@ -89,6 +89,7 @@ class PluginNameError(PluginError, ValueError):
 
 def _ep_value(ep: Any) -> str:
     """What an entry point points at (``module:attr``), for messages."""
+    # optional: importlib.metadata entry points have .value, pkg_resources ones .module_name
     value = getattr(ep, "value", None) or getattr(ep, "module_name", None)
     return str(value) if value else repr(ep)
 
@@ -102,7 +103,9 @@ _REGISTERED: dict[str, _LazyPlugin] = {}
 
 
 def _dist_name(entry_point: Any) -> str:
+    # optional: an entry point built by hand has no distribution
     dist = getattr(entry_point, "dist", None)
+    # optional: a distribution whose metadata names no project
     name = getattr(dist, "name", None) if dist is not None else None
     return str(name) if name else "<unknown distribution>"
 

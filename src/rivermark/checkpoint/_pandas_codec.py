@@ -49,6 +49,7 @@ def _masked(pd: Any, dtype: Any) -> bool:
     """A nullable integer, float or boolean dtype (``Int64``, ``Float64``, ``boolean``)."""
     return (
         isinstance(dtype, pd.api.extensions.ExtensionDtype)
+        # optional: only pandas' extension dtypes backed by numpy have numpy_dtype
         and getattr(dtype, "numpy_dtype", None) is not None
         and dtype.kind in "biuf"
         and _named_dtype(pd, dtype) is not None

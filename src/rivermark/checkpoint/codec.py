@@ -101,6 +101,7 @@ def _data_class_fields(value: Any) -> dict[str, Any] | None:
     elif isinstance(value, tuple):  # a NamedTuple
         attrs = dict(value._asdict())  # type: ignore[attr-defined]
     else:
+        # optional: an object with __slots__ has no __dict__
         attrs = dict(getattr(value, "__dict__", {}))
     return attrs if tuple(attrs) == known else None
 

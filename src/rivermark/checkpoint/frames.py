@@ -132,7 +132,7 @@ def _exact(values: Mapping[Any, Any], form: Any) -> bool:
 _SCALARS = (bool, int, float, str, bytes, type(None))
 
 
-def _is_record(v: Any) -> bool:
+def _is_record(v: object) -> bool:
     return isinstance(v, dict) and all(isinstance(k, str) for k in v)
 
 

@@ -516,5 +516,5 @@ def _partitions_moved(before: dict[Any, Any], after: dict[Any, Any]) -> dict[str
     return {"count": total, "unit": "records", "text": text}
 
 
-def _is_int(x: Any) -> bool:
+def _is_int(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)

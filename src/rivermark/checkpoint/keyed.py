@@ -58,6 +58,7 @@ def keyed_attrs(state: Any) -> dict[str, KeyedState]:
     return {
         a: v
         for a, v in state.items()
+        # optional: only a RocksDB-backed KeyedState sets external
         if isinstance(v, KeyedState) and not getattr(v, "external", False)
     }
 

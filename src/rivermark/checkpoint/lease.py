@@ -85,6 +85,7 @@ def _precondition_failed(exc: BaseException) -> bool:
     """Whether an s3fs error is S3's answer to a failed ``If-Match`` / ``If-None-Match``."""
     seen: BaseException | None = exc
     while seen is not None:
+        # optional: only botocore's ClientError carries the service response
         response = getattr(seen, "response", None)
         if isinstance(response, dict):
             code = str(response.get("Error", {}).get("Code", ""))

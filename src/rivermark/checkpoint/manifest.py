@@ -162,7 +162,7 @@ def _canonical_checksum(body: dict[str, Any]) -> str:
     return sha256_of(_canonical(body).encode())
 
 
-def _is_int(v: Any) -> bool:
+def _is_int(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
@@ -212,7 +212,7 @@ def _check_files(d: dict[str, Any]) -> None:
                 _check_file_entry(f"{nid}/{attr}/{name}", name, info)
 
 
-def _check_file_entry(where: str, name: Any, info: Any) -> None:
+def _check_file_entry(where: str, name: object, info: Any) -> None:
     if not isinstance(name, str) or not _FILE_NAME.fullmatch(name):
         raise ManifestError(f"manifest file {where!r}: not a plain file name")
     ok = isinstance(info, dict) and set(info) - {"inline"} == {"sha256", "size"}
@@ -271,7 +271,7 @@ def _check_renamed(d: dict[str, Any]) -> None:
         )
 
 
-def _is_number(v: Any) -> bool:
+def _is_number(v: object) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
@@ -329,7 +329,7 @@ def _check_schema(d: dict[str, Any]) -> None:
         _check_state_entry(nid, info)
 
 
-def _check_state_entry(nid: str, info: Any) -> None:
+def _check_state_entry(nid: str, info: object) -> None:
     """Raise :class:`ManifestError` if a node's entry in the manifest's ``state`` is malformed."""
     if not isinstance(info, dict):
         raise ManifestError(f"manifest state entry {nid!r} must be an object, got {info!r}")

@@ -180,6 +180,7 @@ class ObjectStore(Store):
             ) from None
         if scheme in ("s3", "s3a") and hasattr(self.fs, "retries"):
             self.fs.retries = 2  # s3fs's own loop on top of botocore's attempts
+        # optional: only fsspec's asynchronous filesystems define async_impl
         if getattr(self.fs, "async_impl", False):
             _quiet_io_loop()
         self.root = str(root).rstrip("/")
@@ -482,5 +483,6 @@ class ObjectStore(Store):
 
 
 def _protocols(fs: Any) -> tuple[str, ...]:
+    # optional: a filesystem object may not declare its protocols
     proto = getattr(fs, "protocol", ())
     return (proto,) if isinstance(proto, str) else tuple(proto)

@@ -73,7 +73,7 @@ class ChangingInputs(Protocol):
     valid when others are added or removed.
     """
 
-    def inputs_change(self, stored: str, position: Any) -> str | None:
+    def inputs_change(self, stored: str, position: object) -> str | None:
         """What changed, when the checkpoint's signature ``stored`` differs from this
         source's only by its inputs: one line naming the inputs added (and where they
         start) and those no longer read (their positions are dropped at the

@@ -14,8 +14,9 @@ provide the defaults, and a node that differs overrides the member:
   id).  It starts as ``None``; the job sets it when it adopts the node.
 * :class:`Stateful`: ``get_state``/``set_state`` and ``state_signature``,
   the configuration a restore is checked against.
-* :class:`Positioned`: a source's :data:`Position` (``position``,
-  ``position_now``) and ``seek`` to resume from it.
+* :class:`Positioned`: a source's position (``position``, ``position_now``)
+  and ``seek`` to resume from it, generic in the position's type as
+  :class:`~rivermark.sources.base.Source` is.
 
 >>> from rivermark import Stream
 >>> node = Stream()
@@ -28,12 +29,23 @@ False
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, Protocol, TypeAlias, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
+
+if TYPE_CHECKING:
+    # a bare Positioned has a position of any type (a default of a type variable:
+    # typing has it from Python 3.13)
+    from typing_extensions import TypeVar
+
+    P = TypeVar("P", default=Any)
+else:
+    from typing import TypeVar
+
+    P = TypeVar("P")
 
 __all__ = ["GraphNode", "HoldsWork", "JobAware", "Position", "Positioned", "Stateful"]
 
-#: where a source is: a JSON value (a line number, offsets by partition, ...),
-#: written into the checkpoint manifest and handed back to ``seek``
+#: where a source of unknown type is: a JSON value (a line number, offsets by
+#: partition, ...), as a checkpoint manifest holds it and hands it back to ``seek``
 Position: TypeAlias = Any
 
 
@@ -98,11 +110,11 @@ class Stateful(Protocol):
 
 
 @runtime_checkable
-class Positioned(Protocol):
+class Positioned(Protocol[P]):
     """A source that can say where it is and resume from there."""
 
-    def position(self) -> Position: ...
+    def position(self) -> P: ...
 
-    def position_now(self) -> Position: ...
+    def position_now(self) -> P: ...
 
-    def seek(self, position: Position) -> None: ...
+    def seek(self, position: P) -> None: ...

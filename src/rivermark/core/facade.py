@@ -92,5 +92,6 @@ def _attr_text(value: Any) -> str:
     except (TypeError, ValueError):  # no single truth value (an array, a frame)
         pass
     if callable(value):
+        # optional: a value of any type; only functions and classes have a name
         return str(getattr(value, "__name__", "") or "")
     return str(value)

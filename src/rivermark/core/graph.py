@@ -139,12 +139,15 @@ def function_name(n: GraphNode) -> str | None:
     >>> function_name(s.map(parse)), function_name(s.map(lambda x: x)), function_name(s)
     ('parse', None, None)
     """
+    # optional: only function nodes (map, filter, ...) hold a func or a predicate
     func = getattr(n, "func", None) or getattr(n, "predicate", None)
     if not callable(func):
         return None
+    # optional: a callable object has no __name__
     name = getattr(func, "__name__", None)
     if not isinstance(name, str) or not name.isidentifier():
         return None
+    # optional: a builtin or a callable object has no __code__
     code = getattr(func, "__code__", None)
     if code is not None and Path(code.co_filename).is_relative_to(_PACKAGE):
         return None  # one of rivermark's own (a sink's default, a layer's helper)

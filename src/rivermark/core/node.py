@@ -35,6 +35,7 @@ from .config import ErrorPolicy, Fixed, check_callable, check_positive_int
 from .config import _check_policy as _check_policy
 from .facade import StreamFacade
 from .facade import _attr_text as _attr_text
+from .naming import function_name
 from .origin import describe_origin
 from .refs import Metadata, release_refs, retain_refs
 
@@ -241,6 +242,7 @@ class Stream(StreamFacade):
             def wrapped(*args: Any, **kwargs: Any) -> Any:
                 return func(*args, **kwargs)  # type: ignore[operator]
 
+            # optional: a callable object has no __name__
             name = attribute_name or getattr(func, "__name__", None)
             if not name:
                 raise ConfigurationError(
@@ -448,9 +450,7 @@ class Stream(StreamFacade):
         self.last_error = (x, exc)
         policy = self.on_error
         if policy is None or policy == "raise":
-            fname = (
-                getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
-            )
+            fname = function_name(func)
             context = ErrorContext(
                 self.display_name(), str(fname), x, describe_origin() or None, stream=self
             )
@@ -591,6 +591,7 @@ class Stream(StreamFacade):
 
 def is_coroutine_function(func: Any) -> bool:
     """True for ``async def`` functions and Tornado ``@gen.coroutine`` functions."""
+    # optional: set only by tornado.gen.coroutine
     return inspect.iscoroutinefunction(func) or bool(getattr(func, "__tornado_coroutine__", False))
 
 

@@ -55,6 +55,7 @@ def _default_client(node: Stream) -> Any:
 
 
 def _check_client(node: Stream, client: Any) -> None:
+    # optional: a user's client-like object may not report a status
     status = getattr(client, "status", "running")
     if status in ("closing", "closed", "failed"):
         raise DaskConnectionError(
@@ -79,6 +80,7 @@ async def _guarded(coro: Awaitable[Any]) -> tuple[bool, Any]:
 
 
 def _label(func: Any) -> str:
+    # optional: a callable object has neither name
     name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
     return str(name or type(func).__name__).replace("<", "").replace(">", "").strip("_") or "task"
 

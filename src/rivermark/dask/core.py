@@ -366,6 +366,7 @@ class _RemoteState:
 
 def _local_class(streamz_name: str) -> type[Stream] | None:
     attr = Stream.__dict__.get(streamz_name)
+    # optional: only a wrapped function has __wrapped__
     cls = getattr(attr, "__wrapped__", None)
     if isinstance(cls, type) and issubclass(cls, Stream) and not issubclass(cls, DaskStream):
         return cls

@@ -212,6 +212,7 @@ class DaskGather(Stream):
         if erred and isinstance(exc, Exception):
             self._user_error(p.record, exc, _TaskName(erred[0].key))
             return
+        # optional: only distributed's cancellation errors give a reason
         reason = getattr(exc, "reason", None)
         lost = (
             isinstance(exc, OSError)

@@ -152,6 +152,7 @@ class DaskDatasetStore(Store):
 
     def _call(self, what: str, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         client = self.client
+        # optional: older distributed clients have no asyncio_loop
         loop = getattr(getattr(client, "loop", None), "asyncio_loop", None)
         if loop is not None and loop is runtime.current_loop():
             raise ConfigurationError(
@@ -159,6 +160,7 @@ class DaskDatasetStore(Store):
                 f"(an asynchronous client); the store needs a synchronous "
                 f"distributed.Client(...)"
             )
+        # optional: a user's client-like object may not report a status
         status = getattr(client, "status", "running")
         if status != "running":
             raise DaskConnectionError(
@@ -326,6 +328,7 @@ class DaskDatasetStore(Store):
         self._locked = False
         _, release = _lock_functions()
         client = self.client
+        # optional: a user's client-like object may not report a status
         if getattr(client, "status", "running") != "running":
             return  # the scheduler forgets the lock with the connection
         try:

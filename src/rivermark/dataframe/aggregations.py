@@ -104,6 +104,7 @@ def is_streamz_style(agg: Any) -> bool:
     (True, False)
     """
     return (
+        # optional: the question is whether a user's aggregation object has these
         getattr(type(agg), "partial", None) is Aggregation.partial
         and callable(getattr(agg, "on_new", None))
         and callable(getattr(agg, "initial", None))

@@ -312,11 +312,13 @@ class _DataFrameMixin:
         if key.startswith("_") or key in ("example", "stream"):
             raise AttributeError(key)
         example = self.__dict__.get("example")
+        # optional: a Series example has no columns
         if example is not None and key in getattr(example, "columns", ()):
             return self[key]
         raise AttributeError(f"{type(self).__name__} has no attribute or column {key!r}")
 
     def __dir__(self) -> list[str]:
+        # optional: a Series example has no columns
         cols = [c for c in getattr(self.example, "columns", ()) if isinstance(c, str)]
         return sorted(set(object.__dir__(self)) | set(cols))
 

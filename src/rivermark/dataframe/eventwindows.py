@@ -542,6 +542,7 @@ class FrameWindow(ConformingNode):
         self.schema = state.get("schema")
 
     def state_signature(self) -> str:
+        # optional: a callable object has no __qualname__
         how = self.how if isinstance(self.how, str) else getattr(self.how, "__qualname__", "func")
         return (
             f"FrameWindow({self.spec.signature()}, by={list(self.by)!r}, "

@@ -78,6 +78,7 @@ class GroupBy:
             key_is_index = isinstance(grouper.example, pd.Index)
             root = Streaming.map_partitions(_with_key, root, grouper)
             grouper = _KEY
+        # optional: a Series example has no columns
         cols = getattr(root.example, "columns", None)
         if cols is None:
             raise ConfigurationError(

@@ -130,6 +130,7 @@ class GroupbyAggregation(Aggregation):
     @staticmethod
     def _keep_freq(p: tuple[Any, ...], index: pd.Index) -> tuple[Any, ...]:
         """The partial with the batch's index (and its ``freq``) as keys, where they are equal."""
+        # optional: only a DatetimeIndex has freq
         if getattr(index, "freq", None) is None or not p[0].index.equals(index):
             return p
         return tuple(x.set_axis(index.rename(x.index.name)) for x in p)

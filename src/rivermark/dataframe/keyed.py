@@ -188,6 +188,7 @@ class KeyedPartials:
             template = template.remove_unused_levels()
         return KeyedLayout(
             template,
+            # optional: only a DatetimeIndex has freq
             getattr(keys, "freq", None),
             tuple(c.dtype for c in acc.comps),
             tuple(c.shape[1:] for c in acc.comps),

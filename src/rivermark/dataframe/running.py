@@ -157,6 +157,7 @@ def informative_index(example: Any) -> bool:
     An empty example with the default ``RangeIndex`` (``pd.DataFrame({"x": []})``)
     says nothing: the batches are checked when they arrive.
     """
+    # optional: an example may be a scalar, without an index
     index = getattr(example, "index", None)
     if index is None:
         return False

@@ -71,6 +71,7 @@ class ColumnsError(SchemaError, IndexError):
 
 
 def _is_object(dtype: Any) -> bool:
+    # optional: a pandas extension dtype may have no numpy kind
     return getattr(dtype, "kind", None) == "O" and not isinstance(dtype, pd.CategoricalDtype)
 
 

@@ -234,6 +234,7 @@ class Streaming:
         """
 
         def register(func: Any) -> Any:
+            # optional: a callable object has no __name__
             name = attribute_name or getattr(func, "__name__", None)
             if not name:
                 raise ConfigurationError(

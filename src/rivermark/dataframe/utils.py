@@ -30,21 +30,21 @@ __all__ = [
 ]
 
 
-def _has(x: Any, *names: str) -> bool:
+def _has(x: object, *names: str) -> bool:
     return all(hasattr(x, n) for n in names)
 
 
-def is_dataframe_like(x: Any) -> bool:
+def is_dataframe_like(x: object) -> bool:
     """A table: ``columns``, ``dtypes``, ``groupby`` and ``merge``."""
     return _has(x, "columns", "dtypes", "groupby", "merge")
 
 
-def is_series_like(x: Any) -> bool:
+def is_series_like(x: object) -> bool:
     """One column: ``name``, ``dtype`` and an ``index``, no ``columns``."""
     return _has(x, "name", "dtype", "index") and not hasattr(x, "columns")
 
 
-def is_index_like(x: Any) -> bool:
+def is_index_like(x: object) -> bool:
     """An index: ``name`` and ``dtype``, neither ``index`` nor ``columns``."""
     return _has(x, "name", "dtype") and not _has(x, "index") and not hasattr(x, "columns")
 
@@ -71,6 +71,7 @@ def get_base_frame_type(
         and example is not None
         and (is_series_like(example) or is_index_like(example))
     ):
+        # optional: a DataFrame-like package may have no DataFrame class
         frame = getattr(get_dataframe_package(example), "DataFrame", None)
         if isinstance(frame, type):
             return frame

@@ -86,6 +86,7 @@ class Window:
         self.start = start
         #: the window as the user wrote it (``'2s'``), for messages
         self._spelled = value if value is not None else n
+        # optional: an example may be a scalar, without an index
         index = getattr(sdf.example, "index", None)
         if (
             self.value is not None
@@ -121,6 +122,7 @@ class Window:
     def __getattr__(self, key: str) -> Any:
         if key.startswith("_") or key == "root":
             raise AttributeError(key)
+        # optional: a Series example has no columns
         cols = getattr(self.root.example, "columns", ())
         if key in cols:
             return self[key]
@@ -351,6 +353,7 @@ class EWM:
     def __getattr__(self, key: str) -> Any:
         if key.startswith("_") or key == "root":
             raise AttributeError(key)
+        # optional: a Series example has no columns
         if key in getattr(self.root.example, "columns", ()):
             return self[key]
         raise AttributeError(f"EWM has no attribute or column {key!r}")
@@ -444,6 +447,7 @@ class Rolling:
     def __getattr__(self, key: str) -> Any:
         if key.startswith("_") or key == "root":
             raise AttributeError(key)
+        # optional: a Series example has no columns
         if key in getattr(self.root.example, "columns", ()):
             return self[key]
         raise AttributeError(f"Rolling has no attribute or column {key!r}")

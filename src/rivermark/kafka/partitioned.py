@@ -377,6 +377,7 @@ class PartitionedJob:
         return source
 
     def _check_graph(self, source: PartitionSource, node: Any) -> None:
+        # optional: a callable object has no __qualname__
         name = getattr(self.build, "__qualname__", repr(self.build))
         if not isinstance(node, Stream):
             raise ConfigurationError(

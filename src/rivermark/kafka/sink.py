@@ -87,7 +87,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core.node import Stream
 from ..core.origin import describe_origin, record_origin
@@ -664,7 +664,7 @@ class ToKafka(Stream, OutputEnds):
     def state_signature(self) -> str:
         return f"ToKafka(topic={self.topic!r}, exactly_once={self.exactly_once!r})"
 
-    def pre_commit(self, epoch: int) -> Any:
+    def pre_commit(self, epoch: int) -> dict[str, Any]:
         """Flush: every record of ``epoch`` is acknowledged; return the handle."""
         self.flush()
         if self.failure is not None:
@@ -678,7 +678,7 @@ class ToKafka(Stream, OutputEnds):
                 handle["topic_id"] = self._topic_id
         return handle
 
-    def commit(self, epoch: int, handle: Any) -> None:
+    def commit(self, epoch: int, handle: dict[str, Any]) -> None:
         """Exactly-once: commit epoch ``epoch``'s transaction and open the next."""
         if not self.exactly_once:
             return
@@ -692,7 +692,7 @@ class ToKafka(Stream, OutputEnds):
         self._epoch_first = None
         self._begin_transaction()
 
-    def restore(self, handle: Any) -> None:
+    def restore(self, handle: dict[str, Any] | None) -> None:
         """Check the topic; exactly-once: fence zombies, resolve the restored epoch, begin."""
         if not isinstance(handle, dict):
             handle = {}
@@ -848,3 +848,9 @@ class ToKafka(Stream, OutputEnds):
         if self._marker_consumer is not None and not self._stuck:
             self._marker_consumer.close()
             self._marker_consumer = None
+
+
+if TYPE_CHECKING:  # the type checker holds the sink to the contract, with its handle type
+    from ..sinks.base import CheckpointedSink
+
+    _checkpointed: type[CheckpointedSink[dict[str, Any]]] = ToKafka

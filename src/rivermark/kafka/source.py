@@ -95,7 +95,7 @@ def _commit_nothing(offsets: dict[tuple[str, int], int], tag: str) -> None:
     """The offset committer of a source that reads only (:meth:`KafkaBatchedSource.read_only`)."""
 
 
-class KafkaBatchedSource(Source):
+class KafkaBatchedSource(Source[dict[str, Any]]):
     """Read Kafka topics and emit lists of records per partition.
 
     See :func:`from_kafka_batched` for the parameters; the node is usually

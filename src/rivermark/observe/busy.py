@@ -58,12 +58,14 @@ _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _code(value: Any) -> CodeType | None:
+    # optional: a bound method has __func__, a builtin or callable object no __code__
     code = getattr(getattr(value, "__func__", value), "__code__", None)
     return code if isinstance(code, CodeType) else None
 
 
 def _user_codes(value: Any) -> Iterator[CodeType]:
     """The code of a user function a node holds (a function, bound method or partial)."""
+    # optional: only a functools.partial has .func
     for candidate in (value, getattr(value, "func", None)):  # functools.partial
         code = _code(candidate)
         if code is None or code.co_filename.startswith(("<rivermark", _PACKAGE)):

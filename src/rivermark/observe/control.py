@@ -57,6 +57,9 @@ from .metrics import COUNTS, metrics_of
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Iterable
 
+    from aiohttp import web
+    from aiohttp.typedefs import Handler, Middleware
+
     from ..checkpoint.job import Job
     from ..checkpoint.listeners import CheckpointFailure, CheckpointInfo
 
@@ -171,14 +174,14 @@ def _is_loopback(addr: str) -> bool:
         return False
 
 
-def host_guard(addr: str) -> Any:
+def host_guard(addr: str) -> Middleware:
     """An aiohttp middleware answering 421 to a request whose ``Host`` is not :func:`host_allowed`."""
     from aiohttp import web
 
-    refused: set[str] = set()
+    refused: set[str | None] = set()  # Host headers refused (None: none given)
 
     @web.middleware
-    async def guard(request: Any, handler: Any) -> Any:
+    async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         host = request.headers.get("Host")
         if host_allowed(host, addr):
             return await handler(request)
@@ -337,7 +340,7 @@ class ControlApi:
         #: this run's id (not secret): ``job.json`` names it, :func:`identity_proof` covers it
         self.run = run or secrets.token_hex(16)
 
-    def add_routes(self, app: Any) -> None:
+    def add_routes(self, app: web.Application) -> None:
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/api/job", self._job)
@@ -348,30 +351,30 @@ class ControlApi:
         app.router.add_post("/api/stop", self._stop)
 
     # ------------------------------------------------------------------ reading
-    async def _healthz(self, request: Any) -> Any:
+    async def _healthz(self, request: web.Request) -> web.Response:
         from aiohttp import web
 
         return web.json_response({"status": self.target.status()})
 
-    async def _readyz(self, request: Any) -> Any:
+    async def _readyz(self, request: web.Request) -> web.Response:
         from aiohttp import web
 
         status = self.target.status()
         return web.json_response({"status": status}, status=200 if status == "running" else 503)
 
-    async def _job(self, request: Any) -> Any:
+    async def _job(self, request: web.Request) -> web.Response:
         from aiohttp import web
 
         return web.json_response(
             self.target.describe(), dumps=lambda v: json.dumps(v, default=repr)
         )
 
-    async def _checkpoints(self, request: Any) -> Any:
+    async def _checkpoints(self, request: web.Request) -> web.Response:
         from aiohttp import web
 
         return web.json_response(self.target.history())
 
-    async def _identity(self, request: Any) -> Any:
+    async def _identity(self, request: web.Request) -> web.Response:
         """Proof that this server holds the token, before a client sends it."""
         from aiohttp import web
 
@@ -387,7 +390,7 @@ class ControlApi:
         return web.json_response({"run": self.run, "proof": proof})
 
     # ------------------------------------------------------------------ changing
-    def _no_token(self) -> Any:
+    def _no_token(self) -> web.Response:
         from aiohttp import web
 
         return web.json_response(
@@ -398,7 +401,7 @@ class ControlApi:
             status=403,
         )
 
-    def _refused(self, request: Any) -> Any:
+    def _refused(self, request: web.Request) -> web.Response | None:
         """The refusal of a changing request without the right token, or ``None``."""
         from aiohttp import web
 
@@ -421,7 +424,12 @@ class ControlApi:
             return web.json_response({"error": f"the job is {status}"}, status=409)
         return None
 
-    async def _answer(self, request: Any, act: Callable[[bool], Awaitable[Any]], sp: bool) -> Any:
+    async def _answer(
+        self,
+        request: web.Request,
+        act: Callable[[bool], Awaitable[dict[str, Any]]],
+        sp: bool,
+    ) -> web.Response:
         from aiohttp import web
 
         refused = self._refused(request)
@@ -433,13 +441,13 @@ class ControlApi:
             return web.json_response({"error": f"{type(e).__name__}: {e}"}, status=500)
         return web.json_response(answer)
 
-    async def _checkpoint(self, request: Any) -> Any:
+    async def _checkpoint(self, request: web.Request) -> web.Response:
         return await self._answer(request, self.target.take, False)
 
-    async def _savepoint(self, request: Any) -> Any:
+    async def _savepoint(self, request: web.Request) -> web.Response:
         return await self._answer(request, self.target.take, True)
 
-    async def _stop(self, request: Any) -> Any:
+    async def _stop(self, request: web.Request) -> web.Response:
         savepoint = request.query.get("savepoint", "").lower() in ("1", "true", "yes")
         return await self._answer(request, self.target.stop_with, savepoint)
 

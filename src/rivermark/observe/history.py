@@ -22,12 +22,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..checkpoint.inspection import checkpoint_history, where
 from ..checkpoint.store import Store
 from ..errors import ConfigurationError
 from .endstate import last_run
+
+if TYPE_CHECKING:  # pragma: no cover
+    from aiohttp import web
 from .ui import page, serve
 
 logger = logging.getLogger(__name__)
@@ -71,7 +74,7 @@ class HistoryServer:
         if runner is not None:
             await runner.cleanup()
 
-    async def _checkpoints(self, request: Any) -> Any:
+    async def _checkpoints(self, request: web.Request) -> web.Response:
         from aiohttp import web
 
         loop = asyncio.get_running_loop()

@@ -194,6 +194,7 @@ def job_output(job: Job, interval: float = 0.5) -> Any:
 
 def _rows_html(value: Any, rows: int) -> str:
     """The last ``rows`` rows of a pandas object as an HTML table; anything else as text."""
+    # optional: a DataFrame or Series has .tail, a plain record does not
     tail = getattr(value, "tail", None)
     if callable(tail):
         value = tail(rows)

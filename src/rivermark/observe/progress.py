@@ -336,6 +336,7 @@ class ProgressReporter(JobListener):
         self.out = out
         self.interval = interval
         if live is None:
+            # optional: a user's stream object may not say whether it is a terminal
             isatty = getattr(out, "isatty", None)
             live = bool(isatty and isatty())
         if live:

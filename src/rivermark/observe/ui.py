@@ -51,6 +51,8 @@ from .metrics import Snapshot, metrics_of
 from .progress import position_text
 
 if TYPE_CHECKING:  # pragma: no cover
+    from aiohttp import web
+
     from ..checkpoint.job import Job
 
 logger = logging.getLogger(__name__)
@@ -237,6 +239,7 @@ class _ServerLog(logging.LoggerAdapter):  # type: ignore[type-arg]
         exc = kw.get("exc_info")
         if not isinstance(exc, HttpProcessingError):
             return False
+        # optional: aiohttp's HTTP errors carry .message, other exceptions do not
         why = " ".join(str(getattr(exc, "message", "") or exc).split())[:200]
         self.logger.debug(
             "%s: a malformed HTTP request (%s), answered %s", msg % args, why, exc.code
@@ -253,8 +256,8 @@ class _ServerLog(logging.LoggerAdapter):  # type: ignore[type-arg]
 
 
 async def serve(
-    app: Any, addr: str, port: int, what: str, remedy: str, access_log: bool = True
-) -> tuple[Any, int]:
+    app: web.Application, addr: str, port: int, what: str, remedy: str, access_log: bool = True
+) -> tuple[web.AppRunner, int]:
     """Serve the aiohttp ``app`` on ``addr:port``; returns its runner and the port it got.
 
     A port that cannot be bound is a :class:`ConfigurationError` naming
@@ -280,10 +283,10 @@ async def serve(
     return runner, int(runner.addresses[0][1])
 
 
-def page(name: str) -> Callable[[Any], Awaitable[Any]]:
+def page(name: str) -> Callable[[web.Request], Awaitable[web.Response]]:
     """An aiohttp handler answering with the package's HTML page ``name`` (``page.html``)."""
 
-    async def handler(request: Any) -> Any:
+    async def handler(request: web.Request) -> web.Response:
         from aiohttp import web
 
         html = files("rivermark.observe").joinpath(name).read_text(encoding="utf-8")
@@ -376,7 +379,7 @@ class UiServer(JobListener):
             self._graph_json = {"store": repr(self.job.store), **graph}
         return self._graph_json
 
-    async def _graph(self, request: Any) -> Any:
+    async def _graph(self, request: web.Request) -> web.Response:
         from aiohttp import web
 
         return web.json_response(await self._graph_data())
@@ -414,7 +417,7 @@ class UiServer(JobListener):
             )
         return list(self._exceptions)
 
-    async def _page(self, request: Any) -> Any:
+    async def _page(self, request: web.Request) -> web.Response:
         """The page with its graph and the current reading inside: it shows data at once."""
         from aiohttp import web
 
@@ -427,7 +430,7 @@ class UiServer(JobListener):
         )
         return web.Response(text=html, content_type="text/html")
 
-    async def _events(self, request: Any) -> Any:
+    async def _events(self, request: web.Request) -> web.StreamResponse:
         from aiohttp import web
 
         resp = web.StreamResponse(

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.naming import function_name
 from ..core.node import check_callable
 from ..errors import ConfigurationError
 
@@ -87,7 +88,7 @@ BUILT_IN: dict[str, Aggregation] = {
 
 
 def _fname(func: Any) -> str:
-    return getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
+    return function_name(func)
 
 
 def aggregation(

@@ -33,6 +33,7 @@ import time
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
 from typing import Any, NamedTuple, Protocol
 
+from ..core.naming import function_name
 from ..core.node import Stream, check_callable
 from ..core.refs import Metadata
 from ..core.timeutil import parse_interval
@@ -79,7 +80,7 @@ def _merge(a: Results, b: Results) -> Results:
 
 
 def _fname(func: Any) -> str:
-    return getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
+    return function_name(func)
 
 
 def _partition_of(metadata: Metadata | None) -> Any:

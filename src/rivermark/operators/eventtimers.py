@@ -202,5 +202,6 @@ class KeyedProcess(Stream):
         self.clock.due = -math.inf
 
     def state_signature(self) -> str:
+        # optional: a callable object has no __qualname__
         name = getattr(self.func, "__qualname__", repr(self.func))
         return f"KeyedProcess(func={name})"

@@ -13,6 +13,7 @@ from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from ..core.naming import function_name
 from ..core.node import Fixed, Stream, check_callable, check_positive_int, identity
 from ..core.refs import Metadata, merge_metadata
 from ..errors import ConfigurationError
@@ -27,7 +28,7 @@ Results = list[Awaitable[Any]] | None
 
 
 def _fname(func: Any) -> str:
-    return getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
+    return function_name(func)
 
 
 def _node_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:

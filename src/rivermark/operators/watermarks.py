@@ -78,6 +78,7 @@ def to_epoch(value: Any) -> float:
                 "(tzinfo=datetime.timezone.utc) or return epoch seconds"
             )
         delta = value - _EPOCH  # a pandas.Timestamp's is a pandas.Timedelta, to the ns
+        # optional: a pandas Timedelta has nanoseconds, a datetime.timedelta not
         nanos = delta.microseconds * 1000 + getattr(delta, "nanoseconds", 0)
         return float(epoch_seconds(delta.days * 86400 + delta.seconds, nanos))
     raise TypeError(

@@ -37,6 +37,7 @@ Results = list[Awaitable[Any]] | None
 
 def _key_name(key: Any) -> str:
     if callable(key):
+        # optional: a key may be a column name, not a function
         return getattr(key, "__qualname__", None) or repr(key)
     return repr(key)
 

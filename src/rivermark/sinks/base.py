@@ -18,6 +18,18 @@ job calls them in this order around checkpoint ``epoch``:
 
 A plain ``sink(func)`` does not implement this: its output is at-least-once.
 
+The contract is generic in the handle's type: ``sink_to_textfile`` is a
+``CheckpointedSink[FileHandle]`` (path and length), ``to_sql`` a
+``CheckpointedSink[SQLHandle]`` (sink id, epoch, table), ``to_kafka`` a
+``CheckpointedSink[dict[str, Any]]``; a bare ``CheckpointedSink`` takes
+any handle.  ``restore`` also takes ``None`` (no checkpoint).
+
+The optional parts below are separate protocols because a real sink lacks
+each of them: a user's own sink may implement only the three methods above
+(no start over, no close), ``to_kafka`` keeps its epoch open until
+``commit`` (no sealing) and writes no file, ``to_sql`` has no text per
+record, and only ``sink_to_textfile`` reads back what it wrote.
+
 Starting over (:class:`StartOverSink`, optional).  A job started with
 ``from_scratch=True`` (``rivermark run --from-scratch``) restores no
 checkpoint and calls ``start_over()`` on every checkpointed sink instead of
@@ -54,7 +66,20 @@ known.  ``rivermark replay --diff`` compares it with a replay's side output.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    # a bare CheckpointedSink takes any handle, as before the contract had a type
+    # (a default of a type variable: typing has it from Python 3.13)
+    from typing_extensions import TypeVar
+
+    H = TypeVar("H", default=Any)
+    H_contra = TypeVar("H_contra", contravariant=True, default=Any)
+else:
+    from typing import TypeVar
+
+    H = TypeVar("H")
+    H_contra = TypeVar("H_contra", contravariant=True)
 
 __all__ = [
     "CheckpointedSink",
@@ -69,21 +94,21 @@ __all__ = [
 
 
 @runtime_checkable
-class CheckpointedSink(Protocol):
+class CheckpointedSink(Protocol[H]):
     """What a sink implements to take part in checkpoints (see module docs)."""
 
-    def pre_commit(self, epoch: int) -> Any:
+    def pre_commit(self, epoch: int) -> H:
         """Make epoch ``epoch``'s output durable; return its JSON handle."""
 
-    def commit(self, epoch: int, handle: Any) -> None:
+    def commit(self, epoch: int, handle: H) -> None:
         """Make the output of ``epoch`` visible; the checkpoint is durable."""
 
-    def restore(self, handle: Any) -> None:
-        """Roll the output back or forward to the checkpoint holding ``handle``."""
+    def restore(self, handle: H | None) -> None:
+        """Roll the output back or forward to the checkpoint holding ``handle`` (``None``: none)."""
 
 
 @runtime_checkable
-class StartOverSink(CheckpointedSink, Protocol):
+class StartOverSink(Protocol):
     """A checkpointed sink that can start its output over (see module docs)."""
 
     def start_over(self) -> None:
@@ -94,7 +119,7 @@ class StartOverSink(CheckpointedSink, Protocol):
 
 
 @runtime_checkable
-class EpochSealingSink(CheckpointedSink, Protocol):
+class EpochSealingSink(Protocol):
     """A checkpointed sink whose ``pre_commit`` fixes the epoch's output for good.
 
     ``seals_epoch_at_pre_commit`` is True when records that reach the sink
@@ -128,7 +153,7 @@ class FileOutputSink(Protocol):
 class TextOutputSink(Protocol):
     """A sink that can say what it writes for a record, as text (see module docs)."""
 
-    def output_text(self, x: Any) -> str:
+    def output_text(self, x: Any) -> str:  # x: a user's record, anything
         """The text written for record ``x``, its line end included."""
 
 
@@ -146,8 +171,8 @@ class WrittenOutput:
 
 
 @runtime_checkable
-class ReadBackSink(Protocol):
+class ReadBackSink(Protocol[H_contra]):
     """A checkpointed sink that reads back what it wrote between two handles (see module docs)."""
 
-    def written_between(self, first: Any, last: Any) -> WrittenOutput:
+    def written_between(self, first: H_contra, last: H_contra) -> WrittenOutput:
         """The output of the epochs after handle ``first`` up to ``last``; ``ValueError`` if unknown."""

@@ -143,6 +143,7 @@ class SinkToList(Stream):
         return node.L
 
     def __init__(self, upstream: Stream, **kwargs: Any) -> None:
+        # optional: set once __init__ has run (__new__ runs it; a second call returns)
         if getattr(self, "_initialised", False):
             return
         self._initialised = True

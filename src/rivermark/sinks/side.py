@@ -31,12 +31,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import IO, Any, ClassVar
+from typing import IO, TYPE_CHECKING, Any, ClassVar
 
 from ..core.node import Stream
 from ..core.refs import Metadata
 from ..errors import ConfigurationError
 from .base import TextOutputSink
+from .textfile import FileHandle
+
+if TYPE_CHECKING:
+    from .base import CheckpointedSink
 
 __all__ = ["SideOutput", "StandIn", "put_in_place_of"]
 
@@ -90,16 +94,16 @@ class StandIn(SideOutput):
     ) -> None:
         self.signature = signature
         #: the handle of the live sink in the checkpoint restored (None: none)
-        self.live_handle: Any = None
+        self.live_handle: Any = None  # the live sink's handle: of whatever type that sink has
         super().__init__(upstreams, path, text, name)
 
-    def pre_commit(self, epoch: int) -> dict[str, Any]:
+    def pre_commit(self, epoch: int) -> FileHandle:
         """Flush; the side file and its length."""
         assert self._file is not None
         self._file.flush()
         return {"path": self.path, "length": os.fstat(self._file.fileno()).st_size}
 
-    def commit(self, epoch: int, handle: Any) -> None:
+    def commit(self, epoch: int, handle: FileHandle) -> None:
         """Nothing to do: the side file is written as records come."""
 
     def restore(self, handle: Any) -> None:
@@ -129,3 +133,7 @@ def put_in_place_of(sink: Stream, name: str, path: str, signature: str | None = 
         sink.disconnect(down)
         side.connect(down)
     return side
+
+
+if TYPE_CHECKING:  # the type checker holds the stand-in to the contract, with its handle type
+    _checkpointed: type[CheckpointedSink[FileHandle]] = StandIn

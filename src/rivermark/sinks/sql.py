@@ -55,7 +55,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 
 from ..core.node import Stream
 from ..core.refs import Metadata
@@ -74,6 +74,18 @@ from .sqlstores import (
 logger = logging.getLogger(__name__)
 
 __all__ = ["Delete", "SQLSinkError", "ToSQL", "delete"]
+
+
+if TYPE_CHECKING:
+    from .base import CheckpointedSink
+
+
+class SQLHandle(TypedDict):
+    """A SQL sink's handle: which sink wrote which epoch into which table."""
+
+    sink: str
+    epoch: int
+    table: str
 
 
 @Stream.register_api(attribute_name="to_sql")
@@ -327,7 +339,7 @@ class ToSQL(Sink):
             raise self._failed(store, "preparing the table", e) from None
 
     # ---------------------------------------------------------------- checkpoint contract
-    def pre_commit(self, epoch: int) -> dict[str, Any]:
+    def pre_commit(self, epoch: int) -> SQLHandle:
         """Write epoch ``epoch``'s rows durably but invisibly; the handle names sink, epoch, table."""
         if not self.column_names:
             self._prepare_table()
@@ -346,7 +358,7 @@ class ToSQL(Sink):
         logger.debug("%s: epoch %d prepared (%d rows)", self.label(), epoch, len(rows))
         return {"sink": self.sink_id, "epoch": epoch, "table": self.table}
 
-    def commit(self, epoch: int, handle: Any) -> None:
+    def commit(self, epoch: int, handle: SQLHandle) -> None:
         """Make epoch ``epoch``'s rows visible (idempotent)."""
         store = self._connect()
         try:
@@ -356,7 +368,7 @@ class ToSQL(Sink):
         except Exception as e:
             raise self._failed(store, f"committing epoch {epoch}", e) from None
 
-    def restore(self, handle: Any) -> None:
+    def restore(self, handle: SQLHandle | None) -> None:
         """Commit the checkpoint's epoch if still pending; drop every later one."""
         self._prepare_table()
         store = self._connect()
@@ -417,3 +429,7 @@ class ToSQL(Sink):
 
     def state_signature(self) -> str:
         return f"ToSQL(table={self.table!r}, sink_id={self.sink_id!r})"
+
+
+if TYPE_CHECKING:  # the type checker holds the sink to the contract, with its handle type
+    _checkpointed: type[CheckpointedSink[SQLHandle]] = ToSQL

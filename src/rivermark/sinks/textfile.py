@@ -32,7 +32,7 @@ import fcntl
 import logging
 import os
 import stat
-from typing import IO, Any, ClassVar
+from typing import IO, TYPE_CHECKING, Any, ClassVar, TypedDict
 
 from .._fileid import lock_holder, tail_digest
 from ..core.node import Stream
@@ -40,6 +40,24 @@ from ..core.refs import Metadata
 from ..errors import ChangedFileError, ConfigurationError, FileInUseError
 from .base import WrittenOutput
 from .basic import Sink
+
+if TYPE_CHECKING:
+    from .base import CheckpointedSink, ReadBackSink
+
+
+class FileHandle(TypedDict, total=False):
+    """A file sink's handle: its file and its length at ``pre_commit``.
+
+    ``path`` and ``length`` are always there; ``realpath`` and
+    ``tail_sha256`` (the digest of the bytes before ``length``) for a file
+    with a name.
+    """
+
+    path: str | None
+    length: int
+    realpath: str
+    tail_sha256: str | None
+
 
 logger = logging.getLogger(__name__)
 
@@ -146,6 +164,7 @@ class SinkToTextfile(Stream):
             self._truncate_pending = mode == "w"
         elif hasattr(file, "write"):
             self._file = file
+            # optional: a user's file object may have no name
             self.path = getattr(file, "name", None)
             if not isinstance(self.path, str):
                 self.path = None
@@ -181,7 +200,7 @@ class SinkToTextfile(Stream):
         return str(x) + self.end
 
     # ------------------------------------------------------------ checkpoint sink contract
-    def pre_commit(self, epoch: int) -> dict[str, Any]:
+    def pre_commit(self, epoch: int) -> FileHandle:
         """Flush and fsync; return the file's path and length in bytes."""
         f = self._require_file("pre_commit")
         if self._truncate_pending:
@@ -203,10 +222,10 @@ class SinkToTextfile(Stream):
             "tail_sha256": tail_digest(self.path, length),
         }
 
-    def commit(self, epoch: int, handle: Any) -> None:
+    def commit(self, epoch: int, handle: FileHandle) -> None:
         """Nothing to do: the bytes written before the barrier are already durable."""
 
-    def written_between(self, first: Any, last: Any) -> WrittenOutput:
+    def written_between(self, first: FileHandle, last: FileHandle) -> WrittenOutput:
         """The text written between handles ``first`` and ``last``: the bytes between their lengths.
 
         ``ValueError`` when the file is unknown or was changed since ``last``
@@ -229,7 +248,7 @@ class SinkToTextfile(Stream):
         encoding = self.open_kwargs.get("encoding") or "utf-8"
         return WrittenOutput(data.decode(encoding, "replace"), str(last.get("path")))
 
-    def restore(self, handle: Any) -> None:
+    def restore(self, handle: FileHandle | None) -> None:
         """Lock the file; check the handle is this file's; truncate to its length.
 
         Without a checkpoint (``handle=None``) the file is truncated to 0 for
@@ -328,7 +347,7 @@ class SinkToTextfile(Stream):
             return None
         return f"{self.display_name()}: {self.path!r} already holds {size} bytes"
 
-    def _check_handle(self, handle: dict[str, Any], length: int) -> None:
+    def _check_handle(self, handle: FileHandle, length: int) -> None:
         """Refuse a handle that does not belong to this file (see module docs)."""
         assert self.path is not None
         name = self.display_name()
@@ -402,3 +421,8 @@ class SinkToTextfile(Stream):
 
     def state_signature(self) -> str:
         return f"SinkToTextfile(path={self.path!r})"
+
+
+if TYPE_CHECKING:  # the type checker holds the sink to the contracts, with its handle type
+    _checkpointed: type[CheckpointedSink[FileHandle]] = SinkToTextfile
+    _reads_back: type[ReadBackSink[FileHandle]] = SinkToTextfile

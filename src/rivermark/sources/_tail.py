@@ -49,6 +49,7 @@ class Tail:
     """``path`` open for reading from byte 0 (see :meth:`start_at`); see the module docs."""
 
     def __init__(self, path: str) -> None:
+        # optional: O_CLOEXEC is missing on some platforms
         self._fd: int | None = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         #: (st_dev, st_ino) of the open file
         self.ident = identity(os.fstat(self._fd))

@@ -26,6 +26,12 @@ in progress, so every record before the position has been emitted and every
 record at or after it has not.  ``seek(position)`` makes the next run resume
 there.  Sources that cannot replay (``replayable = False``) are reported by
 the job as at-most-once.
+
+``Source`` is generic in its position's type: ``from_iterable`` is a
+``Source[int]`` (an index), ``from_textfile`` a ``Source[int | FilePosition]``,
+``filenames`` a ``Source[list[str]]``, a Kafka source a
+``Source[dict[str, Any]]`` (offsets by partition, with the topics' ids).
+A bare ``Source`` has a position of any type.
 """
 
 from __future__ import annotations
@@ -36,12 +42,23 @@ import time
 from collections.abc import Callable
 from itertools import islice
 from operator import length_hint
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, cast
 
 from ..core import runtime
 from ..core.node import Stream
 from ..core.refs import Metadata
 from ..errors import ConfigurationError
+
+if TYPE_CHECKING:
+    # a bare Source has a position of any type, as before the contract had one
+    # (a default of a type variable: typing has it from Python 3.13)
+    from typing_extensions import TypeVar
+
+    P = TypeVar("P", default=Any)
+else:
+    from typing import TypeVar
+
+    P = TypeVar("P")
 
 logger = logging.getLogger(__name__)
 
@@ -73,8 +90,8 @@ class RecordBudget:
         self.left = self.size
 
 
-class Source(Stream):
-    """Base class of every source node.
+class Source(Stream, Generic[P]):
+    """Base class of every source node; ``P`` is the type of its position.
 
     ``start()`` schedules :meth:`run` on the node's event loop and returns at
     once; ``stop()`` asks it to end, cancels it if it is waiting, and releases
@@ -98,6 +115,8 @@ class Source(Stream):
         self._pause_requested = False
         self._resume: asyncio.Event | None = None
         self._emitting = False
+        # where the source is, as the subclass counts (an index, a byte offset): what
+        # position() returns unless the subclass builds its position from it
         self._position: Any = None
         self._done_event: asyncio.Event | None = None
         #: records emitted so far (read by the metrics)
@@ -129,19 +148,19 @@ class Source(Stream):
         """One step of a streamz-style source (see :meth:`run`)."""
         raise NotImplementedError
 
-    def position(self) -> Any:
+    def position(self) -> P:
         """JSON-serialisable position of the next record to emit."""
-        return self._position
+        return cast(P, self._position)
 
-    def position_now(self) -> Any:
+    def position_now(self) -> P:
         """The position for display: like :meth:`position`, without its checkpoint effects."""
-        return self._position
+        return cast(P, self._position)
 
-    def seek(self, position: Any) -> None:
+    def seek(self, position: P) -> None:
         """Resume from ``position`` (a value :meth:`position` returned)."""
         self._position = position
 
-    def check_position(self, position: Any) -> None:
+    def check_position(self, position: P) -> None:
         """Refuse a ``position`` this source would not resume at as meant (one line).
 
         ``write_savepoint`` asks it of every position it is given, before
@@ -177,7 +196,7 @@ class Source(Stream):
         concrete position.
         """
 
-    def stop_at(self, position: Any) -> None:
+    def stop_at(self, position: P) -> None:
         """End once the source reaches ``position`` (a value :meth:`position` returned).
 
         No record at or after ``position`` is emitted: the source finishes as
@@ -210,7 +229,7 @@ class Source(Stream):
         commits no offsets to its consumer group from then on.
         """
 
-    def checkpoint_durable(self, epoch: int, position: Any) -> None:
+    def checkpoint_durable(self, epoch: int, position: P) -> None:
         """Checkpoint ``epoch``, holding this source's ``position``, is durable.
 
         A job calls this after the checkpoint's manifest is written, never for
@@ -379,7 +398,7 @@ class Source(Stream):
         self._emitting = False
 
     async def _emit_record(
-        self, x: Any, next_position: Any = None, metadata: Metadata | None = None
+        self, x: Any, next_position: P | None = None, metadata: Metadata | None = None
     ) -> None:
         """Emit ``x``, wait for downstream, then advance to ``next_position``."""
         budget = self.budget

@@ -34,7 +34,7 @@ def _some(names: list[str], most: int = 3) -> str:
 
 
 @Stream.register_api(staticmethod, attribute_name="filenames")
-class Filenames(Source):
+class Filenames(Source[list[str]]):
     """Emit the name of every file matching ``path``, and of each new one as it appears.
 
     ``path`` is a directory (all files in it) or a glob pattern.  Names are
@@ -73,10 +73,10 @@ class Filenames(Source):
         super().__init__(**kwargs)
         self._position = []
 
-    def position(self) -> Any:
+    def position(self) -> list[str]:
         return sorted(self.seen)
 
-    def inputs_change(self, stored: str, position: Any) -> str | None:
+    def inputs_change(self, stored: str, position: object) -> str | None:
         """The glob changed since the checkpoint: the files it now finds, those it lost (one line).
 
         ``None`` unless ``stored`` (the checkpoint's signature of this source)
@@ -106,10 +106,10 @@ class Filenames(Source):
     def restore_inputs(self, stored: str) -> None:
         """Nothing to prepare: the names in the position are never emitted again, the rest are."""
 
-    def position_now(self) -> Any:
+    def position_now(self) -> list[str]:
         return sorted(self.seen)
 
-    def seek(self, position: Any) -> None:
+    def seek(self, position: list[str]) -> None:
         """Treat the names in ``position`` as already emitted."""
         if not isinstance(position, (list, tuple)):
             raise ConfigurationError(

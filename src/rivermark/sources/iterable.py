@@ -23,7 +23,7 @@ _END = object()
 
 
 @Stream.register_api(staticmethod, attribute_name="from_iterable")
-class FromIterable(Source):
+class FromIterable(Source[int]):
     """Emit every item of ``iterable``, then finish.
 
     Position: the index of the *next* item to emit (``0`` before the first).
@@ -60,7 +60,7 @@ class FromIterable(Source):
         super().__init__(**kwargs)
         self._position = 0
 
-    def seek(self, position: Any) -> None:
+    def seek(self, position: int) -> None:
         """Resume at item ``position`` (the number of items already emitted).
 
         A position past the end of an iterable with a length is refused
@@ -70,11 +70,11 @@ class FromIterable(Source):
         self._check_index(position, restoring=True)
         self._position = position
 
-    def check_position(self, position: Any) -> None:
+    def check_position(self, position: int) -> None:
         """Refuse a position that is not an index >= 0, or past the end of the iterable."""
         self._check_index(position, restoring=False)
 
-    def _check_index(self, position: Any, restoring: bool) -> None:
+    def _check_index(self, position: object, restoring: bool) -> None:
         if isinstance(position, bool) or not isinstance(position, int) or position < 0:
             raise ConfigurationError(
                 f"from_iterable: position must be an integer >= 0, got {position!r}; "
@@ -99,7 +99,7 @@ class FromIterable(Source):
             f"item to emit, from 0 to {length}"
         )
 
-    def stop_at(self, position: Any) -> None:
+    def stop_at(self, position: int) -> None:
         """Emit the items before index ``position`` only (a replayable iterable)."""
         if not self.replayable:
             raise ConfigurationError(

@@ -74,7 +74,7 @@ def _parse_head(head: bytes) -> tuple[str, str, bool, int]:
         raise _Refused(400, "Bad Request") from None
 
 
-class _Server(Source):
+class _Server(Source[None]):
     """Shared lifecycle: listen while running, track connections, close all on stop."""
 
     def _init_server(self, port: int, server_kwargs: dict[str, Any] | None) -> None:

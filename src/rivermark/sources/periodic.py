@@ -18,7 +18,7 @@ __all__ = ["FromPeriodic"]
 
 
 @Stream.register_api(staticmethod, attribute_name="from_periodic")
-class FromPeriodic(Source):
+class FromPeriodic(Source[int]):
     """Call ``callback()`` every ``poll_interval`` and emit its return value.
 
     ``callback`` may be a coroutine function.  The first call happens at

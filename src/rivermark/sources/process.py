@@ -22,7 +22,7 @@ _TERM_GRACE = 2.0
 
 
 @Stream.register_api(staticmethod, attribute_name="from_process")
-class FromProcess(Source):
+class FromProcess(Source[int]):
     """Run ``cmd`` and emit each line (bytes, newline included) it writes to stdout.
 
     ``cmd`` is a list of arguments or a shell-like string (split with

@@ -18,7 +18,7 @@ __all__ = ["FromQ"]
 
 
 @Stream.register_api(staticmethod, attribute_name="from_q")
-class FromQ(Source):
+class FromQ(Source[int]):
     """Emit every item put into ``q`` (a ``queue.Queue``-like object).
 
     The queue is polled: when it is empty the source sleeps ``sleep_time``
@@ -36,6 +36,7 @@ class FromQ(Source):
     """
 
     def __init__(self, q: Any, sleep_time: Any = 0.01, **kwargs: Any) -> None:
+        # optional: checks that the user passed a queue at all
         if not callable(getattr(q, "get_nowait", None)):
             raise ConfigurationError(
                 f"from_q: q must be a queue.Queue-like object with get_nowait(), got {q!r}; "

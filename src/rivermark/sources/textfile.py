@@ -6,7 +6,7 @@ import asyncio
 import codecs
 import logging
 import os
-from typing import IO, Any
+from typing import IO, Any, TypedDict
 
 from .._fileid import fd_tail_digest, find_identity, identity, tail_digest
 from ..core.node import Stream
@@ -18,13 +18,29 @@ from .base import Source
 
 logger = logging.getLogger(__name__)
 
+
+class FilePosition(TypedDict, total=False):
+    """Where a file source is, for a file given by path (a file object's is its offset).
+
+    ``offset`` and ``tail_sha256`` (the digest of the bytes before it) are
+    always there; ``dev`` and ``ino`` name the file when it could be found,
+    ``unterminated`` counts the bytes of a last line without its delimiter.
+    """
+
+    offset: int
+    tail_sha256: str | None
+    dev: int
+    ino: int
+    unterminated: int
+
+
 __all__ = ["FromTextfile"]
 
 _CHUNK = 1 << 16
 
 
 @Stream.register_api(staticmethod, attribute_name="from_textfile")
-class FromTextfile(Source):
+class FromTextfile(Source[int | FilePosition]):
     """Emit the lines of a text file, and go on with the lines appended to it.
 
     ``f`` is a path or an open file.  Each record is one part of the file up
@@ -114,6 +130,7 @@ class FromTextfile(Source):
             self.path: str | None = os.fspath(f)
         elif hasattr(f, "read"):
             self._given = f
+            # optional: a user's file object may have no name
             name = getattr(f, "name", None)
             self.path = name if isinstance(name, str) else None
         else:
@@ -162,7 +179,7 @@ class FromTextfile(Source):
         """Whether the source opens its file itself (by path): identity and rotation apply."""
         return self.path is not None and self._given is None
 
-    def position(self) -> Any:
+    def position(self) -> int | FilePosition:
         """``{"offset", "tail_sha256", "dev", "ino"}`` for a path; the offset for a file object."""
         offset = self.offset
         if self.path is None:
@@ -182,14 +199,14 @@ class FromTextfile(Source):
                 ident = identity(os.stat(where))
             except OSError:
                 ident = None
-        pos: dict[str, Any] = {"offset": offset, "tail_sha256": digest}
+        pos: FilePosition = {"offset": offset, "tail_sha256": digest}
         if ident is not None:
             pos["dev"], pos["ino"] = ident
         if self._unterminated:
             pos["unterminated"] = self._unterminated
         return pos
 
-    def seek(self, position: Any) -> None:
+    def seek(self, position: int | FilePosition) -> None:
         """Resume at a value :meth:`position` returned (or a plain byte offset).
 
         Finds the file the position belongs to and refuses a file that is
@@ -212,7 +229,7 @@ class FromTextfile(Source):
         self._position = offset
         self._check_continued(offset)
 
-    def check_position(self, position: Any) -> None:
+    def check_position(self, position: int | FilePosition) -> None:
         """Refuse a position inside a line of the file, or past its end (where it is readable).
 
         A position a job wrote is where a line starts (or just after a last
@@ -248,7 +265,7 @@ class FromTextfile(Source):
             problem,
         )
 
-    def stop_at(self, position: Any) -> None:
+    def stop_at(self, position: int | FilePosition) -> None:
         """End at byte ``position`` of the file it belongs to, as at its end with ``stop_at_eof``.
 
         The position names the file by its identity (device and inode): a
@@ -352,6 +369,7 @@ class FromTextfile(Source):
             tail.start_at(self.offset)
         else:
             assert self._given is not None
+            # optional: a text file object has a binary buffer, a binary one does not
             raw: IO[bytes] = getattr(self._given, "buffer", self._given)
             if codec.boms:
                 raw.seek(0)
@@ -605,7 +623,7 @@ def _bytes(n: int) -> str:
     return f"{n} byte" if n == 1 else f"{n} bytes"
 
 
-def _parse_position(position: Any) -> tuple[int, str | None, tuple[int, int] | None, int]:
+def _parse_position(position: object) -> tuple[int, str | None, tuple[int, int] | None, int]:
     """Offset, digest, file identity and unterminated length of a position (or a byte offset)."""
     digest, ident, unterminated = None, None, 0
     offset = position

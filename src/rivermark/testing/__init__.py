@@ -28,6 +28,7 @@ class WaitTimeout(RivermarkError, TimeoutError):
 
 
 def _fail(predicate: Callable[[], Any], timeout: float, what: str | None = None) -> WaitTimeout:
+    # optional: a callable object has no __qualname__
     name = what or getattr(predicate, "__qualname__", repr(predicate))
     return WaitTimeout(
         f"wait_for: condition {name!r} was still false after {timeout!r} s; "

@@ -154,6 +154,7 @@ def _write_checked(
             "not match its sha256 in the manifest: the store is damaged; restore a good copy "
             "of it"
         )
+    # optional: O_NOFOLLOW is missing on some platforms
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
     fd = os.open(os.path.join(directory, name), flags, 0o600)
     with os.fdopen(fd, "wb") as f:
