@@ -10,6 +10,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from ..core.naming import function_name
 from ..core.node import Stream
 from ..core.refs import Metadata
 from ..core.timeutil import parse_interval
@@ -33,7 +34,7 @@ def join_key(kind: str, key: Any) -> Callable[[Any], Any]:
 
 def func_name(func: Any) -> str:
     """A user function's name, for state signatures and messages."""
-    return getattr(func, "__qualname__", None) or repr(func)
+    return function_name(func)
 
 
 def signed_interval(value: Any, kind: str, arg: str) -> float:
