@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from rivermark import Stream
 from rivermark.execution import graphcode as codegen
+from rivermark.testing import examples
 
 from .helpers import StrictRef, node_by_node
 
@@ -142,7 +143,7 @@ def build(pipeline: list[Op]) -> tuple[Stream, list[Stream], list[Any]]:
     return source, nodes, s.sink_to_list()
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(pipelines, inputs)
 def test_pipeline_matches_model(pipeline: list[Op], data: list[int]) -> None:
     source, _, out = build(pipeline)
@@ -151,7 +152,7 @@ def test_pipeline_matches_model(pipeline: list[Op], data: list[int]) -> None:
     assert out == model(pipeline, data)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(pipelines, inputs)
 def test_completion_tracking_in_pipelines(pipeline: list[Op], data: list[int]) -> None:
     source, _, out = build(pipeline)
@@ -177,7 +178,7 @@ def test_completion_tracking_in_pipelines(pipeline: list[Op], data: list[int]) -
     assert sum(1 for r in refs if not r.fired) <= capacity
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(pipelines, inputs, st.data())
 def test_state_round_trip_in_pipelines(pipeline: list[Op], data: list[int], d: Any) -> None:
     cut = d.draw(st.integers(0, len(data)))
@@ -412,7 +413,7 @@ def run_graph(
     return steps, [list(o) for o in outs]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(graph_ops, st.sampled_from([None, "skip", "dlq"]), graph_inputs, st.data())
 def test_all_paths_agree_with_config_changes_after_the_first_record(
     ops: list[Op], root_policy: Any, data: list[tuple[int, bool, bool]], d: Any
@@ -440,7 +441,7 @@ def test_all_paths_agree_with_config_changes_after_the_first_record(
         assert got_async == expected
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(graph_ops, st.sampled_from([None, "skip", "dlq"]), graph_inputs, st.data())
 def test_generated_emit_matches_node_by_node(
     ops: list[Op], root_policy: Any, data: list[tuple[int, bool, bool]], d: Any

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -20,7 +21,28 @@ __all__ = [
     "wait_progress",
     "run_in_thread",
     "WaitTimeout",
+    "examples",
 ]
+
+
+def examples(n: int) -> int:
+    """How many examples a property test runs: ``n`` scaled by ``RIVERMARK_TEST_EXAMPLES``.
+
+    The full test run uses ``n``; the quick tier (``scripts/test --quick``)
+    sets the scale to 0.2, so a developer's loop checks every property on
+    fewer random cases.
+
+    >>> examples(100) if "RIVERMARK_TEST_EXAMPLES" not in os.environ else 100
+    100
+    """
+    raw = os.environ.get("RIVERMARK_TEST_EXAMPLES", "1")
+    try:
+        scale = float(raw)
+    except ValueError:
+        raise ValueError(
+            f"RIVERMARK_TEST_EXAMPLES={raw!r} is not a number; set it to a scale such as 0.2"
+        ) from None
+    return max(5, round(n * scale))
 
 
 class WaitTimeout(RivermarkError, TimeoutError):

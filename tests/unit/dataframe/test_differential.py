@@ -16,6 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rivermark.testing import examples
+
 from .oracle import Op, batch_lists, check, groupby_ops, running_ops, whole_ops, window_ops
 
 #: the pandas-2.2 leg of the test command runs a share of the cases (the main run all)
@@ -23,7 +25,7 @@ SCALE = float(os.environ.get("RIVERMARK_DIFFERENTIAL_SCALE", "1"))
 
 
 def budget(n: int) -> int:
-    return max(10, int(n * SCALE))
+    return max(10, int(examples(n) * SCALE))
 
 
 SETTINGS = {

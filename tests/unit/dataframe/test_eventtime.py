@@ -23,6 +23,7 @@ from rivermark import ConfigurationError, Stream
 from rivermark.checkpoint import Job, codec, open_store
 from rivermark.dataframe import DataFrame
 from rivermark.dataframe.eventtime import TimedDataFrame
+from rivermark.testing import examples
 
 EXAMPLE = pd.DataFrame(
     {
@@ -316,7 +317,7 @@ def test_a_job_reads_batches_to_the_end_and_emits_every_window(tmp_path: Path) -
     assert snap.sources[0].watermark == float("inf") and snap.sources[0].event_time_lag is None
 
 
-@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@settings(max_examples=examples(200), deadline=None, derandomize=True, database=None)
 @given(
     ticks=st.lists(st.integers(-(2**52), 2**52) | st.none(), min_size=1, max_size=20),
     unit=st.sampled_from(["s", "ms", "us", "ns"]),

@@ -23,6 +23,7 @@ from rivermark import Stream
 from rivermark.checkpoint import Job
 from rivermark.dataframe import DataFrame
 from rivermark.errors import ConfigurationError
+from rivermark.testing import examples
 
 #: a row: (side "L"/"R", time, key, id)
 Row = tuple[str, int, int, int]
@@ -109,7 +110,7 @@ def _record_asof(
     return sorted(((x[3], v) for x, v in out), key=repr), _late_ids(late)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     feed=batches(),
     delay=st.sampled_from([0, 4, 50]),
@@ -155,7 +156,7 @@ def _record_interval(
     return sorted(pairs, key=repr), _late_ids(late)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     feed=batches(),
     delay=st.sampled_from([0, 4, 50]),

@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 from rivermark import ConfigurationError, Stream
 from rivermark.checkpoint import Job
 from rivermark.operators.eventtime import Timestamps, WindowResult
+from rivermark.testing import examples
 
 from .conftest import roundtrip
 
@@ -123,7 +124,7 @@ def _as_groups(out: list[WindowResult]) -> dict[tuple[float, float, int], list[i
     return {(r.start, r.end, r.key): sorted(r.value) for r in out}
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     records=records_st,
     size_step=st.sampled_from([(10, 10), (10, 5), (7, 3), (1, 1)]),
@@ -152,7 +153,7 @@ def test_fixed_windows_equal_the_batch_reference(
     assert all(r.final for r in out)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     records=records_st,
     gap=st.sampled_from([1, 5, 12]),
@@ -174,7 +175,7 @@ def test_session_windows_equal_the_batch_reference(
     assert late == ref_late
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(data=st.data(), delay=st.sampled_from([3, 10]))
 def test_shuffle_within_max_delay_gives_the_same_windows(data: Any, delay: int) -> None:
     times = sorted(data.draw(st.lists(st.integers(0, 200), max_size=80)))
@@ -205,7 +206,7 @@ def _interleaved(records: list[Rec], picks: list[int]) -> list[Rec]:
     return out + [r for p in range(3) for r in queues[p]]
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(
     records=records_st,
     picks=st.lists(st.integers(0, 5), max_size=60),
@@ -668,7 +669,7 @@ def reference_float_windows(
     return {key: sorted(v) for key, v in groups.items()}
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     data=st.data(),
     size=st.sampled_from([0.1, 0.3, 0.7, 1e-3, 2.5]) | st.floats(1e-3, 10.0),
@@ -728,7 +729,7 @@ def reference_float_sessions(
     return groups, late
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     data=st.data(),
     gap=st.sampled_from([0.1, 0.3, 0.7, 1e-3, 2.5]) | st.floats(1e-3, 10.0),

@@ -23,6 +23,7 @@ from rivermark import Stream
 from rivermark.checkpoint import Job
 from rivermark.errors import ConfigurationError
 from rivermark.operators.timejoins import AsofJoin, IntervalJoin, Table
+from rivermark.testing import examples
 
 #: a table change ("T", partition, key, time, value or None, id) or a left record
 #: ("L", partition, key, time, None, id)
@@ -122,7 +123,7 @@ def _oracle(
     return sorted(expected), sorted(late_l), sorted(late_t)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(order=inputs(), delay=st.sampled_from([0, 3, 50]), how=st.sampled_from(["inner", "left"]))
 def test_asof_join_equals_merge_asof_by_the_watermark_rule(
     order: list[Rec], delay: float, how: str
@@ -144,7 +145,7 @@ def _interleave(recs: list[Rec], rnd: random.Random) -> list[Rec]:
     return out
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(
     order=inputs(),
     seed=st.integers(0, 10**6),
@@ -422,7 +423,7 @@ def _oracle_interval(
     return sorted(expected), sorted(late)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     order=pairs_input(),
     delay=st.sampled_from([0, 3, 50]),

@@ -24,6 +24,7 @@ from rivermark import Stream
 from rivermark.checkpoint import Job
 from rivermark.errors import ConfigurationError
 from rivermark.operators.windowjoin import WindowJoin
+from rivermark.testing import examples
 
 #: a record: (side "L"/"R", partition, key, time, id)
 Rec = tuple[str, int, int, int, int]
@@ -132,7 +133,7 @@ def _oracle(
     return sorted(expected), sorted(late)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     order=inputs(),
     shape=st.sampled_from(SHAPES),
@@ -165,7 +166,7 @@ def _as_sets(result: tuple[list[Window], list[int]]) -> Any:
     return sorted((s, e, k, sorted(ls), sorted(rs)) for s, e, k, ls, rs in windows), late
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(order=inputs(), seed=st.integers(0, 10**6), shape=st.sampled_from(SHAPES))
 def test_every_interleaving_gives_the_same_windows(
     order: list[Rec], seed: int, shape: dict[str, Any]
