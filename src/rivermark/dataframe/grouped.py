@@ -257,8 +257,18 @@ def _counted_sums(batch: pd.DataFrame, by: Any, sel: Any) -> tuple[pd.Series, pd
         return None
     if not exact_sums_in_float64(values):
         return None
+    order: Any = None
     try:
-        codes, uniques = pd.factorize(keys, sort=True)
+        if kind == np.dtype(object):
+            codes, uniques = pd.factorize(keys, sort=True)
+        else:
+            # ints and strings: factorize in order of appearance and sort the few
+            # groups here (pandas' sort=True remaps every code, the larger cost);
+            # numpy orders ints as pandas does, and strings by code point as
+            # pandas' (Arrow's) sort of strings does
+            codes, uniques = pd.factorize(keys)
+            order = np.argsort(np.asarray(uniques, dtype=object), kind="stable")
+            uniques = uniques[order]
     except TypeError:  # keys pandas cannot order: its own groupby says so
         return None
     arr = values.to_numpy()
@@ -270,6 +280,8 @@ def _counted_sums(batch: pd.DataFrame, by: Any, sel: Any) -> tuple[pd.Series, pd
     index = pd.Index(uniques.tolist() if kind == np.dtype(object) else uniques, name=by)
     sums = np.bincount(codes, weights=arr, minlength=n).astype(np.int64)
     counts = np.bincount(codes, minlength=n).astype(np.int64)
+    if order is not None:
+        sums, counts = sums[order], counts[order]
     return pd.Series(sums, index=index, name=sel), pd.Series(counts, index=index, name=sel)
 
 
