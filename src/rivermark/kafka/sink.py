@@ -266,22 +266,18 @@ class ToKafka(Stream, OutputEnds, EpochTransactions):
     def update(
         self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
     ) -> list[Awaitable[Any]] | None:
-        if self.failure is not None:
-            # failed for good: the record is never completed and the job stops
-            retain_refs(metadata)
-            return None
-        producer = self._ensure_producer()
-        if self.exactly_once and not self._in_txn:
-            try:
-                self._begin()
-            except KafkaFencedError:
-                retain_refs(metadata)  # failed for good, as above
+        producer = self.producer
+        if producer is None or self.failure is not None or (self.exactly_once and not self._in_txn):
+            producer = self._ready(metadata)
+            if producer is None:
                 return None
-        try:
-            key = self._key_of(x)
-        except Exception as e:
-            self._user_error(x, e, self.key)
-            return None
+        key = None
+        if self.key is not None:
+            try:
+                key = self._key_of(x)
+            except Exception as e:
+                self._user_error(x, e, self.key)
+                return None
         value = encode(x)
         retain_refs(metadata)
         cb = self._delivery_callback(x, metadata, record_origin.get())
@@ -299,11 +295,30 @@ class ToKafka(Stream, OutputEnds, EpochTransactions):
             return [asyncio.ensure_future(self._drain(_MAX_QUEUED // 2))]
         return None
 
+    def _ready(self, metadata: Metadata | None) -> Any:
+        """The producer, ready for a record; None if the sink failed for good.
+
+        A failed sink holds the record's references: it is never completed
+        and the job stops.
+        """
+        if self.failure is not None:
+            retain_refs(metadata)
+            return None
+        producer = self._ensure_producer()
+        if self.exactly_once and not self._in_txn:
+            try:
+                self._begin()
+            except KafkaFencedError:
+                retain_refs(metadata)
+                return None
+        return producer
+
     def _after_produce(self, x: Any, key: Any) -> None:
         self.in_flight += 1
         if self.exactly_once:
             self._epoch_records.append((x, key))
-        if self._poller is None or self._poller.done():
+        poller = self._poller
+        if poller is None or poller.done():
             self._poller = self.loop.create_task(self._poll_loop())
 
     async def _produce_when_room(
@@ -390,7 +405,10 @@ class ToKafka(Stream, OutputEnds, EpochTransactions):
             if err is None:
                 self.delivered += 1
                 self._written += 1
-                self._acknowledged(msg)
+                # where the record went: its partition's end of the output (OutputEnds)
+                part, after = msg.partition(), msg.offset() + 1
+                if after > self._ends.get(part, 0):
+                    self._ends[part] = after
                 if self.exactly_once and self._epoch_first is None:
                     self._epoch_first = (int(msg.partition()), int(msg.offset()))
                 release_refs(metadata)
