@@ -400,30 +400,33 @@ class ToKafka(Stream, OutputEnds, EpochTransactions):
     def _delivery_callback(
         self, x: Any, metadata: Metadata | None, origin: dict[str, Any] | None
     ) -> Callable[[Any, Any], None]:
-        def on_delivery(err: Any, msg: Any) -> None:
-            self.in_flight -= 1
-            if err is None:
-                self.delivered += 1
-                self._written += 1
-                # where the record went: its partition's end of the output (OutputEnds)
-                part, after = msg.partition(), msg.offset() + 1
-                if after > self._ends.get(part, 0):
-                    self._ends[part] = after
-                if self.exactly_once and self._epoch_first is None:
-                    self._epoch_first = (int(msg.partition()), int(msg.offset()))
-                release_refs(metadata)
-                return
-            rec = repr(x)
-            if len(rec) > 200:
-                rec = rec[:200] + "..."
-            # callbacks run in the poll task: name the record's own origin
-            token = record_origin.set(origin)
-            try:
-                self._delivery_failed(x, metadata, err, rec)
-            finally:
-                record_origin.reset(token)
+        return _Delivery(self, x, metadata, origin)
 
-        return on_delivery
+    def record_delivered(self, msg: Any, metadata: Metadata | None) -> None:
+        """A record the broker acknowledged: counted, noted, completed."""
+        self.delivered += 1
+        self._written += 1
+        # where the record went: its partition's end of the output (OutputEnds)
+        part, after = msg.partition(), msg.offset() + 1
+        if after > self._ends.get(part, 0):
+            self._ends[part] = after
+        if self.exactly_once and self._epoch_first is None:
+            self._epoch_first = (int(part), int(after - 1))
+        release_refs(metadata)
+
+    def record_not_delivered(
+        self, x: Any, metadata: Metadata | None, origin: dict[str, Any] | None, err: Any
+    ) -> None:
+        """A record the broker did not acknowledge: the sink's ``on_error`` decides."""
+        rec = repr(x)
+        if len(rec) > 200:
+            rec = rec[:200] + "..."
+        # callbacks run in the poll task: name the record's own origin
+        token = record_origin.set(origin)
+        try:
+            self._delivery_failed(x, metadata, err, rec)
+        finally:
+            record_origin.reset(token)
 
     def _delivery_failed(self, x: Any, metadata: Metadata | None, err: Any, rec: str) -> None:
         """Apply the sink's policy to a record the broker did not acknowledge."""
@@ -653,3 +656,31 @@ class ToKafka(Stream, OutputEnds, EpochTransactions):
         if self._marker_consumer is not None and not self._stuck:
             self._marker_consumer.close()
             self._marker_consumer = None
+
+
+class _Delivery:
+    """The delivery report callback of one record (one small object per record in flight).
+
+    A closure would be five objects for the garbage collector to walk (the
+    function and its cells) for as long as the record waits for its
+    acknowledgement; with a record per input in flight by the ten thousand,
+    those walks were a fifth of the sink's time.
+    """
+
+    __slots__ = ("sink", "x", "metadata", "origin")
+
+    def __init__(
+        self, sink: ToKafka, x: Any, metadata: Metadata | None, origin: dict[str, Any] | None
+    ) -> None:
+        self.sink = sink
+        self.x = x
+        self.metadata = metadata
+        self.origin = origin
+
+    def __call__(self, err: Any, msg: Any) -> None:
+        sink = self.sink
+        sink.in_flight -= 1
+        if err is None:
+            sink.record_delivered(msg, self.metadata)
+        else:
+            sink.record_not_delivered(self.x, self.metadata, self.origin, err)
