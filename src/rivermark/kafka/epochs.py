@@ -17,7 +17,7 @@ from typing import Any
 from .errors import KafkaCommitError, KafkaCommitTimeoutError
 from .transactions import DeadlineExceeded, call_with_deadline, first_record_visible
 
-logger = logging.getLogger("rivermark.kafka.sink")
+logger = logging.getLogger(__name__)
 
 __all__ = ["EpochTransactions", "encode"]
 
