@@ -8,7 +8,8 @@ Input: N JSON records of about 100 bytes in a topic of 4 partitions,
 produced before timing.  The work per record: ``json.loads`` -> a dict with
 one more field -> ``json.dumps`` -> one output record (output topic of 4
 partitions).  Contenders, each with a fresh consumer group and output topic,
-in the same run (interleaved rounds; the figure is the median):
+in the same run (interleaved rounds; rates and times are medians, the
+ratios the median of the rounds' ratios):
 
 - ``plain``: a confluent-kafka loop (``consume(10000)``, ``produce`` +
   ``poll(0)``, asynchronous offset commit per batch, ``flush`` at the end):
@@ -400,13 +401,19 @@ def main(argv: list[str] | None = None) -> int:
             stop_broker(broker)
     med = {k: statistics.median(v) for k, v in times.items()}
     cpu_med = {k: statistics.median(v) for k, v in cpus.items()}
+
+    def ratio_of(clock: dict[str, list[float]], key: str) -> str:
+        """The median over the rounds of plain's time / this one's (a ratio within a round)."""
+        if "plain" not in clock:
+            return "n/a"
+        return f"{statistics.median(p / t for p, t in zip(clock['plain'], clock[key])):.2f}"
+
     print()
     print("| contender | rec/s | seconds | vs plain | CPU us/rec | vs plain (CPU) | check |")
     print("|---|---|---|---|---|---|---|")
     for key, title, _ in contenders:
         rate = n / med[key]
-        ratio = f"{med['plain'] / med[key]:.2f}" if "plain" in med else "n/a"
-        cpu_ratio = f"{cpu_med['plain'] / cpu_med[key]:.2f}" if "plain" in cpu_med else "n/a"
+        ratio, cpu_ratio = ratio_of(times, key), ratio_of(cpus, key)
         print(
             f"| {title} | {rate:,.0f} | {med[key]:.2f} | {ratio} | "
             f"{cpu_med[key] / n * 1e6:.1f} | {cpu_ratio} | {checks[key]} |"
