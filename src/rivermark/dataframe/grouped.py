@@ -258,8 +258,17 @@ def _counted_sums(batch: pd.DataFrame, by: Any, sel: Any) -> tuple[pd.Series, pd
         return None
     if not exact_sums_in_float64(values):
         return None
+    perm: Any = None
     try:
-        codes, uniques = pd.factorize(keys, sort=True)
+        if kind == np.dtype(object):
+            codes, uniques = pd.factorize(keys, sort=True)
+        else:
+            # ints and strings: factorize in order of appearance and place the few
+            # groups in sorted order here (pandas' sort=True remaps every code,
+            # the larger cost); numpy orders ints as pandas does, and strings by
+            # code point as pandas' (Arrow's) sort of strings does
+            codes, uniques = pd.factorize(keys)
+            perm, index = _sorted_groups(uniques, by)
     except TypeError:  # keys pandas cannot order: its own groupby says so
         return None
     arr = values.to_numpy()
@@ -267,11 +276,48 @@ def _counted_sums(batch: pd.DataFrame, by: Any, sel: Any) -> tuple[pd.Series, pd
         kept = codes >= 0
         codes, arr = codes[kept], arr[kept]
     n = len(uniques)
-    # pandas infers the dtype of object keys' groups (strings, ints, ...), as a list's
-    index = pd.Index(uniques.tolist() if kind == np.dtype(object) else uniques, name=by)
+    if perm is not None:
+        codes = perm[codes]  # the codes of the sorted groups
+    else:
+        # pandas infers the dtype of object keys' groups (strings, ints, ...), as a list's
+        index = pd.Index(uniques.tolist() if kind == np.dtype(object) else uniques, name=by)
     sums = np.bincount(codes, weights=arr, minlength=n).astype(np.int64)
     counts = np.bincount(codes, minlength=n).astype(np.int64)
     return pd.Series(sums, index=index, name=sel), pd.Series(counts, index=index, name=sel)
+
+
+#: sets of group keys seen lately -> (the keys sorted as an Index, key -> position)
+_GROUPS: dict[tuple[Any, Any, frozenset[Any]], tuple[pd.Index, dict[Any, int]]] = {}
+#: at most this many sets are remembered, each of at most _GROUPS_KEYS keys
+_GROUPS_LIMIT = 64
+_GROUPS_KEYS = 4096
+
+
+def _sorted_groups(uniques: Any, by: Any) -> tuple[np.ndarray, pd.Index]:
+    """``(perm, keys)``: each group of ``uniques``' position among them sorted, and them sorted.
+
+    ``keys`` is an Index named ``by``.
+
+    Batches of a stream mostly hold the same few keys in another order of
+    appearance: the sorted Index of a set of keys is made once and shared
+    (an Index is immutable), so aligning it with the running result costs
+    nothing.
+    """
+    values = np.asarray(uniques, dtype=object)
+    small = len(values) <= _GROUPS_KEYS
+    token = (by, uniques.dtype, frozenset(values.tolist())) if small else None
+    known = _GROUPS.get(token) if token is not None else None
+    if known is None:
+        order = np.argsort(values, kind="stable")
+        index = pd.Index(uniques[order], name=by)
+        known = (index, {k: i for i, k in enumerate(values[order].tolist())})
+        if token is not None:
+            if len(_GROUPS) >= _GROUPS_LIMIT:
+                _GROUPS.clear()
+            _GROUPS[token] = known
+    index, where = known
+    perm = np.fromiter((where[k] for k in values.tolist()), dtype=np.intp, count=len(values))
+    return perm, index
 
 
 def _astype(x: Any, dtypes: dict[Any, Any]) -> Any:

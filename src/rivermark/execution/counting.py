@@ -19,7 +19,7 @@ A node's *records out* is kept in one of two ways, chosen per node class:
 The counter is an ``itertools.repeat(None, 2**62)`` counting down: ``next``
 on it changes one C integer and returns the shared ``None``, where
 ``node.records_out += 1`` makes a new Python integer per record (about
-half the cost on the loop a source runs, see docs/benchmarks.md).  Its
+half the cost on the loop a source runs, see benchmarks/results/).  Its
 remaining length (``operator.length_hint``) says how many steps were taken,
 exactly and from any thread, also while the loop is held inside a record:
 :func:`passed` is what ``Stream.records_out`` reads.

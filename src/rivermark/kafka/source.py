@@ -67,12 +67,13 @@ from ..core.refs import Metadata, RefCounter
 from ..core.timeutil import parse_interval
 from ..errors import ConfigurationError
 from ..plugins import door
-from ..sources.base import Source
+from ..sources.base import TIME_SLICE, Source
 from .assignment import PartitionAssignment, split_key
 from .errors import KafkaConnectorError, KafkaTopicError
 from .ownership import owner_tag
 from .topic_ids import offsets_of, split_position, with_topic_ids
 from .transactions import DeadlineExceeded, call_with_deadline
+from .waiting import RecordWaiter
 
 logger = logging.getLogger(__name__)
 
@@ -210,6 +211,12 @@ class KafkaBatchedSource(Source[dict[str, Any]]):
         #: which partitions are read and where each is (the position's offsets)
         self.partitions = PartitionAssignment(self)
         self._durable_position: dict[str, int] | None = None
+        #: waits for records in a thread when the consumer holds none (see .waiting)
+        self._waiter = RecordWaiter(kind, self.poll_interval, single=not batched)
+        #: offsets to commit once the waiting thread left the consumer
+        self._deferred: dict[tuple[str, int], int] = {}
+        #: when the emit loop next gives the event loop a turn (perf_counter)
+        self._turn_at = 0.0
         self.batches_emitted = 0
         self.records_emitted = 0
         super().__init__(start=start, **kwargs)
@@ -407,6 +414,10 @@ class KafkaBatchedSource(Source[dict[str, Any]]):
         if self.offset_committer is not None:
             self.offset_committer(offsets, tag)
             return
+        if self._waiter.busy:
+            # one call on the consumer at a time: committed after the wait
+            self._deferred.update(offsets)
+            return
         tps = [ck.TopicPartition(t, p, o, tag) for (t, p), o in offsets.items()]
         try:
             self.consumer.commit(offsets=tps, asynchronous=True)
@@ -471,12 +482,15 @@ class KafkaBatchedSource(Source[dict[str, Any]]):
                     self.display_name(),
                 )
                 return
-            msgs = self.consumer.consume(num_messages=max(self.max_batch_size, 500), timeout=0)
+            n = max(self.max_batch_size, 500)
+            msgs = self.consumer.consume(num_messages=n, timeout=0)
             if not msgs:
-                await asyncio.sleep(
-                    self.poll_interval if self.batched else min(self.poll_interval, 0.01)
-                )
-                continue
+                msgs = await self._waiter.wait(self.consumer, n)
+                if self._deferred:
+                    offsets, self._deferred = self._deferred, {}
+                    self._commit(offsets)
+                if not msgs:
+                    continue
             await self._emit_messages(msgs)
 
     def _consumer_error(self, err: Any) -> None:
@@ -486,8 +500,9 @@ class KafkaBatchedSource(Source[dict[str, Any]]):
             if err.fatal():
                 raise KafkaConnectorError(f"{self.display_name()}: fatal consumer error: {err}")
 
-    async def _emit_messages(self, msgs: list[Any]) -> None:
-        groups: dict[tuple[str, int], list[Any]] = {}
+    def _readable(self, msgs: list[Any]) -> list[Any]:
+        """The records of ``msgs`` to emit (errors reported, a bounded read's overshoot left out)."""
+        out = []
         for m in msgs:
             err = m.error()
             if err is not None:
@@ -497,6 +512,25 @@ class KafkaBatchedSource(Source[dict[str, Any]]):
             end = self.partitions.end.get((m.topic(), m.partition())) if self.stop_at_end else None
             if end is not None and m.offset() >= end:
                 continue  # written after the start of a bounded read: not read
+            out.append(m)
+        return out
+
+    async def _turn(self) -> None:
+        """Let the loop run every TIME_SLICE seconds of emitting.
+
+        A job's checkpoint barrier (and any other task on the loop) would
+        otherwise wait for the whole backlog when the graph is synchronous.
+        """
+        if time.perf_counter() >= self._turn_at:
+            await asyncio.sleep(0)
+            self._turn_at = time.perf_counter() + TIME_SLICE
+
+    async def _emit_messages(self, msgs: list[Any]) -> None:
+        if not self.batched:
+            await self._emit_singles(self._readable(msgs))
+            return
+        groups: dict[tuple[str, int], list[Any]] = {}
+        for m in self._readable(msgs):
             groups.setdefault((m.topic(), m.partition()), []).append(m)
         for (t, p), ms in groups.items():
             for i in range(0, len(ms), self.max_batch_size):
@@ -506,21 +540,25 @@ class KafkaBatchedSource(Source[dict[str, Any]]):
                 else:
                     values = [m.value() for m in chunk]
                 first, end = chunk[0].offset(), chunk[-1].offset() + 1
-                origin: dict[str, Any] = {"topic": t, "partition": p, "offset": first}
-                if self.batched:
-                    origin["end"] = end
-                else:
-                    origin["key"] = chunk[0].key()
-                    if self.record_timestamps:
-                        origin["timestamp"] = _record_time(chunk[0])
-                await self._emit_one(
-                    t, p, first, end, values if self.batched else values[0], origin
-                )
+                origin = {"topic": t, "partition": p, "offset": first, "end": end}
+                await self._emit_one(t, p, first, end, values, origin)
                 if self.stopped:
                     return
-                # let the loop run between batches (a job's checkpoint barrier would
-                # otherwise wait for the whole backlog when the graph is synchronous)
-                await asyncio.sleep(0)
+                await self._turn()
+
+    async def _emit_singles(self, msgs: list[Any]) -> None:
+        """One record at a time, in the order the consumer handed them over."""
+        keys, stamps = self.keys, self.record_timestamps
+        for m in msgs:
+            t, p, off, key = m.topic(), m.partition(), m.offset(), m.key()
+            value = {"key": key, "value": m.value()} if keys else m.value()
+            origin: dict[str, Any] = {"topic": t, "partition": p, "offset": off, "key": key}
+            if stamps:
+                origin["timestamp"] = _record_time(m)
+            await self._emit_one(t, p, off, off + 1, value, origin)
+            if self.stopped:
+                return
+            await self._turn()
 
     def _check_forward(self, m: Any) -> None:
         """Refuse a record below the partition's position (its offsets went backwards)."""
@@ -549,8 +587,12 @@ class KafkaBatchedSource(Source[dict[str, Any]]):
     ) -> None:
         if self._pause_requested:
             await self._wait_resumed()
-        self.partitions.tracker.started(t, p, first, end)
-        ref = RefCounter(initial=1, callback=self._completion(t, p, first, end))
+        if self.checkpointing:
+            # offsets are committed after checkpoints only: no range to track
+            ref = RefCounter(initial=1)
+        else:
+            self.partitions.tracker.started(t, p, first, end)
+            ref = RefCounter(initial=1, callback=self._completion(t, p, first, end))
         metadata: Metadata = [{"ref": ref, "topic": t, "partition": p, "offset": first}]
         if self.record_timestamps:
             metadata[0]["timestamp"] = origin["timestamp"]
@@ -585,13 +627,22 @@ class KafkaBatchedSource(Source[dict[str, Any]]):
         if consumer is None:
             self.partitions.closed()
             return
+        # one call on the consumer at a time: the waiting thread leaves it first
+        if not self._waiter.join():
+            logger.warning(
+                "%s: the consumer's wait did not end; the consumer is left behind",
+                self.display_name(),
+            )
+            self.partitions.closed()
+            return
+        deferred, self._deferred = self._deferred, {}
         if self.checkpointing:
             # the newest durable checkpoint's position, committed once more
             # synchronously (the commit after each checkpoint is asynchronous)
             pos = self._durable_position or {}
             final = {split_key(k): int(v) for k, v in pos.items()}
         else:
-            final = self.partitions.tracker.committable()
+            final = {**deferred, **self.partitions.tracker.committable()}
         tag = self._owner_tag()
         name = self.display_name()
         if self.offset_committer is not None and final:

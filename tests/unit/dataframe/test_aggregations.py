@@ -146,3 +146,34 @@ def test_groupby_by_streaming_series(how: str) -> None:
     for got, df in zip(W, PREFIXES):
         tail = df.tail(6)
         tm.assert_series_equal(got, tail.groupby(tail.name.str.upper()).amount.sum())
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [
+        [["b", "a", "c"], ["c", "b", "a"], ["a", "d", None], ["d", "c", "b"]],
+        [[3, 1, 2], [2, 3, 1], [1, 4, 2], [4, 4, 3]],
+    ],
+    ids=["strings", "ints"],
+)
+def test_running_groupby_sum_with_the_same_keys_in_another_order_per_batch(
+    keys: list[list[object]],
+) -> None:
+    """Keys met in a new order (and new keys) still give pandas' sorted groups and sums."""
+    from rivermark import Stream
+    from rivermark.dataframe import DataFrame
+
+    frames = [
+        pd.DataFrame({"name": ks, "amount": np.arange(len(ks), dtype="int64") + 10 * i})
+        for i, ks in enumerate(keys)
+    ]
+    source = Stream()
+    sdf = DataFrame(source, example=pd.DataFrame({"name": [], "amount": []}))
+    out = sdf.groupby("name").amount.sum().stream.sink_to_list()
+    for f in frames:
+        source.emit(f)
+    for i in range(len(frames)):
+        seen = pd.concat([pd.DataFrame({"name": [], "amount": []}), *frames[: i + 1]])
+        want = seen.groupby("name").amount.sum()
+        tm.assert_series_equal(out[i], want)
+        assert list(out[i].index) == sorted(out[i].index)
