@@ -53,7 +53,7 @@ from ..operators.eventtime import (
     _slot,
     in_close_order,
 )
-from ..state import KeyedState, as_keyed
+from ..state import KeyedState, KeyedStore, as_keyed
 from .running import ConformingNode, OpName
 
 logger = logging.getLogger(__name__)
@@ -264,7 +264,7 @@ class FrameWindow(ConformingNode):
         self.time_dtype = time_dtype
         self.op = OpName(op)
         self.schema = None
-        self._open = KeyedState()
+        self._open: KeyedStore = KeyedState()
         self._seq = 0
         self._rows = 0
         self._heap: list[tuple[float, float, int, Any]] = []

@@ -40,7 +40,7 @@ from ..core.refs import Metadata
 from ..core.timeutil import parse_interval
 from ..errors import ConfigurationError
 from ..execution.steps import step
-from ..state import KeyedState, as_keyed
+from ..state import KeyedState, KeyedStore, as_keyed
 from .aggregations import Aggregation, aggregation
 from .watermarks import NEG_INF, POS_INF, WatermarkTracker, to_epoch
 
@@ -472,7 +472,7 @@ class EventWindow(Stream):
         self.agg = aggregation(kind, agg, reduce, fold, start, merge)
         self.grace = _delay(grace, kind, "grace")
         self.emit_mode = emit
-        self._open = KeyedState()
+        self._open: KeyedStore = KeyedState()
         self._seq = 0
         self._heap: list[tuple[float, float, int, Any]] = []
         self._late: LateRecords | None = None

@@ -58,7 +58,7 @@ from ..core.node import Stream, check_callable
 from ..core.refs import Metadata
 from ..core.timeutil import parse_interval
 from ..errors import ConfigurationError
-from ..state import KeyedState, as_keyed
+from ..state import KeyedState, KeyedStore, as_keyed
 from .eventtime import EventWindow, LateRecords, Results, Timestamps, _merge, attach
 
 logger = logging.getLogger(__name__)
@@ -151,7 +151,7 @@ class Table(_Late, Stream):
             check_callable("to_table", "value", value)
         self.value = value
         #: per key, its versions ``((time, value), ...)`` in time order (value None: deleted)
-        self._versions = KeyedState()
+        self._versions: KeyedStore = KeyedState()
         #: the joins reading this table (they decide how far back versions are kept)
         self._joins: list[AsofJoin] = []
         #: versions dropped by retention so far
@@ -317,7 +317,7 @@ class AsofJoin(_Late, Stream):
         self.how = how
         self.mode = mode
         #: the records waiting for the table's watermark: ``{seq: (time, key, record)}``
-        self._waiting = KeyedState()
+        self._waiting: KeyedStore = KeyedState()
         self._heap: list[tuple[float, int]] = []
         self._seq = 0
         Stream.__init__(self, upstream, **kwargs)
@@ -471,8 +471,8 @@ class IntervalJoin(_Late, Stream):
         self._key_of = _key_fn("join_interval", key)
         self._right_key_of = self._key_of if right_key is None else _key_fn("", right_key)
         #: waiting records: left ``{seq: (time, key, record, matched)}``, right ``{seq: (time, key, record)}``
-        self._lefts = KeyedState()
-        self._rights = KeyedState()
+        self._lefts: KeyedStore = KeyedState()
+        self._rights: KeyedStore = KeyedState()
         self._seq = 0
         self._index: tuple[dict[Any, set[int]], dict[Any, set[int]]] = ({}, {})
         self._heaps: tuple[list[tuple[float, int]], list[tuple[float, int]]] = ([], [])
