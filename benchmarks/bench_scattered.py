@@ -11,7 +11,7 @@ lookup (RocksDB's statistics) in a database of N scattered keys with an
 whole filter and index per file (the options before), in the same run.
 
 A keyed count (``accumulate`` over a ``KeyedState``) with
-``Job(state="rocksdb")`` and the default ``state_cache`` (256 MiB), fed by
+``Job(state="rocksdb")`` (``--state memory``: the in-memory backend) and the default ``state_cache`` (256 MiB), fed by
 ``from_iterable``:
 
 * ``--keys K`` alone: K distinct keys in uniformly scattered order (record
@@ -97,13 +97,13 @@ class _Loop:
         return acc
 
 
-def _restart(ckpt: str, state: str, records: Iterator[int]) -> float:
+def _restart(ckpt: str, state: str, records: Iterator[int], backend: str) -> float:
     """Seconds a new job on the same machine takes to restore the final checkpoint."""
     from rivermark import Job, KeyedState, Stream
 
     source = Stream.from_iterable(records, name="keys")
     source.accumulate(_Loop(0, 10).count, start=KeyedState(), name="counts")
-    job = Job(source, checkpoint=ckpt, every=None, keep=2, state="rocksdb", state_dir=state)
+    job = Job(source, checkpoint=ckpt, every=None, keep=2, state=backend, state_dir=state)
     job.stop()  # recover, then stop at once
     job.run()
     seconds = float(job.restore_seconds)
@@ -119,7 +119,7 @@ def _peak_rss() -> int:
     return 0
 
 
-def run_case(keys: int, updates: int, every: str | None) -> dict[str, Any]:
+def run_case(keys: int, updates: int, every: str | None, backend: str) -> dict[str, Any]:
     """One job in this process; its figures."""
     import logging
 
@@ -141,7 +141,7 @@ def run_case(keys: int, updates: int, every: str | None) -> dict[str, Any]:
 
     threading.Thread(target=sample, daemon=True).start()
     with tempfile.TemporaryDirectory() as ckpt, tempfile.TemporaryDirectory() as state:
-        job = Job(source, checkpoint=ckpt, every=every, keep=2, state="rocksdb", state_dir=state)
+        job = Job(source, checkpoint=ckpt, every=every, keep=2, state=backend, state_dir=state)
         job.run()
         ended = time.perf_counter()
         cpu = time.process_time() - loop.cpu
@@ -149,7 +149,7 @@ def run_case(keys: int, updates: int, every: str | None) -> dict[str, Any]:
         checkpoints = len(job.checkpoints)
         job.state_backend.close()
         again = load_then_update(keys, updates) if updates else scattered(keys)
-        restart = _restart(ckpt, state, again) if every is not None else float("nan")
+        restart = _restart(ckpt, state, again, backend) if every is not None else float("nan")
     measured = total - loop.skip
     took = loop.last - loop.started
     windows = []
@@ -255,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--lookups", type=int, nargs="*", default=None, help="blocks per lookup at these sizes"
     )
+    p.add_argument("--state", default="rocksdb", choices=["rocksdb", "memory"])
     p.add_argument("--case", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.lookups is not None:
@@ -262,13 +263,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.case is not None:
         every = None if args.case == "off" else args.case
-        print(json.dumps(run_case(args.keys, args.updates, every)))
+        print(json.dumps(run_case(args.keys, args.updates, every, args.state)))
         return 0
     import rivermark
 
     print(
         f"rivermark {rivermark.__version__}, Python {sys.version.split()[0]}, "
-        f"{os.cpu_count()} cpus, state_cache 256 MiB (default)"
+        f"{os.cpu_count()} cpus, state={args.state!r}, state_cache 256 MiB (default)"
     )
     print()
     print(
@@ -284,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     for every in args.every:
         cmd = [sys.executable, __file__, "--keys", str(args.keys), "--updates", str(args.updates)]
+        cmd += ["--state", args.state]
         res = subprocess.run([*cmd, "--case", every], capture_output=True, text=True, check=False)
         if res.returncode != 0:
             print(f"| {shape} | {every} | failed: {res.stderr.strip()[-300:]} |")
