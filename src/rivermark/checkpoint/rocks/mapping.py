@@ -282,6 +282,7 @@ class RocksKeyedState(KeyedStore):
         "_cache",
         "_pack",
         "freeze",
+        "waits",
     )
 
     #: checkpointed as a RocksDB checkpoint, not as a delta (see ``checkpoint.keyed``)
@@ -301,6 +302,9 @@ class RocksKeyedState(KeyedStore):
         #: packs keys and values in the loop thread (the worker packs with ``codec.pack``)
         self._pack = codec.packer()
         self.freeze: Callable[[Any], Any] | None = None
+        #: times a read or write waited for a barrier's changes to be written (the
+        #: cache reached twice its limit before the worker wrote them; a flush)
+        self.waits = 0
         self.db = db
         self.path = path
         self.home = home
@@ -538,6 +542,7 @@ class RocksKeyedState(KeyedStore):
         """
         if self._frozen is None:
             return
+        self.waits += 1
         if self.home is not None:
             self.home.make_pending()
         self._frozen_written.wait()
