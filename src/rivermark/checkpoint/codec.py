@@ -41,7 +41,6 @@ import operator
 import pickle
 import sys
 import threading
-from collections.abc import Callable
 from typing import Any
 
 import msgpack
@@ -293,19 +292,6 @@ def pack(value: Any) -> bytes:
     (1, 'a')
     """
     return _pack(value)
-
-
-def packer() -> Callable[[Any], bytes]:
-    """A :func:`pack` of its own, for one thread (a mapping's loop thread): the same bytes,
-    without looking up a free packer per value (msgpack resets its buffer after an error).
-
-    >>> packer()((1, "a")) == pack((1, "a"))
-    True
-    """
-    pack_one: Callable[[Any], bytes] = msgpack.Packer(
-        default=_default, strict_types=True, use_bin_type=True
-    ).pack
-    return pack_one
 
 
 def unpack(data: bytes, *, allow_pickle: bool = False, what: str = "the state") -> Any:

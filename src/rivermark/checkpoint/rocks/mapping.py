@@ -280,7 +280,6 @@ class RocksKeyedState(KeyedStore):
         "_frozen",
         "_frozen_written",
         "_cache",
-        "_pack",
         "freeze",
         "waits",
     )
@@ -299,8 +298,6 @@ class RocksKeyedState(KeyedStore):
     ) -> None:
         #: the keys read or written recently, as Python objects (``_ABSENT``: not there)
         self._cache: dict[Any, Any] = {}
-        #: packs keys and values in the loop thread (the worker packs with ``codec.pack``)
-        self._pack = codec.packer()
         self.freeze: Callable[[Any], Any] | None = None
         #: times a read or write waited for a barrier's changes to be written (the
         #: cache reached twice its limit before the worker wrote them; a flush)
@@ -334,7 +331,7 @@ class RocksKeyedState(KeyedStore):
             # a value the operator changes in place: the worker writes the handed-over one
             value = self.freeze(value)
         if value is _MISS:
-            raw = self.db.get(self._pack(key))
+            raw = self.db.get(codec.pack(key))
             value = _ABSENT if raw is None else self._read(raw)
         self._cache[key] = value
         return value
@@ -433,7 +430,7 @@ class RocksKeyedState(KeyedStore):
                 return
             self.wait_frozen()
         dirty, cache = self._dirty, self._cache
-        pack = self._pack
+        pack = codec.pack
         batch = None
         for k in list(islice(cache, self._step)):
             v = cache.pop(k)
@@ -459,7 +456,7 @@ class RocksKeyedState(KeyedStore):
         dirty = self._dirty
         n = len(dirty)
         if n:
-            new_batch, pack, cache = _rocksdict().WriteBatch, self._pack, self._cache
+            new_batch, pack, cache = _rocksdict().WriteBatch, codec.pack, self._cache
             keys = iter(dirty)
             while chunk := list(islice(keys, WRITE_CHUNK)):
                 batch = new_batch(raw_mode=True)
