@@ -11,7 +11,7 @@ lookup (RocksDB's statistics) in a database of N scattered keys with an
 whole filter and index per file (the options before), in the same run.
 
 A keyed count (``accumulate`` over a ``KeyedState``) with
-``Job(state="rocksdb")`` and the default ``state_cache`` (256 MiB), fed by
+``Job(state="rocksdb")`` (``--state memory``: the in-memory backend) and the default ``state_cache`` (256 MiB), fed by
 ``from_iterable``:
 
 * ``--keys K`` alone: K distinct keys in uniformly scattered order (record
@@ -27,7 +27,11 @@ phase and in its first and last tenth (a cliff shows as a last tenth far
 below the first), the lowest rate of a 10-s window (sliding by 1 s) against
 the median window, the process's peak RSS (``VmHWM``), and the longest
 stall of the record loop: the largest gap between two records reaching the
-count (which follows the source directly), found by timing every record.
+count (which follows the source directly), found by timing every record;
+records per second of the process's CPU time (every thread's, RocksDB's
+too: the rate on a machine not shared with other work); and, with
+checkpoints on, the seconds a new job on the same machine takes to restore
+the final checkpoint (``job.restore_seconds``).
 
 Not a test: it prints figures and exits 0.
 """
@@ -71,6 +75,7 @@ class _Loop:
         self.last = 0.0
         self.gap = 0.0
         self.started = 0.0
+        self.cpu = 0.0  # the process's CPU time when the measured phase started
         #: the records at the end of the first tenth and the start of the last tenth
         self.tenths = (skip + measured // 10, skip + measured - measured // 10)
         self.at: dict[int, float] = {}
@@ -84,11 +89,26 @@ class _Loop:
                 self.gap = gap
         elif self.n == self.skip + 1:
             self.started = now
+            self.cpu = time.process_time()
         if self.n in self.tenths:
             self.at[self.n] = now
         self.last = now
         acc[key] = acc.get(key, 0) + 1
         return acc
+
+
+def _restart(ckpt: str, state: str, records: Iterator[int], backend: str) -> float:
+    """Seconds a new job on the same machine takes to restore the final checkpoint."""
+    from rivermark import Job, KeyedState, Stream
+
+    source = Stream.from_iterable(records, name="keys")
+    source.accumulate(_Loop(0, 10).count, start=KeyedState(), name="counts")
+    job = Job(source, checkpoint=ckpt, every=None, keep=2, state=backend, state_dir=state)
+    job.stop()  # recover, then stop at once
+    job.run()
+    seconds = float(job.restore_seconds)
+    job.state_backend.close()
+    return seconds
 
 
 def _peak_rss() -> int:
@@ -99,18 +119,19 @@ def _peak_rss() -> int:
     return 0
 
 
-def run_case(keys: int, updates: int, every: str | None) -> dict[str, Any]:
+def run_case(keys: int, updates: int, every: str | None, backend: str) -> dict[str, Any]:
     """One job in this process; its figures."""
     import logging
 
     from rivermark import Job, KeyedState, Stream
+    from rivermark.checkpoint.rocks import RocksKeyedState
 
     logging.getLogger("rivermark").setLevel(logging.ERROR)
     total = keys + updates if updates else keys
     loop = _Loop(keys if updates else 0, updates or keys)
     records = load_then_update(keys, updates) if updates else scattered(keys)
     source = Stream.from_iterable(records, name="keys")
-    source.accumulate(loop.count, start=KeyedState(), name="counts")
+    acc = source.accumulate(loop.count, start=KeyedState(), name="counts")
     samples: list[tuple[float, int]] = []
     done = threading.Event()
 
@@ -121,12 +142,18 @@ def run_case(keys: int, updates: int, every: str | None) -> dict[str, Any]:
 
     threading.Thread(target=sample, daemon=True).start()
     with tempfile.TemporaryDirectory() as ckpt, tempfile.TemporaryDirectory() as state:
-        job = Job(source, checkpoint=ckpt, every=every, keep=2, state="rocksdb", state_dir=state)
+        job = Job(source, checkpoint=ckpt, every=every, keep=2, state=backend, state_dir=state)
         job.run()
         ended = time.perf_counter()
+        cpu = time.process_time() - loop.cpu
         done.set()
         checkpoints = len(job.checkpoints)
+        store = acc.state
+        # the record loop waited for a barrier's write (RocksDB: the key cache filled first)
+        waits = store.waits if isinstance(store, RocksKeyedState) else 0
         job.state_backend.close()
+        again = load_then_update(keys, updates) if updates else scattered(keys)
+        restart = _restart(ckpt, state, again, backend) if every is not None else float("nan")
     measured = total - loop.skip
     took = loop.last - loop.started
     windows = []
@@ -144,6 +171,9 @@ def run_case(keys: int, updates: int, every: str | None) -> dict[str, Any]:
         "updates": updates,
         "every": every,
         "rate": measured / took,
+        # records per second of the process's CPU time (every thread, RocksDB's too):
+        # what the rate would be on a machine of its own, not shared with other work
+        "cpu_rate": measured / cpu,
         "seconds": took,
         "min_window": min(windows) if windows else float("nan"),
         "median_window": statistics.median(windows) if windows else float("nan"),
@@ -151,6 +181,8 @@ def run_case(keys: int, updates: int, every: str | None) -> dict[str, Any]:
         "stall": loop.gap,
         "checkpoints": checkpoints,
         "stop_seconds": ended - loop.last,
+        "restart": restart,
+        "waits": waits,
     }
 
 
@@ -220,6 +252,13 @@ def print_lookups(sizes: list[int]) -> None:
             print(f"| {n:,} | {name} | {blocks:.2f} | {read:,.0f} | {us:.1f} |", flush=True)
 
 
+def when(every: str, r: dict[str, Any]) -> str:
+    """The checkpoints column: the interval, how many, and the loop's waits for a write."""
+    if every == "off":
+        return "off"
+    return f"every {every} ({r['checkpoints']} taken, the loop waited {r['waits']} times)"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--keys", type=int, default=10_000_000)
@@ -228,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--lookups", type=int, nargs="*", default=None, help="blocks per lookup at these sizes"
     )
+    p.add_argument("--state", default="rocksdb", choices=["rocksdb", "memory"])
     p.add_argument("--case", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.lookups is not None:
@@ -235,20 +275,21 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.case is not None:
         every = None if args.case == "off" else args.case
-        print(json.dumps(run_case(args.keys, args.updates, every)))
+        print(json.dumps(run_case(args.keys, args.updates, every, args.state)))
         return 0
     import rivermark
 
     print(
         f"rivermark {rivermark.__version__}, Python {sys.version.split()[0]}, "
-        f"{os.cpu_count()} cpus, state_cache 256 MiB (default)"
+        f"{os.cpu_count()} cpus, state={args.state!r}, state_cache 256 MiB (default)"
     )
     print()
     print(
         "| shape | checkpoints | records/s | first / last tenth | min 10-s window / median "
-        "| peak RSS MiB | longest stall ms | seconds | load average (1 min) |"
+        "| records per CPU second | peak RSS MiB | longest stall ms | restart s | seconds "
+        "| load average (1 min) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     shape = (
         f"{args.keys:,} keys in order, then {args.updates:,} scattered updates"
         if args.updates
@@ -256,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     for every in args.every:
         cmd = [sys.executable, __file__, "--keys", str(args.keys), "--updates", str(args.updates)]
+        cmd += ["--state", args.state]
         res = subprocess.run([*cmd, "--case", every], capture_output=True, text=True, check=False)
         if res.returncode != 0:
             print(f"| {shape} | {every} | failed: {res.stderr.strip()[-300:]} |")
@@ -263,11 +305,11 @@ def main(argv: list[str] | None = None) -> int:
         r = json.loads(res.stdout.strip().splitlines()[-1])
         ratio = r["min_window"] / r["median_window"]
         print(
-            f"| {shape} | {'every ' + every if every != 'off' else 'off'} | {r['rate']:,.0f} "
+            f"| {shape} | {when(every, r)} | {r['rate']:,.0f} "
             f"| {r['first_tenth']:,.0f} / {r['last_tenth']:,.0f} "
             f"| {r['min_window']:,.0f} / {r['median_window']:,.0f} ({ratio:.2f}) "
-            f"| {r['peak_rss'] / (1 << 20):,.0f} | {r['stall'] * 1e3:,.1f} "
-            f"| {r['seconds']:,.0f} | {os.getloadavg()[0]:.1f} |",
+            f"| {r['cpu_rate']:,.0f} | {r['peak_rss'] / (1 << 20):,.0f} | {r['stall'] * 1e3:,.1f} "
+            f"| {r['restart']:.2f} | {r['seconds']:,.0f} | {os.getloadavg()[0]:.1f} |",
             flush=True,
         )
     return 0

@@ -40,13 +40,14 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Callable, Mapping
+from abc import abstractmethod
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["KeyedState", "KeyedDelta", "DELETED", "as_keyed", "no_default"]
+__all__ = ["KeyedStore", "KeyedState", "KeyedDelta", "DELETED", "as_keyed", "no_default"]
 
 
 class _Marker:
@@ -89,7 +90,47 @@ class KeyedDelta:
 _dict_set = dict.__setitem__
 
 
-class KeyedState(dict[Any, Any]):
+class KeyedStore(MutableMapping[Any, Any]):
+    """Keyed state, wherever its keys live: the mapping an operator keeps per key.
+
+    Two backends fill it: :class:`KeyedState` (a ``dict`` in memory,
+    checkpointed as deltas of its changed keys) and
+    :class:`rivermark.checkpoint.rocks.RocksKeyedState` (keys in RocksDB,
+    ``external``: checkpointed as a RocksDB checkpoint).  An operator reads
+    and writes it as a mutable mapping, calls :meth:`touched` after changing
+    a value in place, and sets ``freeze`` (a copy of such a value at the
+    barrier); the job calls the rest.
+    """
+
+    __slots__ = ()
+
+    #: checkpointed by its own backend (a RocksDB checkpoint), not as deltas of its keys
+    external: ClassVar[bool] = False
+    #: copies a changed value at the barrier (values changed in place); None: as is
+    freeze: Callable[[Any], Any] | None
+
+    @abstractmethod
+    def touched(self, key: Any) -> None:
+        """The value of ``key`` was changed in place: the next checkpoint writes it."""
+
+    @abstractmethod
+    def pending_changes(self) -> int:
+        """Keys the next checkpoint writes."""
+
+    @abstractmethod
+    def take_delta(self) -> KeyedDelta:
+        """At a barrier: the changes since the last checkpoint (``external`` stores refuse)."""
+
+    @abstractmethod
+    def copy_all(self) -> dict[Any, Any]:
+        """A copy of the whole mapping in memory (O(n))."""
+
+    def copy(self) -> dict[Any, Any]:
+        """A plain ``dict`` of every key (read from disk for a store that is not in memory)."""
+        return dict(self.items())
+
+
+class KeyedState(dict[Any, Any], KeyedStore):
     """A ``dict`` that records its changed keys for incremental checkpoints.
 
     Reads (``in``, ``[]``, ``get``, ``len``, iteration, ``dict(state)``) are
@@ -235,18 +276,19 @@ class KeyedState(dict[Any, Any]):
         return dict(self)
 
 
-def as_keyed(state: Mapping[Any, Any], *, freeze: Callable[[Any], Any] | None = None) -> KeyedState:
+def as_keyed(state: Mapping[Any, Any], *, freeze: Callable[[Any], Any] | None = None) -> KeyedStore:
     """An operator's keyed container from what its ``set_state`` was given.
 
-    A ``KeyedState`` (restored from a delta chain) is adopted, so its chain
-    goes on with a delta at the next checkpoint; a plain mapping (a
+    A :class:`KeyedStore` (a ``KeyedState`` restored from a delta chain, or
+    the job's RocksDB mapping) is adopted, so its chain goes on with a delta
+    at the next checkpoint; a plain mapping (a
     checkpoint written before the operator kept keyed state) becomes one,
     and the next checkpoint starts a chain with a base.
 
     >>> as_keyed({"a": 1}).pending_changes()
     0
     """
-    if isinstance(state, KeyedState):
+    if isinstance(state, KeyedStore):
         state.freeze = freeze
         return state
     return KeyedState.restored(dict(state), freeze=freeze)

@@ -48,19 +48,15 @@ COMPACT_EVERY = 20
 
 
 def keyed_attrs(state: Any) -> dict[str, KeyedState]:
-    """The ``KeyedState`` values of a node's state dict (empty: plain state).
+    """The in-memory ``KeyedState`` values of a node's state dict (empty: plain state).
 
-    A RocksDB mapping (``external``) is not one: it is checkpointed by
+    A RocksDB mapping (another :class:`~rivermark.state.KeyedStore`,
+    ``external``) is not one: it is checkpointed by
     :mod:`rivermark.checkpoint.rocks`, not as a delta chain.
     """
     if not isinstance(state, dict):
         return {}
-    return {
-        a: v
-        for a, v in state.items()
-        # optional: only a RocksDB-backed KeyedState sets external
-        if isinstance(v, KeyedState) and not getattr(v, "external", False)
-    }
+    return {a: v for a, v in state.items() if isinstance(v, KeyedState)}
 
 
 @dataclass

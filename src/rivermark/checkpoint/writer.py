@@ -42,7 +42,7 @@ from ..core.node import Stream
 from ..errors import ConfigurationError
 from ..sinks.base import CheckpointedSink
 from ..sources.base import Source
-from ..state import KeyedState
+from ..state import KeyedState, KeyedStore
 from .frames import TakesPandasForm, is_pandas, keyed_dict
 from .keyed import Chains, KeyedView
 from .manifest import Manifest
@@ -198,12 +198,12 @@ def _keyed_as_in(node: Stream, value: Any) -> Any:
     if not isinstance(value, dict):
         return value
     fresh = _own_state(node)
-    keyed = {a for a, v in fresh.items() if isinstance(v, KeyedState)} if fresh else set()
+    keyed = {a for a, v in fresh.items() if isinstance(v, KeyedStore)} if fresh else set()
     out: dict[str, Any] = {}
     for a, v in value.items():
         if a in keyed and is_pandas(v):
             v = keyed_dict(v)
-        keep = isinstance(v, Mapping) and (a in keyed or isinstance(v, KeyedState))
+        keep = isinstance(v, Mapping) and (a in keyed or isinstance(v, KeyedStore))
         out[a] = KeyedState(v) if keep else v
     return out
 

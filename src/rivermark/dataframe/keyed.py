@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..state import KeyedState
+from ..state import KeyedState, KeyedStore
 from ..statedata import register_state_class
 from .partials import KeyedAcc
 
@@ -147,9 +147,9 @@ class KeyedPartials:
     accumulator's keys they are merged into one index of distinct keys.
     """
 
-    def __init__(self, state: KeyedState | None = None) -> None:
+    def __init__(self, state: KeyedStore | None = None) -> None:
         #: key -> the key's component value (a tuple of them for several), as of the last sync
-        self.state = KeyedState() if state is None else state
+        self.state: KeyedStore = KeyedState() if state is None else state
         self._noted: list[pd.Index] = []
         self._noted_len = 0
 
@@ -165,7 +165,7 @@ class KeyedPartials:
             merged = self._noted[0].append(self._noted[1:]).unique()
             self._noted, self._noted_len = [merged], len(merged)
 
-    def sync(self, acc: KeyedAcc | None) -> KeyedState:
+    def sync(self, acc: KeyedAcc | None) -> KeyedStore:
         """The ``KeyedState``, with the current values of the keys noted since the last sync."""
         noted, self._noted, self._noted_len = self._noted, [], 0
         if acc is None or not noted:

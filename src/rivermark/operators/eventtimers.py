@@ -39,7 +39,7 @@ from typing import Any
 
 from ..core.node import Stream, check_callable
 from ..core.refs import Metadata
-from ..state import KeyedState, as_keyed
+from ..state import KeyedState, KeyedStore, as_keyed
 from .eventtime import EventWindow, Results, _merge, attach
 
 logger = logging.getLogger(__name__)
@@ -116,9 +116,9 @@ class KeyedProcess(Stream):
         self.key = key
         self._key_of = EventWindow._key_function(key)  # noqa: SLF001 - the same key rule
         #: the value of each key
-        self._values = KeyedState()
+        self._values: KeyedStore = KeyedState()
         #: pending timers ``{(key, time): seq}``; a heap of ``(time, seq, key)`` orders them
-        self._timers = KeyedState()
+        self._timers: KeyedStore = KeyedState()
         self._heap: list[tuple[float, int, Any]] = []
         self._seq = 0
         Stream.__init__(self, upstream, **kwargs)

@@ -13,7 +13,7 @@ from typing import Any
 from ..core.node import Stream
 from ..core.refs import Metadata
 from ..errors import ConfigurationError
-from ..state import KeyedState, as_keyed
+from ..state import KeyedState, KeyedStore, as_keyed
 from .eventtime import Results, Timestamps, _merge, attach
 from .joinbase import LateSide, func_name, join_key, signed_interval
 
@@ -86,8 +86,8 @@ class IntervalJoin(LateSide, Stream):
         self._key_of = join_key("join_interval", key)
         self._right_key_of = self._key_of if right_key is None else join_key("", right_key)
         #: waiting records: left ``{seq: (time, key, record, matched)}``, right ``{seq: (time, key, record)}``
-        self._lefts = KeyedState()
-        self._rights = KeyedState()
+        self._lefts: KeyedStore = KeyedState()
+        self._rights: KeyedStore = KeyedState()
         self._seq = 0
         self._index: tuple[dict[Any, set[int]], dict[Any, set[int]]] = ({}, {})
         self._heaps: tuple[list[tuple[float, int]], list[tuple[float, int]]] = ([], [])

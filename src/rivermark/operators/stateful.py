@@ -18,7 +18,7 @@ from ..core.node import Fixed, Stream, check_callable, check_positive_int, ident
 from ..core.refs import Metadata, merge_metadata
 from ..errors import ConfigurationError
 from ..execution.steps import step
-from ..state import KeyedState, as_keyed, no_default
+from ..state import KeyedState, KeyedStore, as_keyed, no_default
 
 logger = logging.getLogger(__name__)
 
@@ -174,7 +174,7 @@ class Frequencies(Stream):
     """
 
     def __init__(self, upstream: Stream, **kwargs: Any) -> None:
-        self.counts = KeyedState()
+        self.counts: KeyedStore = KeyedState()
         Stream.__init__(self, upstream, **kwargs)
 
     def update(
@@ -290,7 +290,7 @@ class Unique(Stream):
         self.key = key
         self.hashable = hashable
         #: seen keys: a KeyedState (key -> None) without maxsize, else an LRU OrderedDict
-        self._seen: KeyedState | OrderedDict[Any, None] = (
+        self._seen: KeyedStore | OrderedDict[Any, None] = (
             KeyedState() if maxsize is None else OrderedDict()
         )
         self._seen_list: list[Any] = []
@@ -327,7 +327,7 @@ class Unique(Stream):
     def get_state(self) -> Any:
         if not self.hashable:
             return {"seen": list(self._seen_list)}
-        if isinstance(self._seen, KeyedState):
+        if isinstance(self._seen, KeyedStore):
             # the live container: the checkpoint takes its new keys at the barrier
             return {"seen": self._seen}
         return {"seen": list(self._seen)}
@@ -338,7 +338,7 @@ class Unique(Stream):
             self._seen_list = list(seen)
         elif self.maxsize is None:
             # a checkpoint before keyed state held the list of seen keys
-            self._seen = as_keyed(seen if isinstance(seen, KeyedState) else dict.fromkeys(seen))
+            self._seen = as_keyed(seen if isinstance(seen, KeyedStore) else dict.fromkeys(seen))
         else:
             self._seen = OrderedDict.fromkeys(seen)
 

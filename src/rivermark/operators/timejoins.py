@@ -57,7 +57,7 @@ from typing import Any, Protocol
 from ..core.node import Stream, check_callable
 from ..core.refs import Metadata
 from ..errors import ConfigurationError
-from ..state import KeyedState, as_keyed
+from ..state import KeyedState, KeyedStore, as_keyed
 from .eventtime import Results, Timestamps, _delay, _merge, attach
 from .intervaljoin import IntervalJoin as IntervalJoin
 from .joinbase import LateSide, func_name, join_key
@@ -115,7 +115,7 @@ class Table(LateSide, Stream):
             check_callable("to_table", "value", value)
         self.value = value
         #: per key, its versions ``((time, value), ...)`` in time order (value None: deleted)
-        self._versions = KeyedState()
+        self._versions: KeyedStore = KeyedState()
         #: the joins reading this table (they decide how far back versions are kept)
         self._joins: list[TableReader] = []
         #: versions dropped by retention so far
@@ -303,7 +303,7 @@ class AsofJoin(LateSide, Stream):
         #: a version older than this many seconds before the record is not used
         self.tolerance = None if tolerance is None else _delay(tolerance, "join_asof", "tolerance")
         #: the records waiting for the table's watermark: ``{seq: (time, key, record)}``
-        self._waiting = KeyedState()
+        self._waiting: KeyedStore = KeyedState()
         self._heap: list[tuple[float, int]] = []
         self._seq = 0
         # the table is an upstream too (it emits nothing): a job that runs the join

@@ -42,7 +42,7 @@ from ..core.node import Stream, check_callable
 from ..core.refs import Metadata
 from ..core.timeutil import parse_interval
 from ..errors import ConfigurationError
-from ..state import KeyedState, as_keyed
+from ..state import KeyedState, KeyedStore, as_keyed
 from .eventtime import Results, Timestamps, WindowResult, _delay, _merge, attach
 from .joinbase import LateSide, func_name, join_key
 from .windowstore import Closed, exact_sign, in_close_order, slot
@@ -135,7 +135,7 @@ class WindowJoin(LateSide, Stream):
         self._right_key_of = self._key_of if right_key is None else join_key(kind, right_key)
         #: fixed windows ``{(key, start): [(end, wseq), entry, ...]}``; sessions
         #: ``{key: [entry, ...]}`` (the records of the key's open sessions)
-        self._open = KeyedState(freeze=list)
+        self._open: KeyedStore = KeyedState(freeze=list)
         self._seq = 0
         #: what may close: ``(due, n, start, key)``, ``n`` unique (sessions: start is nan)
         self._heap: list[tuple[float, int, float, Any]] = []

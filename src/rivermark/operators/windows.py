@@ -26,7 +26,7 @@ from ..core.node import Fixed, Stream, check_positive_int, identity
 from ..core.refs import Metadata, merge_metadata, release_refs
 from ..errors import ConfigurationError
 from ..execution.steps import step
-from ..state import KeyedState, as_keyed
+from ..state import KeyedState, KeyedStore, as_keyed
 
 logger = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ class Partition(Stream):
         #: the open group (no key)
         self._buffer: list[Any] = []
         #: the open group of each key (with a key; checkpointed incrementally)
-        self._buffers: KeyedState = KeyedState(freeze=list)
+        self._buffers: KeyedStore = KeyedState(freeze=list)
         #: the metadata of the tracked records in each open group (key None: no key)
         self._metas: dict[Any, list[dict[str, Any]]] = {}
         self._timers: dict[Any, asyncio.TimerHandle] = {}
@@ -259,7 +259,7 @@ class Partition(Stream):
         else:
             # a checkpoint before keyed state held a list of (key, records) pairs
             self._buffers = as_keyed(
-                buffers if isinstance(buffers, KeyedState) else {k: list(v) for k, v in buffers},
+                buffers if isinstance(buffers, KeyedStore) else {k: list(v) for k, v in buffers},
                 freeze=list,
             )
             keys = list(self._buffers)

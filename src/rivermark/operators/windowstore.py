@@ -44,7 +44,7 @@ from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any, Protocol
 
-from ..state import KeyedState, as_keyed
+from ..state import KeyedState, KeyedStore, as_keyed
 
 __all__ = [
     "Closed",
@@ -133,7 +133,7 @@ class OpenWindows:
         self.grace = grace
         self.gap = gap
         #: ``{(key, start): (end, seq, acc[, last])}``
-        self.open = KeyedState()
+        self.open: KeyedStore = KeyedState()
         #: the number of the next window to open
         self.seq = 0
         #: ``(end, start, seq, key)`` per window (and stale ones of merged sessions)

@@ -21,6 +21,7 @@ from rivermark.checkpoint.rocks import RocksKeyedState
 from rivermark.checkpoint.rocks.local import Home
 from rivermark.checkpoint.rocks.mapping import RocksSettings, open_db
 from rivermark.errors import ConfigurationError, RivermarkError
+from rivermark.state import KeyedStore
 
 
 def count(acc: KeyedState, w: Any) -> KeyedState:
@@ -57,6 +58,35 @@ def test_the_mapping_behaves_as_a_dict_through_flushes(tmp_path: Path) -> None:
     assert m["new"] == 5 and len(m) == len(d) + 1
     m.clear()
     assert len(m) == 0 and list(m) == [] and not m
+
+
+@pytest.mark.parametrize("backend", ["memory", "rocksdb"])
+def test_both_backends_are_one_keyed_store_and_rocksdb_holds_no_dict(
+    tmp_path: Path, backend: str
+) -> None:
+    """Operators and checkpoints see one interface; the RocksDB mapping is no ``dict``
+    (whose methods would read an empty or partial container)."""
+    store: KeyedStore = (
+        KeyedState() if backend == "memory" else _home(tmp_path, limit=4).open(codec.reader())
+    )
+    assert isinstance(store, KeyedStore)
+    assert isinstance(store, dict) == (backend == "memory")
+    store.freeze = list
+    for i in range(20):  # past the RocksDB cache's limit: most keys on disk
+        store[i] = [i]
+    store[3].append("x")
+    store.touched(3)
+    store.setdefault(20, [0])
+    assert store.pop(0) == [0] and 0 not in store and len(store) == 20
+    expect = {i: [i] for i in range(1, 21)} | {3: [3, "x"], 20: [0]}
+    assert store.copy_all() == expect == dict(store.items()) == store.copy()
+    assert sorted(store) == sorted(expect) and store == expect
+    assert store.external == (backend == "rocksdb")
+    if backend == "memory":
+        assert store.pending_changes() == 20  # before the first checkpoint: all of it
+    else:
+        with pytest.raises(TypeError, match=re.escape("checkpointed as a RocksDB checkpoint")):
+            store.take_delta()
 
 
 def test_a_value_changed_in_place_and_touched_is_written(tmp_path: Path) -> None:

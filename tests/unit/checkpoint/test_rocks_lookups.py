@@ -12,7 +12,13 @@ import pytest
 from rivermark import Stream
 from rivermark.checkpoint import LocalDirectoryStore, codec
 from rivermark.checkpoint.rocks.local import Home
-from rivermark.checkpoint.rocks.mapping import RocksSettings, evict_step, open_db, store_error
+from rivermark.checkpoint.rocks.mapping import (
+    WRITE_CHUNK,
+    RocksSettings,
+    evict_step,
+    open_db,
+    store_error,
+)
 from rivermark.errors import StateStoreError
 
 
@@ -48,6 +54,9 @@ def test_the_table_options_partition_the_index_and_filters(tmp_path: Path) -> No
     assert o["whole_key_filtering"] == "true"
     assert o["block_size"] == "4096"
     assert o["no_block_cache"] == "false"
+    # a new key (a miss) skips the search of the memtables' skip lists
+    assert o["memtable_whole_key_filtering"] == "true"
+    assert float(o["memtable_prefix_bloom_size_ratio"]) == 0.1
 
 
 def _lookups(tmp_path: Path, n: int) -> tuple[float, float]:
@@ -105,7 +114,7 @@ def test_a_full_key_cache_writes_a_few_keys_at_a_time_not_all(tmp_path: Path) ->
     m[5000] = 1  # the cache is full: the oldest keys leave it, written
     grew = settings.statistics_counts()["rocksdb.number.keys.written"] - written
     assert grew == step + 1, grew  # the keys that left, and the number of keys
-    assert dict.__len__(m) == 4096 - step + 1
+    assert m.cached() == 4096 - step + 1
     # a key that left the cache is read back with one lookup, its value intact
     assert m[0] == 0 and m[4095] == 4095 and len(m) == 4097
     rng = random.Random(5)
@@ -113,7 +122,7 @@ def test_a_full_key_cache_writes_a_few_keys_at_a_time_not_all(tmp_path: Path) ->
     for _ in range(20_000):
         k = rng.randrange(10_000)
         m[k] = expect[k] = m.get(k, 0) + 1
-        assert dict.__len__(m) <= 4096
+        assert m.cached() <= 4096
     assert dict(m.items()) == expect and len(m) == len(expect)
 
 
@@ -129,13 +138,39 @@ def test_keys_that_arrive_before_the_worker_wrote_the_barrier_wait_in_memory(
     cp = home.take(1, 0)
     for i in range(100, 290):  # more than the limit: the cache grows instead
         m[i] = i
-    assert not cp.made and dict.__len__(m) == 190
+    assert not cp.made and m.cached() == 190
     for i in range(290, 320):  # twice the limit: the checkpoint is made first
         m[i] = i
     assert cp.made and len(m) == 320
     copy = open_db(cp.directory, home.settings)
     assert sum(1 for _ in copy.keys()) == 100  # noqa: SIM118 - an Rdict, not a dict
     copy.close()
+
+
+def test_the_worker_writes_a_barrier_in_small_batches_so_the_loop_runs_between(
+    tmp_path: Path,
+) -> None:
+    """rocksdict holds the GIL while RocksDB writes: one batch of a barrier's 10,000
+    changed keys would stop the record loop for the whole write."""
+    settings = RocksSettings(cache=16 << 20, limit=20_000, statistics=True)
+    home = Home(tmp_path / "h", settings)
+    home.store = LocalDirectoryStore(tmp_path / "ckpt")
+    m = home.open(codec.reader())
+    for i in range(10_000):
+        m[i * 7919] = i
+    cp = home.take(1, 0)
+    before = settings.statistics_counts()
+    home.make(cp)
+    after = settings.statistics_counts()
+    writes = after["rocksdb.write.self"] - before["rocksdb.write.self"]
+    keys = after["rocksdb.number.keys.written"] - before["rocksdb.number.keys.written"]
+    assert keys == 10_001  # every key, and the number of keys
+    assert writes >= 10_000 // WRITE_CHUNK, writes  # batches of at most WRITE_CHUNK keys
+    assert keys / writes <= WRITE_CHUNK + 1
+    copy = open_db(cp.directory, home.settings)
+    assert sum(1 for _ in copy.keys()) == 10_000  # noqa: SIM118 - an Rdict, not a dict
+    copy.close()
+    assert [m[i * 7919] for i in (0, 4999, 9999)] == [0, 4999, 9999] and len(m) == 10_000
 
 
 @pytest.mark.parametrize(

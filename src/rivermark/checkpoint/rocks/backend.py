@@ -51,7 +51,7 @@ from typing import Any
 
 from ...core.node import Stream
 from ...errors import ConfigurationError, StateStoreError
-from ...state import KeyedState
+from ...state import KeyedState, KeyedStore
 from .. import codec
 from ..errors import CheckpointCorruptError, CheckpointLockedError, CheckpointWriteError
 from ..manifest import Manifest
@@ -431,7 +431,7 @@ class StateBackend:
 
     # ------------------------------------------------------------------ adoption
     def adopt(self, nodes: list[tuple[str, Stream]]) -> None:
-        """After recovery: each wanted node's in-memory ``KeyedState`` into RocksDB."""
+        """After recovery: each wanted node's other keyed state (in memory) into RocksDB."""
         if not self.used:
             return
         for nid, n in nodes:
@@ -443,7 +443,7 @@ class StateBackend:
             moved = {
                 a: v
                 for a, v in state.items()
-                if isinstance(v, KeyedState)
+                if isinstance(v, KeyedStore)
                 and not (isinstance(v, RocksKeyedState) and v.home is self.homes.get((nid, a)))
             }
             if not moved:

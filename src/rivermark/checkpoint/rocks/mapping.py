@@ -1,4 +1,4 @@
-"""``RocksKeyedState``: a :class:`rivermark.KeyedState` whose keys live in RocksDB.
+"""``RocksKeyedState``: a :class:`rivermark.state.KeyedStore` whose keys live in RocksDB.
 
 The mapping is what an operator sees (``acc.get(k, 0)``, ``acc[k] = v``,
 ``del acc[k]``, ``k in acc``, ``len(acc)``, iteration); its content is in
@@ -6,8 +6,9 @@ one RocksDB database (through ``rocksdict``), keys and values each in the
 data encoding of :mod:`rivermark.checkpoint.codec` (``codec.pack``: the
 same value always packs to the same bytes).
 
-Between writes to RocksDB the keys read or written recently are kept in the
-``dict`` the class derives from (a cache of Python objects): a value read
+Between writes to RocksDB the keys read or written recently are kept in a
+``dict`` of Python objects (the mapping's cache; the mapping itself is no
+``dict`` and holds no other keys in memory): a value read
 once is the same object until the cache is written out, so an operator that
 changes a value in place and calls :meth:`touched` (``partition(key=...)``)
 works as with the in-memory ``KeyedState``.  The cache holds at most
@@ -18,10 +19,9 @@ crash the state comes from a checkpoint, never from the live database).
 So a record never waits for more than one such small write, never for
 the whole cache, and a key not in memory costs one ``get``.
 
-A checkpoint's barrier costs O(changed keys) in C, not a write:
-:meth:`hand_over` hands the changed keys over (a copy of the cache, values
-copied with ``freeze`` when the operator changes them in place) and empties
-the cache; the worker thread writes them (:meth:`write_frozen`) and takes
+A checkpoint's barrier costs O(1), not a write: :meth:`hand_over` hands
+the cache over (O(changed keys) when the operator changes values in place:
+each is copied with ``freeze``) and starts an empty one; the worker thread writes them (:meth:`write_frozen`) and takes
 the RocksDB checkpoint (:mod:`rivermark.checkpoint.rocks.local`) while the
 sources run on.  Until then reads look in the handed-over keys before the
 database, and nothing else is written to the database: the cache grows
@@ -48,7 +48,7 @@ from itertools import islice
 from typing import Any
 
 from ...errors import ConfigurationError, RivermarkError, StateStoreError
-from ...state import KeyedDelta, KeyedState
+from ...state import KeyedDelta, KeyedState, KeyedStore
 from .. import codec
 
 logger = logging.getLogger(__name__)
@@ -96,6 +96,12 @@ BLOCK_SIZE = 4 << 10
 PARTITION_SIZE = 4 << 10
 #: bits of the bloom filter per key (about 1 % false positives)
 BLOOM_BITS = 10
+#: the share of a memtable's bytes given to its whole-key bloom filter
+MEMTABLE_BLOOM_RATIO = 0.1
+#: keys per ``WriteBatch`` of a background write: rocksdict holds the GIL while
+#: RocksDB writes, so the worker writes a barrier's changes in batches this small
+#: (a millisecond or two each) and the record loop runs between them
+WRITE_CHUNK = 1024
 
 
 @dataclass
@@ -150,6 +156,10 @@ class RocksSettings:
         o.set_max_manifest_file_size(4 << 20)
         o.set_keep_log_file_num(2)
         o.set_max_log_file_size(1 << 20)
+        # a bloom filter on the whole keys of each memtable: a lookup of a key that is
+        # not there (a new key) skips the search of the memtable's skip list
+        o.set_memtable_whole_key_filtering(True)
+        o.set_memtable_prefix_bloom_ratio(MEMTABLE_BLOOM_RATIO)
         o.set_write_buffer_manager(self._shared["wbm"])
         o.set_block_based_table_factory(self.table_options())
         if self.statistics:
@@ -247,8 +257,8 @@ class _Closed:
         )
 
 
-class RocksKeyedState(KeyedState):
-    """A :class:`~rivermark.KeyedState` on a RocksDB database (see the module docs).
+class RocksKeyedState(KeyedStore):
+    """A :class:`~rivermark.state.KeyedStore` on a RocksDB database (see the module docs).
 
     Created by the job (``Job(state="rocksdb")``), never by an operator: the
     job hands it to each node that keeps a ``KeyedState`` through the node's
@@ -269,6 +279,9 @@ class RocksKeyedState(KeyedState):
         "_wopts",
         "_frozen",
         "_frozen_written",
+        "_cache",
+        "freeze",
+        "waits",
     )
 
     #: checkpointed as a RocksDB checkpoint, not as a delta (see ``checkpoint.keyed``)
@@ -283,7 +296,12 @@ class RocksKeyedState(KeyedState):
         write_options: Any,
         home: Any = None,
     ) -> None:
-        super().__init__()
+        #: the keys read or written recently, as Python objects (``_ABSENT``: not there)
+        self._cache: dict[Any, Any] = {}
+        self.freeze: Callable[[Any], Any] | None = None
+        #: times a read or write waited for a barrier's changes to be written (the
+        #: cache reached twice its limit before the worker wrote them; a flush)
+        self.waits = 0
         self.db = db
         self.path = path
         self.home = home
@@ -305,7 +323,7 @@ class RocksKeyedState(KeyedState):
     # ------------------------------------------------------------------ reads
     def _load(self, key: Any) -> Any:
         """``key``'s value from the database (or ``_ABSENT``), now in the cache."""
-        if dict.__len__(self) >= self._limit:
+        if len(self._cache) >= self._limit:
             self._evict()
         frozen = self._frozen
         value = _MISS if frozen is None else frozen.values.get(key, _MISS)
@@ -315,11 +333,11 @@ class RocksKeyedState(KeyedState):
         if value is _MISS:
             raw = self.db.get(codec.pack(key))
             value = _ABSENT if raw is None else self._read(raw)
-        dict.__setitem__(self, key, value)
+        self._cache[key] = value
         return value
 
     def __getitem__(self, key: Any) -> Any:
-        v = dict.get(self, key, _MISS)
+        v = self._cache.get(key, _MISS)
         if v is _MISS:
             v = self._load(key)
         if v is _ABSENT:
@@ -327,13 +345,13 @@ class RocksKeyedState(KeyedState):
         return v
 
     def get(self, key: Any, default: Any = None) -> Any:
-        v = dict.get(self, key, _MISS)
+        v = self._cache.get(key, _MISS)
         if v is _MISS:
             v = self._load(key)
         return default if v is _ABSENT else v
 
     def __contains__(self, key: object) -> bool:
-        v = dict.get(self, key, _MISS)
+        v = self._cache.get(key, _MISS)
         if v is _MISS:
             v = self._load(key)
         return v is not _ABSENT
@@ -343,24 +361,24 @@ class RocksKeyedState(KeyedState):
 
     # ------------------------------------------------------------------ writes
     def __setitem__(self, key: Any, value: Any) -> None:
-        cur = dict.get(self, key, _MISS)
+        cur = self._cache.get(key, _MISS)
         if cur is _MISS:
             cur = self._load(key)
         if cur is _ABSENT:
             self._len += 1
-        dict.__setitem__(self, key, value)
+        self._cache[key] = value
         self._dirty.add(key)
 
     def __delitem__(self, key: Any) -> None:
         if key not in self:
             raise KeyError(key)
-        dict.__setitem__(self, key, _ABSENT)
+        self._cache[key] = _ABSENT
         self._dirty.add(key)
         self._len -= 1
 
     def pop(self, key: Any, *default: Any) -> Any:
         if key in self:
-            value = dict.__getitem__(self, key)
+            value = self._cache[key]
             del self[key]
             return value
         if default:
@@ -372,7 +390,7 @@ class RocksKeyedState(KeyedState):
             return key, self.pop(key)
         raise KeyError("popitem(): the mapping is empty")
 
-    # setdefault: KeyedState's (through this class's ``in``, get and set)
+    # setdefault: MutableMapping's (through this class's ``[]`` and set)
 
     def update(self, other: Any = (), /, **kwargs: Any) -> None:
         items = other.items() if isinstance(other, Mapping) else other
@@ -391,7 +409,7 @@ class RocksKeyedState(KeyedState):
 
     def touched(self, key: Any) -> None:
         """The value of ``key`` was changed in place: it is written with the next flush."""
-        if dict.get(self, key, _ABSENT) is not _ABSENT:
+        if self._cache.get(key, _ABSENT) is not _ABSENT:
             self._dirty.add(key)
 
     def _write(self, batch: Any) -> None:
@@ -408,14 +426,14 @@ class RocksKeyedState(KeyedState):
         only at twice the limit are they written here (:meth:`wait_frozen`).
         """
         if self._frozen is not None:
-            if dict.__len__(self) < 2 * self._limit:
+            if len(self._cache) < 2 * self._limit:
                 return
             self.wait_frozen()
-        dirty = self._dirty
+        dirty, cache = self._dirty, self._cache
         pack = codec.pack
         batch = None
-        for k in list(islice(dict.keys(self), self._step)):
-            v = dict.pop(self, k)
+        for k in list(islice(cache, self._step)):
+            v = cache.pop(k)
             if k in dirty:
                 dirty.discard(k)
                 if batch is None:
@@ -438,22 +456,24 @@ class RocksKeyedState(KeyedState):
         dirty = self._dirty
         n = len(dirty)
         if n:
-            batch = _rocksdict().WriteBatch(raw_mode=True)
-            pack, value_of = codec.pack, dict.__getitem__
-            for k in dirty:
-                v = value_of(self, k)
-                if v is _ABSENT:
-                    batch.delete(pack(k))
-                else:
-                    batch.put(pack(k), pack(v))
-            self._write(batch)
+            new_batch, pack, cache = _rocksdict().WriteBatch, codec.pack, self._cache
+            keys = iter(dirty)
+            while chunk := list(islice(keys, WRITE_CHUNK)):
+                batch = new_batch(raw_mode=True)
+                for k in chunk:
+                    v = cache[k]
+                    if v is _ABSENT:
+                        batch.delete(pack(k))
+                    else:
+                        batch.put(pack(k), pack(v))
+                self._write(batch)
             dirty.clear()
-        dict.clear(self)
+        self._cache.clear()
         return n
 
     # ------------------------------------------------------------------ barriers
     def hand_over(self) -> Frozen:
-        """At a barrier: hand the changes since the last write over (O(keys cached), in C).
+        """At a barrier: hand the changes since the last write over (O(1): the cache itself).
 
         The cache is emptied; :meth:`write_frozen` (worker thread) writes them.
         With ``freeze`` (values changed in place) each changed value is copied.
@@ -461,14 +481,15 @@ class RocksKeyedState(KeyedState):
         self.wait_frozen()
         dirty, self._dirty = self._dirty, set()
         freeze = self.freeze
+        cache = self._cache
         if freeze is None:
-            values = dict(dict.items(self))  # the cache (C); values immutable (the KeyedState rule)
+            values = cache  # values immutable (the KeyedState rule): the cache itself
         else:
             values = {}
             for k in dirty:
-                v = dict.__getitem__(self, k)
+                v = cache[k]
                 values[k] = v if v is _ABSENT else freeze(v)
-        dict.clear(self)
+        self._cache = {}
         frozen = Frozen(values, dirty, self._len)
         self._frozen = frozen
         self._frozen_written.clear()
@@ -481,14 +502,22 @@ class RocksKeyedState(KeyedState):
         is taken: until then no other write may reach the database.
         """
         if frozen.dirty:
-            batch = _rocksdict().WriteBatch(raw_mode=True)
+            # in batches of WRITE_CHUNK keys (the GIL is released between them); not
+            # atomic, and need not be: reads look in ``frozen`` first until it is
+            # released, and a crash restores a checkpoint, never this database
+            new_batch = _rocksdict().WriteBatch
             pack, values = codec.pack, frozen.values
-            for k in frozen.dirty:
-                v = values[k]
-                if v is _ABSENT:
-                    batch.delete(pack(k))
-                else:
-                    batch.put(pack(k), pack(v))
+            keys = iter(frozen.dirty)
+            while chunk := list(islice(keys, WRITE_CHUNK)):
+                batch = new_batch(raw_mode=True)
+                for k in chunk:
+                    v = values[k]
+                    if v is _ABSENT:
+                        batch.delete(pack(k))
+                    else:
+                        batch.put(pack(k), pack(v))
+                write(self.db, batch, self._wopts, self.path)
+            batch = new_batch(raw_mode=True)
             batch.put(_COUNT, frozen.count.to_bytes(8, "little"), self._meta_cf)
             write(self.db, batch, self._wopts, self.path)
         return len(frozen.dirty)
@@ -510,6 +539,7 @@ class RocksKeyedState(KeyedState):
         """
         if self._frozen is None:
             return
+        self.waits += 1
         if self.home is not None:
             self.home.make_pending()
         self._frozen_written.wait()
@@ -528,13 +558,13 @@ class RocksKeyedState(KeyedState):
         keys: Iterator[bytes] = iter(self.db.keys())
         return keys
 
-    def keys(self) -> KeysView[Any]:  # type: ignore[override]
+    def keys(self) -> KeysView[Any]:
         return _Keys(self)
 
-    def values(self) -> ValuesView[Any]:  # type: ignore[override]
+    def values(self) -> ValuesView[Any]:
         return _Values(self)
 
-    def items(self) -> ItemsView[Any, Any]:  # type: ignore[override]
+    def items(self) -> ItemsView[Any, Any]:
         return _Items(self)
 
     def __reversed__(self) -> Iterator[Any]:
@@ -571,6 +601,11 @@ class RocksKeyedState(KeyedState):
         return (KeyedState, (self.copy(),))
 
     # ------------------------------------------------------------------ checkpoints
+    def cached(self) -> int:
+        """The keys held as Python objects now (the cache: at most ``limit``, but while a
+        barrier's changes are being written)."""
+        return len(self._cache)
+
     def pending_changes(self) -> int:
         return len(self._dirty)
 
@@ -585,7 +620,7 @@ class RocksKeyedState(KeyedState):
             self.release(self._frozen)
         db, self.db = self.db, _Closed(self.path)
         meta, self._meta, self._meta_cf = self._meta, self.db, None
-        dict.clear(self)
+        self._cache.clear()
         self._dirty.clear()
         if not isinstance(db, _Closed):
             meta.close()
