@@ -166,7 +166,8 @@ class Job:
         #: what ended the last run with an exception (None: it ended normally)
         self._ended_by: BaseException | None = None
         #: the listeners the observe layer attached, by the option each serves
-        self._attached = make_listeners(self, opts)
+        self._attached: dict[str, JobListener] = {}
+        make_listeners(self, opts, self._attached)
         for listener in self._attached.values():
             self._listeners.add(listener)
 
@@ -353,9 +354,9 @@ class Job:
         self.state_backend.bind(self.store, self.job_id, stateful_ids)
         self._recover()
         self.state_backend.adopt(list(zip(stateful_ids, self.stateful)))
-        await self._listeners.started(self)
-        self._recovery.warn_not_replayable()
         self.previous_run = previous_run(self.store.read_job_info())
+        await self._listeners.started(self)  # they see what the run resumed from
+        self._recovery.warn_not_replayable()
         node_ids = [self.id_of(n) for n in self.nodes]
         self._record.started(self.fingerprint, node_ids, self._listeners.run_record())
         self._ended_by = None

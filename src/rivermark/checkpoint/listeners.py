@@ -2,20 +2,22 @@
 
 A :class:`~rivermark.checkpoint.job.Job` publishes its events to
 :class:`JobListener` objects; it imports none of its watchers.  For one
-run, on the job's event loop thread, in this order::
+run, on the job's event loop thread, in this order:
 
-    started
-    (checkpoint_begun, node_counts, [checkpoint_failed], checkpoint_completed
-     | checkpoint_begun, node_counts, checkpoint_failed)*
-    stopped
+* ``started``: recovered, before the sources start (and before the
+  checkpoint of a fresh start);
+* per checkpoint: ``checkpoint_begun``; ``node_counts`` once its barrier
+  has taken the snapshot; then ``checkpoint_completed`` once it is durable
+  and committed (after a ``checkpoint_failed`` that is not ``fatal`` when
+  only the prune of older checkpoints failed), or ``checkpoint_failed``
+  (``fatal``) when its write failed;
+* ``stopped``, with the end state (finished, stopped or failed, and why).
 
-``checkpoint_failed`` reports a write that failed (``fatal``: the job stops
-with it) or a prune of older checkpoints that failed (not fatal: the
-checkpoint completes).  A barrier that fails before its write (state that
-cannot be pickled, a sink that cannot pre-commit) ends the run, which
-``stopped`` reports with the failure.  A listener that raises in a
-checkpoint event is detached with a WARNING (the job runs on); one that
-raises in ``started`` refuses the run, as a page whose port is taken does.
+A barrier that fails before its write (state that cannot be pickled, a
+sink that cannot pre-commit) ends the run, which ``stopped`` reports with
+the failure.  A listener that raises in a checkpoint event is detached
+with a WARNING (the job runs on); one that raises in ``started`` refuses
+the run, as a page whose port is taken does.
 
 The layers above attach their listeners through the registry here, filled
 when they are imported (``import rivermark`` imports
@@ -119,7 +121,8 @@ class JobListener:
     """
 
     async def started(self, job: Job) -> None:
-        """The run recovered and is about to start its sources (before its first checkpoint)."""
+        """The run recovered (``job.restored_epoch``, ``job.previous_run`` are set) and is
+        about to start its sources (before the checkpoint of a fresh start)."""
 
     def checkpoint_begun(self, epoch: int, savepoint: bool) -> None:
         """The barrier of checkpoint ``epoch`` begins: the sources are being paused."""
@@ -250,13 +253,13 @@ def attach_display(show: Callable[[Job], None]) -> None:
     _DISPLAY[:] = [show]
 
 
-def make_listeners(job: Job, options: JobOptions) -> dict[str, JobListener]:
-    """The listeners the attached factories make for ``job``, by the option each serves.
+def make_listeners(job: Job, options: JobOptions, made: dict[str, JobListener]) -> None:
+    """Put into ``made`` the listeners the attached factories make for ``job``, by the
+    option each serves (a factory finds those made before it there, through the job).
 
     An option set for a watcher that no layer attached (``ui`` without
     :mod:`rivermark.observe` imported) is refused, never ignored.
     """
-    made: dict[str, JobListener] = {}
     for option, factory in list(_FACTORIES.items()):
         listener = factory(job, options)
         if listener is not None:
@@ -267,7 +270,6 @@ def make_listeners(job: Job, options: JobOptions) -> dict[str, JobListener]:
                 f"Job: {option}={value!r} needs the observe layer; import rivermark "
                 "(it attaches the metrics endpoint and the live page)"
             )
-    return made
 
 
 def display(job: Job) -> None:

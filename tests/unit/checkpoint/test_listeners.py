@@ -132,6 +132,23 @@ def test_a_listener_that_raises_is_detached_and_the_job_runs_on(
     assert "raised in checkpoint_completed and is detached" in caplog.text
 
 
+def test_the_observe_layer_attaches_what_the_options_ask_for(tmp_path: Path) -> None:
+    # rivermark.checkpoint.Job is rivermark.Job: importing either attaches the observe layer
+    from rivermark.observe.metrics import Metrics
+    from rivermark.observe.prometheus import MetricsServer
+    from rivermark.observe.ui import UiServer
+
+    plain = Job(Stream.from_iterable([1]), checkpoint=tmp_path / "a")
+    assert isinstance(plain.metrics, Metrics)
+    assert (plain.listener("metrics_port"), plain.listener("ui")) == (None, None)
+    assert (plain.metrics_url, plain.ui_url) == (None, None)
+    watched = Job(Stream.from_iterable([1]), checkpoint=tmp_path / "b", metrics_port=0, ui=0)
+    endpoint, page = watched.listener("metrics_port"), watched.listener("ui")
+    assert isinstance(endpoint, MetricsServer) and endpoint.metrics is watched.metrics
+    assert isinstance(page, UiServer) and page.job is watched
+    assert watched.metrics_url == "http://127.0.0.1:0/metrics"
+
+
 def test_only_a_job_listener_can_be_added(tmp_path: Path) -> None:
     job = Job(Stream.from_iterable([1]), checkpoint=tmp_path, every=None)
     with pytest.raises(ConfigurationError, match=re.escape("is not a JobListener; subclass")):
