@@ -108,7 +108,7 @@ class _SerialiseClock:
     """Wraps ``KeyedView.serialise`` (the worker thread's part of a keyed checkpoint)."""
 
     def __init__(self, source: Any) -> None:
-        from rivermark.checkpoint import keyed
+        from rivermark.checkpoint.state import keyed
 
         #: (a compaction?, seconds, records the source emitted meanwhile, bytes, start)
         self.runs: list[tuple[bool, float, int, int, float]] = []

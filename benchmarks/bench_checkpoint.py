@@ -15,7 +15,7 @@ thread.  Measured per checkpoint: wall time of ``job.checkpoint()``, *pause*
 two methods on the source instance; ``job.py`` is not modified) and the size
 of the checkpoint directory of that epoch.
 
-Part 3: the state file encoding (``rivermark.checkpoint.codec``, data that
+Part 3: the state file encoding (``rivermark.checkpoint.state.codec``, data that
 cannot run code when read) against ``pickle.dumps`` of the same value: time
 to encode and decode, and bytes, for a dict of ints, a dict of tuples and
 a DataFrame.  Part 2's pause includes only the barrier's in-memory pickle
@@ -174,7 +174,7 @@ def codec_vs_pickle(k: int) -> list[dict[str, Any]]:
 
     import pandas as pd
 
-    from rivermark.checkpoint import codec
+    from rivermark.checkpoint.state import codec
 
     states = {
         f"dict of {k:,} ints": {i: i * 3 for i in range(k)},
@@ -255,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
 def _has_codec() -> bool:
     import importlib.util
 
-    return importlib.util.find_spec("rivermark.checkpoint.codec") is not None
+    return importlib.util.find_spec("rivermark.checkpoint.state.codec") is not None
 
 
 def _print_throughput(n: int, repeat: int) -> None:

@@ -78,7 +78,7 @@ class _Barriers:
     def __init__(self, job: Any, source: Any, window: Any) -> None:
         self.at: dict[int, tuple[int, int, float]] = {}
         self.phases: dict[int, dict[str, float]] = {}
-        cycle = job._cycle  # the job's checkpoint protocol (rivermark.checkpoint.cycle)
+        cycle = job._cycle  # the job's checkpoint protocol (rivermark.checkpoint.protocol.cycle)
         pause, quiesce, snapshot = source.pause, cycle.quiesce, cycle.snapshot_states
 
         def timed_pause() -> None:
@@ -211,10 +211,10 @@ def encoding(window: Any) -> dict[str, float]:
     """Seconds and bytes to encode the window's open windows whole: the state codec, pickle."""
     import pickle
 
-    from rivermark.checkpoint import codec
+    from rivermark.checkpoint.state import codec
 
     try:
-        from rivermark.checkpoint.columns import Columns
+        from rivermark.checkpoint.state.columns import Columns
 
         by_columns = Columns.of
     except ImportError:  # a tree from before the columns (a comparison run)

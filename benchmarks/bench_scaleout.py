@@ -71,7 +71,7 @@ def worker(bootstrap: str, inp: str, out: str, group: str, ckpt: str, rounds: in
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(process)d %(message)s")
     logging.getLogger("rivermark.checkpoint").setLevel(logging.WARNING)
-    logging.getLogger("rivermark.checkpoint.job").setLevel(logging.INFO)
+    logging.getLogger("rivermark.checkpoint.protocol.job").setLevel(logging.INFO)
 
     def build(source: PartitionSource) -> Stream:
         part = source.partition

@@ -124,7 +124,7 @@ def run_case(keys: int, updates: int, every: str | None, backend: str) -> dict[s
     import logging
 
     from rivermark import Job, KeyedState, Stream
-    from rivermark.checkpoint.rocks import RocksKeyedState
+    from rivermark.checkpoint.state.rocks import RocksKeyedState
 
     logging.getLogger("rivermark").setLevel(logging.ERROR)
     total = keys + updates if updates else keys
@@ -197,8 +197,8 @@ def lookups(n: int, partitioned: bool, cache: int = 8 << 20) -> tuple[float, flo
 
     import rocksdict
 
-    from rivermark.checkpoint import codec
-    from rivermark.checkpoint.rocks.mapping import RocksSettings, open_db
+    from rivermark.checkpoint.state import codec
+    from rivermark.checkpoint.state.rocks.mapping import RocksSettings, open_db
 
     settings = RocksSettings(cache=cache, statistics=True)
     if not partitioned:

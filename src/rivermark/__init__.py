@@ -15,30 +15,30 @@ from __future__ import annotations
 
 import typing as _typing
 
-from . import _optional
-from . import kafka as kafka
-from . import lake as lake
+from rivermark import _optional
+from rivermark import kafka as kafka
+from rivermark import lake as lake
 
 # attaches the metrics, the Prometheus endpoint, the live page and the notebook
-# display to every job (through rivermark.checkpoint.listeners)
-from . import observe as observe
-from . import operators as operators
-from . import plugins as plugins
-from . import sinks as sinks
-from . import sources as sources
-from .checkpoint import CheckpointError as CheckpointError
-from .checkpoint import CheckpointLockedError as CheckpointLockedError
-from .checkpoint import CheckpointMismatchError as CheckpointMismatchError
-from .checkpoint import Job as Job
-from .core.node import Stream as Stream
-from .core.refs import RefCounter as RefCounter
-from .errors import ConfigurationError as ConfigurationError
-from .errors import GraphError as GraphError
-from .errors import RivermarkError as RivermarkError
-from .errors import UserFunctionError as UserFunctionError
-from .sinks.basic import Sink as Sink
-from .sources.base import Source as Source
-from .state import KeyedState as KeyedState
+# display to every job (through rivermark.checkpoint.protocol.listeners)
+from rivermark import observe as observe
+from rivermark import operators as operators
+from rivermark import plugins as plugins
+from rivermark import sinks as sinks
+from rivermark import sources as sources
+from rivermark.checkpoint import CheckpointError as CheckpointError
+from rivermark.checkpoint import CheckpointLockedError as CheckpointLockedError
+from rivermark.checkpoint import CheckpointMismatchError as CheckpointMismatchError
+from rivermark.checkpoint import Job as Job
+from rivermark.core.node import Stream as Stream
+from rivermark.core.refs import RefCounter as RefCounter
+from rivermark.errors import ConfigurationError as ConfigurationError
+from rivermark.errors import GraphError as GraphError
+from rivermark.errors import RivermarkError as RivermarkError
+from rivermark.errors import UserFunctionError as UserFunctionError
+from rivermark.sinks.basic import Sink as Sink
+from rivermark.sources.base import Source as Source
+from rivermark.state import KeyedState as KeyedState
 
 __version__ = "0.1.0"
 
@@ -70,7 +70,7 @@ plugins.register_all()
 
 def __getattr__(name: str) -> _typing.Any:
     """streamz's lowercase names (``rivermark.map`` is :class:`~rivermark.operators.transform.Map`)."""
-    from .streamz_names import STREAMZ_NAMES, lookup
+    from rivermark.streamz_names import STREAMZ_NAMES, lookup
 
     if name in _optional.DASK_NAMES:  # the optional layer, imported on first use
         _optional.load_dask()

@@ -36,14 +36,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ._frames import user_frames
-from ._runguard import AppError as AppError
-from ._runguard import AppRunsItselfError as AppRunsItselfError
-from ._runguard import check_run_allowed as check_run_allowed
-from ._runguard import loading_app
-from .core.node import Stream
-from .core.timeutil import parse_interval
-from .errors import ConfigurationError
+from rivermark._frames import user_frames
+from rivermark._runguard import AppError as AppError
+from rivermark._runguard import AppRunsItselfError as AppRunsItselfError
+from rivermark._runguard import check_run_allowed as check_run_allowed
+from rivermark._runguard import loading_app
+from rivermark.core.node import Stream
+from rivermark.core.timeutil import parse_interval
+from rivermark.errors import ConfigurationError
 
 logger = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from . import plugins
-from .statedata import add_state_loader
+from rivermark import plugins
+from rivermark.statedata import add_state_loader
 
 __all__ = ["install", "load_dask", "DASK_NAMES"]
 
@@ -33,23 +33,23 @@ DASK_NAMES = frozenset({"scatter", "DaskStream"})
 
 def load_dask() -> None:
     """Import the Dask layer (it registers ``scatter`` and ``Remote``)."""
-    from . import dask  # noqa: F401
+    from rivermark import dask  # noqa: F401
 
 
 def _dataframe() -> None:
-    from .dataframe import core, keyed  # noqa: F401  (registers to_dataframe, the partials)
+    from rivermark.dataframe import core, keyed  # noqa: F401  (registers to_dataframe, the partials)
 
 
 def _batch() -> None:
-    from . import batch  # noqa: F401  (registers to_batch)
+    from rivermark import batch  # noqa: F401  (registers to_batch)
 
 
 def _notebook() -> None:
-    from .observe import notebook  # noqa: F401  (registers _ipython_display_)
+    from rivermark.observe import notebook  # noqa: F401  (registers _ipython_display_)
 
 
 def _from_kafka_batched_dask() -> Callable[..., Any]:
-    from .dask.kafka import from_kafka_batched_dask
+    from rivermark.dask.kafka import from_kafka_batched_dask
 
     return from_kafka_batched_dask
 

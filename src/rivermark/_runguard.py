@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from .errors import ConfigurationError
+from rivermark.errors import ConfigurationError
 
 __all__ = ["AppError", "AppRunsItselfError", "check_run_allowed", "loading_app"]
 

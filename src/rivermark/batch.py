@@ -26,8 +26,8 @@ from typing import Any
 
 import pandas as pd
 
-from .core.node import Stream
-from .dataframe.core import DataFrame, Streaming
+from rivermark.core.node import Stream
+from rivermark.dataframe.core import DataFrame, Streaming
 
 logger = logging.getLogger(__name__)
 

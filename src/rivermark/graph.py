@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import re
 
-from .core.graph import create_graph as create_graph
-from .core.graph import visualize as visualize
+from rivermark.core.graph import create_graph as create_graph
+from rivermark.core.graph import visualize as visualize
 
 __all__ = ["create_graph", "visualize"]
 

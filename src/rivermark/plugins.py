@@ -44,8 +44,8 @@ from collections.abc import Callable
 from importlib import metadata
 from typing import Any
 
-from .core.node import Stream, identity
-from .errors import RivermarkError
+from rivermark.core.node import Stream, identity
+from rivermark.errors import RivermarkError
 
 logger = logging.getLogger(__name__)
 

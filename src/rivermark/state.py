@@ -95,7 +95,7 @@ class KeyedStore(MutableMapping[Any, Any]):
 
     Two backends fill it: :class:`KeyedState` (a ``dict`` in memory,
     checkpointed as deltas of its changed keys) and
-    :class:`rivermark.checkpoint.rocks.RocksKeyedState` (keys in RocksDB,
+    :class:`rivermark.checkpoint.state.rocks.RocksKeyedState` (keys in RocksDB,
     ``external``: checkpointed as a RocksDB checkpoint).  An operator reads
     and writes it as a mutable mapping, calls :meth:`touched` after changing
     a value in place, and sets ``freeze`` (a copy of such a value at the

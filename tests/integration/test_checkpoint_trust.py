@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from rivermark.checkpoint.manifest import sha256_of
+from rivermark.checkpoint.stores.manifest import sha256_of
 
 RIVERMARK = str(Path(sys.executable).parent / "rivermark")
 KEY = "k" * 32
@@ -179,7 +179,7 @@ def test_an_older_pickled_checkpoint_restores_only_when_trusted(tmp_path: Path) 
 
 
 def test_state_of_the_wrong_shape_names_node_epoch_and_remedy(tmp_path: Path) -> None:
-    from rivermark.checkpoint import codec
+    from rivermark.checkpoint.state import codec
 
     app, ckpt = write_store(tmp_path)
     plant(ckpt, codec.dumps(["not", "a", "dict"]), keep_signature=False)
@@ -271,7 +271,7 @@ def test_verify_passes_after_a_migration_to_a_key(
 
 def mark_savepoint(d: Path, key: str) -> None:
     """Make checkpoint ``d`` a savepoint signed with ``key`` (as a holder of the key can)."""
-    from rivermark.checkpoint.signing import Keyring
+    from rivermark.checkpoint.stores.signing import Keyring
 
     path = d / "manifest.json"
     manifest = json.loads(path.read_text())

@@ -20,9 +20,9 @@ import pytest
 
 from rivermark import Stream
 from rivermark.checkpoint import CheckpointMismatchError, Job, LocalDirectoryStore
-from rivermark.checkpoint.names import file_name
-from rivermark.checkpoint.replay import ReplayError, plan_replay, run_replay
-from rivermark.checkpoint.upgrade import UpgradeRules
+from rivermark.checkpoint.protocol.upgrade import UpgradeRules
+from rivermark.checkpoint.stores.names import file_name
+from rivermark.checkpoint.tools.replay import ReplayError, plan_replay, run_replay
 from rivermark.kafka.sink import ToKafka
 from rivermark.kafka.source import KafkaBatchedSource
 from rivermark.sinks.side import StandIn

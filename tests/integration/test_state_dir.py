@@ -27,7 +27,7 @@ import pytest
 from rivermark import KeyedState, Stream
 from rivermark.checkpoint import Job
 from rivermark.checkpoint.errors import CheckpointLockedError
-from rivermark.checkpoint.rocks import backend
+from rivermark.checkpoint.state.rocks import backend
 from rivermark.errors import ConfigurationError
 from rivermark.testing import wait_for
 

@@ -22,10 +22,11 @@ import pandas as pd
 import pytest
 
 from rivermark import KeyedState, Stream
-from rivermark.checkpoint import Job, LocalDirectoryStore, codec, read, write_savepoint
+from rivermark.checkpoint import Job, LocalDirectoryStore, read, write_savepoint
 from rivermark.checkpoint.errors import CheckpointSignatureError, JobFailedError
-from rivermark.checkpoint.frames import is_pandas, keyed_dict
-from rivermark.checkpoint.signing import Keyring, Trust
+from rivermark.checkpoint.state import codec
+from rivermark.checkpoint.stores.signing import Keyring, Trust
+from rivermark.checkpoint.tools.frames import is_pandas, keyed_dict
 from rivermark.core import graph
 from rivermark.core.inputend import EndsWithInput
 from rivermark.errors import ConfigurationError

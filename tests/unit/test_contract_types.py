@@ -13,7 +13,7 @@ import typing
 from pathlib import Path
 
 from rivermark import Job, Stream
-from rivermark.checkpoint.inspection import read
+from rivermark.checkpoint.tools.inspection import read
 from rivermark.sinks.base import CheckpointedSink, EpochSealingSink, StartOverSink
 from rivermark.sinks.sql import SQLHandle, ToSQL
 from rivermark.sinks.textfile import FileHandle, SinkToTextfile

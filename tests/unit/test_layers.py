@@ -440,7 +440,7 @@ def test_checkpoint_does_not_depend_on_connectors_or_dataframes() -> None:
 
 def test_checkpoint_imports_nothing_from_observe() -> None:
     # not even for type checking: the job publishes events to listeners
-    # (checkpoint/listeners.py); the observe layer attaches them when imported
+    # (checkpoint/protocol/listeners.py); the observe layer attaches them when imported
     offenders = {
         str(p.relative_to(PKG)): sorted(
             i for i in _imports(p, False) if i.startswith("rivermark.observe")
@@ -481,11 +481,11 @@ def test_no_import_circle_anywhere() -> None:
 TYPE_ONLY_CIRCLES: dict[frozenset[str], str] = {
     frozenset(
         {
-            "rivermark.checkpoint.cycle",
-            "rivermark.checkpoint.handle",
-            "rivermark.checkpoint.job",
-            "rivermark.checkpoint.listeners",
-            "rivermark.checkpoint.runloop",
+            "rivermark.checkpoint.protocol.cycle",
+            "rivermark.checkpoint.protocol.handle",
+            "rivermark.checkpoint.protocol.job",
+            "rivermark.checkpoint.protocol.listeners",
+            "rivermark.checkpoint.protocol.runloop",
         }
     ): "a Job hands itself to its handle and to its listeners, which annotate it as Job "
     "(the cycle and the run loop tell the listeners); no import runs in that direction",

@@ -1,13 +1,13 @@
 """Consistent checkpoints: :class:`Job`, its options, its listeners, the store, and their errors.
 
-See :mod:`rivermark.checkpoint.cycle` for the protocol,
-:mod:`rivermark.checkpoint.listeners` for what a job tells its watchers,
+See :mod:`rivermark.checkpoint.protocol.cycle` for the protocol,
+:mod:`rivermark.checkpoint.protocol.listeners` for what a job tells its watchers,
 and ``docs/checkpointing.md`` for the crash points.
 """
 
 from __future__ import annotations
 
-from .errors import (
+from rivermark.checkpoint.errors import (
     CheckpointCorruptError,
     CheckpointError,
     CheckpointLockedError,
@@ -22,14 +22,14 @@ from .errors import (
     ObjectStoreError,
     UnaccountedOutputError,
 )
-from .handle import JobHandle
-from .inspection import CheckpointContents, read
-from .job import Job
-from .listeners import JobListener
-from .manifest import Manifest
-from .options import JobOptions
-from .store import LocalDirectoryStore, Store, open_store
-from .writer import write_savepoint
+from rivermark.checkpoint.protocol.handle import JobHandle
+from rivermark.checkpoint.protocol.job import Job
+from rivermark.checkpoint.protocol.listeners import JobListener
+from rivermark.checkpoint.protocol.options import JobOptions
+from rivermark.checkpoint.stores.manifest import Manifest
+from rivermark.checkpoint.stores.store import LocalDirectoryStore, Store, open_store
+from rivermark.checkpoint.tools.inspection import CheckpointContents, read
+from rivermark.checkpoint.tools.writer import write_savepoint
 
 __all__ = [
     "Job",

@@ -20,7 +20,7 @@ checkpoint one (``docs/checkpointing.md``).
 
 ``rivermark replay APP.py:NAME --from DIR[@EPOCH] --until EPOCH|end --output
 OUT [--diff]`` runs new code from a checkpoint of the live job, with every
-sink's output written aside (:mod:`rivermark.checkpoint.replay`,
+sink's output written aside (:mod:`rivermark.checkpoint.tools.replay`,
 ``docs/upgrading.md``).
 
 A usage error (unknown option, bad value) prints one line and exits 2.
@@ -29,7 +29,7 @@ One module per command group: :mod:`~rivermark.cli.run`,
 :mod:`~rivermark.cli.checkpoints`, :mod:`~rivermark.cli.replay`,
 :mod:`~rivermark.cli.control` (``savepoint``, ``stop``),
 :mod:`~rivermark.cli.ui` and :mod:`~rivermark.cli.graph`, each a thin wrapper
-around library functions (:mod:`rivermark.checkpoint.inspection`,
+around library functions (:mod:`rivermark.checkpoint.tools.inspection`,
 :class:`Job`).  The options that several commands take are declared once,
 in :mod:`rivermark.cli.options`; the group and the entry point are in
 :mod:`~rivermark.cli.group` and :mod:`~rivermark.cli.entry`.
@@ -42,9 +42,9 @@ in :mod:`rivermark.cli.options`; the group and the entry point are in
 from __future__ import annotations
 
 # importing a command module registers its commands on the group
-from . import checkpoints, control, graph, replay, run, ui  # noqa: F401
-from .entry import main
-from .group import cli
-from .run import run_command, stopped_line
+from rivermark.cli import checkpoints, control, graph, replay, run, ui  # noqa: F401
+from rivermark.cli.entry import main
+from rivermark.cli.group import cli
+from rivermark.cli.run import run_command, stopped_line
 
 __all__ = ["main", "cli", "run_command", "stopped_line"]

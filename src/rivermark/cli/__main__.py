@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from .entry import main
+from rivermark.cli.entry import main
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

@@ -1,7 +1,7 @@
 """``rivermark checkpoints list|show|export|verify|resign|prune|diff DIR``: read-only tools.
 
 Each subcommand is a thin wrapper: the work is done by
-:mod:`rivermark.checkpoint.inspection` and by the small ``_do_*`` functions
+:mod:`rivermark.checkpoint.tools.inspection` and by the small ``_do_*`` functions
 here, which print.
 """
 
@@ -14,12 +14,12 @@ from typing import Any
 
 import click
 
-from .._app import load_app_with_migrations
-from ..checkpoint import CheckpointCorruptError
-from ..checkpoint import inspection as insp
-from ..checkpoint.upgrade import UpgradeRules, plan_restore
-from .group import cli, damaged, no_checkpoints, open_store, print_json
-from .options import (
+from rivermark._app import load_app_with_migrations
+from rivermark.checkpoint import CheckpointCorruptError
+from rivermark.checkpoint.protocol.upgrade import UpgradeRules, plan_restore
+from rivermark.checkpoint.tools import inspection as insp
+from rivermark.cli.group import cli, damaged, no_checkpoints, open_store, print_json
+from rivermark.cli.options import (
     dir_argument,
     epoch_argument,
     json_option,

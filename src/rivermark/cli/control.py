@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import click
 
-from .group import cli
-from .options import logged, target_argument
+from rivermark.cli.group import cli
+from rivermark.cli.options import logged, target_argument
 
 __all__ = ["savepoint_command", "stop_command"]
 
 
 def _control(target: str, path: str, what: str) -> int:
-    from ..observe import control
+    from rivermark.observe import control
 
     answer = control.request(target, path, control.control_token())
     if "tasks" in answer:  # a partitioned job: one line per task

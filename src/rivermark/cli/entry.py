@@ -7,8 +7,8 @@ import sys
 
 import click
 
-from ..errors import RivermarkError, exit_code_of
-from .group import cli
+from rivermark.cli.group import cli
+from rivermark.errors import RivermarkError, exit_code_of
 
 logger = logging.getLogger(__name__)
 

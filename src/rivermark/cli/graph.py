@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import click
 
-from .._app import load_app
-from .group import cli
-from .options import app_argument, logged
+from rivermark._app import load_app
+from rivermark.cli.group import cli
+from rivermark.cli.options import app_argument, logged
 
 __all__ = ["graph_command"]
 
 
 def _do_graph(target: str, fmt: str) -> int:
-    from ..observe.graphtext import to_dot, to_mermaid
+    from rivermark.observe.graphtext import to_dot, to_mermaid
 
     node = load_app(target)
     print(to_dot(node) if fmt == "dot" else to_mermaid(node))

@@ -8,10 +8,10 @@ from importlib.metadata import PackageNotFoundError, version
 
 import click
 
-from ..checkpoint import CheckpointCorruptError, Store
-from ..checkpoint import inspection as insp
-from ..checkpoint.signing import Keyring, Trust
-from .options import shown_logging_options
+from rivermark.checkpoint import CheckpointCorruptError, Store
+from rivermark.checkpoint.stores.signing import Keyring, Trust
+from rivermark.checkpoint.tools import inspection as insp
+from rivermark.cli.options import shown_logging_options
 
 __all__ = ["cli", "damaged", "no_checkpoints", "open_store", "print_json"]
 

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import click
 
-from ..observe.logs import configure_logging
+from rivermark.observe.logs import configure_logging
 
 __all__ = [
     "app_argument",

@@ -6,12 +6,12 @@ from typing import Any
 
 import click
 
-from .._app import load_app_with_migrations
-from ..checkpoint import inspection as insp
-from ..checkpoint import replay
-from ..checkpoint.upgrade import UpgradeRules
-from .group import cli
-from .options import app_argument, logged, trust_option, upgrade_options
+from rivermark._app import load_app_with_migrations
+from rivermark.checkpoint.protocol.upgrade import UpgradeRules
+from rivermark.checkpoint.tools import inspection as insp
+from rivermark.checkpoint.tools import replay
+from rivermark.cli.group import cli
+from rivermark.cli.options import app_argument, logged, trust_option, upgrade_options
 
 __all__ = ["replay_command"]
 

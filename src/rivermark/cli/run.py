@@ -10,12 +10,12 @@ from typing import Any
 
 import click
 
-from .._app import load_app_with_migrations, parse_every
-from ..checkpoint import Job
-from ..observe.metrics import Snapshot, metrics_of
-from ..observe.progress import ProgressReporter, summary_lines
-from .group import cli
-from .options import logged, set_meta, trust_option, upgrade_options
+from rivermark._app import load_app_with_migrations, parse_every
+from rivermark.checkpoint import Job
+from rivermark.cli.group import cli
+from rivermark.cli.options import logged, set_meta, trust_option, upgrade_options
+from rivermark.observe.metrics import Snapshot, metrics_of
+from rivermark.observe.progress import ProgressReporter, summary_lines
 
 __all__ = ["run_command", "stopped_line"]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from .group import cli, open_store
-from .options import dir_argument, logged
+from rivermark.cli.group import cli, open_store
+from rivermark.cli.options import dir_argument, logged
 
 __all__ = ["ui_command"]
 
@@ -14,7 +14,7 @@ def _do_ui(directory: str, port: int, addr: str) -> int:
     import asyncio
     import signal
 
-    from ..observe.history import HistoryServer
+    from rivermark.observe.history import HistoryServer
 
     server = HistoryServer(open_store(directory), port, addr)
 

@@ -15,13 +15,13 @@ from typing import Any
 def __getattr__(name: str) -> Any:
     """``Stream``, ``RefCounter`` and streamz's lowercase node names, looked up on use."""
     if name == "Stream":
-        from .node import Stream
+        from rivermark.core.node import Stream
 
         return Stream
     if name == "RefCounter":
-        from .refs import RefCounter
+        from rivermark.core.refs import RefCounter
 
         return RefCounter
-    from ..streamz_names import CORE, lookup
+    from rivermark.streamz_names import CORE, lookup
 
     return lookup(CORE, __name__, name)

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import ConfigurationError
-from ..execution.fixed import Fixed as Fixed
+from rivermark.errors import ConfigurationError
+from rivermark.execution.fixed import Fixed as Fixed
 
 __all__ = ["ErrorPolicy", "check_callable", "check_positive_int", "Fixed"]
 

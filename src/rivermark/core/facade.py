@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, TypeVar, cast
 
-from .contracts import GraphNode
+from rivermark.core.contracts import GraphNode
 
 #: the node's own class (``gather`` returns the node itself)
 T = TypeVar("T", bound="StreamFacade")
@@ -70,7 +70,7 @@ class StreamFacade:
 
     def visualize(self, filename: str = "mystream.png", **kwargs: Any) -> Any:
         """Render the graph with graphviz (``pip install rivermark[viz]``)."""
-        from .graph import visualize
+        from rivermark.core.graph import visualize
 
         return visualize(cast(GraphNode, self), filename, **kwargs)
 

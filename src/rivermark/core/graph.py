@@ -23,7 +23,7 @@ be wrong.
 
 Checkpoints written by rivermark versions before readable ids hold the ids
 :func:`legacy_node_ids` derives (``accumulate-534cb309``); a restore maps
-them to the current ids (:mod:`rivermark.checkpoint.upgrade`).
+them to the current ids (:mod:`rivermark.checkpoint.protocol.upgrade`).
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..errors import ConfigurationError, GraphError
-from .contracts import GraphNode
+from rivermark.core.contracts import GraphNode
+from rivermark.errors import ConfigurationError, GraphError
 
 #: a node of the graph walked (``Stream``); what comes back is of the same type
 N = TypeVar("N", bound=GraphNode)

@@ -20,24 +20,24 @@ import logging
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, ClassVar, TypeVar
 
-from ..errors import (
+from rivermark.core import runtime
+from rivermark.core.config import _VALID_POLICIES as _VALID_POLICIES
+from rivermark.core.config import ErrorPolicy, Fixed, check_callable, check_positive_int
+from rivermark.core.config import _check_policy as _check_policy
+from rivermark.core.facade import StreamFacade
+from rivermark.core.facade import _attr_text as _attr_text
+from rivermark.core.naming import function_name
+from rivermark.core.origin import describe_origin
+from rivermark.core.refs import Metadata, release_refs, retain_refs
+from rivermark.errors import (
     ConfigurationError,
     ErrorContext,
     NodeFailedError,
     StateStoreError,
     add_context,
 )
-from ..execution import counting, emitting, plan, push
-from ..execution.steps import step, step_of
-from . import runtime
-from .config import _VALID_POLICIES as _VALID_POLICIES
-from .config import ErrorPolicy, Fixed, check_callable, check_positive_int
-from .config import _check_policy as _check_policy
-from .facade import StreamFacade
-from .facade import _attr_text as _attr_text
-from .naming import function_name
-from .origin import describe_origin
-from .refs import Metadata, release_refs, retain_refs
+from rivermark.execution import counting, emitting, plan, push
+from rivermark.execution.steps import step, step_of
 
 logger = logging.getLogger(__name__)
 

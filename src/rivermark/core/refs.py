@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..execution.node import Metadata as Metadata
+from rivermark.execution.node import Metadata as Metadata
 
 logger = logging.getLogger(__name__)
 

@@ -20,9 +20,9 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from ..execution.loops import current_loop as current_loop
-from ..execution.loops import gather_results as gather_results
-from ..execution.loops import in_loop_thread as in_loop_thread
+from rivermark.execution.loops import current_loop as current_loop
+from rivermark.execution.loops import gather_results as gather_results
+from rivermark.execution.loops import in_loop_thread as in_loop_thread
 
 logger = logging.getLogger(__name__)
 

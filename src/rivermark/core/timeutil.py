@@ -13,7 +13,7 @@ import math
 import re
 from typing import Any
 
-from ..errors import ConfigurationError
+from rivermark.errors import ConfigurationError
 
 logger = logging.getLogger(__name__)
 

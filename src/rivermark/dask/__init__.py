@@ -19,22 +19,22 @@ The scattered streams' modules (each imports only ``errors`` and those before it
 
 from __future__ import annotations
 
-from .. import operators as _operators  # noqa: F401  (local operators reused below)
-from .core import SCATTERED_OPERATORS as SCATTERED_OPERATORS
-from .core import DaskAccumulate as DaskAccumulate
-from .core import DaskGather as DaskGather
-from .core import DaskMap as DaskMap
-from .core import DaskScatter as DaskScatter
-from .core import DaskStarmap as DaskStarmap
-from .core import DaskStream as DaskStream
-from .core import Remote as Remote
-from .core import _register_scattered
-from .core import scatter as scatter
-from .errors import DaskConnectionError as DaskConnectionError
-from .errors import DaskError as DaskError
-from .errors import DaskWorkerLostError as DaskWorkerLostError
-from .errors import KafkaRangeReadError as KafkaRangeReadError
-from .store import DaskDatasetStore as DaskDatasetStore
+from rivermark import operators as _operators  # noqa: F401  (local operators reused below)
+from rivermark.dask.core import SCATTERED_OPERATORS as SCATTERED_OPERATORS
+from rivermark.dask.core import DaskAccumulate as DaskAccumulate
+from rivermark.dask.core import DaskGather as DaskGather
+from rivermark.dask.core import DaskMap as DaskMap
+from rivermark.dask.core import DaskScatter as DaskScatter
+from rivermark.dask.core import DaskStarmap as DaskStarmap
+from rivermark.dask.core import DaskStream as DaskStream
+from rivermark.dask.core import Remote as Remote
+from rivermark.dask.core import _register_scattered
+from rivermark.dask.core import scatter as scatter
+from rivermark.dask.errors import DaskConnectionError as DaskConnectionError
+from rivermark.dask.errors import DaskError as DaskError
+from rivermark.dask.errors import DaskWorkerLostError as DaskWorkerLostError
+from rivermark.dask.errors import KafkaRangeReadError as KafkaRangeReadError
+from rivermark.dask.store import DaskDatasetStore as DaskDatasetStore
 
 #: streamz name -> scattered class, for the local operators available at import
 scattered_classes: dict[str, type] = _register_scattered()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from .client import _start_fetch
-from .stream import DaskStream
+from rivermark.dask.client import _start_fetch
+from rivermark.dask.stream import DaskStream
 
 
 class _OpenBatch:

@@ -9,9 +9,9 @@ from typing import Any
 
 import distributed
 
-from ..core.node import Stream
-from ..errors import ConfigurationError
-from .errors import DaskConnectionError
+from rivermark.core.node import Stream
+from rivermark.dask.errors import DaskConnectionError
+from rivermark.errors import ConfigurationError
 
 
 # ---------------------------------------------------------------------- futures in a value

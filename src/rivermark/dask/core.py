@@ -51,21 +51,19 @@ except ImportError as _e:  # pragma: no cover - depends on the environment
         "rivermark.dask needs dask.distributed: pip install 'rivermark[dask]'"
     ) from _e
 
-from ..core import runtime
-from ..core.node import Stream, check_callable
-from ..core.refs import Metadata
-from ..errors import ConfigurationError
-from ..statedata import register_state_class
-from .batches import _OpenBatch, _Part
-from .client import _check_client, _futures_in
-from .client import _rebuild as _rebuild
-from .errors import DaskError
-from .gather import DaskGather as DaskGather
-from .stream import DaskMap as DaskMap
-from .stream import DaskStarmap as DaskStarmap
-from .stream import DaskStream as DaskStream
-from .stream import _arg, _Inline
-from .tasks import (
+from rivermark.core import runtime
+from rivermark.core.node import Stream, check_callable
+from rivermark.core.refs import Metadata
+from rivermark.dask.batches import _OpenBatch, _Part
+from rivermark.dask.client import _check_client, _futures_in
+from rivermark.dask.client import _rebuild as _rebuild
+from rivermark.dask.errors import DaskError
+from rivermark.dask.gather import DaskGather as DaskGather
+from rivermark.dask.stream import DaskMap as DaskMap
+from rivermark.dask.stream import DaskStarmap as DaskStarmap
+from rivermark.dask.stream import DaskStream as DaskStream
+from rivermark.dask.stream import _arg, _Inline
+from rivermark.dask.tasks import (
     _STEP_TYPES,
     _accumulate_batch,
     _accumulate_step,
@@ -73,6 +71,8 @@ from .tasks import (
     _step_state,
     _value,
 )
+from rivermark.errors import ConfigurationError
+from rivermark.statedata import register_state_class
 
 logger = logging.getLogger(__name__)
 

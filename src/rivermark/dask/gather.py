@@ -12,15 +12,15 @@ from typing import Any, ClassVar
 from distributed.client import FutureCancelledError
 from distributed.scheduler import KilledWorker
 
-from ..core import runtime
-from ..core.graph import ancestors
-from ..core.node import Stream, check_positive_int
-from ..core.refs import Metadata
-from ..execution import delivery
-from .batches import _Part, _PartError
-from .client import _address, _check_client, _futures_in, _start_fetch
-from .errors import DaskConnectionError, DaskError, DaskWorkerLostError
-from .stream import DaskStream
+from rivermark.core import runtime
+from rivermark.core.graph import ancestors
+from rivermark.core.node import Stream, check_positive_int
+from rivermark.core.refs import Metadata
+from rivermark.dask.batches import _Part, _PartError
+from rivermark.dask.client import _address, _check_client, _futures_in, _start_fetch
+from rivermark.dask.errors import DaskConnectionError, DaskError, DaskWorkerLostError
+from rivermark.dask.stream import DaskStream
+from rivermark.execution import delivery
 
 logger = logging.getLogger(__name__)
 

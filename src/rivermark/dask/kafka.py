@@ -37,10 +37,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ConfigurationError
-from ..kafka.source import KafkaBatchedSource
-from .core import DaskMap, DaskScatter, DaskStream
-from .errors import KafkaRangeReadError
+from rivermark.dask.core import DaskMap, DaskScatter, DaskStream
+from rivermark.dask.errors import KafkaRangeReadError
+from rivermark.errors import ConfigurationError
+from rivermark.kafka.source import KafkaBatchedSource
 
 logger = logging.getLogger(__name__)
 

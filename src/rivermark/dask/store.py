@@ -39,14 +39,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint import codec
-from ..checkpoint.errors import CheckpointCorruptError, CheckpointLockedError
-from ..checkpoint.faults import fault_point
-from ..checkpoint.manifest import FORMAT_VERSION, Manifest, sha256_of
-from ..checkpoint.store import Store
-from ..core import runtime
-from ..errors import ConfigurationError
-from .errors import DaskConnectionError
+from rivermark.checkpoint.errors import CheckpointCorruptError, CheckpointLockedError
+from rivermark.checkpoint.faults import fault_point
+from rivermark.checkpoint.state import codec
+from rivermark.checkpoint.stores.manifest import FORMAT_VERSION, Manifest, sha256_of
+from rivermark.checkpoint.stores.store import Store
+from rivermark.core import runtime
+from rivermark.dask.errors import DaskConnectionError
+from rivermark.errors import ConfigurationError
 
 logger = logging.getLogger(__name__)
 

@@ -6,11 +6,11 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
-from ..core.graph import ancestors
-from ..core.node import Stream, check_callable
-from ..core.refs import Metadata
-from .client import _check_client, _default_client, _label
-from .tasks import _apply, _apply_star
+from rivermark.core.graph import ancestors
+from rivermark.core.node import Stream, check_callable
+from rivermark.core.refs import Metadata
+from rivermark.dask.client import _check_client, _default_client, _label
+from rivermark.dask.tasks import _apply, _apply_star
 
 
 class DaskStream(Stream):

@@ -5,29 +5,29 @@ Install with ``pip install rivermark[dataframe]``.
 
 from __future__ import annotations
 
-from . import aggregations as aggregations
-from . import timejoins as timejoins
-from .aggregations import Aggregate as Aggregate
-from .aggregations import Aggregation as Aggregation
-from .core import ColumnsError as ColumnsError
-from .core import DataFrame as DataFrame
-from .core import DataFrames as DataFrames
-from .core import Frame as Frame
-from .core import Frames as Frames
-from .core import Index as Index
-from .core import SchemaError as SchemaError
-from .core import Series as Series
-from .core import Seriess as Seriess
-from .core import Streaming as Streaming
-from .core import to_dataframe as to_dataframe
-from .eventtime import TimedDataFrame as TimedDataFrame
-from .groupby import GroupBy as GroupBy
-from .periodic import PeriodicDataFrame as PeriodicDataFrame
-from .periodic import Random as Random
-from .windows import EWM as EWM
-from .windows import Expanding as Expanding
-from .windows import Rolling as Rolling
-from .windows import Window as Window
+from rivermark.dataframe import aggregations as aggregations
+from rivermark.dataframe import timejoins as timejoins
+from rivermark.dataframe.aggregations import Aggregate as Aggregate
+from rivermark.dataframe.aggregations import Aggregation as Aggregation
+from rivermark.dataframe.core import ColumnsError as ColumnsError
+from rivermark.dataframe.core import DataFrame as DataFrame
+from rivermark.dataframe.core import DataFrames as DataFrames
+from rivermark.dataframe.core import Frame as Frame
+from rivermark.dataframe.core import Frames as Frames
+from rivermark.dataframe.core import Index as Index
+from rivermark.dataframe.core import SchemaError as SchemaError
+from rivermark.dataframe.core import Series as Series
+from rivermark.dataframe.core import Seriess as Seriess
+from rivermark.dataframe.core import Streaming as Streaming
+from rivermark.dataframe.core import to_dataframe as to_dataframe
+from rivermark.dataframe.eventtime import TimedDataFrame as TimedDataFrame
+from rivermark.dataframe.groupby import GroupBy as GroupBy
+from rivermark.dataframe.periodic import PeriodicDataFrame as PeriodicDataFrame
+from rivermark.dataframe.periodic import Random as Random
+from rivermark.dataframe.windows import EWM as EWM
+from rivermark.dataframe.windows import Expanding as Expanding
+from rivermark.dataframe.windows import Rolling as Rolling
+from rivermark.dataframe.windows import Window as Window
 
 __all__ = [
     "Aggregate",

@@ -37,13 +37,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..core.node import Stream
-from ..errors import ConfigurationError
-from ..state import as_keyed
-from .base import Aggregation
-from .grouped import GroupbyAggregation
-from .keyed import KeyedLayout, KeyedPartials, parts_of, restore_acc
-from .partials import (
+from rivermark.core.node import Stream
+from rivermark.dataframe.base import Aggregation
+from rivermark.dataframe.grouped import GroupbyAggregation
+from rivermark.dataframe.keyed import KeyedLayout, KeyedPartials, parts_of, restore_acc
+from rivermark.dataframe.partials import (
     KeyedAcc,
     Moments,
     aligned_add,
@@ -54,7 +52,7 @@ from .partials import (
     nan_extreme,
     ordered_union_add,
 )
-from .running import (
+from rivermark.dataframe.running import (
     ConformingNode,
     Cumulative,
     EWMMean,
@@ -62,8 +60,10 @@ from .running import (
     RollingAggregate,
     check_time_index,
 )
-from .schema import DtypePlan, conform_deferring
-from .streamz_aggregate import StreamzAggregate
+from rivermark.dataframe.schema import DtypePlan, conform_deferring
+from rivermark.dataframe.streamz_aggregate import StreamzAggregate
+from rivermark.errors import ConfigurationError
+from rivermark.state import as_keyed
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .partials import aligned_add, aligned_sub
+from rivermark.dataframe.partials import aligned_add, aligned_sub
 
 logger = logging.getLogger(__name__)
 

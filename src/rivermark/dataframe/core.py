@@ -21,14 +21,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..core.node import Stream
-from ..errors import ConfigurationError
-from . import aggregations as aggs
-from .schema import ColumnsError, SchemaError, conform
-from .streaming import FRAME_TYPES
-from .streaming import Streaming as Streaming
-from .streaming import _Apply as _Apply
-from .streaming import _ApplyEach as _ApplyEach
+from rivermark.core.node import Stream
+from rivermark.dataframe import aggregations as aggs
+from rivermark.dataframe.schema import ColumnsError, SchemaError, conform
+from rivermark.dataframe.streaming import FRAME_TYPES
+from rivermark.dataframe.streaming import Streaming as Streaming
+from rivermark.dataframe.streaming import _Apply as _Apply
+from rivermark.dataframe.streaming import _ApplyEach as _ApplyEach
+from rivermark.errors import ConfigurationError
 
 __all__ = [
     "Streaming",
@@ -130,7 +130,7 @@ class Frame(BaseFrame):
 
     def groupby(self, other: Any) -> Any:
         """Group by column label(s); then ``.sum()``, ``.mean()`` ... keep running results."""
-        from .groupby import GroupBy
+        from rivermark.dataframe.groupby import GroupBy
 
         return GroupBy(self, other)
 
@@ -196,7 +196,7 @@ class Frame(BaseFrame):
         of rows, 1 for a time span), so the output is pandas' ``rolling`` on
         the whole data, as streamz's is.
         """
-        from .windows import Rolling
+        from rivermark.dataframe.windows import Rolling
 
         return Rolling(self, window, min_periods, with_state, start)
 
@@ -204,13 +204,13 @@ class Frame(BaseFrame):
         self, n: Any = None, value: Any = None, with_state: bool = False, start: Any = None
     ) -> Any:
         """Aggregations over the last ``n`` rows, or the last ``value`` of time (``"10s"``)."""
-        from .windows import Window
+        from rivermark.dataframe.windows import Window
 
         return Window(self, n=n, value=value, with_state=with_state, start=start)
 
     def expanding(self, with_state: bool = False, start: Any = None) -> Any:
         """Aggregations over everything seen so far."""
-        from .windows import Expanding
+        from rivermark.dataframe.windows import Expanding
 
         return Expanding(self, with_state=with_state, start=start)
 
@@ -224,7 +224,7 @@ class Frame(BaseFrame):
         start: Any = None,
     ) -> Any:
         """Exponentially weighted aggregations (``.mean()``)."""
-        from .windows import EWM
+        from rivermark.dataframe.windows import EWM
 
         return EWM(self, com, span, halflife, alpha, with_state, start)
 
@@ -355,7 +355,7 @@ class _DataFrameMixin:
     @property
     def plot(self) -> Any:
         """Live hvplot plots: ``plot(kind=..., backlog=1000)``, ``plot.line()``, ... (``rivermark[plot]``)."""
-        from .plotting import HvPlot
+        from rivermark.dataframe.plotting import HvPlot
 
         return HvPlot(self)
 
@@ -383,7 +383,7 @@ class _SeriesMixin:
     @property
     def plot(self) -> Any:
         """Live hvplot plots: ``plot(kind=..., backlog=1000)``, ``plot.line()``, ... (``rivermark[plot]``)."""
-        from .plotting import HvPlot
+        from rivermark.dataframe.plotting import HvPlot
 
         return HvPlot(self)
 

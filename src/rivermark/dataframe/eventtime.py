@@ -55,11 +55,14 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import is_bool_dtype, is_numeric_dtype
 
-from ..core.node import Stream
-from ..core.refs import Metadata
-from ..core.timeutil import NANOS, epoch_seconds, parse_interval
-from ..errors import ConfigurationError
-from ..operators.eventtime import (
+from rivermark.core.node import Stream
+from rivermark.core.refs import Metadata
+from rivermark.core.timeutil import NANOS, epoch_seconds, parse_interval
+from rivermark.dataframe.core import DataFrame
+from rivermark.dataframe.eventwindows import BUILT_IN, FrameWindow, WindowSpec
+from rivermark.dataframe.running import OpName
+from rivermark.errors import ConfigurationError
+from rivermark.operators.eventtime import (
     Results,
     Timestamps,
     _ahead_of,
@@ -67,10 +70,7 @@ from ..operators.eventtime import (
     _partition_of,
     emits_updates,
 )
-from ..operators.watermarks import to_epoch
-from .core import DataFrame
-from .eventwindows import BUILT_IN, FrameWindow, WindowSpec
-from .running import OpName
+from rivermark.operators.watermarks import to_epoch
 
 logger = logging.getLogger(__name__)
 

@@ -41,12 +41,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..core.node import Stream
-from ..core.refs import Metadata
-from ..core.timeutil import NANOS
-from ..operators.eventtime import LateRecords, Results, _merge
-from ..operators.windowstore import Closed, OpenWindows, exact_sign, in_close_order, slot
-from .running import ConformingNode, OpName
+from rivermark.core.node import Stream
+from rivermark.core.refs import Metadata
+from rivermark.core.timeutil import NANOS
+from rivermark.dataframe.running import ConformingNode, OpName
+from rivermark.operators.eventtime import LateRecords, Results, _merge
+from rivermark.operators.windowstore import Closed, OpenWindows, exact_sign, in_close_order, slot
 
 logger = logging.getLogger(__name__)
 

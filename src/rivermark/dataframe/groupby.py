@@ -15,9 +15,9 @@ from typing import Any
 
 import pandas as pd
 
-from ..errors import ConfigurationError
-from . import aggregations as aggs
-from .streaming import Streaming
+from rivermark.dataframe import aggregations as aggs
+from rivermark.dataframe.streaming import Streaming
+from rivermark.errors import ConfigurationError
 
 logger = logging.getLogger(__name__)
 

@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..errors import ConfigurationError
-from .base import Aggregation
-from .partials import KeyedAcc, merge_moment_arrays, nan_extreme
-from .schema import exact_sums_in_float64
+from rivermark.dataframe.base import Aggregation
+from rivermark.dataframe.partials import KeyedAcc, merge_moment_arrays, nan_extreme
+from rivermark.dataframe.schema import exact_sums_in_float64
+from rivermark.errors import ConfigurationError
 
 logger = logging.getLogger(__name__)
 

@@ -46,9 +46,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..state import KeyedState, KeyedStore
-from ..statedata import register_state_class
-from .partials import KeyedAcc
+from rivermark.dataframe.partials import KeyedAcc
+from rivermark.state import KeyedState, KeyedStore
+from rivermark.statedata import register_state_class
 
 logger = logging.getLogger(__name__)
 

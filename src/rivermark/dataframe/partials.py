@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
-from ..statedata import register_state_class
+from rivermark.statedata import register_state_class
 
 logger = logging.getLogger(__name__)
 

@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..core.node import Stream, check_callable
-from ..core.timeutil import parse_interval
-from ..errors import ConfigurationError
-from .core import DataFrame, random_datapoint
+from rivermark.core.node import Stream, check_callable
+from rivermark.core.timeutil import parse_interval
+from rivermark.dataframe.core import DataFrame, random_datapoint
+from rivermark.errors import ConfigurationError
 
 logger = logging.getLogger(__name__)
 

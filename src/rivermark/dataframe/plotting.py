@@ -25,7 +25,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..errors import ConfigurationError
+from rivermark.errors import ConfigurationError
 
 logger = logging.getLogger(__name__)
 

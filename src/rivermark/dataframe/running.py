@@ -15,10 +15,10 @@ from typing import Any, ClassVar
 import numpy as np
 import pandas as pd
 
-from ..core.node import Stream
-from ..core.refs import Metadata
-from ..errors import ConfigurationError
-from .schema import SchemaError, conform
+from rivermark.core.node import Stream
+from rivermark.core.refs import Metadata
+from rivermark.dataframe.schema import SchemaError, conform
+from rivermark.errors import ConfigurationError
 
 logger = logging.getLogger(__name__)
 

@@ -46,7 +46,7 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import is_bool_dtype, is_numeric_dtype, is_string_dtype
 
-from ..errors import RivermarkError
+from rivermark.errors import RivermarkError
 
 logger = logging.getLogger(__name__)
 

@@ -17,9 +17,9 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
-from ..core.graph import ancestors
-from ..core.node import Stream
-from ..errors import ConfigurationError
+from rivermark.core.graph import ancestors
+from rivermark.core.node import Stream
+from rivermark.errors import ConfigurationError
 
 logger = logging.getLogger(__name__)
 
@@ -254,7 +254,7 @@ class Streaming:
         object's) says whether it is streaming or updating.  The state is
         checkpointed with the node.
         """
-        from ..operators.stateful import no_default
+        from rivermark.operators.stateful import no_default
 
         start = kwargs.pop("start", no_default)
         returns_state = kwargs.pop("returns_state", False)
@@ -411,7 +411,7 @@ class Streaming:
 
     def _ipython_display_(self) -> None:
         """In Jupyter: the latest rows, kept current as records flow (``rivermark[notebook]``)."""
-        from ..observe.notebook import display_frame
+        from rivermark.observe.notebook import display_frame
 
         display_frame(self)
 

@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..core.node import Stream
-from ..core.refs import Metadata
-from ..errors import ConfigurationError
+from rivermark.core.node import Stream
+from rivermark.core.refs import Metadata
+from rivermark.errors import ConfigurationError
 
 logger = logging.getLogger(__name__)
 

@@ -42,13 +42,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..core.node import Stream
-from ..core.refs import Metadata
-from ..errors import ConfigurationError
-from ..operators.eventtime import LateRecords, Results, _delay, _merge
-from ..operators.joinbase import signed_interval
-from .core import DataFrame
-from .eventtime import FrameTimestamps, TimedDataFrame
+from rivermark.core.node import Stream
+from rivermark.core.refs import Metadata
+from rivermark.dataframe.core import DataFrame
+from rivermark.dataframe.eventtime import FrameTimestamps, TimedDataFrame
+from rivermark.errors import ConfigurationError
+from rivermark.operators.eventtime import LateRecords, Results, _delay, _merge
+from rivermark.operators.joinbase import signed_interval
 
 __all__ = ["FrameAsofJoin", "FrameIntervalJoin", "merge_asof", "join_interval"]
 

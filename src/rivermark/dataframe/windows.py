@@ -16,10 +16,10 @@ from typing import Any
 
 import pandas as pd
 
-from ..errors import ConfigurationError
-from . import aggregations as aggs
-from .running import check_rolling_window, informative_index
-from .streaming import Streaming
+from rivermark.dataframe import aggregations as aggs
+from rivermark.dataframe.running import check_rolling_window, informative_index
+from rivermark.dataframe.streaming import Streaming
+from rivermark.errors import ConfigurationError
 
 logger = logging.getLogger(__name__)
 
@@ -228,7 +228,7 @@ class Window:
 
     def groupby(self, other: Any) -> Any:
         """Grouped aggregations within the window."""
-        from .groupby import GroupBy
+        from rivermark.dataframe.groupby import GroupBy
 
         if isinstance(other, Window):
             other = other.root

@@ -24,7 +24,7 @@ See ``docs/architecture.md``, "How a record flows".
 
 from __future__ import annotations
 
-from .steps import graph_fact as graph_fact
-from .steps import step as step
+from rivermark.execution.steps import graph_fact as graph_fact
+from rivermark.execution.steps import step as step
 
 __all__ = ["graph_fact", "step"]

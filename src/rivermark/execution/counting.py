@@ -40,10 +40,10 @@ import itertools
 from operator import length_hint
 from typing import TYPE_CHECKING, Any
 
-from .node import Node
+from rivermark.execution.node import Node
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .push import Push
+    from rivermark.execution.push import Push
 
 __all__ = [
     "ENABLED",

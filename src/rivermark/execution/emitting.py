@@ -16,9 +16,9 @@ import asyncio
 from collections.abc import Awaitable
 from typing import Any
 
-from . import delivery, loops
-from .node import Metadata, Node
-from .plan import plan_of
+from rivermark.execution import delivery, loops
+from rivermark.execution.node import Metadata, Node
+from rivermark.execution.plan import plan_of
 
 __all__ = ["emit"]
 

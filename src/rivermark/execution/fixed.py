@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import ConfigurationError
+from rivermark.errors import ConfigurationError
 
 __all__ = ["Fixed"]
 

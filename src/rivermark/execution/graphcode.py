@@ -37,10 +37,18 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from . import counting
-from .node import Node
-from .push import merge_results, pass_down
-from .steps import Names, Site, Unsupported, define, emit_call, specialize, step_of
+from rivermark.execution import counting
+from rivermark.execution.node import Node
+from rivermark.execution.push import merge_results, pass_down
+from rivermark.execution.steps import (
+    Names,
+    Site,
+    Unsupported,
+    define,
+    emit_call,
+    specialize,
+    step_of,
+)
 
 logger = logging.getLogger(__name__)
 

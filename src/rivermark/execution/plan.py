@@ -32,10 +32,10 @@ from collections.abc import Awaitable, Callable, Iterator
 from types import MethodType
 from typing import Any
 
-from . import counting, delivery, graphcode
-from .node import Node, Results
-from .push import Push, build_push, fan_out, no_downstream, pass_down
-from .steps import specialized_update, step_of
+from rivermark.execution import counting, delivery, graphcode
+from rivermark.execution.node import Node, Results
+from rivermark.execution.push import Push, build_push, fan_out, no_downstream, pass_down
+from rivermark.execution.steps import specialized_update, step_of
 
 __all__ = [
     "Plan",

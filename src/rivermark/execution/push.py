@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .node import Node, Results
+from rivermark.execution.node import Node, Results
 
 __all__ = ["Push", "build_push", "fan_out", "merge_results", "no_downstream", "pass_down"]
 

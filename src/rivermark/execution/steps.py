@@ -64,8 +64,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
-from .fixed import Fixed
-from .node import Node
+from rivermark.execution.fixed import Fixed
+from rivermark.execution.node import Node
 
 __all__ = [
     "StepInfo",

@@ -11,8 +11,8 @@ True
 
 from __future__ import annotations
 
-from .dlq import dead_letter
-from .errors import (
+from rivermark.kafka.dlq import dead_letter
+from rivermark.kafka.errors import (
     DeadLetterError,
     KafkaCommitError,
     KafkaConnectorError,
@@ -21,10 +21,10 @@ from .errors import (
     KafkaGroupInUseError,
     KafkaTopicError,
 )
-from .offsets import OffsetTracker
-from .partitioned import PartitionedJob, PartitionSource
-from .sink import ToKafka
-from .source import KafkaBatchedSource, KafkaSource, from_kafka, from_kafka_batched
+from rivermark.kafka.offsets import OffsetTracker
+from rivermark.kafka.partitioned import PartitionedJob, PartitionSource
+from rivermark.kafka.sink import ToKafka
+from rivermark.kafka.source import KafkaBatchedSource, KafkaSource, from_kafka, from_kafka_batched
 
 __all__ = [
     "DeadLetterError",

@@ -23,10 +23,10 @@ import sys
 import time
 from typing import Any, Protocol
 
-from .errors import KafkaGroupInUseError, KafkaTopicError
-from .offsets import OffsetTracker
-from .ownership import live_owner
-from .topic_ids import TopicIds, recreated_message
+from rivermark.kafka.errors import KafkaGroupInUseError, KafkaTopicError
+from rivermark.kafka.offsets import OffsetTracker
+from rivermark.kafka.ownership import live_owner
+from rivermark.kafka.topic_ids import TopicIds, recreated_message
 
 logger = logging.getLogger(__name__)
 

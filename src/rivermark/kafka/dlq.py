@@ -43,9 +43,9 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from ..core.origin import describe_origin, record_origin
-from ..errors import ConfigurationError
-from .errors import DeadLetterError
+from rivermark.core.origin import describe_origin, record_origin
+from rivermark.errors import ConfigurationError
+from rivermark.kafka.errors import DeadLetterError
 
 logger = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .errors import KafkaCommitError, KafkaCommitTimeoutError
-from .transactions import DeadlineExceeded, call_with_deadline, first_record_visible
+from rivermark.kafka.errors import KafkaCommitError, KafkaCommitTimeoutError
+from rivermark.kafka.transactions import DeadlineExceeded, call_with_deadline, first_record_visible
 
 logger = logging.getLogger(__name__)
 

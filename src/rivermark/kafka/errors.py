@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..errors import RivermarkError
+from rivermark.errors import RivermarkError
 
 __all__ = [
     "DeadLetterError",

@@ -34,7 +34,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..observe.control import (
+from rivermark.observe.control import (
     ControlApi,
     checkpoint_rows,
     control_token,
@@ -43,10 +43,10 @@ from ..observe.control import (
     job_summary,
     local_url,
 )
-from ..observe.endstate import RunState, failure_text, run_state
+from rivermark.observe.endstate import RunState, failure_text, run_state
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..checkpoint.job import Job
+    from rivermark.checkpoint.protocol.job import Job
 
 logger = logging.getLogger(__name__)
 
@@ -186,7 +186,7 @@ class GroupControl:
         """Serve the control API on ``addr:port`` (``0``: a free port, see :attr:`port`)."""
         from aiohttp import web
 
-        from ..observe.ui import serve
+        from rivermark.observe.ui import serve
 
         app = web.Application()
         ControlApi(self, control_token()).add_routes(app)

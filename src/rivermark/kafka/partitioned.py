@@ -74,20 +74,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .._runguard import check_run_allowed
-from ..checkpoint.errors import CheckpointLockedError
-from ..checkpoint.job import Job
-from ..core import graph, runtime
-from ..core.node import Stream
-from ..errors import ConfigurationError
-from ..observe.control import local_url
-from ..observe.endstate import signal_reason
-from .copartition import co_partitioning_problem, partition_counts
-from .errors import KafkaCommitError, KafkaConnectorError, KafkaDeliveryError
-from .group_control import GroupControl
-from .membership import InstanceSlot
-from .sink import ToKafka
-from .source import KafkaBatchedSource
+from rivermark._runguard import check_run_allowed
+from rivermark.checkpoint.errors import CheckpointLockedError
+from rivermark.checkpoint.protocol.job import Job
+from rivermark.core import graph, runtime
+from rivermark.core.node import Stream
+from rivermark.errors import ConfigurationError
+from rivermark.kafka.copartition import co_partitioning_problem, partition_counts
+from rivermark.kafka.errors import KafkaCommitError, KafkaConnectorError, KafkaDeliveryError
+from rivermark.kafka.group_control import GroupControl
+from rivermark.kafka.membership import InstanceSlot
+from rivermark.kafka.sink import ToKafka
+from rivermark.kafka.source import KafkaBatchedSource
+from rivermark.observe.control import local_url
+from rivermark.observe.endstate import signal_reason
 
 logger = logging.getLogger(__name__)
 

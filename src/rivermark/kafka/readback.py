@@ -33,7 +33,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from ..sinks.base import WrittenOutput
+from rivermark.sinks.base import WrittenOutput
 
 logger = logging.getLogger(__name__)
 

@@ -88,20 +88,20 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from ..core.node import Stream
-from ..core.origin import describe_origin, record_origin
-from ..core.refs import Metadata, release_refs, retain_refs
-from ..errors import ConfigurationError
-from .epochs import EpochTransactions, encode
-from .errors import (
+from rivermark.core.node import Stream
+from rivermark.core.origin import describe_origin, record_origin
+from rivermark.core.refs import Metadata, release_refs, retain_refs
+from rivermark.errors import ConfigurationError
+from rivermark.kafka.epochs import EpochTransactions, encode
+from rivermark.kafka.errors import (
     KafkaDeliveryError,
     KafkaDeliveryTimeoutError,
     KafkaFencedError,
     KafkaTopicError,
 )
-from .readback import OutputEnds
-from .topic_ids import TopicIds
-from .transactions import call_with_deadline
+from rivermark.kafka.readback import OutputEnds
+from rivermark.kafka.topic_ids import TopicIds
+from rivermark.kafka.transactions import call_with_deadline
 
 logger = logging.getLogger(__name__)
 
@@ -687,6 +687,6 @@ class _Delivery:
 
 
 if TYPE_CHECKING:  # the type checker holds the sink to the contract, with its handle type
-    from ..sinks.base import CheckpointedSink
+    from rivermark.sinks.base import CheckpointedSink
 
     _checkpointed: type[CheckpointedSink[dict[str, Any]]] = ToKafka

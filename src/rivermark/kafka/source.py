@@ -59,21 +59,21 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..core.graph import descendants
-from ..core.inputend import ReadsPartitions
-from ..core.node import Stream
-from ..core.origin import record_origin
-from ..core.refs import Metadata, RefCounter
-from ..core.timeutil import parse_interval
-from ..errors import ConfigurationError
-from ..plugins import door
-from ..sources.base import TIME_SLICE, Source
-from .assignment import PartitionAssignment, split_key
-from .errors import KafkaConnectorError, KafkaTopicError
-from .ownership import owner_tag
-from .topic_ids import offsets_of, split_position, with_topic_ids
-from .transactions import DeadlineExceeded, call_with_deadline
-from .waiting import RecordWaiter
+from rivermark.core.graph import descendants
+from rivermark.core.inputend import ReadsPartitions
+from rivermark.core.node import Stream
+from rivermark.core.origin import record_origin
+from rivermark.core.refs import Metadata, RefCounter
+from rivermark.core.timeutil import parse_interval
+from rivermark.errors import ConfigurationError
+from rivermark.kafka.assignment import PartitionAssignment, split_key
+from rivermark.kafka.errors import KafkaConnectorError, KafkaTopicError
+from rivermark.kafka.ownership import owner_tag
+from rivermark.kafka.topic_ids import offsets_of, split_position, with_topic_ids
+from rivermark.kafka.transactions import DeadlineExceeded, call_with_deadline
+from rivermark.kafka.waiting import RecordWaiter
+from rivermark.plugins import door
+from rivermark.sources.base import TIME_SLICE, Source
 
 logger = logging.getLogger(__name__)
 

@@ -11,5 +11,5 @@ among the plain sinks.
 
 from __future__ import annotations
 
-from . import delta as delta
-from . import parquet as parquet
+from rivermark.lake import delta as delta
+from rivermark.lake import parquet as parquet

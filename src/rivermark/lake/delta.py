@@ -59,14 +59,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 from urllib.parse import quote as url_quote
 
-from ..checkpoint.lease import Lease
-from ..core.node import Stream
-from ..core.refs import Metadata
-from ..errors import ConfigurationError
-from ..execution.steps import step
-from ..sinks.basic import Sink
-from ..sinks.sqlstores import Delete, first_line
-from .files import (
+from rivermark.checkpoint.stores.lease import Lease
+from rivermark.core.node import Stream
+from rivermark.core.refs import Metadata
+from rivermark.errors import ConfigurationError
+from rivermark.execution.steps import step
+from rivermark.lake.files import (
     LakeSinkError,
     Location,
     RecordSchemaError,
@@ -75,6 +73,8 @@ from .files import (
     schema_of,
     sink_digest,
 )
+from rivermark.sinks.basic import Sink
+from rivermark.sinks.sqlstores import Delete, first_line
 
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ file already there), list, remove.
 A sink's own files live under ``ROOT/_rivermark/<digest of the sink id>/``:
 readers skip names that start with ``_`` or ``.`` (pyarrow, pandas, Spark,
 DuckDB's Hive reader), and Delta readers read only the files its log names.
-The lock of one sink id is a lease there (:mod:`rivermark.checkpoint.lease`):
+The lock of one sink id is a lease there (:mod:`rivermark.checkpoint.stores.lease`):
 a second job writing through the same sink id is refused while the first
 holds it.
 """
@@ -28,9 +28,9 @@ from operator import itemgetter
 from typing import IO, Any
 from urllib.parse import quote as url_quote
 
-from ..checkpoint.errors import CheckpointLockedError
-from ..checkpoint.lease import Lease, LocalLeaseBackend, S3LeaseBackend
-from ..errors import ConfigurationError, RivermarkError
+from rivermark.checkpoint.errors import CheckpointLockedError
+from rivermark.checkpoint.stores.lease import Lease, LocalLeaseBackend, S3LeaseBackend
+from rivermark.errors import ConfigurationError, RivermarkError
 
 logger = logging.getLogger(__name__)
 

@@ -56,14 +56,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, ClassVar
 
-from ..checkpoint.lease import Lease
-from ..core.node import Stream
-from ..core.refs import Metadata
-from ..errors import ConfigurationError
-from ..execution.steps import step
-from ..sinks.basic import Sink
-from ..sinks.sqlstores import first_line
-from .files import (
+from rivermark.checkpoint.stores.lease import Lease
+from rivermark.core.node import Stream
+from rivermark.core.refs import Metadata
+from rivermark.errors import ConfigurationError
+from rivermark.execution.steps import step
+from rivermark.lake.files import (
     LakeSinkError,
     Location,
     RecordSchemaError,
@@ -72,6 +70,8 @@ from .files import (
     schema_of,
     sink_digest,
 )
+from rivermark.sinks.basic import Sink
+from rivermark.sinks.sqlstores import first_line
 
 logger = logging.getLogger(__name__)
 

@@ -9,10 +9,10 @@
 * :mod:`.logs`: the command's text and JSON log formats.
 
 Each watcher attaches to a job as a
-:class:`~rivermark.checkpoint.listeners.JobListener`: importing this
+:class:`~rivermark.checkpoint.protocol.listeners.JobListener`: importing this
 package registers the metrics (every job), the Prometheus endpoint
 (``metrics_port``), the live page (``ui``) and the notebook display with
-:mod:`rivermark.checkpoint.listeners`; ``import rivermark`` imports it.
+:mod:`rivermark.checkpoint.protocol.listeners`; ``import rivermark`` imports it.
 
 See ``docs/operating.md``.
 """
@@ -21,18 +21,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..checkpoint.listeners import attach_display
-from . import metrics as metrics
-from . import prometheus as prometheus
-from . import ui as ui
+from rivermark.checkpoint.protocol.listeners import attach_display
+from rivermark.observe import metrics as metrics
+from rivermark.observe import prometheus as prometheus
+from rivermark.observe import ui as ui
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..checkpoint.job import Job
+    from rivermark.checkpoint.protocol.job import Job
 
 
 def _display_job(job: Job) -> None:
     """``Job._ipython_display_``: the notebook display, an optional layer loaded on first use."""
-    from .notebook import display_job
+    from rivermark.observe.notebook import display_job
 
     display_job(job)
 

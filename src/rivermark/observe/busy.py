@@ -42,10 +42,10 @@ from collections.abc import Iterator
 from types import CodeType, FrameType
 from typing import TYPE_CHECKING, Any
 
-from ..core.node import Stream
+from rivermark.core.node import Stream
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..checkpoint.job import Job
+    from rivermark.checkpoint.protocol.job import Job
 
 __all__ = ["BusySampler"]
 

@@ -49,10 +49,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..checkpoint.signing import check_private, refuse_empty
-from ..errors import ConfigurationError, RivermarkError
-from .endstate import run_state
-from .metrics import COUNTS, metrics_of
+from rivermark.checkpoint.stores.signing import check_private, refuse_empty
+from rivermark.errors import ConfigurationError, RivermarkError
+from rivermark.observe.endstate import run_state
+from rivermark.observe.metrics import COUNTS, metrics_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Iterable
@@ -60,8 +60,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from aiohttp import web
     from aiohttp.typedefs import Handler, Middleware
 
-    from ..checkpoint.job import Job
-    from ..checkpoint.listeners import CheckpointFailure, CheckpointInfo
+    from rivermark.checkpoint.protocol.job import Job
+    from rivermark.checkpoint.protocol.listeners import CheckpointFailure, CheckpointInfo
 
 logger = logging.getLogger(__name__)
 

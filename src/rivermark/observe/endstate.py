@@ -1,7 +1,7 @@
 """How a run stands and how it ended, in the words every display uses.
 
 The vocabulary (:class:`RunState`, :func:`run_state`, the table of states)
-is the job's own and lives in :mod:`rivermark.checkpoint.runstate`; it is
+is the job's own and lives in :mod:`rivermark.checkpoint.protocol.runstate`; it is
 re-exported here for the displays.  :func:`last_run` is the reader's side:
 how the run recorded in a store stands for someone who holds no lock.
 
@@ -15,16 +15,16 @@ import os
 import socket
 from typing import Any
 
-from ..checkpoint.runstate import END_OF_INPUT as END_OF_INPUT
-from ..checkpoint.runstate import ENDED_STATES as ENDED_STATES
-from ..checkpoint.runstate import KILLED_REASON as KILLED_REASON
-from ..checkpoint.runstate import RunState as RunState
-from ..checkpoint.runstate import ended_record as ended_record
-from ..checkpoint.runstate import failure_text as failure_text
-from ..checkpoint.runstate import previous_run as previous_run
-from ..checkpoint.runstate import run_record as run_record
-from ..checkpoint.runstate import run_state as run_state
-from ..checkpoint.runstate import signal_reason as signal_reason
+from rivermark.checkpoint.protocol.runstate import END_OF_INPUT as END_OF_INPUT
+from rivermark.checkpoint.protocol.runstate import ENDED_STATES as ENDED_STATES
+from rivermark.checkpoint.protocol.runstate import KILLED_REASON as KILLED_REASON
+from rivermark.checkpoint.protocol.runstate import RunState as RunState
+from rivermark.checkpoint.protocol.runstate import ended_record as ended_record
+from rivermark.checkpoint.protocol.runstate import failure_text as failure_text
+from rivermark.checkpoint.protocol.runstate import previous_run as previous_run
+from rivermark.checkpoint.protocol.runstate import run_record as run_record
+from rivermark.checkpoint.protocol.runstate import run_state as run_state
+from rivermark.checkpoint.protocol.runstate import signal_reason as signal_reason
 
 __all__ = [
     "RunState",

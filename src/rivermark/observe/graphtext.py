@@ -18,8 +18,8 @@ flowchart LR
 
 from __future__ import annotations
 
-from ..core.graph import dot_quote, node_ids, node_label, topological
-from ..core.node import Stream
+from rivermark.core.graph import dot_quote, node_ids, node_label, topological
+from rivermark.core.node import Stream
 
 __all__ = ["to_dot", "to_mermaid"]
 

@@ -11,7 +11,7 @@ An ``aiohttp`` server (the ``ui`` extra) serves:
 * ``/``: one self-contained HTML page, which reloads the history every few
   seconds, so checkpoints a running job writes appear;
 * ``/api/checkpoints``: the history as JSON (the rows of
-  :func:`rivermark.checkpoint.inspection.checkpoint_history`) and how the
+  :func:`rivermark.checkpoint.tools.inspection.checkpoint_history`) and how the
   last run stands or ended (``last_run``: running, stopped, finished,
   failed or killed, with the reason; :mod:`rivermark.observe.endstate`).
 
@@ -24,14 +24,14 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from ..checkpoint.inspection import checkpoint_history, where
-from ..checkpoint.store import Store
-from ..errors import ConfigurationError
-from .endstate import last_run
+from rivermark.checkpoint.stores.store import Store
+from rivermark.checkpoint.tools.inspection import checkpoint_history, where
+from rivermark.errors import ConfigurationError
+from rivermark.observe.endstate import last_run
 
 if TYPE_CHECKING:  # pragma: no cover
     from aiohttp import web
-from .ui import page, serve
+from rivermark.observe.ui import page, serve
 
 logger = logging.getLogger(__name__)
 

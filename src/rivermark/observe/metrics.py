@@ -51,19 +51,19 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from ..checkpoint.counts import COUNTS as COUNTS
-from ..checkpoint.counts import EventTimeWindows as EventTimeWindows
-from ..checkpoint.counts import totals
-from ..checkpoint.listeners import JobListener, attach_listener
-from ..checkpoint.options import JobOptions
-from ..core.graph import ancestors
-from ..core.node import Stream
-from ..errors import ConfigurationError
-from .busy import BusySampler
+from rivermark.checkpoint.protocol.counts import COUNTS as COUNTS
+from rivermark.checkpoint.protocol.counts import EventTimeWindows as EventTimeWindows
+from rivermark.checkpoint.protocol.counts import totals
+from rivermark.checkpoint.protocol.listeners import JobListener, attach_listener
+from rivermark.checkpoint.protocol.options import JobOptions
+from rivermark.core.graph import ancestors
+from rivermark.core.node import Stream
+from rivermark.errors import ConfigurationError
+from rivermark.observe.busy import BusySampler
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..checkpoint.job import Job
-    from ..checkpoint.listeners import CheckpointFailure, CheckpointInfo
+    from rivermark.checkpoint.protocol.job import Job
+    from rivermark.checkpoint.protocol.listeners import CheckpointFailure, CheckpointInfo
 
 logger = logging.getLogger(__name__)
 

@@ -26,17 +26,17 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..checkpoint.listeners import CheckpointFailure, CheckpointInfo, JobListener
-from ..checkpoint.runstate import RunState
-from ..core.node import Stream
-from ..errors import ConfigurationError
-from ..sinks.basic import Sink
-from .endstate import run_state
-from .metrics import metrics_of
-from .progress import checkpoint_text, progress_line
+from rivermark.checkpoint.protocol.listeners import CheckpointFailure, CheckpointInfo, JobListener
+from rivermark.checkpoint.protocol.runstate import RunState
+from rivermark.core.node import Stream
+from rivermark.errors import ConfigurationError
+from rivermark.observe.endstate import run_state
+from rivermark.observe.metrics import metrics_of
+from rivermark.observe.progress import checkpoint_text, progress_line
+from rivermark.sinks.basic import Sink
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..checkpoint.job import Job
+    from rivermark.checkpoint.protocol.job import Job
 
 logger = logging.getLogger(__name__)
 

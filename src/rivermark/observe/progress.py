@@ -32,12 +32,12 @@ import threading
 import time
 from typing import IO, TYPE_CHECKING, Any
 
-from ..checkpoint.listeners import JobListener
-from .endstate import RunState, run_state
-from .metrics import NodeMetrics, Snapshot, SourceMetrics, metrics_of
+from rivermark.checkpoint.protocol.listeners import JobListener
+from rivermark.observe.endstate import RunState, run_state
+from rivermark.observe.metrics import NodeMetrics, Snapshot, SourceMetrics, metrics_of
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..checkpoint.job import Job
+    from rivermark.checkpoint.protocol.job import Job
 
 logger = logging.getLogger(__name__)
 

@@ -16,14 +16,14 @@ import math
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from ..checkpoint.listeners import JobListener, attach_listener
-from ..checkpoint.options import JobOptions, check_port
-from ..checkpoint.runstate import RunState
-from ..errors import ConfigurationError
-from .metrics import Metrics, Snapshot, metrics_of
+from rivermark.checkpoint.protocol.listeners import JobListener, attach_listener
+from rivermark.checkpoint.protocol.options import JobOptions, check_port
+from rivermark.checkpoint.protocol.runstate import RunState
+from rivermark.errors import ConfigurationError
+from rivermark.observe.metrics import Metrics, Snapshot, metrics_of
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..checkpoint.job import Job
+    from rivermark.checkpoint.protocol.job import Job
 
 logger = logging.getLogger(__name__)
 

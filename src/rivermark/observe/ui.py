@@ -33,11 +33,11 @@ from collections.abc import Awaitable, Callable
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any
 
-from ..checkpoint.listeners import JobListener, attach_listener
-from ..checkpoint.options import JobOptions, check_port
-from ..checkpoint.runstate import RunState
-from ..errors import ConfigurationError
-from .control import (
+from rivermark.checkpoint.protocol.listeners import JobListener, attach_listener
+from rivermark.checkpoint.protocol.options import JobOptions, check_port
+from rivermark.checkpoint.protocol.runstate import RunState
+from rivermark.errors import ConfigurationError
+from rivermark.observe.control import (
     ControlApi,
     JobControl,
     checkpoint_rows,
@@ -46,14 +46,14 @@ from .control import (
     host_guard,
     local_url,
 )
-from .endstate import run_state
-from .metrics import Snapshot, metrics_of
-from .progress import position_text
+from rivermark.observe.endstate import run_state
+from rivermark.observe.metrics import Snapshot, metrics_of
+from rivermark.observe.progress import position_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from aiohttp import web
 
-    from ..checkpoint.job import Job
+    from rivermark.checkpoint.protocol.job import Job
 
 logger = logging.getLogger(__name__)
 

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from . import asyncops as asyncops
-from . import eventtime as eventtime
-from . import eventtimers as eventtimers
-from . import intervaljoin as intervaljoin
-from . import joins as joins
-from . import stateful as stateful
-from . import timejoins as timejoins
-from . import timing as timing
-from . import transform as transform
-from . import windowjoin as windowjoin
-from . import windows as windows
+from rivermark.operators import asyncops as asyncops
+from rivermark.operators import eventtime as eventtime
+from rivermark.operators import eventtimers as eventtimers
+from rivermark.operators import intervaljoin as intervaljoin
+from rivermark.operators import joins as joins
+from rivermark.operators import stateful as stateful
+from rivermark.operators import timejoins as timejoins
+from rivermark.operators import timing as timing
+from rivermark.operators import transform as transform
+from rivermark.operators import windowjoin as windowjoin
+from rivermark.operators import windows as windows

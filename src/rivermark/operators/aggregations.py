@@ -20,9 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.naming import function_name
-from ..core.node import check_callable
-from ..errors import ConfigurationError
+from rivermark.core.naming import function_name
+from rivermark.core.node import check_callable
+from rivermark.errors import ConfigurationError
 
 logger = logging.getLogger(__name__)
 

@@ -17,10 +17,10 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
-from ..core import runtime
-from ..core.node import Stream, check_callable, check_positive_int
-from ..core.refs import Metadata, release_refs
-from ..errors import ConfigurationError, describe
+from rivermark.core import runtime
+from rivermark.core.node import Stream, check_callable, check_positive_int
+from rivermark.core.refs import Metadata, release_refs
+from rivermark.errors import ConfigurationError, describe
 
 logger = logging.getLogger(__name__)
 

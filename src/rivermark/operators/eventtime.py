@@ -33,16 +33,16 @@ import time
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
 from typing import Any, NamedTuple, Protocol
 
-from ..core.naming import function_name
-from ..core.node import Stream, check_callable
-from ..core.refs import Metadata
-from ..core.timeutil import parse_interval
-from ..errors import ConfigurationError
-from ..execution.steps import step
-from ..statedata import register_state_class
-from .aggregations import Aggregation, aggregation
-from .watermarks import NEG_INF, POS_INF, WatermarkTracker, to_epoch
-from .windowstore import OpenWindows, exact_sign, slot
+from rivermark.core.naming import function_name
+from rivermark.core.node import Stream, check_callable
+from rivermark.core.refs import Metadata
+from rivermark.core.timeutil import parse_interval
+from rivermark.errors import ConfigurationError
+from rivermark.execution.steps import step
+from rivermark.operators.aggregations import Aggregation, aggregation
+from rivermark.operators.watermarks import NEG_INF, POS_INF, WatermarkTracker, to_epoch
+from rivermark.operators.windowstore import OpenWindows, exact_sign, slot
+from rivermark.statedata import register_state_class
 
 logger = logging.getLogger(__name__)
 

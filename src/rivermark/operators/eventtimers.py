@@ -37,10 +37,10 @@ import math
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from ..core.node import Stream, check_callable
-from ..core.refs import Metadata
-from ..state import KeyedState, KeyedStore, as_keyed
-from .eventtime import EventWindow, Results, _merge, attach
+from rivermark.core.node import Stream, check_callable
+from rivermark.core.refs import Metadata
+from rivermark.operators.eventtime import EventWindow, Results, _merge, attach
+from rivermark.state import KeyedState, KeyedStore, as_keyed
 
 logger = logging.getLogger(__name__)
 

@@ -10,12 +10,12 @@ import math
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from ..core.node import Stream
-from ..core.refs import Metadata
-from ..errors import ConfigurationError
-from ..state import KeyedState, KeyedStore, as_keyed
-from .eventtime import Results, Timestamps, _merge, attach
-from .joinbase import LateSide, func_name, join_key, signed_interval
+from rivermark.core.node import Stream
+from rivermark.core.refs import Metadata
+from rivermark.errors import ConfigurationError
+from rivermark.operators.eventtime import Results, Timestamps, _merge, attach
+from rivermark.operators.joinbase import LateSide, func_name, join_key, signed_interval
+from rivermark.state import KeyedState, KeyedStore, as_keyed
 
 __all__ = ["IntervalJoin"]
 

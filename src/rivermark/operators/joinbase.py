@@ -10,12 +10,12 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from ..core.naming import function_name
-from ..core.node import Stream
-from ..core.refs import Metadata
-from ..core.timeutil import parse_interval
-from ..errors import ConfigurationError
-from .eventtime import LateRecords, Results, key_function
+from rivermark.core.naming import function_name
+from rivermark.core.node import Stream
+from rivermark.core.refs import Metadata
+from rivermark.core.timeutil import parse_interval
+from rivermark.errors import ConfigurationError
+from rivermark.operators.eventtime import LateRecords, Results, key_function
 
 logger = logging.getLogger(__name__)
 

@@ -14,10 +14,10 @@ from collections import deque
 from collections.abc import Awaitable, Iterable
 from typing import Any
 
-from ..core.node import Fixed, Stream, check_positive_int
-from ..core.refs import Metadata, merge_metadata, release_refs
-from ..errors import ConfigurationError, GraphError
-from ..execution.steps import step
+from rivermark.core.node import Fixed, Stream, check_positive_int
+from rivermark.core.refs import Metadata, merge_metadata, release_refs
+from rivermark.errors import ConfigurationError, GraphError
+from rivermark.execution.steps import step
 
 logger = logging.getLogger(__name__)
 

@@ -13,12 +13,12 @@ from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ..core.naming import function_name
-from ..core.node import Fixed, Stream, check_callable, check_positive_int, identity
-from ..core.refs import Metadata, merge_metadata
-from ..errors import ConfigurationError
-from ..execution.steps import step
-from ..state import KeyedState, KeyedStore, as_keyed, no_default
+from rivermark.core.naming import function_name
+from rivermark.core.node import Fixed, Stream, check_callable, check_positive_int, identity
+from rivermark.core.refs import Metadata, merge_metadata
+from rivermark.errors import ConfigurationError
+from rivermark.execution.steps import step
+from rivermark.state import KeyedState, KeyedStore, as_keyed, no_default
 
 logger = logging.getLogger(__name__)
 

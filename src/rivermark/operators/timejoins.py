@@ -54,13 +54,13 @@ import math
 from collections.abc import Callable, Hashable
 from typing import Any, Protocol
 
-from ..core.node import Stream, check_callable
-from ..core.refs import Metadata
-from ..errors import ConfigurationError
-from ..state import KeyedState, KeyedStore, as_keyed
-from .eventtime import Results, Timestamps, _delay, _merge, attach
-from .intervaljoin import IntervalJoin as IntervalJoin
-from .joinbase import LateSide, func_name, join_key
+from rivermark.core.node import Stream, check_callable
+from rivermark.core.refs import Metadata
+from rivermark.errors import ConfigurationError
+from rivermark.operators.eventtime import Results, Timestamps, _delay, _merge, attach
+from rivermark.operators.intervaljoin import IntervalJoin as IntervalJoin
+from rivermark.operators.joinbase import LateSide, func_name, join_key
+from rivermark.state import KeyedState, KeyedStore, as_keyed
 
 logger = logging.getLogger(__name__)
 

@@ -22,12 +22,12 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Any, ClassVar
 
-from ..core import runtime
-from ..core.node import Stream, check_positive_int, identity
-from ..core.refs import Metadata, merge_metadata, release_refs
-from ..core.timeutil import parse_interval
-from ..errors import ConfigurationError
-from ..execution import delivery
+from rivermark.core import runtime
+from rivermark.core.node import Stream, check_positive_int, identity
+from rivermark.core.refs import Metadata, merge_metadata, release_refs
+from rivermark.core.timeutil import parse_interval
+from rivermark.errors import ConfigurationError
+from rivermark.execution import delivery
 
 logger = logging.getLogger(__name__)
 

@@ -17,10 +17,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ..core.node import Fixed, Stream, check_callable
-from ..core.refs import Metadata
-from ..execution.push import merge_results
-from ..execution.steps import step
+from rivermark.core.node import Fixed, Stream, check_callable
+from rivermark.core.refs import Metadata
+from rivermark.execution.push import merge_results
+from rivermark.execution.steps import step
 
 logger = logging.getLogger(__name__)
 

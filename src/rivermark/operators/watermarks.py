@@ -45,7 +45,7 @@ import time
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
-from ..core.timeutil import epoch_seconds
+from rivermark.core.timeutil import epoch_seconds
 
 logger = logging.getLogger(__name__)
 

@@ -38,14 +38,14 @@ import math
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
-from ..core.node import Stream, check_callable
-from ..core.refs import Metadata
-from ..core.timeutil import parse_interval
-from ..errors import ConfigurationError
-from ..state import KeyedState, KeyedStore, as_keyed
-from .eventtime import Results, Timestamps, WindowResult, _delay, _merge, attach
-from .joinbase import LateSide, func_name, join_key
-from .windowstore import Closed, exact_sign, in_close_order, slot
+from rivermark.core.node import Stream, check_callable
+from rivermark.core.refs import Metadata
+from rivermark.core.timeutil import parse_interval
+from rivermark.errors import ConfigurationError
+from rivermark.operators.eventtime import Results, Timestamps, WindowResult, _delay, _merge, attach
+from rivermark.operators.joinbase import LateSide, func_name, join_key
+from rivermark.operators.windowstore import Closed, exact_sign, in_close_order, slot
+from rivermark.state import KeyedState, KeyedStore, as_keyed
 
 __all__ = ["WindowJoin"]
 

@@ -21,12 +21,12 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Any
 
-from ..core import runtime
-from ..core.node import Fixed, Stream, check_positive_int, identity
-from ..core.refs import Metadata, merge_metadata, release_refs
-from ..errors import ConfigurationError
-from ..execution.steps import step
-from ..state import KeyedState, KeyedStore, as_keyed
+from rivermark.core import runtime
+from rivermark.core.node import Fixed, Stream, check_positive_int, identity
+from rivermark.core.refs import Metadata, merge_metadata, release_refs
+from rivermark.errors import ConfigurationError
+from rivermark.execution.steps import step
+from rivermark.state import KeyedState, KeyedStore, as_keyed
 
 logger = logging.getLogger(__name__)
 

@@ -44,7 +44,7 @@ from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any, Protocol
 
-from ..state import KeyedState, KeyedStore, as_keyed
+from rivermark.state import KeyedState, KeyedStore, as_keyed
 
 __all__ = [
     "Closed",

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import basic as basic
-from . import sql as sql
-from . import textfile as textfile
-from .basic import Sink as Sink
+from rivermark.sinks import basic as basic
+from rivermark.sinks import sql as sql
+from rivermark.sinks import textfile as textfile
+from rivermark.sinks.basic import Sink as Sink
 
 
 def __getattr__(name: str) -> Any:
     """streamz's sink names (``sink``, ``sink_to_textfile``, ``to_kafka``), looked up on use."""
-    from ..streamz_names import SINKS, lookup
+    from rivermark.streamz_names import SINKS, lookup
 
     return lookup(SINKS, __name__, name)

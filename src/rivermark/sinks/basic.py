@@ -11,11 +11,11 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
-from ..core import runtime
-from ..core.node import Fixed, Stream, check_callable, is_coroutine_function
-from ..core.refs import Metadata, release_refs, retain_refs
-from ..execution import plan
-from ..execution.steps import step
+from rivermark.core import runtime
+from rivermark.core.node import Fixed, Stream, check_callable, is_coroutine_function
+from rivermark.core.refs import Metadata, release_refs, retain_refs
+from rivermark.execution import plan
+from rivermark.execution.steps import step
 
 __all__ = ["Sink", "SinkToList"]
 

@@ -33,14 +33,14 @@ import os
 from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any, ClassVar
 
-from ..core.node import Stream
-from ..core.refs import Metadata
-from ..errors import ConfigurationError
-from .base import TextOutputSink
-from .textfile import FileHandle
+from rivermark.core.node import Stream
+from rivermark.core.refs import Metadata
+from rivermark.errors import ConfigurationError
+from rivermark.sinks.base import TextOutputSink
+from rivermark.sinks.textfile import FileHandle
 
 if TYPE_CHECKING:
-    from .base import CheckpointedSink
+    from rivermark.sinks.base import CheckpointedSink
 
 __all__ = ["SideOutput", "StandIn", "put_in_place_of"]
 

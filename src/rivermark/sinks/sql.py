@@ -57,11 +57,11 @@ import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 
-from ..core.node import Stream
-from ..core.refs import Metadata
-from ..errors import ConfigurationError, RivermarkError
-from .basic import Sink
-from .sqlstores import (
+from rivermark.core.node import Stream
+from rivermark.core.refs import Metadata
+from rivermark.errors import ConfigurationError, RivermarkError
+from rivermark.sinks.basic import Sink
+from rivermark.sinks.sqlstores import (
     Delete,
     PostgresStore,
     SQLiteStore,
@@ -77,7 +77,7 @@ __all__ = ["Delete", "SQLSinkError", "ToSQL", "delete"]
 
 
 if TYPE_CHECKING:
-    from .base import CheckpointedSink
+    from rivermark.sinks.base import CheckpointedSink
 
 
 class SQLHandle(TypedDict):

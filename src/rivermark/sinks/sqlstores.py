@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, Protocol
 
-from ..errors import RivermarkError
-from ..statedata import register_state_class
+from rivermark.errors import RivermarkError
+from rivermark.statedata import register_state_class
 
 logger = logging.getLogger(__name__)
 

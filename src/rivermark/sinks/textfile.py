@@ -34,15 +34,15 @@ import os
 import stat
 from typing import IO, TYPE_CHECKING, Any, ClassVar, TypedDict
 
-from .._fileid import lock_holder, tail_digest
-from ..core.node import Stream
-from ..core.refs import Metadata
-from ..errors import ChangedFileError, ConfigurationError, FileInUseError
-from .base import WrittenOutput
-from .basic import Sink
+from rivermark._fileid import lock_holder, tail_digest
+from rivermark.core.node import Stream
+from rivermark.core.refs import Metadata
+from rivermark.errors import ChangedFileError, ConfigurationError, FileInUseError
+from rivermark.sinks.base import WrittenOutput
+from rivermark.sinks.basic import Sink
 
 if TYPE_CHECKING:
-    from .base import CheckpointedSink, ReadBackSink
+    from rivermark.sinks.base import CheckpointedSink, ReadBackSink
 
 
 class FileHandle(TypedDict, total=False):

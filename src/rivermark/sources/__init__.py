@@ -8,17 +8,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import files as files
-from . import iterable as iterable
-from . import network as network
-from . import periodic as periodic
-from . import process as process
-from . import queue as queue
-from .base import Source as Source
+from rivermark.sources import files as files
+from rivermark.sources import iterable as iterable
+from rivermark.sources import network as network
+from rivermark.sources import periodic as periodic
+from rivermark.sources import process as process
+from rivermark.sources import queue as queue
+from rivermark.sources.base import Source as Source
 
 
 def __getattr__(name: str) -> Any:
     """streamz's source names (``from_iterable``, ``from_textfile``, ...), looked up on use."""
-    from ..streamz_names import SOURCES, lookup
+    from rivermark.streamz_names import SOURCES, lookup
 
     return lookup(SOURCES, __name__, name)

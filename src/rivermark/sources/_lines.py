@@ -29,7 +29,7 @@ import codecs
 import sys
 from dataclasses import dataclass, replace
 
-from ..errors import ConfigurationError
+from rivermark.errors import ConfigurationError
 
 __all__ = ["Codec", "LineSplitter"]
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 import hashlib
 import os
 
-from .._fileid import TAIL_BYTES, identity
+from rivermark._fileid import TAIL_BYTES, identity
 
 __all__ = ["Tail", "Rewritten"]
 

@@ -44,10 +44,10 @@ from itertools import islice
 from operator import length_hint
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, cast
 
-from ..core import runtime
-from ..core.node import Stream
-from ..core.refs import Metadata
-from ..errors import ConfigurationError
+from rivermark.core import runtime
+from rivermark.core.node import Stream
+from rivermark.core.refs import Metadata
+from rivermark.errors import ConfigurationError
 
 if TYPE_CHECKING:
     # a bare Source has a position of any type, as before the contract had one

@@ -12,11 +12,11 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from ..core.node import Stream
-from ..core.timeutil import parse_interval
-from ..errors import ConfigurationError
-from .base import Source
-from .textfile import FromTextfile as FromTextfile
+from rivermark.core.node import Stream
+from rivermark.core.timeutil import parse_interval
+from rivermark.errors import ConfigurationError
+from rivermark.sources.base import Source
+from rivermark.sources.textfile import FromTextfile as FromTextfile
 
 logger = logging.getLogger(__name__)
 

@@ -8,9 +8,9 @@ import time
 from collections.abc import Iterable, Iterator, Sized
 from typing import Any
 
-from ..core.node import Stream
-from ..errors import ConfigurationError
-from .base import TIME_SLICE, Source
+from rivermark.core.node import Stream
+from rivermark.errors import ConfigurationError
+from rivermark.sources.base import TIME_SLICE, Source
 
 logger = logging.getLogger(__name__)
 

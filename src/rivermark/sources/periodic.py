@@ -8,9 +8,9 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from ..core.node import Stream, check_callable
-from ..core.timeutil import parse_interval
-from .base import Source
+from rivermark.core.node import Stream, check_callable
+from rivermark.core.timeutil import parse_interval
+from rivermark.sources.base import Source
 
 logger = logging.getLogger(__name__)
 

@@ -9,9 +9,9 @@ import shlex
 import subprocess
 from typing import Any
 
-from ..core.node import Stream
-from ..errors import ConfigurationError
-from .base import Source
+from rivermark.core.node import Stream
+from rivermark.errors import ConfigurationError
+from rivermark.sources.base import Source
 
 logger = logging.getLogger(__name__)
 

@@ -7,10 +7,10 @@ import logging
 import queue
 from typing import Any
 
-from ..core.node import Stream
-from ..core.timeutil import parse_interval
-from ..errors import ConfigurationError
-from .base import Source
+from rivermark.core.node import Stream
+from rivermark.core.timeutil import parse_interval
+from rivermark.errors import ConfigurationError
+from rivermark.sources.base import Source
 
 logger = logging.getLogger(__name__)
 

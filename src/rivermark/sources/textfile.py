@@ -8,13 +8,13 @@ import logging
 import os
 from typing import IO, Any, TypedDict
 
-from .._fileid import fd_tail_digest, find_identity, identity, tail_digest
-from ..core.node import Stream
-from ..core.timeutil import parse_interval
-from ..errors import ChangedFileError, ConfigurationError, InputDecodeError
-from ._lines import Codec, LineSplitter
-from ._tail import Rewritten, Tail
-from .base import Source
+from rivermark._fileid import fd_tail_digest, find_identity, identity, tail_digest
+from rivermark.core.node import Stream
+from rivermark.core.timeutil import parse_interval
+from rivermark.errors import ChangedFileError, ConfigurationError, InputDecodeError
+from rivermark.sources._lines import Codec, LineSplitter
+from rivermark.sources._tail import Rewritten, Tail
+from rivermark.sources.base import Source
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from ..errors import RivermarkError
+from rivermark.errors import RivermarkError
 
 logger = logging.getLogger(__name__)
 

@@ -49,8 +49,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..checkpoint import faults
-from ..errors import RivermarkError
+from rivermark.checkpoint import faults
+from rivermark.errors import RivermarkError
 
 logger = logging.getLogger(__name__)
 

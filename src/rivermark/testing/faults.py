@@ -10,8 +10,8 @@ apps import them from here.
 
 from __future__ import annotations
 
-from ..checkpoint.faults import FAULT_POINTS as FAULT_POINTS
-from ..checkpoint.faults import fault_error as fault_error
-from ..checkpoint.faults import fault_point as fault_point
+from rivermark.checkpoint.faults import FAULT_POINTS as FAULT_POINTS
+from rivermark.checkpoint.faults import fault_error as fault_error
+from rivermark.checkpoint.faults import fault_point as fault_point
 
 __all__ = ["fault_point", "fault_error", "FAULT_POINTS"]

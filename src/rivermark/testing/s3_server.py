@@ -9,7 +9,7 @@ a crashed or partitioned store would be.
 
 Clients find it through the standard AWS variables of :meth:`S3Server.env`
 (``AWS_ENDPOINT_URL`` and dummy credentials), which botocore, and therefore
-s3fs and :class:`rivermark.checkpoint.objectstore.ObjectStore`, read.
+s3fs and :class:`rivermark.checkpoint.stores.objectstore.ObjectStore`, read.
 
 Needs ``moto[server]`` (the ``test`` extra).
 """

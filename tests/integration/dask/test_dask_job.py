@@ -29,7 +29,8 @@ import pytest
 from distributed import Client
 
 from rivermark import Job, Stream
-from rivermark.checkpoint import JobFailedError, LocalDirectoryStore, codec
+from rivermark.checkpoint import JobFailedError, LocalDirectoryStore
+from rivermark.checkpoint.state import codec
 from rivermark.dask import DaskAccumulate, DaskConnectionError
 from rivermark.dask.store import DaskDatasetStore
 from rivermark.testing import run_in_thread, wait_for

@@ -19,7 +19,8 @@ import pytest
 from distributed import Client
 
 from rivermark import Job, Stream
-from rivermark.checkpoint import LocalDirectoryStore, codec, read, write_savepoint
+from rivermark.checkpoint import LocalDirectoryStore, read, write_savepoint
+from rivermark.checkpoint.state import codec
 
 # the workers cannot import this test module: ship its functions by value
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

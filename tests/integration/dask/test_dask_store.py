@@ -14,7 +14,8 @@ import pytest
 from distributed import Client
 
 from rivermark import Job, Stream
-from rivermark.checkpoint import CheckpointCorruptError, CheckpointLockedError, Manifest, codec
+from rivermark.checkpoint import CheckpointCorruptError, CheckpointLockedError, Manifest
+from rivermark.checkpoint.state import codec
 from rivermark.dask.store import DaskDatasetStore
 from rivermark.errors import ConfigurationError
 

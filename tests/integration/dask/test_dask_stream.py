@@ -18,7 +18,7 @@ import pytest
 from distributed import Client
 
 from rivermark import RefCounter, Stream
-from rivermark.checkpoint import codec
+from rivermark.checkpoint.state import codec
 from rivermark.dask import (
     SCATTERED_OPERATORS,
     DaskAccumulate,

@@ -25,7 +25,8 @@ import pytest
 from distributed import Client, LocalCluster
 
 from rivermark import Job, Stream
-from rivermark.checkpoint import LocalDirectoryStore, codec
+from rivermark.checkpoint import LocalDirectoryStore
+from rivermark.checkpoint.state import codec
 from rivermark.dask.errors import KafkaRangeReadError
 from rivermark.dask.kafka import KafkaRange, KafkaRangeSource, read_kafka_range
 from rivermark.kafka.topic_ids import offsets_of

@@ -20,7 +20,7 @@ import pytest
 
 from rivermark import Stream
 from rivermark.checkpoint import Job, LocalDirectoryStore
-from rivermark.checkpoint.upgrade import UpgradeRules, plan_restore
+from rivermark.checkpoint.protocol.upgrade import UpgradeRules, plan_restore
 from rivermark.kafka.topic_ids import offsets_of
 from rivermark.testing.kafka_broker import add_partitions
 

@@ -23,8 +23,9 @@ from typing import Any
 import pytest
 
 from rivermark import KeyedState, Stream
-from rivermark.checkpoint import CheckpointLockedError, Job, Manifest, ObjectStoreError, codec
-from rivermark.checkpoint.objectstore import ObjectStore
+from rivermark.checkpoint import CheckpointLockedError, Job, Manifest, ObjectStoreError
+from rivermark.checkpoint.state import codec
+from rivermark.checkpoint.stores.objectstore import ObjectStore
 from rivermark.cli import main
 from rivermark.testing import wait_for
 from rivermark.testing.crash import run_uncrashed

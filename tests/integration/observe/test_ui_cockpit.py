@@ -16,7 +16,7 @@ from selenium.webdriver.common.by import By
 
 from rivermark import Stream
 from rivermark.checkpoint import Job, LocalDirectoryStore
-from rivermark.checkpoint.manifest import Manifest
+from rivermark.checkpoint.stores.manifest import Manifest
 from rivermark.testing import run_in_thread, wait_for, wait_value
 
 from .test_ui_page import browser

@@ -12,7 +12,7 @@ import pytest
 
 from rivermark import Stream
 from rivermark.checkpoint import CheckpointWriteError, Job, LocalDirectoryStore
-from rivermark.checkpoint.manifest import Manifest
+from rivermark.checkpoint.stores.manifest import Manifest
 from rivermark.core.node import Stream as Node
 from rivermark.testing import wait_for
 

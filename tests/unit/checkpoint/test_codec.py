@@ -15,8 +15,9 @@ import pandas as pd
 import pytest
 
 from rivermark import KeyedState, Stream
-from rivermark.checkpoint import Job, LocalDirectoryStore, codec
+from rivermark.checkpoint import Job, LocalDirectoryStore
 from rivermark.checkpoint.errors import UntrustedStateError
+from rivermark.checkpoint.state import codec
 from rivermark.operators.stateful import no_default
 from rivermark.state import DELETED
 
@@ -130,7 +131,7 @@ def test_a_job_without_a_key_says_once_that_its_checkpoints_are_unsigned(
 ) -> None:
     source = Stream.from_iterable(range(10))
     source.accumulate(lambda a, x: a + x, start=0, name="total").sink_to_list()
-    with caplog.at_level(logging.INFO, logger="rivermark.checkpoint.job"):
+    with caplog.at_level(logging.INFO, logger="rivermark.checkpoint.protocol.job"):
         Job(source, checkpoint=tmp_path, every=None).run()
     unsigned = [r for r in caplog.records if "not signed" in r.getMessage()]
     assert len(unsigned) == 1
@@ -184,7 +185,7 @@ def test_a_sql_tombstone_held_in_state_is_data() -> None:
 
 
 def test_a_mapping_of_tuples_is_written_by_columns_and_reads_back_the_same() -> None:
-    from rivermark.checkpoint.codec import Table
+    from rivermark.checkpoint.state.codec import Table
     from rivermark.state import DELETED
 
     windows = {(k % 7, float(k)): (float(k) + 10.0, k, (k, 1)) for k in range(200)}
@@ -220,7 +221,7 @@ def test_a_process_reads_dataframe_state_before_importing_the_dataframe_layer(
     (tmp_path / "state").write_bytes(blob)
     code = (
         "import sys\n"
-        "from rivermark.checkpoint.codec import loads\n"
+        "from rivermark.checkpoint.state.codec import loads\n"
         "before = 'rivermark.dataframe' in sys.modules\n"
         f"v = loads(open({str(tmp_path / 'state')!r}, 'rb').read())\n"
         "print(before, type(v['acc']).__module__, v['acc'].keys.tolist(), tuple(v['m']))\n"

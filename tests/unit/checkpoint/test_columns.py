@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 
 from rivermark import KeyedState, Stream
-from rivermark.checkpoint import Job, LocalDirectoryStore, codec
-from rivermark.checkpoint.columns import Columns, compact
-from rivermark.checkpoint.inspection import read_node_state
-from rivermark.checkpoint.keyed import compacted, materialise
+from rivermark.checkpoint import Job, LocalDirectoryStore
+from rivermark.checkpoint.state import codec
+from rivermark.checkpoint.state.columns import Columns, compact
+from rivermark.checkpoint.state.keyed import compacted, materialise
+from rivermark.checkpoint.tools.inspection import read_node_state
 from rivermark.state import DELETED, apply_delta
 
 #: a checkpoint directory written by rivermark before state files held columns

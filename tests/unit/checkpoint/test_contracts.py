@@ -10,9 +10,9 @@ import pytest
 
 from rivermark import Job, Stream
 from rivermark.checkpoint import CheckpointWriteError
-from rivermark.checkpoint.options import derive_job_id
-from rivermark.checkpoint.store import LocalDirectoryStore
-from rivermark.checkpoint.views import unpicklable_part
+from rivermark.checkpoint.protocol.options import derive_job_id
+from rivermark.checkpoint.state.views import unpicklable_part
+from rivermark.checkpoint.stores.store import LocalDirectoryStore
 from rivermark.core.refs import Metadata
 from rivermark.sinks.base import CheckpointedSink, ClosingSink
 

@@ -12,12 +12,12 @@ import pytest
 
 from rivermark import Stream
 from rivermark.checkpoint import CheckpointMismatchError, Job, LocalDirectoryStore
-from rivermark.checkpoint.upgrade import UpgradeRules, plan_restore
+from rivermark.checkpoint.protocol.upgrade import UpgradeRules, plan_restore
 from rivermark.core import graph
 
 from .conftest import total
 
-RECOVERY = "rivermark.checkpoint.recovery"
+RECOVERY = "rivermark.checkpoint.protocol.recovery"
 LEGACY_LINE = "holds the node ids of rivermark before readable ids"
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from rivermark import Stream
 from rivermark.checkpoint import CheckpointWriteError, Job, LocalDirectoryStore
-from rivermark.checkpoint.manifest import Manifest
+from rivermark.checkpoint.stores.manifest import Manifest
 
 from .conftest import total
 
@@ -186,7 +186,7 @@ def test_a_failed_prune_is_a_warning_and_the_job_goes_on(
     source, _ = graph(out)
     store = UnprunableStore(ckpt)
     job = Job(source, checkpoint=store, every=None, every_batches=5000, keep=1)
-    with caplog.at_level("WARNING", logger="rivermark.checkpoint.cycle"):
+    with caplog.at_level("WARNING", logger="rivermark.checkpoint.protocol.cycle"):
         job.run()
     assert out.read_text() == expected()
     # every checkpoint was written and counts; none was pruned

@@ -10,7 +10,7 @@ import pytest
 
 from rivermark import KeyedState, Stream
 from rivermark.checkpoint import Job, LocalDirectoryStore
-from rivermark.checkpoint.recovery import parse_savepoint_spec
+from rivermark.checkpoint.protocol.recovery import parse_savepoint_spec
 from rivermark.errors import ConfigurationError
 from rivermark.testing import run_in_thread, wait_for
 

@@ -6,9 +6,13 @@ from collections import Counter
 from pathlib import Path
 
 from rivermark import Job, Stream
-from rivermark.checkpoint.inspection import checkpoint_history, list_checkpoints, show_checkpoint
-from rivermark.checkpoint.manifest import Manifest
-from rivermark.checkpoint.store import LocalDirectoryStore
+from rivermark.checkpoint.stores.manifest import Manifest
+from rivermark.checkpoint.stores.store import LocalDirectoryStore
+from rivermark.checkpoint.tools.inspection import (
+    checkpoint_history,
+    list_checkpoints,
+    show_checkpoint,
+)
 
 
 class CountingStore(LocalDirectoryStore):

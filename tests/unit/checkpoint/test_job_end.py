@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from rivermark import Stream
-from rivermark.checkpoint import Job, LocalDirectoryStore, codec
+from rivermark.checkpoint import Job, LocalDirectoryStore
+from rivermark.checkpoint.state import codec
 
 
 def _final_state(tmp_path: Path, job: Job, node: Stream) -> Any:

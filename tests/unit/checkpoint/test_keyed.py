@@ -12,8 +12,8 @@ import pytest
 from rivermark import KeyedState, Stream
 from rivermark.checkpoint import CheckpointCorruptError, Job, LocalDirectoryStore
 from rivermark.checkpoint.errors import ManifestError
-from rivermark.checkpoint.inspection import chain_sizes, read_node_state, show_checkpoint
-from rivermark.checkpoint.manifest import Manifest
+from rivermark.checkpoint.stores.manifest import Manifest
+from rivermark.checkpoint.tools.inspection import chain_sizes, read_node_state, show_checkpoint
 from rivermark.cli import main
 from rivermark.state import DELETED
 

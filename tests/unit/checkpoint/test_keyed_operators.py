@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from rivermark import KeyedState, Stream
-from rivermark.checkpoint import Job, LocalDirectoryStore, codec
+from rivermark.checkpoint import Job, LocalDirectoryStore
+from rivermark.checkpoint.state import codec
 from rivermark.operators.stateful import Frequencies, Unique
 from rivermark.operators.windows import Partition
 from rivermark.state import DELETED
@@ -160,7 +161,7 @@ def test_every_dict_method_that_changes_a_keyed_state_records_its_keys() -> None
 
 
 def test_a_base_is_restored_as_unpickled_and_an_older_base_with_deleted_keys_too() -> None:
-    from rivermark.checkpoint.keyed import KeyedView, materialise
+    from rivermark.checkpoint.state.keyed import KeyedView, materialise
 
     ks = KeyedState({1: "a", 2: "b"})
     del ks[2]  # before the first checkpoint, which copies the content

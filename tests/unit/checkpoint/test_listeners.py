@@ -14,9 +14,9 @@ import pytest
 
 from rivermark import Stream
 from rivermark.checkpoint import CheckpointWriteError, Job, LocalDirectoryStore, Manifest
-from rivermark.checkpoint.listeners import CheckpointFailure, CheckpointInfo, JobListener
-from rivermark.checkpoint.options import JobOptions
-from rivermark.checkpoint.runstate import RunState
+from rivermark.checkpoint.protocol.listeners import CheckpointFailure, CheckpointInfo, JobListener
+from rivermark.checkpoint.protocol.options import JobOptions
+from rivermark.checkpoint.protocol.runstate import RunState
 from rivermark.errors import ConfigurationError
 from rivermark.testing import wait_for
 

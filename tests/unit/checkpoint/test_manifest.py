@@ -20,7 +20,7 @@ from rivermark.checkpoint import (
     ManifestFormatError,
     Store,
 )
-from rivermark.checkpoint.manifest import FORMAT_VERSION, sha256_of
+from rivermark.checkpoint.stores.manifest import FORMAT_VERSION, sha256_of
 
 
 def _manifest() -> Manifest:

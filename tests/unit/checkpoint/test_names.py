@@ -15,9 +15,9 @@ import pytest
 from rivermark import KeyedState, Stream
 from rivermark.checkpoint import Job, LocalDirectoryStore, open_store
 from rivermark.checkpoint.errors import CheckpointCorruptError
-from rivermark.checkpoint.manifest import Manifest, sha256_of
-from rivermark.checkpoint.names import MAX_LEN, checked_relative, file_name, name_of
-from rivermark.checkpoint.objectstore import ObjectStore
+from rivermark.checkpoint.stores.manifest import Manifest, sha256_of
+from rivermark.checkpoint.stores.names import MAX_LEN, checked_relative, file_name, name_of
+from rivermark.checkpoint.stores.objectstore import ObjectStore
 
 #: names a user can give a node that are no plain file name
 HOSTILE = [

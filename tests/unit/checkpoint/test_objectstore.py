@@ -21,7 +21,7 @@ from rivermark.checkpoint import (
     Manifest,
     open_store,
 )
-from rivermark.checkpoint.objectstore import ObjectStore
+from rivermark.checkpoint.stores.objectstore import ObjectStore
 from rivermark.cli import main
 from rivermark.errors import ConfigurationError
 
@@ -223,7 +223,7 @@ def test_lease_of_a_killed_process_is_taken_over(
     url = f"file://{tmp_path}"
     code = (
         "import os, signal, sys\n"
-        "from rivermark.checkpoint.objectstore import ObjectStore\n"
+        "from rivermark.checkpoint.stores.objectstore import ObjectStore\n"
         "ObjectStore(sys.argv[1]).lock()\n"
         "os.kill(os.getpid(), signal.SIGKILL)\n"
     )

@@ -16,7 +16,7 @@ from rivermark.checkpoint import (
     LocalDirectoryStore,
     read,
 )
-from rivermark.checkpoint.frames import keyed_dict, keyed_frame
+from rivermark.checkpoint.tools.frames import keyed_dict, keyed_frame
 
 from .conftest import total
 

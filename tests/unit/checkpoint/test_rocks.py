@@ -14,12 +14,13 @@ from typing import Any
 import pytest
 
 from rivermark import KeyedState, Stream
-from rivermark.checkpoint import Job, LocalDirectoryStore, codec
+from rivermark.checkpoint import Job, LocalDirectoryStore
 from rivermark.checkpoint.errors import JobFailedError, ManifestError, UntrustedStateError
-from rivermark.checkpoint.manifest import Manifest
-from rivermark.checkpoint.rocks import RocksKeyedState
-from rivermark.checkpoint.rocks.local import Home
-from rivermark.checkpoint.rocks.mapping import RocksSettings, open_db
+from rivermark.checkpoint.state import codec
+from rivermark.checkpoint.state.rocks import RocksKeyedState
+from rivermark.checkpoint.state.rocks.local import Home
+from rivermark.checkpoint.state.rocks.mapping import RocksSettings, open_db
+from rivermark.checkpoint.stores.manifest import Manifest
 from rivermark.errors import ConfigurationError, RivermarkError
 from rivermark.state import KeyedStore
 

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from rivermark import Stream
-from rivermark.checkpoint import LocalDirectoryStore, codec
-from rivermark.checkpoint.rocks.local import Home
-from rivermark.checkpoint.rocks.mapping import (
+from rivermark.checkpoint import LocalDirectoryStore
+from rivermark.checkpoint.state import codec
+from rivermark.checkpoint.state.rocks.local import Home
+from rivermark.checkpoint.state.rocks.mapping import (
     WRITE_CHUNK,
     RocksSettings,
     evict_step,

@@ -13,7 +13,7 @@ import pytest
 from rivermark import KeyedState, Stream
 from rivermark.checkpoint import Job, LocalDirectoryStore, read
 from rivermark.checkpoint.errors import CheckpointCorruptError, UntrustedStateError
-from rivermark.checkpoint.rocks.reading import read_rocks_state
+from rivermark.checkpoint.state.rocks.reading import read_rocks_state
 
 
 def count(acc: KeyedState, w: Any) -> KeyedState:

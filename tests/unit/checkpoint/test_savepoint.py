@@ -13,8 +13,8 @@ import pytest
 from rivermark import KeyedState, Stream
 from rivermark.checkpoint import Job, LocalDirectoryStore, Manifest, ManifestError
 from rivermark.checkpoint.errors import JobFailedError
-from rivermark.checkpoint.manifest import sha256_of
-from rivermark.checkpoint.signing import Keyring
+from rivermark.checkpoint.stores.manifest import sha256_of
+from rivermark.checkpoint.stores.signing import Keyring
 from rivermark.cli import main
 from rivermark.errors import ConfigurationError
 from rivermark.testing import run_in_thread, wait_for

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rivermark.checkpoint.signing import KEY_ENV, KEY_FILE_ENV, Keyring, key_id
+from rivermark.checkpoint.stores.signing import KEY_ENV, KEY_FILE_ENV, Keyring, key_id
 from rivermark.errors import ConfigurationError
 
 KEY = "0123456789abcdef-the-key"

@@ -22,7 +22,8 @@ import pytest
 
 import rivermark
 from rivermark import Stream
-from rivermark.checkpoint import Job, LocalDirectoryStore, codec
+from rivermark.checkpoint import Job, LocalDirectoryStore
+from rivermark.checkpoint.state import codec
 from rivermark.dataframe import DataFrame
 from rivermark.dataframe import aggregations as frame_aggs
 from rivermark.dataframe.aggregations import Aggregate

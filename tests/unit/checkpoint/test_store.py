@@ -137,7 +137,7 @@ _CHAINS = {
 
 
 def test_retention_keeps_what_every_kept_checkpoint_needs_in_turn(tmp_path: Path) -> None:
-    from rivermark.checkpoint import codec
+    from rivermark.checkpoint.state import codec
     from rivermark.cli import main
 
     store = LocalDirectoryStore(tmp_path)

@@ -62,7 +62,7 @@ def test_migration_turns_the_old_state_into_the_new(
     )
     assert "migrate={'sum'" in str(info.value)
     source, out, node = graph()
-    with caplog.at_level(logging.INFO, logger="rivermark.checkpoint.recovery"):
+    with caplog.at_level(logging.INFO, logger="rivermark.checkpoint.protocol.recovery"):
         Job(
             source,
             checkpoint=tmp_path,

@@ -20,7 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rivermark import ConfigurationError, Stream
-from rivermark.checkpoint import Job, codec, open_store
+from rivermark.checkpoint import Job, open_store
+from rivermark.checkpoint.state import codec
 from rivermark.dataframe import DataFrame
 from rivermark.dataframe.eventtime import TimedDataFrame
 from rivermark.testing import examples
@@ -386,7 +387,7 @@ def test_a_checkpoint_writes_the_open_windows_by_columns_and_reads_them_back(
     tmp_path: Path,
 ) -> None:
     from rivermark.checkpoint import LocalDirectoryStore
-    from rivermark.checkpoint.inspection import read_node_state
+    from rivermark.checkpoint.tools.inspection import read_node_state
 
     # 300 users in one window each, none closed when the job ends (stopped)
     batches = [frame([(5, f"u{k}", k) for k in range(i, i + 100)]) for i in range(0, 300, 100)]

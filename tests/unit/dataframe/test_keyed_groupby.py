@@ -19,7 +19,8 @@ import pandas.testing as tm
 import pytest
 
 from rivermark import KeyedState, Stream
-from rivermark.checkpoint import Job, LocalDirectoryStore, codec
+from rivermark.checkpoint import Job, LocalDirectoryStore
+from rivermark.checkpoint.state import codec
 from rivermark.core.graph import topological
 from rivermark.dataframe import Aggregate, DataFrame
 

@@ -19,7 +19,7 @@ import pandas.testing as tm
 import pytest
 
 from rivermark import Stream
-from rivermark.checkpoint.job import Job
+from rivermark.checkpoint.protocol.job import Job
 from rivermark.dataframe import ColumnsError, DataFrame, SchemaError, Series
 from rivermark.errors import ConfigurationError, RivermarkError
 

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from rivermark.checkpoint.inspection import describe_position
+from rivermark.checkpoint.tools.inspection import describe_position
 from rivermark.kafka import KafkaBatchedSource
 from rivermark.kafka.topic_ids import TOPIC_IDS_KEY, TopicIds, split_position, with_topic_ids
 

@@ -10,7 +10,7 @@ import pytest
 
 from rivermark import Stream
 from rivermark.checkpoint import Job, LocalDirectoryStore
-from rivermark.checkpoint.inspection import list_checkpoints
+from rivermark.checkpoint.tools.inspection import list_checkpoints
 from rivermark.observe.prometheus import collect_families
 from rivermark.observe.ui import snapshot_json
 
