@@ -204,3 +204,11 @@ def test_a_bad_option_is_refused_in_one_line_by_the_job_and_the_options(
         Job(Stream.from_iterable([1]), checkpoint=tmp_path, **option)
     with pytest.raises(ConfigurationError, match=f"^{re.escape(message)}$"):
         JobOptions(**option)  # type: ignore[arg-type]
+
+
+def test_a_misspelt_option_is_named_with_the_one_meant() -> None:
+    source = Stream.from_iterable([1])
+    with pytest.raises(
+        TypeError, match=re.escape("Job: no option 'checkpont'; did you mean 'checkpoint'?")
+    ):
+        Job(source, checkpont="x")
