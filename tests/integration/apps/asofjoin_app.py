@@ -7,7 +7,10 @@ order by up to 3 s, a few far behind (late).  RIVERMARK_APP_OUTPUT gets one
 line per joined record (``how="left"``), per pair of a record and a change
 at most 0.5 s apart (an interval join, left-outer) and per late record;
 RIVERMARK_APP_WORK adds rounds of hashing per line (a longer run, the same
-output).
+output).  RIVERMARK_APP_JOINS names the joins to run, comma-separated, of
+``asof``, ``interval`` and ``window`` (a co-group of the records and the
+changes of one key in 1 s tumbling windows, ``how="outer"``); all three by
+default.  With ``--state rocksdb`` the table and the buffers live in RocksDB.
 """
 
 from __future__ import annotations
@@ -18,8 +21,10 @@ import os
 from typing import Any
 
 from rivermark import Stream
+from rivermark.operators.eventtime import WindowResult
 
 WORK = int(os.environ.get("RIVERMARK_APP_WORK", "0"))
+JOINS = os.environ.get("RIVERMARK_APP_JOINS", "asof,interval,window").split(",")
 
 
 def parse(line: str) -> dict[str, Any]:
@@ -59,6 +64,14 @@ def pair_line(pair: tuple[dict[str, Any], Any]) -> str:
     return f"pair {r['i']} {None if c is None else c['i']}"
 
 
+def ids(lefts: list[dict[str, Any]], rights: list[dict[str, Any]]) -> str:
+    return f"{[r['i'] for r in lefts]} {[c['i'] for c in rights]}"
+
+
+def window_line(w: WindowResult) -> str:
+    return f"window {w.start} {w.key} {w.value}"
+
+
 def late_line(r: dict[str, Any]) -> str:
     return f"late {r['s']} {r['i']} {r['ts']}"
 
@@ -71,17 +84,22 @@ rows = source.map(parse, name="parse")
 change_times = rows.filter(is_change, name="changes").timestamps(
     event_time, max_delay="4s", name="table_times"
 )
-table = change_times.to_table(key=key, value=value, name="table")
 record_times = rows.filter(is_record, name="records").timestamps(
     event_time, max_delay="4s", name="record_times"
 )
-joined = record_times.join_asof(table, key=key, how="left", name="join")
-pairs = record_times.join_interval(
-    change_times, key=key, lower=-0.5, upper=0.5, how="left", name="pairs"
-)
-joined.map(joined_line).union(
-    joined.late.map(late_line),
-    table.late.map(late_line),
-    pairs.map(pair_line),
-    pairs.late.map(late_line),
-).sink_to_textfile(OUTPUT)
+outputs: list[Stream] = []
+if "asof" in JOINS:
+    table = change_times.to_table(key=key, value=value, name="table")
+    joined = record_times.join_asof(table, key=key, how="left", name="join")
+    outputs += [joined.map(joined_line), joined.late.map(late_line), table.late.map(late_line)]
+if "interval" in JOINS:
+    pairs = record_times.join_interval(
+        change_times, key=key, lower=-0.5, upper=0.5, how="left", name="pairs"
+    )
+    outputs += [pairs.map(pair_line), pairs.late.map(late_line)]
+if "window" in JOINS:
+    windows = record_times.join_window(
+        change_times, key=key, size=1.0, func=ids, how="outer", name="windows"
+    )
+    outputs += [windows.map(window_line), windows.late.map(late_line)]
+outputs[0].union(*outputs[1:]).sink_to_textfile(OUTPUT)
