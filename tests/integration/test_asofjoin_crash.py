@@ -175,9 +175,9 @@ def test_fault_points_give_identical_joins(workdir: Path, reference: bytes, poin
 
 # The table of the RocksDB test: 200,000 keys of 128-byte values, about 20 MB
 # in RocksDB, 2.4 times the smallest cache (8 MiB) and 50 times the keys it
-# keeps as Python objects (state_cache / 2048 = 4,096).  A million keys make
-# one run about a minute on an idle machine, the whole test five; 200,000
-# already need the disk for most lookups.
+# keeps as Python objects (state_cache / 2048 = 4,096).  A million keys
+# (275 MB of state) pass too, but the test then takes about 4 minutes on a
+# busy machine instead of 1.
 TABLE_KEYS = 200_000
 STATE_CACHE = 8 * 1024 * 1024
 
