@@ -12,11 +12,15 @@ commit that carries a transaction identifier (application id
 ``rivermark:<sink id>``, version = the epoch), so a commit repeated after a
 crash is recognised in the table's log and skipped.
 
-* The records of epoch ``e`` are kept in memory until ``pre_commit(e)``.
-  There they are written durably but invisibly: *append* writes the epoch's
-  Parquet data files into the table's directory (no Delta reader sees a file
-  that the log does not name); *merge* folds the epoch to the last operation
-  per key and writes it to ``_rivermark/<sink digest>/stage/epoch-<e>.parquet``.
+* The rows of epoch ``e`` are written durably but invisibly before its
+  commit: *append* writes them as they arrive into the epoch's Parquet data
+  files in the table's directory (one per partition; no Delta reader sees a
+  file that the log does not name), each full buffer of ``batch_rows``
+  records converted and written on the sink's writer thread
+  (:mod:`rivermark.lake.worker`), and ``pre_commit(e)`` waits for those
+  writes and closes the files durably; *merge* keeps the epoch in memory,
+  folds it to the last operation per key, and ``pre_commit(e)`` writes it to
+  ``_rivermark/<sink digest>/stage/epoch-<e>.parquet``.
   The handle lists what every epoch not yet committed wrote.
 * ``commit(e)`` makes one Delta commit per pending epoch up to ``e`` (append:
   the data files' add actions; merge: a ``MERGE`` of the staged rows), with

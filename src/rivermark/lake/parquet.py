@@ -12,9 +12,12 @@ as Flink's file sink does it (in-progress, pending, finished):
   ``ROOT/_rivermark/<sink digest>/inprogress/_<uuid>.inprogress``, a name
   every reader skips; a file is rolled (closed, a new one opened) when it
   reaches ``roll_rows`` rows, ``roll_bytes`` bytes or ``roll_seconds`` age;
-* ``pre_commit(e)`` closes every open file durably (fsync; a complete
-  upload on object storage) and gives each its final name; the handle lists
-  the files of every epoch not yet published, in-progress name -> final name;
+  each full buffer is converted and written on the sink's writer thread
+  (:mod:`rivermark.lake.worker`) while the next one fills;
+* ``pre_commit(e)`` waits for the writes in flight, closes every open file
+  durably (fsync; a complete upload on object storage) and gives each its
+  final name; the handle lists the files of every epoch not yet published,
+  in-progress name -> final name;
 * ``commit(e)`` publishes them: a rename (``os.replace`` and a directory
   fsync), or on object storage a copy then a delete, so that the final file
   is complete before its in-progress copy goes;
