@@ -12,11 +12,15 @@ commit that carries a transaction identifier (application id
 ``rivermark:<sink id>``, version = the epoch), so a commit repeated after a
 crash is recognised in the table's log and skipped.
 
-* The records of epoch ``e`` are kept in memory until ``pre_commit(e)``.
-  There they are written durably but invisibly: *append* writes the epoch's
-  Parquet data files into the table's directory (no Delta reader sees a file
-  that the log does not name); *merge* folds the epoch to the last operation
-  per key and writes it to ``_rivermark/<sink digest>/stage/epoch-<e>.parquet``.
+* The rows of epoch ``e`` are written durably but invisibly before its
+  commit: *append* writes them as they arrive into the epoch's Parquet data
+  files in the table's directory (one per partition; no Delta reader sees a
+  file that the log does not name), each full buffer of ``batch_rows``
+  records converted and written on the sink's writer thread
+  (:mod:`rivermark.lake.worker`), and ``pre_commit(e)`` waits for those
+  writes and closes the files durably; *merge* keeps the epoch in memory,
+  folds it to the last operation per key, and ``pre_commit(e)`` writes it to
+  ``_rivermark/<sink digest>/stage/epoch-<e>.parquet``.
   The handle lists what every epoch not yet committed wrote.
 * ``commit(e)`` makes one Delta commit per pending epoch up to ``e`` (append:
   the data files' add actions; merge: a ``MERGE`` of the staged rows), with
@@ -55,8 +59,9 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import IO, Any, ClassVar
 from urllib.parse import quote as url_quote
 
 from rivermark.checkpoint.stores.lease import Lease
@@ -73,6 +78,7 @@ from rivermark.lake.files import (
     schema_of,
     sink_digest,
 )
+from rivermark.lake.worker import BackgroundWriter
 from rivermark.sinks.basic import Sink
 from rivermark.sinks.sqlstores import Delete, first_line
 
@@ -87,6 +93,21 @@ _FSSPEC_KEYS = {"AWS_ENDPOINT_URL": "endpoint_url", "AWS_ACCESS_KEY_ID": "key",
                 "AWS_SECRET_ACCESS_KEY": "secret"}  # fmt: skip
 
 
+@dataclass
+class _DataFile:
+    """A data file of the current epoch being written (append mode): its writer and contents."""
+
+    rel: str
+    partition: dict[str, str | None]
+    handle: IO[bytes]
+    writer: Any
+    rows: int = 0
+
+    def write(self, table: Any) -> None:
+        self.writer.write_table(table)
+        self.rows += table.num_rows
+
+
 @Stream.register_api(attribute_name="to_delta")
 class ToDelta(Sink):
     """Write dict records or DataFrame batches into the Delta table at ``url``, exactly once.
@@ -97,7 +118,10 @@ class ToDelta(Sink):
     from (default: the first record or batch).  ``storage_options``: for
     ``deltalake`` (``AWS_ENDPOINT_URL``, ``AWS_REGION``, ...).  ``sink_id``:
     the name of the application id, lock and files (default: the node's
-    ``name``, else the URL).  See the module docs for the protocol.
+    ``name``, else the URL).  ``batch_rows`` (append mode): records buffered
+    before they are converted and written into the epoch's data files, on a
+    writer thread, while the next ones arrive.  See the module docs for the
+    protocol.
     """
 
     _graphviz_shape: ClassVar[str] = "trapezium"
@@ -116,8 +140,13 @@ class ToDelta(Sink):
         example: Any = None,
         sink_id: str | None = None,
         storage_options: Mapping[str, str] | None = None,
+        batch_rows: int = 50_000,
         **kwargs: Any,
     ) -> None:
+        if not isinstance(batch_rows, int) or isinstance(batch_rows, bool) or batch_rows <= 0:
+            raise ConfigurationError(
+                f"to_delta: batch_rows must be a positive integer, got {batch_rows!r}"
+            )
         if mode not in ("append", "merge"):
             raise ConfigurationError(f"to_delta: mode must be 'append' or 'merge', got {mode!r}")
         key = [key] if isinstance(key, str) else list(key)
@@ -128,6 +157,7 @@ class ToDelta(Sink):
         if not isinstance(url, str) or not url:
             raise ConfigurationError(f"to_delta: url must be a non-empty string, got {url!r}")
         self.url, self.mode, self.key = url, mode, key
+        self.batch_rows = batch_rows
         self.partition_by = [partition_by] if isinstance(partition_by, str) else list(partition_by)
         self.storage_options = {str(k): str(v) for k, v in (storage_options or {}).items()}
         super().__init__(upstream, **kwargs)
@@ -143,11 +173,20 @@ class ToDelta(Sink):
         self._loc: Location | None = None
         self._lease: Lease | None = None
         self._rows: list[Mapping[str, Any]] = []
-        self._frames: list[Any] = []
         self._ops: dict[tuple[Any, ...], Mapping[str, Any] | None] = {}
         self._pending: list[dict[str, Any]] = []
         self._dt: Any = None  # the DeltaTable, once opened
         self._closed = False
+        #: append mode: converts and writes full buffers off the loop thread (rivermark.lake.worker)
+        self._bg = BackgroundWriter(self.label())
+        #: what the writer thread could not convert: (records, None) or (a DataFrame, its error)
+        self._misfits: list[tuple[Any, BaseException | None]] = []
+        #: append mode: DataFrame batches converted, collected until they make a row group
+        self._stashed: list[Any] = []
+        #: append mode: the current epoch's data files by partition, and the epoch in their names
+        self._files: dict[tuple[Any, ...], _DataFile] = {}
+        self._file_no = 0
+        self._next_epoch = 0
 
     def label(self) -> str:
         return f"to_delta sink {self.sink_id!r}"
@@ -212,7 +251,10 @@ class ToDelta(Sink):
     @step
     def update(self, x: Any, who: Stream | None = None, metadata: Metadata | None = None) -> None:
         if type(x) is dict and self._fast_append and x.keys() <= self._names:  # the common case
-            self._rows.append(x)
+            rows = self._rows
+            rows.append(x)
+            if len(rows) >= self.batch_rows:
+                self._flush_rows()
             return None
         self._add(x)
         return None
@@ -254,6 +296,8 @@ class ToDelta(Sink):
             return
         if self.mode == "append":
             self._rows.append(x)
+            if len(self._rows) >= self.batch_rows:
+                self._flush_rows()
         else:
             k = self._key_of(x, x)
             self._ops.pop(k, None)
@@ -262,11 +306,18 @@ class ToDelta(Sink):
     def _add_frame(self, df: Any) -> None:
         if self._schema is None:
             self._set_schema(schema_of(df, self.label()))
+        if self.mode == "append":
+            extra = [c for c in df.columns if c not in self._names]
+            if extra:
+                e = ValueError(f"column(s) {extra!r} are not in the schema")
+                self._user_error(df, self._misfit("DataFrame batch", e), self.update)
+                return
+            self._flush_rows()
+            loc = self._ready()
+            self._submit(lambda: self._convert_frame(loc, df))
+            return
         table = self._frame_table(df)
         if table is None:
-            return
-        if self.mode == "append":
-            self._frames.append(table)
             return
         for rec in table.to_pylist():
             k = self._key_of(rec, rec)
@@ -319,58 +370,158 @@ class ToDelta(Sink):
             good.append(r)
         return rows_to_table(good, schema)
 
+    # ---------------------------------------------------------------- append: data files
+    def _ready(self) -> Location:
+        """The location, the table created before its first data file."""
+        loc = self._location()
+        if self._dt is None:
+            try:
+                self._table()
+            except Exception as e:
+                raise self._failed(loc, "opening the table", e) from None
+        return loc
+
+    def _flush_rows(self) -> None:
+        """Hand the buffered records to the writer thread (a row group of the epoch's files)."""
+        rows = self._rows
+        if not rows:
+            return
+        self._rows = []
+        loc = self._ready()
+        self._submit(lambda: self._convert_rows(loc, rows))
+
+    def _submit(self, write: Callable[[], None]) -> None:
+        """Run ``write`` on the writer thread once the write in flight is settled."""
+        self._settle()
+        self._bg.submit(write)
+
+    def _settle(self) -> None:
+        """Wait for the write in flight (raising its error); pass its misfits through the policy."""
+        self._bg.wait()
+        while self._misfits:
+            payload, e = self._misfits.pop(0)
+            if e is not None:  # a DataFrame batch: refused whole
+                self._user_error(payload, self._misfit("DataFrame batch", e), self.update)
+                continue
+            table = self._records_table(payload, self._schema)
+            self._write_part(self._location(), table)
+
+    def _convert_rows(self, loc: Location, rows: list[Mapping[str, Any]]) -> None:
+        """On the writer thread: records to Arrow, written; rows that do not fit handed back."""
+        import pyarrow as pa
+
+        try:
+            table = rows_to_table(rows, self._schema)
+        except (pa.ArrowException, ValueError, TypeError, OverflowError):
+            self._misfits.append((rows, None))
+            return
+        self._write_part(loc, table)
+
+    def _convert_frame(self, loc: Location, df: Any) -> None:
+        """On the writer thread: a DataFrame to Arrow, written (or handed back)."""
+        import pyarrow as pa
+
+        try:
+            table = pa.Table.from_pandas(df, schema=self._schema, preserve_index=False)
+        except (pa.ArrowException, ValueError, TypeError, OverflowError, KeyError) as e:
+            self._misfits.append((df, e))
+            return
+        # batches collected until batch_rows rows: one row group, not many small ones
+        self._stashed.append(table)
+        if sum(t.num_rows for t in self._stashed) >= self.batch_rows:
+            self._write_stashed(loc)
+
+    def _write_stashed(self, loc: Location) -> None:
+        import pyarrow as pa
+
+        tables, self._stashed = self._stashed, []
+        if tables:
+            self._write_part(loc, tables[0] if len(tables) == 1 else pa.concat_tables(tables))
+
+    def _write_part(self, loc: Location, table: Any) -> None:
+        """Append ``table`` to the epoch's data file of each partition it holds."""
+        if table.num_rows == 0:
+            return
+        try:
+            if not self.partition_by:
+                self._file(loc, ()).write(table)
+                return
+            groups: dict[tuple[Any, ...], list[int]] = {}
+            keys = zip(*(table.column(c).to_pylist() for c in self.partition_by))
+            for i, k in enumerate(keys):
+                groups.setdefault(k, []).append(i)
+            for k, idx in groups.items():
+                self._file(loc, k).write(table.take(idx).drop_columns(self.partition_by))
+        except Exception as e:
+            raise self._failed(
+                loc, f"writing the data files of epoch {self._next_epoch}", e
+            ) from None
+
+    def _file(self, loc: Location, key: tuple[Any, ...]) -> _DataFile:
+        f = self._files.get(key)
+        if f is None:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            # a token: a run after --from-scratch never reuses an older version's name
+            name = (
+                f"part-rm-{self.digest}-{self._next_epoch:012d}-{self._file_no:05d}-"
+                f"{uuid.uuid4().hex[:8]}.parquet"
+            )
+            self._file_no += 1
+            d = hive_dir(self.partition_by, key)
+            rel = f"{d}/{name}" if d else name
+            schema = self._schema
+            if self.partition_by:
+                schema = pa.schema([x for x in schema if x.name not in self.partition_by])
+            handle = loc.open_write(rel)
+            values = {c: None if v is None else str(v) for c, v in zip(self.partition_by, key)}
+            f = self._files[key] = _DataFile(rel, values, handle, pq.ParquetWriter(handle, schema))
+        return f
+
+    def _seal_files(self, loc: Location, epoch: int) -> dict[str, Any] | None:
+        """Close the epoch's data files durably; the pending entry that lists them."""
+        files = []
+        try:
+            for f in self._files.values():
+                f.writer.close()
+                size = loc.seal(f.handle)
+                loc.sync_dir(os.path.dirname(f.rel))
+                files.append({"path": f.rel, "size": size, "partition": f.partition,
+                              "rows": f.rows})  # fmt: skip
+        except Exception as e:
+            raise self._failed(loc, f"writing the data files of epoch {epoch}", e) from None
+        self._files, self._file_no = {}, 0
+        return {"epoch": epoch, "files": files} if files else None
+
+    def _drop_unwritten(self) -> None:
+        """Forget buffered records and open data files (a restore, a start over or close follows)."""
+        self._bg.drain()
+        for f in self._files.values():
+            try:
+                f.handle.close()
+            except Exception:  # an upload that cannot complete: never named by the log
+                logger.debug("%s: close failed", self.label(), exc_info=True)
+        self._rows, self._ops, self._pending, self._misfits, self._stashed = [], {}, [], [], []
+        self._files, self._file_no = {}, 0
+
     # ---------------------------------------------------------------- checkpoint contract
     def pre_commit(self, epoch: int) -> dict[str, Any]:
         """Write the epoch durably, unreferenced by the log; the handle lists every pending epoch."""
         loc = self._location()
         entry: dict[str, Any] | None = None
         if self.mode == "append":
-            rows, frames = self._rows, self._frames
-            self._rows, self._frames = [], []
-            if rows or frames:
-                entry = self._write_data(loc, epoch, rows, frames)
+            self._flush_rows()
+            self._settle()  # every write of the epoch done (or its error raised) before the seal
+            self._write_stashed(loc)
+            entry = self._seal_files(loc, epoch)
         elif self._ops:
             ops, self._ops = self._ops, {}
             entry = self._write_stage(loc, epoch, ops)
+        self._next_epoch = epoch + 1
         if entry is not None:
             self._pending.append(entry)
         return {"sink": self.sink_id, "epoch": epoch, "pending": [dict(p) for p in self._pending]}
-
-    def _write_data(
-        self, loc: Location, epoch: int, rows: list[Mapping[str, Any]], frames: list[Any]
-    ) -> dict[str, Any] | None:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        tables = [*frames, self._records_table(rows, self._schema)] if rows else frames
-        table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-        if table.num_rows == 0:
-            return None
-        groups: dict[tuple[Any, ...], list[int]] = {}
-        if self.partition_by:
-            keys = zip(*(table.column(c).to_pylist() for c in self.partition_by))
-            for i, k in enumerate(keys):
-                groups.setdefault(k, []).append(i)
-        files = []
-        try:
-            self._table()  # created before its first data file
-            for n, (k, idx) in enumerate(groups.items() if groups else [((), None)]):
-                part = table.take(idx).drop_columns(self.partition_by) if idx else table
-                # a token: a run after --from-scratch never reuses an older version's name
-                name = f"part-rm-{self.digest}-{epoch:012d}-{n:05d}-{uuid.uuid4().hex[:8]}.parquet"
-                d = hive_dir(self.partition_by, k)
-                rel = f"{d}/{name}" if d else name
-                f = loc.open_write(rel)
-                pq.write_table(part, f)
-                size = loc.seal(f)
-                loc.sync_dir(os.path.dirname(rel))
-                values = {c: None if v is None else str(v) for c, v in zip(self.partition_by, k)}
-                files.append(
-                    {"path": rel, "size": size, "partition": values, "rows": part.num_rows}
-                )
-        except Exception as e:
-            raise self._failed(loc, f"writing the data files of epoch {epoch}", e) from None
-        return {"epoch": epoch, "files": files}
 
     def _write_stage(
         self, loc: Location, epoch: int, ops: dict[tuple[Any, ...], Mapping[str, Any] | None]
@@ -483,7 +634,8 @@ class ToDelta(Sink):
                     f"{handle.get('sink')!r}; write there again, or use a new checkpoint directory"
                 )
             epoch = int(handle["epoch"])
-        self._rows, self._frames, self._ops, self._pending = [], [], {}, []
+        self._drop_unwritten()
+        self._next_epoch = epoch + 1
         self._dt = None  # read the log afresh
         try:
             dt = self._table()
@@ -536,7 +688,7 @@ class ToDelta(Sink):
         from deltalake import CommitProperties, Transaction
 
         loc = self._location()
-        self._rows, self._frames, self._ops, self._pending = [], [], {}, []
+        self._drop_unwritten()
         try:
             dt = self._table()
             if dt is not None:
@@ -566,8 +718,10 @@ class ToDelta(Sink):
         )
 
     def close(self) -> None:
-        """Release the lock (idempotent); nothing is written."""
+        """Release the lock (idempotent); open data files are left unnamed by the log."""
         self._closed = True
+        self._drop_unwritten()
+        self._bg.close()
         lease, self._lease = self._lease, None
         self._loc = None
         if lease is not None:

@@ -12,9 +12,12 @@ as Flink's file sink does it (in-progress, pending, finished):
   ``ROOT/_rivermark/<sink digest>/inprogress/_<uuid>.inprogress``, a name
   every reader skips; a file is rolled (closed, a new one opened) when it
   reaches ``roll_rows`` rows, ``roll_bytes`` bytes or ``roll_seconds`` age;
-* ``pre_commit(e)`` closes every open file durably (fsync; a complete
-  upload on object storage) and gives each its final name; the handle lists
-  the files of every epoch not yet published, in-progress name -> final name;
+  each full buffer is converted and written on the sink's writer thread
+  (:mod:`rivermark.lake.worker`) while the next one fills;
+* ``pre_commit(e)`` waits for the writes in flight, closes every open file
+  durably (fsync; a complete upload on object storage) and gives each its
+  final name; the handle lists the files of every epoch not yet published,
+  in-progress name -> final name;
 * ``commit(e)`` publishes them: a rename (``os.replace`` and a directory
   fsync), or on object storage a copy then a delete, so that the final file
   is complete before its in-progress copy goes;
@@ -52,7 +55,7 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, ClassVar
 
@@ -70,6 +73,7 @@ from rivermark.lake.files import (
     schema_of,
     sink_digest,
 )
+from rivermark.lake.worker import BackgroundWriter
 from rivermark.sinks.basic import Sink
 from rivermark.sinks.sqlstores import first_line
 
@@ -157,6 +161,12 @@ class ToParquet(Sink):
         self._sealed: list[_OpenFile] = []
         self._pending: list[dict[str, Any]] = []  # {"epoch": e, "files": [[src, dst], ...]}
         self._closed = False
+        #: converts and writes full buffers off the loop thread (see rivermark.lake.worker)
+        self._bg = BackgroundWriter(self.label())
+        #: what the writer thread could not convert: (partition, rows or a DataFrame, error)
+        self._misfits: list[tuple[tuple[Any, ...] | None, Any, BaseException]] = []
+        #: DataFrame batches converted, by partition, until they make a row group
+        self._stashed: dict[tuple[Any, ...], list[Any]] = {}
 
     def label(self) -> str:
         return f"to_parquet sink {self.sink_id!r}"
@@ -240,21 +250,42 @@ class ToParquet(Sink):
             )
 
     def _flush(self, key: tuple[Any, ...]) -> None:
-        """Convert the buffered records of one partition and write them as a row group."""
-        import pyarrow as pa
-
+        """Hand the buffered records of one partition to the writer thread (a row group)."""
         rows = self._buffers.pop(key, None)
         if not key:
             self._unpartitioned = None
         if not rows:
             return
+        loc = self._location()
+        self._submit(lambda: self._convert_rows(loc, key, rows))
+
+    def _submit(self, write: Callable[[], None]) -> None:
+        """Run ``write`` on the writer thread once the write in flight is settled."""
+        self._settle()
+        self._bg.submit(write)
+
+    def _settle(self) -> None:
+        """Wait for the write in flight (raising its error); pass its misfits through the policy."""
+        self._bg.wait()
+        while self._misfits:
+            key, payload, e = self._misfits.pop(0)
+            if key is None:  # a DataFrame batch: refused whole
+                self._user_error(payload, self._misfit("DataFrame batch", e), self.update)
+                continue
+            table = self._fitting(payload)
+            if table is not None:
+                self._write(self._location(), key, table)
+
+    def _convert_rows(self, loc: Location, key: tuple[Any, ...], rows: list[Any]) -> None:
+        """On the writer thread: records to Arrow, written; rows that do not fit handed back."""
+        import pyarrow as pa
+
         try:
             table = rows_to_table(rows, self._schema)
-        except (pa.ArrowException, ValueError, TypeError, OverflowError):
-            table = self._fitting(rows)
-            if table is None:
-                return
-        self._write(key, table)
+        except (pa.ArrowException, ValueError, TypeError, OverflowError) as e:
+            self._misfits.append((key, rows, e))
+            return
+        self._write(loc, key, table)
 
     def _fitting(self, rows: list[Mapping[str, Any]]) -> Any:
         """The rows that fit the schema; the others go through the error policy, one by one."""
@@ -278,45 +309,65 @@ class ToParquet(Sink):
         )
 
     def _write_frame(self, df: Any) -> None:
-        import pyarrow as pa
-
         if self._schema is None:
             self._set_schema(schema_of(df, self.label()))
         extra = [c for c in df.columns if c not in self._names]
-        try:
-            if extra:
-                raise ValueError(f"column(s) {extra!r} are not in the schema")
-            table = pa.Table.from_pandas(df, schema=self._schema, preserve_index=False)
-        except (pa.ArrowException, ValueError, TypeError, OverflowError, KeyError) as e:
+        if extra:
+            e = ValueError(f"column(s) {extra!r} are not in the schema")
             self._user_error(df, self._misfit("DataFrame batch", e), self.update)
             return
+        # records buffered before the batch go first (the writer thread keeps the order)
+        for key in list(self._buffers):
+            self._flush(key)
+        loc = self._location()
+        self._submit(lambda: self._convert_frame(loc, df))
+
+    def _convert_frame(self, loc: Location, df: Any) -> None:
+        """On the writer thread: a DataFrame to Arrow, written by partition (or handed back)."""
+        import pyarrow as pa
+
+        try:
+            table = pa.Table.from_pandas(df, schema=self._schema, preserve_index=False)
+        except (pa.ArrowException, ValueError, TypeError, OverflowError, KeyError) as e:
+            self._misfits.append((None, df, e))
+            return
         if not self.partition_by:
-            self._flush(())
-            self._write((), table)
+            self._stash(loc, (), table)
             return
         keys = list(zip(*(table.column(c).to_pylist() for c in self.partition_by)))
         groups: dict[tuple[Any, ...], list[int]] = {}
         for i, k in enumerate(keys):
             groups.setdefault(k, []).append(i)
         for k, idx in groups.items():
-            self._flush(k)
-            self._write(k, table.take(idx))
+            self._stash(loc, k, table.take(idx))
 
-    def _write(self, key: tuple[Any, ...], table: Any) -> None:
+    def _stash(self, loc: Location, key: tuple[Any, ...], table: Any) -> None:
+        """Collect a partition's batches until ``batch_rows`` rows: one row group, not many small."""
+        tables = self._stashed.setdefault(key, [])
+        tables.append(table)
+        if sum(t.num_rows for t in tables) >= self.batch_rows:
+            self._write_stashed(loc, key)
+
+    def _write_stashed(self, loc: Location, key: tuple[Any, ...]) -> None:
+        import pyarrow as pa
+
+        tables = self._stashed.pop(key)
+        self._write(loc, key, tables[0] if len(tables) == 1 else pa.concat_tables(tables))
+
+    def _write(self, loc: Location, key: tuple[Any, ...], table: Any) -> None:
         """Write ``table`` (the whole schema) into the partition's open file, rolling it first."""
-        loc = self._location()
         f = self._open.get(key)
         now = time.monotonic()
-        if f is not None and (
-            f.rows >= self.roll_rows
-            or f.handle.tell() >= self.roll_bytes
-            or now - f.opened >= self.roll_seconds
-        ):
-            self._seal(key)
-            f = None
-        if self.partition_by:
-            table = table.drop_columns(self.partition_by)
         try:
+            if f is not None and (
+                f.rows >= self.roll_rows
+                or f.handle.tell() >= self.roll_bytes
+                or now - f.opened >= self.roll_seconds
+            ):
+                self._seal(key)
+                f = None
+            if self.partition_by:
+                table = table.drop_columns(self.partition_by)
             if f is None:
                 f = self._open_file(loc, key, now)
             f.writer.write_table(table)
@@ -344,9 +395,12 @@ class ToParquet(Sink):
     # ---------------------------------------------------------------- checkpoint contract
     def pre_commit(self, epoch: int) -> dict[str, Any]:
         """Close every file durably and name it; the handle lists the unpublished files."""
-        loc = self._location()
         for key in list(self._buffers):
             self._flush(key)
+        self._settle()  # every write of the epoch done (or its error raised) before the seal
+        loc = self._location()
+        for key in list(self._stashed):
+            self._write_stashed(loc, key)
         try:
             for key in list(self._open):
                 self._seal(key)
@@ -427,6 +481,8 @@ class ToParquet(Sink):
 
     def _drop_unwritten(self) -> None:
         """Forget buffered records and open files (a restore or a start over follows)."""
+        self._bg.drain()
+        self._misfits, self._stashed = [], {}
         for f in self._open.values():
             f.handle.close()
         self._buffers, self._open, self._sealed, self._pending = {}, {}, [], []
@@ -460,6 +516,7 @@ class ToParquet(Sink):
     def close(self) -> None:
         """Close open files (left in progress) and release the lock (idempotent)."""
         self._closed = True
+        self._bg.close()
         for f in self._open.values():
             try:
                 f.handle.close()
