@@ -18,7 +18,7 @@ import inspect
 import itertools
 import logging
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypedDict, TypeVar
 
 from rivermark.core import runtime
 from rivermark.core.config import _VALID_POLICIES as _VALID_POLICIES
@@ -49,6 +49,7 @@ __all__ = [
     "check_positive_int",
     "is_coroutine_function",
     "Fixed",
+    "NodeOptions",
 ]
 
 F = TypeVar("F")
@@ -57,6 +58,17 @@ F = TypeVar("F")
 def identity(x: F) -> F:
     """Return ``x`` unchanged (the default ``register_api`` modifier)."""
     return x
+
+
+class NodeOptions(TypedDict, total=False):
+    """The keyword options every node takes (``Stream.__init__``), passed on by subclasses."""
+
+    stream_name: str | None
+    loop: asyncio.AbstractEventLoop | None
+    asynchronous: bool | None
+    ensure_io_loop: bool
+    name: str | None
+    on_error: ErrorPolicy | None
 
 
 #: numbers the nodes in the order they are created (``Stream._serial``)

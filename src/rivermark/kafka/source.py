@@ -57,11 +57,11 @@ import logging
 import re
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Unpack
 
 from rivermark.core.graph import descendants
 from rivermark.core.inputend import ReadsPartitions
-from rivermark.core.node import Stream
+from rivermark.core.node import NodeOptions, Stream
 from rivermark.core.origin import record_origin
 from rivermark.core.refs import Metadata, RefCounter
 from rivermark.core.timeutil import parse_interval
@@ -132,7 +132,7 @@ class KafkaBatchedSource(Source[dict[str, Any]]):
         allow_offset_reset: bool = False,
         group_takeover: bool = False,
         timestamps: bool = False,
-        **kwargs: Any,
+        **kwargs: Unpack[NodeOptions],
     ) -> None:
         kind = "from_kafka_batched" if batched else "from_kafka"
         if timestamps and batched:
@@ -692,7 +692,7 @@ class KafkaSource(KafkaBatchedSource):
         poll_interval: Any = 0.1,
         start: bool = False,
         keys: bool = False,
-        **kwargs: Any,
+        **kwargs: Unpack[NodeOptions],
     ) -> None:
         super().__init__(
             topics,
@@ -711,7 +711,7 @@ def from_kafka(
     consumer_params: dict[str, Any],
     poll_interval: Any = 0.1,
     start: bool = False,
-    **kwargs: Any,
+    **kwargs: Unpack[NodeOptions],
 ) -> KafkaSource:
     """Emit the value of every record of ``topics``, one at a time.
 
@@ -743,7 +743,7 @@ def from_kafka_batched(
     max_batch_size: int = 10000,
     keys: bool = False,
     engine: str | None = None,
-    **kwargs: Any,
+    **kwargs: Unpack[NodeOptions],
 ) -> Stream:
     """Emit lists of record values per partition (streamz's signature and argument order).
 

@@ -56,11 +56,11 @@ import re
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Unpack
 from urllib.parse import quote as url_quote
 
 from rivermark.checkpoint.stores.lease import Lease
-from rivermark.core.node import Stream
+from rivermark.core.node import NodeOptions, Stream
 from rivermark.core.refs import Metadata
 from rivermark.errors import ConfigurationError
 from rivermark.execution.steps import step
@@ -116,7 +116,7 @@ class ToDelta(Sink):
         example: Any = None,
         sink_id: str | None = None,
         storage_options: Mapping[str, str] | None = None,
-        **kwargs: Any,
+        **kwargs: Unpack[NodeOptions],
     ) -> None:
         if mode not in ("append", "merge"):
             raise ConfigurationError(f"to_delta: mode must be 'append' or 'merge', got {mode!r}")

@@ -54,10 +54,10 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import IO, Any, ClassVar
+from typing import IO, Any, ClassVar, Unpack
 
 from rivermark.checkpoint.stores.lease import Lease
-from rivermark.core.node import Stream
+from rivermark.core.node import NodeOptions, Stream
 from rivermark.core.refs import Metadata
 from rivermark.errors import ConfigurationError
 from rivermark.execution.steps import step
@@ -124,7 +124,7 @@ class ToParquet(Sink):
         batch_rows: int = 50_000,
         sink_id: str | None = None,
         storage_options: Mapping[str, Any] | None = None,
-        **kwargs: Any,
+        **kwargs: Unpack[NodeOptions],
     ) -> None:
         if not isinstance(url, str) or not url:
             raise ConfigurationError(f"to_parquet: url must be a non-empty string, got {url!r}")

@@ -31,10 +31,10 @@ import math
 import operator
 import time
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, Unpack
 
 from rivermark.core.naming import function_name
-from rivermark.core.node import Stream, check_callable
+from rivermark.core.node import NodeOptions, Stream, check_callable
 from rivermark.core.refs import Metadata
 from rivermark.core.timeutil import parse_interval
 from rivermark.errors import ConfigurationError
@@ -181,7 +181,7 @@ class Timestamps(Stream):
         partition: Callable[[Any], Hashable] | None = None,
         partitions: Iterable[Hashable] | None = None,
         max_future: Any = None,
-        **kwargs: Any,
+        **kwargs: Unpack[NodeOptions],
     ) -> None:
         if func is not None:
             check_callable("timestamps", "func", func)
@@ -452,7 +452,7 @@ class EventWindow(Stream):
         merge: Callable[[Any, Any], Any] | None = None,
         grace: Any = 0,
         emit: str = "final",
-        **kwargs: Any,
+        **kwargs: Unpack[NodeOptions],
     ) -> None:
         kind = self.kind
         self.clock = attach(self, kind, upstream)
@@ -549,7 +549,12 @@ class _FixedWindows(EventWindow):
     """
 
     def __init__(
-        self, upstream: Stream, size: float, every: float, offset: Any, **kwargs: Any
+        self,
+        upstream: Stream,
+        size: float,
+        every: float,
+        offset: Any,
+        **kwargs: Unpack[NodeOptions],
     ) -> None:
         self.size = size
         #: the seconds between window starts (``size`` for tumbling windows)
@@ -662,7 +667,9 @@ class TumblingWindow(_FixedWindows):
 
     kind = "tumbling_window"
 
-    def __init__(self, upstream: Stream, size: Any, offset: float = 0.0, **kwargs: Any) -> None:
+    def __init__(
+        self, upstream: Stream, size: Any, offset: float = 0.0, **kwargs: Unpack[NodeOptions]
+    ) -> None:
         size = parse_interval(size, self.kind, "size")
         super().__init__(upstream, size, size, offset, **kwargs)
 
@@ -690,7 +697,12 @@ class HoppingWindow(_FixedWindows):
     kind = "hopping_window"
 
     def __init__(
-        self, upstream: Stream, size: Any, step: Any, offset: float = 0.0, **kwargs: Any
+        self,
+        upstream: Stream,
+        size: Any,
+        step: Any,
+        offset: float = 0.0,
+        **kwargs: Unpack[NodeOptions],
     ) -> None:
         size = parse_interval(size, self.kind, "size")
         every = parse_interval(step, self.kind, "step")
@@ -732,7 +744,7 @@ class SessionWindow(EventWindow):
 
     kind = "session_window"
 
-    def __init__(self, upstream: Stream, gap: Any, **kwargs: Any) -> None:
+    def __init__(self, upstream: Stream, gap: Any, **kwargs: Unpack[NodeOptions]) -> None:
         self.gap = parse_interval(gap, self.kind, "gap")
         super().__init__(upstream, **kwargs)
         if self.agg.merge is None:

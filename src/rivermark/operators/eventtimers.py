@@ -35,9 +35,9 @@ import heapq
 import logging
 import math
 from collections.abc import Callable, Hashable
-from typing import Any
+from typing import Any, Unpack
 
-from rivermark.core.node import Stream, check_callable
+from rivermark.core.node import NodeOptions, Stream, check_callable
 from rivermark.core.refs import Metadata
 from rivermark.operators.eventtime import EventWindow, Results, _merge, attach
 from rivermark.state import KeyedState, KeyedStore, as_keyed
@@ -105,7 +105,7 @@ class KeyedProcess(Stream):
         func: Callable[[Context, Any], Any],
         key: Hashable | Callable[[Any], Any],
         on_timer: Callable[[Context, float], Any] | None = None,
-        **kwargs: Any,
+        **kwargs: Unpack[NodeOptions],
     ) -> None:
         self.clock = attach(self, "keyed_process", upstream)
         check_callable("keyed_process", "func", func)

@@ -8,9 +8,9 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Hashable
-from typing import Any
+from typing import Any, Unpack
 
-from rivermark.core.node import Stream
+from rivermark.core.node import NodeOptions, Stream
 from rivermark.core.refs import Metadata
 from rivermark.errors import ConfigurationError
 from rivermark.operators.eventtime import Results, Timestamps, _merge, attach
@@ -57,7 +57,7 @@ class IntervalJoin(LateSide, Stream):
         upper: Any = 0,
         how: str = "inner",
         right_key: Hashable | Callable[[Any], Any] = None,
-        **kwargs: Any,
+        **kwargs: Unpack[NodeOptions],
     ) -> None:
         if how not in ("inner", "left"):
             raise ConfigurationError(f"join_interval: how must be 'inner' or 'left', got {how!r}")

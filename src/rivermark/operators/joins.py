@@ -12,9 +12,9 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Awaitable, Iterable
-from typing import Any
+from typing import Any, Unpack
 
-from rivermark.core.node import Fixed, Stream, check_positive_int
+from rivermark.core.node import Fixed, NodeOptions, Stream, check_positive_int
 from rivermark.core.refs import Metadata, merge_metadata, release_refs
 from rivermark.errors import ConfigurationError, GraphError
 from rivermark.execution.steps import step
@@ -74,7 +74,7 @@ class Zip(Stream):
     _restored_held = 0
     literals = Fixed()
 
-    def __init__(self, *upstreams: Any, maxsize: int = 10, **kwargs: Any) -> None:
+    def __init__(self, *upstreams: Any, maxsize: int = 10, **kwargs: Unpack[NodeOptions]) -> None:
         check_positive_int("zip", "maxsize", maxsize)
         self.maxsize = maxsize
         self._literals = [(i, v) for i, v in enumerate(upstreams) if not isinstance(v, Stream)]
@@ -253,7 +253,7 @@ class ZipLatest(Stream):
     _graphviz_orientation = 270
     _graphviz_shape = "triangle"
 
-    def __init__(self, lossless: Stream, *upstreams: Stream, **kwargs: Any) -> None:
+    def __init__(self, lossless: Stream, *upstreams: Stream, **kwargs: Unpack[NodeOptions]) -> None:
         streams = (lossless, *upstreams)
         for u in streams:
             if not isinstance(u, Stream):
@@ -386,7 +386,9 @@ class CombineLatest(Stream):
     _graphviz_orientation = 270
     _graphviz_shape = "triangle"
 
-    def __init__(self, *upstreams: Stream, emit_on: Any = None, **kwargs: Any) -> None:
+    def __init__(
+        self, *upstreams: Stream, emit_on: Any = None, **kwargs: Unpack[NodeOptions]
+    ) -> None:
         if not upstreams:
             raise ConfigurationError("combine_latest: needs at least one upstream; pass streams")
         for u in upstreams:
@@ -531,7 +533,7 @@ class Union(Stream):
 
     derived_out = True
 
-    def __init__(self, *upstreams: Stream, **kwargs: Any) -> None:
+    def __init__(self, *upstreams: Stream, **kwargs: Unpack[NodeOptions]) -> None:
         for u in upstreams:
             if not isinstance(u, Stream):
                 raise ConfigurationError(

@@ -52,9 +52,9 @@ import heapq
 import logging
 import math
 from collections.abc import Callable, Hashable
-from typing import Any, Protocol
+from typing import Any, Protocol, Unpack
 
-from rivermark.core.node import Stream, check_callable
+from rivermark.core.node import NodeOptions, Stream, check_callable
 from rivermark.core.refs import Metadata
 from rivermark.errors import ConfigurationError
 from rivermark.operators.eventtime import Results, Timestamps, _delay, _merge, attach
@@ -106,7 +106,7 @@ class Table(LateSide, Stream):
         upstream: Stream,
         key: Hashable | Callable[[Any], Any] = None,
         value: Callable[[Any], Any] | None = None,
-        **kwargs: Any,
+        **kwargs: Unpack[NodeOptions],
     ) -> None:
         self.clock: Timestamps = attach(self, "to_table", upstream)
         self.key = key
@@ -278,7 +278,7 @@ class AsofJoin(LateSide, Stream):
         how: str = "inner",
         mode: str = "event_time",
         tolerance: Any = None,
-        **kwargs: Any,
+        **kwargs: Unpack[NodeOptions],
     ) -> None:
         if not isinstance(table, Table):
             raise ConfigurationError(

@@ -20,10 +20,10 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Unpack
 
 from rivermark.core import runtime
-from rivermark.core.node import Stream, check_positive_int, identity
+from rivermark.core.node import NodeOptions, Stream, check_positive_int, identity
 from rivermark.core.refs import Metadata, merge_metadata, release_refs
 from rivermark.core.timeutil import parse_interval
 from rivermark.errors import ConfigurationError
@@ -108,7 +108,7 @@ class Delay(_Background):
 
     _graphviz_shape: ClassVar[str] = "octagon"
 
-    def __init__(self, upstream: Stream, interval: Any, **kwargs: Any) -> None:
+    def __init__(self, upstream: Stream, interval: Any, **kwargs: Unpack[NodeOptions]) -> None:
         self.interval = parse_interval(interval, "delay")
         self._pending: deque[tuple[float, Any, Metadata | None]] = deque()
         self._worker: asyncio.Task[Any] | None = None
@@ -175,7 +175,7 @@ class RateLimit(_Background):
 
     _graphviz_shape: ClassVar[str] = "octagon"
 
-    def __init__(self, upstream: Stream, interval: Any, **kwargs: Any) -> None:
+    def __init__(self, upstream: Stream, interval: Any, **kwargs: Unpack[NodeOptions]) -> None:
         self.interval = parse_interval(interval, "rate_limit")
         self._next = 0.0
         self._init_background()
@@ -269,7 +269,7 @@ class TimedWindow(_Ticker):
 
     _graphviz_shape: ClassVar[str] = "octagon"
 
-    def __init__(self, upstream: Stream, interval: Any, **kwargs: Any) -> None:
+    def __init__(self, upstream: Stream, interval: Any, **kwargs: Unpack[NodeOptions]) -> None:
         self.interval = parse_interval(interval, "timed_window")
         self._buffer: list[Any] = []
         self._metadata_buffer: list[Metadata | None] = []
@@ -332,7 +332,7 @@ class TimedWindowUnique(_Ticker):
         interval: Any,
         key: Hashable | Callable[[Any], Hashable] = identity,
         keep: str = "first",
-        **kwargs: Any,
+        **kwargs: Unpack[NodeOptions],
     ) -> None:
         self.interval = parse_interval(interval, "timed_window_unique")
         if keep not in ("first", "last"):
@@ -408,7 +408,7 @@ class Buffer(_Background):
     _graphviz_shape: ClassVar[str] = "diamond"
     str_list: ClassVar[list[str]] = ["n"]
 
-    def __init__(self, upstream: Stream, n: int, **kwargs: Any) -> None:
+    def __init__(self, upstream: Stream, n: int, **kwargs: Unpack[NodeOptions]) -> None:
         check_positive_int("buffer", "n", n)
         self.n = n
         self._items: deque[tuple[Any, Metadata | None]] = deque()
@@ -487,7 +487,7 @@ class Latest(_Background):
 
     _graphviz_shape: ClassVar[str] = "octagon"
 
-    def __init__(self, upstream: Stream, **kwargs: Any) -> None:
+    def __init__(self, upstream: Stream, **kwargs: Unpack[NodeOptions]) -> None:
         self._next: list[Any] = []
         self._next_metadata: Metadata | None = None
         self._busy = False

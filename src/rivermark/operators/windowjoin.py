@@ -36,9 +36,9 @@ import heapq
 import itertools
 import math
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any
+from typing import Any, Unpack
 
-from rivermark.core.node import Stream, check_callable
+from rivermark.core.node import NodeOptions, Stream, check_callable
 from rivermark.core.refs import Metadata
 from rivermark.core.timeutil import parse_interval
 from rivermark.errors import ConfigurationError
@@ -93,7 +93,7 @@ class WindowJoin(LateSide, Stream):
         grace: Any = 0,
         offset: float = 0.0,
         right_key: Hashable | Callable[[Any], Any] = None,
-        **kwargs: Any,
+        **kwargs: Unpack[NodeOptions],
     ) -> None:
         kind = self.kind
         if how not in _HOWS:

@@ -19,10 +19,10 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
-from typing import Any
+from typing import Any, Unpack
 
 from rivermark.core import runtime
-from rivermark.core.node import Fixed, Stream, check_positive_int, identity
+from rivermark.core.node import Fixed, NodeOptions, Stream, check_positive_int, identity
 from rivermark.core.refs import Metadata, merge_metadata, release_refs
 from rivermark.errors import ConfigurationError
 from rivermark.execution.steps import step
@@ -77,7 +77,7 @@ class Partition(Stream):
         n: int,
         timeout: float | None = None,
         key: Hashable | Callable[[Any], Any] | None = None,
-        **kwargs: Any,
+        **kwargs: Unpack[NodeOptions],
     ) -> None:
         check_positive_int("partition", "n", n)
         if timeout is not None and (
@@ -303,7 +303,7 @@ class PartitionUnique(Stream):
         n: int,
         key: Hashable | Callable[[Any], Any] = identity,
         keep: str = "first",
-        **kwargs: Any,
+        **kwargs: Unpack[NodeOptions],
     ) -> None:
         check_positive_int("partition_unique", "n", n)
         if keep not in ("first", "last"):
@@ -389,7 +389,7 @@ class SlidingWindow(Stream):
     partial = Fixed()
 
     def __init__(
-        self, upstream: Stream, n: int, return_partial: bool = True, **kwargs: Any
+        self, upstream: Stream, n: int, return_partial: bool = True, **kwargs: Unpack[NodeOptions]
     ) -> None:
         check_positive_int("sliding_window", "n", n)
         self._n = n

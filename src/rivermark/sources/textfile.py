@@ -6,10 +6,10 @@ import asyncio
 import codecs
 import logging
 import os
-from typing import IO, Any, TypedDict
+from typing import IO, Any, TypedDict, Unpack
 
 from rivermark._fileid import fd_tail_digest, find_identity, identity, tail_digest
-from rivermark.core.node import Stream
+from rivermark.core.node import NodeOptions, Stream
 from rivermark.core.timeutil import parse_interval
 from rivermark.errors import ChangedFileError, ConfigurationError, InputDecodeError
 from rivermark.sources._lines import Codec, LineSplitter
@@ -118,7 +118,7 @@ class FromTextfile(Source[int | FilePosition]):
         stop_at_eof: bool = False,
         on_changed: str = "refuse",
         errors: str = "strict",
-        **kwargs: Any,
+        **kwargs: Unpack[NodeOptions],
     ) -> None:
         self.stop_at_eof = stop_at_eof
         _check_options(on_changed, delimiter, errors)
