@@ -89,7 +89,7 @@ def _encode(value: Any) -> tuple[bytes | None, str]:
 
 
 class _DeadLetter:
-    def __init__(self, topic: str, config: dict[str, Any], ack_timeout: float) -> None:
+    def __init__(self, topic: str, config: dict[str, object], ack_timeout: float) -> None:
         self.topic = topic
         self.config = config
         self.config.setdefault("linger.ms", 0)

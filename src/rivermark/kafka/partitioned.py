@@ -358,7 +358,7 @@ class PartitionedJob:
             return f"{self.location}/tasks/{topic}-{partition}"
         return os.path.join(self.location, "tasks", f"{topic}-{partition}")
 
-    def _task_options(self, tp: TP) -> dict[str, Any]:
+    def _task_options(self, tp: TP) -> dict[str, object]:
         """The options of one task's Job: its own directory of RocksDB state."""
         options = dict(self.job_options)
         if options.get("state_dir") is not None:
@@ -587,7 +587,7 @@ class PartitionedJob:
         )
         self._on_revoke(consumer, partitions)
 
-    def _member_conf(self, slot: InstanceSlot) -> dict[str, Any]:
+    def _member_conf(self, slot: InstanceSlot) -> dict[str, object]:
         """The group consumer's configuration, with this process's static identity."""
         conf = dict(self.consumer_params)
         conf["enable.auto.commit"] = False
@@ -628,7 +628,7 @@ class PartitionedJob:
             print(f"rivermark: PartitionedJob stopped: {line}", file=sys.stderr, flush=True)
             raise SystemExit(1)
 
-    def _run_member(self, conf: dict[str, Any]) -> None:
+    def _run_member(self, conf: dict[str, object]) -> None:
         import confluent_kafka as ck
 
         self._incremental = "cooperative" in str(conf["partition.assignment.strategy"])

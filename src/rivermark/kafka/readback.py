@@ -68,14 +68,14 @@ class OutputEnds:
         if err is None:
             self._acknowledged(msg)
 
-    def output_ends(self) -> dict[str, Any]:
+    def output_ends(self) -> dict[str, object]:
         """What a handle records: ``offsets`` (partition -> end) and ``count``."""
         return {
             "offsets": {str(p): o for p, o in sorted(self._ends.items())},
             "count": self._written,
         }
 
-    def _resume_count(self, handle: dict[str, Any]) -> None:
+    def _resume_count(self, handle: dict[str, object]) -> None:
         """Go on from the output's ends and record count in the restored ``handle``."""
         offsets, count = handle.get("offsets"), handle.get("count")
         self._ends = (

@@ -505,7 +505,7 @@ class ToKafka(Stream, OutputEnds, EpochTransactions):
     def state_signature(self) -> str:
         return f"ToKafka(topic={self.topic!r}, exactly_once={self.exactly_once!r})"
 
-    def pre_commit(self, epoch: int) -> dict[str, Any]:
+    def pre_commit(self, epoch: int) -> dict[str, object]:
         """Flush: every record of ``epoch`` is acknowledged; return the handle."""
         self.flush()
         if self.failure is not None:
@@ -519,7 +519,7 @@ class ToKafka(Stream, OutputEnds, EpochTransactions):
                 handle["topic_id"] = self._topic_id
         return handle
 
-    def commit(self, epoch: int, handle: dict[str, Any]) -> None:
+    def commit(self, epoch: int, handle: dict[str, object]) -> None:
         """Exactly-once: commit epoch ``epoch``'s transaction and open the next."""
         if not self.exactly_once:
             return

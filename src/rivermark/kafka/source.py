@@ -234,7 +234,7 @@ class KafkaBatchedSource(Source[dict[str, Any]]):
                 n.expect_partitions(partitions)
 
     # ---------------------------------------------------------------- positions
-    def position(self) -> dict[str, Any]:
+    def position(self) -> dict[str, object]:
         """``{"topic:partition": next_offset}`` for every partition read so far.
 
         Plus ``"topic_ids": {topic: id}`` once the broker named the topics' ids

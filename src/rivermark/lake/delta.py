@@ -320,7 +320,7 @@ class ToDelta(Sink):
         return rows_to_table(good, schema)
 
     # ---------------------------------------------------------------- checkpoint contract
-    def pre_commit(self, epoch: int) -> dict[str, Any]:
+    def pre_commit(self, epoch: int) -> dict[str, object]:
         """Write the epoch durably, unreferenced by the log; the handle lists every pending epoch."""
         loc = self._location()
         entry: dict[str, Any] | None = None

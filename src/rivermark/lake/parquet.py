@@ -342,7 +342,7 @@ class ToParquet(Sink):
         self._sealed.append(f)
 
     # ---------------------------------------------------------------- checkpoint contract
-    def pre_commit(self, epoch: int) -> dict[str, Any]:
+    def pre_commit(self, epoch: int) -> dict[str, object]:
         """Close every file durably and name it; the handle lists the unpublished files."""
         loc = self._location()
         for key in list(self._buffers):

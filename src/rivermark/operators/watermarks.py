@@ -229,7 +229,7 @@ class WatermarkTracker:
         self.watermark = max(self.watermark, at)
         return self.watermark
 
-    def get_state(self) -> dict[str, Any]:
+    def get_state(self) -> dict[str, object]:
         return {"largest": dict(self.largest), "watermark": self.watermark}
 
     def set_state(self, state: dict[str, Any]) -> None:

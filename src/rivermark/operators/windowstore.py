@@ -221,7 +221,7 @@ class OpenWindows:
         return closed
 
     # ------------------------------------------------------------------ state
-    def get_state(self) -> dict[str, Any]:
+    def get_state(self) -> dict[str, object]:
         """The open windows (the live container: a checkpoint takes its changes at the
         barrier) and the next window's number."""
         return {"open": self.open, "seq": self.seq}

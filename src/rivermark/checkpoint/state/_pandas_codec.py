@@ -212,7 +212,7 @@ def _build_index(pd: Any, parts: dict[str, Any]) -> Any:
     return pd.Index(parts["values"], name=parts["name"], dtype=_dtype(parts))
 
 
-def _extension(parts: dict[str, Any]) -> bool:
+def _extension(parts: dict[str, object]) -> bool:
     """Whether :func:`_values` wrote a time zone's, a categorical's or a nullable column."""
     return bool(parts.get("utc")) or any(parts.get(k) is not None for k in ("categories", "mask"))
 

@@ -204,7 +204,7 @@ class Chains:
         #: the sha256 of every chain file this job wrote or restored
         self.known: set[str] = set()
 
-    def compaction_due(self, node_id: str, state: dict[str, Any], last: int) -> bool:
+    def compaction_due(self, node_id: str, state: dict[str, object], last: int) -> bool:
         """Whether the node's chain, going on from ``last``, has grown to ``compact_every`` links.
 
         The job asks every node before it takes their views: when one is
@@ -226,7 +226,7 @@ class Chains:
     def view(
         self,
         node_id: str,
-        state: dict[str, Any],
+        state: dict[str, object],
         epoch: int,
         last: int,
         *,
@@ -286,7 +286,7 @@ class Chains:
         parts = {a: d.changes if d.complete else keyed[a].copy_all() for a, d in deltas.items()}
         return KeyedView(node_id, rest, parts, None, epoch, lineages, known=self.known)
 
-    def link(self, view: KeyedView) -> dict[str, Any]:
+    def link(self, view: KeyedView) -> dict[str, object]:
         """The manifest's ``chains`` entry of ``view``."""
         return {"parent": view.parent, "base": view.base}
 

@@ -377,7 +377,7 @@ class ObjectStore(Store):
         entry = self.read_manifest(epoch).state[node_id]
         return self.read_state_entry(epoch, node_id, entry)
 
-    def read_state_entry(self, epoch: int, node_id: str, entry: dict[str, Any]) -> bytes:
+    def read_state_entry(self, epoch: int, node_id: str, entry: dict[str, object]) -> bytes:
         return self.read_state_file(epoch, checked_relative(node_id, str(entry["file"])))
 
     def delete(self, epoch: int) -> None:
@@ -439,7 +439,7 @@ class ObjectStore(Store):
         rels = [self._shared_rel(d) for d in digests]
         self._io("delete shared files", self._remove, rels)
 
-    def write_job_info(self, info: dict[str, Any]) -> None:
+    def write_job_info(self, info: dict[str, object]) -> None:
         import json
 
         data = json.dumps({"format": FORMAT_VERSION, **info}, indent=2, sort_keys=True)

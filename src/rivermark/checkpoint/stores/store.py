@@ -208,7 +208,7 @@ class LocalDirectoryStore(Store):
         entry = self.read_manifest(epoch).state[node_id]
         return self.read_state_entry(epoch, node_id, entry)
 
-    def read_state_entry(self, epoch: int, node_id: str, entry: dict[str, Any]) -> bytes:
+    def read_state_entry(self, epoch: int, node_id: str, entry: dict[str, object]) -> bytes:
         rel = Path(checked_relative(node_id, str(entry["file"])))
         return _read_no_symlink(self.epoch_dir(epoch) / rel, self.path)
 
@@ -292,7 +292,7 @@ class LocalDirectoryStore(Store):
         return needed
 
     # ------------------------------------------------------------------ job info
-    def write_job_info(self, info: dict[str, Any]) -> None:
+    def write_job_info(self, info: dict[str, object]) -> None:
         data = {"format": FORMAT_VERSION, **info}
         tmp = self.path / "job.json.tmp"
         _write_durable(tmp, json.dumps(data, indent=2, sort_keys=True).encode())

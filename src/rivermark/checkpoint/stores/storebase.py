@@ -92,7 +92,7 @@ class Store(abc.ABC):
     def unlock(self) -> None:
         """Release the lock."""
 
-    def write_job_info(self, info: dict[str, Any]) -> None:  # noqa: B027 - optional
+    def write_job_info(self, info: dict[str, object]) -> None:  # noqa: B027 - optional
         """Record a description of the job (optional)."""
 
     def read_job_info(self) -> dict[str, Any] | None:
@@ -188,7 +188,7 @@ class Store(abc.ABC):
         """Where checkpoint ``epoch`` lives, for messages."""
         return f"checkpoint {epoch} in {self!r}"
 
-    def read_state_entry(self, epoch: int, node_id: str, entry: dict[str, Any]) -> bytes:
+    def read_state_entry(self, epoch: int, node_id: str, entry: dict[str, object]) -> bytes:
         """The blob that the manifest's state ``entry`` of ``node_id`` points to."""
         return self.read_state(epoch, node_id)
 

@@ -97,7 +97,7 @@ def pick_epoch(store: Store, epoch: int | None) -> int:
     return epoch
 
 
-def chain_sizes(store: Store, epoch: int, node: str) -> dict[str, Any]:
+def chain_sizes(store: Store, epoch: int, node: str) -> dict[str, object]:
     """The delta chain of ``node`` at ``epoch``: its base and every delta, with sizes.
 
     ``{"base": epoch, "base_size": bytes, "deltas": [[epoch, bytes], ...],
