@@ -492,7 +492,7 @@ class ToKafka(Stream, OutputEnds, EpochTransactions):
         self._in_txn = True
 
     # ---------------------------------------------------------------- checkpoint protocol
-    def get_state(self) -> Any:
+    def get_state(self) -> object:
         """The open epoch's records (exactly-once only; see the module docs)."""
         if not self.exactly_once:
             return None

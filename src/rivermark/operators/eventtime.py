@@ -353,7 +353,7 @@ class Timestamps(Stream):
             for p, v in self.tracker.partition_watermarks().items()
         }
 
-    def get_state(self) -> Any:
+    def get_state(self) -> object:
         return {"watermarks": self.tracker.get_state()}
 
     def set_state(self, state: Any) -> None:
@@ -527,7 +527,7 @@ class EventWindow(Stream):
     def records_held(self) -> int | None:
         return len(self.store)
 
-    def get_state(self) -> Any:
+    def get_state(self) -> object:
         # the live container: the checkpoint takes its changed windows at the barrier
         return self.store.get_state()
 

@@ -190,7 +190,7 @@ class KeyedProcess(Stream):
     def records_held(self) -> int | None:
         return len(self._timers)
 
-    def get_state(self) -> Any:
+    def get_state(self) -> object:
         return {"values": self._values, "timers": self._timers, "seq": self._seq}
 
     def set_state(self, state: Any) -> None:

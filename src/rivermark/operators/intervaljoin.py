@@ -176,7 +176,7 @@ class IntervalJoin(LateSide, Stream):
     def records_held(self) -> int | None:
         return self.waiting
 
-    def get_state(self) -> Any:
+    def get_state(self) -> object:
         return {"lefts": self._lefts, "rights": self._rights, "seq": self._seq}
 
     def set_state(self, state: Any) -> None:

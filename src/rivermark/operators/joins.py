@@ -204,7 +204,7 @@ class Zip(Stream):
         del self.upstreams[i]
         self._wake_waiters()
 
-    def get_state(self) -> Any:
+    def get_state(self) -> object:
         return {"buffers": [[v for v, _ in b] for b in self._buffers]}
 
     def set_state(self, state: Any) -> None:
@@ -340,7 +340,7 @@ class ZipLatest(Stream):
             self._missing -= 1
         release_refs(self._meta.pop(i))
 
-    def get_state(self) -> Any:
+    def get_state(self) -> object:
         return {
             "last": list(self.last[1:]),
             "have": list(self._have[1:]),
@@ -508,7 +508,7 @@ class CombineLatest(Stream):
             self._emit_on_idx = tuple(j for j, e in enumerate(self._emits) if e)
         del self.upstreams[i]
 
-    def get_state(self) -> Any:
+    def get_state(self) -> object:
         return {"last": list(self.last), "have": list(self._have)}
 
     def set_state(self, state: Any) -> None:

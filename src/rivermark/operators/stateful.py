@@ -195,7 +195,7 @@ class Frequencies(Stream):
             return None
         return self._emit(counts.copy(), metadata)  # a plain dict
 
-    def get_state(self) -> Any:
+    def get_state(self) -> object:
         # the live container: the checkpoint takes its changed keys at the barrier
         return {"counts": self.counts}
 
@@ -331,7 +331,7 @@ class Unique(Stream):
             return None
         return self._emit(x, metadata)
 
-    def get_state(self) -> Any:
+    def get_state(self) -> object:
         if not self.hashable:
             return {"seen": list(self._seen_list)}
         if isinstance(self._seen, KeyedStore):
@@ -419,7 +419,7 @@ class Collect(Stream):
                 self._tasks.add(f)
                 f.add_done_callback(self._tasks.discard)
 
-    def get_state(self) -> Any:
+    def get_state(self) -> object:
         return {"cache": list(self.cache)}
 
     def set_state(self, state: Any) -> None:

@@ -221,7 +221,7 @@ class Table(LateSide, Stream):
     def records_held(self) -> int | None:
         return len(self._versions)
 
-    def get_state(self) -> Any:
+    def get_state(self) -> object:
         return {"versions": self._versions}
 
     def set_state(self, state: Any) -> None:
@@ -380,7 +380,7 @@ class AsofJoin(LateSide, Stream):
     def records_held(self) -> int | None:
         return len(self._waiting)
 
-    def get_state(self) -> Any:
+    def get_state(self) -> object:
         return {"waiting": self._waiting, "seq": self._seq}
 
     def set_state(self, state: Any) -> None:

@@ -143,7 +143,7 @@ class Delay(_Background):
     def emits_later(self) -> bool:
         return bool(self._pending) or self.in_flight > 0
 
-    def get_state(self) -> Any:
+    def get_state(self) -> object:
         now = self.loop.time()
         return {"pending": [(max(0.0, due - now), x) for due, x, _ in self._pending]}
 
@@ -294,7 +294,7 @@ class TimedWindow(_Ticker):
     def emits_later(self) -> bool:
         return bool(self._buffer) or self.in_flight > 0
 
-    def get_state(self) -> Any:
+    def get_state(self) -> object:
         return {"buffer": list(self._buffer)}
 
     def set_state(self, state: Any) -> None:
@@ -378,7 +378,7 @@ class TimedWindowUnique(_Ticker):
     def emits_later(self) -> bool:
         return bool(self._buffer) or self.in_flight > 0
 
-    def get_state(self) -> Any:
+    def get_state(self) -> object:
         return {"buffer": [x for x, _ in self._buffer.values()]}
 
     def set_state(self, state: Any) -> None:
@@ -453,7 +453,7 @@ class Buffer(_Background):
     def emits_later(self) -> bool:
         return bool(self._items or self._waiting) or self.in_flight > 0
 
-    def get_state(self) -> Any:
+    def get_state(self) -> object:
         return {"items": [x for x, _ in self._items] + [x for x, _, _ in self._waiting]}
 
     def set_state(self, state: Any) -> None:
@@ -550,7 +550,7 @@ class Latest(_Background):
     def emits_later(self) -> bool:
         return bool(self._next) or self.in_flight > 0
 
-    def get_state(self) -> Any:
+    def get_state(self) -> object:
         return {"next": list(self._next)}
 
     def set_state(self, state: Any) -> None:

@@ -296,7 +296,7 @@ class WindowJoin(LateSide, Stream):
     def records_held(self) -> int | None:
         return self._held
 
-    def get_state(self) -> Any:
+    def get_state(self) -> object:
         return {"open": self._open, "seq": self._seq}
 
     def set_state(self, state: Any) -> None:

@@ -241,7 +241,7 @@ class Partition(Stream):
         release_refs(meta)
 
     # ------------------------------------------------------------------ state
-    def get_state(self) -> Any:
+    def get_state(self) -> object:
         if self._key is not None:
             # the live groups: the checkpoint copies the changed ones at the barrier
             return {"buffers": self._buffers}
@@ -350,7 +350,7 @@ class PartitionUnique(Stream):
             raise
         return self._release_after(results, meta)
 
-    def get_state(self) -> Any:
+    def get_state(self) -> object:
         return {"buffer": list(self._buffer.items())}
 
     def set_state(self, state: Any) -> None:
@@ -439,7 +439,7 @@ class SlidingWindow(Stream):
             self._meta = None
         return self._emit_and_release(out, meta, leaving)
 
-    def get_state(self) -> Any:
+    def get_state(self) -> object:
         return {"buffer": list(self._buffer)}
 
     def set_state(self, state: Any) -> None:
