@@ -72,7 +72,7 @@ MAX_PATH = 100
 Update = Callable[[Any, Any, Any], Any]
 
 
-def retire(fn: Callable[..., Any]) -> None:
+def retire(fn: Callable[..., object]) -> None:
     """Make the generated function ``fn`` hand every call to its node's current path."""
     if hasattr(fn, "rivermark_source"):
         fn.__globals__["_valid"] = False

@@ -276,7 +276,7 @@ class EmitMethod:
     it is the plain method.
     """
 
-    def __init__(self, func: Callable[..., Any]) -> None:
+    def __init__(self, func: Callable[..., object]) -> None:
         self.func = func
         self.__doc__ = func.__doc__
         self.__name__ = func.__name__

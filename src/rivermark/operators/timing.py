@@ -51,7 +51,7 @@ class _Background(Stream):
     def emits_later(self) -> bool:
         return self.in_flight > 0
 
-    def _on_loop(self, fn: Callable[[], Any]) -> None:
+    def _on_loop(self, fn: Callable[[], object]) -> None:
         loop = self.loop
         if runtime.in_loop_thread(loop):
             fn()
