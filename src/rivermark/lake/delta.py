@@ -242,7 +242,7 @@ class ToDelta(Sink):
                 "or DataFrames: add a .map(...) that builds one"
             )
 
-    def _add_record(self, x: Mapping[str, Any]) -> None:
+    def _add_record(self, x: Mapping[str, object]) -> None:
         if self._schema is None:
             self._set_schema(schema_of(x, self.label()))
         if not x.keys() <= self._names:

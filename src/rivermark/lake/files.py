@@ -127,7 +127,7 @@ def rows_to_table(rows: Sequence[Mapping[str, Any]], schema: Any) -> Any:
 class Location:
     """Files under ``url`` (a local directory, ``file://`` or any fsspec URL), durably written."""
 
-    def __init__(self, url: str, storage_options: Mapping[str, Any] | None, label: str) -> None:
+    def __init__(self, url: str, storage_options: Mapping[str, object] | None, label: str) -> None:
         self.url, self.label = url, label
         self.local = "://" not in url or url.startswith("file://")
         self.fs: Any = None

@@ -234,7 +234,7 @@ def job_summary(job: Job) -> dict[str, object]:
     }
 
 
-def checkpoint_rows(checkpoints: Iterable[CheckpointInfo]) -> list[dict[str, Any]]:
+def checkpoint_rows(checkpoints: Iterable[CheckpointInfo]) -> list[dict[str, object]]:
     """The checkpoints a job wrote, as the page and the control API show them."""
     return [
         {
@@ -250,7 +250,7 @@ def checkpoint_rows(checkpoints: Iterable[CheckpointInfo]) -> list[dict[str, Any
     ]
 
 
-def failure_rows(failures: Iterable[CheckpointFailure]) -> list[dict[str, Any]]:
+def failure_rows(failures: Iterable[CheckpointFailure]) -> list[dict[str, object]]:
     """The checkpoints a job could not complete, as the page and the control API show them."""
     return [
         {"epoch": f.epoch, "time": f.time, "reason": f.reason, "fatal": f.fatal} for f in failures

@@ -144,7 +144,7 @@ def ended_record(state: RunState) -> dict[str, object]:
     return {"state": state.state, "reason": state.reason, "time": state.ended_at or time.time()}
 
 
-def previous_run(info: dict[str, Any] | None) -> RunState | None:
+def previous_run(info: dict[str, object] | None) -> RunState | None:
     """How the run recorded in a store's ``job.json`` ended (None: unknown, or none yet).
 
     A run records ``"ended": null`` when it starts and its end state when it

@@ -153,7 +153,7 @@ class ObjectStore(Store):
     def __init__(
         self,
         url: str,
-        storage_options: dict[str, Any] | None = None,
+        storage_options: dict[str, object] | None = None,
         lease: bool = True,
         lease_ttl: float | None = None,
         create: bool = True,
@@ -445,7 +445,7 @@ class ObjectStore(Store):
         data = json.dumps({"format": FORMAT_VERSION, **info}, indent=2, sort_keys=True)
         self._write("write job.json", self._put, "job.json", data.encode())
 
-    def read_job_info(self) -> dict[str, Any] | None:
+    def read_job_info(self) -> dict[str, object] | None:
         import json
 
         try:

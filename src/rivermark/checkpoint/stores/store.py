@@ -30,7 +30,7 @@ import shutil
 import socket
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from rivermark.checkpoint.errors import (
     CheckpointCorruptError,
@@ -299,7 +299,7 @@ class LocalDirectoryStore(Store):
         os.replace(tmp, self.path / "job.json")
         fsync_dir(self.path)
 
-    def read_job_info(self) -> dict[str, Any] | None:
+    def read_job_info(self) -> dict[str, object] | None:
         try:
             info = json.loads((self.path / "job.json").read_bytes())
         except (OSError, ValueError):

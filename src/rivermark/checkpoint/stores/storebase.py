@@ -95,7 +95,7 @@ class Store(abc.ABC):
     def write_job_info(self, info: dict[str, object]) -> None:  # noqa: B027 - optional
         """Record a description of the job (optional)."""
 
-    def read_job_info(self) -> dict[str, Any] | None:
+    def read_job_info(self) -> dict[str, object] | None:
         """The description :meth:`write_job_info` recorded (None: none, or unreadable)."""
         return None
 

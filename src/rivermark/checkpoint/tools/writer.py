@@ -208,7 +208,7 @@ def _keyed_as_in(node: Stream, value: Any) -> Any:
     return out
 
 
-def _own_state(node: Stream) -> dict[str, Any] | None:
+def _own_state(node: Stream) -> dict[str, object] | None:
     """The node's ``get_state()`` now, when it is a dict (what its state must look like)."""
     try:
         fresh = node.get_state()
