@@ -84,7 +84,7 @@ class Plan:
                 with contextlib.suppress(AttributeError):
                     delattr(n, attr)
 
-    def _install(self, node: Node, attr: str, value: Any) -> None:
+    def _install(self, node: Node, attr: str, value: object) -> None:
         if self.valid:
             object.__setattr__(node, attr, value)
 

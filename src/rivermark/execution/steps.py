@@ -296,7 +296,7 @@ def _fixed_slots(cls: type) -> dict[str, str]:
 _LITERAL_TYPES = (type(None), bool, int, float, complex, str, bytes, type(...))
 
 
-def _literal(value: Any) -> bool:
+def _literal(value: object) -> bool:
     if type(value) in _LITERAL_TYPES:
         return True
     return type(value) is tuple and all(_literal(v) for v in value)

@@ -78,7 +78,7 @@ def dead_letter(
     return _DeadLetter(topic, dict(producer_config), float(ack_timeout))
 
 
-def _encode(value: Any) -> tuple[bytes | None, str]:
+def _encode(value: object) -> tuple[bytes | None, str]:
     if value is None:
         return None, "null"
     if isinstance(value, (bytes, bytearray)):

@@ -192,7 +192,7 @@ def job_output(job: Job, interval: float = 0.5) -> Any:
     return box
 
 
-def _rows_html(value: Any, rows: int) -> str:
+def _rows_html(value: object, rows: int) -> str:
     """The last ``rows`` rows of a pandas object as an HTML table; anything else as text."""
     # optional: a DataFrame or Series has .tail, a plain record does not
     tail = getattr(value, "tail", None)
@@ -214,7 +214,7 @@ class _Throttled:
         self._latest: Any = None
         self._timer: threading.Timer | None = None
 
-    def __call__(self, value: Any) -> None:
+    def __call__(self, value: object) -> None:
         with self._lock:
             self._latest = value
             if self._timer is not None:

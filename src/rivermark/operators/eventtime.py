@@ -119,7 +119,7 @@ def _ahead_of(ts: float, now: float) -> str:
     return f"{seconds:,.0f} s"
 
 
-def _delay(value: Any, kind: str, arg: str) -> float:
+def _delay(value: object, kind: str, arg: str) -> float:
     """A non-negative interval (0 allowed, unlike :func:`parse_interval`)."""
     if value == 0 and not isinstance(value, bool):
         return 0.0

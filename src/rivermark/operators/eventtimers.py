@@ -71,7 +71,7 @@ class Context:
         return self._state if self._new_state is _UNSET else self._new_state
 
     @state.setter
-    def state(self, value: Any) -> None:
+    def state(self, value: object) -> None:
         self._new_state = value
 
     def set_timer(self, time: float) -> None:
@@ -80,7 +80,7 @@ class Context:
             raise TypeError(f"set_timer: the time must be epoch seconds, got {time!r}")
         self.timers.append(float(time))
 
-    def emit(self, value: Any) -> None:
+    def emit(self, value: object) -> None:
         """Pass ``value`` on when the call returns."""
         self.out.append(value)
 

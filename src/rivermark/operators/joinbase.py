@@ -37,7 +37,7 @@ def func_name(func: Any) -> str:
     return function_name(func)
 
 
-def signed_interval(value: Any, kind: str, arg: str) -> float:
+def signed_interval(value: object, kind: str, arg: str) -> float:
     """Seconds or a duration string, which may be negative (``"-2s"``)."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)

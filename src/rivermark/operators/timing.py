@@ -108,7 +108,7 @@ class Delay(_Background):
 
     _graphviz_shape: ClassVar[str] = "octagon"
 
-    def __init__(self, upstream: Stream, interval: Any, **kwargs: Unpack[NodeOptions]) -> None:
+    def __init__(self, upstream: Stream, interval: object, **kwargs: Unpack[NodeOptions]) -> None:
         self.interval = parse_interval(interval, "delay")
         self._pending: deque[tuple[float, Any, Metadata | None]] = deque()
         self._worker: asyncio.Task[Any] | None = None
@@ -175,7 +175,7 @@ class RateLimit(_Background):
 
     _graphviz_shape: ClassVar[str] = "octagon"
 
-    def __init__(self, upstream: Stream, interval: Any, **kwargs: Unpack[NodeOptions]) -> None:
+    def __init__(self, upstream: Stream, interval: object, **kwargs: Unpack[NodeOptions]) -> None:
         self.interval = parse_interval(interval, "rate_limit")
         self._next = 0.0
         self._init_background()
@@ -269,7 +269,7 @@ class TimedWindow(_Ticker):
 
     _graphviz_shape: ClassVar[str] = "octagon"
 
-    def __init__(self, upstream: Stream, interval: Any, **kwargs: Unpack[NodeOptions]) -> None:
+    def __init__(self, upstream: Stream, interval: object, **kwargs: Unpack[NodeOptions]) -> None:
         self.interval = parse_interval(interval, "timed_window")
         self._buffer: list[Any] = []
         self._metadata_buffer: list[Metadata | None] = []

@@ -55,7 +55,7 @@ NEG_INF = -math.inf
 POS_INF = math.inf
 
 
-def to_epoch(value: Any) -> float:
+def to_epoch(value: object) -> float:
     """``value`` (epoch seconds or a timezone-aware datetime) as epoch seconds.
 
     >>> to_epoch(12), to_epoch(1.5)

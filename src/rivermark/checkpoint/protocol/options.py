@@ -84,7 +84,7 @@ def check_port(port: Any, option: str, example: str) -> None:
         )
 
 
-def check_compact_every(value: Any) -> int:
+def check_compact_every(value: object) -> int:
     """``compact_every`` (default: the environment's, else 20), refused unless an integer >= 1."""
     if value is None:
         value = _env_compact_every()

@@ -124,7 +124,7 @@ def _lease_ttl_from_env() -> float:
     return ttl
 
 
-def _checked_lease_ttl(value: Any) -> float:
+def _checked_lease_ttl(value: object) -> float:
     """``lease_ttl`` (default: the environment's), refused unless a number of seconds > 0."""
     if value is None:
         value = _lease_ttl_from_env()

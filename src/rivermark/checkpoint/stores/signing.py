@@ -54,7 +54,7 @@ def key_id(key: bytes) -> str:
     return hashlib.sha256(b"rivermark-checkpoint-key:" + key).hexdigest()[:16]
 
 
-def _as_key(value: Any, where: str) -> bytes:
+def _as_key(value: object, where: str) -> bytes:
     key = value.encode() if isinstance(value, str) else value
     if not isinstance(key, bytes):
         raise ConfigurationError(

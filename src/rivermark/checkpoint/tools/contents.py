@@ -320,7 +320,7 @@ def state_rows(state: Any) -> list[dict[str, Any]]:
     return [{"value": value}]
 
 
-def render_value(value: Any, max_chars: int = 2000) -> str:
+def render_value(value: object, max_chars: int = 2000) -> str:
     """``value`` pretty-printed, cut to ``max_chars`` characters with a note saying so.
 
     >>> render_value(list(range(1000)), max_chars=20)

@@ -86,7 +86,7 @@ def require_pandas(what: str) -> Any:
     return pd
 
 
-def is_pandas(value: Any) -> bool:
+def is_pandas(value: object) -> bool:
     """Whether ``value`` is a pandas Series or DataFrame (pandas is not imported for this)."""
     pd = sys.modules.get("pandas")
     return pd is not None and isinstance(value, (pd.Series, pd.DataFrame))

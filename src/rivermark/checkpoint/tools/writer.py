@@ -174,7 +174,7 @@ def _checked_states(nodes: Mapping[str, Stream], given: Mapping[str, Any] | None
     return out
 
 
-def _view(chains: Chains, nid: str, value: Any, epoch: int) -> StateView:
+def _view(chains: Chains, nid: str, value: object, epoch: int) -> StateView:
     """The view a savepoint takes of ``value`` (a base of keyed state); one line if it cannot."""
     try:
         return view_of(chains, nid, value, epoch, 0, base=True)
@@ -217,7 +217,7 @@ def _own_state(node: Stream) -> dict[str, object] | None:
     return fresh if isinstance(fresh, dict) else None
 
 
-def check_fits(nid: str, node: Stream, value: Any) -> None:
+def check_fits(nid: str, node: Stream, value: object) -> None:
     """Refuse (one line) a ``value`` that the restore's ``set_state`` of ``node`` cannot take.
 
     What is checked costs nothing and changes nothing: a node whose
@@ -251,7 +251,7 @@ def check_fits(nid: str, node: Stream, value: Any) -> None:
         )
 
 
-def _short(value: Any) -> str:
+def _short(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
