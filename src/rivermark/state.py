@@ -41,7 +41,7 @@ from __future__ import annotations
 import itertools
 import logging
 from abc import abstractmethod
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Hashable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -110,7 +110,7 @@ class KeyedStore(MutableMapping[Any, Any]):
     freeze: Callable[[Any], Any] | None
 
     @abstractmethod
-    def touched(self, key: Any) -> None:
+    def touched(self, key: Hashable) -> None:
         """The value of ``key`` was changed in place: the next checkpoint writes it."""
 
     @abstractmethod
@@ -178,7 +178,7 @@ class KeyedState(dict[Any, Any], KeyedStore):
             changes[key] = value
         _dict_set(self, key, value)
 
-    def __delitem__(self, key: Any) -> None:
+    def __delitem__(self, key: Hashable) -> None:
         dict.__delitem__(self, key)
         changes = self._changes
         if changes is not None:
@@ -226,7 +226,7 @@ class KeyedState(dict[Any, Any], KeyedStore):
         self.update(other)
         return self
 
-    def touched(self, key: Any) -> None:
+    def touched(self, key: Hashable) -> None:
         """The value of ``key`` was changed in place: the next checkpoint writes it."""
         changes = self._changes
         if changes is not None:

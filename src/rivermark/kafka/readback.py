@@ -89,7 +89,7 @@ class OutputEnds:
         return read_written(self.producer_config, self.topic, first, last, self.output_text)
 
 
-def _ends(handle: Any, which: str) -> tuple[dict[int, int], int]:
+def _ends(handle: object, which: str) -> tuple[dict[int, int], int]:
     """A handle's ``offsets`` (partition -> offset after the sink's records) and ``count``."""
     if not isinstance(handle, dict):
         raise ValueError(f"the {which} checkpoint holds no handle of it")

@@ -57,7 +57,7 @@ import logging
 import re
 import time
 from collections.abc import Callable
-from typing import Any, Unpack
+from typing import TYPE_CHECKING, Any, Unpack
 
 from rivermark.core.graph import descendants
 from rivermark.core.inputend import ReadsPartitions
@@ -75,6 +75,9 @@ from rivermark.kafka.waiting import RecordWaiter
 from rivermark.plugins import door
 from rivermark.sources.base import TIME_SLICE, Source
 
+if TYPE_CHECKING:
+    from confluent_kafka import Message
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["KafkaBatchedSource", "KafkaSource", "from_kafka", "from_kafka_batched"]
@@ -84,12 +87,12 @@ __all__ = ["KafkaBatchedSource", "KafkaSource", "from_kafka", "from_kafka_batche
 _NO_TIMESTAMP = 0
 
 
-def _record_time(m: Any) -> float | None:
+def _record_time(m: Message) -> float | None:
     """The record's Kafka timestamp (producer or broker time, per the topic) in epoch seconds."""
     kind, ms = m.timestamp()
     if kind == _NO_TIMESTAMP or ms < 0:
         return None
-    return ms / 1000  # type: ignore[no-any-return]
+    return ms / 1000
 
 
 def _commit_nothing(offsets: dict[tuple[str, int], int], tag: str) -> None:
@@ -270,7 +273,7 @@ class KafkaBatchedSource(Source[dict[str, Any]]):
                 out[key] = max(int(high) - int(offset), 0)
         return out
 
-    def seek(self, position: Any) -> None:
+    def seek(self, position: object) -> None:
         """Start every partition named in ``position`` at its offset on the next run."""
         if position is None:
             return
@@ -294,7 +297,7 @@ class KafkaBatchedSource(Source[dict[str, Any]]):
     def state_signature(self) -> str:
         return f"{type(self).__name__}(topics={sorted(self.topics)!r}, keys={self.keys!r})"
 
-    def inputs_change(self, stored: str, position: Any) -> str | None:
+    def inputs_change(self, stored: str, position: object) -> str | None:
         """Topics added to or removed from the subscription since the checkpoint (one line).
 
         ``None`` unless ``stored`` (the checkpoint's signature of this source)
@@ -340,7 +343,7 @@ class KafkaBatchedSource(Source[dict[str, Any]]):
             return None
         return old
 
-    def stop_at(self, position: Any) -> None:
+    def stop_at(self, position: object) -> None:
         """Read every partition up to its offset in ``position`` (a bounded read, as ``stop_at_end``).
 
         Partitions that ``position`` does not name are not read.
@@ -371,7 +374,7 @@ class KafkaBatchedSource(Source[dict[str, Any]]):
         self.checkpointing = True
         super().pause()
 
-    def checkpoint_durable(self, epoch: int, position: Any) -> None:
+    def checkpoint_durable(self, epoch: int, position: object) -> None:
         """Commit a durable checkpoint's position to the consumer group (for lag tools).
 
         Called by the job only once checkpoint ``epoch`` is durable, so the

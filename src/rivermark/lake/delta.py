@@ -397,7 +397,7 @@ class ToDelta(Sink):
             raise self._failed(loc, f"staging epoch {epoch}", e) from None
         return {"epoch": epoch, "stage": rel}
 
-    def commit(self, epoch: int, handle: Any) -> None:
+    def commit(self, epoch: int, handle: object) -> None:
         """One Delta commit per pending epoch up to ``epoch``; epochs the log holds are skipped."""
         loc = self._location()
         while self._pending and self._pending[0]["epoch"] <= epoch:

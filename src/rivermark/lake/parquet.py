@@ -363,7 +363,7 @@ class ToParquet(Sink):
             self._pending.append({"epoch": epoch, "files": files})
         return {"sink": self.sink_id, "epoch": epoch, "pending": [dict(p) for p in self._pending]}
 
-    def commit(self, epoch: int, handle: Any) -> None:
+    def commit(self, epoch: int, handle: object) -> None:
         """Publish the files of every epoch up to ``epoch`` (idempotent)."""
         loc = self._location()
         while self._pending and self._pending[0]["epoch"] <= epoch:

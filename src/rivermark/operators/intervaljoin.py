@@ -139,7 +139,7 @@ class IntervalJoin(LateSide, Stream):
     def _right_order(self, seq: int) -> tuple[float, int]:
         return (self._rights[seq][0], seq)
 
-    def _hold(self, side: int, k: Any, seq: int, until: float, clock: Timestamps) -> None:
+    def _hold(self, side: int, k: Hashable, seq: int, until: float, clock: Timestamps) -> None:
         """Keep a record until ``clock``'s watermark is past ``until``."""
         self._index[side].setdefault(k, set()).add(seq)
         heapq.heappush(self._heaps[side], (until, seq))

@@ -194,7 +194,7 @@ class WindowJoin(LateSide, Stream):
         self._held += 1
         return new
 
-    def _due(self, due: float, start: float, k: Any) -> None:
+    def _due(self, due: float, start: float, k: Hashable) -> None:
         heapq.heappush(self._heap, (due, next(self._pushes), start, k))
         for clock in (self.left_clock, self.right_clock):
             clock.wake_at(due)
@@ -225,7 +225,7 @@ class WindowJoin(LateSide, Stream):
                 results = _merge(results, self._emit(result, None))
         return results
 
-    def _sessions_closed(self, k: Any, mark: float) -> list[Closed]:
+    def _sessions_closed(self, k: Hashable, mark: float) -> list[Closed]:
         """The sessions of ``k`` that closed at ``mark`` (the rest stay held)."""
         held = self._open.get(k)
         if not held:

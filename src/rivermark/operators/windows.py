@@ -35,7 +35,7 @@ __all__ = ["Partition", "PartitionUnique", "SlidingWindow"]
 Results = list[Awaitable[Any]] | None
 
 
-def _key_name(key: Any) -> str:
+def _key_name(key: Hashable) -> str:
     if callable(key):
         # optional: a key may be a column name, not a function
         return getattr(key, "__qualname__", None) or repr(key)
@@ -190,7 +190,7 @@ class Partition(Stream):
         return out, (meta or None)
 
     # ------------------------------------------------------------------ timeout
-    def _arm(self, k: Any) -> None:
+    def _arm(self, k: Hashable) -> None:
         loop = self.loop
         assert self._timeout is not None
         if runtime.in_loop_thread(loop):
@@ -198,20 +198,20 @@ class Partition(Stream):
         else:  # called from another thread: arm it on the loop
             loop.call_soon_threadsafe(self._arm_if_pending, k)
 
-    def _disarm(self, k: Any) -> None:
+    def _disarm(self, k: Hashable) -> None:
         timer = self._timers.pop(k, None)
         if timer is not None:
             timer.cancel()
 
-    def _pending(self, k: Any) -> bool:
+    def _pending(self, k: Hashable) -> bool:
         return bool(self._buffer) if self._key is None else k in self._buffers
 
-    def _arm_if_pending(self, k: Any) -> None:
+    def _arm_if_pending(self, k: Hashable) -> None:
         if self._pending(k) and k not in self._timers:
             assert self._timeout is not None
             self._timers[k] = self.loop.call_later(self._timeout, self._on_timeout, k)
 
-    def _on_timeout(self, k: Any) -> None:
+    def _on_timeout(self, k: Hashable) -> None:
         self._timers.pop(k, None)
         if not self._pending(k):
             return

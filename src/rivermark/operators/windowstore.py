@@ -40,7 +40,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from fractions import Fraction
 from typing import Any, Protocol
 
@@ -163,7 +163,7 @@ class OpenWindows:
         else:
             self.open[(k, start)] = (end, cur[1], acc)
 
-    def session_starts(self, k: Any) -> list[float]:
+    def session_starts(self, k: Hashable) -> list[float]:
         """The starts of key ``k``'s open sessions, in order (do not change the list)."""
         return self.sessions.get(k, [])
 

@@ -131,7 +131,7 @@ class Keyring:
     keys: list[bytes]
 
     @classmethod
-    def configured(cls, checkpoint_key: Any = None) -> Keyring | None:
+    def configured(cls, checkpoint_key: object = None) -> Keyring | None:
         """The keys of ``Job(checkpoint_key=...)``, else of the environment; ``None``: none."""
         where = "Job(checkpoint_key=...)"
         if isinstance(checkpoint_key, os.PathLike):

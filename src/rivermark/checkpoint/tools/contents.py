@@ -208,7 +208,7 @@ def read(
     epoch: int | None = None,
     *,
     as_pandas: bool = True,
-    checkpoint_key: Any = None,
+    checkpoint_key: object = None,
     trust_store: bool = False,
 ) -> CheckpointContents:
     """The state of every node and the positions in a checkpoint, as Python objects.

@@ -300,7 +300,7 @@ def _checked_positions(
     return positions
 
 
-def _open_empty(location: str | os.PathLike[str] | Store, checkpoint_key: Any) -> Store:
+def _open_empty(location: str | os.PathLike[str] | Store, checkpoint_key: object) -> Store:
     """The store at ``location`` (created if need be), with the key it signs with."""
     if isinstance(location, Store):
         return location
