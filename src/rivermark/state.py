@@ -172,7 +172,7 @@ class KeyedState(dict[Any, Any], KeyedStore):
         return self
 
     # the changes (every other method is the dict's own)
-    def __setitem__(self, key: Any, value: Any) -> None:
+    def __setitem__(self, key: Hashable, value: Any) -> None:
         changes = self._changes
         if changes is not None:
             changes[key] = value
@@ -222,7 +222,7 @@ class KeyedState(dict[Any, Any], KeyedStore):
                 changes[k] = DELETED
         dict.clear(self)
 
-    def __ior__(self, other: Any) -> KeyedState:  # type: ignore[misc]
+    def __ior__(self, other: object) -> KeyedState:  # type: ignore[misc]
         self.update(other)
         return self
 

@@ -37,7 +37,7 @@ def check_positive_int(node_kind: str, arg: str, value: object, minimum: int = 1
         )
 
 
-def _check_policy(policy: Any) -> None:
+def _check_policy(policy: object) -> None:
     if policy is None or callable(policy) or policy in _VALID_POLICIES:
         return
     raise ConfigurationError(

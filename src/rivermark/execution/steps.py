@@ -264,7 +264,7 @@ def graph_fact(method: F) -> F:
     return method
 
 
-def step_of(func: Any) -> StepInfo | None:
+def step_of(func: object) -> StepInfo | None:
     """The parsed step of ``func`` (a class's ``update``), or None if it is not one."""
     info = getattr(func, "__rivermark_step__", None)
     return info if isinstance(info, StepInfo) else None
@@ -727,7 +727,7 @@ class Names:
         self.scope: dict[str, Any] = {"__builtins__": builtins}
         self._names: dict[int, str] = {}
 
-    def __call__(self, obj: Any, hint: str = "b") -> str:
+    def __call__(self, obj: object, hint: str = "b") -> str:
         name = self._names.get(id(obj))
         if name is None:
             base = "".join(c for c in hint if c.isalnum() or c == "_").strip("_") or "b"

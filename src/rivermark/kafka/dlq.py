@@ -135,11 +135,11 @@ class _DeadLetter:
         )
 
     def _write(
-        self, value: Any, key: Any, headers: list[tuple[str, bytes]], exc: BaseException
+        self, value: object, key: object, headers: list[tuple[str, bytes]], exc: BaseException
     ) -> None:
         outcome: list[Any] = []
 
-        def on_delivery(err: Any, msg: Any) -> None:
+        def on_delivery(err: object, msg: object) -> None:
             outcome.append(err)
 
         where = describe_origin()

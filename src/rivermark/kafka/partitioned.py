@@ -70,7 +70,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -188,7 +188,7 @@ class _Task:
     revoked: bool = False
 
 
-def _check_control_port(port: Any) -> None:
+def _check_control_port(port: object) -> None:
     if port is not None and (
         isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535
     ):
@@ -198,7 +198,7 @@ def _check_control_port(port: Any) -> None:
         )
 
 
-def _check_instance_id(instance_id: Any, consumer_params: dict[str, Any]) -> None:
+def _check_instance_id(instance_id: object, consumer_params: Mapping[str, object]) -> None:
     if instance_id is not None and (not isinstance(instance_id, str) or not instance_id):
         raise ConfigurationError(
             f"PartitionedJob: instance_id must be a non-empty string, 'auto' or None, got "
@@ -376,7 +376,7 @@ class PartitionedJob:
         self._check_graph(source, node)
         return source
 
-    def _check_graph(self, source: PartitionSource, node: Any) -> None:
+    def _check_graph(self, source: PartitionSource, node: object) -> None:
         # optional: a callable object has no __qualname__
         name = getattr(self.build, "__qualname__", repr(self.build))
         if not isinstance(node, Stream):
@@ -727,7 +727,7 @@ class PartitionedJob:
         """SIGINT/SIGTERM: stop gracefully; a second signal exits at once (as ``Job``'s)."""
         received: list[int] = []
 
-        def handler(signum: int, frame: Any) -> None:
+        def handler(signum: int, frame: object) -> None:
             received.append(signum)
             if len(received) == 1:
                 logger.warning("signal %d: stopping every task with a final checkpoint", signum)

@@ -63,7 +63,7 @@ class OutputEnds:
         if after > self._ends.get(part, 0):
             self._ends[part] = after
 
-    def _rolled(self, err: Any, msg: Any) -> None:
+    def _rolled(self, err: object, msg: object) -> None:
         """The delivery report of a record rolled forward (counted in its epoch's handle already)."""
         if err is None:
             self._acknowledged(msg)
@@ -84,7 +84,7 @@ class OutputEnds:
         # a handle of an older rivermark counts nothing: this run counts from 0
         self._written = count if isinstance(count, int) and not isinstance(count, bool) else 0
 
-    def written_between(self, first: Any, last: Any) -> WrittenOutput:
+    def written_between(self, first: object, last: object) -> WrittenOutput:
         """The records written between two handles, read back from the topic."""
         return read_written(self.producer_config, self.topic, first, last, self.output_text)
 

@@ -677,7 +677,7 @@ class _Delivery:
         self.metadata = metadata
         self.origin = origin
 
-    def __call__(self, err: Any, msg: Any) -> None:
+    def __call__(self, err: object, msg: object) -> None:
         sink = self.sink
         sink.in_flight -= 1
         if err is None:

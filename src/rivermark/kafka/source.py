@@ -56,7 +56,7 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Unpack
 
 from rivermark.core.graph import descendants
@@ -121,8 +121,8 @@ class KafkaBatchedSource(Source[dict[str, Any]]):
     def __init__(
         self,
         topics: str | list[str],
-        consumer_params: dict[str, Any],
-        poll_interval: Any = "1s",
+        consumer_params: Mapping[str, object],
+        poll_interval: object = "1s",
         npartitions: int | None = None,
         refresh_partitions: bool = False,
         max_batch_size: int = 10000,
@@ -528,7 +528,7 @@ class KafkaBatchedSource(Source[dict[str, Any]]):
             await asyncio.sleep(0)
             self._turn_at = time.perf_counter() + TIME_SLICE
 
-    async def _emit_messages(self, msgs: list[Any]) -> None:
+    async def _emit_messages(self, msgs: list[object]) -> None:
         if not self.batched:
             await self._emit_singles(self._readable(msgs))
             return
@@ -691,8 +691,8 @@ class KafkaSource(KafkaBatchedSource):
     def __init__(
         self,
         topics: str | list[str],
-        consumer_params: dict[str, Any],
-        poll_interval: Any = 0.1,
+        consumer_params: Mapping[str, object],
+        poll_interval: object = 0.1,
         start: bool = False,
         keys: bool = False,
         **kwargs: Unpack[NodeOptions],
@@ -711,8 +711,8 @@ class KafkaSource(KafkaBatchedSource):
 @Stream.register_api(staticmethod, attribute_name="from_kafka")
 def from_kafka(
     topics: str | list[str],
-    consumer_params: dict[str, Any],
-    poll_interval: Any = 0.1,
+    consumer_params: Mapping[str, object],
+    poll_interval: object = 0.1,
     start: bool = False,
     **kwargs: Unpack[NodeOptions],
 ) -> KafkaSource:
@@ -737,8 +737,8 @@ def from_kafka(
 @Stream.register_api(staticmethod, attribute_name="from_kafka_batched")
 def from_kafka_batched(
     topic: str | list[str],
-    consumer_params: dict[str, Any],
-    poll_interval: Any = "1s",
+    consumer_params: Mapping[str, object],
+    poll_interval: object = "1s",
     npartitions: int | None = None,
     refresh_partitions: bool = False,
     start: bool = False,

@@ -112,8 +112,8 @@ class ToDelta(Sink):
         mode: str = "append",
         key: Sequence[str] = (),
         partition_by: Sequence[str] = (),
-        schema: Any = None,
-        example: Any = None,
+        schema: object = None,
+        example: object = None,
         sink_id: str | None = None,
         storage_options: Mapping[str, str] | None = None,
         **kwargs: Unpack[NodeOptions],
@@ -259,7 +259,7 @@ class ToDelta(Sink):
             self._ops.pop(k, None)
             self._ops[k] = x
 
-    def _add_frame(self, df: Any) -> None:
+    def _add_frame(self, df: object) -> None:
         if self._schema is None:
             self._set_schema(schema_of(df, self.label()))
         table = self._frame_table(df)

@@ -71,7 +71,7 @@ def sink_digest(sink_id: str) -> str:
     return hashlib.sha256(sink_id.encode()).hexdigest()[:12]
 
 
-def hive_dir(columns: Sequence[str], values: Sequence[Any]) -> str:
+def hive_dir(columns: Sequence[str], values: Sequence[object]) -> str:
     """``col=value/...`` (URI-encoded values, as pyarrow's Hive partitioning reads them)."""
     parts = []
     for c, v in zip(columns, values):

@@ -116,14 +116,14 @@ class ToParquet(Sink):
         url: str,
         *,
         partition_by: Sequence[str] = (),
-        schema: Any = None,
-        example: Any = None,
+        schema: object = None,
+        example: object = None,
         roll_rows: int = 1_000_000,
         roll_bytes: int = 128 * 1024 * 1024,
         roll_seconds: float = 3600.0,
         batch_rows: int = 50_000,
         sink_id: str | None = None,
-        storage_options: Mapping[str, Any] | None = None,
+        storage_options: Mapping[str, object] | None = None,
         **kwargs: Unpack[NodeOptions],
     ) -> None:
         if not isinstance(url, str) or not url:
@@ -239,7 +239,7 @@ class ToParquet(Sink):
                 "or DataFrames: add a .map(...) that builds one"
             )
 
-    def _flush(self, key: tuple[Any, ...]) -> None:
+    def _flush(self, key: tuple[object, ...]) -> None:
         """Convert the buffered records of one partition and write them as a row group."""
         import pyarrow as pa
 
@@ -324,7 +324,7 @@ class ToParquet(Sink):
             raise self._failed(loc, "writing an in-progress file", e) from None
         f.rows += table.num_rows
 
-    def _open_file(self, loc: Location, key: tuple[Any, ...], now: float) -> _OpenFile:
+    def _open_file(self, loc: Location, key: tuple[object, ...], now: float) -> _OpenFile:
         import pyarrow.parquet as pq
 
         rel = f"{self.home}/inprogress/_{uuid.uuid4().hex}.inprogress"
@@ -334,7 +334,7 @@ class ToParquet(Sink):
         self._open[key] = f
         return f
 
-    def _seal(self, key: tuple[Any, ...]) -> None:
+    def _seal(self, key: tuple[object, ...]) -> None:
         f = self._open.pop(key)
         f.writer.close()
         assert self._loc is not None

@@ -149,7 +149,7 @@ def positions(graph: dict[str, Any]) -> dict[str, Any]:
     return graph
 
 
-def _short(value: Any, limit: int = 300) -> str:
+def _short(value: object, limit: int = 300) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[:limit] + "..."
 

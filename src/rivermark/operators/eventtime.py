@@ -79,7 +79,7 @@ def _merge(a: Results, b: Results) -> Results:
     return [*a, *b]
 
 
-def _fname(func: Any) -> str:
+def _fname(func: object) -> str:
     return function_name(func)
 
 
@@ -378,7 +378,7 @@ class WatermarkClient(Protocol):
         ...
 
 
-def emits_updates(kind: str, emit: Any) -> bool:
+def emits_updates(kind: str, emit: object) -> bool:
     """Whether ``emit`` (a window's ``emit=``) asks for updates; refused unless a mode."""
     if emit not in ("final", "updates"):
         raise ConfigurationError(
@@ -771,7 +771,7 @@ class SessionWindow(EventWindow):
         return None
 
     def _add(
-        self, k: Any, v: Any, ts: float, watermark: float
+        self, k: object, v: object, ts: float, watermark: float
     ) -> tuple[Sequence[WindowResult], bool]:
         """Put value ``v`` of key ``k`` at time ``ts`` in its session.
 

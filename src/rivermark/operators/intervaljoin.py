@@ -201,7 +201,7 @@ class IntervalJoin(LateSide, Stream):
         return f"IntervalJoin(key={key}, lower={self.lower}, upper={self.upper}, how={self.how})"
 
 
-def _unindex(index: dict[Any, set[int]], k: Any, seq: int) -> None:
+def _unindex(index: dict[object, set[int]], k: object, seq: int) -> None:
     seqs = index[k]
     seqs.discard(seq)
     if not seqs:

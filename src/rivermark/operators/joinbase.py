@@ -32,7 +32,7 @@ def join_key(kind: str, key: Any) -> Callable[[Any], Any]:
     return fn
 
 
-def func_name(func: Any) -> str:
+def func_name(func: object) -> str:
     """A user function's name, for state signatures and messages."""
     return function_name(func)
 

@@ -74,7 +74,9 @@ class Zip(Stream):
     _restored_held = 0
     literals = Fixed()
 
-    def __init__(self, *upstreams: Any, maxsize: int = 10, **kwargs: Unpack[NodeOptions]) -> None:
+    def __init__(
+        self, *upstreams: object, maxsize: int = 10, **kwargs: Unpack[NodeOptions]
+    ) -> None:
         check_positive_int("zip", "maxsize", maxsize)
         self.maxsize = maxsize
         self._literals = [(i, v) for i, v in enumerate(upstreams) if not isinstance(v, Stream)]
@@ -387,7 +389,7 @@ class CombineLatest(Stream):
     _graphviz_shape = "triangle"
 
     def __init__(
-        self, *upstreams: Stream, emit_on: Any = None, **kwargs: Unpack[NodeOptions]
+        self, *upstreams: Stream, emit_on: object = None, **kwargs: Unpack[NodeOptions]
     ) -> None:
         if not upstreams:
             raise ConfigurationError("combine_latest: needs at least one upstream; pass streams")
@@ -406,7 +408,7 @@ class CombineLatest(Stream):
         Stream.__init__(self, upstreams=list(upstreams), **kwargs)
 
     @staticmethod
-    def _resolve_emit_on(upstreams: tuple[Stream, ...], emit_on: Any) -> tuple[int, ...]:
+    def _resolve_emit_on(upstreams: tuple[Stream, ...], emit_on: object) -> tuple[int, ...]:
         if emit_on is None:
             return tuple(range(len(upstreams)))
         items = list(emit_on) if isinstance(emit_on, Iterable) else [emit_on]

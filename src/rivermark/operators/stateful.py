@@ -34,7 +34,7 @@ __all__ = ["Accumulate", "Pairwise", "Frequencies", "Slice", "Unique", "Collect"
 Results = list[Awaitable[Any]] | None
 
 
-def _fname(func: Any) -> str:
+def _fname(func: object) -> str:
     return function_name(func)
 
 
@@ -373,7 +373,7 @@ class Collect(Stream):
     """
 
     def __init__(
-        self, upstream: Stream, cache: deque[Any] | None = None, **kwargs: Unpack[NodeOptions]
+        self, upstream: Stream, cache: deque[object] | None = None, **kwargs: Unpack[NodeOptions]
     ) -> None:
         if cache is None:
             cache = deque()
@@ -401,7 +401,7 @@ class Collect(Stream):
         self._meta.append(metadata)
         return None
 
-    def flush(self, _: Any = None) -> None:
+    def flush(self, _: object = None) -> None:
         """Emit everything held so far as one tuple (an empty tuple if nothing is held)."""
         out = tuple(self.cache)
         metadata = merge_metadata(self._meta)

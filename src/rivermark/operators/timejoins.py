@@ -139,7 +139,7 @@ class Table(LateSide, Stream):
         self._put(k, ts, v)
         return None
 
-    def _put(self, k: Any, ts: float, v: Any) -> None:
+    def _put(self, k: object, ts: float, v: object) -> None:
         old = self._versions.get(k)
         if not old or ts > old[-1][0]:  # in order of time (the common case): appended
             versions = [*old, (ts, v)] if old else [(ts, v)]
@@ -152,7 +152,7 @@ class Table(LateSide, Stream):
                 versions.insert(i, (ts, v))
         self._store(k, versions)
 
-    def _store(self, k: Any, versions: list[tuple[float, Any]]) -> None:
+    def _store(self, k: object, versions: list[tuple[float, object]]) -> None:
         """Keep ``versions`` of ``k`` from the newest at or before the floor on."""
         joins = self._joins
         floor = joins[0].floor() if len(joins) == 1 else self.floor()
@@ -233,7 +233,7 @@ class Table(LateSide, Stream):
         return f"Table(key={key}, value={value})"
 
 
-def _time(version: tuple[float, Any]) -> float:
+def _time(version: tuple[float, object]) -> float:
     return version[0]
 
 

@@ -181,7 +181,7 @@ class WindowJoin(LateSide, Stream):
                 self._due(end + self.grace, start, k)
         return self._send_late(x, metadata, t) if late else None
 
-    def _hold(self, place: Any, header: Any, entry: Entry) -> bool:
+    def _hold(self, place: object, header: object, entry: Entry) -> bool:
         """Add ``entry`` to the records of ``place`` (a window, or a key's sessions);
         whether it is new."""
         open_ = self._open

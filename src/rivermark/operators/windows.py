@@ -425,7 +425,9 @@ class SlidingWindow(Stream):
             return self._pass_tracked_window(out, metas)
         return self._emit(out, None)
 
-    def _pass_tracked_window(self, out: tuple[Any, ...], metas: deque[Metadata | None]) -> Results:
+    def _pass_tracked_window(
+        self, out: tuple[object, ...], metas: deque[Metadata | None]
+    ) -> Results:
         """Pass on a window holding tracked records: it carries their references.
 
         The oldest record of a full window is in no later window: its

@@ -145,7 +145,7 @@ class OpenWindows:
         return len(self.open)
 
     # ------------------------------------------------------------------ windows in
-    def open_window(self, k: Any, start: float, end: float, acc: Any, *extra: Any) -> None:
+    def open_window(self, k: object, start: float, end: float, acc: object, *extra: object) -> None:
         """Open window ``(k, start)`` ending at ``end`` with ``acc`` (a session's ``last`` after)."""
         seq = self.seq
         self.open[(k, start)] = (end, seq, acc, *extra)
@@ -168,7 +168,7 @@ class OpenWindows:
         return self.sessions.get(k, [])
 
     def join_sessions(
-        self, k: Any, merged: Sequence[float], start: float, end: float, acc: Any, last: float
+        self, k: object, merged: Sequence[float], start: float, end: float, acc: object, last: float
     ) -> None:
         """Replace key ``k``'s sessions starting at ``merged`` by one ``[start, end)``."""
         sessions = self.sessions

@@ -269,7 +269,7 @@ class ToSQL(Sink):
         else:
             self._add(x)
 
-    def _add(self, rec: Any) -> None:
+    def _add(self, rec: object) -> None:
         cols = self.column_names
         if type(rec) is not dict:
             if isinstance(rec, Delete):

@@ -312,7 +312,7 @@ class Source(Stream, Generic[P]):
             return True
         return False
 
-    def _done_before(self, e: BaseException, it: Any, total: int) -> int:
+    def _done_before(self, e: BaseException, it: object, total: int) -> int:
         """How many records of a chunk were fully processed before the one that raised ``e``.
 
         That record (or one cancelled while its downstream work ran) may have

@@ -42,7 +42,7 @@ class FromIterable(Source[int]):
     3
     """
 
-    def __init__(self, iterable: Iterable[Any], **kwargs: Unpack[NodeOptions]) -> None:
+    def __init__(self, iterable: Iterable[object], **kwargs: Unpack[NodeOptions]) -> None:
         try:
             it = iter(iterable)
         except TypeError:

@@ -577,7 +577,7 @@ class FromTextfile(Source[int | FilePosition]):
                 return
         await self._emit_lines(lines, sizes)
 
-    async def _emit_lines(self, lines: list[Any], sizes: list[int]) -> None:
+    async def _emit_lines(self, lines: list[object], sizes: list[int]) -> None:
         """Emit ``lines`` (whose byte sizes are ``sizes``); the position follows each chunk."""
 
         def advance(k: int) -> None:

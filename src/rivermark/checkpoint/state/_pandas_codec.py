@@ -28,7 +28,7 @@ __all__ = ["encode_pandas", "decode_pandas"]
 _STRING_DTYPES = ("str", "string")
 
 
-def _numpy_dtype(dtype: Any) -> bool:
+def _numpy_dtype(dtype: object) -> bool:
     """Whether a column of ``dtype`` is written as data (numpy's, a string dtype, a time
     zone's datetimes, a categorical of such categories, a nullable number or boolean)."""
     import numpy as np

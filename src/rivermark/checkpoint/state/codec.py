@@ -132,7 +132,7 @@ class Table:
     #: a smaller mapping is written as a dict (the columns would not pay)
     MIN_ROWS = 64
 
-    def __init__(self, data: dict[Any, Any]) -> None:
+    def __init__(self, data: dict[object, object]) -> None:
         self.data = data
         self.columns: list[Any] | None = None
 

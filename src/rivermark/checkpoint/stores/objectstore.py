@@ -213,7 +213,7 @@ class ObjectStore(Store):
     def _epoch_rel(self, epoch: int) -> str:
         return f"checkpoints/{epoch:012d}"
 
-    def _io(self, what: str, func: Callable[..., _T], *args: Any) -> _T:
+    def _io(self, what: str, func: Callable[..., _T], *args: object) -> _T:
         """Run one store operation; a failure other than "not found" is an ObjectStoreError."""
         try:
             return func(*args)
@@ -222,7 +222,7 @@ class ObjectStore(Store):
         except Exception as e:
             raise self._failed(what, e) from e
 
-    def _write(self, what: str, func: Callable[..., _T], *args: Any) -> _T:
+    def _write(self, what: str, func: Callable[..., _T], *args: object) -> _T:
         """:meth:`_io` for writes: "not found" there means a missing bucket or container."""
         try:
             return self._io(what, func, *args)
@@ -488,7 +488,7 @@ class ObjectStore(Store):
             lease.release()
 
 
-def _protocols(fs: Any) -> tuple[str, ...]:
+def _protocols(fs: object) -> tuple[str, ...]:
     # optional: a filesystem object may not declare its protocols
     proto = getattr(fs, "protocol", ())
     return (proto,) if isinstance(proto, str) else tuple(proto)

@@ -28,7 +28,6 @@ import hmac
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from rivermark.errors import ConfigurationError
 
@@ -155,7 +154,7 @@ class Keyring:
         mac = hmac.new(key, canonical.encode(), hashlib.sha256).hexdigest()
         return {"key": key_id(key), "hmac": mac}
 
-    def check(self, canonical: str, signature: Any) -> str:
+    def check(self, canonical: str, signature: object) -> str:
         """``ok``, ``unsigned``, ``foreign-signed`` (no key of that id) or ``bad-signature``."""
         if signature is None:
             return "unsigned"

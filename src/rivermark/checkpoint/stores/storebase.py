@@ -14,7 +14,6 @@ from __future__ import annotations
 import abc
 import logging
 from pathlib import Path
-from typing import Any
 
 from rivermark.checkpoint.errors import (
     CheckpointCorruptError,
@@ -380,7 +379,7 @@ class Store(abc.ABC):
         return m, out
 
     def _checked_blobs(
-        self, epoch: int, m: Manifest, entries: dict[str, dict[str, Any]] | None = None
+        self, epoch: int, m: Manifest, entries: dict[str, dict[str, object]] | None = None
     ) -> dict[str, bytes]:
         """The blobs of ``entries`` (default: every state entry of ``m``), each checked."""
         where = self.describe(epoch)

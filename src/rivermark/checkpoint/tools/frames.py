@@ -122,7 +122,7 @@ def _same(a: Any, b: Any) -> bool:
         return False
 
 
-def _exact(values: Mapping[Any, Any], form: Any) -> bool:
+def _exact(values: Mapping[object, object], form: object) -> bool:
     back = keyed_dict(form)
     return len(back) == len(values) and all(
         _same(k, j) and _same(v, w) for (k, v), (j, w) in zip(values.items(), back.items())

@@ -214,7 +214,7 @@ def copy_shared(source: Store, target: Store, manifest: Manifest) -> None:
         target.write_shared(digest, data)
 
 
-def _parse_cache(value: Any) -> int:
+def _parse_cache(value: object) -> int:
     if value is None:
         return DEFAULT_CACHE
     if isinstance(value, int) and not isinstance(value, bool) and value >= 8 << 20:
