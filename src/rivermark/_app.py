@@ -196,7 +196,7 @@ def load_app_with_migrations(
     return node, functions
 
 
-def _load_app(target: str) -> tuple[Stream, dict[str, Any], str]:
+def _load_app(target: str) -> tuple[Stream, dict[str, object], str]:
     path, sep, name = target.rpartition(":")
     if not sep or not path or not name:
         raise AppError(

@@ -110,7 +110,7 @@ def _dist_name(entry_point: object) -> str:
     return str(name) if name else "<unknown distribution>"
 
 
-def _class_attr(cls: type, name: str) -> Any:
+def _class_attr(cls: type, name: str) -> object:
     """The raw class attribute ``name`` (without running descriptors), or None."""
     for klass in cls.__mro__:
         if name in klass.__dict__:

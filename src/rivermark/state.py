@@ -262,7 +262,7 @@ class KeyedState(dict[Any, Any], KeyedStore):
         self._complete = False
         return delta
 
-    def _take_all(self) -> dict[Any, Any]:
+    def _take_all(self) -> dict[object, object]:
         content = self.copy_all()
         self._changes = {}
         self._complete = False

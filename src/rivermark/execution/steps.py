@@ -422,7 +422,7 @@ class _Specializer(ast.NodeTransformer):
         self.bound[name] = value
         return ast.Name(name, ast.Load())
 
-    def _value(self, expr: ast.expr) -> tuple[bool, Any]:
+    def _value(self, expr: ast.expr) -> tuple[bool, object]:
         """(True, value) when ``expr`` is known, else (False, None)."""
         if isinstance(expr, ast.Constant):
             return True, expr.value

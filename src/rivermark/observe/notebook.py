@@ -117,7 +117,7 @@ def _follow_node(node: Stream, set_html: SetHtml, interval: float = 0.25) -> Non
     Sink(node, _Throttled(_record_html, set_html, interval))
 
 
-def node_output(node: Stream, interval: float = 0.25) -> Any:
+def node_output(node: Stream, interval: float = 0.25) -> object:
     """An ``ipywidgets.HTML`` showing the latest record ``node`` passes on.
 
     Redrawn at most every ``interval`` seconds (a message to the notebook
@@ -185,7 +185,7 @@ def _follow_job(job: Job, set_html: SetHtml, interval: float) -> None:
     threading.Thread(target=view.refresh, name="rivermark-notebook", daemon=True).start()
 
 
-def job_output(job: Job, interval: float = 0.5) -> Any:
+def job_output(job: Job, interval: float = 0.5) -> object:
     """An ``ipywidgets.HTML`` with ``job``'s progress, refreshed every ``interval`` seconds."""
     box, set_html = _widget(_job_html(job))
     _follow_job(job, set_html, interval)
@@ -250,7 +250,7 @@ def _follow_frame(frame: Frame, set_html: SetHtml, rows: int, interval: float) -
     Sink(frame.local_stream, _Throttled(lambda v: title + _rows_html(v, rows), set_html, interval))
 
 
-def frame_output(frame: Frame, rows: int = 10, interval: float = 0.25) -> Any:
+def frame_output(frame: Frame, rows: int = 10, interval: float = 0.25) -> object:
     """An ``ipywidgets.HTML`` with the last ``rows`` rows ``frame`` produced, kept current."""
     box, set_html = _widget(_frame_intro(frame))
     _follow_frame(frame, set_html, rows, interval)

@@ -206,5 +206,5 @@ class MapAsync(Stream):
         return f"MapAsync(parallelism={self.parallelism})"
 
 
-async def _raise(e: Exception) -> Any:
+async def _raise(e: Exception) -> object:
     raise e

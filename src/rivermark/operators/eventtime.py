@@ -83,7 +83,7 @@ def _fname(func: object) -> str:
     return function_name(func)
 
 
-def _partition_of(metadata: Metadata | None) -> Any:
+def _partition_of(metadata: Metadata | None) -> object:
     """The input partition a record comes from: its Kafka ``(topic, partition)``, else one."""
     if metadata:
         m = metadata[0]
@@ -92,7 +92,7 @@ def _partition_of(metadata: Metadata | None) -> Any:
     return None
 
 
-def _source_time(metadata: Metadata | None) -> Any:
+def _source_time(metadata: Metadata | None) -> object:
     """The time the source recorded for a record (``from_kafka(..., timestamps=True)``)."""
     if metadata:
         for m in metadata:

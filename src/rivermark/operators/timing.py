@@ -239,7 +239,7 @@ class _Ticker(_Background):
             if not ok:
                 return
 
-    def _take(self) -> tuple[Any, list[Metadata | None]]:
+    def _take(self) -> tuple[object, list[Metadata | None]]:
         raise NotImplementedError
 
     def _backpressure(self) -> Results:
@@ -286,7 +286,7 @@ class TimedWindow(_Ticker):
         self._metadata_buffer.append(metadata)
         return self._backpressure()
 
-    def _take(self) -> tuple[Any, list[Metadata | None]]:
+    def _take(self) -> tuple[object, list[Metadata | None]]:
         window, self._buffer = self._buffer, []
         metas, self._metadata_buffer = self._metadata_buffer, []
         return window, metas
@@ -371,7 +371,7 @@ class TimedWindowUnique(_Ticker):
         self._buffer[k] = (x, metadata)
         return self._backpressure()
 
-    def _take(self) -> tuple[Any, list[Metadata | None]]:
+    def _take(self) -> tuple[object, list[Metadata | None]]:
         items, self._buffer = self._buffer, {}
         return tuple(x for x, _ in items.values()), [m for _, m in items.values()]
 

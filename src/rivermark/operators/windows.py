@@ -106,7 +106,7 @@ class Partition(Stream):
         self._is_async = timeout is not None
         Stream.__init__(self, upstream, **kwargs)
 
-    def _groups(self) -> list[list[Any]]:
+    def _groups(self) -> list[list[object]]:
         return [self._buffer] if self._key is None else list(self._buffers.values())
 
     def records_held(self) -> int | None:
@@ -152,7 +152,7 @@ class Partition(Stream):
             return self._emit_and_release(out, meta, meta)
         return self._emit(out, None)
 
-    def end_of_input(self) -> list[Any] | None:
+    def end_of_input(self) -> list[object] | None:
         """The input ended (a job's sources are exhausted): a partial group is not emitted
         (only ``timeout=`` emits one, as in streamz); say so, naming the node."""
         held = self.records_held() or 0

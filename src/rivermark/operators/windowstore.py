@@ -73,7 +73,7 @@ def in_close_order(closed: list[Closed]) -> None:
         closed.sort(key=_end_start_seq)
 
 
-def _end_start_key(c: Closed) -> tuple[float, float, Any]:
+def _end_start_key(c: Closed) -> tuple[float, float, object]:
     return (c[0], c[1], c[3])
 
 

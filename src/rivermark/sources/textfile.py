@@ -533,7 +533,7 @@ class FromTextfile(Source[int | FilePosition]):
         except OSError:  # moved away, the new file not there yet: finish the old one
             self._rotated = False
 
-    def _decode(self, parts: list[bytes], with_delimiter: bool = True) -> tuple[list[Any], bool]:
+    def _decode(self, parts: list[bytes], with_delimiter: bool = True) -> tuple[list[object], bool]:
         """The text of each record, ``None`` for one dropped by the error policy; any dropped."""
         end = self.delimiter if with_delimiter else ""
         if self._fast and with_delimiter:

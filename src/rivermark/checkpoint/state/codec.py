@@ -168,7 +168,7 @@ class Table:
             deleted,
         ]
 
-    def parts(self) -> list[Any]:
+    def parts(self) -> list[object]:
         columns = self.columns if self.columns is not None else self._columns(self.data)
         if columns is None:
             raise ValueError("Table: the mapping's keys and values are not tuples of one length")
@@ -356,7 +356,7 @@ def _npscalar(v: list[Any], dec: _Decoder) -> Any:
     return np.frombuffer(v[1], dtype=np.dtype(v[0]))[0]
 
 
-def _npdtype(v: str, dec: _Decoder) -> Any:
+def _npdtype(v: str, dec: _Decoder) -> object:
     import numpy as np
 
     return np.dtype(v)

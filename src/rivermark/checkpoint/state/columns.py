@@ -149,7 +149,7 @@ class Columns:
         return len(self.keys[0]) if self.keys else 0
 
     # the encoding (see codec.Tag.COLUMNS)
-    def parts(self) -> list[Any]:
+    def parts(self) -> list[object]:
         return [
             self.key_width,
             self.value_width,
@@ -181,7 +181,7 @@ class Columns:
         return out
 
 
-def _as_list(column: Column) -> list[Any]:
+def _as_list(column: Column) -> list[object]:
     if type(column) is list:
         return column
     out: list[Any] = column.tolist()
@@ -195,7 +195,7 @@ def _rows(columns: list[Column], width: int) -> Any:
     return zip(*lists, strict=True)
 
 
-def _encode_column(column: Column) -> Any:
+def _encode_column(column: Column) -> object:
     """``["", values]`` for a list; ``[kind, little-endian bytes]`` for numbers."""
     if type(column) is list:
         column = _number_column(column)

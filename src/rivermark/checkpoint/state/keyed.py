@@ -171,7 +171,7 @@ def checkpoint_kind(views: Iterable[object]) -> str:
 
 def materialise(
     blobs: list[bytes], *, allow_pickle: bool = False, what: str = "the state"
-) -> tuple[dict[str, Any], dict[str, dict[Any, Any]]]:
+) -> tuple[dict[str, object], dict[str, dict[object, object]]]:
     """The node's other state and each keyed attribute's content, from base + deltas.
 
     The base's dictionary is taken as it was decoded (not copied key by

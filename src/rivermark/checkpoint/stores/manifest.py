@@ -396,7 +396,7 @@ class Manifest:
     #: ``bad-signature``, or ``unchecked`` (signed, and the reader has no key)
     signature_status: str = field(default="unsigned", compare=False)
 
-    def _body(self) -> dict[str, Any]:
+    def _body(self) -> dict[str, object]:
         raw: dict[str, Any] = {
             "format": FILES_FORMAT if self.files else FORMAT_VERSION,
             "epoch": self.epoch,

@@ -166,7 +166,7 @@ def _decoded(store: Store, e: int, m: Manifest, node: str, chains: dict[str, lis
 
 def _decoded_keyed(
     store: Store, e: int, m: Manifest, node: str, chains: dict[str, list[bytes]]
-) -> tuple[Any, set[str]]:
+) -> tuple[object, set[str]]:
     """:func:`_decoded`, and the names of its keyed state's parts (a delta chain's content)."""
     allow = store.trust.allow_pickle(m.signature_status)
     why = untrusted_reason(store, e, node, m.signature_status)

@@ -107,7 +107,7 @@ def list_checkpoints(store: Store) -> list[dict[str, Any]]:
     return [row for row, _ in _listed(store)]
 
 
-def _listed(store: Store) -> list[tuple[dict[str, Any], Manifest | None]]:
+def _listed(store: Store) -> list[tuple[dict[str, object], Manifest | None]]:
     """The rows of :func:`list_checkpoints`, each with its manifest (None: damaged), read once."""
     rows: list[tuple[dict[str, Any], Manifest | None]] = []
     previous = None
@@ -362,7 +362,7 @@ def _verify_one(store: Store, e: int) -> dict[str, Any]:
     return row
 
 
-def resign_checkpoints(store: Store, dry_run: bool = False) -> list[dict[str, Any]]:
+def resign_checkpoints(store: Store, dry_run: bool = False) -> list[dict[str, object]]:
     """Sign with the store's first key every checkpoint that an old key (or none) signed.
 
     The last step of a key rotation (``docs/security.md``): with the new key

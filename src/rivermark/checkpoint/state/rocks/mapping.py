@@ -167,7 +167,7 @@ class RocksSettings:
             self._shared.setdefault("stats", []).append(o)
         return o
 
-    def table_options(self) -> Any:
+    def table_options(self) -> object:
         """The ``rocksdict.BlockBasedOptions``: partitioned index and filters (see above)."""
         r = _rocksdict()
         table = r.BlockBasedOptions()
@@ -198,7 +198,7 @@ class RocksSettings:
                     totals[name] = totals.get(name, 0) + int(rest)
         return totals
 
-    def write_options(self) -> Any:
+    def write_options(self) -> object:
         wo = _rocksdict().WriteOptions()
         wo.disable_wal = True  # a crash restores a checkpoint, never the live database
         return wo
@@ -567,7 +567,7 @@ class RocksKeyedState(KeyedStore):
     def items(self) -> ItemsView[Any, Any]:
         return _Items(self)
 
-    def __reversed__(self) -> Iterator[Any]:
+    def __reversed__(self) -> Iterator[object]:
         keys: list[Any] = list(self)
         return iter(keys[::-1])
 

@@ -70,7 +70,7 @@ def read_rocks_state(
     *,
     allow_pickle: bool = False,
     what: str = "the state",
-) -> tuple[dict[str, Any], set[str]]:
+) -> tuple[dict[str, object], set[str]]:
     """The state of ``node`` (RocksDB state) in checkpoint ``manifest``, and its keyed attributes.
 
     ``blob`` is the node's state file, already checked against the
