@@ -153,7 +153,7 @@ class Plan:
         return self._deferred[id(node)]
 
     # ------------------------------------------------------------------ generated code
-    def record_loop(self, node: Node) -> Callable[[Iterator[Any]], list[Awaitable[Any]] | None]:
+    def record_loop(self, node: Node) -> Callable[[Iterator[Any]], list[Awaitable[object]] | None]:
         """``run(records)`` for ``node`` (see :meth:`rivermark.core.node.Stream.record_loop`)."""
         fn = self._loops.get(id(node))
         if fn is not None:
@@ -289,8 +289,8 @@ class EmitMethod:
 
 
 def emit_loop(
-    emit: Callable[[Any, Any], list[Awaitable[Any]] | None], records: Iterator[Any]
-) -> list[Awaitable[Any]] | None:
+    emit: Callable[[Any, Any], list[Awaitable[object]] | None], records: Iterator[Any]
+) -> list[Awaitable[object]] | None:
     """The record loop of a graph with asynchronous nodes: one ``_emit`` per record."""
     for x in records:
         results = emit(x, None)

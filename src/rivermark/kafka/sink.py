@@ -265,7 +265,7 @@ class ToKafka(Stream, OutputEnds, EpochTransactions):
     # ---------------------------------------------------------------- data flow
     def update(
         self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
-    ) -> list[Awaitable[Any]] | None:
+    ) -> list[Awaitable[object]] | None:
         producer = self.producer
         if producer is None or self.failure is not None or (self.exactly_once and not self._in_txn):
             producer = self._ready(metadata)

@@ -55,7 +55,7 @@ __all__ = [
     "LateRecords",
 ]
 
-Results = list[Awaitable[Any]] | None
+Results = list[Awaitable[object]] | None
 
 
 class WindowResult(NamedTuple):

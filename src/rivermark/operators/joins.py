@@ -23,7 +23,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["Zip", "ZipLatest", "CombineLatest", "Union"]
 
-Results = list[Awaitable[Any]] | None
+Results = list[Awaitable[object]] | None
 
 
 def _position(node: Stream, upstream: Stream) -> int:
@@ -289,7 +289,7 @@ class ZipLatest(Stream):
                 self._missing -= 1
         if self._missing:
             return None
-        out: list[Awaitable[Any]] | None = None
+        out: list[Awaitable[object]] | None = None
         others = self.last[1:]
         pending = self._pending
         while pending:

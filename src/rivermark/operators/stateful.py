@@ -31,7 +31,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["Accumulate", "Pairwise", "Frequencies", "Slice", "Unique", "Collect", "no_default"]
 
-Results = list[Awaitable[Any]] | None
+Results = list[Awaitable[object]] | None
 
 
 def _fname(func: object) -> str:

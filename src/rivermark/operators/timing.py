@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["Delay", "RateLimit", "TimedWindow", "TimedWindowUnique", "Buffer", "Latest"]
 
-Results = list[Awaitable[Any]] | None
+Results = list[Awaitable[object]] | None
 
 
 class _Background(Stream):

@@ -32,7 +32,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["Partition", "PartitionUnique", "SlidingWindow"]
 
-Results = list[Awaitable[Any]] | None
+Results = list[Awaitable[object]] | None
 
 
 def _key_name(key: Hashable) -> str:
