@@ -56,7 +56,7 @@ def _note_stop_signals() -> list[int]:
         def noting(
             num: int,
             frame: FrameType | None,
-            handler: Callable[[int, FrameType | None], Any] = handler,
+            handler: Callable[[int, FrameType | None], object] = handler,
         ) -> None:
             received.append(num)
             handler(num, frame)

@@ -343,7 +343,7 @@ def _args(
     )
 
 
-def _compile(src: str, scope: dict[str, Any], what: str) -> Callable[..., Any] | None:
+def _compile(src: str, scope: dict[str, object], what: str) -> Callable[..., object] | None:
     try:
         return define(src, f"graph {what}", scope, what)
     except (SyntaxError, RecursionError, MemoryError) as e:  # pragma: no cover - a safety net
@@ -410,8 +410,8 @@ def compile_loop(root: Node, update_of: Callable[[Node], Update]) -> Callable[[A
 
 
 def compile_emit(
-    root: Node, general: Callable[..., Any], update_of: Callable[[Node], Update]
-) -> Callable[..., Any] | None:
+    root: Node, general: Callable[..., object], update_of: Callable[[Node], Update]
+) -> Callable[..., object] | None:
     """``emit(x, asynchronous=False, metadata=None)`` for the synchronous graph below ``root``.
 
     ``general`` is the general emit (``general(root, x, asynchronous,

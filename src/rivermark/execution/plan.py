@@ -175,7 +175,7 @@ class Plan:
                 self._loops[id(node)] = fn
             return fn
 
-    def emit_of(self, node: Node, general_emit: Callable[..., Any]) -> Callable[..., Any]:
+    def emit_of(self, node: Node, general_emit: Callable[..., object]) -> Callable[..., object]:
         """What ``node.emit`` is for the graph as it is now, installed on the node.
 
         For a synchronous graph below a node whose class keeps the base
@@ -203,7 +203,7 @@ class Plan:
             self._install(node, "emit", fn)
             return fn
 
-    def _push_emit(self, node: Node, general: Callable[..., Any]) -> Callable[..., Any]:
+    def _push_emit(self, node: Node, general: Callable[..., object]) -> Callable[..., object]:
         """``emit`` of a synchronous graph that is not written out: the node's push."""
         emit_down = self.push_of(node) if type(node)._emit is pass_down else node._emit
         plan = self

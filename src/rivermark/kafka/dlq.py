@@ -53,8 +53,8 @@ __all__ = ["dead_letter"]
 
 
 def dead_letter(
-    topic: str, producer_config: dict[str, Any], ack_timeout: float = 30.0
-) -> Callable[[Any, BaseException], None]:
+    topic: str, producer_config: dict[str, object], ack_timeout: float = 30.0
+) -> Callable[[object, BaseException], None]:
     """An ``on_error`` callable that writes the failed record to ``topic`` (see module docs).
 
     >>> handler = dead_letter("dlq", {"bootstrap.servers": "127.0.0.1:1"})

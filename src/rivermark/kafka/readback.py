@@ -103,11 +103,11 @@ def _ends(handle: object, which: str) -> tuple[dict[int, int], int]:
 
 
 def read_written(
-    config: dict[str, Any],
+    config: dict[str, object],
     topic: str,
-    first: Any,
-    last: Any,
-    text: Callable[[Any], str],
+    first: object,
+    last: object,
+    text: Callable[[object], str],
     timeout: float = 30.0,
 ) -> WrittenOutput:
     """The records ``to_kafka`` wrote to ``topic`` between handles ``first`` and ``last``.

@@ -373,8 +373,8 @@ class ToDelta(Sink):
         return {"epoch": epoch, "files": files}
 
     def _write_stage(
-        self, loc: Location, epoch: int, ops: dict[tuple[Any, ...], Mapping[str, Any] | None]
-    ) -> dict[str, Any]:
+        self, loc: Location, epoch: int, ops: dict[tuple[object, ...], Mapping[str, object] | None]
+    ) -> dict[str, object]:
         import pyarrow as pa
         import pyarrow.parquet as pq
 

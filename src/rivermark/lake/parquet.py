@@ -256,7 +256,7 @@ class ToParquet(Sink):
                 return
         self._write(key, table)
 
-    def _fitting(self, rows: list[Mapping[str, Any]]) -> Any:
+    def _fitting(self, rows: list[Mapping[str, object]]) -> object:
         """The rows that fit the schema; the others go through the error policy, one by one."""
         import pyarrow as pa
 

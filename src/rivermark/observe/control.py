@@ -427,7 +427,7 @@ class ControlApi:
     async def _answer(
         self,
         request: web.Request,
-        act: Callable[[bool], Awaitable[dict[str, Any]]],
+        act: Callable[[bool], Awaitable[dict[str, object]]],
         sp: bool,
     ) -> web.Response:
         from aiohttp import web

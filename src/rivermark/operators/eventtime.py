@@ -486,7 +486,7 @@ class EventWindow(Stream):
         return self._late
 
     @staticmethod
-    def _key_function(key: Any) -> Callable[[Any], Any] | None:
+    def _key_function(key: object) -> Callable[[object], object] | None:
         return key_function(key)
 
     def _updated(

@@ -181,7 +181,7 @@ class Table(LateSide, Stream):
             return self.clock.watermark
         return min(j.floor() for j in self._joins)
 
-    def as_of(self, key: Any, time: float, default: Any = None) -> Any:
+    def as_of(self, key: object, time: float, default: object = None) -> object:
         """The value of ``key`` at event time ``time`` (the latest version at or before it).
 
         ``default`` when the key had no version then or was deleted.  Exact
@@ -197,7 +197,7 @@ class Table(LateSide, Stream):
             return default
         return versions[-1][1]
 
-    def version_at(self, key: Any, time: float) -> tuple[float, Any] | None:
+    def version_at(self, key: object, time: float) -> tuple[float, object] | None:
         """The version of ``key`` valid at ``time``: ``(its time, value)`` (value None:
         deleted), or None when the key had none."""
         versions = self._versions.get(key)
@@ -206,7 +206,7 @@ class Table(LateSide, Stream):
         i = bisect.bisect_right(versions, time, key=_time)
         return (versions[i - 1][0], versions[i - 1][1]) if i else None
 
-    def _at(self, key: Any, time: float) -> Any:
+    def _at(self, key: object, time: float) -> object:
         versions = self._versions.get(key)
         if not versions:
             return _MISSING

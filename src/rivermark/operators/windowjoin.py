@@ -55,7 +55,9 @@ Entry = tuple[int, float, int, Any]
 _HOWS = ("inner", "left", "right", "outer")
 
 
-def _pair(lefts: list[Any], rights: list[Any]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+def _pair(
+    lefts: list[object], rights: list[object]
+) -> tuple[tuple[object, ...], tuple[object, ...]]:
     return tuple(lefts), tuple(rights)
 
 

@@ -169,7 +169,7 @@ class Partition(Stream):
         k = self._key
         return k(x) if callable(k) else x[k]
 
-    def _group(self, k: Any) -> list[Any]:
+    def _group(self, k: object) -> list[object]:
         """The open group of key ``k`` (a new one if there is none), marked as changed."""
         groups = self._buffers
         buf = groups.get(k)

@@ -695,7 +695,7 @@ def _line_starts(data: bytes, base: int, skip: int, codec: Codec) -> list[int]:
     return out
 
 
-def _drop_undecodable(lines: list[Any], sizes: list[int]) -> tuple[list[Any], list[int]]:
+def _drop_undecodable(lines: list[object], sizes: list[int]) -> tuple[list[object], list[int]]:
     """Leave out the lines dropped by the error policy; their bytes join a neighbour's size.
 
     A dropped line's bytes count with the kept line before it (the position

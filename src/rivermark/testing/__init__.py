@@ -59,12 +59,12 @@ def _fail(predicate: Callable[[], object], timeout: float, what: str | None = No
 
 
 def wait_value(
-    predicate: Callable[[], Any],
+    predicate: Callable[[], object],
     timeout: float = 60,
     what: str | None = None,
     *,
     interval: float = 0.002,
-) -> Any:
+) -> object:
     """Block until ``predicate()`` returns a true value, and return that value.
 
     Raises :class:`WaitTimeout` (naming ``what``, else the predicate) after

@@ -115,8 +115,8 @@ class KeyedView:
 
 
 def compacted(
-    blobs: list[bytes], changes: dict[str, Any], *, allow_pickle: bool = False
-) -> dict[str, Any]:
+    blobs: list[bytes], changes: dict[str, object], *, allow_pickle: bool = False
+) -> dict[str, object]:
     """Each keyed attribute's content: the chain ``blobs`` with ``changes`` on top.
 
     Where every part of an attribute is :class:`~.columns.Columns` (or can be
@@ -151,7 +151,7 @@ def compacted(
     return out
 
 
-def without_deleted(changes: dict[Any, Any]) -> dict[Any, Any]:
+def without_deleted(changes: dict[object, object]) -> dict[object, object]:
     """``changes`` without the keys marked deleted (the dict itself when there are none).
 
     >>> without_deleted({"a": 1, "b": DELETED})

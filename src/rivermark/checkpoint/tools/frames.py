@@ -70,7 +70,7 @@ class PandasForm(Protocol):
 class TakesPandasForm(Protocol):
     """A stateful node that turns its state's pandas form back into its state."""
 
-    def state_from_pandas(self, value: Any) -> Any:
+    def state_from_pandas(self, value: object) -> object:
         """The node's state (as its ``get_state()`` gives it) from its pandas form ``value``."""
 
 

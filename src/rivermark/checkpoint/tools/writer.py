@@ -156,7 +156,9 @@ def _unknown(nid: str, what: str, kind: str, known: list[str]) -> ConfigurationE
     )
 
 
-def _checked_states(nodes: Mapping[str, Stream], given: Mapping[str, Any] | None) -> dict[str, Any]:
+def _checked_states(
+    nodes: Mapping[str, Stream], given: Mapping[str, object] | None
+) -> dict[str, object]:
     """``given`` checked against the graph's stateful nodes, keyed state as the nodes keep it."""
     stateful = _stateful(nodes)
     out: dict[str, Any] = {}
@@ -187,7 +189,7 @@ def _view(chains: Chains, nid: str, value: object, epoch: int) -> StateView:
         ) from e
 
 
-def _keyed_as_in(node: Stream, value: Any) -> Any:
+def _keyed_as_in(node: Stream, value: object) -> object:
     """``value`` with a ``KeyedState`` (a copy) wherever the node keeps one.
 
     :func:`~.inspection.read` gives keyed state as a pandas Series or
@@ -258,11 +260,11 @@ def _short(value: object) -> str:
 
 def _checked_json(
     nodes: Mapping[str, Stream],
-    given: Mapping[str, Any] | None,
+    given: Mapping[str, object] | None,
     cls: type,
     what: str,
     kind: str,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """``given`` (positions or sink handles) for nodes that are ``cls``, each JSON."""
     allowed = [nid for nid, n in nodes.items() if isinstance(n, cls)]
     out: dict[str, Any] = {}
@@ -281,8 +283,8 @@ def _checked_json(
 
 
 def _checked_positions(
-    nodes: Mapping[str, Stream], given: Mapping[str, Any] | None
-) -> dict[str, Any]:
+    nodes: Mapping[str, Stream], given: Mapping[str, object] | None
+) -> dict[str, object]:
     """``given`` positions, each JSON, for a source of the graph that can resume there.
 
     Each source checks its position where it can without side effects (a

@@ -110,10 +110,10 @@ def _read_mapping(
     store: Store,
     where: str,
     label: str,
-    names: dict[str, dict[str, Any]],
+    names: dict[str, dict[str, object]],
     small: dict[str, bytes],
-    read: Any,
-) -> dict[Any, Any]:
+    read: object,
+) -> dict[object, object]:
     """One mapping's keys and values, from its files written into a private temporary directory."""
     tmp = tempfile.mkdtemp(prefix="rivermark-read-")
     try:
