@@ -695,7 +695,7 @@ class KafkaSource(KafkaBatchedSource):
         poll_interval: object = 0.1,
         start: bool = False,
         keys: bool = False,
-        **kwargs: Unpack[NodeOptions],
+        **kwargs: Any,  # node options and KafkaBatchedSource's own (stop_at_end, ...)
     ) -> None:
         super().__init__(
             topics,
@@ -714,7 +714,7 @@ def from_kafka(
     consumer_params: Mapping[str, object],
     poll_interval: object = 0.1,
     start: bool = False,
-    **kwargs: Unpack[NodeOptions],
+    **kwargs: Any,  # node options and KafkaSource's own (stop_at_end, timestamps, ...)
 ) -> KafkaSource:
     """Emit the value of every record of ``topics``, one at a time.
 
@@ -746,7 +746,7 @@ def from_kafka_batched(
     max_batch_size: int = 10000,
     keys: bool = False,
     engine: str | None = None,
-    **kwargs: Unpack[NodeOptions],
+    **kwargs: Any,  # node options and KafkaSource's own (stop_at_end, timestamps, ...)
 ) -> Stream:
     """Emit lists of record values per partition (streamz's signature and argument order).
 
