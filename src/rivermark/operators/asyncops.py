@@ -15,10 +15,10 @@ import inspect
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any, ClassVar, Unpack
+from typing import Any, ClassVar
 
 from rivermark.core import runtime
-from rivermark.core.node import NodeOptions, Stream, check_callable, check_positive_int
+from rivermark.core.node import Stream, check_callable, check_positive_int
 from rivermark.core.refs import Metadata, release_refs
 from rivermark.errors import ConfigurationError, describe
 
@@ -72,7 +72,7 @@ class MapAsync(Stream):
         *args: Any,
         parallelism: int = 1,
         stop_on_exception: bool = False,
-        **kwargs: Unpack[NodeOptions],
+        **kwargs: Any,
     ) -> None:
         check_callable("map_async", "func", func)
         if isinstance(func, type) or inspect.isbuiltin(func):
