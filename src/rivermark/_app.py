@@ -116,7 +116,7 @@ def _is_path(spec: str) -> bool:
     return spec.endswith(".py") or os.sep in spec or "/" in spec or Path(spec).is_file()
 
 
-def _import_namespace(spec: str) -> dict[str, Any]:
+def _import_namespace(spec: str) -> dict[str, object]:
     """Run the app's module and return its globals (a script path or a module name)."""
     if _is_path(spec):
         if not Path(spec).is_file():
@@ -137,7 +137,7 @@ def _import_namespace(spec: str) -> dict[str, Any]:
     return vars(module)
 
 
-def _load_namespace(spec: str) -> dict[str, Any]:
+def _load_namespace(spec: str) -> dict[str, object]:
     what = repr(spec)
     try:
         with loading_app(spec):
@@ -196,7 +196,7 @@ def load_app_with_migrations(
     return node, functions
 
 
-def _load_app(target: str) -> tuple[Stream, dict[str, Any], str]:
+def _load_app(target: str) -> tuple[Stream, dict[str, object], str]:
     path, sep, name = target.rpartition(":")
     if not sep or not path or not name:
         raise AppError(

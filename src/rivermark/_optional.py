@@ -20,7 +20,6 @@ Only the package's top level imports this module.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from rivermark import plugins
 from rivermark.statedata import add_state_loader
@@ -48,7 +47,7 @@ def _notebook() -> None:
     from rivermark.observe import notebook  # noqa: F401  (registers _ipython_display_)
 
 
-def _from_kafka_batched_dask() -> Callable[..., Any]:
+def _from_kafka_batched_dask() -> Callable[..., object]:
     from rivermark.dask.kafka import from_kafka_batched_dask
 
     return from_kafka_batched_dask

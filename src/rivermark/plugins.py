@@ -87,7 +87,7 @@ class PluginNameError(PluginError, ValueError):
     """``register_plugin_entry_point`` with a name that is taken (streamz: ``ValueError``)."""
 
 
-def _ep_value(ep: Any) -> str:
+def _ep_value(ep: object) -> str:
     """What an entry point points at (``module:attr``), for messages."""
     # optional: importlib.metadata entry points have .value, pkg_resources ones .module_name
     value = getattr(ep, "value", None) or getattr(ep, "module_name", None)
@@ -102,7 +102,7 @@ class PluginWarning(UserWarning):
 _REGISTERED: dict[str, _LazyPlugin] = {}
 
 
-def _dist_name(entry_point: Any) -> str:
+def _dist_name(entry_point: object) -> str:
     # optional: an entry point built by hand has no distribution
     dist = getattr(entry_point, "dist", None)
     # optional: a distribution whose metadata names no project
@@ -110,7 +110,7 @@ def _dist_name(entry_point: Any) -> str:
     return str(name) if name else "<unknown distribution>"
 
 
-def _class_attr(cls: type, name: str) -> Any:
+def _class_attr(cls: type, name: str) -> object:
     """The raw class attribute ``name`` (without running descriptors), or None."""
     for klass in cls.__mro__:
         if name in klass.__dict__:

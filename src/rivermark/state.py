@@ -41,7 +41,7 @@ from __future__ import annotations
 import itertools
 import logging
 from abc import abstractmethod
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Hashable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -110,7 +110,7 @@ class KeyedStore(MutableMapping[Any, Any]):
     freeze: Callable[[Any], Any] | None
 
     @abstractmethod
-    def touched(self, key: Any) -> None:
+    def touched(self, key: Hashable) -> None:
         """The value of ``key`` was changed in place: the next checkpoint writes it."""
 
     @abstractmethod
@@ -172,13 +172,13 @@ class KeyedState(dict[Any, Any], KeyedStore):
         return self
 
     # the changes (every other method is the dict's own)
-    def __setitem__(self, key: Any, value: Any) -> None:
+    def __setitem__(self, key: Hashable, value: Any) -> None:
         changes = self._changes
         if changes is not None:
             changes[key] = value
         _dict_set(self, key, value)
 
-    def __delitem__(self, key: Any) -> None:
+    def __delitem__(self, key: Hashable) -> None:
         dict.__delitem__(self, key)
         changes = self._changes
         if changes is not None:
@@ -222,11 +222,11 @@ class KeyedState(dict[Any, Any], KeyedStore):
                 changes[k] = DELETED
         dict.clear(self)
 
-    def __ior__(self, other: Any) -> KeyedState:  # type: ignore[misc]
+    def __ior__(self, other: object) -> KeyedState:  # type: ignore[misc]
         self.update(other)
         return self
 
-    def touched(self, key: Any) -> None:
+    def touched(self, key: Hashable) -> None:
         """The value of ``key`` was changed in place: the next checkpoint writes it."""
         changes = self._changes
         if changes is not None:
@@ -262,7 +262,7 @@ class KeyedState(dict[Any, Any], KeyedStore):
         self._complete = False
         return delta
 
-    def _take_all(self) -> dict[Any, Any]:
+    def _take_all(self) -> dict[object, object]:
         content = self.copy_all()
         self._changes = {}
         self._complete = False

@@ -494,7 +494,7 @@ def diff_command(
     epoch2: int | None,
     against: str | None,
     as_json: bool,
-    **rules: Any,
+    **rules: object,
 ) -> int:
     """Compare checkpoints EPOCH and EPOCH2 of DIR (default: the last two).
 

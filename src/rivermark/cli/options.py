@@ -109,7 +109,7 @@ def logged(command: Callable[..., int]) -> Callable[..., int]:
     """A command that takes the (hidden) logging options and sets logging up before it runs."""
 
     @functools.wraps(command)
-    def run(*args: Any, **kwargs: Any) -> int:
+    def run(*args: object, **kwargs: object) -> int:
         setup_logging(click.get_current_context())
         return command(*args, **kwargs)
 

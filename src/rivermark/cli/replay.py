@@ -16,7 +16,7 @@ from rivermark.cli.options import app_argument, logged, trust_option, upgrade_op
 __all__ = ["replay_command"]
 
 
-def _parse_until(ctx: click.Context, param: click.Parameter, value: Any) -> int | None:
+def _parse_until(ctx: click.Context, param: click.Parameter, value: object) -> int | None:
     """``--until EPOCH|end``: an epoch, or None for the end of the input."""
     text = str(value).strip()
     if text == "end":
@@ -121,7 +121,7 @@ def _do_replay(target: str, opts: dict[str, Any]) -> int:
 @upgrade_options
 @trust_option
 @logged
-def replay_command(target: str, **opts: Any) -> int:
+def replay_command(target: str, **opts: object) -> int:
     """Dry-run APP.py:NAME from a checkpoint of the live job, writing its sinks' output aside.
 
     The graph restores checkpoint --from of the live job (with the upgrade

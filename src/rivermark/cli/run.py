@@ -56,7 +56,7 @@ def _note_stop_signals() -> list[int]:
         def noting(
             num: int,
             frame: FrameType | None,
-            handler: Callable[[int, FrameType | None], Any] = handler,
+            handler: Callable[[int, FrameType | None], object] = handler,
         ) -> None:
             received.append(num)
             handler(num, frame)
@@ -84,7 +84,7 @@ def stopped_line(signum: int, snap: Snapshot) -> str:
     )
 
 
-def _short(value: Any) -> str:
+def _short(value: object) -> str:
     if isinstance(value, dict) and isinstance(value.get("offset"), int):
         value = value["offset"]  # a file's offset with the digest of the bytes before it
     text = repr(value)
@@ -281,7 +281,7 @@ def _do_run(target: str, opts: dict[str, Any]) -> int:
     "[env: RIVERMARK_PROGRESS_INTERVAL]",
 )
 @logged
-def run_command(target: str, **opts: Any) -> int:
+def run_command(target: str, **opts: object) -> int:
     """Run APP.py:NAME (or package.module:NAME) as a checkpointed job.
 
     NAME is a module-level variable of the app holding a node of the graph

@@ -19,7 +19,7 @@ ErrorPolicy = str | Callable[[Any, BaseException], Any]
 _VALID_POLICIES = ("raise", "skip")
 
 
-def check_callable(node_kind: str, arg: str, value: Any) -> None:
+def check_callable(node_kind: str, arg: str, value: object) -> None:
     """Raise ConfigurationError unless ``value`` is callable."""
     if not callable(value):
         raise ConfigurationError(
@@ -28,7 +28,7 @@ def check_callable(node_kind: str, arg: str, value: Any) -> None:
         )
 
 
-def check_positive_int(node_kind: str, arg: str, value: Any, minimum: int = 1) -> None:
+def check_positive_int(node_kind: str, arg: str, value: object, minimum: int = 1) -> None:
     """Raise ConfigurationError unless ``value`` is an int >= ``minimum``."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigurationError(
@@ -37,7 +37,7 @@ def check_positive_int(node_kind: str, arg: str, value: Any, minimum: int = 1) -
         )
 
 
-def _check_policy(policy: Any) -> None:
+def _check_policy(policy: object) -> None:
     if policy is None or callable(policy) or policy in _VALID_POLICIES:
         return
     raise ConfigurationError(

@@ -84,7 +84,7 @@ class StreamFacade:
         return self
 
 
-def _attr_text(value: Any) -> str:
+def _attr_text(value: object) -> str:
     """How ``str(node)`` shows an attribute: a function by name, other values with str()."""
     try:
         if not value:

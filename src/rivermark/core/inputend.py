@@ -39,7 +39,7 @@ class EndsWithInput(Protocol):
     returns what ``_emit`` returned for what it passed on.
     """
 
-    def end_of_input(self) -> list[Awaitable[Any]] | None: ...
+    def end_of_input(self) -> list[Awaitable[object]] | None: ...
 
 
 @runtime_checkable

@@ -18,7 +18,7 @@ import inspect
 import itertools
 import logging
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypedDict, TypeVar
 
 from rivermark.core import runtime
 from rivermark.core.config import _VALID_POLICIES as _VALID_POLICIES
@@ -49,6 +49,7 @@ __all__ = [
     "check_positive_int",
     "is_coroutine_function",
     "Fixed",
+    "NodeOptions",
 ]
 
 F = TypeVar("F")
@@ -57,6 +58,17 @@ F = TypeVar("F")
 def identity(x: F) -> F:
     """Return ``x`` unchanged (the default ``register_api`` modifier)."""
     return x
+
+
+class NodeOptions(TypedDict, total=False):
+    """The keyword options every node takes (``Stream.__init__``), passed on by subclasses."""
+
+    stream_name: str | None
+    loop: asyncio.AbstractEventLoop | None
+    asynchronous: bool | None
+    ensure_io_loop: bool
+    name: str | None
+    on_error: ErrorPolicy | None
 
 
 #: numbers the nodes in the order they are created (``Stream._serial``)
@@ -203,7 +215,7 @@ class Stream(StreamFacade):
             cls._is_async = True
         cls.update = _wrap_user_update(update)  # type: ignore[method-assign]
 
-    def _user_results(self, result: Any) -> list[Awaitable[Any]] | None:
+    def _user_results(self, result: Any) -> list[Awaitable[object]] | None:
         """The awaitable a user ``update`` returned, as the list rivermark passes upstream.
 
         A node that returns an awaitable needs the event loop: it is marked
@@ -349,7 +361,7 @@ class Stream(StreamFacade):
     @step
     def update(
         self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
-    ) -> list[Awaitable[Any]] | None:
+    ) -> list[Awaitable[object]] | None:
         """Receive ``x`` from upstream ``who``; the base node passes it on unchanged."""
         return self._emit(x, metadata)
 
@@ -358,7 +370,7 @@ class Stream(StreamFacade):
     #: the push to the downstreams, put on the node by its plan (built on first use)
     _push = plan.unplanned_push
 
-    def record_loop(self) -> Callable[[Iterator[Any]], list[Awaitable[Any]] | None]:
+    def record_loop(self) -> Callable[[Iterator[Any]], list[Awaitable[object]] | None]:
         """``run(records)``: pass untracked records from an iterator to every downstream.
 
         ``run`` takes records from the iterator until it is exhausted (then
@@ -554,7 +566,7 @@ class Stream(StreamFacade):
 
     def _emit_and_release(
         self, x: Any, metadata: Metadata | None, release: Metadata | None
-    ) -> list[Awaitable[Any]] | None:
+    ) -> list[Awaitable[object]] | None:
         """Pass on ``x``, made of held records, and release ``release`` once it is done.
 
         For what a node builds from records it held (a window, a group, a
@@ -571,8 +583,8 @@ class Stream(StreamFacade):
         return self._release_after(results, release)
 
     def _release_after(
-        self, results: list[Awaitable[Any]] | None, metadata: Metadata | None
-    ) -> list[Awaitable[Any]] | None:
+        self, results: list[Awaitable[object]] | None, metadata: Metadata | None
+    ) -> list[Awaitable[object]] | None:
         """Release ``metadata`` now, or once the downstream awaitables finish."""
         if not metadata:
             return results
@@ -606,12 +618,12 @@ def _wrap_user_update(update: Callable[..., Any]) -> Callable[..., Any]:
     return update_results
 
 
-def _emit_list(self: Stream, x: Any, metadata: Metadata | None = None) -> list[Awaitable[Any]]:
+def _emit_list(self: Stream, x: Any, metadata: Metadata | None = None) -> list[Awaitable[object]]:
     """``_emit`` of node classes written for streamz: a list, never ``None``."""
     return Stream._emit(self, x, metadata) or []
 
 
-async def _awaited(awaitable: Awaitable[Any]) -> Any:
+async def _awaited(awaitable: Awaitable[object]) -> Any:
     return await awaitable
 
 

@@ -67,7 +67,7 @@ class RefCounter:
         self.loop = loop
 
     @property
-    def cb(self) -> Callable[[], Any] | None:
+    def cb(self) -> Callable[[], object] | None:
         """streamz's name for :attr:`callback`."""
         return self.callback
 

@@ -18,7 +18,7 @@ import concurrent.futures
 import logging
 import threading
 from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from rivermark.execution.loops import current_loop as current_loop
 from rivermark.execution.loops import gather_results as gather_results
@@ -93,7 +93,9 @@ atexit.register(stop_background_loop)
 
 
 def run_sync(
-    loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T], timeout: float | None = None
+    loop: asyncio.AbstractEventLoop,
+    coro: Coroutine[object, object, T],
+    timeout: float | None = None,
 ) -> T:
     """Run ``coro`` on ``loop`` from another thread and wait for its result."""
     if in_loop_thread(loop):

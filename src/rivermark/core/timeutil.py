@@ -65,7 +65,7 @@ _PATTERN = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*$")
 
 
 def parse_interval(
-    value: Any, node_kind: str = "interval", arg: str = "interval", allow_zero: bool = False
+    value: object, node_kind: str = "interval", arg: str = "interval", allow_zero: bool = False
 ) -> float:
     """Return ``value`` as a positive number of seconds (or 0 with ``allow_zero``).
 

@@ -83,7 +83,7 @@ async def _emit_and_deliver(
     """Emit, then wait for the records ``deferred`` nodes accepted to be passed on."""
     before = delivery.counts(deferred)
     results = node._emit(x, metadata)
-    waits: list[Awaitable[Any]] = [*(results or ()), *delivery.waits(deferred, before)]
+    waits: list[Awaitable[object]] = [*(results or ()), *delivery.waits(deferred, before)]
     await loops.gather_results(waits)
 
 

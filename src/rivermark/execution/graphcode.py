@@ -72,7 +72,7 @@ MAX_PATH = 100
 Update = Callable[[Any, Any, Any], Any]
 
 
-def retire(fn: Callable[..., Any]) -> None:
+def retire(fn: Callable[..., object]) -> None:
     """Make the generated function ``fn`` hand every call to its node's current path."""
     if hasattr(fn, "rivermark_source"):
         fn.__globals__["_valid"] = False
@@ -343,7 +343,7 @@ def _args(
     )
 
 
-def _compile(src: str, scope: dict[str, Any], what: str) -> Callable[..., Any] | None:
+def _compile(src: str, scope: dict[str, object], what: str) -> Callable[..., object] | None:
     try:
         return define(src, f"graph {what}", scope, what)
     except (SyntaxError, RecursionError, MemoryError) as e:  # pragma: no cover - a safety net
@@ -410,8 +410,8 @@ def compile_loop(root: Node, update_of: Callable[[Node], Update]) -> Callable[[A
 
 
 def compile_emit(
-    root: Node, general: Callable[..., Any], update_of: Callable[[Node], Update]
-) -> Callable[..., Any] | None:
+    root: Node, general: Callable[..., object], update_of: Callable[[Node], Update]
+) -> Callable[..., object] | None:
     """``emit(x, asynchronous=False, metadata=None)`` for the synchronous graph below ``root``.
 
     ``general`` is the general emit (``general(root, x, asynchronous,

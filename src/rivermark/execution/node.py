@@ -23,7 +23,7 @@ __all__ = ["Node", "Results", "Metadata"]
 Metadata = list[dict[str, Any]]
 
 #: what an update returns: None, or awaitables of work still running below
-Results = list[Awaitable[Any]] | None
+Results = list[Awaitable[object]] | None
 
 
 @runtime_checkable

@@ -84,7 +84,7 @@ class Plan:
                 with contextlib.suppress(AttributeError):
                     delattr(n, attr)
 
-    def _install(self, node: Node, attr: str, value: Any) -> None:
+    def _install(self, node: Node, attr: str, value: object) -> None:
         if self.valid:
             object.__setattr__(node, attr, value)
 
@@ -153,7 +153,7 @@ class Plan:
         return self._deferred[id(node)]
 
     # ------------------------------------------------------------------ generated code
-    def record_loop(self, node: Node) -> Callable[[Iterator[Any]], list[Awaitable[Any]] | None]:
+    def record_loop(self, node: Node) -> Callable[[Iterator[Any]], list[Awaitable[object]] | None]:
         """``run(records)`` for ``node`` (see :meth:`rivermark.core.node.Stream.record_loop`)."""
         fn = self._loops.get(id(node))
         if fn is not None:
@@ -175,7 +175,7 @@ class Plan:
                 self._loops[id(node)] = fn
             return fn
 
-    def emit_of(self, node: Node, general_emit: Callable[..., Any]) -> Callable[..., Any]:
+    def emit_of(self, node: Node, general_emit: Callable[..., object]) -> Callable[..., object]:
         """What ``node.emit`` is for the graph as it is now, installed on the node.
 
         For a synchronous graph below a node whose class keeps the base
@@ -203,7 +203,7 @@ class Plan:
             self._install(node, "emit", fn)
             return fn
 
-    def _push_emit(self, node: Node, general: Callable[..., Any]) -> Callable[..., Any]:
+    def _push_emit(self, node: Node, general: Callable[..., object]) -> Callable[..., object]:
         """``emit`` of a synchronous graph that is not written out: the node's push."""
         emit_down = self.push_of(node) if type(node)._emit is pass_down else node._emit
         plan = self
@@ -276,7 +276,7 @@ class EmitMethod:
     it is the plain method.
     """
 
-    def __init__(self, func: Callable[..., Any]) -> None:
+    def __init__(self, func: Callable[..., object]) -> None:
         self.func = func
         self.__doc__ = func.__doc__
         self.__name__ = func.__name__
@@ -289,8 +289,8 @@ class EmitMethod:
 
 
 def emit_loop(
-    emit: Callable[[Any, Any], list[Awaitable[Any]] | None], records: Iterator[Any]
-) -> list[Awaitable[Any]] | None:
+    emit: Callable[[Any, Any], list[Awaitable[object]] | None], records: Iterator[Any]
+) -> list[Awaitable[object]] | None:
     """The record loop of a graph with asynchronous nodes: one ``_emit`` per record."""
     for x in records:
         results = emit(x, None)

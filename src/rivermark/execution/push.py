@@ -25,7 +25,7 @@ __all__ = ["Push", "build_push", "fan_out", "merge_results", "no_downstream", "p
 Push = Callable[[Any, Any], Any]
 
 
-def build_push(update: Callable[[Any, Any, Any], Any], who: Any) -> Push:
+def build_push(update: Callable[[object, object, object], object], who: object) -> Push:
     """A function equivalent to ``update(x, who, metadata)`` (a node's update, bound)."""
 
     def push(x: Any, metadata: Any) -> Any:

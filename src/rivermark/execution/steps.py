@@ -138,7 +138,7 @@ class StepInfo:
         return self.func.__qualname__
 
 
-def _where(func: Callable[..., Any], node: ast.AST | None = None) -> str:
+def _where(func: Callable[..., object], node: ast.AST | None = None) -> str:
     code = func.__code__
     line = code.co_firstlineno + (getattr(node, "lineno", 1) - 1 if node is not None else 0)
     return f"{func.__qualname__} ({code.co_filename}:{line})"
@@ -160,7 +160,7 @@ def emit_call(value: ast.expr | None, self_name: str) -> ast.Call | None:
     return None
 
 
-def _params(func: Callable[..., Any], fdef: ast.FunctionDef) -> tuple[str, str, str, str]:
+def _params(func: Callable[..., object], fdef: ast.FunctionDef) -> tuple[str, str, str, str]:
     args = fdef.args
     names = tuple(a.arg for a in args.args)
     if (
@@ -179,7 +179,7 @@ def _params(func: Callable[..., Any], fdef: ast.FunctionDef) -> tuple[str, str, 
 
 
 def _scan(
-    func: Callable[..., Any], body: list[ast.stmt], params: tuple[str, ...]
+    func: Callable[..., object], body: list[ast.stmt], params: tuple[str, ...]
 ) -> tuple[dict[str, int], list[tuple[int, int]]]:
     """The locals a step assigns (and how often), and where it passes records on."""
     assigned: dict[str, int] = {}
@@ -204,7 +204,7 @@ def _scan(
     return assigned, emits
 
 
-def _parse(func: Callable[..., Any]) -> StepInfo:
+def _parse(func: Callable[..., object]) -> StepInfo:
     """Parse and check ``func`` as a step (raises TypeError naming the line)."""
     try:
         source = textwrap.dedent(inspect.getsource(func))
@@ -264,7 +264,7 @@ def graph_fact(method: F) -> F:
     return method
 
 
-def step_of(func: Any) -> StepInfo | None:
+def step_of(func: object) -> StepInfo | None:
     """The parsed step of ``func`` (a class's ``update``), or None if it is not one."""
     info = getattr(func, "__rivermark_step__", None)
     return info if isinstance(info, StepInfo) else None
@@ -296,7 +296,7 @@ def _fixed_slots(cls: type) -> dict[str, str]:
 _LITERAL_TYPES = (type(None), bool, int, float, complex, str, bytes, type(...))
 
 
-def _literal(value: Any) -> bool:
+def _literal(value: object) -> bool:
     if type(value) in _LITERAL_TYPES:
         return True
     return type(value) is tuple and all(_literal(v) for v in value)
@@ -422,7 +422,7 @@ class _Specializer(ast.NodeTransformer):
         self.bound[name] = value
         return ast.Name(name, ast.Load())
 
-    def _value(self, expr: ast.expr) -> tuple[bool, Any]:
+    def _value(self, expr: ast.expr) -> tuple[bool, object]:
         """(True, value) when ``expr`` is known, else (False, None)."""
         if isinstance(expr, ast.Constant):
             return True, expr.value
@@ -727,7 +727,7 @@ class Names:
         self.scope: dict[str, Any] = {"__builtins__": builtins}
         self._names: dict[int, str] = {}
 
-    def __call__(self, obj: Any, hint: str = "b") -> str:
+    def __call__(self, obj: object, hint: str = "b") -> str:
         name = self._names.get(id(obj))
         if name is None:
             base = "".join(c for c in hint if c.isalnum() or c == "_").strip("_") or "b"
@@ -762,7 +762,7 @@ def define(src: str, what: str, scope: dict[str, Any], name: str) -> Callable[..
     return fn
 
 
-def specialized_update(node: Node, info: StepInfo) -> Callable[..., Any]:
+def specialized_update(node: Node, info: StepInfo) -> Callable[..., object]:
     """``node``'s step with its fixed configuration folded in, bound to it.
 
     The text depends on the class and the fixed configuration only, so

@@ -53,8 +53,8 @@ __all__ = ["dead_letter"]
 
 
 def dead_letter(
-    topic: str, producer_config: dict[str, Any], ack_timeout: float = 30.0
-) -> Callable[[Any, BaseException], None]:
+    topic: str, producer_config: dict[str, object], ack_timeout: float = 30.0
+) -> Callable[[object, BaseException], None]:
     """An ``on_error`` callable that writes the failed record to ``topic`` (see module docs).
 
     >>> handler = dead_letter("dlq", {"bootstrap.servers": "127.0.0.1:1"})
@@ -78,7 +78,7 @@ def dead_letter(
     return _DeadLetter(topic, dict(producer_config), float(ack_timeout))
 
 
-def _encode(value: Any) -> tuple[bytes | None, str]:
+def _encode(value: object) -> tuple[bytes | None, str]:
     if value is None:
         return None, "null"
     if isinstance(value, (bytes, bytearray)):
@@ -89,7 +89,7 @@ def _encode(value: Any) -> tuple[bytes | None, str]:
 
 
 class _DeadLetter:
-    def __init__(self, topic: str, config: dict[str, Any], ack_timeout: float) -> None:
+    def __init__(self, topic: str, config: dict[str, object], ack_timeout: float) -> None:
         self.topic = topic
         self.config = config
         self.config.setdefault("linger.ms", 0)
@@ -135,11 +135,11 @@ class _DeadLetter:
         )
 
     def _write(
-        self, value: Any, key: Any, headers: list[tuple[str, bytes]], exc: BaseException
+        self, value: object, key: object, headers: list[tuple[str, bytes]], exc: BaseException
     ) -> None:
         outcome: list[Any] = []
 
-        def on_delivery(err: Any, msg: Any) -> None:
+        def on_delivery(err: object, msg: object) -> None:
             outcome.append(err)
 
         where = describe_origin()

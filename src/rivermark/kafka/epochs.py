@@ -162,7 +162,7 @@ class EpochTransactions:
         self._in_txn = False
         self.committed_epoch = epoch
 
-    def _recreated(self, epoch: int, handle: dict[str, Any]) -> str | None:
+    def _recreated(self, epoch: int, handle: dict[str, object]) -> str | None:
         """What it means when the output topic is not the one epoch ``epoch`` was written to."""
         old = handle.get("topic_id")
         if not isinstance(old, str) or not old or not self._topic_id or old == self._topic_id:

@@ -79,7 +79,7 @@ class TaskGroup(Protocol):
     def error(self) -> BaseException | None: ...
 
     @property
-    def consumer_params(self) -> Mapping[str, Any]: ...
+    def consumer_params(self) -> Mapping[str, object]: ...
 
     @property
     def member_identity(self) -> str | None: ...
@@ -124,7 +124,7 @@ class GroupControl:
     def status(self) -> str:
         return group_state(self.group).state
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         tasks = {}
         for key, task in self._tasks().items():
             job = task.job
@@ -144,7 +144,7 @@ class GroupControl:
             "uptime_seconds": round(time.time() - self.started, 3),
         }
 
-    def history(self) -> dict[str, Any]:
+    def history(self) -> dict[str, object]:
         return {
             "tasks": {
                 key: {
@@ -155,7 +155,7 @@ class GroupControl:
             }
         }
 
-    async def take(self, savepoint: bool) -> dict[str, Any]:
+    async def take(self, savepoint: bool) -> dict[str, object]:
         tasks = self._tasks()
         if not tasks:
             raise RuntimeError("this process runs no task yet (no partition assigned to it)")
@@ -170,7 +170,7 @@ class GroupControl:
             )
         return {"tasks": dict(zip(tasks, results)), "savepoint": savepoint}
 
-    async def stop_with(self, savepoint: bool) -> dict[str, Any]:
+    async def stop_with(self, savepoint: bool) -> dict[str, object]:
         tasks = self._tasks()
         self.group.request_stop(savepoint=savepoint, reason="rivermark stop (POST /api/stop)")
         # the polling thread stops every task with its final checkpoint, then leaves

@@ -70,7 +70,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -188,7 +188,7 @@ class _Task:
     revoked: bool = False
 
 
-def _check_control_port(port: Any) -> None:
+def _check_control_port(port: object) -> None:
     if port is not None and (
         isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535
     ):
@@ -198,7 +198,7 @@ def _check_control_port(port: Any) -> None:
         )
 
 
-def _check_instance_id(instance_id: Any, consumer_params: dict[str, Any]) -> None:
+def _check_instance_id(instance_id: object, consumer_params: Mapping[str, object]) -> None:
     if instance_id is not None and (not isinstance(instance_id, str) or not instance_id):
         raise ConfigurationError(
             f"PartitionedJob: instance_id must be a non-empty string, 'auto' or None, got "
@@ -358,7 +358,7 @@ class PartitionedJob:
             return f"{self.location}/tasks/{topic}-{partition}"
         return os.path.join(self.location, "tasks", f"{topic}-{partition}")
 
-    def _task_options(self, tp: TP) -> dict[str, Any]:
+    def _task_options(self, tp: TP) -> dict[str, object]:
         """The options of one task's Job: its own directory of RocksDB state."""
         options = dict(self.job_options)
         if options.get("state_dir") is not None:
@@ -376,7 +376,7 @@ class PartitionedJob:
         self._check_graph(source, node)
         return source
 
-    def _check_graph(self, source: PartitionSource, node: Any) -> None:
+    def _check_graph(self, source: PartitionSource, node: object) -> None:
         # optional: a callable object has no __qualname__
         name = getattr(self.build, "__qualname__", repr(self.build))
         if not isinstance(node, Stream):
@@ -587,7 +587,7 @@ class PartitionedJob:
         )
         self._on_revoke(consumer, partitions)
 
-    def _member_conf(self, slot: InstanceSlot) -> dict[str, Any]:
+    def _member_conf(self, slot: InstanceSlot) -> dict[str, object]:
         """The group consumer's configuration, with this process's static identity."""
         conf = dict(self.consumer_params)
         conf["enable.auto.commit"] = False
@@ -628,7 +628,7 @@ class PartitionedJob:
             print(f"rivermark: PartitionedJob stopped: {line}", file=sys.stderr, flush=True)
             raise SystemExit(1)
 
-    def _run_member(self, conf: dict[str, Any]) -> None:
+    def _run_member(self, conf: dict[str, object]) -> None:
         import confluent_kafka as ck
 
         self._incremental = "cooperative" in str(conf["partition.assignment.strategy"])
@@ -727,7 +727,7 @@ class PartitionedJob:
         """SIGINT/SIGTERM: stop gracefully; a second signal exits at once (as ``Job``'s)."""
         received: list[int] = []
 
-        def handler(signum: int, frame: Any) -> None:
+        def handler(signum: int, frame: object) -> None:
             received.append(signum)
             if len(received) == 1:
                 logger.warning("signal %d: stopping every task with a final checkpoint", signum)

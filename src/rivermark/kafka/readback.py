@@ -63,19 +63,19 @@ class OutputEnds:
         if after > self._ends.get(part, 0):
             self._ends[part] = after
 
-    def _rolled(self, err: Any, msg: Any) -> None:
+    def _rolled(self, err: object, msg: object) -> None:
         """The delivery report of a record rolled forward (counted in its epoch's handle already)."""
         if err is None:
             self._acknowledged(msg)
 
-    def output_ends(self) -> dict[str, Any]:
+    def output_ends(self) -> dict[str, object]:
         """What a handle records: ``offsets`` (partition -> end) and ``count``."""
         return {
             "offsets": {str(p): o for p, o in sorted(self._ends.items())},
             "count": self._written,
         }
 
-    def _resume_count(self, handle: dict[str, Any]) -> None:
+    def _resume_count(self, handle: dict[str, object]) -> None:
         """Go on from the output's ends and record count in the restored ``handle``."""
         offsets, count = handle.get("offsets"), handle.get("count")
         self._ends = (
@@ -84,12 +84,12 @@ class OutputEnds:
         # a handle of an older rivermark counts nothing: this run counts from 0
         self._written = count if isinstance(count, int) and not isinstance(count, bool) else 0
 
-    def written_between(self, first: Any, last: Any) -> WrittenOutput:
+    def written_between(self, first: object, last: object) -> WrittenOutput:
         """The records written between two handles, read back from the topic."""
         return read_written(self.producer_config, self.topic, first, last, self.output_text)
 
 
-def _ends(handle: Any, which: str) -> tuple[dict[int, int], int]:
+def _ends(handle: object, which: str) -> tuple[dict[int, int], int]:
     """A handle's ``offsets`` (partition -> offset after the sink's records) and ``count``."""
     if not isinstance(handle, dict):
         raise ValueError(f"the {which} checkpoint holds no handle of it")
@@ -103,11 +103,11 @@ def _ends(handle: Any, which: str) -> tuple[dict[int, int], int]:
 
 
 def read_written(
-    config: dict[str, Any],
+    config: dict[str, object],
     topic: str,
-    first: Any,
-    last: Any,
-    text: Callable[[Any], str],
+    first: object,
+    last: object,
+    text: Callable[[object], str],
     timeout: float = 30.0,
 ) -> WrittenOutput:
     """The records ``to_kafka`` wrote to ``topic`` between handles ``first`` and ``last``.

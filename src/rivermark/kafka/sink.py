@@ -265,7 +265,7 @@ class ToKafka(Stream, OutputEnds, EpochTransactions):
     # ---------------------------------------------------------------- data flow
     def update(
         self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
-    ) -> list[Awaitable[Any]] | None:
+    ) -> list[Awaitable[object]] | None:
         producer = self.producer
         if producer is None or self.failure is not None or (self.exactly_once and not self._in_txn):
             producer = self._ready(metadata)
@@ -492,7 +492,7 @@ class ToKafka(Stream, OutputEnds, EpochTransactions):
         self._in_txn = True
 
     # ---------------------------------------------------------------- checkpoint protocol
-    def get_state(self) -> Any:
+    def get_state(self) -> object:
         """The open epoch's records (exactly-once only; see the module docs)."""
         if not self.exactly_once:
             return None
@@ -505,7 +505,7 @@ class ToKafka(Stream, OutputEnds, EpochTransactions):
     def state_signature(self) -> str:
         return f"ToKafka(topic={self.topic!r}, exactly_once={self.exactly_once!r})"
 
-    def pre_commit(self, epoch: int) -> dict[str, Any]:
+    def pre_commit(self, epoch: int) -> dict[str, object]:
         """Flush: every record of ``epoch`` is acknowledged; return the handle."""
         self.flush()
         if self.failure is not None:
@@ -519,7 +519,7 @@ class ToKafka(Stream, OutputEnds, EpochTransactions):
                 handle["topic_id"] = self._topic_id
         return handle
 
-    def commit(self, epoch: int, handle: dict[str, Any]) -> None:
+    def commit(self, epoch: int, handle: dict[str, object]) -> None:
         """Exactly-once: commit epoch ``epoch``'s transaction and open the next."""
         if not self.exactly_once:
             return
@@ -677,7 +677,7 @@ class _Delivery:
         self.metadata = metadata
         self.origin = origin
 
-    def __call__(self, err: Any, msg: Any) -> None:
+    def __call__(self, err: object, msg: object) -> None:
         sink = self.sink
         sink.in_flight -= 1
         if err is None:

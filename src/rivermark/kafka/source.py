@@ -56,12 +56,12 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Unpack
 
 from rivermark.core.graph import descendants
 from rivermark.core.inputend import ReadsPartitions
-from rivermark.core.node import Stream
+from rivermark.core.node import NodeOptions, Stream
 from rivermark.core.origin import record_origin
 from rivermark.core.refs import Metadata, RefCounter
 from rivermark.core.timeutil import parse_interval
@@ -75,6 +75,9 @@ from rivermark.kafka.waiting import RecordWaiter
 from rivermark.plugins import door
 from rivermark.sources.base import TIME_SLICE, Source
 
+if TYPE_CHECKING:
+    from confluent_kafka import Message
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["KafkaBatchedSource", "KafkaSource", "from_kafka", "from_kafka_batched"]
@@ -84,12 +87,12 @@ __all__ = ["KafkaBatchedSource", "KafkaSource", "from_kafka", "from_kafka_batche
 _NO_TIMESTAMP = 0
 
 
-def _record_time(m: Any) -> float | None:
+def _record_time(m: Message) -> float | None:
     """The record's Kafka timestamp (producer or broker time, per the topic) in epoch seconds."""
     kind, ms = m.timestamp()
     if kind == _NO_TIMESTAMP or ms < 0:
         return None
-    return ms / 1000  # type: ignore[no-any-return]
+    return ms / 1000
 
 
 def _commit_nothing(offsets: dict[tuple[str, int], int], tag: str) -> None:
@@ -118,8 +121,8 @@ class KafkaBatchedSource(Source[dict[str, Any]]):
     def __init__(
         self,
         topics: str | list[str],
-        consumer_params: dict[str, Any],
-        poll_interval: Any = "1s",
+        consumer_params: Mapping[str, object],
+        poll_interval: object = "1s",
         npartitions: int | None = None,
         refresh_partitions: bool = False,
         max_batch_size: int = 10000,
@@ -132,7 +135,7 @@ class KafkaBatchedSource(Source[dict[str, Any]]):
         allow_offset_reset: bool = False,
         group_takeover: bool = False,
         timestamps: bool = False,
-        **kwargs: Any,
+        **kwargs: Unpack[NodeOptions],
     ) -> None:
         kind = "from_kafka_batched" if batched else "from_kafka"
         if timestamps and batched:
@@ -234,7 +237,7 @@ class KafkaBatchedSource(Source[dict[str, Any]]):
                 n.expect_partitions(partitions)
 
     # ---------------------------------------------------------------- positions
-    def position(self) -> dict[str, Any]:
+    def position(self) -> dict[str, object]:
         """``{"topic:partition": next_offset}`` for every partition read so far.
 
         Plus ``"topic_ids": {topic: id}`` once the broker named the topics' ids
@@ -270,7 +273,7 @@ class KafkaBatchedSource(Source[dict[str, Any]]):
                 out[key] = max(int(high) - int(offset), 0)
         return out
 
-    def seek(self, position: Any) -> None:
+    def seek(self, position: object) -> None:
         """Start every partition named in ``position`` at its offset on the next run."""
         if position is None:
             return
@@ -294,7 +297,7 @@ class KafkaBatchedSource(Source[dict[str, Any]]):
     def state_signature(self) -> str:
         return f"{type(self).__name__}(topics={sorted(self.topics)!r}, keys={self.keys!r})"
 
-    def inputs_change(self, stored: str, position: Any) -> str | None:
+    def inputs_change(self, stored: str, position: object) -> str | None:
         """Topics added to or removed from the subscription since the checkpoint (one line).
 
         ``None`` unless ``stored`` (the checkpoint's signature of this source)
@@ -340,7 +343,7 @@ class KafkaBatchedSource(Source[dict[str, Any]]):
             return None
         return old
 
-    def stop_at(self, position: Any) -> None:
+    def stop_at(self, position: object) -> None:
         """Read every partition up to its offset in ``position`` (a bounded read, as ``stop_at_end``).
 
         Partitions that ``position`` does not name are not read.
@@ -371,7 +374,7 @@ class KafkaBatchedSource(Source[dict[str, Any]]):
         self.checkpointing = True
         super().pause()
 
-    def checkpoint_durable(self, epoch: int, position: Any) -> None:
+    def checkpoint_durable(self, epoch: int, position: object) -> None:
         """Commit a durable checkpoint's position to the consumer group (for lag tools).
 
         Called by the job only once checkpoint ``epoch`` is durable, so the
@@ -525,7 +528,7 @@ class KafkaBatchedSource(Source[dict[str, Any]]):
             await asyncio.sleep(0)
             self._turn_at = time.perf_counter() + TIME_SLICE
 
-    async def _emit_messages(self, msgs: list[Any]) -> None:
+    async def _emit_messages(self, msgs: list[object]) -> None:
         if not self.batched:
             await self._emit_singles(self._readable(msgs))
             return
@@ -688,11 +691,11 @@ class KafkaSource(KafkaBatchedSource):
     def __init__(
         self,
         topics: str | list[str],
-        consumer_params: dict[str, Any],
-        poll_interval: Any = 0.1,
+        consumer_params: Mapping[str, object],
+        poll_interval: object = 0.1,
         start: bool = False,
         keys: bool = False,
-        **kwargs: Any,
+        **kwargs: Any,  # node options and KafkaBatchedSource's own (stop_at_end, ...)
     ) -> None:
         super().__init__(
             topics,
@@ -708,10 +711,10 @@ class KafkaSource(KafkaBatchedSource):
 @Stream.register_api(staticmethod, attribute_name="from_kafka")
 def from_kafka(
     topics: str | list[str],
-    consumer_params: dict[str, Any],
-    poll_interval: Any = 0.1,
+    consumer_params: Mapping[str, object],
+    poll_interval: object = 0.1,
     start: bool = False,
-    **kwargs: Any,
+    **kwargs: Any,  # node options and KafkaSource's own (stop_at_end, timestamps, ...)
 ) -> KafkaSource:
     """Emit the value of every record of ``topics``, one at a time.
 
@@ -734,8 +737,8 @@ def from_kafka(
 @Stream.register_api(staticmethod, attribute_name="from_kafka_batched")
 def from_kafka_batched(
     topic: str | list[str],
-    consumer_params: dict[str, Any],
-    poll_interval: Any = "1s",
+    consumer_params: Mapping[str, object],
+    poll_interval: object = "1s",
     npartitions: int | None = None,
     refresh_partitions: bool = False,
     start: bool = False,
@@ -743,7 +746,7 @@ def from_kafka_batched(
     max_batch_size: int = 10000,
     keys: bool = False,
     engine: str | None = None,
-    **kwargs: Any,
+    **kwargs: Any,  # node options and KafkaSource's own (stop_at_end, timestamps, ...)
 ) -> Stream:
     """Emit lists of record values per partition (streamz's signature and argument order).
 

@@ -91,7 +91,7 @@ def offsets_of(position: Mapping[str, Any]) -> dict[str, int]:
     return split_position(position)[0]
 
 
-def with_topic_ids(offsets: Mapping[str, int], ids: Mapping[str, str]) -> dict[str, Any]:
+def with_topic_ids(offsets: Mapping[str, int], ids: Mapping[str, str]) -> dict[str, object]:
     """A position: ``offsets`` plus the ids (no ``topic_ids`` entry when there are none).
 
     >>> with_topic_ids({"t:0": 5}, {"t": "abc"})

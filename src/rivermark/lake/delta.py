@@ -61,11 +61,11 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import IO, Any, ClassVar
+from typing import IO, Any, ClassVar, Unpack
 from urllib.parse import quote as url_quote
 
 from rivermark.checkpoint.stores.lease import Lease
-from rivermark.core.node import Stream
+from rivermark.core.node import NodeOptions, Stream
 from rivermark.core.refs import Metadata
 from rivermark.errors import ConfigurationError
 from rivermark.execution.steps import step
@@ -136,12 +136,12 @@ class ToDelta(Sink):
         mode: str = "append",
         key: Sequence[str] = (),
         partition_by: Sequence[str] = (),
-        schema: Any = None,
-        example: Any = None,
+        schema: object = None,
+        example: object = None,
         sink_id: str | None = None,
         storage_options: Mapping[str, str] | None = None,
         batch_rows: int = 50_000,
-        **kwargs: Any,
+        **kwargs: Unpack[NodeOptions],
     ) -> None:
         if not isinstance(batch_rows, int) or isinstance(batch_rows, bool) or batch_rows <= 0:
             raise ConfigurationError(
@@ -284,7 +284,7 @@ class ToDelta(Sink):
                 "or DataFrames: add a .map(...) that builds one"
             )
 
-    def _add_record(self, x: Mapping[str, Any]) -> None:
+    def _add_record(self, x: Mapping[str, object]) -> None:
         if self._schema is None:
             self._set_schema(schema_of(x, self.label()))
         if not x.keys() <= self._names:
@@ -303,7 +303,7 @@ class ToDelta(Sink):
             self._ops.pop(k, None)
             self._ops[k] = x
 
-    def _add_frame(self, df: Any) -> None:
+    def _add_frame(self, df: Any) -> None:  # a pandas DataFrame (pandas is untyped here)
         if self._schema is None:
             self._set_schema(schema_of(df, self.label()))
         if self.mode == "append":
@@ -506,7 +506,7 @@ class ToDelta(Sink):
         self._files, self._file_no = {}, 0
 
     # ---------------------------------------------------------------- checkpoint contract
-    def pre_commit(self, epoch: int) -> dict[str, Any]:
+    def pre_commit(self, epoch: int) -> dict[str, object]:
         """Write the epoch durably, unreferenced by the log; the handle lists every pending epoch."""
         loc = self._location()
         entry: dict[str, Any] | None = None
@@ -524,8 +524,8 @@ class ToDelta(Sink):
         return {"sink": self.sink_id, "epoch": epoch, "pending": [dict(p) for p in self._pending]}
 
     def _write_stage(
-        self, loc: Location, epoch: int, ops: dict[tuple[Any, ...], Mapping[str, Any] | None]
-    ) -> dict[str, Any]:
+        self, loc: Location, epoch: int, ops: dict[tuple[object, ...], Mapping[str, object] | None]
+    ) -> dict[str, object]:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -548,7 +548,7 @@ class ToDelta(Sink):
             raise self._failed(loc, f"staging epoch {epoch}", e) from None
         return {"epoch": epoch, "stage": rel}
 
-    def commit(self, epoch: int, handle: Any) -> None:
+    def commit(self, epoch: int, handle: object) -> None:
         """One Delta commit per pending epoch up to ``epoch``; epochs the log holds are skipped."""
         loc = self._location()
         while self._pending and self._pending[0]["epoch"] <= epoch:

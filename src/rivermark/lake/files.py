@@ -71,7 +71,7 @@ def sink_digest(sink_id: str) -> str:
     return hashlib.sha256(sink_id.encode()).hexdigest()[:12]
 
 
-def hive_dir(columns: Sequence[str], values: Sequence[Any]) -> str:
+def hive_dir(columns: Sequence[str], values: Sequence[object]) -> str:
     """``col=value/...`` (URI-encoded values, as pyarrow's Hive partitioning reads them)."""
     parts = []
     for c, v in zip(columns, values):
@@ -127,7 +127,7 @@ def rows_to_table(rows: Sequence[Mapping[str, Any]], schema: Any) -> Any:
 class Location:
     """Files under ``url`` (a local directory, ``file://`` or any fsspec URL), durably written."""
 
-    def __init__(self, url: str, storage_options: Mapping[str, Any] | None, label: str) -> None:
+    def __init__(self, url: str, storage_options: Mapping[str, object] | None, label: str) -> None:
         self.url, self.label = url, label
         self.local = "://" not in url or url.startswith("file://")
         self.fs: Any = None

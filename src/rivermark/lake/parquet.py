@@ -57,10 +57,10 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import IO, Any, ClassVar
+from typing import IO, Any, ClassVar, Unpack
 
 from rivermark.checkpoint.stores.lease import Lease
-from rivermark.core.node import Stream
+from rivermark.core.node import NodeOptions, Stream
 from rivermark.core.refs import Metadata
 from rivermark.errors import ConfigurationError
 from rivermark.execution.steps import step
@@ -120,15 +120,15 @@ class ToParquet(Sink):
         url: str,
         *,
         partition_by: Sequence[str] = (),
-        schema: Any = None,
-        example: Any = None,
+        schema: object = None,
+        example: object = None,
         roll_rows: int = 1_000_000,
         roll_bytes: int = 128 * 1024 * 1024,
         roll_seconds: float = 3600.0,
         batch_rows: int = 50_000,
         sink_id: str | None = None,
-        storage_options: Mapping[str, Any] | None = None,
-        **kwargs: Any,
+        storage_options: Mapping[str, object] | None = None,
+        **kwargs: Unpack[NodeOptions],
     ) -> None:
         if not isinstance(url, str) or not url:
             raise ConfigurationError(f"to_parquet: url must be a non-empty string, got {url!r}")
@@ -287,7 +287,7 @@ class ToParquet(Sink):
             return
         self._write(loc, key, table)
 
-    def _fitting(self, rows: list[Mapping[str, Any]]) -> Any:
+    def _fitting(self, rows: list[Mapping[str, object]]) -> object:
         """The rows that fit the schema; the others go through the error policy, one by one."""
         import pyarrow as pa
 
@@ -375,7 +375,7 @@ class ToParquet(Sink):
             raise self._failed(loc, "writing an in-progress file", e) from None
         f.rows += table.num_rows
 
-    def _open_file(self, loc: Location, key: tuple[Any, ...], now: float) -> _OpenFile:
+    def _open_file(self, loc: Location, key: tuple[object, ...], now: float) -> _OpenFile:
         import pyarrow.parquet as pq
 
         rel = f"{self.home}/inprogress/_{uuid.uuid4().hex}.inprogress"
@@ -385,7 +385,7 @@ class ToParquet(Sink):
         self._open[key] = f
         return f
 
-    def _seal(self, key: tuple[Any, ...]) -> None:
+    def _seal(self, key: tuple[object, ...]) -> None:
         f = self._open.pop(key)
         f.writer.close()
         assert self._loc is not None
@@ -393,7 +393,7 @@ class ToParquet(Sink):
         self._sealed.append(f)
 
     # ---------------------------------------------------------------- checkpoint contract
-    def pre_commit(self, epoch: int) -> dict[str, Any]:
+    def pre_commit(self, epoch: int) -> dict[str, object]:
         """Close every file durably and name it; the handle lists the unpublished files."""
         for key in list(self._buffers):
             self._flush(key)
@@ -417,7 +417,7 @@ class ToParquet(Sink):
             self._pending.append({"epoch": epoch, "files": files})
         return {"sink": self.sink_id, "epoch": epoch, "pending": [dict(p) for p in self._pending]}
 
-    def commit(self, epoch: int, handle: Any) -> None:
+    def commit(self, epoch: int, handle: object) -> None:
         """Publish the files of every epoch up to ``epoch`` (idempotent)."""
         loc = self._location()
         while self._pending and self._pending[0]["epoch"] <= epoch:

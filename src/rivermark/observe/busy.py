@@ -40,7 +40,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from types import CodeType, FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rivermark.core.node import Stream
 
@@ -57,13 +57,13 @@ _FUNCTION_ATTRS = ("func", "predicate", "key", "_key", "_fn", "agg", "callback",
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _code(value: Any) -> CodeType | None:
+def _code(value: object) -> CodeType | None:
     # optional: a bound method has __func__, a builtin or callable object no __code__
     code = getattr(getattr(value, "__func__", value), "__code__", None)
     return code if isinstance(code, CodeType) else None
 
 
-def _user_codes(value: Any) -> Iterator[CodeType]:
+def _user_codes(value: object) -> Iterator[CodeType]:
     """The code of a user function a node holds (a function, bound method or partial)."""
     # optional: only a functools.partial has .func
     for candidate in (value, getattr(value, "func", None)):  # functools.partial

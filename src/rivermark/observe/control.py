@@ -223,7 +223,7 @@ def local_url(addr: str, port: int, path: str = "/") -> str:
     return f"http://{host}:{port}{path}"
 
 
-def job_summary(job: Job) -> dict[str, Any]:
+def job_summary(job: Job) -> dict[str, object]:
     """What ``GET /api/job`` says of one job besides its status: store, epochs, positions."""
     return {
         "store": repr(job.store),
@@ -234,7 +234,7 @@ def job_summary(job: Job) -> dict[str, Any]:
     }
 
 
-def checkpoint_rows(checkpoints: Iterable[CheckpointInfo]) -> list[dict[str, Any]]:
+def checkpoint_rows(checkpoints: Iterable[CheckpointInfo]) -> list[dict[str, object]]:
     """The checkpoints a job wrote, as the page and the control API show them."""
     return [
         {
@@ -250,7 +250,7 @@ def checkpoint_rows(checkpoints: Iterable[CheckpointInfo]) -> list[dict[str, Any
     ]
 
 
-def failure_rows(failures: Iterable[CheckpointFailure]) -> list[dict[str, Any]]:
+def failure_rows(failures: Iterable[CheckpointFailure]) -> list[dict[str, object]]:
     """The checkpoints a job could not complete, as the page and the control API show them."""
     return [
         {"epoch": f.epoch, "time": f.time, "reason": f.reason, "fatal": f.fatal} for f in failures
@@ -265,16 +265,16 @@ class ControlTarget(Protocol):
         """``starting``, ``running``, ``stopping`` (a stop was asked for), or how it
         ended: ``stopped``, ``finished``, ``failed`` (:mod:`rivermark.observe.endstate`)."""
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         """The body of ``GET /api/job``."""
 
-    def history(self) -> dict[str, Any]:
+    def history(self) -> dict[str, object]:
         """The body of ``GET /api/checkpoints``."""
 
-    async def take(self, savepoint: bool) -> dict[str, Any]:
+    async def take(self, savepoint: bool) -> dict[str, object]:
         """Take a checkpoint (a savepoint) now; the answer once it is durable."""
 
-    async def stop_with(self, savepoint: bool) -> dict[str, Any]:
+    async def stop_with(self, savepoint: bool) -> dict[str, object]:
         """Stop gracefully; the answer once the final checkpoint is durable."""
 
 
@@ -300,7 +300,7 @@ class JobControl:
     def status(self) -> str:
         return job_status(self.job)
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         job = self.job
         return {
             "status": self.status(),
@@ -314,17 +314,17 @@ class JobControl:
             },
         }
 
-    def history(self) -> dict[str, Any]:
+    def history(self) -> dict[str, object]:
         return {
             "checkpoints": checkpoint_rows(self.job.checkpoints),
             "failures": failure_rows(self.job.checkpoint_failures),
         }
 
-    async def take(self, savepoint: bool) -> dict[str, Any]:
+    async def take(self, savepoint: bool) -> dict[str, object]:
         take = self.job.savepoint_async if savepoint else self.job.checkpoint_async
         return {"epoch": await take(), "savepoint": savepoint}
 
-    async def stop_with(self, savepoint: bool) -> dict[str, Any]:
+    async def stop_with(self, savepoint: bool) -> dict[str, object]:
         # on the loop: returns at once
         self.job.stop(savepoint=savepoint, reason="rivermark stop (POST /api/stop)")
         # answered by the final checkpoint (a savepoint when asked for)
@@ -427,7 +427,7 @@ class ControlApi:
     async def _answer(
         self,
         request: web.Request,
-        act: Callable[[bool], Awaitable[dict[str, Any]]],
+        act: Callable[[bool], Awaitable[dict[str, object]]],
         sp: bool,
     ) -> web.Response:
         from aiohttp import web

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Any
 
 from rivermark.checkpoint.protocol.runstate import END_OF_INPUT as END_OF_INPUT
 from rivermark.checkpoint.protocol.runstate import ENDED_STATES as ENDED_STATES
@@ -49,7 +48,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def last_run(info: dict[str, Any] | None) -> RunState | None:
+def last_run(info: dict[str, object] | None) -> RunState | None:
     """How the run recorded in ``job.json`` stands, for a reader that holds no lock
     (the checkpoint history): a run with no end recorded is ``running`` while its
     process lives (on this machine), ``killed`` once it does not."""

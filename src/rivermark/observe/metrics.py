@@ -236,7 +236,7 @@ def node_backlog(node: Stream) -> int | None:
     return node.records_held()
 
 
-def _text(value: Any, limit: int = 300) -> str:
+def _text(value: object, limit: int = 300) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[:limit] + "..."
 

@@ -117,7 +117,7 @@ def _follow_node(node: Stream, set_html: SetHtml, interval: float = 0.25) -> Non
     Sink(node, _Throttled(_record_html, set_html, interval))
 
 
-def node_output(node: Stream, interval: float = 0.25) -> Any:
+def node_output(node: Stream, interval: float = 0.25) -> object:
     """An ``ipywidgets.HTML`` showing the latest record ``node`` passes on.
 
     Redrawn at most every ``interval`` seconds (a message to the notebook
@@ -185,14 +185,14 @@ def _follow_job(job: Job, set_html: SetHtml, interval: float) -> None:
     threading.Thread(target=view.refresh, name="rivermark-notebook", daemon=True).start()
 
 
-def job_output(job: Job, interval: float = 0.5) -> Any:
+def job_output(job: Job, interval: float = 0.5) -> object:
     """An ``ipywidgets.HTML`` with ``job``'s progress, refreshed every ``interval`` seconds."""
     box, set_html = _widget(_job_html(job))
     _follow_job(job, set_html, interval)
     return box
 
 
-def _rows_html(value: Any, rows: int) -> str:
+def _rows_html(value: object, rows: int) -> str:
     """The last ``rows`` rows of a pandas object as an HTML table; anything else as text."""
     # optional: a DataFrame or Series has .tail, a plain record does not
     tail = getattr(value, "tail", None)
@@ -214,7 +214,7 @@ class _Throttled:
         self._latest: Any = None
         self._timer: threading.Timer | None = None
 
-    def __call__(self, value: Any) -> None:
+    def __call__(self, value: object) -> None:
         with self._lock:
             self._latest = value
             if self._timer is not None:
@@ -250,7 +250,7 @@ def _follow_frame(frame: Frame, set_html: SetHtml, rows: int, interval: float) -
     Sink(frame.local_stream, _Throttled(lambda v: title + _rows_html(v, rows), set_html, interval))
 
 
-def frame_output(frame: Frame, rows: int = 10, interval: float = 0.25) -> Any:
+def frame_output(frame: Frame, rows: int = 10, interval: float = 0.25) -> object:
     """An ``ipywidgets.HTML`` with the last ``rows`` rows ``frame`` produced, kept current."""
     box, set_html = _widget(_frame_intro(frame))
     _follow_frame(frame, set_html, rows, interval)

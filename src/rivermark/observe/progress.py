@@ -258,7 +258,7 @@ def _wide(snap: Snapshot) -> Any:
     return Group(table, nodes) if clocks is None else Group(table, nodes, clocks)
 
 
-def _compact(snap: Snapshot) -> Any:
+def _compact(snap: Snapshot) -> object:
     """The same figures in rows for a small terminal (80 columns): each source on lines
     of its own (position and watermark uncut), the nodes in a table without borders."""
     from rich.console import Group

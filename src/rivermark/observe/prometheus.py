@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["MetricsServer", "collect_families"]
 
 
-def _node_families(snap: Snapshot) -> Iterator[Any]:
+def _node_families(snap: Snapshot) -> Iterator[object]:
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
     rin = CounterMetricFamily(
@@ -132,7 +132,7 @@ def _source_families(snap: Snapshot) -> Iterator[Any]:
     yield from (srec, slag, plag, smark, pmark)
 
 
-def _checkpoint_families(metrics: Metrics, snap: Snapshot) -> Iterator[Any]:
+def _checkpoint_families(metrics: Metrics, snap: Snapshot) -> Iterator[object]:
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
     yield CounterMetricFamily(

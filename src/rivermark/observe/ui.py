@@ -60,7 +60,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["UiServer", "layout", "page", "positions", "serve", "snapshot_json"]
 
 
-def layout(job: Job) -> dict[str, Any]:
+def layout(job: Job) -> dict[str, object]:
     """Nodes with a column (longest path from a root) and a row, and the edges.
 
     >>> import tempfile
@@ -149,7 +149,7 @@ def positions(graph: dict[str, Any]) -> dict[str, Any]:
     return graph
 
 
-def _short(value: Any, limit: int = 300) -> str:
+def _short(value: object, limit: int = 300) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[:limit] + "..."
 
@@ -163,7 +163,7 @@ def _marks(marks: dict[str, float] | None) -> dict[str, float | None] | None:
     return None if marks is None else {p: _finite(v) for p, v in marks.items()}
 
 
-def _state(snap: Snapshot, job: Job | None) -> dict[str, Any]:
+def _state(snap: Snapshot, job: Job | None) -> dict[str, object]:
     """The run's state and its reason (:mod:`rivermark.observe.endstate`)."""
     if job is None:
         return {"state": "running" if snap.running else "ended", "reason": ""}
@@ -171,7 +171,7 @@ def _state(snap: Snapshot, job: Job | None) -> dict[str, Any]:
     return {"state": state.state, "reason": state.reason}
 
 
-def snapshot_json(snap: Snapshot, job: Job | None = None) -> dict[str, Any]:
+def snapshot_json(snap: Snapshot, job: Job | None = None) -> dict[str, object]:
     """A reading of the metrics as the page uses it."""
     return {
         "time": snap.time,
@@ -372,7 +372,7 @@ class UiServer(JobListener):
         if runner is not None:
             await runner.cleanup()
 
-    async def _graph_data(self) -> dict[str, Any]:
+    async def _graph_data(self) -> dict[str, object]:
         if self._graph_json is None:
             loop = asyncio.get_running_loop()
             graph = await loop.run_in_executor(None, positions, layout(self.job))
@@ -395,7 +395,7 @@ class UiServer(JobListener):
             self._reading = last = (now, json.dumps(data, default=repr))
         return last[1]
 
-    def _exception_history(self) -> list[dict[str, Any]]:
+    def _exception_history(self) -> list[dict[str, object]]:
         """The exceptions the nodes' user functions raised, newest first, with the time
         they were seen, the record and the traceback (the last 50)."""
         for n in self.job.nodes:

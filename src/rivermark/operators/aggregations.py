@@ -44,11 +44,11 @@ class Aggregation:
     result: Callable[[Any], Any] = _identity
 
 
-def _one(v: Any) -> int:
+def _one(v: object) -> int:
     return 1
 
 
-def _count_add(acc: int, v: Any) -> int:
+def _count_add(acc: int, v: object) -> int:
     return acc + 1
 
 
@@ -87,7 +87,7 @@ BUILT_IN: dict[str, Aggregation] = {
 }
 
 
-def _fname(func: Any) -> str:
+def _fname(func: object) -> str:
     return function_name(func)
 
 

@@ -68,7 +68,7 @@ class MapAsync(Stream):
     def __init__(
         self,
         upstream: Stream,
-        func: Callable[..., Awaitable[Any]],
+        func: Callable[..., Awaitable[object]],
         *args: Any,
         parallelism: int = 1,
         stop_on_exception: bool = False,
@@ -106,7 +106,7 @@ class MapAsync(Stream):
 
     def update(
         self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
-    ) -> list[Awaitable[Any]] | None:
+    ) -> list[Awaitable[object]] | None:
         self._raise_if_failed()
         self._retain_refs(metadata)
         self.in_flight += 1
@@ -206,5 +206,5 @@ class MapAsync(Stream):
         return f"MapAsync(parallelism={self.parallelism})"
 
 
-async def _raise(e: Exception) -> Any:
+async def _raise(e: Exception) -> object:
     raise e

@@ -31,10 +31,10 @@ import math
 import operator
 import time
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, Unpack
 
 from rivermark.core.naming import function_name
-from rivermark.core.node import Stream, check_callable
+from rivermark.core.node import NodeOptions, Stream, check_callable
 from rivermark.core.refs import Metadata
 from rivermark.core.timeutil import parse_interval
 from rivermark.errors import ConfigurationError
@@ -55,7 +55,7 @@ __all__ = [
     "LateRecords",
 ]
 
-Results = list[Awaitable[Any]] | None
+Results = list[Awaitable[object]] | None
 
 
 class WindowResult(NamedTuple):
@@ -79,11 +79,11 @@ def _merge(a: Results, b: Results) -> Results:
     return [*a, *b]
 
 
-def _fname(func: Any) -> str:
+def _fname(func: object) -> str:
     return function_name(func)
 
 
-def _partition_of(metadata: Metadata | None) -> Any:
+def _partition_of(metadata: Metadata | None) -> object:
     """The input partition a record comes from: its Kafka ``(topic, partition)``, else one."""
     if metadata:
         m = metadata[0]
@@ -92,7 +92,7 @@ def _partition_of(metadata: Metadata | None) -> Any:
     return None
 
 
-def _source_time(metadata: Metadata | None) -> Any:
+def _source_time(metadata: Metadata | None) -> object:
     """The time the source recorded for a record (``from_kafka(..., timestamps=True)``)."""
     if metadata:
         for m in metadata:
@@ -119,7 +119,7 @@ def _ahead_of(ts: float, now: float) -> str:
     return f"{seconds:,.0f} s"
 
 
-def _delay(value: Any, kind: str, arg: str) -> float:
+def _delay(value: object, kind: str, arg: str) -> float:
     """A non-negative interval (0 allowed, unlike :func:`parse_interval`)."""
     if value == 0 and not isinstance(value, bool):
         return 0.0
@@ -181,7 +181,7 @@ class Timestamps(Stream):
         partition: Callable[[Any], Hashable] | None = None,
         partitions: Iterable[Hashable] | None = None,
         max_future: Any = None,
-        **kwargs: Any,
+        **kwargs: Unpack[NodeOptions],
     ) -> None:
         if func is not None:
             check_callable("timestamps", "func", func)
@@ -353,7 +353,7 @@ class Timestamps(Stream):
             for p, v in self.tracker.partition_watermarks().items()
         }
 
-    def get_state(self) -> Any:
+    def get_state(self) -> object:
         return {"watermarks": self.tracker.get_state()}
 
     def set_state(self, state: Any) -> None:
@@ -378,7 +378,7 @@ class WatermarkClient(Protocol):
         ...
 
 
-def emits_updates(kind: str, emit: Any) -> bool:
+def emits_updates(kind: str, emit: object) -> bool:
     """Whether ``emit`` (a window's ``emit=``) asks for updates; refused unless a mode."""
     if emit not in ("final", "updates"):
         raise ConfigurationError(
@@ -452,7 +452,7 @@ class EventWindow(Stream):
         merge: Callable[[Any, Any], Any] | None = None,
         grace: Any = 0,
         emit: str = "final",
-        **kwargs: Any,
+        **kwargs: Unpack[NodeOptions],
     ) -> None:
         kind = self.kind
         self.clock = attach(self, kind, upstream)
@@ -486,7 +486,7 @@ class EventWindow(Stream):
         return self._late
 
     @staticmethod
-    def _key_function(key: Any) -> Callable[[Any], Any] | None:
+    def _key_function(key: object) -> Callable[[object], object] | None:
         return key_function(key)
 
     def _updated(
@@ -527,7 +527,7 @@ class EventWindow(Stream):
     def records_held(self) -> int | None:
         return len(self.store)
 
-    def get_state(self) -> Any:
+    def get_state(self) -> object:
         # the live container: the checkpoint takes its changed windows at the barrier
         return self.store.get_state()
 
@@ -549,7 +549,12 @@ class _FixedWindows(EventWindow):
     """
 
     def __init__(
-        self, upstream: Stream, size: float, every: float, offset: Any, **kwargs: Any
+        self,
+        upstream: Stream,
+        size: float,
+        every: float,
+        offset: Any,
+        **kwargs: Unpack[NodeOptions],
     ) -> None:
         self.size = size
         #: the seconds between window starts (``size`` for tumbling windows)
@@ -662,7 +667,9 @@ class TumblingWindow(_FixedWindows):
 
     kind = "tumbling_window"
 
-    def __init__(self, upstream: Stream, size: Any, offset: float = 0.0, **kwargs: Any) -> None:
+    def __init__(
+        self, upstream: Stream, size: Any, offset: float = 0.0, **kwargs: Unpack[NodeOptions]
+    ) -> None:
         size = parse_interval(size, self.kind, "size")
         super().__init__(upstream, size, size, offset, **kwargs)
 
@@ -690,7 +697,12 @@ class HoppingWindow(_FixedWindows):
     kind = "hopping_window"
 
     def __init__(
-        self, upstream: Stream, size: Any, step: Any, offset: float = 0.0, **kwargs: Any
+        self,
+        upstream: Stream,
+        size: Any,
+        step: Any,
+        offset: float = 0.0,
+        **kwargs: Unpack[NodeOptions],
     ) -> None:
         size = parse_interval(size, self.kind, "size")
         every = parse_interval(step, self.kind, "step")
@@ -732,7 +744,7 @@ class SessionWindow(EventWindow):
 
     kind = "session_window"
 
-    def __init__(self, upstream: Stream, gap: Any, **kwargs: Any) -> None:
+    def __init__(self, upstream: Stream, gap: Any, **kwargs: Unpack[NodeOptions]) -> None:
         self.gap = parse_interval(gap, self.kind, "gap")
         super().__init__(upstream, **kwargs)
         if self.agg.merge is None:
@@ -759,7 +771,7 @@ class SessionWindow(EventWindow):
         return None
 
     def _add(
-        self, k: Any, v: Any, ts: float, watermark: float
+        self, k: object, v: object, ts: float, watermark: float
     ) -> tuple[Sequence[WindowResult], bool]:
         """Put value ``v`` of key ``k`` at time ``ts`` in its session.
 

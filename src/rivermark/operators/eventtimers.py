@@ -35,9 +35,9 @@ import heapq
 import logging
 import math
 from collections.abc import Callable, Hashable
-from typing import Any
+from typing import Any, Unpack
 
-from rivermark.core.node import Stream, check_callable
+from rivermark.core.node import NodeOptions, Stream, check_callable
 from rivermark.core.refs import Metadata
 from rivermark.operators.eventtime import EventWindow, Results, _merge, attach
 from rivermark.state import KeyedState, KeyedStore, as_keyed
@@ -71,7 +71,7 @@ class Context:
         return self._state if self._new_state is _UNSET else self._new_state
 
     @state.setter
-    def state(self, value: Any) -> None:
+    def state(self, value: object) -> None:
         self._new_state = value
 
     def set_timer(self, time: float) -> None:
@@ -80,7 +80,7 @@ class Context:
             raise TypeError(f"set_timer: the time must be epoch seconds, got {time!r}")
         self.timers.append(float(time))
 
-    def emit(self, value: Any) -> None:
+    def emit(self, value: object) -> None:
         """Pass ``value`` on when the call returns."""
         self.out.append(value)
 
@@ -105,7 +105,7 @@ class KeyedProcess(Stream):
         func: Callable[[Context, Any], Any],
         key: Hashable | Callable[[Any], Any],
         on_timer: Callable[[Context, float], Any] | None = None,
-        **kwargs: Any,
+        **kwargs: Unpack[NodeOptions],
     ) -> None:
         self.clock = attach(self, "keyed_process", upstream)
         check_callable("keyed_process", "func", func)
@@ -190,7 +190,7 @@ class KeyedProcess(Stream):
     def records_held(self) -> int | None:
         return len(self._timers)
 
-    def get_state(self) -> Any:
+    def get_state(self) -> object:
         return {"values": self._values, "timers": self._timers, "seq": self._seq}
 
     def set_state(self, state: Any) -> None:

@@ -8,9 +8,9 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Hashable
-from typing import Any
+from typing import Any, Unpack
 
-from rivermark.core.node import Stream
+from rivermark.core.node import NodeOptions, Stream
 from rivermark.core.refs import Metadata
 from rivermark.errors import ConfigurationError
 from rivermark.operators.eventtime import Results, Timestamps, _merge, attach
@@ -57,7 +57,7 @@ class IntervalJoin(LateSide, Stream):
         upper: Any = 0,
         how: str = "inner",
         right_key: Hashable | Callable[[Any], Any] = None,
-        **kwargs: Any,
+        **kwargs: Unpack[NodeOptions],
     ) -> None:
         if how not in ("inner", "left"):
             raise ConfigurationError(f"join_interval: how must be 'inner' or 'left', got {how!r}")
@@ -139,7 +139,7 @@ class IntervalJoin(LateSide, Stream):
     def _right_order(self, seq: int) -> tuple[float, int]:
         return (self._rights[seq][0], seq)
 
-    def _hold(self, side: int, k: Any, seq: int, until: float, clock: Timestamps) -> None:
+    def _hold(self, side: int, k: Hashable, seq: int, until: float, clock: Timestamps) -> None:
         """Keep a record until ``clock``'s watermark is past ``until``."""
         self._index[side].setdefault(k, set()).add(seq)
         heapq.heappush(self._heaps[side], (until, seq))
@@ -176,7 +176,7 @@ class IntervalJoin(LateSide, Stream):
     def records_held(self) -> int | None:
         return self.waiting
 
-    def get_state(self) -> Any:
+    def get_state(self) -> object:
         return {"lefts": self._lefts, "rights": self._rights, "seq": self._seq}
 
     def set_state(self, state: Any) -> None:
@@ -201,7 +201,7 @@ class IntervalJoin(LateSide, Stream):
         return f"IntervalJoin(key={key}, lower={self.lower}, upper={self.upper}, how={self.how})"
 
 
-def _unindex(index: dict[Any, set[int]], k: Any, seq: int) -> None:
+def _unindex(index: dict[object, set[int]], k: object, seq: int) -> None:
     seqs = index[k]
     seqs.discard(seq)
     if not seqs:

@@ -32,12 +32,12 @@ def join_key(kind: str, key: Any) -> Callable[[Any], Any]:
     return fn
 
 
-def func_name(func: Any) -> str:
+def func_name(func: object) -> str:
     """A user function's name, for state signatures and messages."""
     return function_name(func)
 
 
-def signed_interval(value: Any, kind: str, arg: str) -> float:
+def signed_interval(value: object, kind: str, arg: str) -> float:
     """Seconds or a duration string, which may be negative (``"-2s"``)."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)

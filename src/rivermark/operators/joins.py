@@ -12,9 +12,9 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Awaitable, Iterable
-from typing import Any
+from typing import Any, Unpack
 
-from rivermark.core.node import Fixed, Stream, check_positive_int
+from rivermark.core.node import Fixed, NodeOptions, Stream, check_positive_int
 from rivermark.core.refs import Metadata, merge_metadata, release_refs
 from rivermark.errors import ConfigurationError, GraphError
 from rivermark.execution.steps import step
@@ -23,7 +23,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["Zip", "ZipLatest", "CombineLatest", "Union"]
 
-Results = list[Awaitable[Any]] | None
+Results = list[Awaitable[object]] | None
 
 
 def _position(node: Stream, upstream: Stream) -> int:
@@ -74,7 +74,9 @@ class Zip(Stream):
     _restored_held = 0
     literals = Fixed()
 
-    def __init__(self, *upstreams: Any, maxsize: int = 10, **kwargs: Any) -> None:
+    def __init__(
+        self, *upstreams: object, maxsize: int = 10, **kwargs: Unpack[NodeOptions]
+    ) -> None:
         check_positive_int("zip", "maxsize", maxsize)
         self.maxsize = maxsize
         self._literals = [(i, v) for i, v in enumerate(upstreams) if not isinstance(v, Stream)]
@@ -204,7 +206,7 @@ class Zip(Stream):
         del self.upstreams[i]
         self._wake_waiters()
 
-    def get_state(self) -> Any:
+    def get_state(self) -> object:
         return {"buffers": [[v for v, _ in b] for b in self._buffers]}
 
     def set_state(self, state: Any) -> None:
@@ -253,7 +255,7 @@ class ZipLatest(Stream):
     _graphviz_orientation = 270
     _graphviz_shape = "triangle"
 
-    def __init__(self, lossless: Stream, *upstreams: Stream, **kwargs: Any) -> None:
+    def __init__(self, lossless: Stream, *upstreams: Stream, **kwargs: Unpack[NodeOptions]) -> None:
         streams = (lossless, *upstreams)
         for u in streams:
             if not isinstance(u, Stream):
@@ -287,7 +289,7 @@ class ZipLatest(Stream):
                 self._missing -= 1
         if self._missing:
             return None
-        out: list[Awaitable[Any]] | None = None
+        out: list[Awaitable[object]] | None = None
         others = self.last[1:]
         pending = self._pending
         while pending:
@@ -340,7 +342,7 @@ class ZipLatest(Stream):
             self._missing -= 1
         release_refs(self._meta.pop(i))
 
-    def get_state(self) -> Any:
+    def get_state(self) -> object:
         return {
             "last": list(self.last[1:]),
             "have": list(self._have[1:]),
@@ -386,7 +388,9 @@ class CombineLatest(Stream):
     _graphviz_orientation = 270
     _graphviz_shape = "triangle"
 
-    def __init__(self, *upstreams: Stream, emit_on: Any = None, **kwargs: Any) -> None:
+    def __init__(
+        self, *upstreams: Stream, emit_on: object = None, **kwargs: Unpack[NodeOptions]
+    ) -> None:
         if not upstreams:
             raise ConfigurationError("combine_latest: needs at least one upstream; pass streams")
         for u in upstreams:
@@ -404,7 +408,7 @@ class CombineLatest(Stream):
         Stream.__init__(self, upstreams=list(upstreams), **kwargs)
 
     @staticmethod
-    def _resolve_emit_on(upstreams: tuple[Stream, ...], emit_on: Any) -> tuple[int, ...]:
+    def _resolve_emit_on(upstreams: tuple[Stream, ...], emit_on: object) -> tuple[int, ...]:
         if emit_on is None:
             return tuple(range(len(upstreams)))
         items = list(emit_on) if isinstance(emit_on, Iterable) else [emit_on]
@@ -506,7 +510,7 @@ class CombineLatest(Stream):
             self._emit_on_idx = tuple(j for j, e in enumerate(self._emits) if e)
         del self.upstreams[i]
 
-    def get_state(self) -> Any:
+    def get_state(self) -> object:
         return {"last": list(self.last), "have": list(self._have)}
 
     def set_state(self, state: Any) -> None:
@@ -531,7 +535,7 @@ class Union(Stream):
 
     derived_out = True
 
-    def __init__(self, *upstreams: Stream, **kwargs: Any) -> None:
+    def __init__(self, *upstreams: Stream, **kwargs: Unpack[NodeOptions]) -> None:
         for u in upstreams:
             if not isinstance(u, Stream):
                 raise ConfigurationError(

@@ -11,10 +11,17 @@ import asyncio
 import logging
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Unpack
 
 from rivermark.core.naming import function_name
-from rivermark.core.node import Fixed, Stream, check_callable, check_positive_int, identity
+from rivermark.core.node import (
+    Fixed,
+    NodeOptions,
+    Stream,
+    check_callable,
+    check_positive_int,
+    identity,
+)
 from rivermark.core.refs import Metadata, merge_metadata
 from rivermark.errors import ConfigurationError
 from rivermark.execution.steps import step
@@ -24,10 +31,10 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["Accumulate", "Pairwise", "Frequencies", "Slice", "Unique", "Collect", "no_default"]
 
-Results = list[Awaitable[Any]] | None
+Results = list[Awaitable[object]] | None
 
 
-def _fname(func: Any) -> str:
+def _fname(func: object) -> str:
     return function_name(func)
 
 
@@ -130,7 +137,7 @@ class Pairwise(Stream):
 
     _state_attrs = ("previous",)
 
-    def __init__(self, upstream: Stream, **kwargs: Any) -> None:
+    def __init__(self, upstream: Stream, **kwargs: Unpack[NodeOptions]) -> None:
         self.previous: Any = no_default
         self._held: Metadata | None = None  # the previous record's metadata (tracked)
         Stream.__init__(self, upstream, **kwargs)
@@ -173,7 +180,7 @@ class Frequencies(Stream):
     {'a': 1}
     """
 
-    def __init__(self, upstream: Stream, **kwargs: Any) -> None:
+    def __init__(self, upstream: Stream, **kwargs: Unpack[NodeOptions]) -> None:
         self.counts: KeyedStore = KeyedState()
         Stream.__init__(self, upstream, **kwargs)
 
@@ -188,7 +195,7 @@ class Frequencies(Stream):
             return None
         return self._emit(counts.copy(), metadata)  # a plain dict
 
-    def get_state(self) -> Any:
+    def get_state(self) -> object:
         # the live container: the checkpoint takes its changed keys at the barrier
         return {"counts": self.counts}
 
@@ -222,7 +229,7 @@ class Slice(Stream):
         start: int | None = None,
         end: int | None = None,
         step: int | None = None,
-        **kwargs: Any,
+        **kwargs: Unpack[NodeOptions],
     ) -> None:
         for arg, v in (("start", start), ("end", end)):
             if v is not None:
@@ -281,7 +288,7 @@ class Unique(Stream):
         maxsize: int | None = None,
         key: Callable[[Any], Any] = identity,
         hashable: bool = True,
-        **kwargs: Any,
+        **kwargs: Unpack[NodeOptions],
     ) -> None:
         if maxsize is not None:
             check_positive_int("unique", "maxsize", maxsize)
@@ -324,7 +331,7 @@ class Unique(Stream):
             return None
         return self._emit(x, metadata)
 
-    def get_state(self) -> Any:
+    def get_state(self) -> object:
         if not self.hashable:
             return {"seen": list(self._seen_list)}
         if isinstance(self._seen, KeyedStore):
@@ -365,7 +372,9 @@ class Collect(Stream):
     [(1, 2), ()]
     """
 
-    def __init__(self, upstream: Stream, cache: deque[Any] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, upstream: Stream, cache: deque[object] | None = None, **kwargs: Unpack[NodeOptions]
+    ) -> None:
         if cache is None:
             cache = deque()
         elif not isinstance(cache, deque):
@@ -392,7 +401,7 @@ class Collect(Stream):
         self._meta.append(metadata)
         return None
 
-    def flush(self, _: Any = None) -> None:
+    def flush(self, _: object = None) -> None:
         """Emit everything held so far as one tuple (an empty tuple if nothing is held)."""
         out = tuple(self.cache)
         metadata = merge_metadata(self._meta)
@@ -410,7 +419,7 @@ class Collect(Stream):
                 self._tasks.add(f)
                 f.add_done_callback(self._tasks.discard)
 
-    def get_state(self) -> Any:
+    def get_state(self) -> object:
         return {"cache": list(self.cache)}
 
     def set_state(self, state: Any) -> None:

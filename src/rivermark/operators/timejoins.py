@@ -52,9 +52,9 @@ import heapq
 import logging
 import math
 from collections.abc import Callable, Hashable
-from typing import Any, Protocol
+from typing import Any, Protocol, Unpack
 
-from rivermark.core.node import Stream, check_callable
+from rivermark.core.node import NodeOptions, Stream, check_callable
 from rivermark.core.refs import Metadata
 from rivermark.errors import ConfigurationError
 from rivermark.operators.eventtime import Results, Timestamps, _delay, _merge, attach
@@ -106,7 +106,7 @@ class Table(LateSide, Stream):
         upstream: Stream,
         key: Hashable | Callable[[Any], Any] = None,
         value: Callable[[Any], Any] | None = None,
-        **kwargs: Any,
+        **kwargs: Unpack[NodeOptions],
     ) -> None:
         self.clock: Timestamps = attach(self, "to_table", upstream)
         self.key = key
@@ -139,7 +139,7 @@ class Table(LateSide, Stream):
         self._put(k, ts, v)
         return None
 
-    def _put(self, k: Any, ts: float, v: Any) -> None:
+    def _put(self, k: object, ts: float, v: object) -> None:
         old = self._versions.get(k)
         if not old or ts > old[-1][0]:  # in order of time (the common case): appended
             versions = [*old, (ts, v)] if old else [(ts, v)]
@@ -152,7 +152,7 @@ class Table(LateSide, Stream):
                 versions.insert(i, (ts, v))
         self._store(k, versions)
 
-    def _store(self, k: Any, versions: list[tuple[float, Any]]) -> None:
+    def _store(self, k: object, versions: list[tuple[float, object]]) -> None:
         """Keep ``versions`` of ``k`` from the newest at or before the floor on."""
         joins = self._joins
         floor = joins[0].floor() if len(joins) == 1 else self.floor()
@@ -181,7 +181,7 @@ class Table(LateSide, Stream):
             return self.clock.watermark
         return min(j.floor() for j in self._joins)
 
-    def as_of(self, key: Any, time: float, default: Any = None) -> Any:
+    def as_of(self, key: object, time: float, default: object = None) -> object:
         """The value of ``key`` at event time ``time`` (the latest version at or before it).
 
         ``default`` when the key had no version then or was deleted.  Exact
@@ -197,7 +197,7 @@ class Table(LateSide, Stream):
             return default
         return versions[-1][1]
 
-    def version_at(self, key: Any, time: float) -> tuple[float, Any] | None:
+    def version_at(self, key: object, time: float) -> tuple[float, object] | None:
         """The version of ``key`` valid at ``time``: ``(its time, value)`` (value None:
         deleted), or None when the key had none."""
         versions = self._versions.get(key)
@@ -206,7 +206,7 @@ class Table(LateSide, Stream):
         i = bisect.bisect_right(versions, time, key=_time)
         return (versions[i - 1][0], versions[i - 1][1]) if i else None
 
-    def _at(self, key: Any, time: float) -> Any:
+    def _at(self, key: object, time: float) -> object:
         versions = self._versions.get(key)
         if not versions:
             return _MISSING
@@ -221,7 +221,7 @@ class Table(LateSide, Stream):
     def records_held(self) -> int | None:
         return len(self._versions)
 
-    def get_state(self) -> Any:
+    def get_state(self) -> object:
         return {"versions": self._versions}
 
     def set_state(self, state: Any) -> None:
@@ -233,7 +233,7 @@ class Table(LateSide, Stream):
         return f"Table(key={key}, value={value})"
 
 
-def _time(version: tuple[float, Any]) -> float:
+def _time(version: tuple[float, object]) -> float:
     return version[0]
 
 
@@ -278,7 +278,7 @@ class AsofJoin(LateSide, Stream):
         how: str = "inner",
         mode: str = "event_time",
         tolerance: Any = None,
-        **kwargs: Any,
+        **kwargs: Unpack[NodeOptions],
     ) -> None:
         if not isinstance(table, Table):
             raise ConfigurationError(
@@ -380,7 +380,7 @@ class AsofJoin(LateSide, Stream):
     def records_held(self) -> int | None:
         return len(self._waiting)
 
-    def get_state(self) -> Any:
+    def get_state(self) -> object:
         return {"waiting": self._waiting, "seq": self._seq}
 
     def set_state(self, state: Any) -> None:

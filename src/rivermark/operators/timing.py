@@ -20,10 +20,10 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Unpack
 
 from rivermark.core import runtime
-from rivermark.core.node import Stream, check_positive_int, identity
+from rivermark.core.node import NodeOptions, Stream, check_positive_int, identity
 from rivermark.core.refs import Metadata, merge_metadata, release_refs
 from rivermark.core.timeutil import parse_interval
 from rivermark.errors import ConfigurationError
@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["Delay", "RateLimit", "TimedWindow", "TimedWindowUnique", "Buffer", "Latest"]
 
-Results = list[Awaitable[Any]] | None
+Results = list[Awaitable[object]] | None
 
 
 class _Background(Stream):
@@ -51,7 +51,7 @@ class _Background(Stream):
     def emits_later(self) -> bool:
         return self.in_flight > 0
 
-    def _on_loop(self, fn: Callable[[], Any]) -> None:
+    def _on_loop(self, fn: Callable[[], object]) -> None:
         loop = self.loop
         if runtime.in_loop_thread(loop):
             fn()
@@ -64,7 +64,7 @@ class _Background(Stream):
         task.add_done_callback(self._task_done)
         return task
 
-    def _task_done(self, task: asyncio.Task[Any]) -> None:
+    def _task_done(self, task: asyncio.Task[object]) -> None:
         self._tasks.discard(task)
         if task.cancelled():
             return
@@ -108,7 +108,7 @@ class Delay(_Background):
 
     _graphviz_shape: ClassVar[str] = "octagon"
 
-    def __init__(self, upstream: Stream, interval: Any, **kwargs: Any) -> None:
+    def __init__(self, upstream: Stream, interval: object, **kwargs: Unpack[NodeOptions]) -> None:
         self.interval = parse_interval(interval, "delay")
         self._pending: deque[tuple[float, Any, Metadata | None]] = deque()
         self._worker: asyncio.Task[Any] | None = None
@@ -143,7 +143,7 @@ class Delay(_Background):
     def emits_later(self) -> bool:
         return bool(self._pending) or self.in_flight > 0
 
-    def get_state(self) -> Any:
+    def get_state(self) -> object:
         now = self.loop.time()
         return {"pending": [(max(0.0, due - now), x) for due, x, _ in self._pending]}
 
@@ -175,7 +175,7 @@ class RateLimit(_Background):
 
     _graphviz_shape: ClassVar[str] = "octagon"
 
-    def __init__(self, upstream: Stream, interval: Any, **kwargs: Any) -> None:
+    def __init__(self, upstream: Stream, interval: object, **kwargs: Unpack[NodeOptions]) -> None:
         self.interval = parse_interval(interval, "rate_limit")
         self._next = 0.0
         self._init_background()
@@ -239,7 +239,7 @@ class _Ticker(_Background):
             if not ok:
                 return
 
-    def _take(self) -> tuple[Any, list[Metadata | None]]:
+    def _take(self) -> tuple[object, list[Metadata | None]]:
         raise NotImplementedError
 
     def _backpressure(self) -> Results:
@@ -269,7 +269,7 @@ class TimedWindow(_Ticker):
 
     _graphviz_shape: ClassVar[str] = "octagon"
 
-    def __init__(self, upstream: Stream, interval: Any, **kwargs: Any) -> None:
+    def __init__(self, upstream: Stream, interval: object, **kwargs: Unpack[NodeOptions]) -> None:
         self.interval = parse_interval(interval, "timed_window")
         self._buffer: list[Any] = []
         self._metadata_buffer: list[Metadata | None] = []
@@ -286,7 +286,7 @@ class TimedWindow(_Ticker):
         self._metadata_buffer.append(metadata)
         return self._backpressure()
 
-    def _take(self) -> tuple[Any, list[Metadata | None]]:
+    def _take(self) -> tuple[object, list[Metadata | None]]:
         window, self._buffer = self._buffer, []
         metas, self._metadata_buffer = self._metadata_buffer, []
         return window, metas
@@ -294,7 +294,7 @@ class TimedWindow(_Ticker):
     def emits_later(self) -> bool:
         return bool(self._buffer) or self.in_flight > 0
 
-    def get_state(self) -> Any:
+    def get_state(self) -> object:
         return {"buffer": list(self._buffer)}
 
     def set_state(self, state: Any) -> None:
@@ -332,7 +332,7 @@ class TimedWindowUnique(_Ticker):
         interval: Any,
         key: Hashable | Callable[[Any], Hashable] = identity,
         keep: str = "first",
-        **kwargs: Any,
+        **kwargs: Unpack[NodeOptions],
     ) -> None:
         self.interval = parse_interval(interval, "timed_window_unique")
         if keep not in ("first", "last"):
@@ -371,14 +371,14 @@ class TimedWindowUnique(_Ticker):
         self._buffer[k] = (x, metadata)
         return self._backpressure()
 
-    def _take(self) -> tuple[Any, list[Metadata | None]]:
+    def _take(self) -> tuple[object, list[Metadata | None]]:
         items, self._buffer = self._buffer, {}
         return tuple(x for x, _ in items.values()), [m for _, m in items.values()]
 
     def emits_later(self) -> bool:
         return bool(self._buffer) or self.in_flight > 0
 
-    def get_state(self) -> Any:
+    def get_state(self) -> object:
         return {"buffer": [x for x, _ in self._buffer.values()]}
 
     def set_state(self, state: Any) -> None:
@@ -408,7 +408,7 @@ class Buffer(_Background):
     _graphviz_shape: ClassVar[str] = "diamond"
     str_list: ClassVar[list[str]] = ["n"]
 
-    def __init__(self, upstream: Stream, n: int, **kwargs: Any) -> None:
+    def __init__(self, upstream: Stream, n: int, **kwargs: Unpack[NodeOptions]) -> None:
         check_positive_int("buffer", "n", n)
         self.n = n
         self._items: deque[tuple[Any, Metadata | None]] = deque()
@@ -453,7 +453,7 @@ class Buffer(_Background):
     def emits_later(self) -> bool:
         return bool(self._items or self._waiting) or self.in_flight > 0
 
-    def get_state(self) -> Any:
+    def get_state(self) -> object:
         return {"items": [x for x, _ in self._items] + [x for x, _, _ in self._waiting]}
 
     def set_state(self, state: Any) -> None:
@@ -487,7 +487,7 @@ class Latest(_Background):
 
     _graphviz_shape: ClassVar[str] = "octagon"
 
-    def __init__(self, upstream: Stream, **kwargs: Any) -> None:
+    def __init__(self, upstream: Stream, **kwargs: Unpack[NodeOptions]) -> None:
         self._next: list[Any] = []
         self._next_metadata: Metadata | None = None
         self._busy = False
@@ -550,7 +550,7 @@ class Latest(_Background):
     def emits_later(self) -> bool:
         return bool(self._next) or self.in_flight > 0
 
-    def get_state(self) -> Any:
+    def get_state(self) -> object:
         return {"next": list(self._next)}
 
     def set_state(self, state: Any) -> None:

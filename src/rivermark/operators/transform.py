@@ -26,7 +26,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["Map", "Starmap", "Filter", "Remove", "Pluck", "Flatten"]
 
-Results = list[Awaitable[Any]] | None
+Results = list[Awaitable[object]] | None
 
 
 @Stream.register_api(attribute_name="map")
@@ -231,13 +231,13 @@ class Flatten(Stream):
 
     def update(
         self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
-    ) -> list[Awaitable[Any]] | None:
+    ) -> list[Awaitable[object]] | None:
         try:
             items = iter(x)
         except TypeError as e:
             self._user_error(x, e, "flatten")
             return None
-        out: list[Awaitable[Any]] | None = None
+        out: list[Awaitable[object]] | None = None
         emit = self._emit
         if not metadata:
             for item in items:

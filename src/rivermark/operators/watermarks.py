@@ -55,7 +55,7 @@ NEG_INF = -math.inf
 POS_INF = math.inf
 
 
-def to_epoch(value: Any) -> float:
+def to_epoch(value: object) -> float:
     """``value`` (epoch seconds or a timezone-aware datetime) as epoch seconds.
 
     >>> to_epoch(12), to_epoch(1.5)
@@ -113,7 +113,7 @@ class WatermarkTracker:
         self._last_seen: dict[Any, float] = {}
         self.watermark = NEG_INF
 
-    def observe(self, partition: Any, seconds: float) -> float:
+    def observe(self, partition: object, seconds: float) -> float:
         """Note a record of ``partition`` at ``seconds``; return what it is judged against.
 
         That is the larger of the watermark after the record (:attr:`watermark`)
@@ -171,7 +171,7 @@ class WatermarkTracker:
             self.watermark = candidate
         return self.watermark
 
-    def low_of_others(self, partition: Any) -> float:
+    def low_of_others(self, partition: object) -> float:
         """The smallest largest time of the partitions other than ``partition`` that count now.
 
         ``+inf`` when there is none.  A partition idle for ``idle_timeout`` does
@@ -196,7 +196,7 @@ class WatermarkTracker:
             default=math.inf,
         )
 
-    def observe_run(self, partition: Any, largest: float, watermark: float) -> float:
+    def observe_run(self, partition: object, largest: float, watermark: float) -> float:
         """A run of records of ``partition`` whose largest time is ``largest`` moved the
         watermark to ``watermark`` (computed by the caller, see :meth:`low_of_others`).
 
@@ -229,7 +229,7 @@ class WatermarkTracker:
         self.watermark = max(self.watermark, at)
         return self.watermark
 
-    def get_state(self) -> dict[str, Any]:
+    def get_state(self) -> dict[str, object]:
         return {"largest": dict(self.largest), "watermark": self.watermark}
 
     def set_state(self, state: dict[str, Any]) -> None:

@@ -36,9 +36,9 @@ import heapq
 import itertools
 import math
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any
+from typing import Any, Unpack
 
-from rivermark.core.node import Stream, check_callable
+from rivermark.core.node import NodeOptions, Stream, check_callable
 from rivermark.core.refs import Metadata
 from rivermark.core.timeutil import parse_interval
 from rivermark.errors import ConfigurationError
@@ -55,7 +55,9 @@ Entry = tuple[int, float, int, Any]
 _HOWS = ("inner", "left", "right", "outer")
 
 
-def _pair(lefts: list[Any], rights: list[Any]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+def _pair(
+    lefts: list[object], rights: list[object]
+) -> tuple[tuple[object, ...], tuple[object, ...]]:
     return tuple(lefts), tuple(rights)
 
 
@@ -93,7 +95,7 @@ class WindowJoin(LateSide, Stream):
         grace: Any = 0,
         offset: float = 0.0,
         right_key: Hashable | Callable[[Any], Any] = None,
-        **kwargs: Any,
+        **kwargs: Unpack[NodeOptions],
     ) -> None:
         kind = self.kind
         if how not in _HOWS:
@@ -181,7 +183,7 @@ class WindowJoin(LateSide, Stream):
                 self._due(end + self.grace, start, k)
         return self._send_late(x, metadata, t) if late else None
 
-    def _hold(self, place: Any, header: Any, entry: Entry) -> bool:
+    def _hold(self, place: object, header: object, entry: Entry) -> bool:
         """Add ``entry`` to the records of ``place`` (a window, or a key's sessions);
         whether it is new."""
         open_ = self._open
@@ -194,7 +196,7 @@ class WindowJoin(LateSide, Stream):
         self._held += 1
         return new
 
-    def _due(self, due: float, start: float, k: Any) -> None:
+    def _due(self, due: float, start: float, k: Hashable) -> None:
         heapq.heappush(self._heap, (due, next(self._pushes), start, k))
         for clock in (self.left_clock, self.right_clock):
             clock.wake_at(due)
@@ -225,7 +227,7 @@ class WindowJoin(LateSide, Stream):
                 results = _merge(results, self._emit(result, None))
         return results
 
-    def _sessions_closed(self, k: Any, mark: float) -> list[Closed]:
+    def _sessions_closed(self, k: Hashable, mark: float) -> list[Closed]:
         """The sessions of ``k`` that closed at ``mark`` (the rest stay held)."""
         held = self._open.get(k)
         if not held:
@@ -296,7 +298,7 @@ class WindowJoin(LateSide, Stream):
     def records_held(self) -> int | None:
         return self._held
 
-    def get_state(self) -> Any:
+    def get_state(self) -> object:
         return {"open": self._open, "seq": self._seq}
 
     def set_state(self, state: Any) -> None:

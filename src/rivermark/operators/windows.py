@@ -19,10 +19,10 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
-from typing import Any
+from typing import Any, Unpack
 
 from rivermark.core import runtime
-from rivermark.core.node import Fixed, Stream, check_positive_int, identity
+from rivermark.core.node import Fixed, NodeOptions, Stream, check_positive_int, identity
 from rivermark.core.refs import Metadata, merge_metadata, release_refs
 from rivermark.errors import ConfigurationError
 from rivermark.execution.steps import step
@@ -32,10 +32,10 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["Partition", "PartitionUnique", "SlidingWindow"]
 
-Results = list[Awaitable[Any]] | None
+Results = list[Awaitable[object]] | None
 
 
-def _key_name(key: Any) -> str:
+def _key_name(key: Hashable) -> str:
     if callable(key):
         # optional: a key may be a column name, not a function
         return getattr(key, "__qualname__", None) or repr(key)
@@ -77,7 +77,7 @@ class Partition(Stream):
         n: int,
         timeout: float | None = None,
         key: Hashable | Callable[[Any], Any] | None = None,
-        **kwargs: Any,
+        **kwargs: Unpack[NodeOptions],
     ) -> None:
         check_positive_int("partition", "n", n)
         if timeout is not None and (
@@ -106,7 +106,7 @@ class Partition(Stream):
         self._is_async = timeout is not None
         Stream.__init__(self, upstream, **kwargs)
 
-    def _groups(self) -> list[list[Any]]:
+    def _groups(self) -> list[list[object]]:
         return [self._buffer] if self._key is None else list(self._buffers.values())
 
     def records_held(self) -> int | None:
@@ -152,7 +152,7 @@ class Partition(Stream):
             return self._emit_and_release(out, meta, meta)
         return self._emit(out, None)
 
-    def end_of_input(self) -> list[Any] | None:
+    def end_of_input(self) -> list[object] | None:
         """The input ended (a job's sources are exhausted): a partial group is not emitted
         (only ``timeout=`` emits one, as in streamz); say so, naming the node."""
         held = self.records_held() or 0
@@ -169,7 +169,7 @@ class Partition(Stream):
         k = self._key
         return k(x) if callable(k) else x[k]
 
-    def _group(self, k: Any) -> list[Any]:
+    def _group(self, k: object) -> list[object]:
         """The open group of key ``k`` (a new one if there is none), marked as changed."""
         groups = self._buffers
         buf = groups.get(k)
@@ -190,7 +190,7 @@ class Partition(Stream):
         return out, (meta or None)
 
     # ------------------------------------------------------------------ timeout
-    def _arm(self, k: Any) -> None:
+    def _arm(self, k: Hashable) -> None:
         loop = self.loop
         assert self._timeout is not None
         if runtime.in_loop_thread(loop):
@@ -198,20 +198,20 @@ class Partition(Stream):
         else:  # called from another thread: arm it on the loop
             loop.call_soon_threadsafe(self._arm_if_pending, k)
 
-    def _disarm(self, k: Any) -> None:
+    def _disarm(self, k: Hashable) -> None:
         timer = self._timers.pop(k, None)
         if timer is not None:
             timer.cancel()
 
-    def _pending(self, k: Any) -> bool:
+    def _pending(self, k: Hashable) -> bool:
         return bool(self._buffer) if self._key is None else k in self._buffers
 
-    def _arm_if_pending(self, k: Any) -> None:
+    def _arm_if_pending(self, k: Hashable) -> None:
         if self._pending(k) and k not in self._timers:
             assert self._timeout is not None
             self._timers[k] = self.loop.call_later(self._timeout, self._on_timeout, k)
 
-    def _on_timeout(self, k: Any) -> None:
+    def _on_timeout(self, k: Hashable) -> None:
         self._timers.pop(k, None)
         if not self._pending(k):
             return
@@ -241,7 +241,7 @@ class Partition(Stream):
         release_refs(meta)
 
     # ------------------------------------------------------------------ state
-    def get_state(self) -> Any:
+    def get_state(self) -> object:
         if self._key is not None:
             # the live groups: the checkpoint copies the changed ones at the barrier
             return {"buffers": self._buffers}
@@ -303,7 +303,7 @@ class PartitionUnique(Stream):
         n: int,
         key: Hashable | Callable[[Any], Any] = identity,
         keep: str = "first",
-        **kwargs: Any,
+        **kwargs: Unpack[NodeOptions],
     ) -> None:
         check_positive_int("partition_unique", "n", n)
         if keep not in ("first", "last"):
@@ -350,7 +350,7 @@ class PartitionUnique(Stream):
             raise
         return self._release_after(results, meta)
 
-    def get_state(self) -> Any:
+    def get_state(self) -> object:
         return {"buffer": list(self._buffer.items())}
 
     def set_state(self, state: Any) -> None:
@@ -389,7 +389,7 @@ class SlidingWindow(Stream):
     partial = Fixed()
 
     def __init__(
-        self, upstream: Stream, n: int, return_partial: bool = True, **kwargs: Any
+        self, upstream: Stream, n: int, return_partial: bool = True, **kwargs: Unpack[NodeOptions]
     ) -> None:
         check_positive_int("sliding_window", "n", n)
         self._n = n
@@ -425,7 +425,9 @@ class SlidingWindow(Stream):
             return self._pass_tracked_window(out, metas)
         return self._emit(out, None)
 
-    def _pass_tracked_window(self, out: tuple[Any, ...], metas: deque[Metadata | None]) -> Results:
+    def _pass_tracked_window(
+        self, out: tuple[object, ...], metas: deque[Metadata | None]
+    ) -> Results:
         """Pass on a window holding tracked records: it carries their references.
 
         The oldest record of a full window is in no later window: its
@@ -439,7 +441,7 @@ class SlidingWindow(Stream):
             self._meta = None
         return self._emit_and_release(out, meta, leaving)
 
-    def get_state(self) -> Any:
+    def get_state(self) -> object:
         return {"buffer": list(self._buffer)}
 
     def set_state(self, state: Any) -> None:

@@ -40,7 +40,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from fractions import Fraction
 from typing import Any, Protocol
 
@@ -73,7 +73,7 @@ def in_close_order(closed: list[Closed]) -> None:
         closed.sort(key=_end_start_seq)
 
 
-def _end_start_key(c: Closed) -> tuple[float, float, Any]:
+def _end_start_key(c: Closed) -> tuple[float, float, object]:
     return (c[0], c[1], c[3])
 
 
@@ -145,7 +145,7 @@ class OpenWindows:
         return len(self.open)
 
     # ------------------------------------------------------------------ windows in
-    def open_window(self, k: Any, start: float, end: float, acc: Any, *extra: Any) -> None:
+    def open_window(self, k: object, start: float, end: float, acc: object, *extra: object) -> None:
         """Open window ``(k, start)`` ending at ``end`` with ``acc`` (a session's ``last`` after)."""
         seq = self.seq
         self.open[(k, start)] = (end, seq, acc, *extra)
@@ -163,12 +163,12 @@ class OpenWindows:
         else:
             self.open[(k, start)] = (end, cur[1], acc)
 
-    def session_starts(self, k: Any) -> list[float]:
+    def session_starts(self, k: Hashable) -> list[float]:
         """The starts of key ``k``'s open sessions, in order (do not change the list)."""
         return self.sessions.get(k, [])
 
     def join_sessions(
-        self, k: Any, merged: Sequence[float], start: float, end: float, acc: Any, last: float
+        self, k: object, merged: Sequence[float], start: float, end: float, acc: object, last: float
     ) -> None:
         """Replace key ``k``'s sessions starting at ``merged`` by one ``[start, end)``."""
         sessions = self.sessions
@@ -221,7 +221,7 @@ class OpenWindows:
         return closed
 
     # ------------------------------------------------------------------ state
-    def get_state(self) -> dict[str, Any]:
+    def get_state(self) -> dict[str, object]:
         """The open windows (the live container: a checkpoint takes its changes at the
         barrier) and the next window's number."""
         return {"open": self.open, "seq": self.seq}

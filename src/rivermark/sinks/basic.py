@@ -81,7 +81,7 @@ class Sink(Stream):
     @step
     def update(
         self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
-    ) -> list[Awaitable[Any]] | None:
+    ) -> list[Awaitable[object]] | None:
         func = self.func
         try:
             r = func(x, *self._args, **self._kwargs)
@@ -92,7 +92,9 @@ class Sink(Stream):
             return None
         return self._after_call(x, r, metadata)  # an awaitable: the record waits for it
 
-    def _after_call(self, x: Any, r: Any, metadata: Metadata | None) -> list[Awaitable[Any]] | None:
+    def _after_call(
+        self, x: Any, r: Any, metadata: Metadata | None
+    ) -> list[Awaitable[object]] | None:
         if inspect.isawaitable(r):
             retain_refs(metadata)
             self.in_flight += 1
@@ -108,7 +110,7 @@ class Sink(Stream):
             return [asyncio.ensure_future(self._finish(x, r, metadata))]
         return None
 
-    async def _finish(self, x: Any, r: Awaitable[Any], metadata: Metadata | None) -> None:
+    async def _finish(self, x: Any, r: Awaitable[object], metadata: Metadata | None) -> None:
         try:
             await r
         except Exception as e:
@@ -153,7 +155,7 @@ class SinkToList(Stream):
     @step
     def update(
         self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
-    ) -> list[Awaitable[Any]] | None:
+    ) -> list[Awaitable[object]] | None:
         self.L.append(x)
         return None
 

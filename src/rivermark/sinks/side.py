@@ -106,7 +106,7 @@ class StandIn(SideOutput):
     def commit(self, epoch: int, handle: FileHandle) -> None:
         """Nothing to do: the side file is written as records come."""
 
-    def restore(self, handle: Any) -> None:
+    def restore(self, handle: object) -> None:
         """Keep the live sink's ``handle``; the live output is not touched."""
         self.live_handle = handle
 

@@ -55,9 +55,9 @@ from __future__ import annotations
 import logging
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
+from typing import TYPE_CHECKING, Any, ClassVar, TypedDict, Unpack
 
-from rivermark.core.node import Stream
+from rivermark.core.node import NodeOptions, Stream
 from rivermark.core.refs import Metadata
 from rivermark.errors import ConfigurationError, RivermarkError
 from rivermark.sinks.basic import Sink
@@ -119,7 +119,7 @@ class ToSQL(Sink):
         create: bool = False,
         sink_id: str | None = None,
         timeout: float = 30.0,
-        **kwargs: Any,
+        **kwargs: Unpack[NodeOptions],
     ) -> None:
         if mode not in ("append", "upsert"):
             raise ConfigurationError(f"to_sql: mode must be 'append' or 'upsert', got {mode!r}")
@@ -269,7 +269,7 @@ class ToSQL(Sink):
         else:
             self._add(x)
 
-    def _add(self, rec: Any) -> None:
+    def _add(self, rec: object) -> None:
         cols = self.column_names
         if type(rec) is not dict:
             if isinstance(rec, Delete):

@@ -14,7 +14,7 @@ import hashlib
 import logging
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, Protocol
 
@@ -68,7 +68,7 @@ class Delete:
 register_state_class(Delete, ("key",))
 
 
-def delete(**key: Any) -> Delete:
+def delete(**key: Hashable) -> Delete:
     """A tombstone: ``delete(user="ann")`` deletes the row whose key is ``user='ann'``."""
     return Delete(dict(key))
 

@@ -42,10 +42,10 @@ import time
 from collections.abc import Callable
 from itertools import islice
 from operator import length_hint
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Unpack, cast
 
 from rivermark.core import runtime
-from rivermark.core.node import Stream
+from rivermark.core.node import NodeOptions, Stream
 from rivermark.core.refs import Metadata
 from rivermark.errors import ConfigurationError
 
@@ -106,7 +106,7 @@ class Source(Stream, Generic[P]):
     #: whether ``seek`` can replay records after a restart
     replayable: ClassVar[bool] = False
 
-    def __init__(self, start: bool = False, **kwargs: Any) -> None:
+    def __init__(self, start: bool = False, **kwargs: Unpack[NodeOptions]) -> None:
         super().__init__(**kwargs)
         self.stopped = True
         self.started = False
@@ -312,7 +312,7 @@ class Source(Stream, Generic[P]):
             return True
         return False
 
-    def _done_before(self, e: BaseException, it: Any, total: int) -> int:
+    def _done_before(self, e: BaseException, it: object, total: int) -> int:
         """How many records of a chunk were fully processed before the one that raised ``e``.
 
         That record (or one cancelled while its downstream work ran) may have

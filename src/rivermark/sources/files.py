@@ -10,9 +10,9 @@ import logging
 import os
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Unpack
 
-from rivermark.core.node import Stream
+from rivermark.core.node import NodeOptions, Stream
 from rivermark.core.timeutil import parse_interval
 from rivermark.errors import ConfigurationError
 from rivermark.sources.base import Source
@@ -58,7 +58,9 @@ class Filenames(Source[list[str]]):
 
     replayable = True
 
-    def __init__(self, path: Any, poll_interval: Any = 0.1, **kwargs: Any) -> None:
+    def __init__(
+        self, path: object, poll_interval: object = 0.1, **kwargs: Unpack[NodeOptions]
+    ) -> None:
         if not isinstance(path, (str, os.PathLike)):
             raise ConfigurationError(
                 f"filenames: path must be a directory or a glob pattern, got {path!r}; "

@@ -6,9 +6,9 @@ import itertools
 import logging
 import time
 from collections.abc import Iterable, Iterator, Sized
-from typing import Any
+from typing import Any, Unpack
 
-from rivermark.core.node import Stream
+from rivermark.core.node import NodeOptions, Stream
 from rivermark.errors import ConfigurationError
 from rivermark.sources.base import TIME_SLICE, Source
 
@@ -42,7 +42,7 @@ class FromIterable(Source[int]):
     3
     """
 
-    def __init__(self, iterable: Iterable[Any], **kwargs: Any) -> None:
+    def __init__(self, iterable: Iterable[object], **kwargs: Unpack[NodeOptions]) -> None:
         try:
             it = iter(iterable)
         except TypeError:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from typing import Any
+from typing import Any, Unpack
 
-from rivermark.core.node import Stream
+from rivermark.core.node import NodeOptions, Stream
 from rivermark.errors import ConfigurationError
 from rivermark.sources.base import Source
 
@@ -179,7 +179,7 @@ class FromTcp(_Server):
         port: int,
         delimiter: bytes = b"\n",
         server_kwargs: dict[str, Any] | None = None,
-        **kwargs: Any,
+        **kwargs: Unpack[NodeOptions],
     ) -> None:
         _check_port("from_tcp", port)
         if not isinstance(delimiter, bytes) or not delimiter:
@@ -237,7 +237,7 @@ class FromHttpServer(_Server):
         port: int,
         path: str = "/.*",
         server_kwargs: dict[str, Any] | None = None,
-        **kwargs: Any,
+        **kwargs: Unpack[NodeOptions],
     ) -> None:
         _check_port("from_http_server", port)
         try:

@@ -6,9 +6,9 @@ import asyncio
 import inspect
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Unpack
 
-from rivermark.core.node import Stream, check_callable
+from rivermark.core.node import NodeOptions, Stream, check_callable
 from rivermark.core.timeutil import parse_interval
 from rivermark.sources.base import Source
 
@@ -42,7 +42,7 @@ class FromPeriodic(Source[int]):
         callback: Callable[[], Any],
         poll_interval: Any = 0.1,
         wait_first: bool = False,
-        **kwargs: Any,
+        **kwargs: Unpack[NodeOptions],
     ) -> None:
         check_callable("from_periodic", "callback", callback)
         self.callback = callback

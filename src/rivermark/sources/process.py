@@ -7,9 +7,9 @@ import contextlib
 import logging
 import shlex
 import subprocess
-from typing import Any
+from typing import Any, Unpack
 
-from rivermark.core.node import Stream
+from rivermark.core.node import NodeOptions, Stream
 from rivermark.errors import ConfigurationError
 from rivermark.sources.base import Source
 
@@ -48,7 +48,7 @@ class FromProcess(Source[int]):
         open_kwargs: dict[str, Any] | None = None,
         with_stderr: bool = False,
         with_end: bool = True,
-        **kwargs: Any,
+        **kwargs: Unpack[NodeOptions],
     ) -> None:
         if isinstance(cmd, str):
             args = shlex.split(cmd)

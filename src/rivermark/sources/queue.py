@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import queue
-from typing import Any
+from typing import Any, Unpack
 
-from rivermark.core.node import Stream
+from rivermark.core.node import NodeOptions, Stream
 from rivermark.core.timeutil import parse_interval
 from rivermark.errors import ConfigurationError
 from rivermark.sources.base import Source
@@ -35,7 +35,7 @@ class FromQ(Source[int]):
     ['a', 'b']
     """
 
-    def __init__(self, q: Any, sleep_time: Any = 0.01, **kwargs: Any) -> None:
+    def __init__(self, q: Any, sleep_time: Any = 0.01, **kwargs: Unpack[NodeOptions]) -> None:
         # optional: checks that the user passed a queue at all
         if not callable(getattr(q, "get_nowait", None)):
             raise ConfigurationError(

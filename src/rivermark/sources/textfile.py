@@ -6,10 +6,10 @@ import asyncio
 import codecs
 import logging
 import os
-from typing import IO, Any, TypedDict
+from typing import IO, Any, TypedDict, Unpack
 
 from rivermark._fileid import fd_tail_digest, find_identity, identity, tail_digest
-from rivermark.core.node import Stream
+from rivermark.core.node import NodeOptions, Stream
 from rivermark.core.timeutil import parse_interval
 from rivermark.errors import ChangedFileError, ConfigurationError, InputDecodeError
 from rivermark.sources._lines import Codec, LineSplitter
@@ -118,7 +118,7 @@ class FromTextfile(Source[int | FilePosition]):
         stop_at_eof: bool = False,
         on_changed: str = "refuse",
         errors: str = "strict",
-        **kwargs: Any,
+        **kwargs: Unpack[NodeOptions],
     ) -> None:
         self.stop_at_eof = stop_at_eof
         _check_options(on_changed, delimiter, errors)
@@ -533,7 +533,7 @@ class FromTextfile(Source[int | FilePosition]):
         except OSError:  # moved away, the new file not there yet: finish the old one
             self._rotated = False
 
-    def _decode(self, parts: list[bytes], with_delimiter: bool = True) -> tuple[list[Any], bool]:
+    def _decode(self, parts: list[bytes], with_delimiter: bool = True) -> tuple[list[object], bool]:
         """The text of each record, ``None`` for one dropped by the error policy; any dropped."""
         end = self.delimiter if with_delimiter else ""
         if self._fast and with_delimiter:
@@ -577,7 +577,7 @@ class FromTextfile(Source[int | FilePosition]):
                 return
         await self._emit_lines(lines, sizes)
 
-    async def _emit_lines(self, lines: list[Any], sizes: list[int]) -> None:
+    async def _emit_lines(self, lines: list[object], sizes: list[int]) -> None:
         """Emit ``lines`` (whose byte sizes are ``sizes``); the position follows each chunk."""
 
         def advance(k: int) -> None:
@@ -695,7 +695,7 @@ def _line_starts(data: bytes, base: int, skip: int, codec: Codec) -> list[int]:
     return out
 
 
-def _drop_undecodable(lines: list[Any], sizes: list[int]) -> tuple[list[Any], list[int]]:
+def _drop_undecodable(lines: list[object], sizes: list[int]) -> tuple[list[object], list[int]]:
     """Leave out the lines dropped by the error policy; their bytes join a neighbour's size.
 
     A dropped line's bytes count with the kept line before it (the position

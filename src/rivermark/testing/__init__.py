@@ -49,7 +49,7 @@ class WaitTimeout(RivermarkError, TimeoutError):
     """A condition awaited by :func:`wait_for` did not become true in time."""
 
 
-def _fail(predicate: Callable[[], Any], timeout: float, what: str | None = None) -> WaitTimeout:
+def _fail(predicate: Callable[[], object], timeout: float, what: str | None = None) -> WaitTimeout:
     # optional: a callable object has no __qualname__
     name = what or getattr(predicate, "__qualname__", repr(predicate))
     return WaitTimeout(
@@ -59,12 +59,12 @@ def _fail(predicate: Callable[[], Any], timeout: float, what: str | None = None)
 
 
 def wait_value(
-    predicate: Callable[[], Any],
+    predicate: Callable[[], object],
     timeout: float = 60,
     what: str | None = None,
     *,
     interval: float = 0.002,
-) -> Any:
+) -> object:
     """Block until ``predicate()`` returns a true value, and return that value.
 
     Raises :class:`WaitTimeout` (naming ``what``, else the predicate) after
@@ -84,7 +84,7 @@ def wait_value(
 
 
 def wait_for(
-    predicate: Callable[[], Any],
+    predicate: Callable[[], object],
     timeout: float = 60,
     what: str | None = None,
     *,
@@ -134,7 +134,7 @@ def wait_progress(
 
 
 async def wait_for_async(
-    predicate: Callable[[], Any], timeout: float = 30, interval: float = 0.001
+    predicate: Callable[[], object], timeout: float = 30, interval: float = 0.001
 ) -> None:
     """Like :func:`wait_for`, but awaits, for use inside the pipeline's event loop.
 

@@ -54,7 +54,7 @@ class S3Server:
             out.pop(k, None)
         return out
 
-    def storage_options(self) -> dict[str, Any]:
+    def storage_options(self) -> dict[str, object]:
         """fsspec/s3fs options for this server (for clients in this process)."""
         return {
             "endpoint_url": self.endpoint,

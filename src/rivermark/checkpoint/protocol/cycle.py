@@ -434,7 +434,7 @@ class CheckpointCycle:
                 ) from e
         return states
 
-    def _pre_commit(self, sink: CheckpointedSink, epoch: int) -> Any:
+    def _pre_commit(self, sink: CheckpointedSink, epoch: int) -> object:
         try:
             return sink.pre_commit(epoch)
         except OSError as e:

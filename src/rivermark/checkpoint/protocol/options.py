@@ -54,7 +54,7 @@ def _env_compact_every() -> int:
         ) from None
 
 
-def check_node(node: Any) -> None:
+def check_node(node: object) -> None:
     """Refuse a job's node that is not a node of a graph."""
     if not isinstance(node, Stream):
         raise ConfigurationError(
@@ -62,7 +62,7 @@ def check_node(node: Any) -> None:
         )
 
 
-def _check_keep(keep: Any, every_batches: Any) -> None:
+def _check_keep(keep: object, every_batches: object) -> None:
     """Refuse ``keep`` or ``every_batches`` of the wrong kind, naming the option."""
     if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
         raise ConfigurationError(f"Job: keep must be an integer >= 1, got {keep!r}; pass e.g. 10")
@@ -74,7 +74,7 @@ def _check_keep(keep: Any, every_batches: Any) -> None:
         )
 
 
-def check_port(port: Any, option: str, example: str) -> None:
+def check_port(port: object, option: str, example: str) -> None:
     """Refuse a TCP port number of the wrong kind, naming the option (``metrics_port``, ``ui``)."""
     if port is None:
         return
@@ -84,7 +84,7 @@ def check_port(port: Any, option: str, example: str) -> None:
         )
 
 
-def check_compact_every(value: Any) -> int:
+def check_compact_every(value: object) -> int:
     """``compact_every`` (default: the environment's, else 20), refused unless an integer >= 1."""
     if value is None:
         value = _env_compact_every()

@@ -139,12 +139,12 @@ def run_state(job: RunFacts) -> RunState:
     return RunState("finished", END_OF_INPUT, job.ended_at)
 
 
-def ended_record(state: RunState) -> dict[str, Any]:
+def ended_record(state: RunState) -> dict[str, object]:
     """What a job writes into its store's ``job.json`` when its run ends."""
     return {"state": state.state, "reason": state.reason, "time": state.ended_at or time.time()}
 
 
-def previous_run(info: dict[str, Any] | None) -> RunState | None:
+def previous_run(info: dict[str, object] | None) -> RunState | None:
     """How the run recorded in a store's ``job.json`` ended (None: unknown, or none yet).
 
     A run records ``"ended": null`` when it starts and its end state when it
@@ -166,7 +166,7 @@ def previous_run(info: dict[str, Any] | None) -> RunState | None:
     return RunState(str(ended.get("state")), str(ended.get("reason", "")), ended.get("time"))
 
 
-def run_record() -> dict[str, Any]:
+def run_record() -> dict[str, object]:
     """Where a run is (``host``, ``pid``): recorded in ``job.json`` while it runs."""
     return {"host": socket.gethostname(), "pid": os.getpid()}
 

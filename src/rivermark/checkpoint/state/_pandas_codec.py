@@ -28,7 +28,7 @@ __all__ = ["encode_pandas", "decode_pandas"]
 _STRING_DTYPES = ("str", "string")
 
 
-def _numpy_dtype(dtype: Any) -> bool:
+def _numpy_dtype(dtype: object) -> bool:
     """Whether a column of ``dtype`` is written as data (numpy's, a string dtype, a time
     zone's datetimes, a categorical of such categories, a nullable number or boolean)."""
     import numpy as np
@@ -212,7 +212,7 @@ def _build_index(pd: Any, parts: dict[str, Any]) -> Any:
     return pd.Index(parts["values"], name=parts["name"], dtype=_dtype(parts))
 
 
-def _extension(parts: dict[str, Any]) -> bool:
+def _extension(parts: dict[str, object]) -> bool:
     """Whether :func:`_values` wrote a time zone's, a categorical's or a nullable column."""
     return bool(parts.get("utc")) or any(parts.get(k) is not None for k in ("categories", "mask"))
 

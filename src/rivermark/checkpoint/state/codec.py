@@ -132,7 +132,7 @@ class Table:
     #: a smaller mapping is written as a dict (the columns would not pay)
     MIN_ROWS = 64
 
-    def __init__(self, data: dict[Any, Any]) -> None:
+    def __init__(self, data: dict[object, object]) -> None:
         self.data = data
         self.columns: list[Any] | None = None
 
@@ -168,7 +168,7 @@ class Table:
             deleted,
         ]
 
-    def parts(self) -> list[Any]:
+    def parts(self) -> list[object]:
         columns = self.columns if self.columns is not None else self._columns(self.data)
         if columns is None:
             raise ValueError("Table: the mapping's keys and values are not tuples of one length")
@@ -185,7 +185,7 @@ _BY_COLUMNS: dict[type, Tag] = {Columns: Tag.COLUMNS, Table: Tag.TABLE}
 _packers = threading.local()
 
 
-def _pack(value: Any) -> bytes:
+def _pack(value: object) -> bytes:
     free: list[msgpack.Packer] = _packers.__dict__.setdefault("free", [])
     packer = (
         free.pop()
@@ -197,11 +197,11 @@ def _pack(value: Any) -> bytes:
     return out
 
 
-def _ext(tag: Tag, value: Any) -> msgpack.ExtType:
+def _ext(tag: Tag, value: object) -> msgpack.ExtType:
     return msgpack.ExtType(int(tag), _pack(value))
 
 
-def _pickled(value: Any) -> msgpack.ExtType:
+def _pickled(value: object) -> msgpack.ExtType:
     return msgpack.ExtType(int(Tag.PICKLE), pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
 
 
@@ -261,12 +261,12 @@ def _numpy_or_pandas(value: Any) -> msgpack.ExtType | None:
     return None
 
 
-def dumps(value: Any) -> bytes:
+def dumps(value: object) -> bytes:
     """The state file of ``value``: :data:`MAGIC` and its tagged msgpack document."""
     return MAGIC + _pack(value)
 
 
-def pack(value: Any) -> bytes:
+def pack(value: object) -> bytes:
     """One value in the tagged msgpack encoding, without :data:`MAGIC` (a key or value
     of RocksDB state, :mod:`rivermark.checkpoint.state.rocks`).
 
@@ -356,7 +356,7 @@ def _npscalar(v: list[Any], dec: _Decoder) -> Any:
     return np.frombuffer(v[1], dtype=np.dtype(v[0]))[0]
 
 
-def _npdtype(v: str, dec: _Decoder) -> Any:
+def _npdtype(v: str, dec: _Decoder) -> object:
     import numpy as np
 
     return np.dtype(v)

@@ -44,7 +44,7 @@ _BIG = sys.byteorder == "big"
 _KINDS = {"<i8": "q", "<f8": "d"}
 
 
-def _number_column(values: list[Any]) -> Column:
+def _number_column(values: list[object]) -> Column:
     """``values`` as an ``array`` when they are all ``int`` (64 bits) or all ``float``."""
     types = set(map(type, values))
     if len(types) != 1:
@@ -131,7 +131,7 @@ class Columns:
         return data if columns is None else columns
 
     @classmethod
-    def from_mapping(cls, data: dict[Any, Any]) -> Columns | None:
+    def from_mapping(cls, data: dict[object, object]) -> Columns | None:
         """The columns of ``data``, or ``None`` when its keys or values have no one shape."""
         live, deleted = split_deleted(data)
         keys, values = list(live), list(live.values())
@@ -149,7 +149,7 @@ class Columns:
         return len(self.keys[0]) if self.keys else 0
 
     # the encoding (see codec.Tag.COLUMNS)
-    def parts(self) -> list[Any]:
+    def parts(self) -> list[object]:
         return [
             self.key_width,
             self.value_width,
@@ -181,7 +181,7 @@ class Columns:
         return out
 
 
-def _as_list(column: Column) -> list[Any]:
+def _as_list(column: Column) -> list[object]:
     if type(column) is list:
         return column
     out: list[Any] = column.tolist()
@@ -195,7 +195,7 @@ def _rows(columns: list[Column], width: int) -> Any:
     return zip(*lists, strict=True)
 
 
-def _encode_column(column: Column) -> Any:
+def _encode_column(column: Column) -> object:
     """``["", values]`` for a list; ``[kind, little-endian bytes]`` for numbers."""
     if type(column) is list:
         column = _number_column(column)
@@ -212,7 +212,7 @@ def _encode_column(column: Column) -> Any:
     return [kind, column.astype(kind, copy=False).tobytes()]
 
 
-def _decode_column(c: Any) -> Column:
+def _decode_column(c: object) -> Column:
     if not isinstance(c, list) or len(c) != 2:
         raise ValueError(f"not a column: {type(c).__name__}")
     kind, payload = c

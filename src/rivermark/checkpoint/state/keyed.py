@@ -115,8 +115,8 @@ class KeyedView:
 
 
 def compacted(
-    blobs: list[bytes], changes: dict[str, Any], *, allow_pickle: bool = False
-) -> dict[str, Any]:
+    blobs: list[bytes], changes: dict[str, object], *, allow_pickle: bool = False
+) -> dict[str, object]:
     """Each keyed attribute's content: the chain ``blobs`` with ``changes`` on top.
 
     Where every part of an attribute is :class:`~.columns.Columns` (or can be
@@ -151,7 +151,7 @@ def compacted(
     return out
 
 
-def without_deleted(changes: dict[Any, Any]) -> dict[Any, Any]:
+def without_deleted(changes: dict[object, object]) -> dict[object, object]:
     """``changes`` without the keys marked deleted (the dict itself when there are none).
 
     >>> without_deleted({"a": 1, "b": DELETED})
@@ -171,7 +171,7 @@ def checkpoint_kind(views: Iterable[object]) -> str:
 
 def materialise(
     blobs: list[bytes], *, allow_pickle: bool = False, what: str = "the state"
-) -> tuple[dict[str, Any], dict[str, dict[Any, Any]]]:
+) -> tuple[dict[str, object], dict[str, dict[object, object]]]:
     """The node's other state and each keyed attribute's content, from base + deltas.
 
     The base's dictionary is taken as it was decoded (not copied key by
@@ -204,7 +204,7 @@ class Chains:
         #: the sha256 of every chain file this job wrote or restored
         self.known: set[str] = set()
 
-    def compaction_due(self, node_id: str, state: dict[str, Any], last: int) -> bool:
+    def compaction_due(self, node_id: str, state: dict[str, object], last: int) -> bool:
         """Whether the node's chain, going on from ``last``, has grown to ``compact_every`` links.
 
         The job asks every node before it takes their views: when one is
@@ -226,7 +226,7 @@ class Chains:
     def view(
         self,
         node_id: str,
-        state: dict[str, Any],
+        state: dict[str, object],
         epoch: int,
         last: int,
         *,
@@ -286,7 +286,7 @@ class Chains:
         parts = {a: d.changes if d.complete else keyed[a].copy_all() for a, d in deltas.items()}
         return KeyedView(node_id, rest, parts, None, epoch, lineages, known=self.known)
 
-    def link(self, view: KeyedView) -> dict[str, Any]:
+    def link(self, view: KeyedView) -> dict[str, object]:
         """The manifest's ``chains`` entry of ``view``."""
         return {"parent": view.parent, "base": view.base}
 

@@ -87,7 +87,7 @@ def view_of(
     return PlainView.of(state)
 
 
-def unpicklable_part(value: Any, where: str = "state", depth: int = 0) -> tuple[str, Any]:
+def unpicklable_part(value: object, where: str = "state", depth: int = 0) -> tuple[str, object]:
     """The innermost part of ``value`` that cannot be pickled, and where it sits.
 
     What a message about state that cannot be written names (``where`` is the

@@ -246,7 +246,7 @@ def _pid_namespace() -> str:
         return ""
 
 
-def _identity() -> dict[str, Any]:
+def _identity() -> dict[str, object]:
     return {
         "pid": os.getpid(),
         "host": socket.gethostname(),

@@ -153,12 +153,12 @@ def sha256_of(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _canonical(body: dict[str, Any]) -> str:
+def _canonical(body: dict[str, object]) -> str:
     """The text the checksum and the signature cover."""
     return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
-def _canonical_checksum(body: dict[str, Any]) -> str:
+def _canonical_checksum(body: dict[str, object]) -> str:
     return sha256_of(_canonical(body).encode())
 
 
@@ -259,7 +259,7 @@ def _check_run(d: dict[str, Any]) -> None:
         )
 
 
-def _check_renamed(d: dict[str, Any]) -> None:
+def _check_renamed(d: dict[str, object]) -> None:
     """``renamed`` (optional) maps node ids to node ids: ``{"new-id": "old-id"}``."""
     renamed = d.get("renamed", {})
     ok = isinstance(renamed, dict) and all(
@@ -290,7 +290,7 @@ def _check_timing(d: dict[str, Any]) -> None:
         )
 
 
-def _check_counts(d: dict[str, Any]) -> None:
+def _check_counts(d: dict[str, object]) -> None:
     """``counts`` (optional) maps node ids to ``[records in, records out]``, and since
     format 4's second form also errors raised, skipped, handled and late records."""
     if "counts" not in d:
@@ -396,7 +396,7 @@ class Manifest:
     #: ``bad-signature``, or ``unchecked`` (signed, and the reader has no key)
     signature_status: str = field(default="unsigned", compare=False)
 
-    def _body(self) -> dict[str, Any]:
+    def _body(self) -> dict[str, object]:
         raw: dict[str, Any] = {
             "format": FILES_FORMAT if self.files else FORMAT_VERSION,
             "epoch": self.epoch,

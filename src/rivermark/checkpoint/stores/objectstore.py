@@ -124,7 +124,7 @@ def _lease_ttl_from_env() -> float:
     return ttl
 
 
-def _checked_lease_ttl(value: Any) -> float:
+def _checked_lease_ttl(value: object) -> float:
     """``lease_ttl`` (default: the environment's), refused unless a number of seconds > 0."""
     if value is None:
         value = _lease_ttl_from_env()
@@ -153,7 +153,7 @@ class ObjectStore(Store):
     def __init__(
         self,
         url: str,
-        storage_options: dict[str, Any] | None = None,
+        storage_options: dict[str, object] | None = None,
         lease: bool = True,
         lease_ttl: float | None = None,
         create: bool = True,
@@ -213,7 +213,7 @@ class ObjectStore(Store):
     def _epoch_rel(self, epoch: int) -> str:
         return f"checkpoints/{epoch:012d}"
 
-    def _io(self, what: str, func: Callable[..., _T], *args: Any) -> _T:
+    def _io(self, what: str, func: Callable[..., _T], *args: object) -> _T:
         """Run one store operation; a failure other than "not found" is an ObjectStoreError."""
         try:
             return func(*args)
@@ -222,7 +222,7 @@ class ObjectStore(Store):
         except Exception as e:
             raise self._failed(what, e) from e
 
-    def _write(self, what: str, func: Callable[..., _T], *args: Any) -> _T:
+    def _write(self, what: str, func: Callable[..., _T], *args: object) -> _T:
         """:meth:`_io` for writes: "not found" there means a missing bucket or container."""
         try:
             return self._io(what, func, *args)
@@ -377,7 +377,7 @@ class ObjectStore(Store):
         entry = self.read_manifest(epoch).state[node_id]
         return self.read_state_entry(epoch, node_id, entry)
 
-    def read_state_entry(self, epoch: int, node_id: str, entry: dict[str, Any]) -> bytes:
+    def read_state_entry(self, epoch: int, node_id: str, entry: dict[str, object]) -> bytes:
         return self.read_state_file(epoch, checked_relative(node_id, str(entry["file"])))
 
     def delete(self, epoch: int) -> None:
@@ -439,13 +439,13 @@ class ObjectStore(Store):
         rels = [self._shared_rel(d) for d in digests]
         self._io("delete shared files", self._remove, rels)
 
-    def write_job_info(self, info: dict[str, Any]) -> None:
+    def write_job_info(self, info: dict[str, object]) -> None:
         import json
 
         data = json.dumps({"format": FORMAT_VERSION, **info}, indent=2, sort_keys=True)
         self._write("write job.json", self._put, "job.json", data.encode())
 
-    def read_job_info(self) -> dict[str, Any] | None:
+    def read_job_info(self) -> dict[str, object] | None:
         import json
 
         try:
@@ -488,7 +488,7 @@ class ObjectStore(Store):
             lease.release()
 
 
-def _protocols(fs: Any) -> tuple[str, ...]:
+def _protocols(fs: object) -> tuple[str, ...]:
     # optional: a filesystem object may not declare its protocols
     proto = getattr(fs, "protocol", ())
     return (proto,) if isinstance(proto, str) else tuple(proto)

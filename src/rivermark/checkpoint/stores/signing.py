@@ -28,7 +28,6 @@ import hmac
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from rivermark.errors import ConfigurationError
 
@@ -54,7 +53,7 @@ def key_id(key: bytes) -> str:
     return hashlib.sha256(b"rivermark-checkpoint-key:" + key).hexdigest()[:16]
 
 
-def _as_key(value: Any, where: str) -> bytes:
+def _as_key(value: object, where: str) -> bytes:
     key = value.encode() if isinstance(value, str) else value
     if not isinstance(key, bytes):
         raise ConfigurationError(
@@ -131,7 +130,7 @@ class Keyring:
     keys: list[bytes]
 
     @classmethod
-    def configured(cls, checkpoint_key: Any = None) -> Keyring | None:
+    def configured(cls, checkpoint_key: object = None) -> Keyring | None:
         """The keys of ``Job(checkpoint_key=...)``, else of the environment; ``None``: none."""
         where = "Job(checkpoint_key=...)"
         if isinstance(checkpoint_key, os.PathLike):
@@ -155,7 +154,7 @@ class Keyring:
         mac = hmac.new(key, canonical.encode(), hashlib.sha256).hexdigest()
         return {"key": key_id(key), "hmac": mac}
 
-    def check(self, canonical: str, signature: Any) -> str:
+    def check(self, canonical: str, signature: object) -> str:
         """``ok``, ``unsigned``, ``foreign-signed`` (no key of that id) or ``bad-signature``."""
         if signature is None:
             return "unsigned"

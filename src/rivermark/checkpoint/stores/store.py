@@ -30,7 +30,7 @@ import shutil
 import socket
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from rivermark.checkpoint.errors import (
     CheckpointCorruptError,
@@ -208,7 +208,7 @@ class LocalDirectoryStore(Store):
         entry = self.read_manifest(epoch).state[node_id]
         return self.read_state_entry(epoch, node_id, entry)
 
-    def read_state_entry(self, epoch: int, node_id: str, entry: dict[str, Any]) -> bytes:
+    def read_state_entry(self, epoch: int, node_id: str, entry: dict[str, object]) -> bytes:
         rel = Path(checked_relative(node_id, str(entry["file"])))
         return _read_no_symlink(self.epoch_dir(epoch) / rel, self.path)
 
@@ -292,14 +292,14 @@ class LocalDirectoryStore(Store):
         return needed
 
     # ------------------------------------------------------------------ job info
-    def write_job_info(self, info: dict[str, Any]) -> None:
+    def write_job_info(self, info: dict[str, object]) -> None:
         data = {"format": FORMAT_VERSION, **info}
         tmp = self.path / "job.json.tmp"
         _write_durable(tmp, json.dumps(data, indent=2, sort_keys=True).encode())
         os.replace(tmp, self.path / "job.json")
         fsync_dir(self.path)
 
-    def read_job_info(self) -> dict[str, Any] | None:
+    def read_job_info(self) -> dict[str, object] | None:
         try:
             info = json.loads((self.path / "job.json").read_bytes())
         except (OSError, ValueError):

@@ -14,7 +14,6 @@ from __future__ import annotations
 import abc
 import logging
 from pathlib import Path
-from typing import Any
 
 from rivermark.checkpoint.errors import (
     CheckpointCorruptError,
@@ -92,10 +91,10 @@ class Store(abc.ABC):
     def unlock(self) -> None:
         """Release the lock."""
 
-    def write_job_info(self, info: dict[str, Any]) -> None:  # noqa: B027 - optional
+    def write_job_info(self, info: dict[str, object]) -> None:  # noqa: B027 - optional
         """Record a description of the job (optional)."""
 
-    def read_job_info(self) -> dict[str, Any] | None:
+    def read_job_info(self) -> dict[str, object] | None:
         """The description :meth:`write_job_info` recorded (None: none, or unreadable)."""
         return None
 
@@ -188,7 +187,7 @@ class Store(abc.ABC):
         """Where checkpoint ``epoch`` lives, for messages."""
         return f"checkpoint {epoch} in {self!r}"
 
-    def read_state_entry(self, epoch: int, node_id: str, entry: dict[str, Any]) -> bytes:
+    def read_state_entry(self, epoch: int, node_id: str, entry: dict[str, object]) -> bytes:
         """The blob that the manifest's state ``entry`` of ``node_id`` points to."""
         return self.read_state(epoch, node_id)
 
@@ -380,7 +379,7 @@ class Store(abc.ABC):
         return m, out
 
     def _checked_blobs(
-        self, epoch: int, m: Manifest, entries: dict[str, dict[str, Any]] | None = None
+        self, epoch: int, m: Manifest, entries: dict[str, dict[str, object]] | None = None
     ) -> dict[str, bytes]:
         """The blobs of ``entries`` (default: every state entry of ``m``), each checked."""
         where = self.describe(epoch)

@@ -97,7 +97,7 @@ def pick_epoch(store: Store, epoch: int | None) -> int:
     return epoch
 
 
-def chain_sizes(store: Store, epoch: int, node: str) -> dict[str, Any]:
+def chain_sizes(store: Store, epoch: int, node: str) -> dict[str, object]:
     """The delta chain of ``node`` at ``epoch``: its base and every delta, with sizes.
 
     ``{"base": epoch, "base_size": bytes, "deltas": [[epoch, bytes], ...],
@@ -166,7 +166,7 @@ def _decoded(store: Store, e: int, m: Manifest, node: str, chains: dict[str, lis
 
 def _decoded_keyed(
     store: Store, e: int, m: Manifest, node: str, chains: dict[str, list[bytes]]
-) -> tuple[Any, set[str]]:
+) -> tuple[object, set[str]]:
     """:func:`_decoded`, and the names of its keyed state's parts (a delta chain's content)."""
     allow = store.trust.allow_pickle(m.signature_status)
     why = untrusted_reason(store, e, node, m.signature_status)
@@ -208,7 +208,7 @@ def read(
     epoch: int | None = None,
     *,
     as_pandas: bool = True,
-    checkpoint_key: Any = None,
+    checkpoint_key: object = None,
     trust_store: bool = False,
 ) -> CheckpointContents:
     """The state of every node and the positions in a checkpoint, as Python objects.
@@ -320,7 +320,7 @@ def state_rows(state: Any) -> list[dict[str, Any]]:
     return [{"value": value}]
 
 
-def render_value(value: Any, max_chars: int = 2000) -> str:
+def render_value(value: object, max_chars: int = 2000) -> str:
     """``value`` pretty-printed, cut to ``max_chars`` characters with a note saying so.
 
     >>> render_value(list(range(1000)), max_chars=20)

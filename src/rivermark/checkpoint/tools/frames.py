@@ -70,7 +70,7 @@ class PandasForm(Protocol):
 class TakesPandasForm(Protocol):
     """A stateful node that turns its state's pandas form back into its state."""
 
-    def state_from_pandas(self, value: Any) -> Any:
+    def state_from_pandas(self, value: object) -> object:
         """The node's state (as its ``get_state()`` gives it) from its pandas form ``value``."""
 
 
@@ -86,7 +86,7 @@ def require_pandas(what: str) -> Any:
     return pd
 
 
-def is_pandas(value: Any) -> bool:
+def is_pandas(value: object) -> bool:
     """Whether ``value`` is a pandas Series or DataFrame (pandas is not imported for this)."""
     pd = sys.modules.get("pandas")
     return pd is not None and isinstance(value, (pd.Series, pd.DataFrame))
@@ -122,7 +122,7 @@ def _same(a: Any, b: Any) -> bool:
         return False
 
 
-def _exact(values: Mapping[Any, Any], form: Any) -> bool:
+def _exact(values: Mapping[object, object], form: object) -> bool:
     back = keyed_dict(form)
     return len(back) == len(values) and all(
         _same(k, j) and _same(v, w) for (k, v), (j, w) in zip(values.items(), back.items())

@@ -107,7 +107,7 @@ def list_checkpoints(store: Store) -> list[dict[str, Any]]:
     return [row for row, _ in _listed(store)]
 
 
-def _listed(store: Store) -> list[tuple[dict[str, Any], Manifest | None]]:
+def _listed(store: Store) -> list[tuple[dict[str, object], Manifest | None]]:
     """The rows of :func:`list_checkpoints`, each with its manifest (None: damaged), read once."""
     rows: list[tuple[dict[str, Any], Manifest | None]] = []
     previous = None
@@ -213,7 +213,7 @@ def _line_of(path: str, offset: int) -> int | None:
         return None
 
 
-def describe_position(signature: str | None, position: Any) -> list[str]:
+def describe_position(signature: str | None, position: object) -> list[str]:
     """What a source's stored position means, one line per part.
 
     ``signature`` is the source's entry in the manifest's fingerprint (it
@@ -240,7 +240,7 @@ def describe_position(signature: str | None, position: Any) -> list[str]:
     return [repr(position)]
 
 
-def _describe_parts(position: dict[Any, Any]) -> list[str]:
+def _describe_parts(position: dict[object, object]) -> list[str]:
     """A position with parts (Kafka partitions and topic ids, or other keys)."""
     out: list[str] = []
     for key, off in sorted(position.items(), key=lambda kv: str(kv[0])):
@@ -362,7 +362,7 @@ def _verify_one(store: Store, e: int) -> dict[str, Any]:
     return row
 
 
-def resign_checkpoints(store: Store, dry_run: bool = False) -> list[dict[str, Any]]:
+def resign_checkpoints(store: Store, dry_run: bool = False) -> list[dict[str, object]]:
     """Sign with the store's first key every checkpoint that an old key (or none) signed.
 
     The last step of a key rotation (``docs/security.md``): with the new key
@@ -493,7 +493,7 @@ def _offset(position: Any) -> Any:
     return position.get("offset") if isinstance(position, dict) else position
 
 
-def _other_file(before: Any, after: Any) -> bool:
+def _other_file(before: object, after: object) -> bool:
     """Whether two file positions name different files (device and inode)."""
     if not (isinstance(before, dict) and isinstance(after, dict)):
         return False

@@ -40,7 +40,6 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from rivermark.checkpoint.errors import CheckpointError, CheckpointMismatchError
 from rivermark.checkpoint.protocol.job import Job
@@ -160,7 +159,7 @@ class SideStore(Store):
     def read_state(self, epoch: int, node_id: str) -> bytes:
         return self._at(epoch).read_state(epoch, node_id)
 
-    def read_state_entry(self, epoch: int, node_id: str, entry: dict[str, Any]) -> bytes:
+    def read_state_entry(self, epoch: int, node_id: str, entry: dict[str, object]) -> bytes:
         return self._at(epoch).read_state_entry(epoch, node_id, entry)
 
     def describe(self, epoch: int) -> str:
@@ -176,7 +175,7 @@ class SideStore(Store):
     def unlock(self) -> None:
         self.side.unlock()
 
-    def write_job_info(self, info: dict[str, Any]) -> None:
+    def write_job_info(self, info: dict[str, object]) -> None:
         self.side.write_job_info(info)
 
     def list_incomplete(self) -> list[Path]:

@@ -156,7 +156,9 @@ def _unknown(nid: str, what: str, kind: str, known: list[str]) -> ConfigurationE
     )
 
 
-def _checked_states(nodes: Mapping[str, Stream], given: Mapping[str, Any] | None) -> dict[str, Any]:
+def _checked_states(
+    nodes: Mapping[str, Stream], given: Mapping[str, object] | None
+) -> dict[str, object]:
     """``given`` checked against the graph's stateful nodes, keyed state as the nodes keep it."""
     stateful = _stateful(nodes)
     out: dict[str, Any] = {}
@@ -174,7 +176,7 @@ def _checked_states(nodes: Mapping[str, Stream], given: Mapping[str, Any] | None
     return out
 
 
-def _view(chains: Chains, nid: str, value: Any, epoch: int) -> StateView:
+def _view(chains: Chains, nid: str, value: object, epoch: int) -> StateView:
     """The view a savepoint takes of ``value`` (a base of keyed state); one line if it cannot."""
     try:
         return view_of(chains, nid, value, epoch, 0, base=True)
@@ -187,7 +189,7 @@ def _view(chains: Chains, nid: str, value: Any, epoch: int) -> StateView:
         ) from e
 
 
-def _keyed_as_in(node: Stream, value: Any) -> Any:
+def _keyed_as_in(node: Stream, value: object) -> object:
     """``value`` with a ``KeyedState`` (a copy) wherever the node keeps one.
 
     :func:`~.inspection.read` gives keyed state as a pandas Series or
@@ -208,7 +210,7 @@ def _keyed_as_in(node: Stream, value: Any) -> Any:
     return out
 
 
-def _own_state(node: Stream) -> dict[str, Any] | None:
+def _own_state(node: Stream) -> dict[str, object] | None:
     """The node's ``get_state()`` now, when it is a dict (what its state must look like)."""
     try:
         fresh = node.get_state()
@@ -217,7 +219,7 @@ def _own_state(node: Stream) -> dict[str, Any] | None:
     return fresh if isinstance(fresh, dict) else None
 
 
-def check_fits(nid: str, node: Stream, value: Any) -> None:
+def check_fits(nid: str, node: Stream, value: object) -> None:
     """Refuse (one line) a ``value`` that the restore's ``set_state`` of ``node`` cannot take.
 
     What is checked costs nothing and changes nothing: a node whose
@@ -251,18 +253,18 @@ def check_fits(nid: str, node: Stream, value: Any) -> None:
         )
 
 
-def _short(value: Any) -> str:
+def _short(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _checked_json(
     nodes: Mapping[str, Stream],
-    given: Mapping[str, Any] | None,
+    given: Mapping[str, object] | None,
     cls: type,
     what: str,
     kind: str,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """``given`` (positions or sink handles) for nodes that are ``cls``, each JSON."""
     allowed = [nid for nid, n in nodes.items() if isinstance(n, cls)]
     out: dict[str, Any] = {}
@@ -281,8 +283,8 @@ def _checked_json(
 
 
 def _checked_positions(
-    nodes: Mapping[str, Stream], given: Mapping[str, Any] | None
-) -> dict[str, Any]:
+    nodes: Mapping[str, Stream], given: Mapping[str, object] | None
+) -> dict[str, object]:
     """``given`` positions, each JSON, for a source of the graph that can resume there.
 
     Each source checks its position where it can without side effects (a
@@ -300,7 +302,7 @@ def _checked_positions(
     return positions
 
 
-def _open_empty(location: str | os.PathLike[str] | Store, checkpoint_key: Any) -> Store:
+def _open_empty(location: str | os.PathLike[str] | Store, checkpoint_key: object) -> Store:
     """The store at ``location`` (created if need be), with the key it signs with."""
     if isinstance(location, Store):
         return location

@@ -197,7 +197,7 @@ def rocks_view(node_id: str, state: dict[str, Any], epoch: int, last: int) -> Ro
     return RocksView(node_id, rest, parts)
 
 
-def files_of(views: Mapping[str, object]) -> dict[str, dict[str, dict[str, dict[str, Any]]]]:
+def files_of(views: Mapping[str, object]) -> dict[str, dict[str, dict[str, dict[str, object]]]]:
     """The manifest's ``files``: each RocksDB view's (filled while the checkpoint is written)."""
     return {nid: v.files for nid, v in views.items() if isinstance(v, RocksView)}
 
@@ -214,7 +214,7 @@ def copy_shared(source: Store, target: Store, manifest: Manifest) -> None:
         target.write_shared(digest, data)
 
 
-def _parse_cache(value: Any) -> int:
+def _parse_cache(value: object) -> int:
     if value is None:
         return DEFAULT_CACHE
     if isinstance(value, int) and not isinstance(value, bool) and value >= 8 << 20:
@@ -387,7 +387,7 @@ class StateBackend:
         allow: bool,
         what: str,
         stored_id: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         """Node ``nid``'s state from checkpoint ``manifest``: its RocksDB state verified."""
         assert self.store is not None
         started = time.perf_counter()

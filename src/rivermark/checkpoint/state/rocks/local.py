@@ -142,7 +142,7 @@ class Home:
         return self.root / f"ckpt-{epoch:012d}"
 
     # ------------------------------------------------------------------ opening
-    def open(self, read: Any, initial: Any = ()) -> RocksKeyedState:
+    def open(self, read: object, initial: object = ()) -> RocksKeyedState:
         """A new, empty database (any earlier one removed), filled with ``initial``."""
         live = self._new_live()
         self._drop_checkpoints(keep=None)
@@ -340,7 +340,7 @@ class Home:
         os.rename(tmp, d)
         return total
 
-    def promote(self, epoch: int, read: Any) -> RocksKeyedState:
+    def promote(self, epoch: int, read: object) -> RocksKeyedState:
         """A new live database from ``ckpt-<epoch>``: SST files hard linked, the rest copied."""
         live = self._new_live()
         src = self.ckpt_dir(epoch)
@@ -437,7 +437,7 @@ def _locked(path: Path) -> bool:
         os.close(fd)
 
 
-def _differs(d: Path, files: dict[str, dict[str, Any]], small: dict[str, bytes]) -> str | None:
+def _differs(d: Path, files: dict[str, dict[str, object]], small: dict[str, bytes]) -> str | None:
     """What differs between directory ``d`` and ``files`` (names, kinds, sizes, small files)."""
     present = {e.name: e for e in os.scandir(d)}
     if set(present) != set(files):

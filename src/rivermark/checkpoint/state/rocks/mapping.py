@@ -42,7 +42,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, ItemsView, Iterator, KeysView, Mapping, ValuesView
+from collections.abc import Callable, Hashable, ItemsView, Iterator, KeysView, Mapping, ValuesView
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
@@ -167,7 +167,7 @@ class RocksSettings:
             self._shared.setdefault("stats", []).append(o)
         return o
 
-    def table_options(self) -> Any:
+    def table_options(self) -> object:
         """The ``rocksdict.BlockBasedOptions``: partitioned index and filters (see above)."""
         r = _rocksdict()
         table = r.BlockBasedOptions()
@@ -198,7 +198,7 @@ class RocksSettings:
                     totals[name] = totals.get(name, 0) + int(rest)
         return totals
 
-    def write_options(self) -> Any:
+    def write_options(self) -> object:
         wo = _rocksdict().WriteOptions()
         wo.disable_wal = True  # a crash restores a checkpoint, never the live database
         return wo
@@ -360,7 +360,7 @@ class RocksKeyedState(KeyedStore):
         return self._len
 
     # ------------------------------------------------------------------ writes
-    def __setitem__(self, key: Any, value: Any) -> None:
+    def __setitem__(self, key: Hashable, value: Any) -> None:
         cur = self._cache.get(key, _MISS)
         if cur is _MISS:
             cur = self._load(key)
@@ -369,7 +369,7 @@ class RocksKeyedState(KeyedStore):
         self._cache[key] = value
         self._dirty.add(key)
 
-    def __delitem__(self, key: Any) -> None:
+    def __delitem__(self, key: Hashable) -> None:
         if key not in self:
             raise KeyError(key)
         self._cache[key] = _ABSENT
@@ -407,7 +407,7 @@ class RocksKeyedState(KeyedStore):
         self._len = 0
         self._write(batch)
 
-    def touched(self, key: Any) -> None:
+    def touched(self, key: Hashable) -> None:
         """The value of ``key`` was changed in place: it is written with the next flush."""
         if self._cache.get(key, _ABSENT) is not _ABSENT:
             self._dirty.add(key)
@@ -567,7 +567,7 @@ class RocksKeyedState(KeyedStore):
     def items(self) -> ItemsView[Any, Any]:
         return _Items(self)
 
-    def __reversed__(self) -> Iterator[Any]:
+    def __reversed__(self) -> Iterator[object]:
         keys: list[Any] = list(self)
         return iter(keys[::-1])
 

@@ -70,7 +70,7 @@ def read_rocks_state(
     *,
     allow_pickle: bool = False,
     what: str = "the state",
-) -> tuple[dict[str, Any], set[str]]:
+) -> tuple[dict[str, object], set[str]]:
     """The state of ``node`` (RocksDB state) in checkpoint ``manifest``, and its keyed attributes.
 
     ``blob`` is the node's state file, already checked against the
@@ -110,10 +110,10 @@ def _read_mapping(
     store: Store,
     where: str,
     label: str,
-    names: dict[str, dict[str, Any]],
+    names: dict[str, dict[str, object]],
     small: dict[str, bytes],
-    read: Any,
-) -> dict[Any, Any]:
+    read: object,
+) -> dict[object, object]:
     """One mapping's keys and values, from its files written into a private temporary directory."""
     tmp = tempfile.mkdtemp(prefix="rivermark-read-")
     try:
