@@ -325,6 +325,74 @@ def _stops(stmts: list[ast.stmt]) -> bool:
     return len(stmts) >= 2 and isinstance(stmts[-1], ast.Continue) and isinstance(stmts[-2], ast.If)
 
 
+def _is_out_check(stmt: ast.stmt) -> bool:
+    """Whether ``stmt`` is the loop's ``if _out: return _out``."""
+    return (
+        isinstance(stmt, ast.If)
+        and isinstance(stmt.test, ast.Name)
+        and stmt.test.id == "_out"
+        and not stmt.orelse
+        and len(stmt.body) == 1
+        and isinstance(stmt.body[0], ast.Return)
+    )
+
+
+def _sets_out(stmt: ast.AST) -> bool:
+    return any(
+        isinstance(n, ast.Name) and n.id == "_out" and isinstance(n.ctx, ast.Store)
+        for n in ast.walk(stmt)
+    )
+
+
+def _ends(stmts: list[ast.stmt]) -> bool:
+    """Whether control never runs past the end of ``stmts``."""
+    if not stmts:
+        return False
+    last = stmts[-1]
+    if isinstance(last, (ast.Continue, ast.Return, ast.Break, ast.Raise)):
+        return True
+    return isinstance(last, ast.If) and _ends(last.body) and _ends(last.orelse)
+
+
+def _drop_clean_checks(stmts: list[ast.stmt], dirty: bool) -> tuple[list[ast.stmt], bool]:
+    """Drop each ``if _out: return _out`` that runs before ``_out`` can have been set.
+
+    Every record starts with ``_out`` empty (a record that collected
+    awaitables returns them before the next one starts), so the check is
+    dead on every path that has not assigned ``_out`` since the loop's top.
+    ``dirty`` says whether some path reaching ``stmts`` may have assigned
+    it; returns the statements and whether a path leaving them may have.
+    """
+    out: list[ast.stmt] = []
+    for stmt in stmts:
+        if not dirty and _is_out_check(stmt):
+            continue
+        if isinstance(stmt, ast.If):
+            stmt.body, body_dirty = _drop_clean_checks(stmt.body, dirty)
+            stmt.orelse, else_dirty = _drop_clean_checks(stmt.orelse, dirty)
+            if not stmt.body:
+                stmt.body = [ast.Pass()]
+            # a branch that ends (continue, return) takes its assignment with it
+            dirty = (body_dirty and not _ends(stmt.body)) or (else_dirty and not _ends(stmt.orelse))
+        elif isinstance(stmt, ast.Try) and not stmt.finalbody:
+            stmt.body, body_dirty = _drop_clean_checks(stmt.body, dirty)
+            # a handler may run after any part of the body
+            raised = dirty or body_dirty
+            handled: list[bool] = []
+            for h in stmt.handlers:
+                h.body, h_dirty = _drop_clean_checks(h.body, raised)
+                h.body = h.body or [ast.Pass()]
+                handled.append(h_dirty and not _ends(h.body))
+            stmt.orelse, else_dirty = _drop_clean_checks(stmt.orelse, body_dirty)
+            after_body = else_dirty if stmt.orelse else body_dirty
+            ends_body = _ends(stmt.orelse) if stmt.orelse else _ends(stmt.body)
+            dirty = any(handled) or (after_body and not ends_body)
+        elif _sets_out(stmt):
+            dirty = True
+        out.append(stmt)
+    return out, dirty
+
+
 def _source(fdef: ast.FunctionDef) -> str:
     module = ast.fix_missing_locations(ast.Module(body=[fdef], type_ignores=[]))
     return ast.unparse(module) + "\n"
@@ -383,6 +451,7 @@ def compile_loop(root: Node, update_of: Callable[[Node], Update]) -> Callable[[A
         *body,
         ast.If(_name("_out"), [ast.Return(_name("_out"))], []),
     ]
+    loop_body, _ = _drop_clean_checks(loop_body, dirty=False)
     fdef = ast.FunctionDef(
         name="run",
         args=_args(["records"], []),

@@ -46,6 +46,27 @@ def _index_of(node: Stream, who: Stream | None) -> int:
     )
 
 
+class _Held:
+    """A tracked record waiting in a ``zip`` buffer, with its metadata.
+
+    An untracked record waits bare, so the common case builds and unpacks
+    no pair per record; a user's record is never of this private type.
+    """
+
+    __slots__ = ("value", "metadata")
+
+    def __init__(self, value: Any, metadata: Metadata) -> None:
+        self.value = value
+        self.metadata = metadata
+
+
+def _unheld(entry: Any) -> tuple[Any, Metadata | None]:
+    """The record and metadata of a buffer entry."""
+    if type(entry) is _Held:
+        return entry.value, entry.metadata
+    return entry, None
+
+
 @Stream.register_api(attribute_name="zip")
 class Zip(Stream):
     """Emit a tuple once every upstream has produced its next record.
@@ -86,7 +107,8 @@ class Zip(Stream):
                 f"zip: needs at least one upstream stream, got only literals {upstreams!r}; "
                 "pass streams, e.g. a.zip(b)"
             )
-        self._buffers: list[deque[tuple[Any, Metadata | None]]] = [deque() for _ in streams]
+        #: one buffer per upstream: bare records, or :class:`_Held` for tracked ones
+        self._buffers: list[deque[Any]] = [deque() for _ in streams]
         self._waiters: list[asyncio.Future[Any]] = []
         Stream.__init__(self, upstreams=streams, **kwargs)
 
@@ -114,21 +136,19 @@ class Zip(Stream):
             if metadata:
                 self._retain_refs(metadata)
             if mine:  # records already wait on this side: this one waits behind them
-                mine.append((x, metadata))
+                mine.append(_Held(x, metadata) if metadata else x)
                 if len(mine) > self.maxsize:
                     return self._wait_for_room()
                 return None
             if not other:  # nothing to meet on the other side yet
-                mine.append((x, metadata))
+                mine.append(_Held(x, metadata) if metadata else x)
                 return None
-            y, held = other.popleft()
+            y = other.popleft()
             if self._waiters:
                 self._wake_waiters()
-            out = (x, y) if side == 0 else (y, x)
-            if metadata or held:  # the tuple takes over the references of both records
-                meta = merge_metadata([metadata, held] if side == 0 else [held, metadata])
-                return self._emit_and_release(out, meta, meta)
-            return self._emit(out, None)
+            if metadata or type(y) is _Held:
+                return self._emit_tracked(x, y, metadata, side)
+            return self._emit((x, y) if side == 0 else (y, x), None)
         # any other shape: more streams, literals, a stream zipped with itself
         filled, over = self._enqueue(x, who, metadata)
         if filled and all(buffers):
@@ -136,6 +156,13 @@ class Zip(Stream):
         if over:
             return self._wait_for_room()
         return None
+
+    def _emit_tracked(self, x: Any, entry: Any, metadata: Metadata | None, side: int) -> Results:
+        """Pass on the pair of ``x`` (on ``side``) and ``entry``; it takes over their references."""
+        y, held = _unheld(entry)
+        out = (x, y) if side == 0 else (y, x)
+        meta = merge_metadata([metadata, held] if side == 0 else [held, metadata])
+        return self._emit_and_release(out, meta, meta)
 
     def _enqueue(self, x: Any, who: Stream | None, metadata: Metadata | None) -> tuple[bool, bool]:
         """Append ``x`` to the buffer of each position ``who`` holds (any shape of zip).
@@ -152,7 +179,7 @@ class Zip(Stream):
                 buf = buffers[i]
                 if metadata:
                     self._retain_refs(metadata)
-                buf.append((x, metadata))
+                buf.append(_Held(x, metadata) if metadata else x)
                 if len(buf) == 1:
                     filled = True
                 elif len(buf) > self.maxsize:
@@ -184,7 +211,7 @@ class Zip(Stream):
 
     def _emit_heads(self) -> Results:
         """Pass on the tuple of every buffer's first record (any shape)."""
-        heads = [b.popleft() for b in self._buffers]
+        heads = [_unheld(b.popleft()) for b in self._buffers]
         if self._waiters:
             self._wake_waiters()
         values = [h[0] for h in heads]
@@ -201,18 +228,16 @@ class Zip(Stream):
         # will never be part of a tuple, so they complete now
         i = _position(self, upstream)
         if i < len(self._buffers):
-            for _, metadata in self._buffers.pop(i):
-                release_refs(metadata)
+            for entry in self._buffers.pop(i):
+                release_refs(_unheld(entry)[1])
         del self.upstreams[i]
         self._wake_waiters()
 
     def get_state(self) -> object:
-        return {"buffers": [[v for v, _ in b] for b in self._buffers]}
+        return {"buffers": [[_unheld(e)[0] for e in b] for b in self._buffers]}
 
     def set_state(self, state: Any) -> None:
-        buffers: list[deque[tuple[Any, Metadata | None]]] = [
-            deque((v, None) for v in b) for b in state["buffers"]
-        ]
+        buffers: list[deque[Any]] = [deque(b) for b in state["buffers"]]
         if self.upstreams and len(buffers) != len(self.upstreams):
             raise GraphError(
                 f"{self.display_name()}: the restored state has {len(buffers)} buffers for "

@@ -99,8 +99,9 @@ class Partition(Stream):
         self._timers: dict[Any, asyncio.TimerHandle] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self.in_flight = 0
-        #: the records in open groups, counted as they come and go: the metrics read it
-        #: from their own thread, where the groups (RocksDB state) must not be touched
+        #: the records in keyed open groups, counted as they come and go: the metrics
+        #: read it from their own thread, where the groups (RocksDB state) must not be
+        #: touched (without a key the one group is a list, whose length is read directly)
         self._held = 0
         # asynchronous only when a timeout needs the event loop
         self._is_async = timeout is not None
@@ -110,13 +111,15 @@ class Partition(Stream):
         return [self._buffer] if self._key is None else list(self._buffers.values())
 
     def records_held(self) -> int | None:
+        if self._key is None:
+            return len(self._buffer)  # a list's length: safe to read from any thread
         # a plain attribute: reading the groups from another thread would write a
         # RocksDB mapping's cache out under the operator (see Stream.records_held)
         return self._held
 
     def emits_later(self) -> bool:
         # with a timeout, an open partition is emitted when it expires
-        if self._timeout is not None and self._held:
+        if self._timeout is not None and self.records_held():
             return True
         return self.in_flight > 0
 
@@ -136,8 +139,8 @@ class Partition(Stream):
             except Exception as e:  # the key function raised, or the key is unhashable
                 self._user_error(x, e, self._key)
                 return None
+            self._held += 1
         buf.append(x)
-        self._held += 1
         if metadata:  # a tracked record: its references are kept with the group
             self._retain_refs(metadata)
             self._metas.setdefault(k, []).extend(metadata)
@@ -185,7 +188,7 @@ class Partition(Stream):
             self._buffer.clear()
         else:
             out = tuple(self._buffers.pop(k, ()))
-        self._held -= len(out)
+            self._held -= len(out)
         meta = self._metas.pop(k, None) if self._metas else None
         return out, (meta or None)
 
@@ -263,7 +266,7 @@ class Partition(Stream):
                 freeze=list,
             )
             keys = list(self._buffers)
-        self._held = sum(len(g) for g in self._groups())
+        self._held = 0 if self._key is None else sum(len(g) for g in self._groups())
         if self._timeout is not None:
             # restored partial partitions get a fresh timeout (timers are not state)
             for k in keys:

@@ -381,3 +381,22 @@ def test_a_traceback_through_generated_code_shows_its_lines():
         assert all(f.line == lines[f.lineno - 1].strip() for f in frames)
         assert "y_1 = func_1(x)" in "".join(traceback.format_exception(info.value))
         assert inspect.getsource(fn) == fn.rivermark_source  # what a debugger lists
+
+
+@pytest.mark.parametrize("shape", ["chain", "partition"])
+def test_source_loop_checks_for_awaitables_only_after_a_node_may_have_handed_some(shape):
+    # every record starts with nothing collected, so the loop checks what it
+    # collected only after a call that may have handed back awaitables
+    s = Stream()
+    if shape == "chain":
+        out = s.map(lambda x: x + 1).filter(lambda x: x % 2 == 0).sink_to_list()
+    else:
+        out = s.partition(2).sink_to_list()
+    run = s.record_loop()
+    lines = [line.strip() for line in run.rivermark_source.splitlines()]
+    checks = [i for i, line in enumerate(lines) if line == "if _out:"]
+    assert checks
+    for i in checks:
+        assert lines[i - 1].startswith("_out = "), run.rivermark_source
+    assert run(iter(range(6))) is None
+    assert out == ([2, 4, 6] if shape == "chain" else [(0, 1), (2, 3), (4, 5)])

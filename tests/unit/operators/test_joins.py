@@ -414,3 +414,24 @@ def test_zip_latest_disconnect_of_a_lossy_input() -> None:
     assert roundtrip(node.get_state())["last"] == ["b"]
     with pytest.raises(GraphError, match="lossless"):
         a.disconnect(node)
+
+
+def test_zip_untracked_records_wait_bare_beside_tracked_ones() -> None:
+    # an untracked record waits as itself (no pair per record); a tracked one
+    # beside it keeps its references until its tuple is passed on
+    a, b = Stream(), Stream()
+    z = a.zip(b)
+    out = z.sink_to_list()
+    a.emit(1)
+    assert list(z._buffers[0]) == [1]
+    r2 = send(a, 2)
+    a.emit(3)
+    assert z.get_state() == {"buffers": [[1, 2, 3], []]}
+    b.emit("x")
+    assert r2.fired == 0
+    b.emit("y")
+    assert r2.fired == 1
+    rz = send(b, "z")
+    assert rz.fired == 1
+    assert out == [(1, "x"), (2, "y"), (3, "z")]
+    assert z.records_held() == 0

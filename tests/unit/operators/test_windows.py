@@ -390,3 +390,35 @@ def test_partition_says_so_when_the_input_ends_with_a_partial_group(
         )
         == 1
     ), caplog.text
+
+
+def test_partition_without_key_holds_its_buffer_and_counts_nothing_per_record():
+    # the records held are the open group's length: the generated loop of a source
+    # adds no count per record, and the figure stays right through emits and a restore
+    s = Stream()
+    p = s.partition(3)
+    out = p.sink_to_list()
+    run = s.record_loop()
+    assert "_held" not in run.rivermark_source
+    run(iter(range(7)))
+    assert out == [(0, 1, 2), (3, 4, 5)]
+    assert p.records_held() == 1
+    assert not p.emits_later()
+    state = p.get_state()
+    s2 = Stream()
+    p2 = s2.partition(3)
+    out2 = p2.sink_to_list()
+    p2.set_state(state)
+    assert p2.records_held() == 1
+    s2.record_loop()(iter([7, 8]))
+    assert out2 == [(6, 7, 8)]
+    assert p2.records_held() == 0
+
+
+def test_keyed_partition_still_counts_the_records_held():
+    s = Stream()
+    p = s.partition(2, key=lambda x: x % 2)
+    out = p.sink_to_list()
+    s.record_loop()(iter(range(5)))
+    assert out == [(0, 2), (1, 3)]
+    assert p.records_held() == 1
