@@ -98,7 +98,7 @@ class Batch(Streaming):
             example = []
         return Batch(self.stream.map(fn), example)  # type: ignore[attr-defined]
 
-    def map(self, func: Callable[..., Any], **kwargs: Any) -> Batch:
+    def map(self, func: Callable[..., Any], **kwargs: object) -> Batch:
         """``func(record, **kwargs)`` for every record."""
         return self._per_batch(_Each(func, kwargs))
 

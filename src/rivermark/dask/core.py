@@ -162,7 +162,7 @@ class DaskScatter(DaskStream):
         return self._emit(self._submit(_value, x), metadata)
 
 
-def scatter(upstream: Stream, **kwargs: Any) -> DaskScatter:
+def scatter(upstream: Stream, **kwargs: object) -> DaskScatter:
     """``upstream.scatter(**kwargs)``: the entry point used by ``Stream.scatter``.
 
     >>> s = Stream()
@@ -213,7 +213,7 @@ class DaskAccumulate(DaskStream):
         stream_name: str | None = None,
         name: str | None = None,
         on_error: Any = None,
-        **kwargs: Any,
+        **kwargs: object,
     ) -> None:
         check_callable("accumulate", "func", func)
         self.func = func

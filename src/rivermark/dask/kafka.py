@@ -310,7 +310,7 @@ def from_kafka_batched_dask(
     start: bool = False,
     client: Any = None,
     read_timeout: float = 60.0,
-    **kwargs: Any,
+    **kwargs: object,
 ) -> DaskStream:
     """The scattered stream of batches read on workers (``from_kafka_batched(..., dask=True)``).
 

@@ -150,7 +150,7 @@ class DaskDatasetStore(Store):
         except Exception:
             return "<no client>"
 
-    def _call(self, what: str, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    def _call(self, what: str, func: Callable[..., Any], *args: object, **kwargs: object) -> Any:
         client = self.client
         # optional: older distributed clients have no asyncio_loop
         loop = getattr(getattr(client, "loop", None), "asyncio_loop", None)

@@ -48,7 +48,7 @@ class DaskStream(Stream):
                 return n.dask_client
         return _default_client(self)
 
-    def _submit(self, func: Callable[..., Any], *args: Any, label: Any = None) -> Any:
+    def _submit(self, func: Callable[..., Any], *args: object, label: Any = None) -> Any:
         client = self.client
         _check_client(self, client)
         # keys name the user's function, so errors and the dashboard say what ran

@@ -117,7 +117,7 @@ def aggregate_node(
     n: int | None = None,
     value: pd.Timedelta | None = None,
     with_state: bool = False,
-    start: Any = None,
+    start: object = None,
     example: Any = None,
     op: str | None = None,
 ) -> Stream:
@@ -401,7 +401,7 @@ class Aggregate(ConformingNode):
         n: int | None = None,
         value: pd.Timedelta | None = None,
         with_state: bool = False,
-        start: Any = None,
+        start: object = None,
         example: Any = None,
         op: str | None = None,
         **kwargs: Any,

@@ -275,7 +275,7 @@ def timestamps(
     max_delay: Any = 0,
     idle_timeout: Any = None,
     max_future: Any = None,
-    **kwargs: Any,
+    **kwargs: object,
 ) -> TimedDataFrame:
     """Event times from ``column``: then ``.tumbling_window(...)``, ``.hopping_window(...)``
     or ``.session_window(...)`` and an aggregation (see the module docs).

@@ -61,7 +61,7 @@ class GroupBy:
         n: int | None = None,
         value: pd.Timedelta | None = None,
         with_state: bool = False,
-        start: Any = None,
+        start: object = None,
         windowed: bool = False,
         key_name: Any = _NO_KEY,
         prefix: str = "",
@@ -133,7 +133,7 @@ class GroupBy:
         how: str,
         ddof: int = 1,
         with_state: bool | None = None,
-        start: Any = None,
+        start: object = None,
         name: str | None = None,
     ) -> Any:
         agg = aggs.GroupbyAggregation(
@@ -167,15 +167,15 @@ class GroupBy:
 
     # ``start`` and ``with_state`` as in streamz; ``start`` must be a state this
     # node emitted (``with_state=True``) or None
-    def sum(self, start: Any = None, name: str | None = None) -> Any:
+    def sum(self, start: object = None, name: str | None = None) -> Any:
         """Running (or windowed) sum per key."""
         return self._accumulate("sum", start=start, name=name)
 
-    def count(self, start: Any = None, name: str | None = None) -> Any:
+    def count(self, start: object = None, name: str | None = None) -> Any:
         """Running count of non-null values per key."""
         return self._accumulate("count", start=start, name=name)
 
-    def mean(self, with_state: bool = False, start: Any = None, name: str | None = None) -> Any:
+    def mean(self, with_state: bool = False, start: object = None, name: str | None = None) -> Any:
         """Running mean per key."""
         return self._accumulate("mean", with_state=with_state or None, start=start, name=name)
 

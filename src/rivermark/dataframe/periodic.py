@@ -86,7 +86,7 @@ class PeriodicDataFrame(DataFrame):
         interval: Any = "500ms",
         dask: bool = False,
         start: bool = True,
-        **kwargs: Any,
+        **kwargs: object,
     ) -> None:
         check_callable("PeriodicDataFrame", "datafn", datafn)
         if not isinstance(dask, bool):

@@ -71,7 +71,7 @@ def _as_frame(x: Any) -> pd.DataFrame:
     return x.rename_axis(index_name).reset_index()
 
 
-def plot(frame: Any, backlog: int = 1000, kind: str = "line", **kwargs: Any) -> Any:
+def plot(frame: Any, backlog: int = 1000, kind: str = "line", **kwargs: object) -> Any:
     """A DynamicMap of ``frame`` drawn with hvplot ``kind`` (see the module docs)."""
     hv, _ = _hvplot()
     from holoviews.streams import Buffer, Pipe
@@ -111,7 +111,9 @@ class HvPlot:
     def __init__(self, frame: Any) -> None:
         self._frame = frame
 
-    def __call__(self, *args: Any, kind: str = "line", backlog: int = 1000, **kwargs: Any) -> Any:
+    def __call__(
+        self, *args: object, kind: str = "line", backlog: int = 1000, **kwargs: object
+    ) -> Any:
         if args:  # hvplot's positional x, y
             for name, value in zip(("x", "y"), args):
                 kwargs.setdefault(name, value)

@@ -222,7 +222,7 @@ class RollingAggregate(ConformingNode):
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
         with_state: bool = False,
-        start: Any = None,
+        start: object = None,
         example: Any = None,
         **node_kwargs: Any,
     ) -> None:
@@ -292,7 +292,7 @@ class EWMMean(ConformingNode):
         upstream: Stream,
         alpha: float,
         with_state: bool = False,
-        start: Any = None,
+        start: object = None,
         example: Any = None,
         **kwargs: Any,
     ) -> None:

@@ -51,7 +51,7 @@ class StreamzAggregate(Stream):
         n: int | None = None,
         value: pd.Timedelta | None = None,
         with_state: bool = False,
-        start: Any = None,
+        start: object = None,
         **kwargs: Any,
     ) -> None:
         self.agg = agg

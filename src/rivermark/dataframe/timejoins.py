@@ -161,7 +161,7 @@ class FrameAsofJoin(_FrameJoin):
         tolerance: float | None,
         how: str,
         suffixes: tuple[str, str],
-        **kwargs: Any,
+        **kwargs: object,
     ) -> None:
         self.tolerance, self.how, self.suffixes = tolerance, how, suffixes
         self.value_columns = [
@@ -300,7 +300,7 @@ class FrameIntervalJoin(_FrameJoin):
         upper: float,
         how: str,
         suffixes: tuple[str, str],
-        **kwargs: Any,
+        **kwargs: object,
     ) -> None:
         self.lower, self.upper, self.how, self.suffixes = lower, upper, how, suffixes
         extra = {_T: np.empty(0), _SEQ: np.empty(0, dtype=np.int64)}
@@ -397,7 +397,7 @@ def merge_asof(
     tolerance: Any = None,
     how: str = "left",
     suffixes: Sequence[str] = ("_x", "_y"),
-    **kwargs: Any,
+    **kwargs: object,
 ) -> DataFrame:
     """Join each row with the latest row of ``right`` of its key at or before its time.
 
@@ -441,7 +441,7 @@ def join_interval(
     upper: Any = 0,
     how: str = "inner",
     suffixes: Sequence[str] = ("_x", "_y"),
-    **kwargs: Any,
+    **kwargs: object,
 ) -> DataFrame:
     """Pairs of rows of one key with ``l.time + lower <= r.time <= l.time + upper``.
 

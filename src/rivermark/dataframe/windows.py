@@ -78,7 +78,7 @@ class Window:
         n: Any = None,
         value: Any = None,
         with_state: bool = False,
-        start: Any = None,
+        start: object = None,
     ) -> None:
         self.root = sdf
         self.n, self.value = self._spec(n, value)
@@ -128,7 +128,7 @@ class Window:
             return self[key]
         raise AttributeError(f"{type(self).__name__} has no attribute or column {key!r}")
 
-    def map_partitions(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    def map_partitions(self, func: Callable[..., Any], *args: object, **kwargs: object) -> Any:
         """Apply ``func`` to each batch before it enters the window."""
         args2 = [a.root if isinstance(a, Window) else a for a in args]
         return self._like(Streaming.map_partitions(func, *args2, **kwargs))
@@ -274,7 +274,9 @@ class Expanding(Window):
 
     _windowed = False
 
-    def __init__(self, sdf: Any, with_state: bool = False, start: Any = None, **_: Any) -> None:
+    def __init__(
+        self, sdf: Any, with_state: bool = False, start: object = None, **_: object
+    ) -> None:
         super().__init__(sdf, with_state=with_state, start=start)
 
     def _spec(self, n: Any, value: Any) -> tuple[int | None, pd.Timedelta | None]:
@@ -340,7 +342,7 @@ class EWM:
         halflife: float | None = None,
         alpha: float | None = None,
         with_state: bool = False,
-        start: Any = None,
+        start: object = None,
     ) -> None:
         self.root = sdf
         self.alpha = _com_to_alpha(com, span, halflife, alpha)
@@ -425,7 +427,7 @@ class Rolling:
         window: Any,
         min_periods: int | None = None,
         with_state: bool = False,
-        start: Any = None,
+        start: object = None,
     ) -> None:
         if isinstance(window, bool) or not isinstance(window, (int, str, pd.Timedelta)):
             raise ConfigurationError(
@@ -452,7 +454,7 @@ class Rolling:
             return self[key]
         raise AttributeError(f"Rolling has no attribute or column {key!r}")
 
-    def _known(self, op: str, *args: Any, name: str | None = None, **kwargs: Any) -> Any:
+    def _known(self, op: str, *args: object, name: str | None = None, **kwargs: object) -> Any:
         node = aggs.RollingAggregate(
             self.root.local_stream,
             self.window,
@@ -493,22 +495,22 @@ class Rolling:
         """Rolling median."""
         return self._known("median", name=name)
 
-    def std(self, *args: Any, name: str | None = None, **kwargs: Any) -> Any:
+    def std(self, *args: object, name: str | None = None, **kwargs: object) -> Any:
         """Rolling standard deviation."""
         return self._known("std", *args, name=name, **kwargs)
 
-    def var(self, *args: Any, name: str | None = None, **kwargs: Any) -> Any:
+    def var(self, *args: object, name: str | None = None, **kwargs: object) -> Any:
         """Rolling variance."""
         return self._known("var", *args, name=name, **kwargs)
 
-    def count(self, *args: Any, name: str | None = None, **kwargs: Any) -> Any:
+    def count(self, *args: object, name: str | None = None, **kwargs: object) -> Any:
         """Rolling count."""
         return self._known("count", *args, name=name, **kwargs)
 
-    def aggregate(self, *args: Any, name: str | None = None, **kwargs: Any) -> Any:
+    def aggregate(self, *args: object, name: str | None = None, **kwargs: object) -> Any:
         """Rolling ``aggregate``."""
         return self._known("aggregate", *args, name=name, **kwargs)
 
-    def quantile(self, *args: Any, name: str | None = None, **kwargs: Any) -> Any:
+    def quantile(self, *args: object, name: str | None = None, **kwargs: object) -> Any:
         """Rolling quantile."""
         return self._known("quantile", *args, name=name, **kwargs)
