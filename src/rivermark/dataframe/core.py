@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Hashable, Mapping
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Self, cast
 
 import numpy as np
 import pandas as pd
@@ -369,7 +369,7 @@ class _DataFrameMixin:
         """Live hvplot plots: ``plot(kind=..., backlog=1000)``, ``plot.line()``, ... (``rivermark[plot]``)."""
         from rivermark.dataframe.plotting import HvPlot
 
-        return HvPlot(self)
+        return HvPlot(cast("Streaming", self))  # a mixin of frame classes
 
     hvplot = plot
 
@@ -397,7 +397,7 @@ class _SeriesMixin:
         """Live hvplot plots: ``plot(kind=..., backlog=1000)``, ``plot.line()``, ... (``rivermark[plot]``)."""
         from rivermark.dataframe.plotting import HvPlot
 
-        return HvPlot(self)
+        return HvPlot(cast("Streaming", self))  # a mixin of frame classes
 
     hvplot = plot
 
