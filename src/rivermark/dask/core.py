@@ -65,9 +65,9 @@ from rivermark.dask.stream import DaskStream as DaskStream
 from rivermark.dask.stream import _arg, _Inline
 from rivermark.dask.tasks import (
     _STEP_TYPES,
-    _Step,
     _accumulate_batch,
     _accumulate_step,
+    _Step,
     _step_result,
     _step_state,
     _value,
