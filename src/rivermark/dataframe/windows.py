@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NoReturn, Self, cast
+from typing import TYPE_CHECKING, NoReturn, Protocol, Self, cast
 
 import pandas as pd
 
@@ -22,12 +22,25 @@ from rivermark.dataframe.streaming import Streaming
 from rivermark.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from rivermark.dataframe.core import BaseFrame, DataFrame
     from rivermark.dataframe.groupby import GroupBy
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["Window", "Expanding", "Rolling", "EWM", "EWMNotSupportedError"]
+
+
+class _FrameRoot(Protocol):
+    """What a window uses of a streaming DataFrame beyond :class:`Streaming`."""
+
+    @property
+    def columns(self) -> pd.Index: ...
+
+    @property
+    def dtypes(self) -> pd.Series: ...
+
+    def __getitem__(self, key: object) -> Streaming: ...
+
+    def reset_index(self) -> Streaming: ...
 
 
 def _parse_window(n: object, value: object) -> tuple[int | None, pd.Timedelta | None]:
@@ -121,7 +134,7 @@ class Window:
         return new
 
     def __getitem__(self, key: object) -> Self:
-        return self._like(cast("DataFrame", self.root)[key])
+        return self._like(cast(_FrameRoot, self.root)[key])
 
     def __getattr__(self, key: str) -> Self:
         if key.startswith("_") or key == "root":
@@ -143,11 +156,11 @@ class Window:
 
     @property
     def columns(self) -> pd.Index:
-        return cast("DataFrame", self.root).columns
+        return cast(_FrameRoot, self.root).columns
 
     @property
     def dtypes(self) -> pd.Series:
-        return cast("DataFrame", self.root).dtypes
+        return cast(_FrameRoot, self.root).dtypes
 
     @property
     def example(self) -> object:
@@ -155,7 +168,7 @@ class Window:
 
     def reset_index(self) -> Self:
         """Reset the index of each batch before windowing."""
-        return self._like(cast("BaseFrame", self.root).reset_index())
+        return self._like(cast(_FrameRoot, self.root).reset_index())
 
     # ---------------------------------------------------------------- aggregations
     def aggregate(
@@ -355,7 +368,7 @@ class EWM:
 
     def __getitem__(self, key: object) -> EWM:
         return EWM(
-            cast("DataFrame", self.root)[key],
+            cast(_FrameRoot, self.root)[key],
             alpha=self.alpha,
             with_state=self.with_state,
             start=self.start,
@@ -454,7 +467,7 @@ class Rolling:
 
     def __getitem__(self, key: object) -> Rolling:
         return Rolling(
-            cast("DataFrame", self.root)[key],
+            cast(_FrameRoot, self.root)[key],
             self.window,
             self.min_periods,
             self.with_state,
