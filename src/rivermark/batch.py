@@ -21,7 +21,7 @@ records are dicts or tuples) for :mod:`rivermark.dataframe`.  It builds on
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pandas as pd
@@ -37,29 +37,30 @@ __all__ = ["Batch", "Streaming", "to_batch"]
 class _Each:
     """``[func(x) for x in batch]`` (a class, so that Dask can pickle it)."""
 
-    def __init__(self, func: Callable[..., Any], kwargs: dict[str, Any]) -> None:
+    def __init__(self, func: Callable[..., object], kwargs: dict[str, object]) -> None:
         self.func = func
         self.kwargs = kwargs
 
-    def __call__(self, batch: Any) -> list[Any]:
+    def __call__(self, batch: Iterable[object]) -> list[object]:
         return [self.func(x, **self.kwargs) for x in batch]
 
 
 class _Keep:
     """``[x for x in batch if predicate(x)]``."""
 
-    def __init__(self, predicate: Callable[[Any], Any]) -> None:
+    def __init__(self, predicate: Callable[..., object]) -> None:
         self.predicate = predicate
 
-    def __call__(self, batch: Any) -> list[Any]:
+    def __call__(self, batch: Iterable[object]) -> list[object]:
         return [x for x in batch if self.predicate(x)]
 
 
 class _Pluck:
-    def __init__(self, key: Any) -> None:
+    def __init__(self, key: object) -> None:
         self.key = key
 
-    def __call__(self, batch: Any) -> list[Any]:
+    # the records: any user values that take ``[key]`` (dicts, tuples, ...)
+    def __call__(self, batch: Iterable[Any]) -> list[object]:
         return [x[self.key] for x in batch]
 
 
@@ -67,7 +68,7 @@ def _add_batch_sum(total: Any, batch: Any) -> Any:
     return total + sum(batch)
 
 
-def _to_frame(batch: Any) -> pd.DataFrame:
+def _to_frame(batch: Iterable[object]) -> pd.DataFrame:
     return pd.DataFrame(list(batch))
 
 
@@ -83,14 +84,18 @@ class Batch(Streaming):
     [2, 4]
     """
 
-    def __init__(self, stream: Stream | None = None, example: Any = None) -> None:
+    example: list[object]
+
+    def __init__(
+        self, stream: Stream | None = None, example: Iterable[object] | None = None
+    ) -> None:
         Streaming.__init__(self, stream, example=[] if example is None else list(example))
 
-    def emit(self, batch: Any) -> Any:
+    def emit(self, batch: object) -> object:
         """Push one batch."""
         return self.stream.emit(batch)
 
-    def _per_batch(self, fn: Callable[[Any], list[Any]]) -> Batch:
+    def _per_batch(self, fn: Callable[[list[object]], list[object]]) -> Batch:
         try:
             example = fn(self.example)
         except Exception as e:  # the function may not accept the example records
@@ -98,15 +103,15 @@ class Batch(Streaming):
             example = []
         return Batch(self.stream.map(fn), example)  # type: ignore[attr-defined]
 
-    def map(self, func: Callable[..., Any], **kwargs: Any) -> Batch:
+    def map(self, func: Callable[..., object], **kwargs: object) -> Batch:
         """``func(record, **kwargs)`` for every record."""
         return self._per_batch(_Each(func, kwargs))
 
-    def filter(self, predicate: Callable[[Any], Any]) -> Batch:
+    def filter(self, predicate: Callable[..., object]) -> Batch:
         """The records for which ``predicate`` is true."""
         return self._per_batch(_Keep(predicate))
 
-    def pluck(self, key: Any) -> Batch:
+    def pluck(self, key: object) -> Batch:
         """``record[key]`` for every record."""
         return self._per_batch(_Pluck(key))
 
@@ -125,7 +130,7 @@ class Batch(Streaming):
 
 
 @Stream.register_api(attribute_name="to_batch")
-def to_batch(stream: Stream, example: Any = None) -> Batch:
+def to_batch(stream: Stream, example: Iterable[object] | None = None) -> Batch:
     """Treat a stream of lists of records as streamz's ``Batch``.
 
     >>> source = Stream()

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from rivermark.dask.client import _start_fetch
 from rivermark.dask.stream import DaskStream
+
+if TYPE_CHECKING:
+    import distributed
+
+    from rivermark.dask.tasks import _StepBatch
 
 
 class _OpenBatch:
@@ -20,13 +25,13 @@ class _OpenBatch:
 
     def __init__(self, node: DaskStream) -> None:
         self.node = node
-        self.records: list[Any] = []
-        self.future: Any = None
+        self.records: list[object] = []
+        self.future: distributed.Future[object] | None = None
         self.error: BaseException | None = None
         self._waiters: list[asyncio.Future[None]] = []
-        self._fetch: asyncio.Future[tuple[bool, Any]] | None = None
+        self._fetch: asyncio.Future[tuple[bool, object]] | None = None
 
-    def set_future(self, future: Any) -> None:
+    def set_future(self, future: distributed.Future[object]) -> None:
         self.future = future
         self._wake()
 
@@ -40,7 +45,7 @@ class _OpenBatch:
                 w.set_result(None)
         self._waiters.clear()
 
-    async def fetch(self) -> tuple[bool, Any]:
+    async def fetch(self) -> tuple[bool, object]:
         if self.future is None and self.error is None:
             waiter = asyncio.get_running_loop().create_future()
             self._waiters.append(waiter)
@@ -48,7 +53,8 @@ class _OpenBatch:
         if self.error is not None:
             return False, self.error
         if self._fetch is None:
-            self._fetch = _start_fetch(self.future.client, self.future)
+            future = cast("distributed.Future[object]", self.future)  # set: waited for above
+            self._fetch = _start_fetch(future.client, future)
         return await asyncio.shield(self._fetch)
 
 
@@ -64,10 +70,11 @@ class _Part:
     def __repr__(self) -> str:
         return f"{self.batch.records[self.index]!r} (record {self.index} of an accumulate batch)"
 
-    async def value(self) -> tuple[bool, Any]:
-        ok, out = await self.batch.fetch()
+    async def value(self) -> tuple[bool, object]:
+        ok, value = await self.batch.fetch()
         if not ok:
-            return False, out
+            return False, value
+        out = cast("_StepBatch", value)  # what the batch task returns
         error = out.errors[self.index]
         if error is not None:
             return False, _PartError(error)

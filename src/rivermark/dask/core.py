@@ -40,9 +40,9 @@ default ``Client(...)``) or an asynchronous one running on the graph's loop.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 try:
     import distributed
@@ -67,6 +67,7 @@ from rivermark.dask.tasks import (
     _STEP_TYPES,
     _accumulate_batch,
     _accumulate_step,
+    _Step,
     _step_result,
     _step_state,
     _value,
@@ -88,7 +89,7 @@ __all__ = [
     "SCATTERED_OPERATORS",
 ]
 
-_NO_DEFAULT: Any = object()
+_NO_DEFAULT: object = object()
 
 
 # ---------------------------------------------------------------------- futures in state
@@ -107,7 +108,7 @@ class Remote:
     value: Any
 
 
-def _fetch_sync(node: Stream, obj: Any) -> Any:
+def _fetch_sync(node: Stream, obj: object) -> object:
     """Gather the futures in ``obj`` from a thread that is not the client's loop."""
     futures = _futures_in(obj, [])
     if not futures:
@@ -140,7 +141,9 @@ class DaskScatter(DaskStream):
     'DaskScatter'
     """
 
-    def __init__(self, upstream: Stream, client: Any = None, **kwargs: Any) -> None:
+    def __init__(
+        self, upstream: Stream, client: distributed.Client | None = None, **kwargs: Any
+    ) -> None:
         if client is not None and not hasattr(client, "submit"):
             raise ConfigurationError(
                 f"scatter: client must be a distributed.Client, got {client!r}; "
@@ -152,8 +155,8 @@ class DaskScatter(DaskStream):
         DaskStream.__init__(self, upstream, **kwargs)
 
     def update(
-        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
-    ) -> list[Awaitable[Any]] | None:
+        self, x: object, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> list[Awaitable[object]] | None:
         ds = self.downstreams
         if ds and all(type(d) in _INLINE_CONSUMERS for d in ds):
             # Every consumer submits a task of its own: let the record travel
@@ -206,18 +209,18 @@ class DaskAccumulate(DaskStream):
     def __init__(
         self,
         upstream: Stream,
-        func: Callable[..., Any],
-        start: Any = _NO_DEFAULT,
+        func: Callable[..., object],
+        start: object = _NO_DEFAULT,
         returns_state: bool = False,
         with_state: bool = False,
         stream_name: str | None = None,
         name: str | None = None,
         on_error: Any = None,
-        **kwargs: Any,
+        **kwargs: object,
     ) -> None:
         check_callable("accumulate", "func", func)
         self.func = func
-        self.state: Any = start
+        self.state: object = start
         self.returns_state = returns_state
         self.with_state = with_state
         self.kwargs = kwargs
@@ -225,8 +228,8 @@ class DaskAccumulate(DaskStream):
         DaskStream.__init__(self, upstream, stream_name=stream_name, name=name, on_error=on_error)
 
     def update(
-        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
-    ) -> list[Awaitable[Any]] | None:
+        self, x: object, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> list[Awaitable[object]] | None:
         if self.state is _NO_DEFAULT:
             if type(x) is _Inline:
                 x = self._submit(_value, x.value)
@@ -256,7 +259,7 @@ class DaskAccumulate(DaskStream):
         ds = self.downstreams
         return bool(ds) and all(type(d) is DaskGather for d in ds)
 
-    def _add_to_batch(self, x: Any) -> _Part:
+    def _add_to_batch(self, x: object) -> _Part:
         batch = self._open
         if batch is None:
             batch = self._open = _OpenBatch(self)
@@ -297,7 +300,7 @@ class DaskAccumulate(DaskStream):
         self.state = step
         batch.set_future(step)
 
-    def get_state(self) -> Any:
+    def get_state(self) -> dict[str, object]:
         if self.state is _NO_DEFAULT:
             return {"state": None, "started": False}
         self._submit_batch()
@@ -305,13 +308,13 @@ class DaskAccumulate(DaskStream):
         if isinstance(value, Remote):
             value = value.value
             if type(value) in _STEP_TYPES:
-                value = value.state
+                value = cast("_Step", value).state
             # Cut the task lineage: later steps depend on this fresh future,
             # so the scheduler can forget the steps before the checkpoint.
             self.state = self._submit(_value, value)
         return {"state": value}
 
-    def set_state(self, state: Any) -> None:
+    def set_state(self, state: Mapping[str, object]) -> None:
         if state.get("started", True):
             # a plain value is a valid argument to client.submit
             self.state = state["state"]
@@ -348,15 +351,16 @@ SCATTERED_OPERATORS: tuple[str, ...] = (
 class _RemoteState:
     """Mixin for scattered versions of stateful local nodes: futures in state become values."""
 
-    def get_state(self) -> Any:
+    def get_state(self) -> object:
         state = super().get_state()  # type: ignore[misc]
         return _fetch_sync(self, state)  # type: ignore[arg-type]
 
-    def set_state(self, state: Any) -> None:
+    def set_state(self, state: object) -> None:
         submit = self._submit  # type: ignore[attr-defined]  # from the DaskStream it is mixed into
 
-        def put_back(r: Remote) -> Any:
-            return submit(_value, r.value)
+        def put_back(r: Remote) -> distributed.Future[object]:
+            future: distributed.Future[object] = submit(_value, r.value)
+            return future
 
         super().set_state(_rebuild(state, put_back, Remote))  # type: ignore[misc]
 

@@ -7,7 +7,7 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from distributed.client import FutureCancelledError
 from distributed.scheduler import KilledWorker
@@ -27,9 +27,9 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class _Pending:
-    record: Any
+    record: Any  # the user's record, or a _Part of an accumulate batch
     metadata: Metadata | None
-    fetch: asyncio.Future[tuple[bool, Any]]
+    fetch: asyncio.Future[tuple[bool, Any]]  # (True, the value) or (False, the exception)
 
 
 @DaskStream.register_api(attribute_name="gather")
@@ -82,8 +82,8 @@ class DaskGather(Stream):
 
     # ------------------------------------------------------------ data flow
     def update(
-        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
-    ) -> list[Awaitable[Any]] | None:
+        self, x: object, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> list[Awaitable[object]] | None:
         if self.failure is not None:
             raise self.failure
         if runtime.current_loop() is None:
@@ -96,14 +96,14 @@ class DaskGather(Stream):
             # the futures know their client; a record without any passes through in order
             _check_client(self, futures[0].client)
         elif part:
-            _check_client(self, x.batch.node.client)
+            _check_client(self, cast(_Part, x).batch.node.client)
         self._retain_refs(metadata)
         self.in_flight += 1
         self._accepted += 1
         fetch: asyncio.Future[tuple[bool, Any]]
         try:
             if part:
-                fetch = asyncio.ensure_future(x.value())
+                fetch = asyncio.ensure_future(cast(_Part, x).value())
             elif futures:
                 fetch = _start_fetch(futures[0].client, x)
             else:
@@ -119,7 +119,7 @@ class DaskGather(Stream):
             return [self._wait_room()]
         return None
 
-    async def _update_and_wait(self, x: Any, metadata: Metadata | None) -> None:
+    async def _update_and_wait(self, x: object, metadata: Metadata | None) -> None:
         await runtime.gather_results(self.update(x, None, metadata))
 
     def _notify(self) -> None:
@@ -245,5 +245,5 @@ class DaskGather(Stream):
 class _TaskName:
     """Names a Dask task in error messages (its key) where a function would be named."""
 
-    def __init__(self, key: Any) -> None:
+    def __init__(self, key: object) -> None:
         self.__qualname__ = f"task {key!r}"

@@ -35,12 +35,15 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rivermark.dask.core import DaskMap, DaskScatter, DaskStream
 from rivermark.dask.errors import KafkaRangeReadError
 from rivermark.errors import ConfigurationError
 from rivermark.kafka.source import KafkaBatchedSource
+
+if TYPE_CHECKING:
+    import distributed
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +66,7 @@ class KafkaRange:
     partition: int
     start: int
     end: int
-    consumer_params: dict[str, Any] = field(repr=False, compare=False)
+    consumer_params: dict[str, object] = field(repr=False, compare=False)
     keys: bool = False
     read_timeout: float = 60.0
 
@@ -82,7 +85,7 @@ _pool_lock = threading.Lock()
 _idle: dict[str, list[Any]] = {}
 
 
-def _take_consumer(params: dict[str, Any]) -> tuple[str, Any]:
+def _take_consumer(params: dict[str, object]) -> tuple[str, Any]:
     import confluent_kafka as ck
 
     key = json.dumps(params, sort_keys=True, default=str)
@@ -108,7 +111,7 @@ def _give_back(key: str, consumer: Any) -> None:
         _idle.setdefault(key, []).append(consumer)
 
 
-def read_kafka_range(r: KafkaRange) -> list[Any]:
+def read_kafka_range(r: KafkaRange) -> list[object]:
     """Read the records of ``r`` (run on a worker); values, or ``{"key", "value"}`` dicts.
 
     Reads until the consumer's position reaches ``r.end`` (transaction
@@ -126,11 +129,11 @@ def read_kafka_range(r: KafkaRange) -> list[Any]:
     return values
 
 
-def _read(consumer: Any, r: KafkaRange) -> list[Any]:
+def _read(consumer: Any, r: KafkaRange) -> list[object]:
     import confluent_kafka as ck
 
     consumer.assign([ck.TopicPartition(r.topic, r.partition, r.start)])
-    out: list[Any] = []
+    out: list[object] = []
     nxt = r.start  # every offset below this has been handed to us (or skipped by Kafka)
     deadline = time.monotonic() + r.read_timeout
     last_error: Any = None
@@ -204,7 +207,7 @@ class KafkaRangeSource(KafkaBatchedSource):
     def __init__(
         self,
         topics: str | list[str],
-        consumer_params: dict[str, Any],
+        consumer_params: dict[str, object],
         read_timeout: float = 60.0,
         **kwargs: Any,
     ) -> None:
@@ -220,7 +223,7 @@ class KafkaRangeSource(KafkaBatchedSource):
         self.read_timeout = float(read_timeout)
         super().__init__(topics, consumer_params, **kwargs)
         #: what the workers connect with (the source's own settings are not for them)
-        self.worker_params: dict[str, Any] = dict(consumer_params)
+        self.worker_params: dict[str, object] = dict(consumer_params)
 
     async def _refresh(self) -> None:
         await super()._refresh()
@@ -306,11 +309,11 @@ class KafkaRangeSource(KafkaBatchedSource):
 
 def from_kafka_batched_dask(
     topic: str | list[str],
-    consumer_params: dict[str, Any],
+    consumer_params: dict[str, object],
     start: bool = False,
-    client: Any = None,
+    client: distributed.Client | None = None,
     read_timeout: float = 60.0,
-    **kwargs: Any,
+    **kwargs: object,
 ) -> DaskStream:
     """The scattered stream of batches read on workers (``from_kafka_batched(..., dask=True)``).
 

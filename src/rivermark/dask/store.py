@@ -35,9 +35,9 @@ import os
 import re
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from rivermark.checkpoint.errors import CheckpointCorruptError, CheckpointLockedError
 from rivermark.checkpoint.faults import fault_point
@@ -52,7 +52,12 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["DaskDatasetStore"]
 
-_MISSING: Any = object()
+if TYPE_CHECKING:
+    import distributed
+
+T = TypeVar("T")
+
+_MISSING: object = object()
 
 
 def _lock_functions() -> tuple[Callable[..., str | None], Callable[..., bool]]:
@@ -101,7 +106,10 @@ class DaskDatasetStore(Store):
     """
 
     def __init__(
-        self, client: Any = None, prefix: str = "rivermark", lock_wait: float = 5.0
+        self,
+        client: distributed.Client | None = None,
+        prefix: str = "rivermark",
+        lock_wait: float = 5.0,
     ) -> None:
         if not isinstance(prefix, str) or not prefix or prefix.endswith("/"):
             raise ConfigurationError(
@@ -130,27 +138,28 @@ class DaskDatasetStore(Store):
 
     # ------------------------------------------------------------------ client
     @property
-    def client(self) -> Any:
+    def client(self) -> distributed.Client:
         """The client given, else ``distributed.default_client()``."""
         if self._client is not None:
             return self._client
         import distributed
 
         try:
-            return distributed.default_client()
+            client: distributed.Client = distributed.default_client()
         except ValueError:
             raise ConfigurationError(
                 f"DaskDatasetStore({self.prefix!r}): no Dask client found; pass client= or "
                 f"start a distributed.Client first"
             ) from None
+        return client
 
     def _address(self) -> str:
         try:
-            return str(self.client.scheduler.address)
+            return str(self.client.scheduler.address)  # type: ignore[union-attr]  # else: no client
         except Exception:
             return "<no client>"
 
-    def _call(self, what: str, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    def _call(self, what: str, func: Callable[..., T], *args: object, **kwargs: object) -> T:
         client = self.client
         # optional: older distributed clients have no asyncio_loop
         loop = getattr(getattr(client, "loop", None), "asyncio_loop", None)
@@ -179,10 +188,10 @@ class DaskDatasetStore(Store):
                 f"scheduler is reachable"
             ) from e
 
-    def _get(self, what: str, name: str) -> Any:
+    def _get(self, what: str, name: str) -> object:
         return self._call(what, self.client.get_dataset, name, default=_MISSING)
 
-    def _publish(self, what: str, name: str, value: Any) -> None:
+    def _publish(self, what: str, name: str, value: object) -> None:
         self._call(what, self.client.publish_dataset, value, name=name, override=True)
 
     def _unpublish(self, name: str) -> None:
@@ -245,13 +254,13 @@ class DaskDatasetStore(Store):
         text = self._get(f"read manifest {epoch}", self.manifest_name(epoch))
         if text is _MISSING:
             raise KeyError(f"{self!r} has no checkpoint {epoch!r}")
-        return Manifest.from_json(text)
+        return Manifest.from_json(cast("str", text))  # published by write_checkpoint
 
     def read_state(self, epoch: int, node_id: str) -> bytes:
         blob = self._get(f"read the state of {node_id!r}", self.state_name(epoch, node_id))
         if blob is _MISSING:
             raise KeyError(f"{self!r}: checkpoint {epoch!r} has no state for node {node_id!r}")
-        return bytes(blob)
+        return bytes(cast("bytes", blob))  # published by write_checkpoint
 
     def describe(self, epoch: int) -> str:
         return f"checkpoint {self.manifest_name(epoch)!r}"
@@ -293,7 +302,7 @@ class DaskDatasetStore(Store):
             self.delete(e)
         return doomed
 
-    def write_job_info(self, info: dict[str, Any]) -> None:
+    def write_job_info(self, info: Mapping[str, object]) -> None:
         import json
 
         text = json.dumps({"format": FORMAT_VERSION, **info}, indent=2, sort_keys=True)
@@ -350,7 +359,7 @@ class DaskDatasetStore(Store):
         return None if result is None else str(result)
 
     # ------------------------------------------------------------------ readers
-    def latest_states(self) -> dict[str, Any]:
+    def latest_states(self) -> dict[str, object]:
         """The state of every node in the newest checkpoint that verifies (``{}`` if none).
 
         This is what the streamz pipeline published by hand: another client

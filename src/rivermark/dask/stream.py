@@ -6,6 +6,8 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
+import distributed
+
 from rivermark.core.graph import ancestors
 from rivermark.core.node import Stream, check_callable
 from rivermark.core.refs import Metadata
@@ -35,10 +37,10 @@ class DaskStream(Stream):
 
     _graphviz_fillcolor: ClassVar[str] = "lightblue"
     #: the client given to ``scatter(client=...)``; the nodes below it remember it too
-    dask_client: Any = None
+    dask_client: distributed.Client | None = None
 
     @property
-    def client(self) -> Any:
+    def client(self) -> distributed.Client:
         """The Dask client: an upstream ``scatter(client=...)``'s, else the default one."""
         if self.dask_client is not None:
             return self.dask_client
@@ -48,7 +50,9 @@ class DaskStream(Stream):
                 return n.dask_client
         return _default_client(self)
 
-    def _submit(self, func: Callable[..., Any], *args: Any, label: Any = None) -> Any:
+    def _submit(
+        self, func: Callable[..., object], *args: object, label: object = None
+    ) -> distributed.Future[object]:
         client = self.client
         _check_client(self, client)
         # keys name the user's function, so errors and the dashboard say what ran
@@ -61,11 +65,11 @@ class _Inline:
 
     __slots__ = ("value",)
 
-    def __init__(self, value: Any) -> None:
+    def __init__(self, value: object) -> None:
         self.value = value
 
 
-def _arg(x: Any) -> Any:
+def _arg(x: object) -> object:
     return x.value if type(x) is _Inline else x
 
 
@@ -78,10 +82,10 @@ class DaskMap(DaskStream):
     'DaskMap'
     """
 
-    _worker_call: ClassVar[Callable[..., Any]] = staticmethod(_apply)
+    _worker_call: ClassVar[Callable[..., object]] = staticmethod(_apply)
 
     def __init__(
-        self, upstream: Stream, func: Callable[..., Any], *args: Any, **kwargs: Any
+        self, upstream: Stream, func: Callable[..., object], *args: object, **kwargs: Any
     ) -> None:
         check_callable("map", "func", func)
         self.func = func
@@ -93,8 +97,8 @@ class DaskMap(DaskStream):
         DaskStream.__init__(self, upstream, stream_name=stream_name, name=name, on_error=on_error)
 
     def update(
-        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
-    ) -> list[Awaitable[Any]] | None:
+        self, x: object, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> list[Awaitable[object]] | None:
         fut = self._submit(
             self._worker_call, self.func, _arg(x), self.args, self.kwargs, label=self.func
         )
@@ -110,4 +114,4 @@ class DaskStarmap(DaskMap):
     'DaskStarmap'
     """
 
-    _worker_call: ClassVar[Callable[..., Any]] = staticmethod(_apply_star)
+    _worker_call: ClassVar[Callable[..., object]] = staticmethod(_apply_star)

@@ -6,23 +6,30 @@ workers must import the same rivermark.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeVar, cast
+
+T = TypeVar("T")
 
 
-def _value(x: Any) -> Any:
+def _value(x: T) -> T:
     """Identity run on a worker: makes a recomputable future out of a record."""
     return x
 
 
-def _apply(func: Callable[..., Any], x: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _apply(
+    func: Callable[..., object], x: object, args: tuple[object, ...], kwargs: dict[str, object]
+) -> object:
     return func(x, *args, **kwargs)
 
 
 def _apply_star(
-    func: Callable[..., Any], x: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Any:
+    func: Callable[..., object],
+    x: Iterable[object],
+    args: tuple[object, ...],
+    kwargs: dict[str, object],
+) -> object:
     return func(*x, *args, **kwargs)
 
 
@@ -30,28 +37,28 @@ def _apply_star(
 class _Step:
     """What one scattered accumulate step produced (lives on the cluster)."""
 
-    state: Any
-    result: Any
+    state: object
+    result: object
     error: BaseException | None
 
 
 def _accumulate_step(
-    func: Callable[..., Any],
-    previous: Any,
-    x: Any,
+    func: Callable[..., object],
+    previous: object,
+    x: object,
     returns_state: bool,
-    kwargs: dict[str, Any],
+    kwargs: dict[str, object],
 ) -> _Step:
     # ``previous`` is the step before (so a record costs one scheduler hop on
     # the chain, not two) or, for the first step, the initial state itself.
     # A failing step keeps the previous state (as the local accumulate does
     # when the error policy drops the record); the error resurfaces in
     # ``_step_result`` so ``gather`` applies the node's policy to it.
-    state = previous.state if type(previous) in _STEP_TYPES else previous
+    state = cast("_Step", previous).state if type(previous) in _STEP_TYPES else previous
     try:
         out = func(state, x, **kwargs)
         if returns_state:
-            new_state, result = out
+            new_state, result = cast("tuple[object, object]", out)
         else:
             new_state = result = out
     except Exception as e:
@@ -63,23 +70,23 @@ def _accumulate_step(
 class _StepBatch:
     """What one batched accumulate task produced: the last state, a result or error per record."""
 
-    state: Any
-    results: list[Any]
+    state: object
+    results: list[object]
     errors: list[BaseException | None]
 
 
 def _accumulate_batch(
-    func: Callable[..., Any],
-    previous: Any,
-    xs: list[Any],
+    func: Callable[..., object],
+    previous: object,
+    xs: list[object],
     returns_state: bool,
     with_state: bool,
-    kwargs: dict[str, Any],
+    kwargs: dict[str, object],
 ) -> _StepBatch:
     # The records of one batch folded in order, exactly as one _accumulate_step
     # each would fold them (a failing record keeps the state before it).
-    state = previous.state if type(previous) in _STEP_TYPES else previous
-    results: list[Any] = []
+    state = cast("_Step", previous).state if type(previous) in _STEP_TYPES else previous
+    results: list[object] = []
     errors: list[BaseException | None] = []
     for x in xs:
         step = _accumulate_step(func, state, x, returns_state, kwargs)
@@ -92,11 +99,11 @@ def _accumulate_batch(
 _STEP_TYPES: tuple[type, ...] = (_Step, _StepBatch)
 
 
-def _step_state(step: _Step) -> Any:
+def _step_state(step: _Step) -> object:
     return step.state
 
 
-def _step_result(step: _Step) -> Any:
+def _step_result(step: _Step) -> object:
     if step.error is not None:
         raise step.error
     return step.result

@@ -60,7 +60,7 @@ from rivermark.dataframe.running import (
     RollingAggregate,
     check_time_index,
 )
-from rivermark.dataframe.schema import DtypePlan, conform_deferring
+from rivermark.dataframe.schema import Dtype, DtypePlan, conform_deferring
 from rivermark.dataframe.streamz_aggregate import StreamzAggregate
 from rivermark.errors import ConfigurationError
 from rivermark.state import as_keyed
@@ -93,7 +93,7 @@ __all__ = [
 ]
 
 
-def is_streamz_style(agg: Any) -> bool:
+def is_streamz_style(agg: object) -> bool:
     """Whether ``agg`` implements streamz's ``initial``/``on_new``/``on_old`` instead of partials.
 
     >>> class Count(_OneValue):
@@ -113,12 +113,12 @@ def is_streamz_style(agg: Any) -> bool:
 
 def aggregate_node(
     upstream: Stream,
-    agg: Any,
+    agg: object,
     n: int | None = None,
     value: pd.Timedelta | None = None,
     with_state: bool = False,
-    start: Any = None,
-    example: Any = None,
+    start: object = None,
+    example: pd.DataFrame | pd.Series | None = None,
     op: str | None = None,
 ) -> Stream:
     """The node running ``agg`` (either protocol) over ``upstream``, optionally windowed.
@@ -401,8 +401,8 @@ class Aggregate(ConformingNode):
         n: int | None = None,
         value: pd.Timedelta | None = None,
         with_state: bool = False,
-        start: Any = None,
-        example: Any = None,
+        start: object = None,
+        example: pd.DataFrame | pd.Series | None = None,
         op: str | None = None,
         **kwargs: Any,
     ) -> None:
@@ -441,7 +441,7 @@ class Aggregate(ConformingNode):
         return self.n is not None or self.value is not None
 
     # ---------------------------------------------------------------- state
-    def get_state(self) -> Any:
+    def get_state(self) -> dict[str, object]:
         book = self._book
         if book is None:
             return self._plain_state()
@@ -451,16 +451,16 @@ class Aggregate(ConformingNode):
         state = {"acc": None if acc is None else book.layout(acc), "partials": book.sync(acc)}
         return {**state, "parts": list(self.parts), "rows": self.rows, "schema": self.schema}
 
-    def _plain_state(self) -> Any:
+    def _plain_state(self) -> dict[str, object]:
         # a window is its batches: the accumulators are rebuilt from them on restore
         acc = None if self.windowed or self.acc is None else self.agg.copy(self.acc)
         return {"acc": acc, "parts": list(self.parts), "rows": self.rows, "schema": self.schema}
 
-    def _state_for_output(self) -> Any:
+    def _state_for_output(self) -> dict[str, object]:
         # ``with_state=True``: a copy in the form ``start=`` takes
         return self._plain_state()
 
-    def set_state(self, state: Any) -> None:
+    def set_state(self, state: object) -> None:
         self.front = []
         if state is None:
             self.acc, self.parts, self.rows = None, deque(), 0
@@ -587,7 +587,7 @@ class Aggregate(ConformingNode):
             else:
                 self._keep_rest(frame.iloc[excess:])
 
-    def _evict_time(self, newest: Any) -> None:
+    def _evict_time(self, newest: pd.Timestamp) -> None:
         assert self.value is not None
         cutoff = newest - self.value  # the caller checked the index type
         while self.parts:
@@ -611,7 +611,7 @@ class Aggregate(ConformingNode):
             self._keep_rest(frame[~mask])
             break
 
-    def _evict_full(self, x: Any) -> None:
+    def _evict_full(self, x: pd.DataFrame | pd.Series) -> None:
         """A ``full()`` window keeps frames only (no partials)."""
         parts = self.parts
         if self.n is not None:
@@ -640,13 +640,15 @@ class Aggregate(ConformingNode):
                 parts[0] = (frame[~mask], None)
                 break
 
-    def _newest(self, x: Any) -> Any:
+    def _newest(self, x: pd.DataFrame | pd.Series) -> pd.Timestamp:
         """The newest index of batch ``x`` (a time window needs a datetime index)."""
         check_time_index(x, f"{self.display_name()} {self.op.__qualname__}")
         return x.index.max()
 
     # ---------------------------------------------------------------- data flow
-    def _conform_deferring(self, x: Any) -> tuple[Any, dict[Any, Any]]:
+    def _conform_deferring(
+        self, x: pd.DataFrame | pd.Series
+    ) -> tuple[pd.DataFrame | pd.Series, dict[Hashable, Dtype]]:
         """``x`` matched to the schema, but for the columns the partial converts (with their dtypes)."""
         if self._plan is None:
             return self._conform(x), {}
@@ -655,7 +657,7 @@ class Aggregate(ConformingNode):
         )
         return x, deferred
 
-    def _step(self, x: Any) -> Any:
+    def _step(self, x: pd.DataFrame | pd.Series) -> object:
         x, deferred = self._conform_deferring(x)
         agg = self.agg
         n = len(x)

@@ -10,11 +10,16 @@ from __future__ import annotations
 
 import logging
 import warnings
-from typing import Any
+from collections.abc import Hashable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pandas as pd
 
 from rivermark.dataframe.partials import aligned_add, aligned_sub
+
+if TYPE_CHECKING:
+    from rivermark.dataframe.schema import Dtype
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +87,7 @@ class Aggregation:
         """The accumulator for a ``start=`` in streamz's form (e.g. ``sum(start=10)``), or None."""
         return None
 
-    def deferrable(self, columns: Any) -> frozenset[Any]:
+    def deferrable(self, columns: pd.Index) -> frozenset[Hashable]:
         """The columns (of ``columns``) a running aggregation may take in the batch's own dtype.
 
         For those, :meth:`converted` turns the partial of the batch as it is
@@ -91,7 +96,7 @@ class Aggregation:
         """
         return frozenset()
 
-    def converted(self, p: Any, deferred: dict[Any, Any], acc: Any) -> Any:
+    def converted(self, p: Any, deferred: dict[Hashable, Dtype], acc: Any) -> Any:
         """``p``, the partial of a batch with ``deferred``'s columns unconverted, for ``acc``.
 
         What :meth:`combine` makes of ``acc`` and the result must be what it
@@ -102,7 +107,7 @@ class Aggregation:
     def signature(self) -> str:
         return type(self).__name__
 
-    def example_result(self, example: Any) -> Any:
+    def example_result(self, example: pd.DataFrame | pd.Series) -> object:
         """What the aggregation emits for ``example`` (used to type the output)."""
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)

@@ -16,7 +16,8 @@ derived element-wise from the same DataFrame.
 from __future__ import annotations
 
 import operator
-from typing import Any
+from collections.abc import Callable, Hashable, Mapping
+from typing import TYPE_CHECKING, Any, Self, cast
 
 import numpy as np
 import pandas as pd
@@ -29,6 +30,11 @@ from rivermark.dataframe.streaming import Streaming as Streaming
 from rivermark.dataframe.streaming import _Apply as _Apply
 from rivermark.dataframe.streaming import _ApplyEach as _ApplyEach
 from rivermark.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from rivermark.dataframe.groupby import GroupBy
+    from rivermark.dataframe.plotting import HvPlot
+    from rivermark.dataframe.windows import EWM, Expanding, Rolling, Window
 
 __all__ = [
     "Streaming",
@@ -46,7 +52,7 @@ __all__ = [
 ]
 
 
-def random_datapoint(now: pd.Timestamp | None = None, **kwargs: Any) -> pd.DataFrame:
+def random_datapoint(now: pd.Timestamp | None = None, **kwargs: object) -> pd.DataFrame:
     """One random row (column ``a``, uniform in [0, 1)) at ``now`` (default: the current time).
 
     As streamz's (and where streamz has it), a ``datafn`` for
@@ -72,45 +78,47 @@ class BaseFrame(Streaming):
     [1.3]
     """
 
-    def round(self, decimals: int = 0) -> Any:
+    def round(self, decimals: int = 0) -> Streaming:
         """Round each batch to ``decimals`` places."""
         return self.map_partitions(lambda x: x.round(decimals), self)
 
-    def reset_index(self, *args: Any, **kwargs: Any) -> Any:
+    def reset_index(self, *args: object, **kwargs: object) -> Streaming:
         """``reset_index`` on each batch."""
         return self.map_partitions(lambda x: x.reset_index(*args, **kwargs), self)
 
-    def set_index(self, index: Any, **kwargs: Any) -> Any:
+    def set_index(self, index: object, **kwargs: object) -> Streaming:
         """``set_index`` on each batch: column label(s), or a streaming Series of this DataFrame."""
 
-        def _set_index(x: Any, idx: Any) -> Any:
+        def _set_index(x: pd.DataFrame, idx: object) -> pd.DataFrame:
             return x.set_index(idx, **kwargs)
 
         return self.map_partitions(_set_index, self, index)
 
-    def tail(self, n: int = 5) -> Any:
+    def tail(self, n: int = 5) -> Streaming:
         """The last ``n`` rows of each batch."""
         return self.map_partitions(lambda x: x.tail(n), self)
 
-    def astype(self, dt: Any) -> Any:
+    def astype(self, dt: object) -> Streaming:
         """Cast each batch to ``dt``."""
         return self.map_partitions(lambda x: x.astype(dt), self)
 
-    def map(self, func: Any, na_action: Any = None) -> Any:
+    def map(
+        self, func: Callable[..., object] | Mapping[Hashable, object], na_action: str | None = None
+    ) -> Streaming:
         """Element-wise ``map`` (``Series.map``, or ``DataFrame.map`` for frames)."""
         return self.map_partitions(lambda x: x.map(func, na_action=na_action), self)
 
     @property
-    def index(self) -> Any:
+    def index(self) -> Streaming:
         """The index of each batch."""
         return self.map_partitions(lambda x: x.index, self)
 
     @property
-    def size(self) -> Any:
+    def size(self) -> Streaming:
         """Number of elements: a running total for streaming frames."""
         return self._reduce(aggs.Size())
 
-    def _reduce(self, agg: aggs.Aggregation, op: str = "size") -> Any:
+    def _reduce(self, agg: aggs.Aggregation, op: str = "size") -> Streaming:
         node = aggs.Aggregate(self.local_stream, agg, example=self.example, op=op)
         example = agg.example_result(self.example)
         return self.accumulate_node(node, example, "updating")
@@ -128,7 +136,7 @@ class Frame(BaseFrame):
 
     _stream_type = "streaming"
 
-    def groupby(self, other: Any) -> Any:
+    def groupby(self, other: object) -> GroupBy:
         """Group by column label(s); then ``.sum()``, ``.mean()`` ... keep running results."""
         from rivermark.dataframe.groupby import GroupBy
 
@@ -137,10 +145,10 @@ class Frame(BaseFrame):
     def aggregate(
         self,
         aggregation: aggs.Aggregation,
-        start: Any = None,
+        start: object = None,
         op: str | None = None,
         name: str | None = None,
-    ) -> Any:
+    ) -> Streaming:
         """Run an :class:`~rivermark.dataframe.aggregations.Aggregation` over everything seen.
 
         ``aggregation`` implements rivermark's partials or streamz's
@@ -153,43 +161,43 @@ class Frame(BaseFrame):
         example = aggs.aggregate_example(aggregation, self.example)
         return self.accumulate_node(node, example, "updating", name)
 
-    def sum(self, start: Any = None, name: str | None = None) -> Any:
+    def sum(self, start: object = None, name: str | None = None) -> Streaming:
         """Running sum (of each column for a DataFrame)."""
         return self.aggregate(aggs.Sum(), start=start, op="sum()", name=name)
 
-    def count(self, start: Any = None, name: str | None = None) -> Any:
+    def count(self, start: object = None, name: str | None = None) -> Streaming:
         """Running count of non-null values."""
         return self.aggregate(aggs.Count(), start=start, op="count()", name=name)
 
-    def mean(self, start: Any = None, name: str | None = None) -> Any:
+    def mean(self, start: object = None, name: str | None = None) -> Streaming:
         """Running mean."""
         return self.aggregate(aggs.Mean(), start=start, op="mean()", name=name)
 
-    def var(self, ddof: int = 1, start: Any = None, name: str | None = None) -> Any:
+    def var(self, ddof: int = 1, start: object = None, name: str | None = None) -> Streaming:
         """Running variance."""
         return self.aggregate(aggs.Var(ddof=ddof), start=start, op=f"var(ddof={ddof})", name=name)
 
-    def std(self, ddof: int = 1, start: Any = None, name: str | None = None) -> Any:
+    def std(self, ddof: int = 1, start: object = None, name: str | None = None) -> Streaming:
         """Running standard deviation."""
         return self.aggregate(
             aggs.Var(ddof=ddof, sqrt=True), start=start, op=f"std(ddof={ddof})", name=name
         )
 
-    def min(self, start: Any = None, name: str | None = None) -> Any:
+    def min(self, start: object = None, name: str | None = None) -> Streaming:
         """Running minimum (of each column for a DataFrame), skipping missing values."""
         return self.aggregate(aggs.Min(), start=start, op="min()", name=name)
 
-    def max(self, start: Any = None, name: str | None = None) -> Any:
+    def max(self, start: object = None, name: str | None = None) -> Streaming:
         """Running maximum (of each column for a DataFrame), skipping missing values."""
         return self.aggregate(aggs.Max(), start=start, op="max()", name=name)
 
     def rolling(
         self,
-        window: Any,
+        window: int | str | pd.Timedelta,
         min_periods: int | None = None,
         with_state: bool = False,
-        start: Any = None,
-    ) -> Any:
+        start: object = None,
+    ) -> Rolling:
         """pandas-style rolling aggregations across batch boundaries (``window`` rows or a time).
 
         ``min_periods`` is pandas' (by default the window's size for a number
@@ -201,14 +209,18 @@ class Frame(BaseFrame):
         return Rolling(self, window, min_periods, with_state, start)
 
     def window(
-        self, n: Any = None, value: Any = None, with_state: bool = False, start: Any = None
-    ) -> Any:
+        self,
+        n: int | None = None,
+        value: object = None,
+        with_state: bool = False,
+        start: object = None,
+    ) -> Window:
         """Aggregations over the last ``n`` rows, or the last ``value`` of time (``"10s"``)."""
         from rivermark.dataframe.windows import Window
 
         return Window(self, n=n, value=value, with_state=with_state, start=start)
 
-    def expanding(self, with_state: bool = False, start: Any = None) -> Any:
+    def expanding(self, with_state: bool = False, start: object = None) -> Expanding:
         """Aggregations over everything seen so far."""
         from rivermark.dataframe.windows import Expanding
 
@@ -221,30 +233,30 @@ class Frame(BaseFrame):
         halflife: float | None = None,
         alpha: float | None = None,
         with_state: bool = False,
-        start: Any = None,
-    ) -> Any:
+        start: object = None,
+    ) -> EWM:
         """Exponentially weighted aggregations (``.mean()``)."""
         from rivermark.dataframe.windows import EWM
 
         return EWM(self, com, span, halflife, alpha, with_state, start)
 
-    def _cumulative(self, op: str, name: str | None) -> Any:
+    def _cumulative(self, op: str, name: str | None) -> Streaming:
         node = aggs.Cumulative(self.local_stream, op, example=self.example)
         return self.accumulate_node(node, self.example, "streaming", name)
 
-    def cumsum(self, name: str | None = None) -> Any:
+    def cumsum(self, name: str | None = None) -> Streaming:
         """Cumulative sum across batches (each batch emitted with its cumulative values)."""
         return self._cumulative("cumsum", name)
 
-    def cumprod(self, name: str | None = None) -> Any:
+    def cumprod(self, name: str | None = None) -> Streaming:
         """Cumulative product across batches."""
         return self._cumulative("cumprod", name)
 
-    def cummin(self, name: str | None = None) -> Any:
+    def cummin(self, name: str | None = None) -> Streaming:
         """Cumulative minimum across batches."""
         return self._cumulative("cummin", name)
 
-    def cummax(self, name: str | None = None) -> Any:
+    def cummax(self, name: str | None = None) -> Streaming:
         """Cumulative maximum across batches."""
         return self._cumulative("cummax", name)
 
@@ -261,51 +273,51 @@ class Frames(BaseFrame):
 
     _stream_type = "updating"
 
-    def sum(self, **kwargs: Any) -> Any:
+    def sum(self, **kwargs: object) -> Streaming:
         """``sum`` of each latest result."""
         return self.map_partitions(lambda x: x.sum(**kwargs), self)
 
-    def mean(self, **kwargs: Any) -> Any:
+    def mean(self, **kwargs: object) -> Streaming:
         """``mean`` of each latest result."""
         return self.map_partitions(lambda x: x.mean(**kwargs), self)
 
-    def std(self, **kwargs: Any) -> Any:
+    def std(self, **kwargs: object) -> Streaming:
         """``std`` of each latest result."""
         return self.map_partitions(lambda x: x.std(**kwargs), self)
 
-    def var(self, **kwargs: Any) -> Any:
+    def var(self, **kwargs: object) -> Streaming:
         """``var`` of each latest result."""
         return self.map_partitions(lambda x: x.var(**kwargs), self)
 
-    def count(self, **kwargs: Any) -> Any:
+    def count(self, **kwargs: object) -> Streaming:
         """``count`` of each latest result."""
         return self.map_partitions(lambda x: x.count(**kwargs), self)
 
     @property
-    def size(self) -> Any:
+    def size(self) -> Streaming:
         """``size`` of each latest result."""
         return self.map_partitions(lambda x: x.size, self)
 
-    def nlargest(self, n: int, *args: Any, **kwargs: Any) -> Any:
+    def nlargest(self, n: int, *args: object, **kwargs: object) -> Streaming:
         """``nlargest`` of each latest result."""
         return self.map_partitions(lambda x: x.nlargest(n, *args, **kwargs), self)
 
 
 class _DataFrameMixin:
-    example: Any
+    example: pd.DataFrame
     stream: Stream
 
     @property
-    def columns(self) -> Any:
+    def columns(self) -> pd.Index:
         """The example's columns."""
         return self.example.columns
 
     @property
-    def dtypes(self) -> Any:
+    def dtypes(self) -> pd.Series:
         """The example's dtypes."""
         return self.example.dtypes
 
-    def __getitem__(self, index: Any) -> Any:
+    def __getitem__(self, index: object) -> Streaming:
         return Streaming.map_partitions(operator.getitem, self, index)
 
     def __getattr__(self, key: str) -> Any:
@@ -322,21 +334,21 @@ class _DataFrameMixin:
         cols = [c for c in getattr(self.example, "columns", ()) if isinstance(c, str)]
         return sorted(set(object.__dir__(self)) | set(cols))
 
-    def assign(self, **kwargs: Any) -> Any:
+    def assign(self, **kwargs: object) -> Streaming:
         """``assign`` new columns: constants, or Series derived from this DataFrame."""
         keys = list(kwargs)
         values = [kwargs[k] for k in keys]
 
-        def _assign(df: Any, *vals: Any) -> Any:
+        def _assign(df: pd.DataFrame, *vals: object) -> pd.DataFrame:
             return df.assign(**dict(zip(keys, vals)))
 
         return Streaming.map_partitions(_assign, self, *values)
 
-    def to_frame(self) -> Any:
+    def to_frame(self) -> Self:
         """The DataFrame itself (for symmetry with ``Series.to_frame``)."""
         return self
 
-    def __setitem__(self, key: Any, value: Any) -> None:
+    def __setitem__(self, key: Hashable, value: object) -> None:
         if isinstance(value, Streaming):
             new = self.assign(**{key: value}) if isinstance(key, str) else None
         else:
@@ -348,49 +360,49 @@ class _DataFrameMixin:
         self._root = new._root  # noqa: SLF001 - a frame of the same class
         self._fn = new._fn  # noqa: SLF001 - a frame of the same class
 
-    def query(self, expr: str, **kwargs: Any) -> Any:
+    def query(self, expr: str, **kwargs: object) -> Streaming:
         """Rows of each batch matching the pandas ``query`` expression."""
         return Streaming.map_partitions(lambda x: x.query(expr, **kwargs), self)
 
     @property
-    def plot(self) -> Any:
+    def plot(self) -> HvPlot:
         """Live hvplot plots: ``plot(kind=..., backlog=1000)``, ``plot.line()``, ... (``rivermark[plot]``)."""
         from rivermark.dataframe.plotting import HvPlot
 
-        return HvPlot(self)
+        return HvPlot(cast("Streaming", self))  # a mixin of frame classes
 
     hvplot = plot
 
 
-def _set_item(df: Any, key: Any, value: Any) -> Any:
+def _set_item(df: pd.DataFrame, key: Hashable, value: object) -> pd.DataFrame:
     out = df.copy()
     out[key] = value
     return out
 
 
 class _SeriesMixin:
-    example: Any
+    example: pd.Series
 
     @property
-    def dtype(self) -> Any:
+    def dtype(self) -> np.dtype[np.generic] | pd.api.extensions.ExtensionDtype:
         """The example's dtype."""
         return self.example.dtype
 
-    def to_frame(self) -> Any:
+    def to_frame(self) -> Streaming:
         """Each batch as a one-column DataFrame."""
         return Streaming.map_partitions(lambda x: x.to_frame(), self)
 
     @property
-    def plot(self) -> Any:
+    def plot(self) -> HvPlot:
         """Live hvplot plots: ``plot(kind=..., backlog=1000)``, ``plot.line()``, ... (``rivermark[plot]``)."""
         from rivermark.dataframe.plotting import HvPlot
 
-        return HvPlot(self)
+        return HvPlot(cast("Streaming", self))  # a mixin of frame classes
 
     hvplot = plot
 
 
-def _check_example(kind: str, example: Any, cls: type) -> None:
+def _check_example(kind: str, example: object, cls: type) -> None:
     if not isinstance(example, cls):
         raise ConfigurationError(
             f"{kind}: example must be a pandas.{cls.__name__} with the columns and dtypes of "
@@ -414,6 +426,8 @@ class DataFrame(Frame, _DataFrameMixin):
     [33, 66]
     """
 
+    example: pd.DataFrame
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         if len(args) == 1 and not kwargs and isinstance(args[0], dict):
             parts = args[0]
@@ -424,7 +438,7 @@ class DataFrame(Frame, _DataFrameMixin):
                 )
             keys = list(parts)
 
-            def _combine(*cols: Any) -> Any:
+            def _combine(*cols: pd.Series) -> pd.DataFrame:
                 return pd.concat(dict(zip(keys, cols)), axis=1)
 
             combined = Streaming.map_partitions(_combine, *parts.values())
@@ -443,7 +457,7 @@ class DataFrame(Frame, _DataFrameMixin):
         _check_example("DataFrame", example, pd.DataFrame)
         Frame.__init__(self, stream, example, stream_type)
 
-    def verify(self, x: Any) -> None:
+    def verify(self, x: object) -> None:
         """Raise :class:`SchemaError` unless ``x`` matches the example (see :mod:`.schema`).
 
         Columns are matched by name.  The stateful nodes apply the whole policy
@@ -464,10 +478,12 @@ class Series(Frame, _SeriesMixin):
     [1.0, 3.0, 6.0]
     """
 
+    example: pd.Series
+
     def __init__(
         self,
         stream: Stream | None = None,
-        example: Any = None,
+        example: pd.Series | None = None,
         stream_type: str | None = None,
     ) -> None:
         if example is None:
@@ -475,11 +491,11 @@ class Series(Frame, _SeriesMixin):
         _check_example(type(self).__name__, example, pd.Series)
         Frame.__init__(self, stream, example, stream_type)
 
-    def value_counts(self, name: str | None = None) -> Any:
+    def value_counts(self, name: str | None = None) -> Streaming:
         """Running counts of each value."""
         return self.aggregate(aggs.ValueCounts(), op="value_counts()", name=name)
 
-    def verify(self, x: Any) -> None:
+    def verify(self, x: object) -> None:
         """Raise :class:`SchemaError` unless ``x`` is a Series."""
         conform(x, self.example, None, f"{type(self).__name__}.emit")
 
@@ -495,8 +511,10 @@ class Index(Streaming):
     [5, 6]
     """
 
+    example: pd.Index
+
     @property
-    def dtype(self) -> Any:
+    def dtype(self) -> np.dtype[np.generic] | pd.api.extensions.ExtensionDtype:
         """The example's dtype."""
         return self.example.dtype
 
@@ -511,8 +529,10 @@ class DataFrames(Frames, _DataFrameMixin):
     True
     """
 
+    example: pd.DataFrame
+
     def __init__(
-        self, stream: Stream | None = None, example: Any = None, stream_type: str | None = None
+        self, stream: Stream | None = None, example: object = None, stream_type: str | None = None
     ) -> None:
         Frames.__init__(self, stream, example, stream_type)
 
@@ -531,8 +551,10 @@ class Seriess(Frames, _SeriesMixin):
     {'x': 3.0, 'y': 7.0}
     """
 
+    example: pd.Series
+
     def __init__(
-        self, stream: Stream | None = None, example: Any = None, stream_type: str | None = None
+        self, stream: Stream | None = None, example: object = None, stream_type: str | None = None
     ) -> None:
         Frames.__init__(self, stream, example, stream_type)
 
@@ -543,7 +565,7 @@ FRAME_TYPES.update(
 
 
 @Stream.register_api(attribute_name="to_dataframe")
-def to_dataframe(stream: Stream, example: Any) -> DataFrame:
+def to_dataframe(stream: Stream, example: pd.DataFrame) -> DataFrame:
     """Treat a stream of pandas DataFrame batches as a streaming :class:`DataFrame`.
 
     >>> import pandas as pd

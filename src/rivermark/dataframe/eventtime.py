@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import numpy as np
@@ -61,6 +61,7 @@ from rivermark.core.timeutil import NANOS, epoch_seconds, parse_interval
 from rivermark.dataframe.core import DataFrame
 from rivermark.dataframe.eventwindows import BUILT_IN, FrameWindow, WindowSpec
 from rivermark.dataframe.running import OpName
+from rivermark.dataframe.schema import Dtype
 from rivermark.errors import ConfigurationError
 from rivermark.operators.eventtime import (
     Results,
@@ -84,7 +85,7 @@ __all__ = [
 ]
 
 
-def _dtype_problem(dtype: Any) -> str | None:
+def _dtype_problem(dtype: Dtype) -> str | None:
     """Why a column of ``dtype`` cannot hold event times (None: it can)."""
     if isinstance(dtype, pd.DatetimeTZDtype) or getattr(dtype, "kind", None) == "O":
         return None
@@ -168,9 +169,9 @@ class FrameTimestamps(Timestamps):
     def __init__(
         self,
         upstream: Stream,
-        column: Any,
-        max_delay: Any = 0,
-        idle_timeout: Any = None,
+        column: Hashable,
+        max_delay: object = 0,
+        idle_timeout: object = None,
         **kwargs: Any,
     ) -> None:
         self.column = column
@@ -182,7 +183,7 @@ class FrameTimestamps(Timestamps):
         super().__init__(upstream, None, max_delay, idle_timeout, **kwargs)
 
     def update(
-        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+        self, x: object, who: Stream | None = None, metadata: Metadata | None = None
     ) -> Results:
         try:
             if not isinstance(x, pd.DataFrame):
@@ -247,7 +248,7 @@ class FrameTimestamps(Timestamps):
         self._user_error(x[beyond], err, self._what)
         return x[~beyond], times[~beyond]
 
-    def _marks(self, partition: Any, times: np.ndarray) -> np.ndarray:
+    def _marks(self, partition: Hashable, times: np.ndarray) -> np.ndarray:
         """What each row is judged against (rows of one partition, in order): the larger
         of the watermark after it and its partition's own; records the watermark."""
         tracker = self.tracker
@@ -271,11 +272,11 @@ class FrameTimestamps(Timestamps):
 @DataFrame.register_api(attribute_name="timestamps")
 def timestamps(
     sdf: DataFrame,
-    column: Any,
-    max_delay: Any = 0,
-    idle_timeout: Any = None,
-    max_future: Any = None,
-    **kwargs: Any,
+    column: Hashable,
+    max_delay: object = 0,
+    idle_timeout: object = None,
+    max_future: object = None,
+    **kwargs: object,
 ) -> TimedDataFrame:
     """Event times from ``column``: then ``.tumbling_window(...)``, ``.hopping_window(...)``
     or ``.session_window(...)`` and an aggregation (see the module docs).
@@ -316,7 +317,7 @@ class TimedDataFrame(DataFrame):
     available right here, as record windows follow ``timestamps`` directly.
     """
 
-    def __init__(self, stream: FrameTimestamps, example: pd.DataFrame, column: Any) -> None:
+    def __init__(self, stream: FrameTimestamps, example: pd.DataFrame, column: Hashable) -> None:
         DataFrame.__init__(self, stream, example=example)
         self.time_column = column
 
@@ -330,7 +331,7 @@ class TimedDataFrame(DataFrame):
         return self.stream.end_of_input()  # type: ignore[attr-defined, no-any-return]
 
     def tumbling_window(
-        self, size: Any, grace: Any = 0, offset: float = 0.0, emit: str = "final"
+        self, size: object, grace: object = 0, offset: float = 0.0, emit: str = "final"
     ) -> EventWindows:
         """Windows ``[start, start + size)`` side by side; each row is in one.
 
@@ -351,7 +352,12 @@ class TimedDataFrame(DataFrame):
         return EventWindows(self, spec)
 
     def hopping_window(
-        self, size: Any, step: Any, grace: Any = 0, offset: float = 0.0, emit: str = "final"
+        self,
+        size: object,
+        step: object,
+        grace: object = 0,
+        offset: float = 0.0,
+        emit: str = "final",
     ) -> EventWindows:
         """Windows of ``size`` seconds starting every ``step`` (``step <= size``)."""
         kind = "hopping_window"
@@ -373,7 +379,7 @@ class TimedDataFrame(DataFrame):
         )
         return EventWindows(self, spec)
 
-    def session_window(self, gap: Any, grace: Any = 0, emit: str = "final") -> EventWindows:
+    def session_window(self, gap: object, grace: object = 0, emit: str = "final") -> EventWindows:
         """Sessions: the rows of a key less than ``gap`` seconds apart share a window."""
         kind = "session_window"
         spec = WindowSpec(
@@ -385,11 +391,11 @@ class TimedDataFrame(DataFrame):
         return EventWindows(self, spec)
 
 
-def _grace(kind: str, grace: Any) -> float:
+def _grace(kind: str, grace: object) -> float:
     return _delay(grace, kind, "grace")
 
 
-def _offset(kind: str, offset: Any) -> float:
+def _offset(kind: str, offset: object) -> float:
     if (
         isinstance(offset, bool)
         or not isinstance(offset, (int, float))
@@ -415,22 +421,22 @@ class EventWindows:
         self,
         timed: TimedDataFrame,
         spec: WindowSpec,
-        by: Sequence[Any] = (),
-        columns: Sequence[Any] | None = None,
+        by: Sequence[Hashable] = (),
+        columns: Sequence[Hashable] | None = None,
     ) -> None:
         self.timed = timed
         self.spec = spec
         self.by = tuple(by)
         self.columns = None if columns is None else tuple(columns)
 
-    def _labels(self) -> list[Any]:
+    def _labels(self) -> list[Hashable]:
         return list(self.timed.example.columns)
 
     def _reserved(self) -> tuple[str, ...]:
         """The result's own columns, which no key or value column may be named."""
         return ("start", "end", "final") if self.spec.updates else ("start", "end")
 
-    def groupby(self, by: Any) -> EventWindows:
+    def groupby(self, by: Hashable | list[Hashable]) -> EventWindows:
         """One window per key: a column label, or a list of them."""
         keys = list(by) if isinstance(by, (list, tuple)) else [by]
         for k in keys:
@@ -441,7 +447,7 @@ class EventWindows:
                 )
         return EventWindows(self.timed, self.spec, keys, self.columns)
 
-    def __getitem__(self, key: Any) -> EventWindows:
+    def __getitem__(self, key: Hashable | list[Hashable]) -> EventWindows:
         cols = list(key) if isinstance(key, list) else [key]
         for c in cols:
             if c not in self._labels():
@@ -451,7 +457,7 @@ class EventWindows:
                 )
         return EventWindows(self.timed, self.spec, self.by, cols)
 
-    def __getattr__(self, key: str) -> Any:
+    def __getattr__(self, key: str) -> EventWindows:
         if key.startswith("_") or key in ("timed", "spec", "by", "columns"):
             raise AttributeError(key)
         if key in self.timed.example.columns:
@@ -483,7 +489,7 @@ class EventWindows:
         return self._aggregate("max", name)
 
     def agg(
-        self, how: str | Callable[[pd.Series], Any], name: str | None = None
+        self, how: str | Callable[[pd.Series], object], name: str | None = None
     ) -> WindowedDataFrame:
         """Per window, ``how`` of each column: a built-in name, or ``func(series) -> value``.
 
@@ -502,7 +508,7 @@ class EventWindows:
 
     aggregate = agg
 
-    def _describe(self, how: Any) -> str:
+    def _describe(self, how: str | Callable[[pd.Series], object]) -> str:
         head = f"timestamps({self.timed.time_column!r}).{self.spec.describe()}"
         keys = f".groupby({list(self.by)!r})" if self.by else ""
         sel = "" if self.columns is None else f"[{list(self.columns)!r}]"
@@ -510,7 +516,7 @@ class EventWindows:
             return f"{head}{keys}{sel}.{how}()"
         return f"{head}{keys}{sel}.agg({getattr(how, '__qualname__', 'func')})"
 
-    def _value_columns(self, how: Any) -> list[Any]:
+    def _value_columns(self, how: str | Callable[[pd.Series], object]) -> list[Hashable]:
         if how == "size":
             return []
         if self.columns is not None:
@@ -535,7 +541,9 @@ class EventWindows:
             raise ConfigurationError(f"{op}: there is no column to aggregate; select one")
         return cols
 
-    def _aggregate(self, how: Any, name: str | None) -> WindowedDataFrame:
+    def _aggregate(
+        self, how: str | Callable[[pd.Series], object], name: str | None
+    ) -> WindowedDataFrame:
         ex = self.timed.example
         for b in self.by:
             if b in self._reserved():
@@ -567,10 +575,15 @@ class EventWindows:
 
 
 def _result_example(
-    ex: pd.DataFrame, by: Sequence[Any], cols: list[Any], how: Any, time_dtype: Any, updates: bool
+    ex: pd.DataFrame,
+    by: Sequence[Hashable],
+    cols: list[Hashable],
+    how: str | Callable[[pd.Series], object],
+    time_dtype: Dtype | None,
+    updates: bool,
 ) -> pd.DataFrame:
     bound = np.dtype(float) if time_dtype is None else time_dtype
-    data: dict[Any, pd.Series] = {
+    data: dict[Hashable, pd.Series] = {
         "start": pd.Series([], dtype=bound),
         "end": pd.Series([], dtype=bound),
     }
@@ -585,7 +598,7 @@ def _result_example(
     return pd.DataFrame(data)
 
 
-def _value_dtype(dtype: Any, how: Any) -> Any:
+def _value_dtype(dtype: Dtype, how: str | Callable[[pd.Series], object]) -> Dtype:
     if how == "count":
         return np.dtype("int64")
     if how == "mean":

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +45,7 @@ from rivermark.core.node import Stream
 from rivermark.core.refs import Metadata
 from rivermark.core.timeutil import NANOS
 from rivermark.dataframe.running import ConformingNode, OpName
+from rivermark.dataframe.schema import Dtype
 from rivermark.operators.eventtime import LateRecords, Results, _merge
 from rivermark.operators.windowstore import Closed, OpenWindows, exact_sign, in_close_order, slot
 
@@ -229,11 +230,11 @@ class FrameWindow(ConformingNode):
         self,
         clock: Any,
         spec: WindowSpec,
-        by: Sequence[Any],
-        columns: Sequence[Any],
-        how: str | Callable[[pd.Series], Any],
+        by: Sequence[Hashable],
+        columns: Sequence[Hashable],
+        how: str | Callable[[pd.Series], object],
         example: pd.DataFrame,
-        outputs: Sequence[Any],
+        outputs: Sequence[Hashable],
         result_example: pd.DataFrame,
         time_dtype: pd.DatetimeTZDtype | None = None,
         op: str = "",
@@ -280,7 +281,7 @@ class FrameWindow(ConformingNode):
         return len(self.store)
 
     def update(
-        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+        self, x: pd.DataFrame, who: Stream | None = None, metadata: Metadata | None = None
     ) -> Results:
         clock = self.clock
         try:
@@ -345,14 +346,14 @@ class FrameWindow(ConformingNode):
         data[_SEQ] = seqs if take is None else seqs[take]
         return pd.DataFrame(data, copy=False)
 
-    def _grouped(self, rows: pd.DataFrame, by: list[Any]) -> tuple[pd.Index, list[Any]]:
+    def _grouped(self, rows: pd.DataFrame, by: list[Hashable]) -> tuple[pd.Index, list[Any]]:
         """The group labels of ``rows`` by ``by`` and each group's partial."""
         grouped = rows.groupby(by, sort=True, observed=True, dropna=True)
         labels = grouped.size().index
         codes = _codes(grouped) if callable(self.how) else np.empty(0, np.int64)
         return labels, self.partials.of_groups(grouped, codes, rows)
 
-    def _keys(self, labels: pd.Index) -> list[Any]:
+    def _keys(self, labels: pd.Index) -> list[Hashable]:
         """The key of each group label of ``(*by, window)`` (None without ``by``)."""
         if not self.by:
             return [None] * len(labels)
@@ -520,10 +521,10 @@ class FrameWindow(ConformingNode):
         elif self.by:
             for i, b in enumerate(self.by):
                 data[b] = _typed([k[i] for k in keys], ex[b].dtype)
-        for i, name in enumerate(self.outputs):
+        for i, label in enumerate(self.outputs):
             column = [v[i] for v in values]
             # a function's results take the dtype pandas infers for them
-            data[name] = column if callable(self.how) else _typed(column, ex[name].dtype)
+            data[label] = column if callable(self.how) else _typed(column, ex[label].dtype)
         if self.spec.updates:
             data["final"] = np.full(len(kept), final)
         return pd.DataFrame(data, columns=list(ex.columns))
@@ -532,7 +533,7 @@ class FrameWindow(ConformingNode):
     def records_held(self) -> int | None:
         return len(self.store)
 
-    def get_state(self) -> Any:
+    def get_state(self) -> dict[str, object]:
         # the live container: the checkpoint takes its changed windows at the barrier
         return {**self.store.get_state(), "rows": self._rows, "schema": self.schema}
 
@@ -550,12 +551,12 @@ class FrameWindow(ConformingNode):
         )
 
 
-def _codes(grouped: Any) -> np.ndarray:
+def _codes(grouped: pd.api.typing.DataFrameGroupBy) -> np.ndarray:
     """Each row's group number (-1 for a row whose key is missing)."""
     return np.asarray(grouped.ngroup().fillna(-1).to_numpy(), dtype=np.int64)
 
 
-def _typed(values: list[Any], dtype: Any) -> Any:
+def _typed(values: list[object], dtype: Dtype) -> pd.api.extensions.ExtensionArray | list[object]:
     """``values`` as an array of ``dtype`` where they fit it (else as pandas infers)."""
     try:
         return pd.array(values, dtype=dtype)

@@ -11,7 +11,8 @@ window disappear from the result.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Hashable
+from typing import cast
 
 import pandas as pd
 
@@ -24,7 +25,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["GroupBy"]
 
 _KEY = "__rivermark_groupby_key__"
-_NO_KEY: Any = object()
+_NO_KEY: Hashable = object()
 
 
 def _with_key(df: pd.DataFrame, key: pd.Series) -> pd.DataFrame:
@@ -55,15 +56,15 @@ class GroupBy:
 
     def __init__(
         self,
-        root: Any,
-        grouper: Any,
-        index: Any = None,
+        root: Streaming,
+        grouper: Hashable | list[Hashable] | tuple[Hashable, ...] | Streaming,
+        index: Hashable | list[Hashable] | None = None,
         n: int | None = None,
         value: pd.Timedelta | None = None,
         with_state: bool = False,
-        start: Any = None,
+        start: object = None,
         windowed: bool = False,
-        key_name: Any = _NO_KEY,
+        key_name: Hashable = _NO_KEY,
         prefix: str = "",
         key_is_index: bool = False,
     ) -> None:
@@ -106,7 +107,7 @@ class GroupBy:
         self.key_is_index = key_is_index
         self._label = grouper if key_name is _NO_KEY else key_name
 
-    def __getitem__(self, index: Any) -> GroupBy:
+    def __getitem__(self, index: Hashable | list[Hashable]) -> GroupBy:
         return GroupBy(
             self.root,
             self.grouper,
@@ -121,10 +122,10 @@ class GroupBy:
             self.key_is_index,
         )
 
-    def __getattr__(self, key: str) -> Any:
+    def __getattr__(self, key: str) -> GroupBy:
         if key.startswith("_") or key == "root":
             raise AttributeError(key)
-        if key in self.root.example.columns:
+        if key in cast("pd.DataFrame", self.root.example).columns:
             return self[key]
         raise AttributeError(f"GroupBy has no attribute or column {key!r}")
 
@@ -133,9 +134,9 @@ class GroupBy:
         how: str,
         ddof: int = 1,
         with_state: bool | None = None,
-        start: Any = None,
+        start: object = None,
         name: str | None = None,
-    ) -> Any:
+    ) -> Streaming:
         agg = aggs.GroupbyAggregation(
             how,
             by=self.grouper,
@@ -167,34 +168,36 @@ class GroupBy:
 
     # ``start`` and ``with_state`` as in streamz; ``start`` must be a state this
     # node emitted (``with_state=True``) or None
-    def sum(self, start: Any = None, name: str | None = None) -> Any:
+    def sum(self, start: object = None, name: str | None = None) -> Streaming:
         """Running (or windowed) sum per key."""
         return self._accumulate("sum", start=start, name=name)
 
-    def count(self, start: Any = None, name: str | None = None) -> Any:
+    def count(self, start: object = None, name: str | None = None) -> Streaming:
         """Running count of non-null values per key."""
         return self._accumulate("count", start=start, name=name)
 
-    def mean(self, with_state: bool = False, start: Any = None, name: str | None = None) -> Any:
+    def mean(
+        self, with_state: bool = False, start: object = None, name: str | None = None
+    ) -> Streaming:
         """Running mean per key."""
         return self._accumulate("mean", with_state=with_state or None, start=start, name=name)
 
-    def size(self, name: str | None = None) -> Any:
+    def size(self, name: str | None = None) -> Streaming:
         """Running number of rows per key."""
         return self._accumulate("size", name=name)
 
-    def var(self, ddof: int = 1, name: str | None = None) -> Any:
+    def var(self, ddof: int = 1, name: str | None = None) -> Streaming:
         """Running variance per key."""
         return self._accumulate("var", ddof, name=name)
 
-    def std(self, ddof: int = 1, name: str | None = None) -> Any:
+    def std(self, ddof: int = 1, name: str | None = None) -> Streaming:
         """Running standard deviation per key."""
         return self._accumulate("std", ddof, name=name)
 
-    def min(self, name: str | None = None) -> Any:
+    def min(self, name: str | None = None) -> Streaming:
         """Running minimum per key (skipping missing values)."""
         return self._accumulate("min", name=name)
 
-    def max(self, name: str | None = None) -> Any:
+    def max(self, name: str | None = None) -> Streaming:
         """Running maximum per key (skipping missing values)."""
         return self._accumulate("max", name=name)

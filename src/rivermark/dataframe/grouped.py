@@ -9,6 +9,7 @@ running result per key, whose checkpoints are incremental (see
 from __future__ import annotations
 
 import logging
+from collections.abc import Hashable
 from typing import Any
 
 import numpy as np
@@ -16,7 +17,7 @@ import pandas as pd
 
 from rivermark.dataframe.base import Aggregation
 from rivermark.dataframe.partials import KeyedAcc, merge_moment_arrays, nan_extreme
-from rivermark.dataframe.schema import exact_sums_in_float64
+from rivermark.dataframe.schema import Dtype, exact_sums_in_float64
 from rivermark.errors import ConfigurationError
 
 logger = logging.getLogger(__name__)
@@ -135,14 +136,14 @@ class GroupbyAggregation(Aggregation):
             return p
         return tuple(x.set_axis(index.rename(x.index.name)) for x in p)
 
-    def deferrable(self, columns: Any) -> frozenset[Any]:
+    def deferrable(self, columns: pd.Index) -> frozenset[Hashable]:
         # sums, means, extremes and counts of ints within 2**53 are the same in float64
         if self.how not in _DEFERRING:
             return frozenset()
         keys = _as_list(self.by)
         return frozenset(c for c in columns if c not in keys)
 
-    def converted(self, p: Any, deferred: dict[Any, Any], acc: Any) -> Any:
+    def converted(self, p: Any, deferred: dict[Hashable, Dtype], acc: Any) -> Any:
         if self.how in ("count", "size"):
             return p  # counts do not depend on the values' dtype
         first = p[0]

@@ -39,14 +39,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import cast
 
 import numpy as np
 import pandas as pd
 
-from rivermark.dataframe.partials import KeyedAcc
+from rivermark.dataframe.partials import KeyedAcc, Meta
 from rivermark.state import KeyedState, KeyedStore
 from rivermark.statedata import register_state_class
 
@@ -66,13 +66,13 @@ class KeyedLayout:
     """
 
     template: pd.Index
-    freq: Any
-    dtypes: tuple[np.dtype[Any], ...]
+    freq: pd.DateOffset | None
+    dtypes: tuple[np.dtype[np.generic], ...]
     tails: tuple[tuple[int, ...], ...]
-    meta: list[Any]
+    meta: list[Meta]
     layout: str
 
-    def pandas_form(self, state: Mapping[str, Any]) -> Any:
+    def pandas_form(self, state: Mapping[str, object]) -> pd.Series | pd.DataFrame | None:
         """The pandas form of a running grouped aggregation's ``state`` (see ``parts_frame``).
 
         What ``rivermark.checkpoint.read()`` gives for the node; ``None`` for
@@ -88,7 +88,7 @@ class KeyedLayout:
 PARTS = {"mean": ("sum", "count"), "moments": ("count", "mean", "m2")}
 
 
-def parts_frame(acc: KeyedAcc) -> Any:
+def parts_frame(acc: KeyedAcc) -> pd.Series | pd.DataFrame | None:
     """``acc`` as pandas, indexed by its keys: its one component, or its components side by side.
 
     The one component of ``sum``, ``count``, ``size``, ``min`` and ``max``
@@ -115,7 +115,9 @@ def parts_frame(acc: KeyedAcc) -> Any:
     return pd.concat(frames, axis=1, keys=list(names))
 
 
-def parts_of(value: Any, layout: str, one: bool) -> list[Any]:
+def parts_of(
+    value: pd.DataFrame | pd.Series, layout: str, one: bool
+) -> list[pd.Series | pd.DataFrame]:
     """The components of an accumulator in ``layout`` from its pandas form (:func:`parts_frame`).
 
     ``one``: each component is a Series (one column selected).  ``ValueError``
@@ -197,19 +199,19 @@ class KeyedPartials:
         )
 
 
-def _rows(acc: KeyedAcc, at: np.ndarray) -> list[Any]:
+def _rows(acc: KeyedAcc, at: np.ndarray) -> list[object]:
     """Each key's value at positions ``at``, as Python values (a tuple for several components).
 
     A component of a DataFrame result has a tuple per key (one value per column).
     """
-    columns: list[list[Any]] = []
+    columns: list[list[object]] = []
     for c in acc.comps:
         values = c[at].tolist()
         columns.append([tuple(v) for v in values] if c.ndim > 1 else values)
     return columns[0] if len(columns) == 1 else list(zip(*columns))
 
 
-def restore_acc(layout: KeyedLayout, partials: Mapping[Any, Any]) -> KeyedAcc:
+def restore_acc(layout: KeyedLayout, partials: Mapping[Hashable, object]) -> KeyedAcc:
     """The ``KeyedAcc`` of ``partials`` (key -> component values) in ``layout``.
 
     The keys are put back in the accumulator's order: sorted, as the union
@@ -219,7 +221,7 @@ def restore_acc(layout: KeyedLayout, partials: Mapping[Any, Any]) -> KeyedAcc:
     labels = list(partials)
     rows = list(partials.values())
     keys = _index_like(layout, labels)
-    order: Any = slice(None)
+    order: slice | np.ndarray = slice(None)
     # keys of types that cannot be compared stay in first-seen order
     with contextlib.suppress(TypeError):
         keys, order = keys.sort_values(return_indexer=True)
@@ -228,11 +230,13 @@ def restore_acc(layout: KeyedLayout, partials: Mapping[Any, Any]) -> KeyedAcc:
     if len(shapes) == 1:
         comps = [_column(rows, *shapes[0])[order]]
     else:
-        comps = [_column([r[i] for r in rows], *shape)[order] for i, shape in enumerate(shapes)]
+        # several components: each key's value is a tuple of them
+        tuples = [cast("Sequence[object]", r) for r in rows]
+        comps = [_column([r[i] for r in tuples], *shape)[order] for i, shape in enumerate(shapes)]
     return KeyedAcc(keys, comps, layout.meta, layout.layout)
 
 
-def _index_like(layout: KeyedLayout, labels: list[Any]) -> pd.Index:
+def _index_like(layout: KeyedLayout, labels: list[Hashable]) -> pd.Index:
     template = layout.template
     if not labels:
         return template
@@ -244,7 +248,7 @@ def _index_like(layout: KeyedLayout, labels: list[Any]) -> pd.Index:
     return pd.Index(labels, dtype=template.dtype, name=template.name)
 
 
-def _with_freq(keys: pd.Index, freq: Any) -> pd.Index:
+def _with_freq(keys: pd.Index, freq: pd.DateOffset | None) -> pd.Index:
     if freq is None or not isinstance(keys, (pd.DatetimeIndex, pd.TimedeltaIndex)):
         return keys
     try:
@@ -253,7 +257,7 @@ def _with_freq(keys: pd.Index, freq: Any) -> pd.Index:
         return keys
 
 
-def _column(values: list[Any], dtype: np.dtype[Any], tail: tuple[int, ...]) -> np.ndarray:
+def _column(values: list[object], dtype: np.dtype[np.generic], tail: tuple[int, ...]) -> np.ndarray:
     if dtype.kind == "O" and not tail:
         # element by element: a value that is itself a tuple stays one element
         return np.fromiter(values, dtype=object, count=len(values))

@@ -15,8 +15,8 @@ a small spread, and free of integer overflow.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, NamedTuple, TypeAlias
 
 import numpy as np
 import pandas as pd
@@ -37,6 +37,10 @@ __all__ = [
     "nan_extreme",
     "ordered_union_add",
 ]
+
+
+#: how :meth:`KeyedAcc.wrap` rebuilds a component: ("S", name, dtype) or ("D", columns, dtypes)
+Meta: TypeAlias = "tuple[str, Hashable | pd.Index, object]"
 
 
 def aligned_add(a: Any, b: Any) -> Any:
@@ -94,7 +98,7 @@ class Moments(NamedTuple):
     m2: Any
 
 
-def moments_of(batch: Any) -> Moments:
+def moments_of(batch: pd.Series | pd.DataFrame) -> Moments:
     """The moments of a Series (scalars) or DataFrame (per column), in float64.
 
     >>> moments_of(pd.Series([1, 2, 3, None]))
@@ -109,8 +113,8 @@ def moments_of(batch: Any) -> Moments:
 
 
 def merge_moment_arrays(
-    na: Any, ma: Any, m2a: Any, nb: Any, mb: Any, m2b: Any
-) -> tuple[Any, Any, Any]:
+    na: np.ndarray, ma: np.ndarray, m2a: np.ndarray, nb: np.ndarray, mb: np.ndarray, m2b: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Chan et al.'s pairwise update on numpy arrays (a side with no rows is ignored)."""
     n = na + nb
     with np.errstate(all="ignore"):
@@ -158,7 +162,9 @@ def moments_result(m: Moments, ddof: int, sqrt: bool) -> Any:
     return var**0.5 if sqrt else var
 
 
-def nan_extreme(a: np.ndarray, b: np.ndarray, op: Callable[[Any, Any], Any]) -> np.ndarray:
+def nan_extreme(
+    a: np.ndarray, b: np.ndarray, op: Callable[[np.ndarray, np.ndarray], np.ndarray]
+) -> np.ndarray:
     """Element-wise ``op`` (np.minimum/np.maximum) of ``a`` and ``b``, skipping missing values.
 
     >>> nan_extreme(np.array([1.0, np.nan, np.nan]), np.array([0.5, 2.0, np.nan]), np.minimum)
@@ -166,7 +172,7 @@ def nan_extreme(a: np.ndarray, b: np.ndarray, op: Callable[[Any, Any], Any]) -> 
     """
     na, nb = pd.isna(a), pd.isna(b)
     if not na.any() and not nb.any():
-        return op(a, b)  # type: ignore[no-any-return]
+        return op(a, b)
     out = np.where(na, b, a)
     both = ~na & ~nb
     if both.any():
@@ -174,7 +180,7 @@ def nan_extreme(a: np.ndarray, b: np.ndarray, op: Callable[[Any, Any], Any]) -> 
     return out
 
 
-def _add_into(c: np.ndarray, pos: Any, v: np.ndarray) -> np.ndarray:
+def _add_into(c: np.ndarray, pos: slice | np.ndarray, v: np.ndarray) -> np.ndarray:
     dtype = np.result_type(c.dtype, v.dtype)
     if dtype == c.dtype:
         # in place (ints into float64 sums too: numpy converts each as ``astype`` would)
@@ -189,7 +195,7 @@ def _add_into(c: np.ndarray, pos: Any, v: np.ndarray) -> np.ndarray:
 Merger = Callable[[list[np.ndarray], list[np.ndarray]], list[np.ndarray]]
 
 
-def _values(x: Any) -> np.ndarray:
+def _values(x: pd.Series | pd.DataFrame) -> np.ndarray:
     """A partial's values; a DataFrame of mixed dtypes as objects (no int goes through float)."""
     if isinstance(x, pd.DataFrame) and x.dtypes.nunique() > 1:
         return np.asarray(x.to_numpy(dtype=object))
@@ -211,7 +217,7 @@ class KeyedAcc:
     """
 
     def __init__(
-        self, keys: pd.Index, comps: list[np.ndarray], meta: list[Any], layout: str = ""
+        self, keys: pd.Index, comps: list[np.ndarray], meta: list[Meta], layout: str = ""
     ) -> None:
         self.keys = keys
         self.comps = comps
@@ -220,7 +226,7 @@ class KeyedAcc:
         self.layout = layout
 
     @classmethod
-    def from_partial(cls, p: Sequence[Any], layout: str = "") -> KeyedAcc:
+    def from_partial(cls, p: Sequence[pd.Series | pd.DataFrame], layout: str = "") -> KeyedAcc:
         meta = [
             ("S", x.name, x.dtype) if isinstance(x, pd.Series) else ("D", x.columns, x.dtypes)
             for x in p
@@ -230,10 +236,10 @@ class KeyedAcc:
     def copy(self) -> KeyedAcc:
         return KeyedAcc(self.keys, [c.copy() for c in self.comps], self.meta, self.layout)
 
-    def _positions(self, idx: pd.Index) -> Any:
+    def _positions(self, idx: pd.Index) -> slice | np.ndarray:
         if idx.equals(self.keys):
             return slice(None)
-        pos = self.keys.get_indexer(idx)
+        pos: np.ndarray = self.keys.get_indexer(idx)
         if (pos < 0).any():
             keys = self.keys.union(idx)
             old = keys.get_indexer(self.keys)
@@ -246,12 +252,12 @@ class KeyedAcc:
             pos = keys.get_indexer(idx)
         return pos
 
-    def add(self, p: Sequence[Any]) -> None:
+    def add(self, p: Sequence[pd.Series | pd.DataFrame]) -> None:
         """Add an additive partial (missing keys count as zero) in place."""
         pos = self._positions(p[0].index)
         self.comps = [_add_into(c, pos, _values(x)) for c, x in zip(self.comps, p)]
 
-    def sub(self, p: Sequence[Any]) -> None:
+    def sub(self, p: Sequence[pd.Series | pd.DataFrame]) -> None:
         pos = self._positions(p[0].index)
         self.comps = [_add_into(c, pos, -_values(x)) for c, x in zip(self.comps, p)]
 
@@ -282,7 +288,9 @@ class KeyedAcc:
                 c[at] = m
         return KeyedAcc(keys, comps, self.meta, self.layout)
 
-    def wrap(self, values: np.ndarray, meta: Any, keep_dtypes: bool = False) -> Any:
+    def wrap(
+        self, values: np.ndarray, meta: Meta, keep_dtypes: bool = False
+    ) -> pd.Series | pd.DataFrame:
         kind, label, dtypes = meta
         if kind == "S":
             # an object array stays object (pandas 3 would infer ``str`` from strings)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -30,7 +29,9 @@ logger = logging.getLogger(__name__)
 __all__ = ["PeriodicDataFrame", "Random", "random_datablock", "random_datapoint"]
 
 
-def random_datablock(last: pd.Timestamp, now: pd.Timestamp, freq: Any = "100ms") -> pd.DataFrame:
+def random_datablock(
+    last: pd.Timestamp, now: pd.Timestamp, freq: str | pd.Timedelta = "100ms"
+) -> pd.DataFrame:
     """Random rows at ``freq`` for the times in ``(last, now]``.
 
     Columns as streamz's: ``x`` uniform in [0, 1), ``y`` an integer drawn from
@@ -83,10 +84,10 @@ class PeriodicDataFrame(DataFrame):
     def __init__(
         self,
         datafn: Callable[..., pd.DataFrame] = random_datablock,
-        interval: Any = "500ms",
+        interval: object = "500ms",
         dask: bool = False,
         start: bool = True,
-        **kwargs: Any,
+        **kwargs: object,
     ) -> None:
         check_callable("PeriodicDataFrame", "datafn", datafn)
         if not isinstance(dask, bool):
@@ -123,7 +124,7 @@ class _Calls:
     """The periodic source's function: ``datafn`` for the time since the last call."""
 
     def __init__(
-        self, datafn: Callable[..., pd.DataFrame], kwargs: dict[str, Any], last: pd.Timestamp
+        self, datafn: Callable[..., pd.DataFrame], kwargs: dict[str, object], last: pd.Timestamp
     ) -> None:
         self.datafn = datafn
         self.kwargs = kwargs
@@ -146,8 +147,8 @@ class Random(PeriodicDataFrame):
 
     def __init__(
         self,
-        freq: Any = "100ms",
-        interval: Any = "500ms",
+        freq: str | pd.Timedelta = "100ms",
+        interval: object = "500ms",
         dask: bool = False,
         start: bool = True,
         datafn: Callable[..., pd.DataFrame] = random_datablock,
@@ -156,15 +157,20 @@ class Random(PeriodicDataFrame):
 
 
 def _from_periodic(
-    datafn: Callable[..., pd.DataFrame] = random_datablock, interval: Any = "500ms", **kwargs: Any
+    datafn: Callable[..., pd.DataFrame] = random_datablock,
+    interval: object = "500ms",
+    *,
+    dask: bool = False,
+    start: bool = True,
+    **kwargs: object,
 ) -> PeriodicDataFrame:
     """A :class:`PeriodicDataFrame` calling ``datafn(last, now, **kwargs)`` every ``interval``."""
-    return PeriodicDataFrame(datafn, interval=interval, **kwargs)
+    return PeriodicDataFrame(datafn, interval=interval, dask=dask, start=start, **kwargs)
 
 
 def _random(
-    freq: Any = "100ms",
-    interval: Any = "500ms",
+    freq: str | pd.Timedelta = "100ms",
+    interval: object = "500ms",
     dask: bool = False,
     start: bool = True,
     datafn: Callable[..., pd.DataFrame] = random_datablock,

@@ -21,11 +21,18 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any
+from collections.abc import Callable
+from types import ModuleType
+from typing import TYPE_CHECKING, cast
 
 import pandas as pd
 
 from rivermark.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    import holoviews as hv
+
+    from rivermark.dataframe.streaming import Streaming
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +42,7 @@ __all__ = ["plot", "kinds", "HvPlot"]
 _INDEX_X = frozenset({"line", "step", "area", "bar", "barh", "scatter", "points", "errorbars"})
 
 
-def _hvplot() -> Any:
+def _hvplot() -> tuple[ModuleType, type]:
     try:
         import holoviews as hv
         import hvplot.pandas  # noqa: F401  (registers .hvplot on pandas)
@@ -64,14 +71,16 @@ def kinds() -> tuple[str, ...]:
     )
 
 
-def _as_frame(x: Any) -> pd.DataFrame:
+def _as_frame(x: pd.DataFrame | pd.Series) -> pd.DataFrame:
     if isinstance(x, pd.Series):
         x = x.to_frame(name=x.name if x.name is not None else "value")
     index_name = x.index.name or "index"
     return x.rename_axis(index_name).reset_index()
 
 
-def plot(frame: Any, backlog: int = 1000, kind: str = "line", **kwargs: Any) -> Any:
+def plot(
+    frame: Streaming, backlog: int = 1000, kind: str = "line", **kwargs: object
+) -> hv.DynamicMap:
     """A DynamicMap of ``frame`` drawn with hvplot ``kind`` (see the module docs)."""
     hv, _ = _hvplot()
     from holoviews.streams import Buffer, Pipe
@@ -82,19 +91,21 @@ def plot(frame: Any, backlog: int = 1000, kind: str = "line", **kwargs: Any) -> 
         raise ConfigurationError(
             f"plot: kind must be one of hvplot's kinds ({', '.join(kinds())}), got {kind!r}"
         )
-    example = _as_frame(frame.example)
+    example = _as_frame(cast("pd.DataFrame | pd.Series", frame.example))
     if kind in _INDEX_X and "x" not in kwargs:
         kwargs["x"] = example.columns[0]
     updating = frame._stream_type == "updating"
     # an updating frame's batch is the whole current result: shown in place of the last
-    stream: Any = Pipe(data=example) if updating else Buffer(example, length=backlog, index=False)
+    stream: Pipe | Buffer = (
+        Pipe(data=example) if updating else Buffer(example, length=backlog, index=False)
+    )
 
-    def send(batch: Any) -> None:
+    def send(batch: pd.DataFrame | pd.Series) -> None:
         stream.send(_as_frame(batch))
 
-    frame.stream.sink(send)
+    frame.stream.sink(send)  # type: ignore[attr-defined]
 
-    def draw(data: pd.DataFrame) -> Any:
+    def draw(data: pd.DataFrame) -> object:
         return data.hvplot(kind=kind, **kwargs)
 
     dmap = hv.DynamicMap(draw, streams=[stream])
@@ -108,16 +119,18 @@ def plot(frame: Any, backlog: int = 1000, kind: str = "line", **kwargs: Any) -> 
 class HvPlot:
     """``sdf.hvplot`` / ``sdf.plot``: call it with ``kind=``, or use ``.line()``, ``.hist()``, ..."""
 
-    def __init__(self, frame: Any) -> None:
+    def __init__(self, frame: Streaming) -> None:
         self._frame = frame
 
-    def __call__(self, *args: Any, kind: str = "line", backlog: int = 1000, **kwargs: Any) -> Any:
+    def __call__(
+        self, *args: object, kind: str = "line", backlog: int = 1000, **kwargs: object
+    ) -> hv.DynamicMap:
         if args:  # hvplot's positional x, y
             for name, value in zip(("x", "y"), args):
                 kwargs.setdefault(name, value)
         return plot(self._frame, backlog=backlog, kind=kind, **kwargs)
 
-    def __getattr__(self, kind: str) -> Any:
+    def __getattr__(self, kind: str) -> Callable[..., hv.DynamicMap]:
         if kind.startswith("_") or kind not in kinds():
             raise AttributeError(
                 f"hvplot has no plot kind {kind!r}; the kinds are: {', '.join(kinds())}"

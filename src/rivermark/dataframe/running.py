@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Awaitable
-from typing import Any, ClassVar
+from collections.abc import Awaitable, Mapping
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import pandas as pd
 
 from rivermark.core.node import Stream
 from rivermark.core.refs import Metadata
-from rivermark.dataframe.schema import SchemaError, conform
+from rivermark.dataframe.schema import Schema, SchemaError, conform
 from rivermark.errors import ConfigurationError
 
 logger = logging.getLogger(__name__)
@@ -51,15 +51,15 @@ class OpName:
 class ConformingNode(Stream):
     """A node that matches every batch to its example (:mod:`rivermark.dataframe.schema`)."""
 
-    example: Any = None
+    example: pd.DataFrame | pd.Series | None = None
     #: the dtypes fixed by the first non-empty batch (checkpointed)
-    schema: Any = None
+    schema: Schema | None = None
     #: whether the example's dtypes take part in the schema (``schema.first_schema``);
     #: false for a node whose results have one dtype whatever its input's
     schema_with_example: ClassVar[bool] = True
     op: OpName
 
-    def _conform(self, x: Any) -> Any:
+    def _conform(self, x: pd.DataFrame | pd.Series) -> pd.DataFrame | pd.Series:
         if self.example is None:
             return x
         x, self.schema = conform(
@@ -70,12 +70,12 @@ class ConformingNode(Stream):
     def _where(self) -> str:
         return f"{self.display_name()} {self.op.__qualname__}"
 
-    def set_state(self, state: Any) -> None:
+    def set_state(self, state: Mapping[str, object]) -> None:
         for a in self._state_attrs:
             # ``schema`` is missing from checkpoints of older versions
             setattr(self, a, state.get(a) if a == "schema" else state[a])
 
-    def _failed(self, x: Any, e: Exception) -> None:
+    def _failed(self, x: object, e: Exception) -> None:
         """Apply the error policy; a schema mismatch is raised as itself under ``raise``."""
         if isinstance(e, SchemaError) and self.on_error in (None, "raise"):
             raise e
@@ -84,17 +84,17 @@ class ConformingNode(Stream):
     #: emit ``(state, result)`` tuples instead of results
     with_state: bool = False
 
-    def _step(self, x: Any) -> Any:
+    def _step(self, x: pd.DataFrame | pd.Series) -> object:
         """The result for batch ``x``, updating the node's state."""
         raise NotImplementedError
 
-    def _state_for_output(self) -> Any:
+    def _state_for_output(self) -> object:
         """What ``with_state=True`` emits beside each result."""
         return self.get_state()
 
     def update(
-        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
-    ) -> list[Awaitable[Any]] | None:
+        self, x: object, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> list[Awaitable[object]] | None:
         try:
             result = self._step(x)
         except Exception as e:
@@ -121,7 +121,13 @@ class Cumulative(ConformingNode):
 
     _OPS = ("cumsum", "cumprod", "cummin", "cummax")
 
-    def __init__(self, upstream: Stream, op: str, example: Any = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        upstream: Stream,
+        op: str,
+        example: pd.DataFrame | pd.Series | None = None,
+        **kwargs: Any,
+    ) -> None:
         if op not in self._OPS:
             raise ConfigurationError(
                 f"Cumulative: op must be one of {self._OPS}, got {op!r}; pass e.g. op='cumsum'"
@@ -130,7 +136,7 @@ class Cumulative(ConformingNode):
         self.op = OpName(f"{op}()")
         self.example = example
         #: a one-row frame (or one-element Series): the running value so far
-        self.last: Any = None
+        self.last: pd.DataFrame | pd.Series | None = None
         Stream.__init__(self, upstream, **kwargs)
 
     _state_attrs = ("last", "schema")
@@ -138,7 +144,7 @@ class Cumulative(ConformingNode):
     def state_signature(self) -> str:
         return f"Cumulative({self.cum})"
 
-    def _step(self, x: Any) -> Any:
+    def _step(self, x: pd.DataFrame | pd.Series) -> pd.DataFrame | pd.Series:
         x = self._conform(x)
         if self.last is None or not len(self.last):
             out = getattr(x, self.cum)()
@@ -151,7 +157,7 @@ class Cumulative(ConformingNode):
         return out
 
 
-def informative_index(example: Any) -> bool:
+def informative_index(example: object) -> bool:
     """Whether ``example``'s index says what the batches' index is.
 
     An empty example with the default ``RangeIndex`` (``pd.DataFrame({"x": []})``)
@@ -164,7 +170,7 @@ def informative_index(example: Any) -> bool:
     return len(index) > 0 or not isinstance(index, pd.RangeIndex)
 
 
-def check_time_index(x: Any, what: str) -> None:
+def check_time_index(x: pd.DataFrame | pd.Series, what: str) -> None:
     """Refuse a batch without a datetime index in a time window."""
     if not isinstance(x.index, (pd.DatetimeIndex, pd.TimedeltaIndex)):
         raise SchemaError(
@@ -174,7 +180,7 @@ def check_time_index(x: Any, what: str) -> None:
         )
 
 
-def check_rolling_window(window: Any, example: Any, what: str) -> None:
+def check_rolling_window(window: object, example: pd.DataFrame | pd.Series, what: str) -> None:
     """Refuse, at graph build time, a window pandas would refuse on the first batch."""
     if isinstance(window, int):
         return
@@ -216,14 +222,14 @@ class RollingAggregate(ConformingNode):
     def __init__(
         self,
         upstream: Stream,
-        window: Any,
+        window: int | str | pd.Timedelta,
         op: str,
         min_periods: int | None = None,
-        args: tuple[Any, ...] = (),
-        kwargs: dict[str, Any] | None = None,
+        args: tuple[object, ...] = (),
+        kwargs: dict[str, object] | None = None,
         with_state: bool = False,
-        start: Any = None,
-        example: Any = None,
+        start: object = None,
+        example: pd.DataFrame | pd.Series | None = None,
         **node_kwargs: Any,
     ) -> None:
         self.window = window
@@ -236,7 +242,9 @@ class RollingAggregate(ConformingNode):
         self.example = example
         # streamz's default start is ``()``; a state is a frame (or Series) of the last rows
         empty = start is None or (isinstance(start, tuple) and not start)
-        self.tail: Any = None if empty else start
+        self.tail: pd.DataFrame | pd.Series | None = (
+            None if empty else cast("pd.DataFrame | pd.Series", start)
+        )
         Stream.__init__(self, upstream, **node_kwargs)
 
     _state_attrs = ("tail", "schema")
@@ -250,7 +258,7 @@ class RollingAggregate(ConformingNode):
             f"min_periods={self.min_periods})"
         )
 
-    def _step(self, x: Any) -> Any:
+    def _step(self, x: pd.DataFrame | pd.Series) -> pd.DataFrame | pd.Series:
         x = self._conform(x)
         if not isinstance(self.window, int):
             check_time_index(x, f"{self.display_name()} {self.op.__qualname__}")
@@ -265,7 +273,7 @@ class RollingAggregate(ConformingNode):
             self.tail = full[full.index > cutoff]
         return out
 
-    def _state_for_output(self) -> Any:
+    def _state_for_output(self) -> pd.DataFrame | pd.Series | None:
         return self.tail
 
 
@@ -292,8 +300,8 @@ class EWMMean(ConformingNode):
         upstream: Stream,
         alpha: float,
         with_state: bool = False,
-        start: Any = None,
-        example: Any = None,
+        start: object = None,
+        example: pd.DataFrame | pd.Series | None = None,
         **kwargs: Any,
     ) -> None:
         if not 0 < alpha <= 1:
@@ -304,18 +312,18 @@ class EWMMean(ConformingNode):
         self.op = OpName(f"ewm(alpha={alpha!r}).mean()")
         self.with_state = with_state
         self.example = example
-        self.num: Any = None
-        self.den: Any = 0.0
+        self.num: np.ndarray | float | None = None
+        self.den: np.ndarray | float = 0.0
         Stream.__init__(self, upstream, **kwargs)
         if start is not None:
-            self.set_state(start)
+            self.set_state(cast("Mapping[str, object]", start))  # a state of get_state()
 
     _state_attrs = ("num", "den", "schema")
 
     def state_signature(self) -> str:
         return f"EWMMean(alpha={self.alpha})"
 
-    def _step(self, x: Any) -> Any:
+    def _step(self, x: pd.DataFrame | pd.Series) -> pd.DataFrame | pd.Series:
         x = self._conform(x)
         n = len(x)
         decay = 1.0 - self.alpha

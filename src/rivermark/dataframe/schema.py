@@ -39,8 +39,8 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Callable, Collection
-from typing import Any
+from collections.abc import Callable, Collection, Hashable
+from typing import TypeAlias, cast
 
 import numpy as np
 import pandas as pd
@@ -49,6 +49,11 @@ from pandas.api.types import is_bool_dtype, is_numeric_dtype, is_string_dtype
 from rivermark.errors import RivermarkError
 
 logger = logging.getLogger(__name__)
+
+#: a column's dtype: numpy's, or a pandas extension dtype
+Dtype: TypeAlias = "np.dtype[np.generic] | pd.api.extensions.ExtensionDtype"
+#: what a node keeps: the dtypes of a DataFrame's columns, or a Series' dtype
+Schema: TypeAlias = "pd.Series | Dtype"
 
 __all__ = [
     "SchemaError",
@@ -70,7 +75,7 @@ class ColumnsError(SchemaError, IndexError):
     """A batch's columns differ from the example's (an ``IndexError`` as in streamz)."""
 
 
-def _is_object(dtype: Any) -> bool:
+def _is_object(dtype: Dtype) -> bool:
     # optional: a pandas extension dtype may have no numpy kind
     return getattr(dtype, "kind", None) == "O" and not isinstance(dtype, pd.CategoricalDtype)
 
@@ -81,7 +86,7 @@ _REMEDY = (
 )
 
 
-def _exact(values: pd.Series, dtype: Any) -> pd.Series | None:
+def _exact(values: pd.Series, dtype: Dtype) -> pd.Series | None:
     """``values`` as ``dtype`` if no value changes, else None."""
     try:
         out = values.astype(dtype)
@@ -100,7 +105,7 @@ def _exact(values: pd.Series, dtype: Any) -> pd.Series | None:
 _FLOAT64_EXACT = 2**53
 
 
-def _widen_numpy(values: pd.Series, have: Any, dtype: Any) -> pd.Series | None:
+def _widen_numpy(values: pd.Series, have: Dtype, dtype: Dtype) -> pd.Series | None:
     """``values`` widened between plain numpy dtypes without a round trip, or None.
 
     A widening within one kind (``int32`` to ``int64``, ``float32`` to
@@ -120,7 +125,7 @@ def _widen_numpy(values: pd.Series, have: Any, dtype: Any) -> pd.Series | None:
     return None
 
 
-def convert_column(values: pd.Series, dtype: Any) -> pd.Series | None:
+def convert_column(values: pd.Series, dtype: Dtype) -> pd.Series | None:
     """``values`` converted exactly to ``dtype``, or None when that is not allowed.
 
     Allowed: the same dtype; a numeric dtype that widens safely (``int32`` to
@@ -158,14 +163,14 @@ def convert_column(values: pd.Series, dtype: Any) -> pd.Series | None:
     return None
 
 
-def _widest(dtype: Any) -> Any:
+def _widest(dtype: Dtype) -> Dtype:
     """The 64-bit dtype of a numpy int/uint/float dtype (what the schema keeps)."""
     if isinstance(dtype, np.dtype) and dtype.kind in "iuf":
         return np.dtype({"i": "int64", "u": "uint64", "f": "float64"}[dtype.kind])
     return dtype
 
 
-def widest(dtypes: Any) -> Any:
+def widest(dtypes: Schema) -> Schema:
     """The schema for a first batch's dtypes: numpy numbers widened to 64 bits.
 
     >>> widest(pd.Series({"a": np.dtype("int32"), "k": np.dtype("O")})).to_dict()
@@ -176,7 +181,7 @@ def widest(dtypes: Any) -> Any:
     return _widest(dtypes)
 
 
-def first_schema(example: Any, x: Any) -> Any:
+def first_schema(example: pd.DataFrame | pd.Series, x: pd.DataFrame | pd.Series) -> Schema:
     """The schema fixed by the first non-empty batch ``x``: see the module docs.
 
     >>> typed = pd.DataFrame({"k": pd.Series([], dtype=object), "x": pd.Series([], dtype="int64")})
@@ -186,7 +191,8 @@ def first_schema(example: Any, x: Any) -> Any:
     """
     if isinstance(x, pd.Series):
         # as frames: pandas 2.2 leaves an empty Series out of concat's choice, not a frame
-        return first_schema(example.rename(0).to_frame(), x.rename(0).to_frame()).iloc[0]
+        frames = first_schema(example.rename(0).to_frame(), x.rename(0).to_frame())
+        return cast("pd.Series", frames).iloc[0]
     with warnings.catch_warnings():
         # pandas 2.x warns that empty entries will take part in the dtype (as in 3)
         warnings.simplefilter("ignore", FutureWarning)
@@ -194,7 +200,7 @@ def first_schema(example: Any, x: Any) -> Any:
     return widest(joined.dtypes)
 
 
-def _refuse(where: str, col: Any, want: Any, have: Any) -> SchemaError:
+def _refuse(where: str, col: Hashable, want: Dtype, have: Dtype) -> SchemaError:
     return SchemaError(
         f"{where}: column {col!r} changed dtype from {str(want)!r} (earlier batches) to "
         f"{str(have)!r}, which does not convert exactly; {_REMEDY}"
@@ -224,7 +230,7 @@ def exact_sums_in_float64(values: pd.Series) -> bool:
 
 
 #: one column of a :class:`DtypePlan`: (label, kept dtype, batch dtype, may wait)
-Step = tuple[Any, Any, Any, bool]
+Step = tuple[Hashable, Dtype, Dtype, bool]
 
 
 class DtypePlan:
@@ -239,12 +245,12 @@ class DtypePlan:
     #: distinct batch dtypes remembered (streams see a handful)
     LIMIT = 64
 
-    def __init__(self, defer: Collection[Any] = ()) -> None:
+    def __init__(self, defer: Collection[Hashable] = ()) -> None:
         self.defer = frozenset(defer)
-        self.schema: Any = None
-        self.plans: dict[tuple[Any, ...], list[Step]] = {}
+        self.schema: pd.Series | None = None
+        self.plans: dict[tuple[Dtype, ...], list[Step]] = {}
 
-    def steps(self, schema: pd.Series, have: list[Any]) -> list[Step]:
+    def steps(self, schema: pd.Series, have: list[Dtype]) -> list[Step]:
         if schema is not self.schema:
             self.schema, self.plans = schema, {}
         key = tuple(have)
@@ -259,7 +265,7 @@ class DtypePlan:
                 self.plans[key] = steps
         return steps
 
-    def _may_wait(self, col: Any, have: Any, want: Any) -> bool:
+    def _may_wait(self, col: Hashable, have: Dtype, want: Dtype) -> bool:
         return (
             col in self.defer
             and isinstance(have, np.dtype)
@@ -271,10 +277,10 @@ class DtypePlan:
 def check_dtypes(
     batch: pd.DataFrame,
     schema: pd.Series,
-    where: Any,
+    where: object,
     plan: DtypePlan | None = None,
-    deferred: dict[Any, Any] | None = None,
-    have: list[Any] | None = None,
+    deferred: dict[Hashable, Dtype] | None = None,
+    have: list[Dtype] | None = None,
 ) -> pd.DataFrame:
     """``batch`` with each column converted to the dtype in ``schema`` (or SchemaError).
 
@@ -283,7 +289,7 @@ def check_dtypes(
     stands for).  ``where`` (formatted only for an error) names the operation;
     ``have``: the batch's dtypes, when the caller has them.
     """
-    fixed: dict[Any, pd.Series] = {}
+    fixed: dict[Hashable, pd.Series] = {}
     dtypes = batch.dtypes.tolist() if have is None else have
     for col, want, got, may_wait in (plan or DtypePlan()).steps(schema, dtypes):
         values = batch[col]
@@ -303,12 +309,12 @@ def check_dtypes(
 
 
 def conform(
-    x: Any,
-    example: Any,
-    schema: Any,
+    x: pd.DataFrame | pd.Series,
+    example: object,
+    schema: Schema | None,
     where: str | Callable[[], str],
     with_example: bool = True,
-) -> tuple[Any, Any]:
+) -> tuple[pd.DataFrame | pd.Series, Schema | None]:
     """``(x, schema)``: ``x`` matched to the example's columns and to ``schema``'s dtypes.
 
     ``schema`` is the dtypes fixed by the first non-empty batch (None before
@@ -330,7 +336,7 @@ def conform(
     ...
     rivermark.dataframe.schema.SchemaError: sum(): column 'x' changed dtype from 'float64' (earlier batches) to 'object', which does not convert exactly; declare the column's dtype once for all batches (cast them upstream, e.g. with sdf.astype({...}) before the aggregation)
     """
-    label: Any = _Where(where) if callable(where) else where
+    label: object = _Where(where) if callable(where) else where
     if isinstance(example, pd.DataFrame):
         x, schema, _ = _conform_frame(x, example, schema, label, with_example, None, None)
         return x, schema
@@ -340,8 +346,12 @@ def conform(
 
 
 def conform_deferring(
-    x: Any, example: pd.DataFrame, schema: Any, where: Callable[[], str], plan: DtypePlan
-) -> tuple[Any, Any, dict[Any, Any]]:
+    x: pd.DataFrame,
+    example: pd.DataFrame,
+    schema: pd.Series | None,
+    where: Callable[[], str],
+    plan: DtypePlan,
+) -> tuple[pd.DataFrame, pd.Series | None, dict[Hashable, Dtype]]:
     """:func:`conform` for a DataFrame, leaving the columns ``plan`` lets wait as they are.
 
     Returns ``(x, schema, deferred)``: ``deferred`` maps each column left in
@@ -359,32 +369,33 @@ def conform_deferring(
 
 
 def _conform_frame(
-    x: Any,
+    x: object,
     example: pd.DataFrame,
-    schema: Any,
-    label: Any,
+    schema: pd.Series | None,
+    label: object,
     with_example: bool,
     plan: DtypePlan | None,
-    deferred: dict[Any, Any] | None,
-) -> tuple[Any, Any, dict[Any, Any]]:
+    deferred: dict[Hashable, Dtype] | None,
+) -> tuple[pd.DataFrame, pd.Series | None, dict[Hashable, Dtype]]:
     """:func:`conform` for a streaming DataFrame (``deferred`` as :func:`check_dtypes`)."""
-    out: dict[Any, Any] = {} if deferred is None else deferred
+    out: dict[Hashable, Dtype] = {} if deferred is None else deferred
     if not isinstance(x, pd.DataFrame):
         raise SchemaError(f"{label}: expected a pandas.DataFrame batch, got {x!r}")
-    x = _in_example_order(x, example.columns, label)
+    batch = _in_example_order(x, example.columns, label)
     if schema is None:
-        if not len(x):
-            return x, None, out
-        schema = first_schema(example, x) if with_example else widest(x.dtypes)
-    have = x.dtypes.tolist()  # lists compare faster than Series.equals
+        if not len(batch):
+            return batch, None, out
+        first = first_schema(example, batch) if with_example else widest(batch.dtypes)
+        schema = cast("pd.Series", first)  # a frame's schema: its columns' dtypes
+    have = batch.dtypes.tolist()  # lists compare faster than Series.equals
     if have == schema.tolist():
-        return x, schema, out
-    if len(x) == 0:
-        return x.astype(schema.to_dict()), schema, out
-    return check_dtypes(x, schema, label, plan, deferred, have), schema, out
+        return batch, schema, out
+    if len(batch) == 0:
+        return batch.astype(schema.to_dict()), schema, out
+    return check_dtypes(batch, schema, label, plan, deferred, have), schema, out
 
 
-def _in_example_order(x: pd.DataFrame, cols: pd.Index, label: Any) -> pd.DataFrame:
+def _in_example_order(x: pd.DataFrame, cols: pd.Index, label: object) -> pd.DataFrame:
     """``x`` with the example's columns in the example's order; other columns are refused."""
     if x.columns.equals(cols):
         return x
@@ -400,8 +411,8 @@ def _in_example_order(x: pd.DataFrame, cols: pd.Index, label: Any) -> pd.DataFra
 
 
 def _conform_series(
-    x: Any, example: pd.Series, schema: Any, label: Any, with_example: bool
-) -> tuple[Any, Any]:
+    x: object, example: pd.Series, schema: Dtype | None, label: object, with_example: bool
+) -> tuple[pd.Series, Dtype | None]:
     """:func:`conform` for a streaming Series."""
     if not isinstance(x, pd.Series):
         raise SchemaError(f"{label}: expected a pandas.Series batch, got {x!r}")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import operator
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from rivermark.core.graph import ancestors
 from rivermark.core.node import Stream
@@ -26,11 +26,13 @@ logger = logging.getLogger(__name__)
 __all__ = ["FRAME_TYPES", "Streaming"]
 
 
-def _identity(x: Any) -> Any:
+def _identity(x: object) -> object:
     return x
 
 
-def _example_of(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _example_of(
+    func: Callable[..., object], args: tuple[object, ...], kwargs: dict[str, object]
+) -> object:
     vals = [a.example if isinstance(a, Streaming) else a for a in args]
     return func(*vals, **kwargs)
 
@@ -43,13 +45,15 @@ class _Apply:
     the workers.
     """
 
-    def __init__(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]):
+    def __init__(
+        self, func: Callable[..., object], args: tuple[object, ...], kwargs: dict[str, object]
+    ):
         self.func = func
         self.pos = tuple(i for i, a in enumerate(args) if isinstance(a, Streaming))
         self.const = tuple(None if isinstance(a, Streaming) else a for a in args)
         self.kwargs = kwargs
 
-    def __call__(self, x: Any) -> Any:
+    def __call__(self, x: object) -> object:
         vals = list(self.const)
         for i in self.pos:
             vals[i] = x
@@ -59,13 +63,15 @@ class _Apply:
 class _ApplyEach:
     """``func`` with each streaming argument computed from the root's record by its own path."""
 
-    def __init__(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]):
+    def __init__(
+        self, func: Callable[..., object], args: tuple[object, ...], kwargs: dict[str, object]
+    ):
         self.func = func
         self.fns = tuple(a._fn if isinstance(a, Streaming) else None for a in args)  # noqa: SLF001 - a frame of the same class
         self.const = tuple(None if isinstance(a, Streaming) else a for a in args)
         self.kwargs = kwargs
 
-    def __call__(self, v: Any) -> Any:
+    def __call__(self, v: object) -> object:
         vals = [f(v) if f is not None else c for f, c in zip(self.fns, self.const)]
         return self.func(*vals, **self.kwargs)
 
@@ -73,11 +79,13 @@ class _ApplyEach:
 class _Then:
     """``second(first(v))``, picklable."""
 
-    def __init__(self, first: Callable[[Any], Any], second: Callable[[Any], Any]) -> None:
+    def __init__(
+        self, first: Callable[[object], object], second: Callable[[object], object]
+    ) -> None:
         self.first = first
         self.second = second
 
-    def __call__(self, v: Any) -> Any:
+    def __call__(self, v: object) -> object:
         return self.second(self.first(v))
 
 
@@ -96,7 +104,7 @@ class Streaming:
     def __init__(
         self,
         stream: Stream | None = None,
-        example: Any = None,
+        example: object = None,
         stream_type: str | None = None,
     ) -> None:
         self.stream = stream if stream is not None else Stream()
@@ -110,7 +118,7 @@ class Streaming:
             self._stream_type = stream_type
         # how this object is computed from a root stream's record (for combining)
         self._root: Stream = self.stream
-        self._fn: Callable[[Any], Any] = _identity
+        self._fn: Callable[[object], object] = _identity
 
     @property
     def local_stream(self) -> Stream:
@@ -129,14 +137,14 @@ class Streaming:
 
     # ---------------------------------------------------------------- building blocks
     @staticmethod
-    def map_partitions(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    def map_partitions(func: Callable[..., object], *args: object, **kwargs: object) -> Streaming:
         """Apply ``func`` to each record; streaming arguments are replaced by their records.
 
         Arguments derived from the same root stream are evaluated on the same
         record, so ``map_partitions(operator.add, sdf.x, sdf.y)`` works.
         """
         example = kwargs.pop("example", None)
-        stream_type = kwargs.pop("stream_type", None)
+        stream_type = cast("str | None", kwargs.pop("stream_type", None))
         streams = [a for a in args if isinstance(a, Streaming)]
         if not streams:
             raise ConfigurationError(
@@ -152,7 +160,7 @@ class Streaming:
         if stream_type is None:
             stream_type = first._stream_type
         distinct = {id(a.stream) for a in streams}
-        fn: Callable[[Any], Any]
+        fn: Callable[[object], object]
         if len(distinct) == 1:
             apply = _Apply(func, args, kwargs)
             out_stream = first.stream.map(apply)  # type: ignore[attr-defined]
@@ -182,12 +190,12 @@ class Streaming:
 
     @staticmethod
     def _zip_partitions(
-        func: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        example: Any,
+        func: Callable[..., object],
+        args: tuple[object, ...],
+        kwargs: dict[str, object],
+        example: object,
         stream_type: str,
-    ) -> Any:
+    ) -> Streaming:
         """``map_partitions`` over arguments with different roots: zip their streams.
 
         Each argument stream must emit one record per record of the source
@@ -208,7 +216,7 @@ class Streaming:
                 slots.append(None)
         consts = list(args)
 
-        def apply(records: tuple[Any, ...]) -> Any:
+        def apply(records: tuple[object, ...]) -> object:
             vals = [records[i] if i is not None else c for i, c in zip(slots, consts)]
             return func(*vals, **kwargs)
 
@@ -217,8 +225,10 @@ class Streaming:
 
     @classmethod
     def register_api(
-        cls, modifier: Callable[[Any], Any] = _identity, attribute_name: str | None = None
-    ) -> Callable[[Any], Any]:
+        cls,
+        modifier: Callable[[Callable[..., object]], object] = _identity,
+        attribute_name: str | None = None,
+    ) -> Callable[[Callable[..., object]], Callable[..., object]]:
         """Add a method to this frame class (and its subclasses), as streamz's ``register_api``.
 
         >>> import pandas as pd
@@ -233,7 +243,7 @@ class Streaming:
         [8]
         """
 
-        def register(func: Any) -> Any:
+        def register(func: Callable[..., object]) -> Callable[..., object]:
             # optional: a callable object has no __name__
             name = attribute_name or getattr(func, "__name__", None)
             if not name:
@@ -245,7 +255,7 @@ class Streaming:
 
         return register
 
-    def accumulate_partitions(self, func: Callable[..., Any], **kwargs: Any) -> Any:
+    def accumulate_partitions(self, func: Callable[..., object], **kwargs: object) -> Streaming:
         """A running ``state = func(state, batch, **kwargs)`` over the batches, as in streamz.
 
         ``start``, ``returns_state`` and ``with_state`` are those of
@@ -259,7 +269,7 @@ class Streaming:
         start = kwargs.pop("start", no_default)
         returns_state = kwargs.pop("returns_state", False)
         example = kwargs.pop("example", None)
-        stream_type = kwargs.pop("stream_type", self._stream_type)
+        stream_type = cast(str, kwargs.pop("stream_type", self._stream_type))
         with_state = kwargs.get("with_state", False)
         if example is None:
             try:
@@ -267,7 +277,7 @@ class Streaming:
                     start, self.example, **{k: v for k, v in kwargs.items() if k != "with_state"}
                 )
                 if returns_state:
-                    example = example[1]
+                    example = cast("tuple[object, object]", example)[1]
             except Exception as e:  # the function may not accept the start marker
                 logger.debug("accumulate_partitions: no example from %r: %r", func, e)
                 example = self.example
@@ -279,8 +289,8 @@ class Streaming:
         return self.accumulate_node(node, example, stream_type)
 
     def accumulate_node(
-        self, node: Stream, example: Any, stream_type: str = "updating", name: str | None = None
-    ) -> Any:
+        self, node: Stream, example: object, stream_type: str = "updating", name: str | None = None
+    ) -> Streaming:
         """Wrap a stateful node built on ``self.stream`` (its output becomes a new root).
 
         ``name`` names the node, as ``name=`` does on every node: its state is
@@ -291,108 +301,108 @@ class Streaming:
         return _wrap(node, example, stream_type)
 
     # ---------------------------------------------------------------- operators
-    def _binop(self, other: Any, op: Callable[[Any, Any], Any]) -> Any:
+    def _binop(self, other: object, op: Callable[..., object]) -> Streaming:
         return self.map_partitions(op, self, other)
 
-    def _rbinop(self, other: Any, op: Callable[[Any, Any], Any]) -> Any:
+    def _rbinop(self, other: object, op: Callable[..., object]) -> Streaming:
         return self.map_partitions(op, other, self)
 
-    def __add__(self, o: Any) -> Any:
+    def __add__(self, o: object) -> Streaming:
         return self._binop(o, operator.add)
 
-    def __radd__(self, o: Any) -> Any:
+    def __radd__(self, o: object) -> Streaming:
         return self._rbinop(o, operator.add)
 
-    def __sub__(self, o: Any) -> Any:
+    def __sub__(self, o: object) -> Streaming:
         return self._binop(o, operator.sub)
 
-    def __rsub__(self, o: Any) -> Any:
+    def __rsub__(self, o: object) -> Streaming:
         return self._rbinop(o, operator.sub)
 
-    def __mul__(self, o: Any) -> Any:
+    def __mul__(self, o: object) -> Streaming:
         return self._binop(o, operator.mul)
 
-    def __rmul__(self, o: Any) -> Any:
+    def __rmul__(self, o: object) -> Streaming:
         return self._rbinop(o, operator.mul)
 
-    def __truediv__(self, o: Any) -> Any:
+    def __truediv__(self, o: object) -> Streaming:
         return self._binop(o, operator.truediv)
 
-    def __rtruediv__(self, o: Any) -> Any:
+    def __rtruediv__(self, o: object) -> Streaming:
         return self._rbinop(o, operator.truediv)
 
-    def __floordiv__(self, o: Any) -> Any:
+    def __floordiv__(self, o: object) -> Streaming:
         return self._binop(o, operator.floordiv)
 
-    def __rfloordiv__(self, o: Any) -> Any:
+    def __rfloordiv__(self, o: object) -> Streaming:
         return self._rbinop(o, operator.floordiv)
 
-    def __mod__(self, o: Any) -> Any:
+    def __mod__(self, o: object) -> Streaming:
         return self._binop(o, operator.mod)
 
-    def __rmod__(self, o: Any) -> Any:
+    def __rmod__(self, o: object) -> Streaming:
         return self._rbinop(o, operator.mod)
 
-    def __pow__(self, o: Any) -> Any:
+    def __pow__(self, o: object) -> Streaming:
         return self._binop(o, operator.pow)
 
-    def __rpow__(self, o: Any) -> Any:
+    def __rpow__(self, o: object) -> Streaming:
         return self._rbinop(o, operator.pow)
 
-    def __and__(self, o: Any) -> Any:
+    def __and__(self, o: object) -> Streaming:
         return self._binop(o, operator.and_)
 
-    def __rand__(self, o: Any) -> Any:
+    def __rand__(self, o: object) -> Streaming:
         return self._rbinop(o, operator.and_)
 
-    def __or__(self, o: Any) -> Any:
+    def __or__(self, o: object) -> Streaming:
         return self._binop(o, operator.or_)
 
-    def __ror__(self, o: Any) -> Any:
+    def __ror__(self, o: object) -> Streaming:
         return self._rbinop(o, operator.or_)
 
-    def __xor__(self, o: Any) -> Any:
+    def __xor__(self, o: object) -> Streaming:
         return self._binop(o, operator.xor)
 
-    def __rxor__(self, o: Any) -> Any:
+    def __rxor__(self, o: object) -> Streaming:
         return self._rbinop(o, operator.xor)
 
-    def __lt__(self, o: Any) -> Any:
+    def __lt__(self, o: object) -> Streaming:
         return self._binop(o, operator.lt)
 
-    def __le__(self, o: Any) -> Any:
+    def __le__(self, o: object) -> Streaming:
         return self._binop(o, operator.le)
 
-    def __gt__(self, o: Any) -> Any:
+    def __gt__(self, o: object) -> Streaming:
         return self._binop(o, operator.gt)
 
-    def __ge__(self, o: Any) -> Any:
+    def __ge__(self, o: object) -> Streaming:
         return self._binop(o, operator.ge)
 
-    def __eq__(self, o: Any) -> Any:
+    def __eq__(self, o: object) -> Streaming:  # type: ignore[override]
         return self._binop(o, operator.eq)
 
-    def __ne__(self, o: Any) -> Any:
+    def __ne__(self, o: object) -> Streaming:  # type: ignore[override]
         return self._binop(o, operator.ne)
 
     __hash__ = object.__hash__
 
-    def __neg__(self) -> Any:
+    def __neg__(self) -> Streaming:
         return self.map_partitions(operator.neg, self)
 
-    def __abs__(self) -> Any:
+    def __abs__(self) -> Streaming:
         return self.map_partitions(operator.abs, self)
 
-    def __invert__(self) -> Any:
+    def __invert__(self) -> Streaming:
         return self.map_partitions(operator.invert, self)
 
     # ---------------------------------------------------------------- misc
-    def emit(self, x: Any) -> Any:
+    def emit(self, x: object) -> object:
         """Push one batch into the underlying stream (checked against the example)."""
         self.verify(x)
         return self.stream.emit(x)
 
-    def verify(self, x: Any) -> None:
+    def verify(self, x: object) -> None:
         """Check that ``x`` is like the example (overridden by frames)."""
 
     def start(self) -> None:
@@ -416,7 +426,7 @@ class Streaming:
         display_frame(self)
 
     def _repr_html_(self) -> str:
-        ex = self.example
+        ex: Any = self.example  # any record: pandas objects render as HTML
         body = ex.head(2)._repr_html_() if hasattr(ex, "_repr_html_") else repr(ex)
         return f"<h5>{type(self).__name__} - elements like</h5>\n{body}"
 
@@ -444,7 +454,7 @@ def _share_a_source(streams: list[Stream]) -> bool:
 FRAME_TYPES: dict[type, tuple[type[Streaming], type[Streaming]]] = {}
 
 
-def _wrap(stream: Stream, example: Any, stream_type: str) -> Any:
+def _wrap(stream: Stream, example: object, stream_type: str) -> Streaming:
     """The frame class for ``example`` (DataFrame, Series, Index, or generic Streaming)."""
     for kind, (streaming, updating) in FRAME_TYPES.items():
         if isinstance(example, kind):

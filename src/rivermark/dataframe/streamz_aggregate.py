@@ -51,24 +51,24 @@ class StreamzAggregate(Stream):
         n: int | None = None,
         value: pd.Timedelta | None = None,
         with_state: bool = False,
-        start: Any = None,
+        start: object = None,
         **kwargs: Any,
     ) -> None:
         self.agg = agg
         self.n = n
         self.value = value
         self.with_state = with_state
-        self.state: Any = None
+        self.state: object = None
         self.started = False
-        self.frames: deque[Any] = deque()
+        self.frames: deque[pd.DataFrame | pd.Series] = deque()
         Stream.__init__(self, upstream, **kwargs)
         if start is not None:
             self.set_state(start)
 
-    def get_state(self) -> Any:
+    def get_state(self) -> dict[str, object]:
         return {"state": self.state, "started": self.started, "frames": list(self.frames)}
 
-    def set_state(self, state: Any) -> None:
+    def set_state(self, state: object) -> None:
         if not isinstance(state, dict) or "state" not in state:
             raise ConfigurationError(
                 f"{self.display_name()}: start/state must be a state this node emitted "
@@ -81,9 +81,10 @@ class StreamzAggregate(Stream):
     def state_signature(self) -> str:
         return f"StreamzAggregate({type(self.agg).__name__}, n={self.n}, value={self.value})"
 
-    def _leaving(self) -> list[Any]:
+    def _leaving(self) -> list[pd.DataFrame | pd.Series]:
         """Remove and return the parts of the kept batches that left the window."""
-        frames, old = self.frames, []
+        frames = self.frames
+        old: list[pd.DataFrame | pd.Series] = []
         if self.n is not None:
             excess = sum(len(f) for f in frames) - self.n
             while excess > 0 and frames:
@@ -110,7 +111,7 @@ class StreamzAggregate(Stream):
                     break
         return old
 
-    def _step(self, x: Any) -> Any:
+    def _step(self, x: pd.DataFrame | pd.Series) -> object:
         agg = self.agg
         if not self.started:
             self.state = agg.initial(x)
@@ -125,8 +126,8 @@ class StreamzAggregate(Stream):
         return result
 
     def update(
-        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
-    ) -> list[Awaitable[Any]] | None:
+        self, x: object, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> list[Awaitable[object]] | None:
         try:
             result = self._step(x)
         except Exception as e:

@@ -36,8 +36,8 @@ data).  See ``docs/joins.md``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -56,7 +56,9 @@ __all__ = ["FrameAsofJoin", "FrameIntervalJoin", "merge_asof", "join_interval"]
 _T, _SEQ, _HIT, _MATCHED = "__rm_time", "__rm_seq", "__rm_hit", "__rm_matched"
 
 
-def _keys(kind: str, by: Any, left: TimedDataFrame, right: TimedDataFrame) -> list[Any]:
+def _keys(
+    kind: str, by: Hashable | list[Hashable] | None, left: TimedDataFrame, right: TimedDataFrame
+) -> list[Hashable]:
     keys = [] if by is None else list(by) if isinstance(by, (list, tuple)) else [by]
     if not keys:
         raise ConfigurationError(f"{kind}: by= is required (a column label, or a list of them)")
@@ -70,7 +72,7 @@ def _keys(kind: str, by: Any, left: TimedDataFrame, right: TimedDataFrame) -> li
     return keys
 
 
-def _timed(kind: str, sdf: Any, side: str) -> TimedDataFrame:
+def _timed(kind: str, sdf: object, side: str) -> TimedDataFrame:
     if not isinstance(sdf, TimedDataFrame):
         raise ConfigurationError(
             f"{kind}: the {side} DataFrame needs event times; pass sdf.timestamps(column, ...)"
@@ -84,7 +86,7 @@ class _FrameJoin(Stream):
     kind = "frame join"
 
     def __init__(
-        self, left: TimedDataFrame, right: TimedDataFrame, by: list[Any], **kwargs: Any
+        self, left: TimedDataFrame, right: TimedDataFrame, by: list[Hashable], **kwargs: Any
     ) -> None:
         self.by = by
         self.left_clock: FrameTimestamps = left.stream  # type: ignore[assignment]
@@ -106,7 +108,7 @@ class _FrameJoin(Stream):
         return self._late
 
     def update(
-        self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
+        self, x: pd.DataFrame, who: Stream | None = None, metadata: Metadata | None = None
     ) -> Results:
         side = 0 if who is self.upstreams[0] else 1
         clock = self.left_clock if side == 0 else self.right_clock
@@ -157,11 +159,11 @@ class FrameAsofJoin(_FrameJoin):
         self,
         left: TimedDataFrame,
         right: TimedDataFrame,
-        by: list[Any],
+        by: list[Hashable],
         tolerance: float | None,
         how: str,
         suffixes: tuple[str, str],
-        **kwargs: Any,
+        **kwargs: object,
     ) -> None:
         self.tolerance, self.how, self.suffixes = tolerance, how, suffixes
         self.value_columns = [
@@ -273,13 +275,13 @@ class FrameAsofJoin(_FrameJoin):
     def records_held(self) -> int | None:
         return len(self._waiting) + len(self._versions) + self._held_new
 
-    def get_state(self) -> Any:
+    def get_state(self) -> dict[str, object]:
         return {"versions": self._all(), "waiting": self._waiting, "seq": self._seq}
 
-    def set_state(self, state: Any) -> None:
+    def set_state(self, state: Mapping[str, object]) -> None:
         self._versions, self._waiting = state["versions"], state["waiting"]
         self._new, self._held_new, self._sorted = [], 0, None
-        self._seq = int(state["seq"])
+        self._seq = int(cast(int, state["seq"]))
         self._pruned = len(self._versions)
 
     def state_signature(self) -> str:
@@ -295,12 +297,12 @@ class FrameIntervalJoin(_FrameJoin):
         self,
         left: TimedDataFrame,
         right: TimedDataFrame,
-        by: list[Any],
+        by: list[Hashable],
         lower: float,
         upper: float,
         how: str,
         suffixes: tuple[str, str],
-        **kwargs: Any,
+        **kwargs: object,
     ) -> None:
         self.lower, self.upper, self.how, self.suffixes = lower, upper, how, suffixes
         extra = {_T: np.empty(0), _SEQ: np.empty(0, dtype=np.int64)}
@@ -365,12 +367,12 @@ class FrameIntervalJoin(_FrameJoin):
     def records_held(self) -> int | None:
         return self.waiting
 
-    def get_state(self) -> Any:
+    def get_state(self) -> dict[str, object]:
         return {"lefts": self._lefts, "rights": self._rights, "seq": self._seq}
 
-    def set_state(self, state: Any) -> None:
+    def set_state(self, state: Mapping[str, object]) -> None:
         self._lefts, self._rights = state["lefts"], state["rights"]
-        self._seq = int(state["seq"])
+        self._seq = int(cast(int, state["seq"]))
 
     def state_signature(self) -> str:
         return (
@@ -391,13 +393,13 @@ def _suffixes(kind: str, suffixes: Sequence[str]) -> tuple[str, str]:
 def merge_asof(
     sdf: DataFrame,
     right: DataFrame,
-    on: Any = None,
-    by: Any = None,
+    on: Hashable | None = None,
+    by: Hashable | list[Hashable] | None = None,
     direction: str = "backward",
-    tolerance: Any = None,
+    tolerance: object = None,
     how: str = "left",
     suffixes: Sequence[str] = ("_x", "_y"),
-    **kwargs: Any,
+    **kwargs: object,
 ) -> DataFrame:
     """Join each row with the latest row of ``right`` of its key at or before its time.
 
@@ -436,12 +438,12 @@ def merge_asof(
 def join_interval(
     sdf: DataFrame,
     right: DataFrame,
-    by: Any = None,
-    lower: Any = 0,
-    upper: Any = 0,
+    by: Hashable | list[Hashable] | None = None,
+    lower: object = 0,
+    upper: object = 0,
     how: str = "inner",
     suffixes: Sequence[str] = ("_x", "_y"),
-    **kwargs: Any,
+    **kwargs: object,
 ) -> DataFrame:
     """Pairs of rows of one key with ``l.time + lower <= r.time <= l.time + upper``.
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any
 
 __all__ = [
     "is_dataframe_like",
@@ -49,14 +48,14 @@ def is_index_like(x: object) -> bool:
     return _has(x, "name", "dtype") and not _has(x, "index") and not hasattr(x, "columns")
 
 
-def get_dataframe_package(x: Any) -> ModuleType:
+def get_dataframe_package(x: object) -> ModuleType:
     """The top-level package that defines the type of ``x`` (``pandas`` for a pandas frame)."""
     # the type exists, so its package is imported: looked up, not imported
     return sys.modules[type(x).__module__.split(".")[0]]
 
 
 def get_base_frame_type(
-    frame_name: str, is_frame_like: Callable[[Any], bool], example: Any = None
+    frame_name: str, is_frame_like: Callable[[object], bool], example: object = None
 ) -> type:
     """The type to build a streaming ``frame_name`` (``"DataFrame"``, ``"Series"``, ``"Index"``) on.
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, NoReturn, Protocol, Self, cast
 
 import pandas as pd
 
@@ -21,12 +21,29 @@ from rivermark.dataframe.running import check_rolling_window, informative_index
 from rivermark.dataframe.streaming import Streaming
 from rivermark.errors import ConfigurationError
 
+if TYPE_CHECKING:
+    from rivermark.dataframe.groupby import GroupBy
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["Window", "Expanding", "Rolling", "EWM", "EWMNotSupportedError"]
 
 
-def _parse_window(n: Any, value: Any) -> tuple[int | None, pd.Timedelta | None]:
+class _FrameRoot(Protocol):
+    """What a window uses of a streaming DataFrame beyond :class:`Streaming`."""
+
+    @property
+    def columns(self) -> pd.Index: ...
+
+    @property
+    def dtypes(self) -> pd.Series: ...
+
+    def __getitem__(self, key: object) -> Streaming: ...
+
+    def reset_index(self) -> Streaming: ...
+
+
+def _parse_window(n: object, value: object) -> tuple[int | None, pd.Timedelta | None]:
     if value is None and isinstance(n, (str, pd.Timedelta)):
         n, value = None, n
     if (n is None) == (value is None):
@@ -74,11 +91,11 @@ class Window:
 
     def __init__(
         self,
-        sdf: Any,
-        n: Any = None,
-        value: Any = None,
+        sdf: Streaming,
+        n: int | str | pd.Timedelta | None = None,
+        value: object = None,
         with_state: bool = False,
-        start: Any = None,
+        start: object = None,
     ) -> None:
         self.root = sdf
         self.n, self.value = self._spec(n, value)
@@ -107,19 +124,19 @@ class Window:
             return f"window(n={self.n})"
         return "expanding()"
 
-    def _spec(self, n: Any, value: Any) -> tuple[int | None, pd.Timedelta | None]:
+    def _spec(self, n: object, value: object) -> tuple[int | None, pd.Timedelta | None]:
         return _parse_window(n, value)
 
-    def _like(self, root: Any) -> Any:
+    def _like(self, root: Streaming) -> Self:
         new = object.__new__(type(self))
         new.__dict__.update(self.__dict__)
         new.root = root
         return new
 
-    def __getitem__(self, key: Any) -> Any:
-        return self._like(self.root[key])
+    def __getitem__(self, key: object) -> Self:
+        return self._like(cast(_FrameRoot, self.root)[key])
 
-    def __getattr__(self, key: str) -> Any:
+    def __getattr__(self, key: str) -> Self:
         if key.startswith("_") or key == "root":
             raise AttributeError(key)
         # optional: a Series example has no columns
@@ -128,35 +145,35 @@ class Window:
             return self[key]
         raise AttributeError(f"{type(self).__name__} has no attribute or column {key!r}")
 
-    def map_partitions(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    def map_partitions(self, func: Callable[..., object], *args: object, **kwargs: object) -> Self:
         """Apply ``func`` to each batch before it enters the window."""
         args2 = [a.root if isinstance(a, Window) else a for a in args]
         return self._like(Streaming.map_partitions(func, *args2, **kwargs))
 
     @property
-    def index(self) -> Any:
+    def index(self) -> Self:
         return self.map_partitions(lambda x: x.index, self)
 
     @property
-    def columns(self) -> Any:
-        return self.root.columns
+    def columns(self) -> pd.Index:
+        return cast(_FrameRoot, self.root).columns
 
     @property
-    def dtypes(self) -> Any:
-        return self.root.dtypes
+    def dtypes(self) -> pd.Series:
+        return cast(_FrameRoot, self.root).dtypes
 
     @property
-    def example(self) -> Any:
+    def example(self) -> object:
         return self.root.example
 
-    def reset_index(self) -> Any:
+    def reset_index(self) -> Self:
         """Reset the index of each batch before windowing."""
-        return self._like(self.root.reset_index())
+        return self._like(cast(_FrameRoot, self.root).reset_index())
 
     # ---------------------------------------------------------------- aggregations
     def aggregate(
         self, agg: aggs.Aggregation, op: str | None = None, name: str | None = None
-    ) -> Any:
+    ) -> Streaming:
         """Run an :class:`~rivermark.dataframe.aggregations.Aggregation` over the window.
 
         ``agg`` implements either rivermark's partials or streamz's
@@ -176,11 +193,11 @@ class Window:
         example = aggs.aggregate_example(agg, self.root.example)
         return self.root.accumulate_node(node, example, "updating", name)
 
-    def full(self, name: str | None = None) -> Any:
+    def full(self, name: str | None = None) -> Streaming:
         """The whole window's data after each batch."""
         return self.aggregate(aggs.Full(), "full()", name)
 
-    def apply(self, func: Callable[[Any], Any], name: str | None = None) -> Any:
+    def apply(self, func: Callable[..., object], name: str | None = None) -> Streaming:
         """Apply ``func`` to the whole window after each batch.
 
         With ``with_state=True`` ``func`` receives ``(state, window)`` tuples;
@@ -189,44 +206,44 @@ class Window:
         result = self.full(name)
         return Streaming.map_partitions(func, result)
 
-    def sum(self, name: str | None = None) -> Any:
+    def sum(self, name: str | None = None) -> Streaming:
         """Sum within the window."""
         return self.aggregate(aggs.Sum(), "sum()", name)
 
-    def count(self, name: str | None = None) -> Any:
+    def count(self, name: str | None = None) -> Streaming:
         """Count of non-null values within the window."""
         return self.aggregate(aggs.Count(), "count()", name)
 
-    def mean(self, name: str | None = None) -> Any:
+    def mean(self, name: str | None = None) -> Streaming:
         """Mean within the window."""
         return self.aggregate(aggs.Mean(), "mean()", name)
 
-    def var(self, ddof: int = 1, name: str | None = None) -> Any:
+    def var(self, ddof: int = 1, name: str | None = None) -> Streaming:
         """Variance within the window."""
         return self.aggregate(aggs.Var(ddof=ddof), f"var(ddof={ddof})", name)
 
-    def std(self, ddof: int = 1, name: str | None = None) -> Any:
+    def std(self, ddof: int = 1, name: str | None = None) -> Streaming:
         """Standard deviation within the window."""
         return self.aggregate(aggs.Var(ddof=ddof, sqrt=True), f"std(ddof={ddof})", name)
 
-    def min(self, name: str | None = None) -> Any:
+    def min(self, name: str | None = None) -> Streaming:
         """Minimum within the window (skipping missing values)."""
         return self.aggregate(aggs.Min(), "min()", name)
 
-    def max(self, name: str | None = None) -> Any:
+    def max(self, name: str | None = None) -> Streaming:
         """Maximum within the window (skipping missing values)."""
         return self.aggregate(aggs.Max(), "max()", name)
 
     @property
-    def size(self) -> Any:
+    def size(self) -> Streaming:
         """Number of elements within the window (named: ``aggregate(aggregations.Size(), name=...)``)."""
         return self.aggregate(aggs.Size(), "size")
 
-    def value_counts(self, name: str | None = None) -> Any:
+    def value_counts(self, name: str | None = None) -> Streaming:
         """Counts of each value within the window."""
         return self.aggregate(aggs.ValueCounts(), "value_counts()", name)
 
-    def groupby(self, other: Any) -> Any:
+    def groupby(self, other: object) -> GroupBy:
         """Grouped aggregations within the window."""
         from rivermark.dataframe.groupby import GroupBy
 
@@ -274,10 +291,12 @@ class Expanding(Window):
 
     _windowed = False
 
-    def __init__(self, sdf: Any, with_state: bool = False, start: Any = None, **_: Any) -> None:
+    def __init__(
+        self, sdf: Streaming, with_state: bool = False, start: object = None, **_: object
+    ) -> None:
         super().__init__(sdf, with_state=with_state, start=start)
 
-    def _spec(self, n: Any, value: Any) -> tuple[int | None, pd.Timedelta | None]:
+    def _spec(self, n: object, value: object) -> tuple[int | None, pd.Timedelta | None]:
         return None, None
 
 
@@ -334,23 +353,28 @@ class EWM:
 
     def __init__(
         self,
-        sdf: Any,
+        sdf: Streaming,
         com: float | None = None,
         span: float | None = None,
         halflife: float | None = None,
         alpha: float | None = None,
         with_state: bool = False,
-        start: Any = None,
+        start: object = None,
     ) -> None:
         self.root = sdf
         self.alpha = _com_to_alpha(com, span, halflife, alpha)
         self.with_state = with_state
         self.start = start
 
-    def __getitem__(self, key: Any) -> EWM:
-        return EWM(self.root[key], alpha=self.alpha, with_state=self.with_state, start=self.start)
+    def __getitem__(self, key: object) -> EWM:
+        return EWM(
+            cast(_FrameRoot, self.root)[key],
+            alpha=self.alpha,
+            with_state=self.with_state,
+            start=self.start,
+        )
 
-    def __getattr__(self, key: str) -> Any:
+    def __getattr__(self, key: str) -> EWM:
         if key.startswith("_") or key == "root":
             raise AttributeError(key)
         # optional: a Series example has no columns
@@ -358,7 +382,7 @@ class EWM:
             return self[key]
         raise AttributeError(f"EWM has no attribute or column {key!r}")
 
-    def mean(self, name: str | None = None) -> Any:
+    def mean(self, name: str | None = None) -> Streaming:
         """The exponentially weighted mean at each batch's newest row (a one-row frame)."""
         node = aggs.EWMMean(
             self.root.local_stream,
@@ -367,41 +391,41 @@ class EWM:
             start=self.start,
             example=self.root.example,
         )
-        ex = self.root.example
-        example: Any = ex.iloc[:0].astype(float)
+        ex = cast("pd.DataFrame | pd.Series", self.root.example)
+        example: pd.DataFrame | pd.Series = ex.iloc[:0].astype(float)
         return self.root.accumulate_node(node, example, "updating", name)
 
-    def _unsupported(self, what: str) -> Any:
+    def _unsupported(self, what: str) -> NoReturn:
         raise EWMNotSupportedError(
             f"ewm(...).{what}() is not supported on streams; use ewm(...).mean(), or "
             f"window(...).apply(lambda df: df.ewm(...).{what}())"
         )
 
     # streamz raises NotImplementedError for these as well
-    def sum(self) -> Any:
-        return self._unsupported("sum")
+    def sum(self) -> NoReturn:
+        self._unsupported("sum")
 
-    def var(self, ddof: int = 1) -> Any:
-        return self._unsupported("var")
+    def var(self, ddof: int = 1) -> NoReturn:
+        self._unsupported("var")
 
-    def std(self, ddof: int = 1) -> Any:
-        return self._unsupported("std")
+    def std(self, ddof: int = 1) -> NoReturn:
+        self._unsupported("std")
 
-    def count(self) -> Any:
-        return self._unsupported("count")
+    def count(self) -> NoReturn:
+        self._unsupported("count")
 
-    def apply(self, func: Callable[[Any], Any]) -> Any:
-        return self._unsupported("apply")
+    def apply(self, func: Callable[..., object]) -> NoReturn:
+        self._unsupported("apply")
 
-    def full(self) -> Any:
-        return self._unsupported("full")
+    def full(self) -> NoReturn:
+        self._unsupported("full")
 
-    def value_counts(self) -> Any:
-        return self._unsupported("value_counts")
+    def value_counts(self) -> NoReturn:
+        self._unsupported("value_counts")
 
     @property
-    def size(self) -> Any:
-        return self._unsupported("size")
+    def size(self) -> NoReturn:
+        self._unsupported("size")
 
 
 class Rolling:
@@ -421,11 +445,11 @@ class Rolling:
 
     def __init__(
         self,
-        sdf: Any,
-        window: Any,
+        sdf: Streaming,
+        window: int | str | pd.Timedelta,
         min_periods: int | None = None,
         with_state: bool = False,
-        start: Any = None,
+        start: object = None,
     ) -> None:
         if isinstance(window, bool) or not isinstance(window, (int, str, pd.Timedelta)):
             raise ConfigurationError(
@@ -441,10 +465,16 @@ class Rolling:
         self.with_state = with_state
         self.start = start
 
-    def __getitem__(self, key: Any) -> Rolling:
-        return Rolling(self.root[key], self.window, self.min_periods, self.with_state, self.start)
+    def __getitem__(self, key: object) -> Rolling:
+        return Rolling(
+            cast(_FrameRoot, self.root)[key],
+            self.window,
+            self.min_periods,
+            self.with_state,
+            self.start,
+        )
 
-    def __getattr__(self, key: str) -> Any:
+    def __getattr__(self, key: str) -> Rolling:
         if key.startswith("_") or key == "root":
             raise AttributeError(key)
         # optional: a Series example has no columns
@@ -452,7 +482,9 @@ class Rolling:
             return self[key]
         raise AttributeError(f"Rolling has no attribute or column {key!r}")
 
-    def _known(self, op: str, *args: Any, name: str | None = None, **kwargs: Any) -> Any:
+    def _known(
+        self, op: str, *args: object, name: str | None = None, **kwargs: object
+    ) -> Streaming:
         node = aggs.RollingAggregate(
             self.root.local_stream,
             self.window,
@@ -464,7 +496,7 @@ class Rolling:
             start=self.start,
             example=self.root.example,
         )
-        ex = self.root.example
+        ex = cast("pd.DataFrame | pd.Series", self.root.example)
         try:
             example = getattr(ex.rolling(self.window, min_periods=self.min_periods), op)(
                 *args, **kwargs
@@ -473,42 +505,42 @@ class Rolling:
             example = ex
         return self.root.accumulate_node(node, example, "streaming", name)
 
-    def sum(self, name: str | None = None) -> Any:
+    def sum(self, name: str | None = None) -> Streaming:
         """Rolling sum."""
         return self._known("sum", name=name)
 
-    def mean(self, name: str | None = None) -> Any:
+    def mean(self, name: str | None = None) -> Streaming:
         """Rolling mean."""
         return self._known("mean", name=name)
 
-    def min(self, name: str | None = None) -> Any:
+    def min(self, name: str | None = None) -> Streaming:
         """Rolling minimum."""
         return self._known("min", name=name)
 
-    def max(self, name: str | None = None) -> Any:
+    def max(self, name: str | None = None) -> Streaming:
         """Rolling maximum."""
         return self._known("max", name=name)
 
-    def median(self, name: str | None = None) -> Any:
+    def median(self, name: str | None = None) -> Streaming:
         """Rolling median."""
         return self._known("median", name=name)
 
-    def std(self, *args: Any, name: str | None = None, **kwargs: Any) -> Any:
+    def std(self, *args: object, name: str | None = None, **kwargs: object) -> Streaming:
         """Rolling standard deviation."""
         return self._known("std", *args, name=name, **kwargs)
 
-    def var(self, *args: Any, name: str | None = None, **kwargs: Any) -> Any:
+    def var(self, *args: object, name: str | None = None, **kwargs: object) -> Streaming:
         """Rolling variance."""
         return self._known("var", *args, name=name, **kwargs)
 
-    def count(self, *args: Any, name: str | None = None, **kwargs: Any) -> Any:
+    def count(self, *args: object, name: str | None = None, **kwargs: object) -> Streaming:
         """Rolling count."""
         return self._known("count", *args, name=name, **kwargs)
 
-    def aggregate(self, *args: Any, name: str | None = None, **kwargs: Any) -> Any:
+    def aggregate(self, *args: object, name: str | None = None, **kwargs: object) -> Streaming:
         """Rolling ``aggregate``."""
         return self._known("aggregate", *args, name=name, **kwargs)
 
-    def quantile(self, *args: Any, name: str | None = None, **kwargs: Any) -> Any:
+    def quantile(self, *args: object, name: str | None = None, **kwargs: object) -> Streaming:
         """Rolling quantile."""
         return self._known("quantile", *args, name=name, **kwargs)
