@@ -325,6 +325,7 @@ def _jsonable(value: Any) -> Any:
     """A value of a state row as JSON has it: numpy scalars as numbers, times as ISO text."""
     # optional: numpy scalars have .item() and .shape, other values do not
     item = getattr(value, "item", None)
+    # optional: only a numpy scalar has a shape (of ())
     if callable(item) and getattr(value, "shape", None) == ():
         return item()
     # optional: dates and times have .isoformat(), other values do not

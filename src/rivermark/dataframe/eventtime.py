@@ -87,8 +87,10 @@ __all__ = [
 
 def _dtype_problem(dtype: Dtype) -> str | None:
     """Why a column of ``dtype`` cannot hold event times (None: it can)."""
+    # optional: an extension dtype need not have a kind
     if isinstance(dtype, pd.DatetimeTZDtype) or getattr(dtype, "kind", None) == "O":
         return None
+    # optional: an extension dtype need not have a kind
     if getattr(dtype, "kind", None) == "M":
         return (
             "holds naive datetimes (no timezone); give them one upstream "
@@ -121,6 +123,7 @@ def column_times(values: pd.Series) -> np.ndarray:
         raise TypeError(f"event time: column {values.name!r} {problem}")
     if isinstance(dtype, pd.DatetimeTZDtype):
         return _datetime_seconds(values, dtype.unit)
+    # optional: an extension dtype need not have a kind
     if getattr(dtype, "kind", None) != "O":
         secs = values.to_numpy(dtype=float, na_value=np.nan)
         return np.where(np.isfinite(secs), secs, np.nan)
@@ -604,6 +607,7 @@ def _value_dtype(dtype: Dtype, how: str | Callable[[pd.Series], object]) -> Dtyp
     if how == "mean":
         return np.dtype(float)
     if how == "sum":
+        # optional: an extension dtype need not have a kind
         return np.dtype(float) if getattr(dtype, "kind", "f") == "f" else np.dtype("int64")
     if how in ("min", "max"):
         return dtype

@@ -84,11 +84,13 @@ def writes_out(node: Node) -> bool:
     if step_of(cls.update) is None or cls._emit is not pass_down:
         return False
     update = node.update  # an update set on the instance wins over the class's step
+    # optional: a plain function has no __func__ (only a bound method)
     return getattr(update, "__func__", None) is cls.update
 
 
 def _has_return(stmt: ast.stmt) -> bool:
     """Whether ``stmt`` holds a ``return`` (remembered on the node: asked at every level)."""
+    # optional: only the statements the generator marks carry their returns
     found = getattr(stmt, "rivermark_returns", None)
     if found is None:
         found = isinstance(stmt, ast.Return) or any(
@@ -278,6 +280,7 @@ class _Placer:
             meta = call.args[1] if call is not None and len(call.args) > 1 else ast.Constant(None)
             if (
                 call is not None
+                # optional: only the statements the generator marks carry this flag
                 and getattr(ret, "rivermark_main", False)
                 and isinstance(meta, ast.Constant)
                 and meta.value is None

@@ -101,6 +101,7 @@ class Plan:
             return found
         update: Update = node.update
         info = step_of(type(node).update)
+        # optional: a plain function has no __func__ (only a bound method)
         if info is not None and getattr(update, "__func__", None) is type(node).update:
             update = specialized_update(node, info)
         self._updates[id(node)] = update

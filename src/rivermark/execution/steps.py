@@ -140,6 +140,7 @@ class StepInfo:
 
 def _where(func: Callable[..., object], node: ast.AST | None = None) -> str:
     code = func.__code__
+    # optional: some AST nodes (arguments, keywords) carry no line number
     line = code.co_firstlineno + (getattr(node, "lineno", 1) - 1 if node is not None else 0)
     return f"{func.__qualname__} ({code.co_filename}:{line})"
 
@@ -266,6 +267,7 @@ def graph_fact(method: F) -> F:
 
 def step_of(func: object) -> StepInfo | None:
     """The parsed step of ``func`` (a class's ``update``), or None if it is not one."""
+    # optional: only a function decorated with @step carries its step
     info = getattr(func, "__rivermark_step__", None)
     return info if isinstance(info, StepInfo) else None
 
