@@ -117,7 +117,13 @@ def test_without_ipywidgets_outputs_are_html_displays_replaced_in_place(
             frames = s.map(lambda x: pd.DataFrame({"x": [x]}))
             DataFrame(frames, example=pd.DataFrame({"x": [0]}))._ipython_display_()
             s.emit(21)
-            wait_for(lambda: any(o.update and "<td>21</td>" in html(o) for o in captured.outputs))
+            # each display is replaced on its own schedule: wait for both
+            wait_for(
+                lambda: (
+                    any(o.update and "<td>21</td>" in html(o) for o in captured.outputs)
+                    and any(o.update and html(o) == "<pre>42</pre>" for o in captured.outputs)
+                )
+            )
         first, second, *updates = captured.outputs
         assert not first.update and "no record yet" in html(first)
         assert not second.update and "DataFrame: latest rows" in html(second)
