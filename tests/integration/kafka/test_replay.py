@@ -214,14 +214,14 @@ def test_diff_compares_with_what_the_live_job_committed_to_its_topics(
     shown = res.stdout.splitlines()
     removed = [line[1:] for line in shown if line.startswith("-") and not line.startswith("---")]
     added = [line[1:] for line in shown if line.startswith("+") and not line.startswith("+++")]
-    # every: two partitions, compared as sorted records; zeros: one, in order
     assert sorted(removed) == sorted(gone + of_partition(gone, 0))
     assert sorted(added) == sorted(came + of_partition(came, 0))
-    # the producer may have put a range's records in one partition of "every" or in both:
-    # the records of several partitions are compared sorted, of one in order
+    # the range reads two input partitions, whose records reach the sinks in the order
+    # they happen to be read (a replay does not repeat it): compared as sorted records,
+    # whether the producer put the range's output in one partition of "every" or in both
     (every,) = [h for h in shown if h.startswith(f"--- {live.every}[")]
-    assert every.endswith(", sorted)") == (every.count(f"{live.every}[") > 1), every
-    assert any(h.startswith(f"--- {live.zeros}[0] ") and "sorted" not in h for h in shown)
+    assert every.endswith(", sorted)"), every
+    assert any(h.startswith(f"--- {live.zeros}[0] ") and h.endswith(", sorted)") for h in shown)
 
     res = rivermark("replay", f"{live.app}:source", *args, "-o", str(tmp_path / "b"))
     assert res.returncode == 0, res.stdout + res.stderr
