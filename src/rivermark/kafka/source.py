@@ -71,6 +71,7 @@ from rivermark.kafka.errors import KafkaConnectorError, KafkaTopicError
 from rivermark.kafka.ownership import owner_tag
 from rivermark.kafka.topic_ids import offsets_of, split_position, with_topic_ids
 from rivermark.kafka.transactions import DeadlineExceeded, call_with_deadline
+from rivermark.kafka.waiting import RecordWaiter
 from rivermark.plugins import door
 from rivermark.sources.base import TIME_SLICE, Source
 
@@ -213,6 +214,10 @@ class KafkaBatchedSource(Source[dict[str, Any]]):
         #: which partitions are read and where each is (the position's offsets)
         self.partitions = PartitionAssignment(self)
         self._durable_position: dict[str, int] | None = None
+        #: waits for records in a thread when the consumer holds none (see .waiting)
+        self._waiter = RecordWaiter(kind, self.poll_interval, single=not batched)
+        #: offsets to commit once the waiting thread left the consumer
+        self._deferred: dict[tuple[str, int], int] = {}
         #: when the emit loop next gives the event loop a turn (perf_counter)
         self._turn_at = 0.0
         self.batches_emitted = 0
@@ -412,6 +417,10 @@ class KafkaBatchedSource(Source[dict[str, Any]]):
         if self.offset_committer is not None:
             self.offset_committer(offsets, tag)
             return
+        if self._waiter.busy:
+            # one call on the consumer at a time: committed after the wait
+            self._deferred.update(offsets)
+            return
         tps = [ck.TopicPartition(t, p, o, tag) for (t, p), o in offsets.items()]
         try:
             self.consumer.commit(offsets=tps, asynchronous=True)
@@ -479,13 +488,12 @@ class KafkaBatchedSource(Source[dict[str, Any]]):
             n = max(self.max_batch_size, 500)
             msgs = self.consumer.consume(num_messages=n, timeout=0)
             if not msgs:
-                # the consumer is polled on the loop thread only: librdkafka runs the
-                # group's rebalance callbacks in the thread that polls, and they change
-                # the positions a checkpoint reads
-                await asyncio.sleep(
-                    self.poll_interval if self.batched else min(self.poll_interval, 0.01)
-                )
-                continue
+                msgs = await self._waiter.wait(self.consumer, n)
+                if self._deferred:
+                    offsets, self._deferred = self._deferred, {}
+                    self._commit(offsets)
+                if not msgs:
+                    continue
             await self._emit_messages(msgs)
 
     def _consumer_error(self, err: Any) -> None:
@@ -622,13 +630,22 @@ class KafkaBatchedSource(Source[dict[str, Any]]):
         if consumer is None:
             self.partitions.closed()
             return
+        # one call on the consumer at a time: the waiting thread leaves it first
+        if not self._waiter.join():
+            logger.warning(
+                "%s: the consumer's wait did not end; the consumer is left behind",
+                self.display_name(),
+            )
+            self.partitions.closed()
+            return
+        deferred, self._deferred = self._deferred, {}
         if self.checkpointing:
             # the newest durable checkpoint's position, committed once more
             # synchronously (the commit after each checkpoint is asynchronous)
             pos = self._durable_position or {}
             final = {split_key(k): int(v) for k, v in pos.items()}
         else:
-            final = self.partitions.tracker.committable()
+            final = {**deferred, **self.partitions.tracker.committable()}
         tag = self._owner_tag()
         name = self.display_name()
         if self.offset_committer is not None and final:

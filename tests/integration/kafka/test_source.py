@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -87,6 +88,33 @@ def test_from_kafka_one_record_at_a_time(
     finally:
         src.stop()
     assert out == [str(i).encode() for i in range(20)]
+
+
+@pytest.mark.parametrize("batched", [True, False], ids=["batched", "single"])
+def test_a_record_arriving_while_the_source_waits_is_handed_on_at_once(
+    bootstrap: str, new_topic: Callable[..., str], group: str, batched: bool
+) -> None:
+    """Nothing to read: the source waits inside the consumer, not in a sleep of poll_interval."""
+    topic = new_topic()
+    make = Stream.from_kafka_batched if batched else Stream.from_kafka
+    src = make(topic, conf(bootstrap, group), poll_interval=60)
+    out = src.sink_to_list()
+    src.start()
+    try:
+        wait_for(lambda: src.partitions.listed, what="the partitions listed")
+        t0 = time.monotonic()
+        produce(bootstrap, topic, ["late"])
+        wait_for(lambda: len(out) >= 1, timeout=60, what="the record produced while waiting")
+        took = time.monotonic() - t0
+    finally:
+        src.stop()
+    assert out == ([[b"late"]] if batched else [b"late"])
+    assert took < 10, f"the record waited {took:.1f}s (poll_interval is 60s)"
+    # the waiting thread left with the consumer
+    wait_for(
+        lambda: not [t for t in threading.enumerate() if t.name.startswith("rivermark-wait")],
+        what="the waiting thread gone",
+    )
 
 
 def test_partition_added_mid_run_is_read_from_zero(
