@@ -63,14 +63,8 @@ from rivermark.dataframe.eventwindows import BUILT_IN, FrameWindow, WindowSpec
 from rivermark.dataframe.running import OpName
 from rivermark.dataframe.schema import Dtype
 from rivermark.errors import ConfigurationError
-from rivermark.operators.eventtime import (
-    Results,
-    Timestamps,
-    _ahead_of,
-    _delay,
-    _partition_of,
-    emits_updates,
-)
+from rivermark.operators.eventtime import emits_updates
+from rivermark.operators.timestamps import Results, Timestamps, _ahead_of, _delay, _partition_of
 from rivermark.operators.watermarks import to_epoch
 
 logger = logging.getLogger(__name__)

@@ -46,7 +46,8 @@ from rivermark.core.refs import Metadata
 from rivermark.core.timeutil import NANOS
 from rivermark.dataframe.running import ConformingNode, OpName
 from rivermark.dataframe.schema import Dtype
-from rivermark.operators.eventtime import LateRecords, Results, _merge
+from rivermark.operators.eventtime import LateRecords
+from rivermark.operators.timestamps import Results, _merge
 from rivermark.operators.windowstore import Closed, OpenWindows, exact_sign, in_close_order, slot
 
 logger = logging.getLogger(__name__)

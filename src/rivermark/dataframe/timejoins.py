@@ -47,8 +47,9 @@ from rivermark.core.refs import Metadata
 from rivermark.dataframe.core import DataFrame
 from rivermark.dataframe.eventtime import FrameTimestamps, TimedDataFrame
 from rivermark.errors import ConfigurationError
-from rivermark.operators.eventtime import LateRecords, Results, _delay, _merge
+from rivermark.operators.eventtime import LateRecords
 from rivermark.operators.joinbase import signed_interval
+from rivermark.operators.timestamps import Results, _delay, _merge
 
 __all__ = ["FrameAsofJoin", "FrameIntervalJoin", "merge_asof", "join_interval"]
 

@@ -9,6 +9,7 @@ from rivermark.operators import intervaljoin as intervaljoin
 from rivermark.operators import joins as joins
 from rivermark.operators import stateful as stateful
 from rivermark.operators import timejoins as timejoins
+from rivermark.operators import timestamps as timestamps
 from rivermark.operators import timing as timing
 from rivermark.operators import transform as transform
 from rivermark.operators import windowjoin as windowjoin

@@ -39,7 +39,8 @@ from typing import Any, Unpack
 
 from rivermark.core.node import NodeOptions, Stream, check_callable
 from rivermark.core.refs import Metadata
-from rivermark.operators.eventtime import EventWindow, Results, _merge, attach
+from rivermark.operators.eventtime import EventWindow
+from rivermark.operators.timestamps import Results, _merge, attach
 from rivermark.state import KeyedState, KeyedStore, as_keyed
 
 logger = logging.getLogger(__name__)

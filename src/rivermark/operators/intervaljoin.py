@@ -13,8 +13,8 @@ from typing import Any, Unpack
 from rivermark.core.node import NodeOptions, Stream
 from rivermark.core.refs import Metadata
 from rivermark.errors import ConfigurationError
-from rivermark.operators.eventtime import Results, Timestamps, _merge, attach
 from rivermark.operators.joinbase import LateSide, func_name, join_key, signed_interval
+from rivermark.operators.timestamps import Results, Timestamps, _merge, attach
 from rivermark.state import KeyedState, KeyedStore, as_keyed
 
 __all__ = ["IntervalJoin"]

@@ -15,7 +15,8 @@ from rivermark.core.node import Stream
 from rivermark.core.refs import Metadata
 from rivermark.core.timeutil import parse_interval
 from rivermark.errors import ConfigurationError
-from rivermark.operators.eventtime import LateRecords, Results, key_function
+from rivermark.operators.eventtime import LateRecords, key_function
+from rivermark.operators.timestamps import Results
 
 logger = logging.getLogger(__name__)
 

@@ -57,9 +57,9 @@ from typing import Any, Protocol, Unpack
 from rivermark.core.node import NodeOptions, Stream, check_callable
 from rivermark.core.refs import Metadata
 from rivermark.errors import ConfigurationError
-from rivermark.operators.eventtime import Results, Timestamps, _delay, _merge, attach
 from rivermark.operators.intervaljoin import IntervalJoin as IntervalJoin
 from rivermark.operators.joinbase import LateSide, func_name, join_key
+from rivermark.operators.timestamps import Results, Timestamps, _delay, _merge, attach
 from rivermark.state import KeyedState, KeyedStore, as_keyed
 
 logger = logging.getLogger(__name__)

@@ -42,8 +42,9 @@ from rivermark.core.node import NodeOptions, Stream, check_callable
 from rivermark.core.refs import Metadata
 from rivermark.core.timeutil import parse_interval
 from rivermark.errors import ConfigurationError
-from rivermark.operators.eventtime import Results, Timestamps, WindowResult, _delay, _merge, attach
+from rivermark.operators.eventtime import WindowResult
 from rivermark.operators.joinbase import LateSide, func_name, join_key
+from rivermark.operators.timestamps import Results, Timestamps, _delay, _merge, attach
 from rivermark.operators.windowstore import Closed, exact_sign, in_close_order, slot
 from rivermark.state import KeyedState, KeyedStore, as_keyed
 

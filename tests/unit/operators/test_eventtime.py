@@ -462,7 +462,7 @@ def test_a_time_far_ahead_of_the_wall_clock_is_warned_about_once_naming_the_reco
     t.wall_clock = lambda: NOW
     w = t.tumbling_window(10, agg="count")
     late = w.late.sink_to_list()
-    with caplog.at_level(logging.WARNING, logger="rivermark.operators.eventtime"):
+    with caplog.at_level(logging.WARNING, logger="rivermark.operators.timestamps"):
         s.emit({"ts": NOW})
         s.emit({"ts": NOW + 3600})  # an hour ahead: nothing said
         s.emit({"ts": NOW * 1000, "id": "in ms"})  # milliseconds among seconds
