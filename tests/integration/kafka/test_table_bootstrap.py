@@ -27,6 +27,7 @@ import pytest
 from rivermark import Stream
 from rivermark.checkpoint import Job
 from rivermark.checkpoint.stores.store import open_store
+from rivermark.kafka.topic_ids import offsets_of
 from rivermark.testing.kafka_broker import create_topic
 
 from .helpers import run_in_thread, wait_for
@@ -65,7 +66,7 @@ def _produce(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes
 
 
 def _slow(x: Any) -> Any:
-    time.sleep(0.002)  # the table's changes take a while to read
+    time.sleep(0.003)  # the table's changes take a while to read
     return x
 
 
@@ -82,7 +83,7 @@ def _lookup_job(
         .to_table(key="k", value=lambda c: c["v"], bootstrap=boot, name="table")
     )
     out = left.map(json.loads).join_asof(table, key="k", how="left", mode="lookup")
-    return Job(left, checkpoint=str(ckpt), every="0.2s"), out.sink_to_list()
+    return Job(left, checkpoint=str(ckpt), every="0.2s", keep=1000), out.sink_to_list()
 
 
 def _run_until(job: Job, done: Callable[[], bool], what: str) -> None:
@@ -116,6 +117,16 @@ def test_a_lookup_join_sees_the_whole_table_only_with_a_bootstrap(
         assert values == ["v30"] * 40
         done = [r.getMessage() for r in caplog.records if "bootstrap done" in r.getMessage()]
         assert len(done) == 1 and done[0].startswith("bootstrap done: 300 records read from "), done
+        # the checkpoints taken during the bootstrap: the table's source moved on, the
+        # orders' stayed where the run began
+        store = open_store(str(tmp_path / "ck"))
+        during = []
+        for epoch in store.list_epochs():
+            positions = store.read_manifest(epoch).positions
+            read = sum(offsets_of(positions["kafka-tiers"]).values())
+            if 0 < read < 300:
+                during.append(offsets_of(positions["kafka-orders"]))
+        assert during and all(p == {f"{orders}:0": 0} for p in during), during
     else:
         # the orders were joined while the table was still being read
         assert any(v != "v30" for v in values), values

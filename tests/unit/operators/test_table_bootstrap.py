@@ -8,6 +8,8 @@ sources start, fresh and after a kill) is tested on a real broker in
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -78,3 +80,33 @@ def test_outside_a_job_bootstrap_changes_nothing() -> None:
     changes.emit((0, "ann", "gold"))
     orders.emit((5, "ann"))
     assert out == [((5, "ann"), "gold")]
+
+
+APP = """
+from rivermark import Stream
+changes = Stream.from_iterable([(0, "ann", "gold")], name="changes")
+orders = Stream.from_iterable([(5, "ann")], name="orders")
+table = changes.timestamps(lambda c: c[0]).to_table(
+    key=1, value=lambda c: c[2], bootstrap=True, name="tiers"
+)
+orders.join_asof(table, key=1, mode="lookup").sink(print)
+"""
+
+
+def test_rivermark_run_refuses_it_in_one_line(tmp_path: Path) -> None:
+    app = tmp_path / "app.py"
+    app.write_text(APP)
+    res = subprocess.run(
+        [sys.executable, "-m", "rivermark.cli", "run", f"{app}:orders"]
+        + ["--checkpoint", str(tmp_path / "ck")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 2, res
+    assert len(res.stderr.splitlines()) == 1 and "Traceback" not in res.stderr, res.stderr
+    assert res.stderr.startswith(
+        "rivermark: Job: Table('tiers') has bootstrap=True, but its changes come from "
+        "FromIterable('changes')"
+    )
+    assert res.stdout == ""
