@@ -15,6 +15,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -27,6 +28,7 @@ import pytest
 from rivermark import Stream
 from rivermark.checkpoint import Job
 from rivermark.checkpoint.stores.store import open_store
+from rivermark.kafka import PartitionedJob, PartitionSource
 from rivermark.kafka.topic_ids import offsets_of
 from rivermark.testing.kafka_broker import create_topic
 
@@ -212,3 +214,51 @@ def test_a_restored_job_bootstraps_again_to_the_ends_of_its_own_start(
     assert re.search(
         r"bootstrap done: 200 records read from KafkaSource\('kafka-tiers'\)", second
     ), second[-3000:]
+
+
+def test_a_global_table_is_bootstrapped_in_every_task_of_a_partitioned_job(
+    bootstrap: str, new_topic: Callable[..., str], group: str, tmp_path: Path
+) -> None:
+    tiers, orders = _compacted(bootstrap), new_topic(2, "orders")
+    _produce(bootstrap, tiers, _changes(range(1, 21)))  # 200 changes, v20 the last
+    # orders of every key in both partitions of the job's topic
+    p = ck.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i in range(20):
+        p.produce(orders, value=json.dumps({"i": i, "k": i % KEYS}).encode(), partition=i % 2)
+    assert p.flush(30) == 0
+    out: list[tuple[int, Any]] = []
+    lock = threading.Lock()
+
+    def build(source: PartitionSource) -> Stream:
+        table = (
+            source.global_topic(tiers)
+            .flatten()
+            .map(json.loads)
+            .map(_slow)
+            .timestamps(lambda c: c["ts"])
+            .to_table(key="k", value=lambda c: c["v"], bootstrap=True, name="table")
+        )
+
+        def keep(pair: tuple[dict[str, Any], Any]) -> None:
+            with lock:
+                out.append((pair[0]["i"], pair[1]))
+
+        left = source.flatten().map(json.loads)
+        return left.join_asof(table, key="k", how="left", mode="lookup", name="join").sink(keep)
+
+    job = PartitionedJob(
+        orders,
+        {"bootstrap.servers": bootstrap, "group.id": group, "session.timeout.ms": 6000},
+        build,
+        checkpoint=tmp_path / "c",
+        every="200ms",
+        source_options={"poll_interval": 0.05},
+    )
+    thread, raised = run_in_thread(job)
+    try:
+        wait_for(lambda: len(out) >= 20 or not thread.is_alive(), 90, "every order joined")
+    finally:
+        job.stop()
+        thread.join(60)
+    assert raised == []
+    assert sorted(out) == [(i, "v20") for i in range(20)]
