@@ -30,6 +30,7 @@ from rivermark.checkpoint import Job
 from rivermark.checkpoint.stores.store import open_store
 from rivermark.kafka import PartitionedJob, PartitionSource
 from rivermark.kafka.topic_ids import offsets_of
+from rivermark.observe.metrics import metrics_of
 from rivermark.testing.kafka_broker import create_topic
 
 from .helpers import run_in_thread, wait_for
@@ -113,7 +114,20 @@ def test_a_lookup_join_sees_the_whole_table_only_with_a_bootstrap(
     _produce(bootstrap, orders, _orders(range(40)))
     job, out = _lookup_job(bootstrap, tiers, orders, group, tmp_path / "ck", boot)
     caplog.set_level(logging.INFO, logger="rivermark")
-    _run_until(job, lambda: len(out) >= 40, "every order joined")
+    metrics = metrics_of(job)
+    seen: list[tuple[bool, bool, int]] = []
+
+    def watch() -> bool:
+        # how many orders were joined, then whether the job said it was bootstrapping
+        joined = len(out)
+        seen.append((job.bootstrapping, metrics.read().bootstrapping, joined))
+        return joined >= 40
+
+    _run_until(job, watch, "every order joined")
+    assert not job.bootstrapping and not metrics.read().bootstrapping
+    assert any(flag and snap for flag, snap, _ in seen) == boot
+    assert boot or not any(flag or snap for flag, snap, _ in seen)
+    assert all(joined == 0 for flag, _, joined in seen if flag)  # no order while it was
     values = [v for _, v in out]
     if boot:
         assert values == ["v30"] * 40
