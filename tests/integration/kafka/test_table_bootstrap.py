@@ -79,14 +79,25 @@ def _lookup_job(
     params = {"bootstrap.servers": bootstrap, "group.id": group}
     changes = Stream.from_kafka(tiers, params, poll_interval=0.02, name="kafka-tiers")
     left = Stream.from_kafka(orders, params, poll_interval=0.02, name="kafka-orders")
+    # every node named: a second run of a new graph restores the first one's checkpoint
     table = (
-        changes.map(json.loads)
-        .map(_slow)
-        .timestamps(lambda c: c["ts"])
-        .to_table(key="k", value=lambda c: c["v"], bootstrap=boot, name="table")
+        changes.map(json.loads, name="parse_tiers")
+        .map(_slow, name="slow")
+        .timestamps(_ts, name="tier_times")
+        .to_table(key="k", value=_v, bootstrap=boot, name="table")
     )
-    out = left.map(json.loads).join_asof(table, key="k", how="left", mode="lookup")
-    return Job(left, checkpoint=str(ckpt), every="0.2s", keep=1000), out.sink_to_list()
+    parsed = left.map(json.loads, name="parse_orders")
+    out = parsed.join_asof(table, key="k", how="left", mode="lookup", name="join")
+    got = out.sink_to_list(name="out")
+    return Job(left, checkpoint=str(ckpt), every="0.2s", keep=1000), got
+
+
+def _ts(c: dict[str, Any]) -> float:
+    return float(c["ts"])
+
+
+def _v(c: dict[str, Any]) -> Any:
+    return c["v"]
 
 
 def _run_until(job: Job, done: Callable[[], bool], what: str) -> None:
@@ -96,7 +107,7 @@ def _run_until(job: Job, done: Callable[[], bool], what: str) -> None:
     finally:
         job.stop(timeout=30)
         thread.join(30)
-    assert not raised, raised
+    assert not raised, [str(e).replace("\n", " | ") for e in raised]
     assert done(), what
 
 
@@ -164,6 +175,46 @@ def test_an_empty_table_topic_is_caught_up_at_once(
     assert [v for _, v in out] == [None] * 5
     assert time.monotonic() - started < 20
     assert any(r.getMessage().startswith("bootstrap done: 0 records") for r in caplog.records)
+
+
+def test_a_job_stopped_in_the_middle_of_a_bootstrap_resumes_it(
+    bootstrap: str,
+    new_topic: Callable[..., str],
+    group: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    tiers, orders = _compacted(bootstrap), new_topic(prefix="orders")
+    _produce(bootstrap, tiers, _changes(range(1, 31)))  # 300 changes, v30 the last
+    _produce(bootstrap, orders, _orders(range(40)))
+    ckpt = tmp_path / "ck"
+    job, out = _lookup_job(bootstrap, tiers, orders, group, ckpt, True)
+    thread, raised = run_in_thread(job)
+    try:
+        store = open_store(str(ckpt))
+
+        def tiers_read() -> int:
+            epochs = store.list_epochs()
+            positions = store.read_manifest(epochs[-1]).positions if epochs else {}
+            return sum(offsets_of(positions.get("kafka-tiers", {})).values())
+
+        # a checkpoint with part of the table read, while the orders wait
+        wait_for(lambda: tiers_read() > 0 or not thread.is_alive(), 30, "a checkpoint")
+        assert job.bootstrapping
+    finally:
+        assert job.stop(timeout=30)  # the waiting source never started: no hang
+        thread.join(30)
+    assert not raised and out == []
+    final = store.read_manifest(store.list_epochs()[-1]).positions
+    read = sum(offsets_of(final["kafka-tiers"]).values())
+    assert 0 < read < 300 and offsets_of(final["kafka-orders"]) == {f"{orders}:0": 0}, final
+    # the next run restores the part of the table read and reads the rest first
+    caplog.set_level(logging.INFO, logger="rivermark")
+    job, out = _lookup_job(bootstrap, tiers, orders, group, ckpt, True)
+    _run_until(job, lambda: len(out) >= 40, "every order joined")
+    assert [v for _, v in out] == ["v30"] * 40
+    done = [r.getMessage() for r in caplog.records if "bootstrap done" in r.getMessage()]
+    assert done and done[0].startswith(f"bootstrap done: {300 - read} records read"), done
 
 
 def _start(env: dict[str, str], ckpt: Path, log: Path) -> subprocess.Popen[bytes]:
