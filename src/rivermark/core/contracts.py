@@ -17,6 +17,10 @@ provide the defaults, and a node that differs overrides the member:
 * :class:`Positioned`: a source's position (``position``, ``position_now``)
   and ``seek`` to resume from it, generic in the position's type as
   :class:`~rivermark.sources.base.Source` is.
+* :class:`Bootstraps` and :class:`ReadsToEnd`: a node (a table with
+  ``bootstrap=True``) whose sources are read to the end their input has when
+  the job starts before the job's other sources start, and a source that can
+  be read so (a Kafka source: its partitions' end offsets at start).
 
 >>> from rivermark import Stream
 >>> node = Stream()
@@ -42,7 +46,16 @@ else:
 
     P = TypeVar("P")
 
-__all__ = ["GraphNode", "HoldsWork", "JobAware", "Position", "Positioned", "Stateful"]
+__all__ = [
+    "Bootstraps",
+    "GraphNode",
+    "HoldsWork",
+    "JobAware",
+    "Position",
+    "Positioned",
+    "ReadsToEnd",
+    "Stateful",
+]
 
 #: where a source of unknown type is: a JSON value (a line number, offsets by
 #: partition, ...), as a checkpoint manifest holds it and hands it back to ``seek``
@@ -118,3 +131,33 @@ class Positioned(Protocol[P]):
     def position_now(self) -> P: ...
 
     def seek(self, position: P) -> None: ...
+
+
+@runtime_checkable
+class Bootstraps(Protocol):
+    """A node whose upstream sources a job reads to their end before its other sources.
+
+    ``bootstrap`` true: when the job starts (fresh or restored), the sources
+    upstream of the node are read up to where their input ends at that moment,
+    and only then do the job's other sources start (a table's bootstrap).
+    """
+
+    @property
+    def bootstrap(self) -> bool: ...
+
+
+@runtime_checkable
+class ReadsToEnd(Protocol):
+    """A source that can be read to the end its input has when the job starts."""
+
+    async def mark_end(self) -> None:
+        """Note where the input ends now (after ``prepare``, before the source starts)."""
+        ...
+
+    def caught_up(self) -> bool:
+        """Whether every record before that end has been emitted (and processed)."""
+        ...
+
+    def records_read(self) -> int:
+        """Records emitted so far (the bootstrap reports how many it read)."""
+        ...

@@ -24,8 +24,7 @@ The start offset is resolved to a number when the partition is assigned
 checkpoint), so ``position()`` names every assigned partition, including
 empty ones, and a crash before the first interval checkpoint replays from
 exactly where the run began.  (The listing, the assignment and the start
-offsets are the source's ``partitions``, a
-:class:`~rivermark.kafka.assignment.PartitionAssignment`.)
+offsets are the source's ``partitions``, a ``PartitionAssignment``.)
 
 Offsets and completion.  Every emitted batch carries metadata
 ``[{"ref": RefCounter, "topic": t, "partition": p, "offset": first}]``.
@@ -67,6 +66,7 @@ from rivermark.core.refs import Metadata, RefCounter
 from rivermark.core.timeutil import parse_interval
 from rivermark.errors import ConfigurationError
 from rivermark.kafka.assignment import PartitionAssignment, split_key
+from rivermark.kafka.bootstrap import CatchUp
 from rivermark.kafka.errors import KafkaConnectorError, KafkaTopicError
 from rivermark.kafka.ownership import owner_tag
 from rivermark.kafka.topic_ids import offsets_of, split_position, with_topic_ids
@@ -99,7 +99,7 @@ def _commit_nothing(offsets: dict[tuple[str, int], int], tag: str) -> None:
     """The offset committer of a source that reads only (:meth:`KafkaBatchedSource.read_only`)."""
 
 
-class KafkaBatchedSource(Source[dict[str, Any]]):
+class KafkaBatchedSource(Source[dict[str, Any]], CatchUp):
     """Read Kafka topics and emit lists of records per partition.
 
     See :func:`from_kafka_batched` for the parameters; the node is usually
@@ -479,11 +479,10 @@ class KafkaBatchedSource(Source[dict[str, Any]]):
             every = self.poll_interval if self.refresh_partitions else self.metadata_refresh
             if time.monotonic() - self.partitions.last_refresh >= every:
                 await self._refresh()
+            self.check_caught_up()  # a table's bootstrap (see .bootstrap)
             if self.stop_at_end and self.partitions.listed and self.partitions.at_end():
-                logger.info(
-                    "%s: stop_at_end: every partition read to its end offset; finishing",
-                    self.display_name(),
-                )
+                name = self.display_name()
+                logger.info("%s: stop_at_end: every partition read to its end; finishing", name)
                 return
             n = max(self.max_batch_size, 500)
             msgs = self.consumer.consume(num_messages=n, timeout=0)

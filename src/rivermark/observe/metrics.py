@@ -177,6 +177,8 @@ class Snapshot:
     #: the checkpoints of this run that failed, oldest first
     checkpoint_failures: tuple[CheckpointFailure, ...] = field(default=())
     checkpoints_failed: int = 0
+    #: the job holds its other sources while its tables' sources read to their end
+    bootstrapping: bool = False
 
     def node(self, node_id: str) -> NodeMetrics:
         for n in self.nodes:
@@ -460,6 +462,7 @@ class Metrics(JobListener):
             checkpoint_wait_seconds=job.checkpoint_wait_seconds,
             checkpoint_failures=tuple(list(job.checkpoint_failures)),
             checkpoints_failed=job.checkpoints_failed,
+            bootstrapping=job.bootstrapping,
         )
 
 

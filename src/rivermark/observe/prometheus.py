@@ -195,6 +195,11 @@ def _checkpoint_families(metrics: Metrics, snap: Snapshot) -> Iterator[object]:
     yield GaugeMetricFamily(
         "rivermark_job_running", "1 while the job runs", value=1 if snap.running else 0
     )
+    yield GaugeMetricFamily(
+        "rivermark_job_bootstrapping",
+        "1 while the job reads its tables' topics to their end before its other sources",
+        value=1 if snap.bootstrapping else 0,
+    )
 
 
 def collect_families(metrics: Metrics) -> Iterator[Any]:

@@ -91,6 +91,11 @@ class Table(LateSide, Stream):
     ``.late`` and changes nothing.  :meth:`get` and :meth:`as_of` read the
     table from Python, while the job runs too.  Emits nothing itself.
 
+    ``bootstrap=True``: a job reads the sources of the changes (Kafka
+    topics) up to the end offsets they have when it starts, fresh or
+    restored, before any other source of the job starts (see
+    ``docs/joins.md``); outside a job it changes nothing.
+
     >>> s = Stream()
     >>> t = s.timestamps(lambda c: c["ts"], max_delay=5).to_table(key="id", value=lambda c: c.get("v"))
     >>> s.emit({"ts": 1, "id": "a", "v": 10}); s.emit({"ts": 3, "id": "a"})
@@ -106,9 +111,17 @@ class Table(LateSide, Stream):
         upstream: Stream,
         key: Hashable | Callable[[Any], Any] = None,
         value: Callable[[Any], Any] | None = None,
+        bootstrap: bool = False,
         **kwargs: Unpack[NodeOptions],
     ) -> None:
         self.clock: Timestamps = attach(self, "to_table", upstream)
+        if not isinstance(bootstrap, bool):
+            raise ConfigurationError(
+                f"to_table: bootstrap must be True or False, got {bootstrap!r}; pass "
+                "bootstrap=True to read the table's topic to its end before the other sources"
+            )
+        #: a job reads the changes' sources to their end before its other sources start
+        self.bootstrap = bootstrap
         self.key = key
         self._key_of = join_key("to_table", key)
         if value is not None:

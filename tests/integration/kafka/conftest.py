@@ -46,4 +46,4 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.kafka)
 
 
-collect_ignore = ["fault_app.py", "group_app.py", "eventtime_eos_app.py"]
+collect_ignore = ["fault_app.py", "group_app.py", "eventtime_eos_app.py", "table_bootstrap_app.py"]

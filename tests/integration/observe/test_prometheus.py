@@ -66,6 +66,7 @@ def test_counters_move_and_equal_the_records_processed(tmp_path: Path) -> None:
             assert m[key] == len(out) + 1
             assert m['rivermark_errors_total{node="hold",policy="raised"}'] == 0
             assert m["rivermark_job_running"] == 1 and m["rivermark_restores_total"] == 0
+            assert m["rivermark_job_bootstrapping"] == 0
             assert m["rivermark_checkpoints_total"] >= 1
             assert m["rivermark_checkpoint_epoch"] >= 1
             gates[held_at].set()

@@ -217,6 +217,12 @@ class Job:
         return self._running
 
     @property
+    def bootstrapping(self) -> bool:
+        """Whether the job holds its other sources while its tables' sources read to
+        their end (``to_table(..., bootstrap=True)``; see ``docs/joins.md``)."""
+        return self._run.bootstrap.pending
+
+    @property
     def stop_requested(self) -> bool:
         """Whether :meth:`stop` was called for the current run (it is stopping or stopped)."""
         return self._run.stop_requested

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from types import FrameType
 
 from rivermark.checkpoint.faults import hold_before_end
+from rivermark.checkpoint.protocol.bootstrap import Bootstrap
 from rivermark.checkpoint.protocol.cycle import CheckpointCycle
 from rivermark.checkpoint.protocol.requests import Requests
 from rivermark.checkpoint.protocol.roles import JobGraph
@@ -106,6 +107,9 @@ class RunLoop:
         #: whether this run moved the objects alive at its start out of the
         #: garbage collector's reach (see freeze_long_lived)
         self._gc_frozen = False
+        #: the sources of tables read to their end before the others start (refused here
+        #: when a table's source cannot be)
+        self.bootstrap = Bootstrap(roles)
 
     def begin(self) -> None:
         """A run begins (on its event loop)."""
@@ -125,6 +129,9 @@ class RunLoop:
         for s in self.roles.sources:
             # concrete start positions (e.g. Kafka offsets for "latest")
             await s.prepare()
+        # a table's bootstrap: its sources note where their input ends now; the
+        # other sources start once those have read that far (see .bootstrap)
+        await self.bootstrap.begin()
         if fresh:
             # epoch of the configured start: a crash before the first interval
             # checkpoint then rolls sinks back to where this run began and
@@ -133,9 +140,13 @@ class RunLoop:
             await self.cycle.checkpoint(blocking=True)
         self._gc_frozen = freeze_long_lived()
         for s in self.roles.sources:
-            s.budget = self.budget
-            s.on_finished(self.wake_up)  # the end of input wakes the job
-            s.start()
+            if not self.bootstrap.holds(s):
+                self._start(s)
+
+    def _start(self, s: Source) -> None:
+        s.budget = self.budget
+        s.on_finished(self.wake_up)  # the end of input wakes the job
+        s.start()
 
     def end(self) -> None:
         """However the run ended: the sources' budgets go, the collector sees everything."""
@@ -159,6 +170,9 @@ class RunLoop:
             if failed:
                 await cycle.shutdown_sources()
                 raise cycle.shutdown.source_failure(failed[0])
+            if self.bootstrap.ready() and not self.stop_requested:
+                for s in self.bootstrap.held:
+                    self._start(s)  # the tables' sources caught up
             exhausted = not self.emit_roots and all(s.finished for s in sources)
             if exhausted and not self.stop_requested and not self._input_ended:
                 await self._end_of_input()
