@@ -211,3 +211,40 @@ def test_other_nodes_have_no_join_figures(tmp_path: Path) -> None:
     assert snap.node("text").join is None and snap.node("text").late_records is None
     assert snapshot_json(snap, job)["nodes"]["text"]["join"] is None  # type: ignore[index]
     assert JobControl(job).describe()["joins"] == {}
+
+
+def test_dataframe_joins_report_rows_per_side_and_carry_their_counters_in_state() -> None:
+    import pandas as pd
+
+    from rivermark.dataframe import DataFrame
+
+    example = pd.DataFrame({"ts": [0.0], "k": [0]}).iloc[:0]
+
+    def graph() -> tuple[Stream, Stream, list[Stream]]:
+        ls, rs = Stream(), Stream()
+        left = DataFrame(ls, example=example).timestamps("ts", max_delay=0)
+        right = DataFrame(rs, example=example).timestamps("ts", max_delay=0)
+        asof = left.merge_asof(right, by="k").stream
+        pairs = left.join_interval(right, by="k", lower=0, upper=3).stream
+        return ls, rs, [left.stream, right.stream, asof, pairs]
+
+    def rows(*pairs: tuple[float, int]) -> pd.DataFrame:
+        return pd.DataFrame({"ts": [float(t) for t, _ in pairs], "k": [k for _, k in pairs]})
+
+    ls, rs, nodes = graph()
+    rs.emit(rows((0, 0), (5, 0)))  # the right watermark is 5
+    ls.emit(rows((3, 0), (7, 0), (8, 1)))  # 3 is joined at once; 7 and 8 wait
+    rs.emit(rows((1, 0)))  # late on the right
+    ls.emit(rows((2, 0)))  # late on the left
+    asof, pairs = nodes[2].join_figures(), nodes[3].join_figures()
+    assert asof is not None and pairs is not None
+    assert asof.buffered == {"left": 2, "right": 2} and asof.waited == 2
+    assert asof.oldest_waiting == 7.0 and asof.late == {"left": 1, "right": 1}
+    # the left rows wait for right partners up to 3 s later; the right rows were dropped
+    # once the left watermark (8) passed them
+    assert pairs.buffered == {"left": 3, "right": 0} and pairs.late == {"left": 1, "right": 1}
+    assert nodes[2].late_count == 2
+    _, _, restored = graph()
+    for node, again in zip(nodes, restored, strict=True):
+        again.set_state(node.get_state())
+    assert restored[2].join_figures() == asof and restored[3].join_figures() == pairs
