@@ -213,9 +213,9 @@ class WindowJoin(LateSide, Stream):
             if self.gap is None:
                 held = self._open.pop((k, start), None)
                 if held is not None:
-                    self._release(held[1:])
-                    end = float(held[0][0])
-                    ready.append((end, start, int(held[0][1]), k, held[1:]))
+                    entries = held[1:]
+                    self._release(entries)
+                    ready.append((float(held[0][0]), start, int(held[0][1]), k, entries))
             else:
                 ready.extend(self._sessions_closed(k, mark))
         if not ready:
