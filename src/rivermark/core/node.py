@@ -26,6 +26,7 @@ from rivermark.core.config import ErrorPolicy, Fixed, check_callable, check_posi
 from rivermark.core.config import _check_policy as _check_policy
 from rivermark.core.facade import StreamFacade
 from rivermark.core.facade import _attr_text as _attr_text
+from rivermark.core.figures import JoinFigures
 from rivermark.core.naming import function_name
 from rivermark.core.origin import describe_origin
 from rivermark.core.refs import Metadata, release_refs, retain_refs
@@ -501,6 +502,14 @@ class Stream(StreamFacade):
         Asynchronous nodes report the records in flight, windowed nodes the
         records buffered in open windows.  Read by the metrics from any
         thread, so it only reads plain attributes.
+        """
+        return None
+
+    def join_figures(self) -> JoinFigures | None:
+        """The running figures of a join or a table (:mod:`rivermark.core.figures`);
+        None for every other node.
+
+        Read by the metrics from any thread, so it only reads plain attributes.
         """
         return None
 

@@ -42,13 +42,14 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
+from rivermark.core.figures import JoinFigures
 from rivermark.core.node import Stream
 from rivermark.core.refs import Metadata
 from rivermark.dataframe.core import DataFrame
 from rivermark.dataframe.eventtime import FrameTimestamps, TimedDataFrame
 from rivermark.errors import ConfigurationError
 from rivermark.operators.eventtime import LateRecords
-from rivermark.operators.joinbase import signed_interval
+from rivermark.operators.joinbase import LateSide, signed_interval
 from rivermark.operators.timestamps import Results, _delay, _merge
 
 __all__ = ["FrameAsofJoin", "FrameIntervalJoin", "merge_asof", "join_interval"]
@@ -81,8 +82,12 @@ def _timed(kind: str, sdf: object, side: str) -> TimedDataFrame:
     return sdf
 
 
-class _FrameJoin(Stream):
-    """Two timed streaming DataFrames joined by event time (what both joins share)."""
+class _FrameJoin(LateSide, Stream):
+    """Two timed streaming DataFrames joined by event time (what both joins share).
+
+    ``.late`` holds the late rows of either side, as DataFrames of the side's
+    columns, counted per side as :class:`LateSide` counts records.
+    """
 
     kind = "frame join"
 
@@ -101,13 +106,6 @@ class _FrameJoin(Stream):
         for clock in (self.left_clock, self.right_clock):
             clock.add_client(self)
 
-    @property
-    def late(self) -> LateRecords:
-        """The late rows of either side, as DataFrames of the side's columns."""
-        if self._late is None:
-            self._late = LateRecords(self, stream_name=f"{self.kind}.late")
-        return self._late
-
     def update(
         self, x: pd.DataFrame, who: Stream | None = None, metadata: Metadata | None = None
     ) -> Results:
@@ -117,7 +115,10 @@ class _FrameJoin(Stream):
         late = times < clock.row_watermarks
         results: Results = None
         if late.any():
-            self.late_count += int(late.sum())
+            n_late = int(late.sum())
+            self.late_count += n_late
+            left, right = self.late_sides
+            self.late_sides = (left + n_late, right) if side == 0 else (left, right + n_late)
             if self._late is not None:
                 results = self._late.pass_late(x[late], metadata)
             x, times = x[~late], times[~late]
@@ -184,6 +185,8 @@ class FrameAsofJoin(_FrameJoin):
         )
         self._held_new = 0
         self._pruned = 0
+        #: left rows that waited for the right side's watermark, since the job first started
+        self.waited = 0
         super().__init__(left, right, by, **kwargs)
 
     def _take(self, side: int, rows: pd.DataFrame) -> Results:
@@ -195,7 +198,9 @@ class FrameAsofJoin(_FrameJoin):
             return None
         ready = rows[_T].to_numpy() < self.right_clock.watermark
         if not ready.all():
-            self._waiting = pd.concat([self._waiting, rows[~ready]])
+            wait = rows[~ready]
+            self.waited += len(wait)
+            self._waiting = pd.concat([self._waiting, wait])
         return self._out(self._join(rows[ready]))
 
     def close_until(self, watermark: float) -> Results:
@@ -276,14 +281,34 @@ class FrameAsofJoin(_FrameJoin):
     def records_held(self) -> int | None:
         return len(self._waiting) + len(self._versions) + self._held_new
 
+    def join_figures(self) -> JoinFigures:
+        waiting = self._waiting  # one frame, however the join replaces it meanwhile
+        return JoinFigures(
+            buffered={"left": len(waiting), "right": len(self._versions) + self._held_new},
+            late=self._late_figures(),
+            waited=self.waited,
+            oldest_waiting=float(waiting[_T].min()) if len(waiting) else None,
+        )
+
+    def _counters(self) -> dict[str, object]:
+        return {**super()._counters(), "waited": self.waited}
+
     def get_state(self) -> dict[str, object]:
-        return {"versions": self._all(), "waiting": self._waiting, "seq": self._seq}
+        return {
+            "versions": self._all(),
+            "waiting": self._waiting,
+            "seq": self._seq,
+            "counters": self._counters(),
+        }
 
     def set_state(self, state: Mapping[str, object]) -> None:
         self._versions, self._waiting = state["versions"], state["waiting"]
         self._new, self._held_new, self._sorted = [], 0, None
         self._seq = int(cast(int, state["seq"]))
         self._pruned = len(self._versions)
+        self._restore_counters(state)
+        counters = cast(Mapping[str, int], state.get("counters", {}))
+        self.waited = int(counters.get("waited", 0))
 
     def state_signature(self) -> str:
         return f"FrameAsofJoin(by={self.by!r}, tolerance={self.tolerance}, how={self.how})"
@@ -368,12 +393,24 @@ class FrameIntervalJoin(_FrameJoin):
     def records_held(self) -> int | None:
         return self.waiting
 
+    def join_figures(self) -> JoinFigures:
+        return JoinFigures(
+            buffered={"left": len(self._lefts), "right": len(self._rights)},
+            late=self._late_figures(),
+        )
+
     def get_state(self) -> dict[str, object]:
-        return {"lefts": self._lefts, "rights": self._rights, "seq": self._seq}
+        return {
+            "lefts": self._lefts,
+            "rights": self._rights,
+            "seq": self._seq,
+            "counters": self._counters(),
+        }
 
     def set_state(self, state: Mapping[str, object]) -> None:
         self._lefts, self._rights = state["lefts"], state["rights"]
         self._seq = int(cast(int, state["seq"]))
+        self._restore_counters(state)
 
     def state_signature(self) -> str:
         return (

@@ -9,7 +9,8 @@ Reading needs nothing; changing needs the job's control token::
     GET  /readyz           200 while the job runs and takes records, else 503
     GET  /api/job          status (``running``, ... ``stopped``, ``finished``,
                            ``failed``) and its reason, epoch, positions, uptime,
-                           every node's counts since the job first started
+                           every node's counts since the job first started,
+                           every join's and table's running figures (``joins``)
     GET  /api/checkpoints  the checkpoints this run wrote (epoch, time,
                            duration, pause, size, kind) and its failures
     GET  /api/identity     ``?nonce=N``: ``{"run": R, "proof": P}``, P the
@@ -80,6 +81,7 @@ __all__ = [
     "identity_proof",
     "job_status",
     "job_summary",
+    "join_rows",
     "local_url",
     "request",
     "resolve",
@@ -224,14 +226,28 @@ def local_url(addr: str, port: int, path: str = "/") -> str:
 
 
 def job_summary(job: Job) -> dict[str, object]:
-    """What ``GET /api/job`` says of one job besides its status: store, epochs, positions."""
+    """What ``GET /api/job`` says of one job besides its status: store, epochs, positions,
+    joins' and tables' figures."""
     return {
         "store": repr(job.store),
         "epoch": job.epoch,
         "restored_epoch": job.restored_epoch,
         "last_savepoint": job.last_savepoint,
         "positions": {job.id_of(s): s.position() for s in job.sources},
+        # per join and table, its running figures (rivermark.core.figures.JoinFigures)
+        "joins": join_rows(job),
     }
+
+
+def join_rows(job: Job) -> dict[str, dict[str, object]]:
+    """Each join's and table's running figures by node id, as ``GET /api/job`` and the
+    live page give them (:class:`~rivermark.core.figures.JoinFigures`)."""
+    rows = {}
+    for n in job.nodes:
+        figures = n.join_figures()
+        if figures is not None:
+            rows[job.id_of(n)] = figures.as_json()
+    return rows
 
 
 def checkpoint_rows(checkpoints: Iterable[CheckpointInfo]) -> list[dict[str, object]]:

@@ -23,7 +23,11 @@ any thread:
   partition too, with its event-time lag (the wall clock minus the
   watermark); per event-time window node the records that arrived after
   their window had closed and the windows open now (read through the
-  :class:`EventTimeClock` and :class:`EventTimeWindows` contracts);
+  :class:`EventTimeClock` and :class:`EventTimeWindows` contracts); per
+  join and table its late records and its running figures
+  (:class:`~rivermark.core.figures.JoinFigures`: records buffered per side,
+  late records per side, the as-of joins' waits, a table's keys and
+  versions dropped);
 * per job: checkpoints written, the last one's epoch, age, duration, pause
   and size, restores, elapsed time, and the checkpoint triggers that had to
   wait for the checkpoint still being written (backpressure).
@@ -52,10 +56,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from rivermark.checkpoint.protocol.counts import COUNTS as COUNTS
+from rivermark.checkpoint.protocol.counts import CountsLate, totals
 from rivermark.checkpoint.protocol.counts import EventTimeWindows as EventTimeWindows
-from rivermark.checkpoint.protocol.counts import totals
 from rivermark.checkpoint.protocol.listeners import JobListener, attach_listener
 from rivermark.checkpoint.protocol.options import JobOptions
+from rivermark.core.figures import JoinFigures
 from rivermark.core.graph import ancestors
 from rivermark.core.node import Stream
 from rivermark.errors import ConfigurationError
@@ -123,9 +128,12 @@ class NodeMetrics:
     state_size: int | None = None
     #: an event-time ``timestamps`` node's watermark (epoch seconds; None: not one)
     watermark: float | None = None
-    #: an event-time window node's late records and open windows (None: not one)
+    #: late records of an event-time window, a join or a table (None: not one), and a
+    #: window node's open windows (None: not one)
     late_records: int | None = None
     open_windows: int | None = None
+    #: a join's or a table's running figures (None: not one)
+    join: JoinFigures | None = None
 
     @property
     def errors(self) -> int:
@@ -202,12 +210,12 @@ class Snapshot:
         return tuple(n for n in self.nodes if n.id not in ups)
 
 
-def _event_time(node: Stream) -> tuple[float | None, int | None, int | None]:
-    """``(watermark, late records, open windows)`` of an event-time node (None: not one)."""
+def _event_time(node: Stream) -> tuple[float | None, bool, int | None]:
+    """``(watermark, whether it counts late records, open windows)`` of an event-time
+    node (None: not one)."""
     watermark = float(node.watermark) if isinstance(node, EventTimeClock) else None
-    if isinstance(node, EventTimeWindows):
-        return watermark, node.late_count, node.open_windows
-    return watermark, None, None
+    opened = node.open_windows if isinstance(node, EventTimeWindows) else None
+    return watermark, isinstance(node, CountsLate), opened
 
 
 def _source_watermarks(
@@ -414,8 +422,9 @@ class Metrics(JobListener):
                     last_error=error,
                     state_size=sizes.get(nid),
                     watermark=watermark,
-                    late_records=None if late is None else late_total,
+                    late_records=late_total if late else None,
                     open_windows=opened,
+                    join=n.join_figures(),
                 )
             )
             edges += [(ids[id(u)], nid) for u in n.upstreams if id(u) in ids]

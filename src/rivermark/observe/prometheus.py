@@ -64,7 +64,8 @@ def _node_families(snap: Snapshot) -> Iterator[object]:
     )
     late = CounterMetricFamily(
         "rivermark_late_records",
-        "Records (DataFrame rows) an event-time window received after their window closed",
+        "Records (DataFrame rows) an event-time window received after their window closed, "
+        "or a join or table after their side's watermark had passed them",
         labels=["node"],
     )
     opened = GaugeMetricFamily(
@@ -87,6 +88,58 @@ def _node_families(snap: Snapshot) -> Iterator[object]:
         if n.open_windows is not None:
             opened.add_metric([n.id], n.open_windows)
     yield from (rin, rout, errs, busy, waits, backlog, marks, late, opened)
+    yield from _join_families(snap)
+
+
+def _join_families(snap: Snapshot) -> Iterator[object]:
+    """The running figures of joins and tables (:class:`~rivermark.core.figures.JoinFigures`)."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    buffered = GaugeMetricFamily(
+        "rivermark_join_buffered_records",
+        "Records (DataFrame rows) a join holds per side, waiting for a watermark or for "
+        "partners still to come",
+        labels=["node", "side"],
+    )
+    late = CounterMetricFamily(
+        "rivermark_join_late_records",
+        "Records a join received per side after that side's watermark had passed them",
+        labels=["node", "side"],
+    )
+    waited = CounterMetricFamily(
+        "rivermark_join_waited_records",
+        "Left records of an as-of join that waited for the table side's watermark",
+        labels=["node"],
+    )
+    oldest = GaugeMetricFamily(
+        "rivermark_join_oldest_waiting_timestamp_seconds",
+        "Event time of the oldest left record an as-of join holds waiting (Unix time); "
+        "time() minus it is how far its output is held back",
+        labels=["node"],
+    )
+    keys = GaugeMetricFamily("rivermark_table_keys", "Keys a table holds", labels=["node"])
+    dropped = CounterMetricFamily(
+        "rivermark_table_versions_dropped",
+        "Versions a table dropped by retention",
+        labels=["node"],
+    )
+    for n in snap.nodes:
+        f = n.join
+        if f is None:
+            continue
+        for side, count in f.buffered.items():
+            buffered.add_metric([n.id, side], count)
+        for side, count in f.late.items():
+            late.add_metric([n.id, side], count)
+        if f.waited is not None:
+            waited.add_metric([n.id], f.waited)
+        if f.oldest_waiting is not None and math.isfinite(f.oldest_waiting):
+            oldest.add_metric([n.id], f.oldest_waiting)
+        if f.keys is not None:
+            keys.add_metric([n.id], f.keys)
+        if f.versions_dropped is not None:
+            dropped.add_metric([n.id], f.versions_dropped)
+    yield from (buffered, late, waited, oldest, keys, dropped)
 
 
 def _source_families(snap: Snapshot) -> Iterator[Any]:

@@ -200,6 +200,8 @@ def snapshot_json(snap: Snapshot, job: Job | None = None) -> dict[str, object]:
                 "input_ended": n.watermark == math.inf,
                 "late": n.late_records,
                 "open_windows": n.open_windows,
+                # a join's or a table's figures, under the names GET /api/job gives them
+                "join": None if n.join is None else n.join.as_json(),
             }
             for n in snap.nodes
         },

@@ -10,6 +10,7 @@ import math
 from collections.abc import Callable, Hashable
 from typing import Any, Unpack
 
+from rivermark.core.figures import JoinFigures
 from rivermark.core.node import NodeOptions, Stream
 from rivermark.core.refs import Metadata
 from rivermark.errors import ConfigurationError
@@ -108,7 +109,7 @@ class IntervalJoin(LateSide, Stream):
             return None
         t = clock.current
         if t < clock.record_watermark:
-            return self._send_late(x, metadata, t)
+            return self._send_late(x, metadata, t, side)
         seq = self._seq
         self._seq = seq + 1
         results: Results = None
@@ -176,13 +177,25 @@ class IntervalJoin(LateSide, Stream):
     def records_held(self) -> int | None:
         return self.waiting
 
+    def join_figures(self) -> JoinFigures:
+        return JoinFigures(
+            buffered={"left": len(self._lefts), "right": len(self._rights)},
+            late=self._late_figures(),
+        )
+
     def get_state(self) -> object:
-        return {"lefts": self._lefts, "rights": self._rights, "seq": self._seq}
+        return {
+            "lefts": self._lefts,
+            "rights": self._rights,
+            "seq": self._seq,
+            "counters": self._counters(),
+        }
 
     def set_state(self, state: Any) -> None:
         self._lefts = as_keyed(state["lefts"])
         self._rights = as_keyed(state["rights"])
         self._seq = int(state["seq"])
+        self._restore_counters(state)
         self._index = ({}, {})
         self._heaps = ([], [])
         for seq, (t, k, *_) in self._lefts.items():

@@ -7,9 +7,10 @@ The joins themselves live in :mod:`.timejoins` (tables, as-of),
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from rivermark.core.figures import SIDES
 from rivermark.core.naming import function_name
 from rivermark.core.node import Stream
 from rivermark.core.refs import Metadata
@@ -48,11 +49,18 @@ def signed_interval(value: object, kind: str, arg: str) -> float:
 
 
 class LateSide:
-    """A node's ``.late`` stream and its count (shared by the table and the joins)."""
+    """A node's ``.late`` stream and its counts (shared by the table and the joins).
+
+    ``late_count`` counts this run's late records (the job's counts carry it
+    over a restore); ``late_sides`` counts them per side since the job first
+    started, restored with the node's state (:meth:`_counters`).
+    """
 
     kind = "node"
     _late: LateRecords | None = None
     late_count = 0
+    #: late records per side (left, right) since the job first started
+    late_sides: tuple[int, int] = (0, 0)
 
     @property
     def late(self) -> LateRecords:
@@ -62,9 +70,11 @@ class LateSide:
             self._late = LateRecords(self, stream_name=f"{self.kind}.late")
         return self._late
 
-    def _send_late(self, x: Any, metadata: Metadata | None, ts: float) -> Results:
+    def _send_late(self, x: Any, metadata: Metadata | None, ts: float, side: int = 0) -> Results:
         assert isinstance(self, Stream)
         self.late_count += 1
+        left, right = self.late_sides
+        self.late_sides = (left + 1, right) if side == 0 else (left, right + 1)
         if self._late is not None:
             return self._late.pass_late(x, metadata)
         if self.late_count == 1:
@@ -76,3 +86,16 @@ class LateSide:
                 self.kind,
             )
         return None
+
+    def _late_figures(self, sides: int = 2) -> dict[str, int]:
+        """The late records of the first ``sides`` sides, by side name."""
+        return dict(zip(SIDES[:sides], self.late_sides))
+
+    def _counters(self) -> dict[str, object]:
+        """The counters the node's checkpointed state carries (see :meth:`_restore_counters`)."""
+        return {"late": list(self.late_sides)}
+
+    def _restore_counters(self, state: Mapping[str, Any]) -> None:
+        """Restore what :meth:`_counters` gave (a state written before it had none: 0)."""
+        left, right = state.get("counters", {}).get("late", (0, 0))
+        self.late_sides = (int(left), int(right))

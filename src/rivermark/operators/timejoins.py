@@ -54,6 +54,7 @@ import math
 from collections.abc import Callable, Hashable
 from typing import Any, Protocol, Unpack
 
+from rivermark.core.figures import JoinFigures
 from rivermark.core.node import NodeOptions, Stream, check_callable
 from rivermark.core.refs import Metadata
 from rivermark.errors import ConfigurationError
@@ -131,7 +132,7 @@ class Table(LateSide, Stream):
         self._versions: KeyedStore = KeyedState()
         #: the joins reading this table (they decide how far back versions are kept)
         self._joins: list[TableReader] = []
-        #: versions dropped by retention so far
+        #: versions dropped by retention since the job first started (checkpointed)
         self.versions_dropped = 0
         Stream.__init__(self, upstream, **kwargs)
 
@@ -234,11 +235,19 @@ class Table(LateSide, Stream):
     def records_held(self) -> int | None:
         return len(self._versions)
 
+    def join_figures(self) -> JoinFigures:
+        return JoinFigures(keys=len(self._versions), versions_dropped=self.versions_dropped)
+
+    def _counters(self) -> dict[str, object]:
+        return {**super()._counters(), "versions_dropped": self.versions_dropped}
+
     def get_state(self) -> object:
-        return {"versions": self._versions}
+        return {"versions": self._versions, "counters": self._counters()}
 
     def set_state(self, state: Any) -> None:
         self._versions = as_keyed(state["versions"])
+        self._restore_counters(state)
+        self.versions_dropped = int(state.get("counters", {}).get("versions_dropped", 0))
 
     def state_signature(self) -> str:
         key = func_name(self.key) if callable(self.key) else repr(self.key)
@@ -319,6 +328,8 @@ class AsofJoin(LateSide, Stream):
         self._waiting: KeyedStore = KeyedState()
         self._heap: list[tuple[float, int]] = []
         self._seq = 0
+        #: left records that waited for the table's watermark, since the job first started
+        self.waited = 0
         # the table is an upstream too (it emits nothing): a job that runs the join
         # finds the table and the source of its changes in the graph
         Stream.__init__(self, upstreams=[upstream, table], **kwargs)
@@ -345,6 +356,7 @@ class AsofJoin(LateSide, Stream):
             return self._joined(x, self._version(k, t), metadata)
         seq = self._seq
         self._seq = seq + 1
+        self.waited += 1
         self._waiting[seq] = (t, k, x)
         heapq.heappush(self._heap, (t, seq))
         self.table.clock.wake_at(math.nextafter(t, math.inf))
@@ -393,12 +405,29 @@ class AsofJoin(LateSide, Stream):
     def records_held(self) -> int | None:
         return len(self._waiting)
 
+    def join_figures(self) -> JoinFigures:
+        try:
+            oldest: float | None = self._heap[0][0]
+        except IndexError:  # none waits (or the last one left as this was read)
+            oldest = None
+        return JoinFigures(
+            buffered={"left": len(self._waiting)},
+            late=self._late_figures(1),
+            waited=self.waited,
+            oldest_waiting=oldest,
+        )
+
+    def _counters(self) -> dict[str, object]:
+        return {**super()._counters(), "waited": self.waited}
+
     def get_state(self) -> object:
-        return {"waiting": self._waiting, "seq": self._seq}
+        return {"waiting": self._waiting, "seq": self._seq, "counters": self._counters()}
 
     def set_state(self, state: Any) -> None:
         self._waiting = as_keyed(state["waiting"])
         self._seq = int(state["seq"])
+        self._restore_counters(state)
+        self.waited = int(state.get("counters", {}).get("waited", 0))
         self._heap = [(float(v[0]), int(seq)) for seq, v in self._waiting.items()]
         heapq.heapify(self._heap)
         self.table.clock.recheck()

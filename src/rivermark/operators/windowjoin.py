@@ -38,6 +38,7 @@ import math
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, Unpack
 
+from rivermark.core.figures import JoinFigures
 from rivermark.core.node import NodeOptions, Stream, check_callable
 from rivermark.core.refs import Metadata
 from rivermark.core.timeutil import parse_interval
@@ -143,8 +144,8 @@ class WindowJoin(LateSide, Stream):
         #: what may close: ``(due, n, start, key)``, ``n`` unique (sessions: start is nan)
         self._heap: list[tuple[float, int, float, Any]] = []
         self._pushes = itertools.count()
-        #: records held (a plain count: the metrics read it from their own thread)
-        self._held = 0
+        #: records held per side (plain counts: the metrics read them from their own thread)
+        self._held = [0, 0]
         Stream.__init__(self, upstreams=[upstream, right], **kwargs)
         for clock in (self.left_clock, self.right_clock):
             clock.add_client(self)
@@ -166,7 +167,7 @@ class WindowJoin(LateSide, Stream):
         entry: Entry = (side, t, seq, x)
         if self.gap is not None:
             if exact_sign(t, self.grace, -judge) < 0:  # t + grace < watermark, exactly
-                return self._send_late(x, metadata, t)
+                return self._send_late(x, metadata, t, side)
             self._hold(k, k, entry)
             self._due(t + self.gap + self.grace, math.nan, k)
             return None
@@ -182,7 +183,7 @@ class WindowJoin(LateSide, Stream):
                 continue
             if self._hold((k, start), (end, seq), entry):
                 self._due(end + self.grace, start, k)
-        return self._send_late(x, metadata, t) if late else None
+        return self._send_late(x, metadata, t, side) if late else None
 
     def _hold(self, place: object, header: object, entry: Entry) -> bool:
         """Add ``entry`` to the records of ``place`` (a window, or a key's sessions);
@@ -194,7 +195,7 @@ class WindowJoin(LateSide, Stream):
             held = open_[place] = [] if self.gap is not None else [header]
         held.append(entry)
         open_.touched(place)
-        self._held += 1
+        self._held[entry[0]] += 1
         return new
 
     def _due(self, due: float, start: float, k: Hashable) -> None:
@@ -212,9 +213,9 @@ class WindowJoin(LateSide, Stream):
             if self.gap is None:
                 held = self._open.pop((k, start), None)
                 if held is not None:
-                    self._held -= len(held) - 1
-                    end = float(held[0][0])
-                    ready.append((end, start, int(held[0][1]), k, held[1:]))
+                    entries = held[1:]
+                    self._release(entries)
+                    ready.append((float(held[0][0]), start, int(held[0][1]), k, entries))
             else:
                 ready.extend(self._sessions_closed(k, mark))
         if not ready:
@@ -252,7 +253,7 @@ class WindowJoin(LateSide, Stream):
         if not closed:
             return []
         rest = entries[first:]
-        self._held -= len(entries) - len(rest)
+        self._release(entries[:first])
         if rest:
             self._open[k] = rest
             end_of_first = rest[0][1]
@@ -264,6 +265,12 @@ class WindowJoin(LateSide, Stream):
         else:
             del self._open[k]
         return closed
+
+    def _release(self, entries: Sequence[Entry]) -> None:
+        """``entries`` are no longer held."""
+        rights = sum(e[0] for e in entries)
+        self._held[0] -= len(entries) - rights
+        self._held[1] -= rights
 
     def _result(
         self, k: Any, start: float, end: float, entries: Sequence[Any]
@@ -294,29 +301,37 @@ class WindowJoin(LateSide, Stream):
     @property
     def waiting(self) -> int:
         """How many records of both sides are held."""
-        return self._held
+        left, right = self._held
+        return left + right
 
     def records_held(self) -> int | None:
-        return self._held
+        return self.waiting
+
+    def join_figures(self) -> JoinFigures:
+        left, right = self._held
+        return JoinFigures(buffered={"left": left, "right": right}, late=self._late_figures())
 
     def get_state(self) -> object:
-        return {"open": self._open, "seq": self._seq}
+        return {"open": self._open, "seq": self._seq, "counters": self._counters()}
 
     def set_state(self, state: Any) -> None:
         self._open = as_keyed(state["open"], freeze=list)
         self._seq = int(state["seq"])
+        self._restore_counters(state)
         heap: list[tuple[float, int, float, Any]] = []
-        held = 0
+        held = [0, 0]
         for place, entries in self._open.items():
             if self.gap is None:
                 k, start = place
                 heap.append((entries[0][0] + self.grace, next(self._pushes), start, k))
-                held += len(entries) - 1
+                records = entries[1:]
             else:
                 # every record may end a session: the close finds which did
                 due = self.gap + self.grace
                 heap.extend((e[1] + due, next(self._pushes), math.nan, place) for e in entries)
-                held += len(entries)
+                records = entries
+            for e in records:
+                held[e[0]] += 1
         heapq.heapify(heap)
         self._heap, self._held = heap, held
         self.left_clock.recheck()

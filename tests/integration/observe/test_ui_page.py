@@ -119,7 +119,9 @@ def test_bad_ui_port_is_refused() -> None:
         Job(Stream.from_iterable([1]), checkpoint="unused", ui=-1)
 
 
-def test_page_shows_watermarks_open_windows_and_late_records(tmp_path: Path, browser: Any) -> None:
+def test_page_shows_watermarks_open_windows_late_records_and_joins(
+    tmp_path: Path, browser: Any
+) -> None:
     def event_time(i: int) -> float:
         return float(i - 50 if i % 100 == 50 and i > 100 else i)  # 150, 250, ...: late
 
@@ -127,6 +129,10 @@ def test_page_shows_watermarks_open_windows_and_late_records(tmp_path: Path, bro
     times = source.map(slow, name="slow").timestamps(event_time, max_delay=5, name="times")
     tumble = times.tumbling_window(10, key=lambda i: i % 3, agg="count", name="tumble")
     tumble.sink_to_list()
+    # the same records as a table's changes and as the left side of an as-of join
+    table = times.to_table(key=lambda i: i % 3, name="table")
+    lefts = source.timestamps(event_time, max_delay=5, name="lefts")
+    lefts.join_asof(table, key=lambda i: i % 3, name="asof").sink_to_list()
     job = Job(source, checkpoint=tmp_path, every="200ms", ui=0)
     runner = threading.Thread(target=job.run)
     runner.start()
@@ -164,6 +170,19 @@ def test_page_shows_watermarks_open_windows_and_late_records(tmp_path: Path, bro
         cells = texts('#sources tr[data-source="numbers"] td')
         assert re.fullmatch(when, cells[5]), cells[5]
         assert cells[6].endswith(" s") and float(cells[6][:-2].replace(",", "")) > 1e9
+        # a join's and a table's figures in their boxes and in their rows
+        wait_for(
+            lambda: re.search(r"late [1-9]\d* · waited [1-9]", text('[data-node="asof"] .time')),
+            what="the as-of join's late records and waits",
+        )
+        assert re.search(r"/s · waiting \d+$", text('[data-node="asof"] .rate'))
+        assert re.search(r"/s · keys 3$", text('[data-node="table"] .rate'))
+        assert re.fullmatch(r"late [1-9]\d* · dropped \d+", text('[data-node="table"] .time'))
+        row = texts('#joins tr[data-join="asof"] td')
+        assert row[0] == "asof" and row[2] == "–" and int(row[5].replace(",", "")) > 0, row
+        assert re.fullmatch(f"{when}|–", row[6]), row
+        row = texts('#joins tr[data-join="table"] td')
+        assert row[0] == "table" and row[7] == "3", row
         # the figures move with the watermark
         first = cells[5]
         wait_for(

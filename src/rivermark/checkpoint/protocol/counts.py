@@ -19,11 +19,23 @@ from typing import Protocol, runtime_checkable
 from rivermark.core.node import Stream
 from rivermark.sources.base import Source
 
-__all__ = ["COUNTS", "EventTimeWindows", "records_out", "totals"]
+__all__ = ["COUNTS", "CountsLate", "EventTimeWindows", "records_out", "totals"]
 
 #: what a checkpoint's ``counts`` hold per node, in this order (totals since the job first
 #: started; a checkpoint of an older version holds the first two)
 COUNTS = ("records_in", "records_out", "errors_raised", "errors_skipped", "errors_handled", "late")
+
+
+@runtime_checkable
+class CountsLate(Protocol):
+    """A node that counts late records: event-time windows, joins and tables.
+
+    Read from another thread by the metrics.
+    """
+
+    #: records (DataFrame rows) of this run that arrived after their side's watermark had
+    #: passed them (a window's: after their window had closed)
+    late_count: int
 
 
 @runtime_checkable
@@ -85,7 +97,7 @@ def totals(
     for n in nodes:
         nid = id_of(n)
         before = [*carried.get(nid, ()), 0, 0, 0, 0, 0, 0][: len(COUNTS)]
-        late = n.late_count if isinstance(n, EventTimeWindows) else 0
+        late = n.late_count if isinstance(n, CountsLate) else 0
         raised = max(n.error_count - n.errors_skipped - n.errors_handled, 0)
         now = [_in(n, outs), outs[id(n)], raised, n.errors_skipped, n.errors_handled, late]
         result[nid] = [a + b for a, b in zip(now, before)]
