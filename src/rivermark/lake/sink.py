@@ -17,8 +17,9 @@ from typing import Any, ClassVar
 
 from rivermark.checkpoint.stores.lease import Lease
 from rivermark.errors import ConfigurationError
-from rivermark.lake.files import LakeSinkError, Location, RecordSchemaError, schema_of, sink_digest
+from rivermark.lake.files import LakeSinkError, Location, RecordSchemaError, schema_of
 from rivermark.lake.worker import BackgroundWriter
+from rivermark.sinks.base import sink_digest
 from rivermark.sinks.basic import Sink
 from rivermark.sinks.sqlstores import first_line
 
