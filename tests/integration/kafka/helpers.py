@@ -1,17 +1,20 @@
 from __future__ import annotations
 
 import os
+import random
+import signal
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import confluent_kafka as ck
 
 from rivermark.testing import run_in_thread, wait_for
+from rivermark.testing.faults import FAULT_POINTS
 
 __all__ = ["run_in_thread", "wait_for"]  # the tests take them from here too
 
@@ -149,6 +152,48 @@ def delete_topic(bootstrap: str, topic: str, timeout: float = 60.0) -> None:
 
 
 FAULT_APP = Path(__file__).with_name("fault_app.py")
+
+
+def start_script(
+    script: Path, args: list[str], fault: str | None, log: Path
+) -> subprocess.Popen[bytes]:
+    """``python SCRIPT ARGS...``, with ``RIVERMARK_FAULT=fault`` if given; stderr appended to ``log``."""
+    env = {k: v for k, v in os.environ.items() if k != "RIVERMARK_FAULT"}
+    if fault:
+        env["RIVERMARK_FAULT"] = fault
+    with open(log, "ab") as f:
+        f.write(f"--- run fault={fault}\n".encode())
+        f.flush()
+        # the child writes to its own copy of the descriptor
+        return subprocess.Popen(
+            [sys.executable, str(script), *args], env=env, stdout=subprocess.DEVNULL, stderr=f
+        )
+
+
+def kill_runs(
+    start: Callable[[str | None], subprocess.Popen[bytes]],
+    log: Path,
+    rnd: random.Random,
+    *,
+    kills: int,
+    alive: tuple[float, float],
+    fault_timeout: float,
+) -> None:
+    """Runs of a job killed at every checkpoint fault point, then ``kills`` SIGKILLs at random.
+
+    ``start(fault)`` starts one run; a run with a fault point must die of it
+    (within ``fault_timeout`` seconds); a run without one is killed after
+    ``rnd.uniform(*alive)`` seconds and must be running until then.
+    """
+    for point in FAULT_POINTS:
+        proc = start(f"{point}:3")
+        assert proc.wait(timeout=fault_timeout) == -signal.SIGKILL, log.read_text()[-3000:]
+    for _ in range(kills):
+        proc = start(None)
+        time.sleep(rnd.uniform(*alive))
+        assert proc.poll() is None, log.read_text()[-3000:]
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
 
 
 def start_app(
