@@ -71,13 +71,12 @@ from rivermark.execution.steps import step
 from rivermark.lake.files import (
     LakeSinkError,
     Location,
-    RecordSchemaError,
     hive_dir,
     rows_to_table,
     schema_of,
 )
 from rivermark.lake.sink import LakeSink, check_url
-from rivermark.sinks.sqlstores import Delete, first_line
+from rivermark.sinks.sqlstores import Delete
 
 logger = logging.getLogger(__name__)
 
@@ -122,6 +121,7 @@ class ToDelta(LakeSink):
     """
 
     api: ClassVar[str] = "to_delta"
+    schema_words: ClassVar[str] = "the table's schema"
 
     def __init__(
         self,
@@ -277,13 +277,6 @@ class ToDelta(LakeSink):
             raise ConfigurationError(
                 f"{self.label()}: record {whole!r:.200} lacks a key column of {self.key!r}"
             ) from None
-
-    def _misfit(self, what: str, e: BaseException) -> RecordSchemaError:
-        return RecordSchemaError(
-            f"{self.label()}: {what} does not fit the table's schema ({type(e).__name__}: "
-            f"{first_line(e)}); fix the input, pass schema= with the right types, or set "
-            "on_error='skip' or on_error=callable on this node"
-        )
 
     def _frame_table(self, df: Any) -> Any:
         import pyarrow as pa

@@ -66,13 +66,11 @@ from rivermark.execution.steps import step
 from rivermark.lake.files import (
     LakeSinkError,
     Location,
-    RecordSchemaError,
     hive_dir,
     rows_to_table,
     schema_of,
 )
 from rivermark.lake.sink import LakeSink, check_url
-from rivermark.sinks.sqlstores import first_line
 
 logger = logging.getLogger(__name__)
 
@@ -236,13 +234,6 @@ class ToParquet(LakeSink):
         """The rows that fit the schema; the others go through the error policy, one by one."""
         good = self._rows_that_fit(rows, self._schema)
         return rows_to_table(good, self._schema) if good else None
-
-    def _misfit(self, what: str, e: BaseException) -> RecordSchemaError:
-        return RecordSchemaError(
-            f"{self.label()}: {what} does not fit the schema ({type(e).__name__}: "
-            f"{first_line(e)}); fix the input, pass schema= with the right types, or set "
-            "on_error='skip' or on_error=callable on this node"
-        )
 
     def _write_frame(self, df: Any) -> None:
         if self._schema is None:

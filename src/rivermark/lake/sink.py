@@ -39,6 +39,8 @@ class LakeSink(Sink):
 
     #: the method that builds the sink (``to_parquet``), in its label and messages
     api: ClassVar[str]
+    #: what a record that does not fit misses, in messages (``"the schema"``)
+    schema_words: ClassVar[str] = "the schema"
     _graphviz_shape: ClassVar[str] = "trapezium"
     #: records after pre_commit(e) are buffered for the next epoch
     seals_epoch_at_pre_commit: ClassVar[bool] = True
@@ -71,7 +73,11 @@ class LakeSink(Sink):
         raise NotImplementedError
 
     def _misfit(self, what: str, e: BaseException) -> RecordSchemaError:
-        raise NotImplementedError
+        return RecordSchemaError(
+            f"{self.label()}: {what} does not fit {self.schema_words} ({type(e).__name__}: "
+            f"{first_line(e)}); fix the input, pass schema= with the right types, or set "
+            "on_error='skip' or on_error=callable on this node"
+        )
 
     def _location_options(self) -> Mapping[str, object]:
         """The fsspec options of the sink's location."""
