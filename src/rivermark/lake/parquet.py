@@ -63,13 +63,7 @@ from rivermark.core.node import NodeOptions, Stream
 from rivermark.core.refs import Metadata
 from rivermark.errors import ConfigurationError
 from rivermark.execution.steps import step
-from rivermark.lake.files import (
-    LakeSinkError,
-    Location,
-    hive_dir,
-    rows_to_table,
-    schema_of,
-)
+from rivermark.lake.files import LakeSinkError, Location, hive_dir, rows_to_table, schema_of
 from rivermark.lake.sink import LakeSink, check_url
 
 logger = logging.getLogger(__name__)
