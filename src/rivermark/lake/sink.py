@@ -49,7 +49,7 @@ class LakeSink(Sink):
     _schema: Any
 
     def _init_files(self, url: str, sink_id: str | None, schema: object, example: object) -> None:
-        """After ``Sink.__init__``: the sink id, its files' home, the schema if given, no lease yet."""
+        """After ``Sink.__init__``: the sink id, its files' home, the schema if given, no lease."""
         self.sink_id = sink_id or self.name or url
         self.digest = sink_digest(self.sink_id)
         self.home = f"_rivermark/{self.digest}"

@@ -157,7 +157,7 @@ FAULT_APP = Path(__file__).with_name("fault_app.py")
 def start_script(
     script: Path, args: list[str], fault: str | None, log: Path
 ) -> subprocess.Popen[bytes]:
-    """``python SCRIPT ARGS...``, with ``RIVERMARK_FAULT=fault`` if given; stderr appended to ``log``."""
+    """``python SCRIPT ARGS...`` (``RIVERMARK_FAULT=fault`` if given); stderr added to ``log``."""
     env = {k: v for k, v in os.environ.items() if k != "RIVERMARK_FAULT"}
     if fault:
         env["RIVERMARK_FAULT"] = fault
@@ -194,6 +194,28 @@ def kill_runs(
         assert proc.poll() is None, log.read_text()[-3000:]
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+
+
+def killed_then_finished(
+    script: Path, args: list[str], log: Path, rnd: random.Random, out: str, n: int
+) -> list[str]:
+    """The committed output of a job killed many times (:func:`kill_runs`), then run to its end.
+
+    ``args[0]`` is the bootstrap address; ``out`` the output topic, of which
+    ``n`` records are expected.
+    """
+    kill_runs(
+        lambda fault: start_script(script, args, fault, log),
+        log,
+        rnd,
+        kills=4,
+        alive=(1.0, 2.5),
+        fault_timeout=120,
+    )
+    proc = start_script(script, args, None, log)
+    assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
+    got = consume_all(args[0], out, expected=n, timeout=60, committed_only=True)
+    return [m.value().decode() for m in got]
 
 
 def start_app(

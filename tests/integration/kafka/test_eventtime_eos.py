@@ -22,7 +22,7 @@ from rivermark import Stream
 from rivermark.checkpoint import Job
 
 from .eventtime_eos_app import windows
-from .helpers import consume_all, kill_runs, produce_at, start_script
+from .helpers import killed_then_finished, produce_at
 
 pytestmark = pytest.mark.kafka
 
@@ -67,16 +67,6 @@ def test_windows_over_three_partitions_are_exact_across_sigkills(
 
     args = [bootstrap, inp, out, group, str(tmp_path / "ckpt")]
     log = tmp_path / "runs.log"
-    kill_runs(
-        lambda fault: start_script(APP, args, fault, log),
-        log,
-        rnd,
-        kills=4,
-        alive=(1.0, 2.5),
-        fault_timeout=120,
-    )
     # the last run reads to the end of the topic, closes every window and ends
-    proc = start_script(APP, args, None, log)
-    assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
-    got = consume_all(bootstrap, out, expected=len(reference), timeout=60, committed_only=True)
-    assert _split([m.value().decode() for m in got]) == expected
+    got = killed_then_finished(APP, args, log, rnd, out, len(reference))
+    assert _split(got) == expected

@@ -24,7 +24,7 @@ import pytest
 from rivermark.checkpoint import Job
 from rivermark.testing import run_in_thread, wait_for
 
-from .helpers import consume_all, kill_runs, produce_at, start_script
+from .helpers import killed_then_finished, produce_at
 from .join_eos_app import joins, sources
 
 pytestmark = pytest.mark.kafka
@@ -75,19 +75,9 @@ def test_joins_over_three_partitions_a_side_are_exact_across_sigkills(
 
     args = [bootstrap, orders, tiers, out, group, str(tmp_path / "ckpt")]
     log = tmp_path / "runs.log"
-    kill_runs(
-        lambda fault: start_script(APP, args, fault, log),
-        log,
-        rnd,
-        kills=4,
-        alive=(1.0, 2.5),
-        fault_timeout=120,
-    )
     # the last run reads both topics to their end, joins every waiting order and ends
-    proc = start_script(APP, args, None, log)
-    assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
-    got = consume_all(bootstrap, out, expected=len(reference), timeout=60, committed_only=True)
-    assert sorted(m.value().decode() for m in got) == expected
+    got = killed_then_finished(APP, args, log, rnd, out, len(reference))
+    assert sorted(got) == expected
 
 
 def _real(lines: list[str]) -> list[str]:
