@@ -1,18 +1,13 @@
-"""The keyed count the savepoint tests run, its input and its plain-Python result."""
+"""The keyed count the savepoint tests run, its input and its plain-Python result.
+
+``count`` is the savepoint apps' (``tests/integration/apps/keyedcount.py``).
+"""
 
 from __future__ import annotations
 
-from rivermark import KeyedState
+from ...integration.apps.keyedcount import count
 
-
-def count(acc: KeyedState, key: int) -> KeyedState:
-    """Count records per key; a key is forgotten at its 9th record."""
-    n = acc.get(key, 0) + 1
-    if n >= 9:
-        del acc[key]
-    else:
-        acc[key] = n
-    return acc
+__all__ = ["count", "records", "reference"]
 
 
 def records(n: int, start: int = 0) -> list[int]:
@@ -24,10 +19,6 @@ def reference(recs: list[int]) -> tuple[dict[int, int], str]:
     state: dict[int, int] = {}
     lines = []
     for k in recs:
-        n = state.get(k, 0) + 1
-        if n >= 9:
-            del state[k]
-        else:
-            state[k] = n
+        count(state, k)
         lines.append(f"{len(state)}\n")
     return state, "".join(lines)
