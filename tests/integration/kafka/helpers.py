@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -171,25 +171,26 @@ def start_script(
 
 
 def kill_runs(
-    start: Callable[[str | None], subprocess.Popen[bytes]],
+    script: Path,
+    args: list[str],
     log: Path,
     rnd: random.Random,
     *,
-    kills: int,
-    alive: tuple[float, float],
-    fault_timeout: float,
+    kills: int = 4,
+    alive: tuple[float, float] = (1.0, 2.5),
+    fault_timeout: float = 120,
 ) -> None:
-    """Runs of a job killed at every checkpoint fault point, then ``kills`` SIGKILLs at random.
+    """Runs of a job script killed at every checkpoint fault point, then ``kills`` times at random.
 
-    ``start(fault)`` starts one run; a run with a fault point must die of it
-    (within ``fault_timeout`` seconds); a run without one is killed after
+    A run with a fault point must die of it (within ``fault_timeout``
+    seconds); a run without one is killed (SIGKILL) after
     ``rnd.uniform(*alive)`` seconds and must be running until then.
     """
     for point in FAULT_POINTS:
-        proc = start(f"{point}:3")
+        proc = start_script(script, args, f"{point}:3", log)
         assert proc.wait(timeout=fault_timeout) == -signal.SIGKILL, log.read_text()[-3000:]
     for _ in range(kills):
-        proc = start(None)
+        proc = start_script(script, args, None, log)
         time.sleep(rnd.uniform(*alive))
         assert proc.poll() is None, log.read_text()[-3000:]
         proc.send_signal(signal.SIGKILL)
@@ -204,14 +205,7 @@ def killed_then_finished(
     ``args[0]`` is the bootstrap address; ``out`` the output topic, of which
     ``n`` records are expected.
     """
-    kill_runs(
-        lambda fault: start_script(script, args, fault, log),
-        log,
-        rnd,
-        kills=4,
-        alive=(1.0, 2.5),
-        fault_timeout=120,
-    )
+    kill_runs(script, args, log, rnd)
     proc = start_script(script, args, None, log)
     assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
     got = consume_all(args[0], out, expected=n, timeout=60, committed_only=True)

@@ -32,14 +32,7 @@ def test_read_committed_sees_each_result_once_across_sigkills(
     log = tmp_path / "runs.log"
     rnd = random.Random(4)
     # faults at every point of the protocol, then random SIGKILLs
-    kill_runs(
-        lambda fault: start_script(SCRIPT, args, fault, log),
-        log,
-        rnd,
-        kills=10,
-        alive=(1.2, 2.0),
-        fault_timeout=60,
-    )
+    kill_runs(SCRIPT, args, log, rnd, kills=10, alive=(1.2, 2.0), fault_timeout=60)
     # the last run goes until all output is committed
     proc = start_script(SCRIPT, args, None, log)
 
