@@ -38,7 +38,6 @@ import json
 import logging
 import os
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -46,7 +45,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rivermark.testing import wait_for
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from kafkabench import broker_with_input  # noqa: E402
+
+from rivermark.testing import wait_for  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -64,22 +67,6 @@ def make_messages(n: int) -> tuple[list[bytes], dict[str, int]]:
         body["pad"] = "x" * max(0, 100 - len(raw))
         out.append(json.dumps(body).encode())
     return out, expected
-
-
-def produce_input(bootstrap: str, topic: str, messages: list[bytes]) -> None:
-    import confluent_kafka as ck
-
-    p = ck.Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
-    for i, m in enumerate(messages):
-        while True:
-            try:
-                p.produce(topic, m, partition=i % PARTITIONS)
-                break
-            except BufferError:
-                p.poll(0.05)
-        if i % 10_000 == 0:
-            p.poll(0)
-    assert p.flush(60) == 0
 
 
 class Counter:
@@ -215,71 +202,61 @@ def main(argv: list[str] | None = None) -> int:
     n = args.n or (20_000 if args.quick else 200_000)
     logging.basicConfig(level=logging.WARNING)
 
-    from rivermark.testing.kafka_broker import create_topic, start_broker, stop_broker
+    from rivermark.testing.kafka_broker import create_topic
 
     messages, expected = make_messages(n)
     size = sum(len(m) for m in messages) / n
-    with tempfile.TemporaryDirectory(prefix="rivermark-bench-kafka-") as d:
-        tmp = Path(d)
-        broker = start_broker(tmp / "kafka")
-        try:
-            bs = broker.bootstrap
-            create_topic(bs, "input", partitions=PARTITIONS)
-            t0 = time.perf_counter()
-            produce_input(bs, "input", messages)
-            t_produce = time.perf_counter() - t0
-            import rivermark
+    with broker_with_input("rivermark-bench-kafka-", messages, PARTITIONS) as (bs, tmp, t_produce):
+        import rivermark
 
-            print(
-                f"rivermark {rivermark.__version__}, Python {sys.version.split()[0]}, "
-                f"{os.cpu_count()} cpus; {n:,} messages of {size:.0f} bytes, "
-                f"{PARTITIONS} partitions, {KEYS} keys (produced in {t_produce:.1f} s)"
-            )
-            contenders: list[tuple[str, str, Callable[[str], tuple[float, Counter]]]] = [
-                ("plain", "confluent-kafka loop", lambda o: run_plain(bs, "input", o, n)),
+        print(
+            f"rivermark {rivermark.__version__}, Python {sys.version.split()[0]}, "
+            f"{os.cpu_count()} cpus; {n:,} messages of {size:.0f} bytes, "
+            f"{PARTITIONS} partitions, {KEYS} keys (produced in {t_produce:.1f} s)"
+        )
+        contenders: list[tuple[str, str, Callable[[str], tuple[float, Counter]]]] = [
+            ("plain", "confluent-kafka loop", lambda o: run_plain(bs, "input", o, n)),
+            (
+                "start",
+                "rivermark, source.start() (at-least-once)",
+                lambda o: run_rivermark(bs, "input", o, n, "start", tmp),
+            ),
+            (
+                "alo",
+                'rivermark, Job(every="2s") (at-least-once)',
+                lambda o: run_rivermark(bs, "input", o, n, "alo", tmp),
+            ),
+            (
+                "eos",
+                'rivermark, Job(every="2s", exactly_once=True)',
+                lambda o: run_rivermark(bs, "input", o, n, "eos", tmp),
+            ),
+        ]
+        if not args.no_streamz:
+            contenders.append(
                 (
-                    "start",
-                    "rivermark, source.start() (at-least-once)",
-                    lambda o: run_rivermark(bs, "input", o, n, "start", tmp),
-                ),
-                (
-                    "alo",
-                    'rivermark, Job(every="2s") (at-least-once)',
-                    lambda o: run_rivermark(bs, "input", o, n, "alo", tmp),
-                ),
-                (
-                    "eos",
-                    'rivermark, Job(every="2s", exactly_once=True)',
-                    lambda o: run_rivermark(bs, "input", o, n, "eos", tmp),
-                ),
-            ]
-            if not args.no_streamz:
-                contenders.append(
-                    (
-                        "streamz",
-                        "streamz from_kafka_batched (at-least-once)",
-                        lambda o: run_streamz(bs, "input", o, n),
-                    )
+                    "streamz",
+                    "streamz from_kafka_batched (at-least-once)",
+                    lambda o: run_streamz(bs, "input", o, n),
                 )
-            only = {k.strip() for k in args.only.split(",") if k.strip()}
-            contenders = [c for c in contenders if not only or c[0] in only]
-            best: dict[str, float] = {}
-            checks: dict[str, str] = {}
-            for r in range(args.repeat):  # interleaved rounds; the first also warms the broker
-                for key, _title, run in contenders:
-                    out = f"out-{key}-{r}"
-                    create_topic(bs, out, partitions=1)
-                    took, work = run(out)
-                    best[key] = min(best.get(key, float("inf")), took)
-                    if work.counts != expected:
-                        checks[key] = "counts differ"
-                    checks.setdefault(key, "ok")
-                    print(f"  round {r} {key}: {n / took:,.0f} msg/s", file=sys.stderr, flush=True)
-            ok = all(v == "ok" for v in checks.values())
-            plain_rate = n / best["plain"] if "plain" in best else None
-            rows = [(t, n / best[k], best[k], checks[k]) for k, t, _ in contenders]
-        finally:
-            stop_broker(broker)
+            )
+        only = {k.strip() for k in args.only.split(",") if k.strip()}
+        contenders = [c for c in contenders if not only or c[0] in only]
+        best: dict[str, float] = {}
+        checks: dict[str, str] = {}
+        for r in range(args.repeat):  # interleaved rounds; the first also warms the broker
+            for key, _title, run in contenders:
+                out = f"out-{key}-{r}"
+                create_topic(bs, out, partitions=1)
+                took, work = run(out)
+                best[key] = min(best.get(key, float("inf")), took)
+                if work.counts != expected:
+                    checks[key] = "counts differ"
+                checks.setdefault(key, "ok")
+                print(f"  round {r} {key}: {n / took:,.0f} msg/s", file=sys.stderr, flush=True)
+        ok = all(v == "ok" for v in checks.values())
+        plain_rate = n / best["plain"] if "plain" in best else None
+        rows = [(t, n / best[k], best[k], checks[k]) for k, t, _ in contenders]
     print()
     print("| contender | msg/s | seconds | vs plain | check |")
     print("|---|---|---|---|---|")

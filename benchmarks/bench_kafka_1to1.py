@@ -52,7 +52,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -60,6 +59,10 @@ import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from kafkabench import broker_with_input  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -101,22 +104,6 @@ def digest(values: list[bytes]) -> tuple[int, int]:
 
 def expected_digest(messages: list[bytes]) -> tuple[int, int]:
     return digest([transform(m).encode() for m in messages])
-
-
-def produce_input(bootstrap: str, topic: str, messages: list[bytes]) -> None:
-    import confluent_kafka as ck
-
-    p = ck.Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
-    for i, m in enumerate(messages):
-        while True:
-            try:
-                p.produce(topic, m, partition=i % PARTITIONS)
-                break
-            except BufferError:
-                p.poll(0.05)
-        if i % 10_000 == 0:
-            p.poll(0)
-    assert p.flush(60) == 0
 
 
 def read_back(bootstrap: str, topic: str, n: int) -> list[bytes]:
@@ -311,94 +298,86 @@ def main(argv: list[str] | None = None) -> int:
     n = args.n or (30_000 if args.quick else 300_000)
     logging.basicConfig(level=logging.WARNING)
 
-    from rivermark.testing.kafka_broker import create_topic, start_broker, stop_broker
+    from rivermark.testing.kafka_broker import create_topic
 
     messages = make_messages(n)
     expected = expected_digest(messages)
     size = sum(len(m) for m in messages) / n
     peers = peers_python(args.peers_python)
-    with tempfile.TemporaryDirectory(prefix="rivermark-bench-kafka11-") as d:
-        tmp = Path(d)
-        broker = start_broker(tmp / "kafka")
-        try:
-            bs = broker.bootstrap
-            create_topic(bs, "input", partitions=PARTITIONS)
-            produce_input(bs, "input", messages)
-            import rivermark
+    with broker_with_input("rivermark-bench-kafka11-", messages, PARTITIONS) as (bs, tmp, _):
+        import rivermark
 
-            print(
-                f"rivermark {rivermark.__version__}, Python {sys.version.split()[0]}, "
-                f"{os.cpu_count()} cpus; {n:,} records of {size:.0f} bytes, "
-                f"{PARTITIONS} partitions, one output per input; median of {args.repeat}"
-            )
-            Run = Callable[[str], tuple[float, float]]
-            contenders: list[tuple[str, str, Run]] = [
-                ("plain", "confluent-kafka loop", lambda o: run_plain(bs, "input", o, n, False)),
+        print(
+            f"rivermark {rivermark.__version__}, Python {sys.version.split()[0]}, "
+            f"{os.cpu_count()} cpus; {n:,} records of {size:.0f} bytes, "
+            f"{PARTITIONS} partitions, one output per input; median of {args.repeat}"
+        )
+        Run = Callable[[str], tuple[float, float]]
+        contenders: list[tuple[str, str, Run]] = [
+            ("plain", "confluent-kafka loop", lambda o: run_plain(bs, "input", o, n, False)),
+            (
+                "plain-txn",
+                "confluent-kafka transactional loop (2 s transactions)",
+                lambda o: run_plain(bs, "input", o, n, True),
+            ),
+            (
+                "batched-alo",
+                "rivermark from_kafka_batched + flatten, at-least-once",
+                lambda o: run_rivermark(bs, "input", o, n, True, False, tmp),
+            ),
+            (
+                "batched-eos",
+                "rivermark from_kafka_batched + flatten, exactly-once",
+                lambda o: run_rivermark(bs, "input", o, n, True, True, tmp),
+            ),
+            (
+                "record-alo",
+                "rivermark from_kafka (per record), at-least-once",
+                lambda o: run_rivermark(bs, "input", o, n, False, False, tmp),
+            ),
+            (
+                "record-eos",
+                "rivermark from_kafka (per record), exactly-once",
+                lambda o: run_rivermark(bs, "input", o, n, False, True, tmp),
+            ),
+        ]
+        if peers is not None:
+            py = peers
+            contenders += [
                 (
-                    "plain-txn",
-                    "confluent-kafka transactional loop (2 s transactions)",
-                    lambda o: run_plain(bs, "input", o, n, True),
+                    "quix-alo",
+                    "Quix Streams, at-least-once",
+                    lambda o: run_quix(py, bs, "input", o, n, False),
                 ),
                 (
-                    "batched-alo",
-                    "rivermark from_kafka_batched + flatten, at-least-once",
-                    lambda o: run_rivermark(bs, "input", o, n, True, False, tmp),
-                ),
-                (
-                    "batched-eos",
-                    "rivermark from_kafka_batched + flatten, exactly-once",
-                    lambda o: run_rivermark(bs, "input", o, n, True, True, tmp),
-                ),
-                (
-                    "record-alo",
-                    "rivermark from_kafka (per record), at-least-once",
-                    lambda o: run_rivermark(bs, "input", o, n, False, False, tmp),
-                ),
-                (
-                    "record-eos",
-                    "rivermark from_kafka (per record), exactly-once",
-                    lambda o: run_rivermark(bs, "input", o, n, False, True, tmp),
+                    "quix-eos",
+                    "Quix Streams, exactly-once",
+                    lambda o: run_quix(py, bs, "input", o, n, True),
                 ),
             ]
-            if peers is not None:
-                py = peers
-                contenders += [
-                    (
-                        "quix-alo",
-                        "Quix Streams, at-least-once",
-                        lambda o: run_quix(py, bs, "input", o, n, False),
-                    ),
-                    (
-                        "quix-eos",
-                        "Quix Streams, exactly-once",
-                        lambda o: run_quix(py, bs, "input", o, n, True),
-                    ),
-                ]
-            else:
-                print("(no peers' virtualenv: Quix Streams left out; see the module docs)")
-            only = {k.strip() for k in args.only.split(",") if k.strip()}
-            contenders = [c for c in contenders if not only or c[0] in only]
-            times: dict[str, list[float]] = {}
-            cpus: dict[str, list[float]] = {}
-            checks: dict[str, str] = {}
-            for r in range(args.repeat):
-                for key, _title, run in contenders:
-                    out = f"out-{key}-{r}"
-                    create_topic(bs, out, partitions=PARTITIONS)
-                    took, cpu = run(out)
-                    got = digest(read_back(bs, out, n))
-                    if got != expected:
-                        checks[key] = f"output differs: {got[0]:,} records"
-                    checks.setdefault(key, "ok")
-                    times.setdefault(key, []).append(took)
-                    cpus.setdefault(key, []).append(cpu)
-                    print(
-                        f"  round {r} {key}: {n / took:,.0f} rec/s, {cpu / n * 1e6:.1f} us CPU/rec",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-        finally:
-            stop_broker(broker)
+        else:
+            print("(no peers' virtualenv: Quix Streams left out; see the module docs)")
+        only = {k.strip() for k in args.only.split(",") if k.strip()}
+        contenders = [c for c in contenders if not only or c[0] in only]
+        times: dict[str, list[float]] = {}
+        cpus: dict[str, list[float]] = {}
+        checks: dict[str, str] = {}
+        for r in range(args.repeat):
+            for key, _title, run in contenders:
+                out = f"out-{key}-{r}"
+                create_topic(bs, out, partitions=PARTITIONS)
+                took, cpu = run(out)
+                got = digest(read_back(bs, out, n))
+                if got != expected:
+                    checks[key] = f"output differs: {got[0]:,} records"
+                checks.setdefault(key, "ok")
+                times.setdefault(key, []).append(took)
+                cpus.setdefault(key, []).append(cpu)
+                print(
+                    f"  round {r} {key}: {n / took:,.0f} rec/s, {cpu / n * 1e6:.1f} us CPU/rec",
+                    file=sys.stderr,
+                    flush=True,
+                )
     med = {k: statistics.median(v) for k, v in times.items()}
     cpu_med = {k: statistics.median(v) for k, v in cpus.items()}
 

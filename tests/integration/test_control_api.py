@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -16,6 +15,8 @@ import pytest
 
 from rivermark.checkpoint import LocalDirectoryStore
 from rivermark.testing import wait_for, wait_value
+
+from .controlapp import write_sum_app
 
 RIVERMARK = str(Path(sys.executable).parent / "rivermark")
 TOKEN = "a-control-token-of-test-0123456789"
@@ -47,20 +48,7 @@ def _cli(*args: str, token: str | None = TOKEN) -> subprocess.CompletedProcess[s
 
 
 def _start(tmp_path: Path, token: str | None) -> tuple[subprocess.Popen[bytes], str]:
-    (tmp_path / "in").write_text("".join(f"{i}\n" for i in range(1, 101)))
-    app = tmp_path / "app.py"
-    app.write_text(
-        textwrap.dedent(
-            f"""\
-            from rivermark import Stream
-
-            source = Stream.from_textfile({str(tmp_path / "in")!r}, poll_interval="20ms", name="lines")
-            source.map(int).accumulate(lambda a, x: a + x, start=0, name="total").sink_to_textfile(
-                {str(tmp_path / "out")!r}
-            )
-            """
-        )
-    )
+    app = write_sum_app(tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith("RIVERMARK_CONTROL")}
     if token is not None:
         env["RIVERMARK_CONTROL_TOKEN"] = token

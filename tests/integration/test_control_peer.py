@@ -14,7 +14,6 @@ import os
 import socket
 import subprocess
 import sys
-import textwrap
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -25,6 +24,8 @@ from urllib.parse import parse_qs, urlsplit
 
 from rivermark.observe.control import identity_proof
 from rivermark.testing import wait_for, wait_value
+
+from .controlapp import write_sum_app
 
 RIVERMARK = str(Path(sys.executable).parent / "rivermark")
 TOKEN = "a-control-token-of-test-0123456789"
@@ -64,20 +65,7 @@ def _status(port: int, method: str, path: str, host: str) -> int:
 
 @contextmanager
 def _job(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path, int]]:
-    (tmp_path / "in").write_text("".join(f"{i}\n" for i in range(1, 101)))
-    app = tmp_path / "app.py"
-    app.write_text(
-        textwrap.dedent(
-            f"""\
-            from rivermark import Stream
-
-            source = Stream.from_textfile({str(tmp_path / "in")!r}, poll_interval="20ms", name="lines")
-            source.map(int).accumulate(lambda a, x: a + x, start=0, name="total").sink_to_textfile(
-                {str(tmp_path / "out")!r}
-            )
-            """
-        )
-    )
+    app = write_sum_app(tmp_path)
     ckpt = tmp_path / "ckpt"
     with (tmp_path / "stderr.txt").open("w") as err:
         proc = subprocess.Popen(

@@ -17,23 +17,11 @@ import pytest
 from rivermark.checkpoint import LocalDirectoryStore
 from rivermark.testing import wait_for
 
+from .apps.keyedcount import reference
+
 RIVERMARK = str(Path(sys.executable).parent / "rivermark")
 APP = Path(__file__).parent / "apps" / "moving_app.py"
 N = 12_000
-
-
-def reference() -> str:
-    state: dict[int, int] = {}
-    lines = []
-    for i in range(N):
-        k = (i * 13) % 211
-        n = state.get(k, 0) + 1
-        if n >= 9:
-            del state[k]
-        else:
-            state[k] = n
-        lines.append(f"{len(state)}\n")
-    return "".join(lines)
 
 
 @pytest.fixture
@@ -81,7 +69,7 @@ def test_stop_with_a_savepoint_and_start_from_it_in_an_empty_location(
 
     res = run(env, "--checkpoint", str(new), "--from-savepoint", str(old))
     assert res.returncode == 0, res.stderr
-    assert (tmp_path / "out.txt").read_text() == reference()
+    assert (tmp_path / "out.txt").read_text() == reference(N)
     moved = LocalDirectoryStore(new)
     assert moved.list_epochs()[0] == sp and moved.verify(sp).savepoint
     assert store.list_epochs()[-1] == sp  # the old location was only read
@@ -97,4 +85,4 @@ def test_stop_with_a_savepoint_and_start_from_it_in_an_empty_location(
         lines = res.stderr.strip().splitlines()
         assert res.returncode == 2 and len(lines) == 1 and says in lines[0], (args, res.stderr)
     assert not any(other.glob("checkpoints/*"))
-    assert (tmp_path / "out.txt").read_text() == reference()
+    assert (tmp_path / "out.txt").read_text() == reference(N)

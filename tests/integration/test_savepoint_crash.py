@@ -26,24 +26,12 @@ import pytest
 from rivermark.checkpoint import LocalDirectoryStore
 from rivermark.testing import wait_value
 
+from .apps.keyedcount import reference
+
 pytestmark = pytest.mark.crash
 
 APP = Path(__file__).parent / "apps" / "savepoint_app.py"
 N = 40_000
-
-
-def reference() -> str:
-    state: dict[int, int] = {}
-    lines = []
-    for i in range(N):
-        k = (i * 13) % 211
-        n = state.get(k, 0) + 1
-        if n >= 9:
-            del state[k]
-        else:
-            state[k] = n
-        lines.append(f"{len(state)}\n")
-    return "".join(lines)
 
 
 def run(tmp: Path, fault: str | None) -> subprocess.CompletedProcess[bytes]:
@@ -73,7 +61,7 @@ def test_a_kill_during_a_savepoint_leaves_earlier_checkpoints_and_the_rerun_is_e
     assert res.returncode == 0, res.stderr.decode()[-2000:]
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["restored"] == epochs[-1]
-    assert (tmp_path / "out.txt").read_text() == reference()
+    assert (tmp_path / "out.txt").read_text() == reference(N)
     sp = report["savepoint"]
     m = store.read_manifest(sp)
     assert m.savepoint and m.chains["counts"]["parent"] is None

@@ -2,11 +2,30 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any, TypeVar
 
 from rivermark import RefCounter
 from rivermark.execution import graphcode, plan
+
+#: a record of a join test: ``(side, partition, ...)``
+R = TypeVar("R", bound=tuple[Any, ...])
+
+
+def interleave(recs: list[R], rnd: random.Random) -> list[R]:
+    """Another arrival order keeping each (side, partition)'s own order (``r[0]``, ``r[1]``)."""
+    queues: dict[tuple[Any, Any], list[R]] = {}
+    for r in recs:
+        queues.setdefault((r[0], r[1]), []).append(r)
+    out: list[R] = []
+    live = [q for q in queues.values() if q]
+    while live:
+        q = rnd.choice(live)
+        out.append(q.pop(0))
+        live = [q for q in live if q]
+    return out
 
 
 class StrictRef(RefCounter):

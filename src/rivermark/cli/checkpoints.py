@@ -14,15 +14,15 @@ from typing import Any
 
 import click
 
-from rivermark._app import load_app_with_migrations
 from rivermark.checkpoint import CheckpointCorruptError
-from rivermark.checkpoint.protocol.upgrade import UpgradeRules, plan_restore
+from rivermark.checkpoint.protocol.upgrade import plan_restore
 from rivermark.checkpoint.tools import inspection as insp
 from rivermark.cli.group import cli, damaged, no_checkpoints, open_store, print_json
 from rivermark.cli.options import (
     dir_argument,
     epoch_argument,
     json_option,
+    load_with_upgrades,
     logged,
     logging_options,
     trust_option,
@@ -239,10 +239,7 @@ def _state_change(sizes: list[int | None], entries: list[int | None]) -> str:
 
 def _do_diff_against(directory: str, target: str, opts: dict[str, Any], as_json: bool) -> int:
     store = open_store(directory)
-    node, migrate = load_app_with_migrations(target, opts["migrate"])
-    rules = UpgradeRules.checked(
-        opts["rename"], opts["allow_dropped_state"], opts["allow_new_nodes"], migrate
-    )
+    node, rules = load_with_upgrades(target, opts)
     manifest = None
     for e in reversed(store.list_epochs()):
         try:

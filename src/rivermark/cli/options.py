@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import click
 
+from rivermark._app import load_app_with_migrations
+from rivermark.checkpoint.protocol.upgrade import UpgradeRules
+from rivermark.core.node import Stream
 from rivermark.observe.logs import configure_logging
 
 __all__ = [
@@ -24,6 +27,7 @@ __all__ = [
     "dir_argument",
     "epoch_argument",
     "json_option",
+    "load_with_upgrades",
     "logged",
     "logging_options",
     "set_meta",
@@ -225,3 +229,12 @@ _new_nodes_option = click.option(
 def upgrade_options(command: F) -> F:
     """How a restore meets a changed graph (see docs/upgrading.md): ``run``, ``replay``, ``diff``."""
     return _new_nodes_option(_rename_option(_dropped_option(_migrate_option(command))))
+
+
+def load_with_upgrades(target: str, opts: Mapping[str, Any]) -> tuple[Stream, UpgradeRules]:
+    """The app's graph and the rules that ``@upgrade_options`` gave for restoring into it."""
+    node, migrate = load_app_with_migrations(target, opts["migrate"])
+    rules = UpgradeRules.checked(
+        opts["rename"], opts["allow_dropped_state"], opts["allow_new_nodes"], migrate
+    )
+    return node, rules

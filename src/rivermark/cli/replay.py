@@ -6,12 +6,16 @@ from typing import Any
 
 import click
 
-from rivermark._app import load_app_with_migrations
-from rivermark.checkpoint.protocol.upgrade import UpgradeRules
 from rivermark.checkpoint.tools import inspection as insp
 from rivermark.checkpoint.tools import replay
 from rivermark.cli.group import cli
-from rivermark.cli.options import app_argument, logged, trust_option, upgrade_options
+from rivermark.cli.options import (
+    app_argument,
+    load_with_upgrades,
+    logged,
+    trust_option,
+    upgrade_options,
+)
 
 __all__ = ["replay_command"]
 
@@ -70,10 +74,7 @@ def _do_replay(target: str, opts: dict[str, Any]) -> int:
             "give --until EPOCH",
             click.get_current_context(),
         )
-    node, migrate = load_app_with_migrations(target, opts["migrate"])
-    rules = UpgradeRules.checked(
-        opts["rename"], opts["allow_dropped_state"], opts["allow_new_nodes"], migrate
-    )
+    node, rules = load_with_upgrades(target, opts)
     try:
         plan = replay.plan_replay(node, opts["start"], until, rules, opts["trust_store"])
         run = replay.run_replay(plan, output, signals=True)

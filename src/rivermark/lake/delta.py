@@ -59,28 +59,18 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, ClassVar, Unpack
 from urllib.parse import quote as url_quote
 
-from rivermark.checkpoint.stores.lease import Lease
 from rivermark.core.node import NodeOptions, Stream
 from rivermark.core.refs import Metadata
 from rivermark.errors import ConfigurationError
 from rivermark.execution.steps import step
-from rivermark.lake.files import (
-    LakeSinkError,
-    Location,
-    RecordSchemaError,
-    hive_dir,
-    rows_to_table,
-    schema_of,
-    sink_digest,
-)
-from rivermark.lake.worker import BackgroundWriter
-from rivermark.sinks.basic import Sink
-from rivermark.sinks.sqlstores import Delete, first_line
+from rivermark.lake.files import LakeSinkError, Location, hive_dir, rows_to_table, schema_of
+from rivermark.lake.sink import LakeSink, check_url
+from rivermark.sinks.sqlstores import Delete
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +99,7 @@ class _DataFile:
 
 
 @Stream.register_api(attribute_name="to_delta")
-class ToDelta(Sink):
+class ToDelta(LakeSink):
     """Write dict records or DataFrame batches into the Delta table at ``url``, exactly once.
 
     ``mode``: ``"append"`` or ``"merge"`` (by ``key``).  ``partition_by``:
@@ -124,9 +114,8 @@ class ToDelta(Sink):
     protocol.
     """
 
-    _graphviz_shape: ClassVar[str] = "trapezium"
-    #: records after pre_commit(e) are buffered for the next epoch
-    seals_epoch_at_pre_commit: ClassVar[bool] = True
+    api: ClassVar[str] = "to_delta"
+    schema_words: ClassVar[str] = "the table's schema"
 
     def __init__(
         self,
@@ -154,31 +143,19 @@ class ToDelta(Sink):
             raise ConfigurationError(
                 "to_delta: mode='merge' needs key=[...]: the columns that identify a row"
             )
-        if not isinstance(url, str) or not url:
-            raise ConfigurationError(f"to_delta: url must be a non-empty string, got {url!r}")
+        check_url(self.api, url)
         self.url, self.mode, self.key = url, mode, key
         self.batch_rows = batch_rows
         self.partition_by = [partition_by] if isinstance(partition_by, str) else list(partition_by)
         self.storage_options = {str(k): str(v) for k, v in (storage_options or {}).items()}
         super().__init__(upstream, **kwargs)
-        self.sink_id = sink_id or self.name or url
-        self.app_id = f"rivermark:{self.sink_id}"
-        self.digest = sink_digest(self.sink_id)
-        self.home = f"_rivermark/{self.digest}"
-        self._schema: Any = None
-        self._names: frozenset[str] = frozenset()
         self._fast_append = False  # append mode, with a schema
-        if schema is not None or example is not None:
-            self._set_schema(schema_of(schema if schema is not None else example, self.label()))
-        self._loc: Location | None = None
-        self._lease: Lease | None = None
+        self._init_files(url, sink_id, schema, example)
+        self.app_id = f"rivermark:{self.sink_id}"
         self._rows: list[Mapping[str, Any]] = []
         self._ops: dict[tuple[Any, ...], Mapping[str, Any] | None] = {}
         self._pending: list[dict[str, Any]] = []
         self._dt: Any = None  # the DeltaTable, once opened
-        self._closed = False
-        #: append mode: converts and writes full buffers off the loop thread (rivermark.lake.worker)
-        self._bg = BackgroundWriter(self.label())
         #: what the writer thread could not convert: (records, None) or (a DataFrame, its error)
         self._misfits: list[tuple[Any, BaseException | None]] = []
         #: append mode: DataFrame batches converted, collected until they make a row group
@@ -187,9 +164,6 @@ class ToDelta(Sink):
         self._files: dict[tuple[Any, ...], _DataFile] = {}
         self._file_no = 0
         self._next_epoch = 0
-
-    def label(self) -> str:
-        return f"to_delta sink {self.sink_id!r}"
 
     def _set_schema(self, schema: Any) -> None:
         missing = [c for c in [*self.partition_by, *self.key] if c not in schema.names]
@@ -203,29 +177,8 @@ class ToDelta(Sink):
         self._fast_append = self.mode == "append"
 
     # ---------------------------------------------------------------- the table
-    def _location(self) -> Location:
-        if self._loc is None:
-            if self._closed:
-                raise ConfigurationError(f"{self.label()}: used after close()")
-            fs_options = {_FSSPEC_KEYS[k]: v for k, v in self.storage_options.items()
-                          if k in _FSSPEC_KEYS}  # fmt: skip
-            loc = Location(self.url, fs_options, self.label())
-            try:
-                self._lease = loc.lease(f"{self.home}/LEASE")
-            except LakeSinkError:
-                raise
-            except Exception as e:
-                raise self._failed(loc, "taking the sink's lock", e) from None
-            self._loc = loc
-        return self._loc
-
-    def _failed(self, loc: Location, what: str, e: BaseException) -> LakeSinkError:
-        logger.debug("%s: %s failed", self.label(), what, exc_info=True)
-        return LakeSinkError(
-            f"{self.label()}: {what} failed in {loc.where()} ({type(e).__name__}: "
-            f"{first_line(e)}); the job stopped with its last checkpoint intact: fix the "
-            "cause (disk space, permissions, the object store's address) and run again to resume"
-        )
+    def _location_options(self) -> Mapping[str, object]:
+        return {_FSSPEC_KEYS[k]: v for k, v in self.storage_options.items() if k in _FSSPEC_KEYS}
 
     def _table(self) -> Any:
         """The Delta table, created (empty, with the schema) if it does not exist."""
@@ -279,20 +232,10 @@ class ToDelta(Sink):
         elif hasattr(x, "to_dict") and hasattr(x, "columns"):
             self._add_frame(x)
         else:
-            raise ConfigurationError(
-                f"{self.label()}: received {x!r:.200}; to_delta writes dicts (column -> value) "
-                "or DataFrames: add a .map(...) that builds one"
-            )
+            raise self._not_a_record(x)
 
     def _add_record(self, x: Mapping[str, object]) -> None:
-        if self._schema is None:
-            self._set_schema(schema_of(x, self.label()))
-        if not x.keys() <= self._names:
-            extra = [c for c in x if c not in self._names]
-            self._user_error(x, RecordSchemaError(
-                f"{self.label()}: record has column(s) {extra!r} that the schema does not "
-                f"have (its columns: {self._schema.names!r}); pass schema= with them"
-            ), self.update)  # fmt: skip
+        if not self._record_fits(x):
             return
         if self.mode == "append":
             self._rows.append(x)
@@ -307,10 +250,7 @@ class ToDelta(Sink):
         if self._schema is None:
             self._set_schema(schema_of(df, self.label()))
         if self.mode == "append":
-            extra = [c for c in df.columns if c not in self._names]
-            if extra:
-                e = ValueError(f"column(s) {extra!r} are not in the schema")
-                self._user_error(df, self._misfit("DataFrame batch", e), self.update)
+            if not self._frame_fits(df):
                 return
             self._flush_rows()
             loc = self._ready()
@@ -331,13 +271,6 @@ class ToDelta(Sink):
             raise ConfigurationError(
                 f"{self.label()}: record {whole!r:.200} lacks a key column of {self.key!r}"
             ) from None
-
-    def _misfit(self, what: str, e: BaseException) -> RecordSchemaError:
-        return RecordSchemaError(
-            f"{self.label()}: {what} does not fit the table's schema ({type(e).__name__}: "
-            f"{first_line(e)}); fix the input, pass schema= with the right types, or set "
-            "on_error='skip' or on_error=callable on this node"
-        )
 
     def _frame_table(self, df: Any) -> Any:
         import pyarrow as pa
@@ -360,15 +293,7 @@ class ToDelta(Sink):
             return rows_to_table(rows, schema)
         except errors:
             pass
-        good = []
-        for r in rows:
-            try:
-                pa.Table.from_pylist([r], schema=schema)
-            except errors as e:
-                self._user_error(r, self._misfit("record", e), self.update)
-                continue
-            good.append(r)
-        return rows_to_table(good, schema)
+        return rows_to_table(self._rows_that_fit(rows, schema), schema)
 
     # ---------------------------------------------------------------- append: data files
     def _ready(self) -> Location:
@@ -389,11 +314,6 @@ class ToDelta(Sink):
         self._rows = []
         loc = self._ready()
         self._submit(lambda: self._convert_rows(loc, rows))
-
-    def _submit(self, write: Callable[[], None]) -> None:
-        """Run ``write`` on the writer thread once the write in flight is settled."""
-        self._settle()
-        self._bg.submit(write)
 
     def _settle(self) -> None:
         """Wait for the write in flight (raising its error); pass its misfits through the policy."""
@@ -626,14 +546,7 @@ class ToDelta(Sink):
     def restore(self, handle: Any) -> None:
         """Commit the checkpoint's pending epochs; delete files of later (never committed) ones."""
         loc = self._location()
-        epoch = -1
-        if handle is not None:
-            if handle.get("sink") != self.sink_id:
-                raise LakeSinkError(
-                    f"{self.label()}: the checkpoint's Delta sink wrote as sink id "
-                    f"{handle.get('sink')!r}; write there again, or use a new checkpoint directory"
-                )
-            epoch = int(handle["epoch"])
+        epoch = self._handle_epoch(handle, "Delta")
         self._drop_unwritten()
         self._next_epoch = epoch + 1
         self._dt = None  # read the log afresh
@@ -722,10 +635,7 @@ class ToDelta(Sink):
         self._closed = True
         self._drop_unwritten()
         self._bg.close()
-        lease, self._lease = self._lease, None
-        self._loc = None
-        if lease is not None:
-            lease.release()
+        self._release()
 
     def state_signature(self) -> str:
         return f"ToDelta(url={self.url!r}, sink_id={self.sink_id!r})"

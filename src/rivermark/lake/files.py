@@ -20,7 +20,6 @@ holds it.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -31,6 +30,7 @@ from urllib.parse import quote as url_quote
 from rivermark.checkpoint.errors import CheckpointLockedError
 from rivermark.checkpoint.stores.lease import Lease, LocalLeaseBackend, S3LeaseBackend
 from rivermark.errors import ConfigurationError, RivermarkError
+from rivermark.sinks.base import sink_digest
 
 logger = logging.getLogger(__name__)
 
@@ -64,11 +64,6 @@ class LakeSinkError(RivermarkError):
 
 class RecordSchemaError(RivermarkError, ValueError):
     """A record or batch that does not fit a file sink's schema (dropped by ``on_error='skip'``)."""
-
-
-def sink_digest(sink_id: str) -> str:
-    """A short name for a sink id in file names (any text, safe in a path)."""
-    return hashlib.sha256(sink_id.encode()).hexdigest()[:12]
 
 
 def hive_dir(columns: Sequence[str], values: Sequence[object]) -> str:

@@ -55,27 +55,16 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, ClassVar, Unpack
 
-from rivermark.checkpoint.stores.lease import Lease
 from rivermark.core.node import NodeOptions, Stream
 from rivermark.core.refs import Metadata
 from rivermark.errors import ConfigurationError
 from rivermark.execution.steps import step
-from rivermark.lake.files import (
-    LakeSinkError,
-    Location,
-    RecordSchemaError,
-    hive_dir,
-    rows_to_table,
-    schema_of,
-    sink_digest,
-)
-from rivermark.lake.worker import BackgroundWriter
-from rivermark.sinks.basic import Sink
-from rivermark.sinks.sqlstores import first_line
+from rivermark.lake.files import LakeSinkError, Location, hive_dir, rows_to_table, schema_of
+from rivermark.lake.sink import LakeSink, check_url
 
 logger = logging.getLogger(__name__)
 
@@ -97,7 +86,7 @@ class _OpenFile:
 
 
 @Stream.register_api(attribute_name="to_parquet")
-class ToParquet(Sink):
+class ToParquet(LakeSink):
     """Write dict records or DataFrame batches as Parquet files under ``url``, exactly once.
 
     ``url``: a directory, ``file://...`` or an fsspec URL (``s3://bucket/prefix``;
@@ -110,9 +99,7 @@ class ToParquet(Sink):
     before they are converted and written as a row group.
     """
 
-    _graphviz_shape: ClassVar[str] = "trapezium"
-    #: records after pre_commit(e) go to new files of the next epoch
-    seals_epoch_at_pre_commit: ClassVar[bool] = True
+    api: ClassVar[str] = "to_parquet"
 
     def __init__(
         self,
@@ -130,8 +117,7 @@ class ToParquet(Sink):
         storage_options: Mapping[str, object] | None = None,
         **kwargs: Unpack[NodeOptions],
     ) -> None:
-        if not isinstance(url, str) or not url:
-            raise ConfigurationError(f"to_parquet: url must be a non-empty string, got {url!r}")
+        check_url(self.api, url)
         partition_by = [partition_by] if isinstance(partition_by, str) else list(partition_by)
         for name, value in (("roll_rows", roll_rows), ("roll_bytes", roll_bytes),
                             ("batch_rows", batch_rows), ("roll_seconds", roll_seconds)):  # fmt: skip
@@ -145,31 +131,17 @@ class ToParquet(Sink):
         self.roll_seconds, self.batch_rows = float(roll_seconds), int(batch_rows)
         self.storage_options = dict(storage_options or {})
         super().__init__(upstream, **kwargs)
-        self.sink_id = sink_id or self.name or url
-        self.digest = sink_digest(self.sink_id)
-        self.home = f"_rivermark/{self.digest}"
-        self._schema: Any = None
-        self._names: frozenset[str] = frozenset()
-        if schema is not None or example is not None:
-            self._set_schema(schema_of(schema if schema is not None else example, self.label()))
-        self._loc: Location | None = None
-        self._lease: Lease | None = None
+        self._init_files(url, sink_id, schema, example)
         self._buffers: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
         #: without partition_by: the one buffer (``_buffers[()]``) while it exists
         self._unpartitioned: list[Mapping[str, Any]] | None = None
         self._open: dict[tuple[Any, ...], _OpenFile] = {}
         self._sealed: list[_OpenFile] = []
         self._pending: list[dict[str, Any]] = []  # {"epoch": e, "files": [[src, dst], ...]}
-        self._closed = False
-        #: converts and writes full buffers off the loop thread (see rivermark.lake.worker)
-        self._bg = BackgroundWriter(self.label())
         #: what the writer thread could not convert: (partition, rows or a DataFrame, error)
         self._misfits: list[tuple[tuple[Any, ...] | None, Any, BaseException]] = []
         #: DataFrame batches converted, by partition, until they make a row group
         self._stashed: dict[tuple[Any, ...], list[Any]] = {}
-
-    def label(self) -> str:
-        return f"to_parquet sink {self.sink_id!r}"
 
     def _set_schema(self, schema: Any) -> None:
         missing = [c for c in self.partition_by if c not in schema.names]
@@ -185,28 +157,8 @@ class ToParquet(Sink):
 
         self._file_schema = pa.schema(keep)
 
-    # ---------------------------------------------------------------- location and lock
-    def _location(self) -> Location:
-        if self._loc is None:
-            if self._closed:
-                raise ConfigurationError(f"{self.label()}: used after close()")
-            loc = Location(self.url, self.storage_options, self.label())
-            try:
-                self._lease = loc.lease(f"{self.home}/LEASE")
-            except LakeSinkError:
-                raise
-            except Exception as e:
-                raise self._failed(loc, "taking the sink's lock", e) from None
-            self._loc = loc
-        return self._loc
-
-    def _failed(self, loc: Location, what: str, e: BaseException) -> LakeSinkError:
-        logger.debug("%s: %s failed", self.label(), what, exc_info=True)
-        return LakeSinkError(
-            f"{self.label()}: {what} failed in {loc.where()} ({type(e).__name__}: "
-            f"{first_line(e)}); the job stopped with its last checkpoint intact: fix the "
-            "cause (disk space, permissions, the object store's address) and run again to resume"
-        )
+    def _location_options(self) -> Mapping[str, object]:
+        return self.storage_options
 
     # ---------------------------------------------------------------- records
     @step
@@ -223,14 +175,7 @@ class ToParquet(Sink):
     def _add(self, x: Any) -> None:
         """A record or batch off the common path (the first, a partitioned one, a DataFrame)."""
         if type(x) is dict or isinstance(x, Mapping):
-            if self._schema is None:
-                self._set_schema(schema_of(x, self.label()))
-            if not x.keys() <= self._names:
-                extra = [c for c in x if c not in self._names]
-                self._user_error(x, RecordSchemaError(
-                    f"{self.label()}: record has column(s) {extra!r} that the schema does not "
-                    f"have (its columns: {self._schema.names!r}); pass schema= with them"
-                ), self.update)  # fmt: skip
+            if not self._record_fits(x):
                 return
             key = tuple(map(x.get, self.partition_by))
             buf = self._buffers.get(key)
@@ -244,10 +189,7 @@ class ToParquet(Sink):
         elif hasattr(x, "to_dict") and hasattr(x, "columns"):
             self._write_frame(x)
         else:
-            raise ConfigurationError(
-                f"{self.label()}: received {x!r:.200}; to_parquet writes dicts (column -> value) "
-                "or DataFrames: add a .map(...) that builds one"
-            )
+            raise self._not_a_record(x)
 
     def _flush(self, key: tuple[Any, ...]) -> None:
         """Hand the buffered records of one partition to the writer thread (a row group)."""
@@ -258,11 +200,6 @@ class ToParquet(Sink):
             return
         loc = self._location()
         self._submit(lambda: self._convert_rows(loc, key, rows))
-
-    def _submit(self, write: Callable[[], None]) -> None:
-        """Run ``write`` on the writer thread once the write in flight is settled."""
-        self._settle()
-        self._bg.submit(write)
 
     def _settle(self) -> None:
         """Wait for the write in flight (raising its error); pass its misfits through the policy."""
@@ -289,32 +226,13 @@ class ToParquet(Sink):
 
     def _fitting(self, rows: list[Mapping[str, object]]) -> object:
         """The rows that fit the schema; the others go through the error policy, one by one."""
-        import pyarrow as pa
-
-        good = []
-        for r in rows:
-            try:
-                pa.Table.from_pylist([r], schema=self._schema)
-            except (pa.ArrowException, ValueError, TypeError, OverflowError) as e:
-                self._user_error(r, self._misfit("record", e), self.update)
-                continue
-            good.append(r)
+        good = self._rows_that_fit(rows, self._schema)
         return rows_to_table(good, self._schema) if good else None
-
-    def _misfit(self, what: str, e: BaseException) -> RecordSchemaError:
-        return RecordSchemaError(
-            f"{self.label()}: {what} does not fit the schema ({type(e).__name__}: "
-            f"{first_line(e)}); fix the input, pass schema= with the right types, or set "
-            "on_error='skip' or on_error=callable on this node"
-        )
 
     def _write_frame(self, df: Any) -> None:
         if self._schema is None:
             self._set_schema(schema_of(df, self.label()))
-        extra = [c for c in df.columns if c not in self._names]
-        if extra:
-            e = ValueError(f"column(s) {extra!r} are not in the schema")
-            self._user_error(df, self._misfit("DataFrame batch", e), self.update)
+        if not self._frame_fits(df):
             return
         # records buffered before the batch go first (the writer thread keeps the order)
         for key in list(self._buffers):
@@ -435,14 +353,7 @@ class ToParquet(Sink):
     def restore(self, handle: Any) -> None:
         """Publish the checkpoint's unpublished files; delete every other in-progress file."""
         loc = self._location()
-        epoch = -1
-        if handle is not None:
-            if handle.get("sink") != self.sink_id:
-                raise LakeSinkError(
-                    f"{self.label()}: the checkpoint's Parquet sink wrote as sink id "
-                    f"{handle.get('sink')!r}; write there again, or use a new checkpoint directory"
-                )
-            epoch = int(handle["epoch"])
+        epoch = self._handle_epoch(handle, "Parquet")
         self._drop_unwritten()
         try:
             published = 0
@@ -523,10 +434,7 @@ class ToParquet(Sink):
             except Exception:  # an upload that cannot complete: the file stays in progress
                 logger.debug("%s: close failed", self.label(), exc_info=True)
         self._open = {}
-        lease, self._lease = self._lease, None
-        self._loc = None
-        if lease is not None:
-            lease.release()
+        self._release()
 
     def state_signature(self) -> str:
         return f"ToParquet(url={self.url!r}, sink_id={self.sink_id!r})"

@@ -14,15 +14,21 @@ from rivermark.core.figures import JoinFigures
 from rivermark.core.node import NodeOptions, Stream
 from rivermark.core.refs import Metadata
 from rivermark.errors import ConfigurationError
-from rivermark.operators.joinbase import LateSide, func_name, join_key, signed_interval
-from rivermark.operators.timestamps import Results, Timestamps, _merge, attach
+from rivermark.operators.joinbase import (
+    TwoSides,
+    attach_sides,
+    func_name,
+    refuse_one_node,
+    signed_interval,
+)
+from rivermark.operators.timestamps import Results, Timestamps, _merge
 from rivermark.state import KeyedState, KeyedStore, as_keyed
 
 __all__ = ["IntervalJoin"]
 
 
 @Stream.register_api(attribute_name="join_interval")
-class IntervalJoin(LateSide, Stream):
+class IntervalJoin(TwoSides, Stream):
     """Pairs of records of two streams with the same key, close in event time.
 
     Emits ``(left, right)`` for every left record ``l`` and right record
@@ -62,18 +68,8 @@ class IntervalJoin(LateSide, Stream):
     ) -> None:
         if how not in ("inner", "left"):
             raise ConfigurationError(f"join_interval: how must be 'inner' or 'left', got {how!r}")
-        if upstream is right:
-            raise ConfigurationError(
-                "join_interval: the left and right streams are the same node; join two "
-                "streams, each with its own timestamps(...)"
-            )
-        self.left_clock: Timestamps = attach(self, "join_interval", upstream)
-        if not isinstance(right, Timestamps):
-            raise ConfigurationError(
-                "join_interval: the right stream needs event times; pass "
-                "right.timestamps(func, max_delay=...)"
-            )
-        self.right_clock: Timestamps = attach(self, "join_interval", right)
+        refuse_one_node(self.kind, upstream, right)
+        self.left_clock, self.right_clock = attach_sides(self, self.kind, upstream, right)
         self.lower, self.upper = (
             signed_interval(lower, self.kind, "lower"),
             signed_interval(upper, self.kind, "upper"),
@@ -83,30 +79,23 @@ class IntervalJoin(LateSide, Stream):
                 f"join_interval: lower ({self.lower}) is above upper ({self.upper}): no pair "
                 "could match; pass lower <= upper"
             )
-        self.key, self.how = key, how
-        self._key_of = join_key("join_interval", key)
-        self._right_key_of = self._key_of if right_key is None else join_key("", right_key)
+        self.how = how
+        self._set_keys(key, right_key)
         #: waiting records: left ``{seq: (time, key, record, matched)}``, right ``{seq: (time, key, record)}``
         self._lefts: KeyedStore = KeyedState()
         self._rights: KeyedStore = KeyedState()
         self._seq = 0
         self._index: tuple[dict[Any, set[int]], dict[Any, set[int]]] = ({}, {})
         self._heaps: tuple[list[tuple[float, int]], list[tuple[float, int]]] = ([], [])
-        Stream.__init__(self, upstreams=[upstream, right], **kwargs)
-        for clock in (self.left_clock, self.right_clock):
-            clock.add_client(self)  # the watermarks drop waiting records
+        self._connect(upstream, right, **kwargs)  # the watermarks drop waiting records
 
     def update(
         self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
     ) -> Results:
-        side = 0 if who is self.upstreams[0] else 1
-        clock = self.left_clock if side == 0 else self.right_clock
-        try:
-            k = (self._key_of if side == 0 else self._right_key_of)(x)
-            hash(k)
-        except Exception as e:
-            self._user_error(x, e, self.key)
+        found = self._side_key(x, who)
+        if found is None:
             return None
+        side, clock, k = found
         t = clock.current
         if t < clock.record_watermark:
             return self._send_late(x, metadata, t, side)

@@ -1,4 +1,4 @@
-"""What the joins by event time share: the key rule, the ``.late`` side output, bounds.
+"""What the joins by event time share: the key rule, the ``.late`` side output, bounds, sides.
 
 The joins themselves live in :mod:`.timejoins` (tables, as-of),
 :mod:`.intervaljoin` and :mod:`.windowjoin`.  See ``docs/joins.md``.
@@ -7,21 +7,29 @@ The joins themselves live in :mod:`.timejoins` (tables, as-of),
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Hashable, Mapping
+from typing import Any, Unpack
 
 from rivermark.core.figures import SIDES
 from rivermark.core.naming import function_name
-from rivermark.core.node import Stream
+from rivermark.core.node import NodeOptions, Stream
 from rivermark.core.refs import Metadata
 from rivermark.core.timeutil import parse_interval
 from rivermark.errors import ConfigurationError
 from rivermark.operators.eventtime import LateRecords, key_function
-from rivermark.operators.timestamps import Results
+from rivermark.operators.timestamps import Results, Timestamps, attach
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["LateSide", "join_key", "func_name", "signed_interval"]
+__all__ = [
+    "LateSide",
+    "TwoSides",
+    "attach_sides",
+    "func_name",
+    "join_key",
+    "refuse_one_node",
+    "signed_interval",
+]
 
 
 def join_key(kind: str, key: Any) -> Callable[[Any], Any]:
@@ -32,6 +40,28 @@ def join_key(kind: str, key: Any) -> Callable[[Any], Any]:
             f"{kind}: key= is required (a callable, or an index or field name for x[key])"
         )
     return fn
+
+
+def refuse_one_node(kind: str, upstream: Stream, right: Stream) -> None:
+    """A stream joined with itself is refused: each side needs its own clock."""
+    if upstream is right:
+        raise ConfigurationError(
+            f"{kind}: the left and right streams are the same node; join two "
+            "streams, each with its own timestamps(...)"
+        )
+
+
+def attach_sides(
+    node: Stream, kind: str, upstream: Stream, right: Stream
+) -> tuple[Timestamps, Timestamps]:
+    """The event-time clocks of a join's two sides (each must be a ``timestamps`` node)."""
+    left_clock = attach(node, kind, upstream)
+    if not isinstance(right, Timestamps):
+        raise ConfigurationError(
+            f"{kind}: the right stream needs event times; pass "
+            "right.timestamps(func, max_delay=...)"
+        )
+    return left_clock, attach(node, kind, right)
 
 
 def func_name(func: object) -> str:
@@ -99,3 +129,49 @@ class LateSide:
         """Restore what :meth:`_counters` gave (a state written before it had none: 0)."""
         left, right = state.get("counters", {}).get("late", (0, 0))
         self.late_sides = (int(left), int(right))
+
+
+class TwoSides(LateSide):
+    """A join of two streams, each with its clock and key function (interval and window joins)."""
+
+    left_clock: Timestamps
+    right_clock: Timestamps
+    key: Hashable | Callable[[Any], Any]
+
+    def _set_keys(
+        self, key: Hashable | Callable[[Any], Any], right_key: Hashable | Callable[[Any], Any]
+    ) -> None:
+        """The key functions of both sides (``right_key`` defaults to ``key``)."""
+        self.key = key
+        self._key_of = join_key(self.kind, key)
+        self._right_key_of = self._key_of if right_key is None else join_key(self.kind, right_key)
+
+    def close_until(self, watermark: float) -> Results:
+        raise NotImplementedError
+
+    def next_due(self) -> float:
+        raise NotImplementedError
+
+    def _connect(self, upstream: Stream, right: Stream, **kwargs: Unpack[NodeOptions]) -> None:
+        """Make the node, below both sides, a client of both clocks (their watermarks reach it)."""
+        assert isinstance(self, Stream)
+        Stream.__init__(self, upstreams=[upstream, right], **kwargs)
+        for clock in (self.left_clock, self.right_clock):
+            clock.add_client(self)
+
+    def _side_key(self, x: Any, who: Stream | None) -> tuple[int, Timestamps, Any] | None:
+        """The side of ``x`` (0 left, 1 right), its clock and its key; None if the key failed.
+
+        A key function that raises, or a key that cannot be hashed, goes through
+        the node's error policy.
+        """
+        assert isinstance(self, Stream)
+        side = 0 if who is self.upstreams[0] else 1
+        clock = self.left_clock if side == 0 else self.right_clock
+        try:
+            k = (self._key_of if side == 0 else self._right_key_of)(x)
+            hash(k)
+        except Exception as e:
+            self._user_error(x, e, self.key)
+            return None
+        return side, clock, k

@@ -260,8 +260,41 @@ class Zip(Stream):
         return f"Zip(upstreams={len(self._buffers)}, literals_at={lits}, maxsize={self.maxsize})"
 
 
+class _LatestOfEach(Stream):
+    """What ``zip_latest`` and ``combine_latest`` share: the latest value of each input."""
+
+    last: list[Any]
+    _have: list[bool]
+    _meta: list[Metadata | None]
+    _missing: int
+
+    def _grow(self) -> None:
+        """Make room for upstreams connected after construction."""
+        extra = len(self.upstreams) - len(self.last)
+        if extra < 0:
+            raise GraphError(
+                f"{self.display_name()}: an upstream was disconnected; "
+                "build a new node instead of removing inputs from a join"
+            )
+        self.last.extend([None] * extra)
+        self._have.extend([False] * extra)
+        self._meta.extend([None] * extra)
+        self._missing += extra
+
+    def _add_upstream(self, upstream: Stream) -> None:
+        super()._add_upstream(upstream)
+        self._grow()
+
+    def _forget(self, i: int) -> None:
+        """Drop the latest value of input ``i`` (and release its record)."""
+        del self.last[i]
+        if not self._have.pop(i):
+            self._missing -= 1
+        release_refs(self._meta.pop(i))
+
+
 @Stream.register_api(attribute_name="zip_latest")
-class ZipLatest(Stream):
+class ZipLatest(_LatestOfEach):
     """Pair every record of the first (lossless) stream with the latest of the others.
 
     Records of the lossless stream that arrive before every other stream has
@@ -332,23 +365,6 @@ class ZipLatest(Stream):
                 out.extend(r)
         return out
 
-    def _grow(self) -> None:
-        """Make room for upstreams connected after construction."""
-        extra = len(self.upstreams) - len(self.last)
-        if extra < 0:
-            raise GraphError(
-                f"{self.display_name()}: an upstream was disconnected; "
-                "build a new node instead of removing inputs from a join"
-            )
-        self.last.extend([None] * extra)
-        self._have.extend([False] * extra)
-        self._meta.extend([None] * extra)
-        self._missing += extra
-
-    def _add_upstream(self, upstream: Stream) -> None:
-        super()._add_upstream(upstream)
-        self._grow()
-
     def _remove_upstream(self, upstream: Stream) -> None:
         i = _position(self, upstream)
         if i == 0:
@@ -359,13 +375,6 @@ class ZipLatest(Stream):
         if i < len(self.last):
             self._forget(i)
         del self.upstreams[i]
-
-    def _forget(self, i: int) -> None:
-        """Drop the latest value of input ``i`` (and release its record)."""
-        del self.last[i]
-        if not self._have.pop(i):
-            self._missing -= 1
-        release_refs(self._meta.pop(i))
 
     def get_state(self) -> object:
         return {
@@ -386,7 +395,7 @@ class ZipLatest(Stream):
 
 
 @Stream.register_api(attribute_name="combine_latest")
-class CombineLatest(Stream):
+class CombineLatest(_LatestOfEach):
     """Emit a tuple of the latest value of every upstream whenever one of them updates.
 
     ``emit_on`` (a stream, an upstream index, or a list of these) limits
@@ -499,24 +508,11 @@ class CombineLatest(Stream):
         return self._emit(tuple(self.last), meta)
 
     def _grow(self) -> None:
-        """Make room for upstreams connected after construction."""
         extra = len(self.upstreams) - len(self.last)
-        if extra < 0:
-            raise GraphError(
-                f"{self.display_name()}: an upstream was disconnected; "
-                "build a new node instead of removing inputs from a join"
-            )
-        self.last.extend([None] * extra)
-        self._have.extend([False] * extra)
-        self._meta.extend([None] * extra)
-        self._missing += extra
+        super()._grow()
         self._emits.extend([self._emit_all] * extra)
         if self._emit_all:
             self._emit_on_idx = tuple(range(len(self.last)))
-
-    def _add_upstream(self, upstream: Stream) -> None:
-        super()._add_upstream(upstream)
-        self._grow()
 
     def _remove_upstream(self, upstream: Stream) -> None:
         i = _position(self, upstream)
@@ -527,10 +523,7 @@ class CombineLatest(Stream):
                     "upstream: nothing would be emitted any more; build a new combine_latest "
                     "with another emit_on"
                 )
-            del self.last[i]
-            if not self._have.pop(i):
-                self._missing -= 1
-            release_refs(self._meta.pop(i))
+            self._forget(i)
             del self._emits[i]
             self._emit_on_idx = tuple(j for j, e in enumerate(self._emits) if e)
         del self.upstreams[i]

@@ -54,12 +54,10 @@ class Map(Stream):
     ) -> None:
         check_callable("map", "func", func)
         self.func = func
-        stream_name = kwargs.pop("stream_name", None)
-        name = kwargs.pop("name", None)
-        on_error = kwargs.pop("on_error", None)
+        node_kwargs = _node_kwargs(kwargs)
         self._kwargs = kwargs
         self._args = args
-        Stream.__init__(self, upstream, stream_name=stream_name, name=name, on_error=on_error)
+        Stream.__init__(self, upstream, **node_kwargs)
 
     @step
     def update(

@@ -44,8 +44,8 @@ from rivermark.core.refs import Metadata
 from rivermark.core.timeutil import parse_interval
 from rivermark.errors import ConfigurationError
 from rivermark.operators.eventtime import WindowResult
-from rivermark.operators.joinbase import LateSide, func_name, join_key
-from rivermark.operators.timestamps import Results, Timestamps, _delay, _merge, attach
+from rivermark.operators.joinbase import TwoSides, attach_sides, func_name, refuse_one_node
+from rivermark.operators.timestamps import Results, _delay, _merge
 from rivermark.operators.windowstore import Closed, exact_sign, in_close_order, slot
 from rivermark.state import KeyedState, KeyedStore, as_keyed
 
@@ -64,7 +64,7 @@ def _pair(
 
 
 @Stream.register_api(attribute_name="join_window")
-class WindowJoin(LateSide, Stream):
+class WindowJoin(TwoSides, Stream):
     """Co-group two streams by key and event-time window.
 
     Per key and window, when the window closes (both sides' watermarks past
@@ -104,23 +104,13 @@ class WindowJoin(LateSide, Stream):
             raise ConfigurationError(
                 f"{kind}: how must be one of {', '.join(map(repr, _HOWS))}, got {how!r}"
             )
-        if upstream is right:
-            raise ConfigurationError(
-                f"{kind}: the left and right streams are the same node; join two "
-                "streams, each with its own timestamps(...)"
-            )
+        refuse_one_node(kind, upstream, right)
         if (gap is None) == (size is None):
             raise ConfigurationError(
                 f"{kind}: pass size= (tumbling; with step=, hopping) or gap= (sessions), "
                 "one of the two"
             )
-        self.left_clock: Timestamps = attach(self, kind, upstream)
-        if not isinstance(right, Timestamps):
-            raise ConfigurationError(
-                f"{kind}: the right stream needs event times; pass "
-                "right.timestamps(func, max_delay=...)"
-            )
-        self.right_clock: Timestamps = attach(self, kind, right)
+        self.left_clock, self.right_clock = attach_sides(self, kind, upstream, right)
         if func is not None:
             check_callable(kind, "func", func)
         self.func: Callable[[list[Any], list[Any]], Any] = func or _pair
@@ -134,9 +124,8 @@ class WindowJoin(LateSide, Stream):
             )
         self.offset = float(offset)
         self.grace = _delay(grace, kind, "grace")
-        self.key, self.how = key, how
-        self._key_of = join_key(kind, key)
-        self._right_key_of = self._key_of if right_key is None else join_key(kind, right_key)
+        self.how = how
+        self._set_keys(key, right_key)
         #: fixed windows ``{(key, start): [(end, wseq), entry, ...]}``; sessions
         #: ``{key: [entry, ...]}`` (the records of the key's open sessions)
         self._open: KeyedStore = KeyedState(freeze=list)
@@ -146,21 +135,15 @@ class WindowJoin(LateSide, Stream):
         self._pushes = itertools.count()
         #: records held per side (plain counts: the metrics read them from their own thread)
         self._held = [0, 0]
-        Stream.__init__(self, upstreams=[upstream, right], **kwargs)
-        for clock in (self.left_clock, self.right_clock):
-            clock.add_client(self)
+        self._connect(upstream, right, **kwargs)
 
     def update(
         self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
     ) -> Results:
-        side = 0 if who is self.upstreams[0] else 1
-        clock = self.left_clock if side == 0 else self.right_clock
-        try:
-            k = (self._key_of if side == 0 else self._right_key_of)(x)
-            hash(k)
-        except Exception as e:
-            self._user_error(x, e, self.key)
+        found = self._side_key(x, who)
+        if found is None:
             return None
+        side, clock, k = found
         t, judge = clock.current, clock.record_watermark
         seq = self._seq
         self._seq = seq + 1

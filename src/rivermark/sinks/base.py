@@ -65,6 +65,7 @@ known.  ``rivermark replay --diff`` compares it with a replay's side output.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -90,6 +91,7 @@ __all__ = [
     "StartOverSink",
     "TextOutputSink",
     "WrittenOutput",
+    "sink_digest",
 ]
 
 
@@ -176,3 +178,8 @@ class ReadBackSink(Protocol[H_contra]):
 
     def written_between(self, first: H_contra, last: H_contra) -> WrittenOutput:
         """The output of the epochs after handle ``first`` up to ``last``; ``ValueError`` if unknown."""
+
+
+def sink_digest(sink_id: str) -> str:
+    """A short name for a sink id in file names (any text, safe in a path)."""
+    return hashlib.sha256(sink_id.encode()).hexdigest()[:12]

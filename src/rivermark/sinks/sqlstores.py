@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import IO, Any, Protocol
 
 from rivermark.errors import RivermarkError
+from rivermark.sinks.base import sink_digest
 from rivermark.statedata import register_state_class
 
 logger = logging.getLogger(__name__)
@@ -142,7 +143,7 @@ class SQLiteStore(SQLStore):
     def lock(self) -> None:
         if self.path is None or self._lock is not None:
             return
-        digest = hashlib.sha256(self.sink.sink_id.encode()).hexdigest()[:12]
+        digest = sink_digest(self.sink.sink_id)
         lock = open(f"{self.path}.rivermark-{digest}.lock", "a+")  # noqa: SIM115 - until close()
         try:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -5,46 +5,27 @@ directory, table or ``s3://`` URL; RIVERMARK_LAKE_MODE: ``append`` (every
 record a row ``(id, k, v, g)``) or ``merge`` (Delta: the running total per
 key ``k``, deleted at every 13th record of the key); RIVERMARK_LAKE_N
 records; RIVERMARK_APP_WORK rounds of hashing per record (the same output,
-a longer run).
+a longer run).  The records and totals are those of ``sinkjob.py``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 from typing import Any
 
+from sinkjob import record as row
+from sinkjob import second, total
+
 from rivermark import Stream
-from rivermark.sinks.sql import delete
 
 N = int(os.environ.get("RIVERMARK_LAKE_N", "3000"))
-WORK = int(os.environ.get("RIVERMARK_APP_WORK", "0"))
 KIND = os.environ.get("RIVERMARK_LAKE_KIND", "parquet")
 MODE = os.environ.get("RIVERMARK_LAKE_MODE", "append")
 URL = os.environ["RIVERMARK_LAKE_URL"]
-KEYS = 37
 
 
 def record(i: int) -> dict[str, Any]:
-    data = str(i).encode()
-    for _ in range(WORK):
-        data = hashlib.sha256(data).digest()
-    return {"id": i, "k": f"k{i % KEYS}", "v": i, "g": i % 3}
-
-
-def total(acc: tuple[dict[str, int], Any], r: dict[str, Any]) -> tuple[dict[str, int], Any]:
-    """Running totals per key; every 13th record of a key deletes it (a tombstone)."""
-    sums = dict(acc[0])
-    k = r["k"]
-    if (r["id"] // KEYS) % 13 == 12:
-        sums.pop(k, None)
-        return sums, delete(k=k)
-    sums[k] = sums.get(k, 0) + r["v"]
-    return sums, {"k": k, "total": sums[k], "last": r["id"]}
-
-
-def second(acc: tuple[Any, Any]) -> Any:
-    return acc[1]
+    return {**row(i), "g": i % 3}
 
 
 source = Stream.from_iterable(range(N), name="numbers")

@@ -13,18 +13,11 @@ import os
 import time
 from pathlib import Path
 
+from keyedcount import count
+
 from rivermark import KeyedState, Stream
 
 MARK = os.environ.get("MOVING_MARK")
-
-
-def count(acc: KeyedState, key: int) -> KeyedState:
-    n = acc.get(key, 0) + 1
-    if n >= 9:
-        del acc[key]
-    else:
-        acc[key] = n
-    return acc
 
 
 def seen(line: str) -> int:

@@ -14,19 +14,12 @@ import json
 import sys
 import threading
 
+from keyedcount import count
+
 from rivermark import KeyedState, Stream
 from rivermark.checkpoint import Job
 
 N = 40_000
-
-
-def count(acc: KeyedState, key: int) -> KeyedState:
-    n = acc.get(key, 0) + 1
-    if n >= 9:
-        del acc[key]
-    else:
-        acc[key] = n
-    return acc
 
 
 def main(out: str, ckpt: str, report: str) -> None:

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import os
+import random
+import signal
 import subprocess
 import sys
 import time
@@ -12,6 +14,7 @@ from typing import Any
 import confluent_kafka as ck
 
 from rivermark.testing import run_in_thread, wait_for
+from rivermark.testing.faults import FAULT_POINTS
 
 __all__ = ["run_in_thread", "wait_for"]  # the tests take them from here too
 
@@ -149,6 +152,64 @@ def delete_topic(bootstrap: str, topic: str, timeout: float = 60.0) -> None:
 
 
 FAULT_APP = Path(__file__).with_name("fault_app.py")
+
+
+def start_script(
+    script: Path, args: list[str], fault: str | None, log: Path
+) -> subprocess.Popen[bytes]:
+    """``python SCRIPT ARGS...`` (``RIVERMARK_FAULT=fault`` if given); stderr added to ``log``."""
+    env = {k: v for k, v in os.environ.items() if k != "RIVERMARK_FAULT"}
+    if fault:
+        env["RIVERMARK_FAULT"] = fault
+    with open(log, "ab") as f:
+        f.write(f"--- run fault={fault}\n".encode())
+        f.flush()
+        # the child writes to its own copy of the descriptor
+        return subprocess.Popen(
+            [sys.executable, str(script), *args], env=env, stdout=subprocess.DEVNULL, stderr=f
+        )
+
+
+def kill_runs(
+    script: Path,
+    args: list[str],
+    log: Path,
+    rnd: random.Random,
+    *,
+    kills: int = 4,
+    alive: tuple[float, float] = (1.0, 2.5),
+    fault_timeout: float = 120,
+) -> None:
+    """Runs of a job script killed at every checkpoint fault point, then ``kills`` times at random.
+
+    A run with a fault point must die of it (within ``fault_timeout``
+    seconds); a run without one is killed (SIGKILL) after
+    ``rnd.uniform(*alive)`` seconds and must be running until then.
+    """
+    for point in FAULT_POINTS:
+        proc = start_script(script, args, f"{point}:3", log)
+        assert proc.wait(timeout=fault_timeout) == -signal.SIGKILL, log.read_text()[-3000:]
+    for _ in range(kills):
+        proc = start_script(script, args, None, log)
+        time.sleep(rnd.uniform(*alive))
+        assert proc.poll() is None, log.read_text()[-3000:]
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+
+
+def killed_then_finished(
+    script: Path, args: list[str], log: Path, rnd: random.Random, out: str, n: int
+) -> list[str]:
+    """The committed output of a job killed many times (:func:`kill_runs`), then run to its end.
+
+    ``args[0]`` is the bootstrap address; ``out`` the output topic, of which
+    ``n`` records are expected.
+    """
+    kill_runs(script, args, log, rnd)
+    proc = start_script(script, args, None, log)
+    assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
+    got = consume_all(args[0], out, expected=n, timeout=60, committed_only=True)
+    return [m.value().decode() for m in got]
 
 
 def start_app(

@@ -11,11 +11,7 @@ same late records.
 
 from __future__ import annotations
 
-import os
 import random
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,26 +20,14 @@ import pytest
 
 from rivermark import Stream
 from rivermark.checkpoint import Job
-from rivermark.testing.faults import FAULT_POINTS
 
 from .eventtime_eos_app import windows
-from .helpers import consume_all, produce_at
+from .helpers import killed_then_finished, produce_at
 
 pytestmark = pytest.mark.kafka
 
 APP = Path(__file__).with_name("eventtime_eos_app.py")
 PER_PARTITION = 2500  # about 16 s of work at 2 ms a record: every run is killed mid-way
-
-
-def _start(args: list[str], fault: str | None, log: Path) -> subprocess.Popen[bytes]:
-    env = {k: v for k, v in os.environ.items() if k != "RIVERMARK_FAULT"}
-    if fault:
-        env["RIVERMARK_FAULT"] = fault
-    with open(log, "ab") as f:
-        f.write(f"--- run fault={fault}\n".encode())
-        return subprocess.Popen(
-            [sys.executable, str(APP), *args], env=env, stdout=subprocess.DEVNULL, stderr=f
-        )
 
 
 def _split(lines: list[str]) -> tuple[list[str], list[str], list[str]]:
@@ -83,17 +67,6 @@ def test_windows_over_three_partitions_are_exact_across_sigkills(
 
     args = [bootstrap, inp, out, group, str(tmp_path / "ckpt")]
     log = tmp_path / "runs.log"
-    for point in FAULT_POINTS:
-        proc = _start(args, f"{point}:3", log)
-        assert proc.wait(timeout=120) == -signal.SIGKILL, log.read_text()[-3000:]
-    for _ in range(4):
-        proc = _start(args, None, log)
-        time.sleep(rnd.uniform(1.0, 2.5))
-        assert proc.poll() is None, log.read_text()[-3000:]
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
     # the last run reads to the end of the topic, closes every window and ends
-    proc = _start(args, None, log)
-    assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
-    got = consume_all(bootstrap, out, expected=len(reference), timeout=60, committed_only=True)
-    assert _split([m.value().decode() for m in got]) == expected
+    got = killed_then_finished(APP, args, log, rnd, out, len(reference))
+    assert _split(got) == expected

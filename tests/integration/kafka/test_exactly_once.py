@@ -1,13 +1,9 @@
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
 import signal
-import subprocess
-import sys
-import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -15,29 +11,14 @@ from pathlib import Path
 import pytest
 
 from rivermark.testing import wait_for
-from rivermark.testing.faults import FAULT_POINTS
 
-from .helpers import consume_all, produce, run_in_thread
+from .helpers import consume_all, kill_runs, produce, run_in_thread, start_script
 
 pytestmark = pytest.mark.kafka
 
 SCRIPT = Path(__file__).with_name("eos_job.py")
 N = 100_000  # as the acceptance criterion says
 KEYS = 50
-
-
-def _start(args: list[str], fault: str | None, log: Path) -> subprocess.Popen[bytes]:
-    env = dict(os.environ)
-    env.pop("RIVERMARK_FAULT", None)
-    if fault:
-        env["RIVERMARK_FAULT"] = fault
-    with open(log, "ab") as f:
-        f.write(f"--- run fault={fault}\n".encode())
-        f.flush()
-        # the child writes to its own copy of the descriptor
-        return subprocess.Popen(
-            [sys.executable, str(SCRIPT), *args], env=env, stdout=subprocess.DEVNULL, stderr=f
-        )
 
 
 def test_read_committed_sees_each_result_once_across_sigkills(
@@ -51,17 +32,9 @@ def test_read_committed_sees_each_result_once_across_sigkills(
     log = tmp_path / "runs.log"
     rnd = random.Random(4)
     # faults at every point of the protocol, then random SIGKILLs
-    for point in FAULT_POINTS:
-        proc = _start(args, f"{point}:3", log)
-        assert proc.wait(timeout=60) == -signal.SIGKILL, log.read_text()[-3000:]
-    for _ in range(10):
-        proc = _start(args, None, log)
-        time.sleep(rnd.uniform(1.2, 2.0))
-        assert proc.poll() is None, log.read_text()[-3000:]
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+    kill_runs(SCRIPT, args, log, rnd, kills=10, alive=(1.2, 2.0), fault_timeout=60)
     # the last run goes until all output is committed
-    proc = _start(args, None, log)
+    proc = start_script(SCRIPT, args, None, log)
 
     def all_committed() -> bool:
         assert proc.poll() is None, log.read_text()[-3000:]

@@ -14,11 +14,7 @@ The same topics read live, while the records trickle in, join the same.
 from __future__ import annotations
 
 import json
-import os
 import random
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,9 +23,8 @@ import pytest
 
 from rivermark.checkpoint import Job
 from rivermark.testing import run_in_thread, wait_for
-from rivermark.testing.faults import FAULT_POINTS
 
-from .helpers import consume_all, produce_at
+from .helpers import killed_then_finished, produce_at
 from .join_eos_app import joins, sources
 
 pytestmark = pytest.mark.kafka
@@ -37,17 +32,6 @@ pytestmark = pytest.mark.kafka
 APP = Path(__file__).with_name("join_eos_app.py")
 ORDERS = 6000  # about 12 s of work at 2 ms an order: every run is killed mid-way
 KEYS = 30
-
-
-def _start(args: list[str], fault: str | None, log: Path) -> subprocess.Popen[bytes]:
-    env = {k: v for k, v in os.environ.items() if k != "RIVERMARK_FAULT"}
-    if fault:
-        env["RIVERMARK_FAULT"] = fault
-    with open(log, "ab") as f:
-        f.write(f"--- run fault={fault}\n".encode())
-        return subprocess.Popen(
-            [sys.executable, str(APP), *args], env=env, stdout=subprocess.DEVNULL, stderr=f
-        )
 
 
 def _records(rnd: random.Random) -> tuple[list[tuple[int, bytes, int]], ...]:
@@ -91,20 +75,9 @@ def test_joins_over_three_partitions_a_side_are_exact_across_sigkills(
 
     args = [bootstrap, orders, tiers, out, group, str(tmp_path / "ckpt")]
     log = tmp_path / "runs.log"
-    for point in FAULT_POINTS:
-        proc = _start(args, f"{point}:3", log)
-        assert proc.wait(timeout=120) == -signal.SIGKILL, log.read_text()[-3000:]
-    for _ in range(4):
-        proc = _start(args, None, log)
-        time.sleep(rnd.uniform(1.0, 2.5))
-        assert proc.poll() is None, log.read_text()[-3000:]
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
     # the last run reads both topics to their end, joins every waiting order and ends
-    proc = _start(args, None, log)
-    assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
-    got = consume_all(bootstrap, out, expected=len(reference), timeout=60, committed_only=True)
-    assert sorted(m.value().decode() for m in got) == expected
+    got = killed_then_finished(APP, args, log, rnd, out, len(reference))
+    assert sorted(got) == expected
 
 
 def _real(lines: list[str]) -> list[str]:

@@ -100,3 +100,17 @@ def delta_rows(url: str, mode: str) -> list[tuple[Any, ...]]:
     cols = "id, k, v, g" if mode == "append" else "k, total, last"
     with duckdb.connect() as con:
         return sorted(con.sql(f"SELECT {cols} FROM ds").fetchall())
+
+
+def valid_totals(n: int, keys: int) -> dict[str, set[int]]:
+    """Every total of a key after some prefix of ``n`` records (``apps/sinkjob.py``'s rule)."""
+    valid: dict[str, set[int]] = {}
+    sums: dict[str, int] = {}
+    for i in range(n):
+        k = f"k{i % keys}"
+        if (i // keys) % 13 == 12:
+            sums.pop(k, None)
+            continue
+        sums[k] = sums.get(k, 0) + i
+        valid.setdefault(k, set()).add(sums[k])
+    return valid

@@ -22,7 +22,7 @@ from rivermark.testing.crash import run_uncrashed, run_with_crashes
 from rivermark.testing.faults import FAULT_POINTS
 from rivermark.testing.s3_server import S3Server
 
-from .lakeread import Poller, delta_rows, lake_cmd, lake_env
+from .lakeread import Poller, delta_rows, lake_cmd, lake_env, valid_totals
 
 pytestmark = pytest.mark.crash
 
@@ -44,20 +44,6 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[st
     env = server.env()
     env["AWS_ALLOW_HTTP"] = "true"
     return f"s3://{server.new_bucket()}/table", env
-
-
-def _valid_totals() -> dict[str, set[int]]:
-    """Every total a key can show after some prefix of the input (the app's rule)."""
-    valid: dict[str, set[int]] = {}
-    sums: dict[str, int] = {}
-    for i in range(N):
-        k = f"k{i % KEYS}"
-        if (i // KEYS) % 13 == 12:
-            sums.pop(k, None)
-            continue
-        sums[k] = sums.get(k, 0) + i
-        valid.setdefault(k, set()).add(sums[k])
-    return valid
 
 
 def _final_totals() -> list[tuple[Any, ...]]:
@@ -95,7 +81,7 @@ def _check(url: str, mode: str, poller: Poller, summary: str) -> None:
         assert poller.seen <= set(final), "a reader saw rows that later disappeared"
         return
     assert final == _final_totals(), summary
-    valid = _valid_totals()
+    valid = valid_totals(N, KEYS)
     bad = [(k, t) for k, t, _ in poller.seen if t not in valid[k]]
     assert not bad, f"a reader saw totals that no prefix of the input gives: {bad[:5]}"
     assert isinstance(poller, MergePoller) and not poller.went_back, (

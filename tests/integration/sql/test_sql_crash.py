@@ -25,6 +25,8 @@ from rivermark.testing import wait_for
 from rivermark.testing.crash import run_uncrashed, run_with_crashes
 from rivermark.testing.faults import FAULT_POINTS
 
+from ..lake.lakeread import valid_totals
+
 pytestmark = pytest.mark.crash
 
 APP = Path(__file__).parents[1] / "apps" / "sql_app.py"
@@ -83,20 +85,6 @@ def _reader(url: str) -> Callable[[str], list[tuple[Any, ...]]]:
 def _table(url: str, mode: str) -> list[tuple[Any, ...]]:
     sql = "SELECT id, k, v FROM out" if mode == "append" else "SELECT k, total, last FROM out"
     return sorted(_reader(url)(sql))
-
-
-def _valid_totals() -> dict[str, set[int]]:
-    """Every total a key can show after some prefix of the input (the app's rule)."""
-    valid: dict[str, set[int]] = {}
-    sums: dict[str, int] = {}
-    for i in range(N):
-        k = f"k{i % KEYS}"
-        if (i // KEYS) % 13 == 12:
-            sums.pop(k, None)
-            continue
-        sums[k] = sums.get(k, 0) + i
-        valid.setdefault(k, set()).add(sums[k])
-    return valid
 
 
 class Poller:
@@ -171,7 +159,7 @@ def _check_seen(poller: Poller, final: list[tuple[Any, ...]], mode: str) -> None
     if mode == "append":
         assert poller.seen <= set(final), "a reader saw rows that later disappeared"
     else:
-        valid = _valid_totals()
+        valid = valid_totals(N, KEYS)
         bad = [(k, t) for k, t, _ in poller.seen if t not in valid[k]]
         assert not bad, f"a reader saw totals that no prefix of the input gives: {bad[:5]}"
         # a row of an epoch that a crash took back shows as a key going back to an older record

@@ -14,31 +14,7 @@ from rivermark.checkpoint.protocol.recovery import parse_savepoint_spec
 from rivermark.errors import ConfigurationError
 from rivermark.testing import run_in_thread, wait_for
 
-
-def count(acc: KeyedState, key: int) -> KeyedState:
-    n = acc.get(key, 0) + 1
-    if n >= 9:
-        del acc[key]
-    else:
-        acc[key] = n
-    return acc
-
-
-def records(n: int, start: int = 0) -> list[int]:
-    return [(i * 13) % 211 for i in range(start, start + n)]
-
-
-def reference(recs: list[int]) -> tuple[dict[int, int], str]:
-    state: dict[int, int] = {}
-    lines = []
-    for k in recs:
-        n = state.get(k, 0) + 1
-        if n >= 9:
-            del state[k]
-        else:
-            state[k] = n
-        lines.append(f"{len(state)}\n")
-    return state, "".join(lines)
+from .counting import count, records, reference
 
 
 class Running:

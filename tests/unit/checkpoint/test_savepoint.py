@@ -19,34 +19,9 @@ from rivermark.cli import main
 from rivermark.errors import ConfigurationError
 from rivermark.testing import run_in_thread, wait_for
 
+from .counting import count, records, reference
+
 N = 60_000
-
-
-def count(acc: KeyedState, key: int) -> KeyedState:
-    n = acc.get(key, 0) + 1
-    if n >= 9:
-        del acc[key]
-    else:
-        acc[key] = n
-    return acc
-
-
-def records(n: int) -> list[int]:
-    return [(i * 13) % 211 for i in range(n)]
-
-
-def reference(recs: list[int]) -> tuple[dict[int, int], str]:
-    """The plain-Python result: the final counts and the sink's text."""
-    state: dict[int, int] = {}
-    lines = []
-    for k in recs:
-        n = state.get(k, 0) + 1
-        if n >= 9:
-            del state[k]
-        else:
-            state[k] = n
-        lines.append(f"{len(state)}\n")
-    return state, "".join(lines)
 
 
 def build(recs: list[int], out: Path, gate: threading.Event | None = None) -> tuple[Stream, Stream]:

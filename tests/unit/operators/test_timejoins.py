@@ -25,6 +25,8 @@ from rivermark.errors import ConfigurationError
 from rivermark.operators.timejoins import AsofJoin, IntervalJoin, Table
 from rivermark.testing import examples
 
+from ..helpers import interleave
+
 #: a table change ("T", partition, key, time, value or None, id) or a left record
 #: ("L", partition, key, time, None, id)
 Rec = tuple[str, int, int, int, Any, int]
@@ -131,20 +133,6 @@ def test_asof_join_equals_merge_asof_by_the_watermark_rule(
     assert _run(order, delay, how) == _oracle(order, delay, how)
 
 
-def _interleave(recs: list[Rec], rnd: random.Random) -> list[Rec]:
-    """Another arrival order keeping each (side, partition)'s own order."""
-    queues: dict[tuple[str, int], list[Rec]] = {}
-    for r in recs:
-        queues.setdefault((r[0], r[1]), []).append(r)
-    out: list[Rec] = []
-    live = [q for q in queues.values() if q]
-    while live:
-        q = rnd.choice(live)
-        out.append(q.pop(0))
-        live = [q for q in live if q]
-    return out
-
-
 @settings(max_examples=examples(100), deadline=None)
 @given(
     order=inputs(),
@@ -159,7 +147,7 @@ def test_every_interleaving_gives_the_same_joins(
     # (the table first, or the left side first, one partition after another) agree
     live = _run(order, delay, how)
     rnd = random.Random(seed)
-    assert _run(_interleave(order, rnd), delay, how, table_first_end=False) == live
+    assert _run(interleave(order, rnd), delay, how, table_first_end=False) == live
     by_side = sorted(order, key=lambda r: (r[0] != "T", r[1]))  # stable: each queue's order
     assert _run(by_side, delay, how) == live
     assert _run(sorted(order, key=lambda r: (r[0] == "T", -r[1])), delay, how) == live
@@ -438,7 +426,7 @@ def test_interval_join_equals_merge_filtered_by_the_interval(
     got = _run_interval(order, delay, lower, upper, how)
     assert got == _oracle_interval(order, delay, lower, upper, how)
     # another interleaving of the sides and partitions (each one's own order kept)
-    other = _interleave([r if r[0] == "L" else ("T", *r[1:]) for r in order], random.Random(seed))
+    other = interleave([r if r[0] == "L" else ("T", *r[1:]) for r in order], random.Random(seed))
     again = [r if r[0] == "L" else ("R", *r[1:]) for r in other]
     assert _run_interval(again, delay, lower, upper, how) == got
 

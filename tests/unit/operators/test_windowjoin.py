@@ -26,6 +26,8 @@ from rivermark.errors import ConfigurationError
 from rivermark.operators.windowjoin import WindowJoin
 from rivermark.testing import examples
 
+from ..helpers import interleave
+
 #: a record: (side "L"/"R", partition, key, time, id)
 Rec = tuple[str, int, int, int, int]
 PARTS = [0, 1]
@@ -147,20 +149,6 @@ def test_window_join_equals_a_groupby_of_both_sides_by_window(
     assert _run(order, shape, delay, how, grace) == _oracle(order, shape, delay, how, grace)
 
 
-def _interleave(recs: list[Rec], rnd: random.Random) -> list[Rec]:
-    """Another arrival order keeping each (side, partition)'s own order."""
-    queues: dict[tuple[str, int], list[Rec]] = {}
-    for r in recs:
-        queues.setdefault((r[0], r[1]), []).append(r)
-    out: list[Rec] = []
-    live = [q for q in queues.values() if q]
-    while live:
-        q = rnd.choice(live)
-        out.append(q.pop(0))
-        live = [q for q in live if q]
-    return out
-
-
 def _as_sets(result: tuple[list[Window], list[int]]) -> Any:
     windows, late = result
     return sorted((s, e, k, sorted(ls), sorted(rs)) for s, e, k, ls, rs in windows), late
@@ -173,7 +161,7 @@ def test_every_interleaving_gives_the_same_windows(
 ) -> None:
     # ties at one time may come in another order; the records of each window do not change
     live = _as_sets(_run(order, shape, 3, "outer", 0))
-    assert _as_sets(_run(_interleave(order, random.Random(seed)), shape, 3, "outer", 0)) == live
+    assert _as_sets(_run(interleave(order, random.Random(seed)), shape, 3, "outer", 0)) == live
     by_side = sorted(order, key=lambda r: (r[0], r[1]))  # a backfill, one side after the other
     assert _as_sets(_run(by_side, shape, 3, "outer", 0)) == live
 
