@@ -67,6 +67,7 @@ from rivermark.core.timeutil import parse_interval
 from rivermark.errors import ConfigurationError
 from rivermark.kafka.assignment import PartitionAssignment, split_key
 from rivermark.kafka.bootstrap import CatchUp
+from rivermark.kafka.commits import GroupCommits, commit_once
 from rivermark.kafka.errors import KafkaConnectorError, KafkaTopicError
 from rivermark.kafka.ownership import owner_tag
 from rivermark.kafka.topic_ids import offsets_of, split_position, with_topic_ids
@@ -218,6 +219,8 @@ class KafkaBatchedSource(Source[dict[str, Any]], CatchUp):
         self._waiter = RecordWaiter(kind, self.poll_interval, single=not batched)
         #: offsets to commit once the waiting thread left the consumer
         self._deferred: dict[tuple[str, int], int] = {}
+        #: the offsets sent to the group, and those the broker refused (see .commits)
+        self._commits = GroupCommits(kind)
         #: when the emit loop next gives the event loop a turn (perf_counter)
         self._turn_at = 0.0
         self.batches_emitted = 0
@@ -402,7 +405,9 @@ class KafkaBatchedSource(Source[dict[str, Any]], CatchUp):
     def _make_consumer(self) -> Any:
         import confluent_kafka as ck
 
-        return ck.Consumer(dict(self.consumer_params))
+        params = dict(self.consumer_params)
+        params["on_commit"] = self._commits.callback(params.get("on_commit"))
+        return ck.Consumer(params)
 
     def _owner_tag(self) -> str:
         """Metadata committed with the group's offsets: which job, and when."""
@@ -424,28 +429,17 @@ class KafkaBatchedSource(Source[dict[str, Any]], CatchUp):
         tps = [ck.TopicPartition(t, p, o, tag) for (t, p), o in offsets.items()]
         try:
             self.consumer.commit(offsets=tps, asynchronous=True)
+            self._commits.record(offsets)
         except ck.KafkaException as e:
             logger.warning(
                 "%s: offset commit failed (will retry with the next): %s", self.display_name(), e
             )
 
     def _commit_once(self, offsets: dict[tuple[str, int], int]) -> None:
-        import confluent_kafka as ck
-
         if self.offset_committer is not None:
             self.offset_committer(offsets, self._owner_tag())
-            return
-        consumer = self._make_consumer()
-        try:
-            tag = self._owner_tag()
-            consumer.commit(
-                offsets=[ck.TopicPartition(t, p, o, tag) for (t, p), o in offsets.items()],
-                asynchronous=False,
-            )
-        except ck.KafkaException as e:
-            logger.warning("%s: final commit failed: %s", self.display_name(), e)
-        finally:
-            consumer.close()
+        else:
+            commit_once(self._make_consumer(), offsets, self._owner_tag(), self.display_name())
 
     def _on_complete(self, topic: str, partition: int, start: int, end: int) -> None:
         self.partitions.tracker.finished(topic, partition, start, end)
@@ -480,6 +474,9 @@ class KafkaBatchedSource(Source[dict[str, Any]], CatchUp):
             if time.monotonic() - self.partitions.last_refresh >= every:
                 await self._refresh()
             self.check_caught_up()  # a table's bootstrap (see .bootstrap)
+            again = self._commits.due()  # commits the broker refused (see .commits)
+            if again:
+                self._commit(again)
             if self.stop_at_end and self.partitions.listed and self.partitions.at_end():
                 name = self.display_name()
                 logger.info("%s: stop_at_end: every partition read to its end; finishing", name)
@@ -644,7 +641,8 @@ class KafkaBatchedSource(Source[dict[str, Any]], CatchUp):
             pos = self._durable_position or {}
             final = {split_key(k): int(v) for k, v in pos.items()}
         else:
-            final = {**deferred, **self.partitions.tracker.committable()}
+            # everything sent once more (an asynchronous commit may have failed)
+            final = {**self._commits.sent, **deferred, **self.partitions.tracker.committable()}
         tag = self._owner_tag()
         name = self.display_name()
         if self.offset_committer is not None and final:
