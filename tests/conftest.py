@@ -59,20 +59,44 @@ def pytest_itemcollected(item: pytest.Item) -> None:
         item.add_marker(pytest.mark.dask)  # every test on the session's LocalCluster
 
 
+#: the Kafka test files of the second Kafka group (the rest are the first): two
+#: halves of about equal time (``scripts/test-times``), each on one worker
+#: with that worker's broker
+KAFKA_SECOND_HALF = frozenset(
+    {
+        "test_outage.py",
+        "test_seed0.py",
+        "test_eventtime_eos.py",
+        "test_faults_dup.py",
+        "test_sink.py",
+        "test_source.py",
+        "test_table_bootstrap.py",
+        "test_replay.py",
+        "test_job.py",
+        "test_eventtime.py",
+        "test_start_over.py",
+        "test_upgrade_inputs.py",
+    }
+)
+
+
 def group_of(nodeid: str) -> str:
     """Which tests run on one worker, one after the other, under ``-n N --dist loadscope``.
 
-    >>> group_of("tests/integration/kafka/test_job.py::test_x[a]")
+    >>> group_of("tests/integration/kafka/test_group.py::test_x[a]")
     'kafka'
+    >>> group_of("tests/integration/kafka/test_job.py::test_x[a]")
+    'kafka-2'
     >>> group_of("tests/integration/test_replay.py::test_y")
     'tests/integration/test_replay.py'
     >>> group_of("tests/unit/test_steps.py::test_z")
     'tests/unit/test_steps.py::test_z'
     """
     path = nodeid.split("::", 1)[0]
-    for shared in ("kafka", "dask"):  # one broker, one LocalCluster
-        if path.startswith(f"tests/integration/{shared}/"):
-            return shared
+    if path.startswith("tests/integration/kafka/"):  # a broker per worker that runs them
+        return "kafka-2" if path.rsplit("/", 1)[-1] in KAFKA_SECOND_HALF else "kafka"
+    if path.startswith("tests/integration/dask/"):  # one LocalCluster
+        return "dask"
     if path.startswith("tests/integration/"):
         return path
     return nodeid
