@@ -195,6 +195,8 @@ class Location:
         self.local = "://" not in url or url.startswith("file://")
         self.fs: Any = None
         self.endpoint = ""
+        #: the store did not answer (the sink's close then leaves its files and lease alone)
+        self.down = False
         if self.local:
             self.root = os.path.abspath(url[len("file://") :] if url.startswith("file://") else url)
             return
@@ -229,6 +231,7 @@ class Location:
         """The one line that stops the job when ``what`` failed with ``e``."""
         logger.debug("%s: %s failed", self.label, what, exc_info=True)
         if not self.local and no_answer(e):
+            self.down = True
             return LakeSinkError(
                 f"{self.label}: {what} failed: the object store at {self.endpoint} did not "
                 f"answer ({type(e).__name__}: {first_line(e)}); the job stopped with its last "

@@ -139,21 +139,34 @@ class BackgroundWriter:
         """A deadline passed: the store did not answer, the thread is abandoned."""
         return self._stuck is not None
 
-    def close(self, cleanup: Callable[[], None] | None = None) -> None:
-        """Drain, run ``cleanup`` (within the deadline), stop the thread (idempotent).
+    def close(
+        self,
+        cleanup: Callable[[], None] | None = None,
+        release: Callable[[], None] | None = None,
+        *,
+        down: bool = False,
+    ) -> None:
+        """Drain, run ``cleanup`` then ``release`` (within the deadline), stop the thread.
 
-        Once a deadline has passed the store does not answer: ``cleanup``
-        (closing files, releasing the lock) is skipped, so the job ends at
-        once, and the stuck thread is left behind, not joined.
+        When the store did not answer (a deadline passed, or ``down``),
+        ``cleanup`` (closing files) is skipped so that the job ends at once,
+        ``release`` (of the sink's lease: it stops renewing at once) runs on
+        a thread of its own that nobody waits for, and a stuck writer thread
+        is left behind, not joined.  Idempotent.
         """
         self.drain()
-        if cleanup is not None and self._stuck is None:
-            try:
-                self.call(cleanup)
-            except Exception:
-                logger.debug("%s: cleanup failed", self.label, exc_info=True)
-        elif cleanup is not None:
-            logger.info("%s: the store does not answer; its lock is left to expire", self.label)
+        for fn in (cleanup, release):
+            if fn is not None and self._stuck is None and not down:
+                try:
+                    self.call(fn)
+                except Exception:
+                    logger.debug("%s: closing failed", self.label, exc_info=True)
+            elif fn is not None and fn is release:
+                logger.info(
+                    "%s: the store does not answer; its lease is left to expire", self.label
+                )
+                threading.Thread(target=release, name=f"rivermark-lake-release {self.label}",
+                                 daemon=True).start()  # fmt: skip
         thread, self._thread = self._thread, None
         if thread is not None and self._stuck is None:
             self._queue.put(None)

@@ -115,12 +115,16 @@ def test_store_down_mid_run_stops_the_job_and_a_rerun_resumes_exactly(
         assert [p for p in fs.find(home) if "/inprogress/" in p] == []
 
 
+@pytest.mark.parametrize("how", ["killed", "frozen"])
 @pytest.mark.parametrize("kind", ["parquet", "delta"])
-def test_store_down_at_start_is_one_line_without_a_wait(
-    kind: str, s3_env: dict[str, str], tmp_path: Path
+def test_store_down_at_start_is_one_line_within_the_timeout(
+    kind: str, how: str, s3_env: dict[str, str], tmp_path: Path
 ) -> None:
     proxy = TcpProxy("127.0.0.1:9")
-    proxy.close()  # nothing listens there: connections are refused
+    if how == "killed":
+        proxy.close()  # nothing listens there: connections are refused
+    else:
+        proxy.hang()  # connections accepted, never answered
     src = Stream.from_iterable([{"id": 1}])
     if kind == "parquet":
         src.to_parquet("s3://nowhere/out", name="out", timeout=TIMEOUT,
@@ -138,6 +142,9 @@ def test_store_down_at_start_is_one_line_without_a_wait(
         Job(src, checkpoint=str(tmp_path / "ckpt"), every=None).run()
     took = time.monotonic() - began
     text = str(info.value)
+    proxy.close()
     assert "\n" not in text and took < TIMEOUT + SLACK, (took, text)
+    if how == "frozen":
+        assert f"(NoAnswerError: no answer within the timeout of {TIMEOUT:g} s)" in text
     assert text.endswith("start the store (check the network and the endpoint; the sink waits "
                          f"timeout={TIMEOUT:g} s for an answer) and run again to resume")  # fmt: skip
