@@ -761,9 +761,10 @@ class ToDelta(Sink):
                     f.handle.close()
                 except Exception:  # an upload that cannot complete: never named by the log
                     logger.debug("%s: close failed", self.label(), exc_info=True)
+            if lease is not None:
+                lease.release()
 
-        down = self._loc is not None and self._loc.down
-        self._bg.close(cleanup, lease.release if lease else None, down=down)  # within the timeout
+        self._bg.close(cleanup, down=self._loc is not None and self._loc.down)
         self._drop_unwritten()
         self._loc = None
 

@@ -549,9 +549,10 @@ class ToParquet(Sink):
                     f.handle.close()
                 except Exception:  # an upload that cannot complete: the file stays in progress
                     logger.debug("%s: close failed", self.label(), exc_info=True)
+            if lease is not None:
+                lease.release()
 
-        down = self._loc is not None and self._loc.down
-        self._bg.close(cleanup, lease.release if lease else None, down=down)  # within the timeout
+        self._bg.close(cleanup, down=self._loc is not None and self._loc.down)
         self._loc = None
 
     def state_signature(self) -> str:

@@ -139,34 +139,24 @@ class BackgroundWriter:
         """A deadline passed: the store did not answer, the thread is abandoned."""
         return self._stuck is not None
 
-    def close(
-        self,
-        cleanup: Callable[[], None] | None = None,
-        release: Callable[[], None] | None = None,
-        *,
-        down: bool = False,
-    ) -> None:
-        """Drain, run ``cleanup`` then ``release`` (within the deadline), stop the thread.
+    def close(self, cleanup: Callable[[], None] | None = None, *, down: bool = False) -> None:
+        """Drain, run ``cleanup`` (closing files, releasing the lease) within the deadline, stop.
 
         When the store did not answer (a deadline passed, or ``down``),
-        ``cleanup`` (closing files) is skipped so that the job ends at once,
-        ``release`` (of the sink's lease: it stops renewing at once) runs on
-        a thread of its own that nobody waits for, and a stuck writer thread
-        is left behind, not joined.  Idempotent.
+        ``cleanup`` runs on a thread of its own that nobody waits for, so that
+        the job ends at once, and a stuck writer thread is left behind, not
+        joined.  Idempotent.
         """
         self.drain()
-        for fn in (cleanup, release):
-            if fn is not None and self._stuck is None and not down:
-                try:
-                    self.call(fn)
-                except Exception:
-                    logger.debug("%s: closing failed", self.label, exc_info=True)
-            elif fn is not None and fn is release:
-                logger.info(
-                    "%s: the store does not answer; its lease is left to expire", self.label
-                )
-                threading.Thread(target=release, name=f"rivermark-lake-release {self.label}",
-                                 daemon=True).start()  # fmt: skip
+        if cleanup is not None and self._stuck is None and not down:
+            try:
+                self.call(cleanup)
+            except Exception:
+                logger.debug("%s: closing failed", self.label, exc_info=True)
+        elif cleanup is not None:
+            logger.info("%s: the store does not answer; not waiting for it to close", self.label)
+            threading.Thread(target=cleanup, name=f"rivermark-lake-close {self.label}",
+                             daemon=True).start()  # fmt: skip
         thread, self._thread = self._thread, None
         if thread is not None and self._stuck is None:
             self._queue.put(None)
