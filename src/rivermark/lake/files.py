@@ -13,6 +13,9 @@ file already there), list, remove.
 A sink's own files live under ``ROOT/_rivermark/<digest of the sink id>/``:
 readers skip names that start with ``_`` or ``.`` (pyarrow, pandas, Spark,
 DuckDB's Hive reader), and Delta readers read only the files its log names.
+On object storage the clients' connect, read and retry timeouts follow the
+sink's ``timeout`` (:func:`s3_defaults`), and :meth:`Location.failed` words
+a store that did not answer as such, naming its endpoint (``host:port``).
 The lock of one sink id is a lease there (:mod:`rivermark.checkpoint.stores.lease`):
 a second job writing through the same sink id is refused while the first
 holds it.
@@ -23,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 from collections.abc import Mapping, Sequence
 from operator import itemgetter
 from typing import IO, Any
@@ -32,7 +36,6 @@ from urllib.parse import urlsplit
 from rivermark.checkpoint.errors import CheckpointLockedError
 from rivermark.checkpoint.stores.lease import Lease, LocalLeaseBackend, S3LeaseBackend
 from rivermark.errors import ConfigurationError, RivermarkError
-from rivermark.sinks.sqlstores import first_line
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +101,16 @@ def endpoint_of(scheme: str, options: Mapping[str, object]) -> str:
     return f"{parts.hostname}:{port}" if port else str(parts.hostname)
 
 
+def one_line(e: BaseException, limit: int = 400) -> str:
+    """``e``'s text on one line: deltalake's multi-line causes (``↳``, colours) joined, cut at ``limit``.
+
+    >>> one_line(OSError("Generic S3 error\\n  \\x1b[31m↳\\x1b[0m error sending\\n  \\x1b[31m↳\\x1b[0m request"))
+    'Generic S3 error error sending request'
+    """
+    out = " ".join(re.sub(r"\x1b\[[0-9;]*m|↳", " ", str(e)).split()) or type(e).__name__
+    return out if len(out) <= limit else out[: limit - 3] + "..."
+
+
 def no_answer(e: BaseException) -> bool:
     """Whether ``e`` says that the store did not answer (refused, cut, timed out)."""
     seen: set[int] = set()
@@ -107,7 +120,7 @@ def no_answer(e: BaseException) -> bool:
         if isinstance(cur, (ConnectionError, TimeoutError)) or type(cur).__name__ in _NO_ANSWER:
             return True
         cur = cur.__cause__ or cur.__context__
-    text = str(e).lower()
+    text = one_line(e, limit=100_000).lower()
     return any(t in text for t in _NO_ANSWER_TEXT)
 
 
@@ -234,13 +247,13 @@ class Location:
             self.down = True
             return LakeSinkError(
                 f"{self.label}: {what} failed: the object store at {self.endpoint} did not "
-                f"answer ({type(e).__name__}: {first_line(e)}); the job stopped with its last "
+                f"answer ({type(e).__name__}: {one_line(e)}); the job stopped with its last "
                 "checkpoint intact: start the store (check the network and the endpoint; the "
                 f"sink waits timeout={self.timeout:g} s for an answer) and run again to resume"
             )
         return LakeSinkError(
             f"{self.label}: {what} failed in {self.where()} ({type(e).__name__}: "
-            f"{first_line(e)}); the job stopped with its last checkpoint intact: fix the "
+            f"{one_line(e)}); the job stopped with its last checkpoint intact: fix the "
             "cause (disk space, permissions, the object store's address) and run again to resume"
         )
 

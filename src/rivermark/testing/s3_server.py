@@ -134,6 +134,7 @@ class TcpProxy:
         self._lock = threading.Lock()
         self._closed = False
         self._hung = threading.Event()
+        self._deaf = threading.Event()  # requests still reach the server, answers are dropped
         threading.Thread(target=self._accept, name="rivermark-tcp-proxy", daemon=True).start()
 
     @property
@@ -164,14 +165,14 @@ class TcpProxy:
                     upstream.close()
                     return
                 self._sockets += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+            for a, b, answers in ((client, upstream, False), (upstream, client, True)):
+                threading.Thread(target=self._pump, args=(a, b, answers), daemon=True).start()
 
-    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, answers: bool) -> None:
         try:
             while data := src.recv(65536):
-                if not self._hung.is_set():  # else dropped: no answer, no request
-                    dst.sendall(data)
+                if not self._hung.is_set() and not (answers and self._deaf.is_set()):
+                    dst.sendall(data)  # else dropped
         except OSError:
             pass
         finally:
@@ -179,9 +180,15 @@ class TcpProxy:
                 with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
 
-    def hang(self) -> None:
-        """Forward nothing more: connections stay open (new ones are accepted) and get no answer."""
-        self._hung.set()
+    def hang(self, requests_too: bool = True) -> None:
+        """Forward no answers: connections stay open (new ones are accepted) and get none.
+
+        With ``requests_too=False`` the requests still reach the server, which
+        acts on them: the client cannot know whether a write happened.
+        """
+        if requests_too:
+            self._hung.set()
+        self._deaf.set()
 
     def close(self) -> None:
         """Refuse new connections and cut the open ones (idempotent)."""
