@@ -158,6 +158,7 @@ class BackgroundWriter:
             threading.Thread(target=cleanup, name=f"rivermark-lake-close {self.label}",
                              daemon=True).start()  # fmt: skip
         thread, self._thread = self._thread, None
-        if thread is not None and self._stuck is None:
-            self._queue.put(None)
-            thread.join(self.deadline)
+        if thread is not None:
+            self._queue.put(None)  # a stuck thread ends once its call returns
+            if self._stuck is None:
+                thread.join(self.deadline)

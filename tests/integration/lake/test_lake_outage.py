@@ -27,6 +27,7 @@ import pytest
 
 from rivermark import Job, Stream
 from rivermark.checkpoint.stores.store import LocalDirectoryStore
+from rivermark.errors import ConfigurationError
 from rivermark.lake.files import LakeSinkError, sink_digest
 from rivermark.testing import wait_for
 from rivermark.testing.s3_server import S3Server, TcpProxy
@@ -150,3 +151,15 @@ def test_store_down_at_start_is_one_line_within_the_timeout(
         assert f"(NoAnswerError: no answer within the timeout of {TIMEOUT:g} s)" in text
     assert text.endswith("start the store (check the network and the endpoint; the sink waits "
                          f"timeout={TIMEOUT:g} s for an answer) and run again to resume")  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["parquet", "delta"])
+def test_timeout_must_be_a_positive_number(kind: str) -> None:
+    src = Stream.from_iterable([{"id": 1}])
+    with pytest.raises(ConfigurationError, match=re.escape(
+        f"to_{kind}: timeout must be a positive number, got 0"
+    )):  # fmt: skip
+        if kind == "parquet":
+            src.to_parquet("s3://bucket/out", timeout=0)
+        else:
+            src.to_delta("s3://bucket/out", timeout=0)
