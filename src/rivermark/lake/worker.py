@@ -106,6 +106,7 @@ class BackgroundWriter:
             self._stuck = f"no answer within the timeout of {self.deadline:g} s"
             if self._thread is not None:
                 _abandoned.append(self._thread)
+                self._queue.put(None)  # no call follows: the thread ends once this one returns
             raise NoAnswerError(self._stuck)
         return fut.result()
 

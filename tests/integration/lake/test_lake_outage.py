@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -146,6 +147,8 @@ def test_store_down_at_start_is_one_line_within_the_timeout(
     took = time.monotonic() - began
     text = str(info.value)
     proxy.close()
+    # the thread given up on ends once the store's connections are gone
+    wait_for(lambda: not _writer_threads(), timeout=60, what="the sink's threads to end")
     assert "\n" not in text and took < TIMEOUT + SLACK, (took, text)
     if how == "frozen":
         assert f"(NoAnswerError: no answer within the timeout of {TIMEOUT:g} s)" in text
@@ -163,3 +166,7 @@ def test_timeout_must_be_a_positive_number(kind: str) -> None:
             src.to_parquet("s3://bucket/out", timeout=0)
         else:
             src.to_delta("s3://bucket/out", timeout=0)
+
+
+def _writer_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("rivermark-lake")]
