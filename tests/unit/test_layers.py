@@ -220,7 +220,8 @@ LAYERS: dict[str, frozenset[str]] = {
     ),
     # the top: the command line, its app loader, the package itself
     "_app": frozenset({"core", "errors", "_frames", "_runguard"}),
-    "cli": frozenset({"core", "errors", "checkpoint", "observe", "_app"}),
+    # lake: the command ends its process at once when a file sink gave up on a store
+    "cli": frozenset({"core", "errors", "checkpoint", "observe", "lake", "_app"}),
     "__main__": frozenset({"cli"}),
     "_optional": frozenset({"plugins", "statedata", "dask", "dataframe", "batch", "observe"}),
     "__init__": frozenset(

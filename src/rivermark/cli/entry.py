@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 import click
 
 from rivermark.cli.group import cli
 from rivermark.errors import RivermarkError, exit_code_of
+from rivermark.lake.worker import abandoned
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +44,23 @@ def _usage_line(err: click.UsageError, args: list[str] | None = None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``rivermark`` command; returns the exit status."""
+    """Entry point of the ``rivermark`` command; returns the exit status.
+
+    Run as the command (``argv`` None), it ends the process itself when a
+    file sink gave up on a store that stopped answering: the thread blocked
+    there must not be stopped by the interpreter's shutdown (see
+    :func:`rivermark.lake.worker.abandoned`).
+    """
+    code = _main(argv)
+    if argv is None and abandoned():
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def _main(argv: list[str] | None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     try:
         result = cli.main(args=args, prog_name="rivermark", standalone_mode=False)

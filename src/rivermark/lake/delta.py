@@ -61,20 +61,31 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import IO, Any, ClassVar, Unpack
+from functools import partial
+from typing import IO, Any, ClassVar, TypeVar, Unpack
 from urllib.parse import quote as url_quote
 
 from rivermark.core.node import NodeOptions, Stream
 from rivermark.core.refs import Metadata
 from rivermark.errors import ConfigurationError
 from rivermark.execution.steps import step
-from rivermark.lake.files import LakeSinkError, Location, hive_dir, rows_to_table, schema_of
+from rivermark.lake.files import (
+    DEFAULT_TIMEOUT,
+    LakeSinkError,
+    Location,
+    hive_dir,
+    rows_to_table,
+    schema_of,
+)
 from rivermark.lake.sink import LakeSink, check_url
+from rivermark.lake.worker import NoAnswerError
 from rivermark.sinks.sqlstores import Delete
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["ToDelta"]
+
+T = TypeVar("T")
 
 _DATA = re.compile(r"part-rm-([0-9a-f]{12})-(\d{12})-\d{5}-[0-9a-f]{8}\.parquet\Z")
 _DELETE = "_rm_delete"
@@ -110,8 +121,11 @@ class ToDelta(LakeSink):
     the name of the application id, lock and files (default: the node's
     ``name``, else the URL).  ``batch_rows`` (append mode): records buffered
     before they are converted and written into the epoch's data files, on a
-    writer thread, while the next ones arrive.  See the module docs for the
-    protocol.
+    writer thread, while the next ones arrive.  ``timeout``: seconds the
+    sink waits for an answer of the object store (each request, and each of
+    its waits for the writer thread); a store that does not answer within it
+    stops the job with its last checkpoint intact.  See the module docs for
+    the protocol.
     """
 
     api: ClassVar[str] = "to_delta"
@@ -130,11 +144,16 @@ class ToDelta(LakeSink):
         sink_id: str | None = None,
         storage_options: Mapping[str, str] | None = None,
         batch_rows: int = 50_000,
+        timeout: float = DEFAULT_TIMEOUT,
         **kwargs: Unpack[NodeOptions],
     ) -> None:
         if not isinstance(batch_rows, int) or isinstance(batch_rows, bool) or batch_rows <= 0:
             raise ConfigurationError(
                 f"to_delta: batch_rows must be a positive integer, got {batch_rows!r}"
+            )
+        if not isinstance(timeout, (int, float)) or timeout <= 0:
+            raise ConfigurationError(
+                f"to_delta: timeout must be a positive number, got {timeout!r}"
             )
         if mode not in ("append", "merge"):
             raise ConfigurationError(f"to_delta: mode must be 'append' or 'merge', got {mode!r}")
@@ -145,7 +164,7 @@ class ToDelta(LakeSink):
             )
         check_url(self.api, url)
         self.url, self.mode, self.key = url, mode, key
-        self.batch_rows = batch_rows
+        self.batch_rows, self.timeout = batch_rows, float(timeout)
         self.partition_by = [partition_by] if isinstance(partition_by, str) else list(partition_by)
         self.storage_options = {str(k): str(v) for k, v in (storage_options or {}).items()}
         super().__init__(upstream, **kwargs)
@@ -187,6 +206,11 @@ class ToDelta(LakeSink):
         if self._dt is not None:  # this job is the only writer (the lease): kept up to date
             return self._dt
         opts = self.storage_options or None
+        if "://" in self.url and not self.url.startswith("file://"):
+            # object_store's waits bounded by the timeout (the user's own settings win)
+            t = f"{self.timeout:g}s"
+            opts = {"timeout": t, "connect_timeout": f"{min(self.timeout, 5.0):g}s",
+                    "retry_timeout": t, **self.storage_options}  # fmt: skip
         if DeltaTable.is_deltatable(self.url, storage_options=opts):
             self._dt = DeltaTable(self.url, storage_options=opts)
         elif self._schema is not None:
@@ -300,10 +324,7 @@ class ToDelta(LakeSink):
         """The location, the table created before its first data file."""
         loc = self._location()
         if self._dt is None:
-            try:
-                self._table()
-            except Exception as e:
-                raise self._failed(loc, "opening the table", e) from None
+            self._io(loc, "opening the table", self._table)
         return loc
 
     def _flush_rows(self) -> None:
@@ -317,14 +338,21 @@ class ToDelta(LakeSink):
 
     def _settle(self) -> None:
         """Wait for the write in flight (raising its error); pass its misfits through the policy."""
-        self._bg.wait()
+        try:
+            self._bg.wait()
+        except NoAnswerError as err:
+            assert self._loc is not None  # a write was submitted there
+            raise self._failed(
+                self._loc, f"writing the data files of epoch {self._next_epoch}", err
+            ) from None
         while self._misfits:
             payload, e = self._misfits.pop(0)
             if e is not None:  # a DataFrame batch: refused whole
                 self._user_error(payload, self._misfit("DataFrame batch", e), self.update)
                 continue
             table = self._records_table(payload, self._schema)
-            self._write_part(self._location(), table)
+            loc = self._location()
+            self._io(loc, "writing the data files", partial(self._write_part, loc, table))
 
     def _convert_rows(self, loc: Location, rows: list[Mapping[str, Any]]) -> None:
         """On the writer thread: records to Arrow, written; rows that do not fit handed back."""
@@ -400,7 +428,8 @@ class ToDelta(LakeSink):
         return f
 
     def _seal_files(self, loc: Location, epoch: int) -> dict[str, Any] | None:
-        """Close the epoch's data files durably; the pending entry that lists them."""
+        """Write the stashed batches, close the epoch's data files durably; their pending entry."""
+        self._write_stashed(loc)
         files = []
         try:
             for f in self._files.values():
@@ -433,8 +462,8 @@ class ToDelta(LakeSink):
         if self.mode == "append":
             self._flush_rows()
             self._settle()  # every write of the epoch done (or its error raised) before the seal
-            self._write_stashed(loc)
-            entry = self._seal_files(loc, epoch)
+            entry = self._io(loc, f"writing the data files of epoch {epoch}",
+                             partial(self._seal_files, loc, epoch))  # fmt: skip
         elif self._ops:
             ops, self._ops = self._ops, {}
             entry = self._write_stage(loc, epoch, ops)
@@ -458,21 +487,23 @@ class ToDelta(LakeSink):
                 rows.append({**rec, _DELETE: False})
         table = self._records_table(rows, schema)
         rel = f"{self.home}/stage/epoch-{epoch:012d}.parquet"
-        try:
+
+        def stage() -> None:
             self._table()
             f = loc.open_write(rel)
             pq.write_table(table, f)
             loc.seal(f)
             loc.sync_dir(os.path.dirname(rel))
-        except Exception as e:
-            raise self._failed(loc, f"staging epoch {epoch}", e) from None
+
+        self._io(loc, f"staging epoch {epoch}", stage)
         return {"epoch": epoch, "stage": rel}
 
     def commit(self, epoch: int, handle: object) -> None:
         """One Delta commit per pending epoch up to ``epoch``; epochs the log holds are skipped."""
         loc = self._location()
         while self._pending and self._pending[0]["epoch"] <= epoch:
-            self._apply(loc, self._pending[0])
+            entry = self._pending[0]
+            self._io(loc, f"committing epoch {entry['epoch']}", partial(self._apply, loc, entry))
             self._pending.pop(0)
 
     def _apply(self, loc: Location, entry: dict[str, Any]) -> bool:
@@ -550,11 +581,7 @@ class ToDelta(LakeSink):
         self._drop_unwritten()
         self._next_epoch = epoch + 1
         self._dt = None  # read the log afresh
-        try:
-            dt = self._table()
-            done = None if dt is None else self._version(dt)
-        except Exception as e:
-            raise self._failed(loc, "reading the table's log", e) from None
+        done = self._io(loc, "reading the table's log", self._done)
         if done is not None and done > epoch:
             raise LakeSinkError(
                 f"{self.label()}: the table {loc.where()} holds this sink's epochs up to {done}, "
@@ -562,19 +589,28 @@ class ToDelta(LakeSink):
                 f"epochs {epoch + 1}..{done} twice. Restore the newest checkpoint, or rerun with "
                 "--from-scratch"
             )
-        committed = sum(self._apply(loc, p) for p in (handle or {}).get("pending", []))
-        try:
+        pending = (handle or {}).get("pending", [])
+        committed = self._io(loc, "committing the checkpoint's epochs",
+                             lambda: sum(self._apply(loc, p) for p in pending))  # fmt: skip
+
+        def delete_later() -> list[str]:
             dt = self._table()
             live = set() if dt is None else self._live_names(dt)
             later = [r for r, e in self._own_files(loc)
                      if e > epoch and os.path.basename(r) not in live]  # fmt: skip
             loc.remove(later)
-        except Exception as e:
-            raise self._failed(loc, "deleting files of epochs after the checkpoint", e) from None
+            return later
+
+        later = self._io(loc, "deleting files of epochs after the checkpoint", delete_later)
         logger.info(
             "%s: restored to epoch %d in %s: %d epoch(s) committed, %d uncommitted file(s) deleted",
             self.label(), epoch, loc.where(), committed, len(later),
         )  # fmt: skip
+
+    def _done(self) -> int | None:
+        """The last epoch of this sink the table's log holds (``None``: none, or no table)."""
+        dt = self._table()
+        return None if dt is None else self._version(dt)
 
     @staticmethod
     def _live_names(dt: Any) -> set[str]:
@@ -602,14 +638,15 @@ class ToDelta(LakeSink):
 
         loc = self._location()
         self._drop_unwritten()
-        try:
+
+        def delete() -> None:
             dt = self._table()
             if dt is not None:
                 dt.delete(commit_properties=CommitProperties(
                     app_transactions=[Transaction(self.app_id, -1)]))  # fmt: skip
             loc.remove([r for r, _ in self._own_files(loc) if r.startswith(self.home)])
-        except Exception as e:
-            raise self._failed(loc, "starting over", e) from None
+
+        self._io(loc, "starting over", delete)
         logger.warning(
             "%s: starting over from scratch: deleted every row of %s (one Delta commit; older "
             "versions stay readable by time travel until VACUUM)", self.label(), loc.where(),
@@ -618,11 +655,7 @@ class ToDelta(LakeSink):
     def unaccounted_output(self) -> str | None:
         """The epoch the table's log holds for this sink id when no checkpoint knows it."""
         loc = self._location()
-        try:
-            dt = self._table()
-        except Exception as e:
-            raise self._failed(loc, "reading the table's log", e) from None
-        done = None if dt is None else self._version(dt)
+        done = self._io(loc, "reading the table's log", self._done)
         if done is None:
             return None
         return (
@@ -633,9 +666,9 @@ class ToDelta(LakeSink):
     def close(self) -> None:
         """Release the lock (idempotent); open data files are left unnamed by the log."""
         self._closed = True
+        files, self._files = list(self._files.values()), {}
+        self._shut(files)
         self._drop_unwritten()
-        self._bg.close()
-        self._release()
 
     def state_signature(self) -> str:
         return f"ToDelta(url={self.url!r}, sink_id={self.sink_id!r})"

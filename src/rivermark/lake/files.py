@@ -13,6 +13,9 @@ file already there), list, remove.
 A sink's own files live under ``ROOT/_rivermark/<digest of the sink id>/``:
 readers skip names that start with ``_`` or ``.`` (pyarrow, pandas, Spark,
 DuckDB's Hive reader), and Delta readers read only the files its log names.
+On object storage the clients' connect, read and retry timeouts follow the
+sink's ``timeout`` (:func:`s3_defaults`), and :meth:`Location.failed` words
+a store that did not answer as such, naming its endpoint (``host:port``).
 The lock of one sink id is a lease there (:mod:`rivermark.checkpoint.stores.lease`):
 a second job writing through the same sink id is refused while the first
 holds it.
@@ -22,10 +25,12 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Mapping, Sequence
 from operator import itemgetter
 from typing import IO, Any
 from urllib.parse import quote as url_quote
+from urllib.parse import urlsplit
 
 from rivermark.checkpoint.errors import CheckpointLockedError
 from rivermark.checkpoint.stores.lease import Lease, LocalLeaseBackend, S3LeaseBackend
@@ -35,25 +40,90 @@ from rivermark.sinks.base import sink_digest
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "DEFAULT_TIMEOUT",
     "LakeSinkError",
     "Location",
     "RecordSchemaError",
+    "endpoint_of",
     "hive_dir",
+    "no_answer",
     "rows_to_table",
     "schema_of",
     "sink_digest",
 ]
 
-#: S3 client settings unless storage_options says otherwise: fail in seconds
-_S3_DEFAULTS: dict[str, Any] = {
-    "skip_instance_cache": True,
-    "use_listings_cache": False,
-    "config_kwargs": {
-        "connect_timeout": 5,
-        "read_timeout": 30,
-        "retries": {"max_attempts": 3, "mode": "standard"},
-    },
-}
+#: seconds a file sink waits for an answer of the object store (its ``timeout`` option)
+DEFAULT_TIMEOUT = 30.0
+#: what a client says when the store does not answer (botocore, aiohttp, fsspec)
+_NO_ANSWER = ("EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError",
+              "ConnectionClosedError", "ClientConnectorError", "ServerDisconnectedError",
+              "ClientOSError", "FSTimeoutError")  # fmt: skip
+#: ... and how deltalake (Rust's object_store) says it
+_NO_ANSWER_TEXT = ("error sending request", "connection refused", "timed out",
+                   "connection reset", "tcp connect error", "dns error")  # fmt: skip
+
+
+def s3_defaults(timeout: float) -> dict[str, Any]:
+    """S3 client settings unless storage_options says otherwise: fail within ``timeout``."""
+    return {
+        "skip_instance_cache": True,
+        "use_listings_cache": False,
+        "config_kwargs": {
+            "connect_timeout": min(5.0, timeout),
+            "read_timeout": timeout,
+            "retries": {"max_attempts": 3, "mode": "standard"},
+        },
+    }
+
+
+def endpoint_of(scheme: str, options: Mapping[str, object]) -> str:
+    """``host:port`` of the store that ``options`` (or the AWS variables) point at; no credentials.
+
+    >>> endpoint_of("s3", {"endpoint_url": "http://user:pw@127.0.0.1:9000/"})
+    '127.0.0.1:9000'
+    """
+    found: object = None
+    for k, v in options.items():
+        if k.lower() in ("endpoint_url", "aws_endpoint_url", "aws_endpoint", "endpoint"):
+            found = v
+    client = options.get("client_kwargs")
+    if isinstance(client, Mapping) and client.get("endpoint_url"):
+        found = client["endpoint_url"]
+    if not found and scheme in ("s3", "s3a"):
+        found = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if not found:
+        return "s3.amazonaws.com" if scheme in ("s3", "s3a") else f"the {scheme}:// service"
+    parts = urlsplit(str(found) if "://" in str(found) else f"//{found}")
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return f"{parts.hostname}:{port}" if port else str(parts.hostname)
+
+
+def one_line(e: BaseException, limit: int = 400) -> str:
+    """``e``'s text on one line: deltalake's multi-line causes (``↳``, colours) joined, cut at ``limit``.
+
+    >>> one_line(OSError("Generic S3 error\\n  \\x1b[31m↳\\x1b[0m error sending\\n  \\x1b[31m↳\\x1b[0m request"))
+    'Generic S3 error error sending request'
+    """
+    out = " ".join(re.sub(r"\x1b\[[0-9;]*m|↳", " ", str(e)).split()) or type(e).__name__
+    return out if len(out) <= limit else out[: limit - 3] + "..."
+
+
+def no_answer(e: BaseException) -> bool:
+    """Whether ``e`` says that the store did not answer (refused, cut, timed out)."""
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, (ConnectionError, TimeoutError)) or type(cur).__name__ in _NO_ANSWER:
+            return True
+        cur = cur.__cause__ or cur.__context__
+    text = one_line(e, limit=100_000).lower()
+    return any(t in text for t in _NO_ANSWER_TEXT)
+
+
 #: Hive's name of the partition of a null value
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 
@@ -122,10 +192,19 @@ def rows_to_table(rows: Sequence[Mapping[str, Any]], schema: Any) -> Any:
 class Location:
     """Files under ``url`` (a local directory, ``file://`` or any fsspec URL), durably written."""
 
-    def __init__(self, url: str, storage_options: Mapping[str, object] | None, label: str) -> None:
-        self.url, self.label = url, label
+    def __init__(
+        self,
+        url: str,
+        storage_options: Mapping[str, object] | None,
+        label: str,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
+        self.url, self.label, self.timeout = url, label, timeout
         self.local = "://" not in url or url.startswith("file://")
         self.fs: Any = None
+        self.endpoint = ""
+        #: the store did not answer (the sink's close then leaves its files and lease alone)
+        self.down = False
         if self.local:
             self.root = os.path.abspath(url[len("file://") :] if url.startswith("file://") else url)
             return
@@ -139,7 +218,7 @@ class Location:
         options = dict(storage_options or {})
         scheme = url.split("://", 1)[0]
         if scheme in ("s3", "s3a"):
-            options = {**_S3_DEFAULTS, **options}
+            options = {**s3_defaults(timeout), **options}
         try:
             self.fs, root = fsspec.url_to_fs(url, **options)
         except (ImportError, ValueError) as e:
@@ -147,11 +226,31 @@ class Location:
                 f"{label}: fsspec cannot open {scheme!r} URLs ({e}); install its package "
                 "(s3fs for s3://)"
             ) from None
+        if scheme in ("s3", "s3a"):
+            self.fs.retries = 2  # s3fs retries a request botocore retried already: not 5 times
         self.root = str(root).rstrip("/")
         self.scheme = scheme
+        self.endpoint = endpoint_of(scheme, options)
 
     def where(self) -> str:
         return repr(self.url)
+
+    def failed(self, what: str, e: BaseException) -> LakeSinkError:
+        """The one line that stops the job when ``what`` failed with ``e``."""
+        logger.debug("%s: %s failed", self.label, what, exc_info=True)
+        if not self.local and no_answer(e):
+            self.down = True
+            return LakeSinkError(
+                f"{self.label}: {what} failed: the object store at {self.endpoint} did not "
+                f"answer ({type(e).__name__}: {one_line(e)}); the job stopped with its last "
+                "checkpoint intact: start the store (check the network and the endpoint; the "
+                f"sink waits timeout={self.timeout:g} s for an answer) and run again to resume"
+            )
+        return LakeSinkError(
+            f"{self.label}: {what} failed in {self.where()} ({type(e).__name__}: "
+            f"{one_line(e)}); the job stopped with its last checkpoint intact: fix the "
+            "cause (disk space, permissions, the object store's address) and run again to resume"
+        )
 
     def path(self, rel: str) -> str:
         return f"{self.root}/{rel}" if rel else self.root

@@ -57,18 +57,28 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import IO, Any, ClassVar, Unpack
+from functools import partial
+from typing import IO, Any, ClassVar, TypeVar, Unpack
 
 from rivermark.core.node import NodeOptions, Stream
 from rivermark.core.refs import Metadata
 from rivermark.errors import ConfigurationError
 from rivermark.execution.steps import step
-from rivermark.lake.files import LakeSinkError, Location, hive_dir, rows_to_table, schema_of
+from rivermark.lake.files import (
+    DEFAULT_TIMEOUT,
+    Location,
+    hive_dir,
+    rows_to_table,
+    schema_of,
+)
 from rivermark.lake.sink import LakeSink, check_url
+from rivermark.lake.worker import NoAnswerError
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["ToParquet"]
+
+T = TypeVar("T")
 
 _FINAL = re.compile(r"part-([0-9a-f]{12})-(\d{12})-\d{5}\.parquet\Z")
 
@@ -96,7 +106,10 @@ class ToParquet(LakeSink):
     checkpoint).  ``schema`` / ``example``: see the module docs.
     ``sink_id``: the name the files, the lock and the handle carry (default:
     the node's ``name``, else the URL).  ``batch_rows``: records buffered
-    before they are converted and written as a row group.
+    before they are converted and written as a row group.  ``timeout``:
+    seconds the sink waits for an answer of the object store (each request,
+    and each of its waits for the writer thread); a store that does not
+    answer within it stops the job with its last checkpoint intact.
     """
 
     api: ClassVar[str] = "to_parquet"
@@ -115,12 +128,14 @@ class ToParquet(LakeSink):
         batch_rows: int = 50_000,
         sink_id: str | None = None,
         storage_options: Mapping[str, object] | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
         **kwargs: Unpack[NodeOptions],
     ) -> None:
         check_url(self.api, url)
         partition_by = [partition_by] if isinstance(partition_by, str) else list(partition_by)
         for name, value in (("roll_rows", roll_rows), ("roll_bytes", roll_bytes),
-                            ("batch_rows", batch_rows), ("roll_seconds", roll_seconds)):  # fmt: skip
+                            ("batch_rows", batch_rows), ("roll_seconds", roll_seconds),
+                            ("timeout", timeout)):  # fmt: skip
             if not isinstance(value, (int, float)) or value <= 0:
                 raise ConfigurationError(
                     f"to_parquet: {name} must be a positive number, got {value!r}"
@@ -130,6 +145,7 @@ class ToParquet(LakeSink):
         self.roll_rows, self.roll_bytes = int(roll_rows), int(roll_bytes)
         self.roll_seconds, self.batch_rows = float(roll_seconds), int(batch_rows)
         self.storage_options = dict(storage_options or {})
+        self.timeout = float(timeout)
         super().__init__(upstream, **kwargs)
         self._init_files(url, sink_id, schema, example)
         self._buffers: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
@@ -203,7 +219,11 @@ class ToParquet(LakeSink):
 
     def _settle(self) -> None:
         """Wait for the write in flight (raising its error); pass its misfits through the policy."""
-        self._bg.wait()
+        try:
+            self._bg.wait()
+        except NoAnswerError as err:
+            assert self._loc is not None  # a write was submitted there
+            raise self._failed(self._loc, "writing an in-progress file", err) from None
         while self._misfits:
             key, payload, e = self._misfits.pop(0)
             if key is None:  # a DataFrame batch: refused whole
@@ -211,7 +231,8 @@ class ToParquet(LakeSink):
                 continue
             table = self._fitting(payload)
             if table is not None:
-                self._write(self._location(), key, table)
+                loc = self._location()
+                self._io(loc, "writing an in-progress file", partial(self._write, loc, key, table))
 
     def _convert_rows(self, loc: Location, key: tuple[Any, ...], rows: list[Any]) -> None:
         """On the writer thread: records to Arrow, written; rows that do not fit handed back."""
@@ -317,15 +338,7 @@ class ToParquet(LakeSink):
             self._flush(key)
         self._settle()  # every write of the epoch done (or its error raised) before the seal
         loc = self._location()
-        for key in list(self._stashed):
-            self._write_stashed(loc, key)
-        try:
-            for key in list(self._open):
-                self._seal(key)
-            if self._sealed:
-                loc.sync_dir(f"{self.home}/inprogress")
-        except Exception as e:
-            raise self._failed(loc, f"closing the files of epoch {epoch}", e) from None
+        self._io(loc, f"closing the files of epoch {epoch}", lambda: self._seal_all(loc))
         files = []
         for n, f in enumerate(self._sealed):
             name = f"part-{self.digest}-{epoch:012d}-{n:05d}.parquet"
@@ -335,16 +348,23 @@ class ToParquet(LakeSink):
             self._pending.append({"epoch": epoch, "files": files})
         return {"sink": self.sink_id, "epoch": epoch, "pending": [dict(p) for p in self._pending]}
 
+    def _seal_all(self, loc: Location) -> None:
+        """Write the stashed batches, close every open file durably (the epoch's files)."""
+        for key in list(self._stashed):
+            self._write_stashed(loc, key)
+        for key in list(self._open):
+            self._seal(key)
+        if self._sealed:
+            loc.sync_dir(f"{self.home}/inprogress")
+
     def commit(self, epoch: int, handle: object) -> None:
         """Publish the files of every epoch up to ``epoch`` (idempotent)."""
         loc = self._location()
         while self._pending and self._pending[0]["epoch"] <= epoch:
-            try:
-                self._publish(loc, self._pending[0]["files"])
-            except LakeSinkError:
-                raise
-            except Exception as e:
-                raise self._failed(loc, f"publishing the files of epoch {epoch}", e) from None
+            files = self._pending[0]["files"]
+            self._io(
+                loc, f"publishing the files of epoch {epoch}", partial(self._publish, loc, files)
+            )
             self._pending.pop(0)
 
     def _publish(self, loc: Location, files: list[list[str]]) -> int:
@@ -355,20 +375,9 @@ class ToParquet(LakeSink):
         loc = self._location()
         epoch = self._handle_epoch(handle, "Parquet")
         self._drop_unwritten()
-        try:
-            published = 0
-            listed: set[str] = set()
-            for p in handle["pending"] if handle is not None else []:
-                published += self._publish(loc, p["files"])
-                listed.update(src for src, _ in p["files"])
-            stale = [r for r in loc.files(f"{self.home}/inprogress") if r not in listed]
-            # no handle: the job refused to start if the sink had published files
-            later = [r for r, e in self._final_files(loc) if e > epoch] if handle else []
-            loc.remove(stale + later)
-        except LakeSinkError:
-            raise
-        except Exception as e:
-            raise self._failed(loc, "resolving the last epoch", e) from None
+        published, stale, later = self._io(
+            loc, "resolving the last epoch", lambda: self._resolve(loc, handle, epoch)
+        )
         if later:
             logger.warning(
                 "%s: deleted %d published file(s) of epochs after the checkpoint's (%d): %s",
@@ -378,6 +387,19 @@ class ToParquet(LakeSink):
             "%s: restored to epoch %d in %s: %d file(s) published, %d in-progress dropped",
             self.label(), epoch, loc.where(), published, len(stale),
         )  # fmt: skip
+
+    def _resolve(self, loc: Location, handle: Any, epoch: int) -> tuple[int, list[str], list[str]]:
+        """Publish the handle's files, delete the others; (published, stale, later) files."""
+        published = 0
+        listed: set[str] = set()
+        for p in handle["pending"] if handle is not None else []:
+            published += self._publish(loc, p["files"])
+            listed.update(src for src, _ in p["files"])
+        stale = [r for r in loc.files(f"{self.home}/inprogress") if r not in listed]
+        # no handle: the job refused to start if the sink had published files
+        later = [r for r, e in self._final_files(loc) if e > epoch] if handle else []
+        loc.remove(stale + later)
+        return published, stale, later
 
     def _final_files(self, loc: Location) -> list[tuple[str, int]]:
         """The sink's published files and their epochs."""
@@ -403,11 +425,13 @@ class ToParquet(LakeSink):
         """Delete the sink's files, published and in progress (``--from-scratch``)."""
         loc = self._location()
         self._drop_unwritten()
-        try:
+
+        def delete() -> list[str]:
             final = [r for r, _ in self._final_files(loc)]
             loc.remove(final + loc.files(f"{self.home}/inprogress"))
-        except Exception as e:
-            raise self._failed(loc, "starting over", e) from None
+            return final
+
+        final = self._io(loc, "starting over", delete)
         logger.warning(
             "%s: starting over from scratch: deleted %d file(s) of this sink in %s",
             self.label(), len(final), loc.where(),
@@ -416,7 +440,7 @@ class ToParquet(LakeSink):
     def unaccounted_output(self) -> str | None:
         """The sink's published files when no checkpoint knows them."""
         loc = self._location()
-        final = self._final_files(loc)
+        final = self._io(loc, "listing the sink's files", lambda: self._final_files(loc))
         if not final:
             return None
         return (
@@ -427,14 +451,8 @@ class ToParquet(LakeSink):
     def close(self) -> None:
         """Close open files (left in progress) and release the lock (idempotent)."""
         self._closed = True
-        self._bg.close()
-        for f in self._open.values():
-            try:
-                f.handle.close()
-            except Exception:  # an upload that cannot complete: the file stays in progress
-                logger.debug("%s: close failed", self.label(), exc_info=True)
-        self._open = {}
-        self._release()
+        files, self._open = list(self._open.values()), {}
+        self._shut(files)
 
     def state_signature(self) -> str:
         return f"ToParquet(url={self.url!r}, sink_id={self.sink_id!r})"

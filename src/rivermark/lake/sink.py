@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from rivermark.checkpoint.stores.lease import Lease
 from rivermark.errors import ConfigurationError
@@ -24,6 +24,8 @@ from rivermark.sinks.basic import Sink
 from rivermark.sinks.sqlstores import first_line
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 __all__ = ["LakeSink", "check_url"]
 
@@ -46,6 +48,8 @@ class LakeSink(Sink):
     seals_epoch_at_pre_commit: ClassVar[bool] = True
 
     url: str
+    #: seconds the sink waits for an answer of the object store (see rivermark.lake.worker)
+    timeout: float
     _schema: Any
 
     def _init_files(self, url: str, sink_id: str | None, schema: object, example: object) -> None:
@@ -88,9 +92,11 @@ class LakeSink(Sink):
         if self._loc is None:
             if self._closed:
                 raise ConfigurationError(f"{self.label()}: used after close()")
-            loc = Location(self.url, self._location_options(), self.label())
+            loc = Location(self.url, self._location_options(), self.label(), self.timeout)
+            # object storage: every call waits at most the timeout (rivermark.lake.worker)
+            self._bg.deadline = None if loc.local else self.timeout
             try:
-                self._lease = loc.lease(f"{self.home}/LEASE")
+                self._lease = self._bg.call(lambda: loc.lease(f"{self.home}/LEASE"))
             except LakeSinkError:
                 raise
             except Exception as e:
@@ -99,19 +105,36 @@ class LakeSink(Sink):
         return self._loc
 
     def _failed(self, loc: Location, what: str, e: BaseException) -> LakeSinkError:
-        logger.debug("%s: %s failed", self.label(), what, exc_info=True)
-        return LakeSinkError(
-            f"{self.label()}: {what} failed in {loc.where()} ({type(e).__name__}: "
-            f"{first_line(e)}); the job stopped with its last checkpoint intact: fix the "
-            "cause (disk space, permissions, the object store's address) and run again to resume"
-        )
+        return loc.failed(what, e)
 
-    def _release(self) -> None:
-        """Release the lease (idempotent) and forget the location."""
+    def _io(self, loc: Location, what: str, fn: Callable[[], T]) -> T:
+        """``fn()``, on the writer thread within the timeout on object storage; errors in one line."""
+        try:
+            return self._bg.call(fn)
+        except LakeSinkError:
+            raise
+        except Exception as e:
+            raise self._failed(loc, what, e) from None
+
+    def _shut(self, files: Sequence[Any]) -> None:
+        """Close ``files`` (left unpublished) and release the lease, then forget the location.
+
+        On the writer thread once its work is done; when the store is known to
+        be down, on a thread nobody waits for (see rivermark.lake.worker).
+        """
         lease, self._lease = self._lease, None
+
+        def cleanup() -> None:
+            for f in files:
+                try:
+                    f.handle.close()
+                except Exception:  # an upload that cannot complete: the file stays unpublished
+                    logger.debug("%s: close failed", self.label(), exc_info=True)
+            if lease is not None:
+                lease.release()
+
+        self._bg.close(cleanup, down=self._loc is not None and self._loc.down)
         self._loc = None
-        if lease is not None:
-            lease.release()
 
     # ---------------------------------------------------------------- records
     def _record_fits(self, x: Mapping[str, object]) -> bool:

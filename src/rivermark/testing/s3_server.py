@@ -107,10 +107,14 @@ def start_s3_server() -> S3Server:
 
 
 class TcpProxy:
-    """Forward a loopback port to ``target`` (``host:port``) until :meth:`close`.
+    """Forward a loopback port (``port``, default a free one) to ``target`` (``host:port``).
 
     Put it between a job and the S3 server to make the store unreachable
-    (connections refused and cut) while the server keeps its data:
+    while the server keeps its data: :meth:`close` refuses new connections
+    and cuts the open ones (as when the server is killed); :meth:`hang`
+    keeps them open but forwards nothing more (a server that stops
+    answering, a network partition).  A new proxy on the same port brings
+    the store back at the same address:
 
     >>> with socket.create_server(("127.0.0.1", 0)) as upstream:
     ...     proxy = TcpProxy(f"127.0.0.1:{upstream.getsockname()[1]}")
@@ -121,14 +125,16 @@ class TcpProxy:
     ConnectionRefusedError: [Errno 111] Connection refused
     """
 
-    def __init__(self, target: str) -> None:
-        host, _, port = target.rpartition(":")
-        self._target = (host, int(port))
-        self._listener = socket.create_server(("127.0.0.1", 0))
+    def __init__(self, target: str, port: int = 0) -> None:
+        host, _, target_port = target.rpartition(":")
+        self._target = (host, int(target_port))
+        self._listener = socket.create_server(("127.0.0.1", port))
         self.port: int = self._listener.getsockname()[1]
         self._sockets: list[socket.socket] = []
         self._lock = threading.Lock()
         self._closed = False
+        self._hung = threading.Event()
+        self._deaf = threading.Event()  # requests still reach the server, answers are dropped
         threading.Thread(target=self._accept, name="rivermark-tcp-proxy", daemon=True).start()
 
     @property
@@ -141,6 +147,13 @@ class TcpProxy:
                 client, _ = self._listener.accept()
             except OSError:
                 return  # closed
+            if self._hung.is_set():  # accepted, never answered
+                with self._lock:
+                    if self._closed:
+                        client.close()
+                        return
+                    self._sockets.append(client)
+                continue
             try:
                 upstream = socket.create_connection(self._target, timeout=10)
             except OSError:
@@ -152,14 +165,14 @@ class TcpProxy:
                     upstream.close()
                     return
                 self._sockets += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+            for a, b, answers in ((client, upstream, False), (upstream, client, True)):
+                threading.Thread(target=self._pump, args=(a, b, answers), daemon=True).start()
 
-    @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, answers: bool) -> None:
         try:
             while data := src.recv(65536):
-                dst.sendall(data)
+                if not self._hung.is_set() and not (answers and self._deaf.is_set()):
+                    dst.sendall(data)  # else dropped
         except OSError:
             pass
         finally:
@@ -167,8 +180,18 @@ class TcpProxy:
                 with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
 
+    def hang(self, requests_too: bool = True) -> None:
+        """Forward no answers: connections stay open (new ones are accepted) and get none.
+
+        With ``requests_too=False`` the requests still reach the server, which
+        acts on them: the client cannot know whether a write happened.
+        """
+        if requests_too:
+            self._hung.set()
+        self._deaf.set()
+
     def close(self) -> None:
-        """Refuse new connections and cut the open ones."""
+        """Refuse new connections and cut the open ones (idempotent)."""
         with self._lock:
             self._closed = True
             sockets, self._sockets = self._sockets, []
