@@ -23,6 +23,9 @@ with ``emit``; pandas: ``pandas.merge_asof`` of each left batch (sorted by
 time) against the table's rows sorted by time once, the batches one after
 another.  Both give the same rows (checked).
 
+The same join of two Kafka topics, against Quix Streams' ``join_asof``:
+``bench_joins_kafka.py``.
+
 Each figure is the best of ``repeat`` runs; the ratios are baseline seconds
 / rivermark seconds (1.0: as fast as the baseline).  Not a test: it prints a
 table and exits 0 (1 if a run joins differently).
