@@ -171,7 +171,9 @@ class KeyedState(dict[Any, Any], KeyedStore):
         self.freeze = freeze
         return self
 
-    # the changes (every other method is the dict's own)
+    # the changes (every other method is the dict's own); the record windows' step
+    # and their closing write __setitem__ and __delitem__ out (operators/eventtime.py,
+    # operators/windowstore.py): a change here changes them too
     def __setitem__(self, key: Hashable, value: Any) -> None:
         changes = self._changes
         if changes is not None:

@@ -40,11 +40,15 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from collections.abc import Hashable, Sequence
+import operator
+from collections.abc import Callable, Hashable, Sequence
 from fractions import Fraction
 from typing import Any, Protocol
 
-from rivermark.state import KeyedState, KeyedStore, as_keyed
+from rivermark.state import DELETED, KeyedState, KeyedStore, as_keyed
+
+_dict_set = dict.__setitem__
+_dict_del = dict.__delitem__
 
 __all__ = [
     "Closed",
@@ -52,13 +56,15 @@ __all__ = [
     "exact_sign",
     "in_close_order",
     "slot",
+    "Span",
+    "SlotSpans",
 ]
 
 #: a window that closed: ``(end, start, seq, key, acc)``, ``seq`` the order it opened in
 Closed = tuple[float, float, int, Any, Any]
 
 
-def in_close_order(closed: list[Closed]) -> None:
+def in_close_order(closed: list[Closed], ascending: bool = False) -> None:
     """Order windows that close together by end, start, then key (in place).
 
     The order they opened in depends on how the input's partitions were
@@ -66,19 +72,24 @@ def in_close_order(closed: list[Closed]) -> None:
     bytes.  Keys that do not compare with each other (mixed types) are
     ordered by end, start and the order the windows opened (a sort that
     raised leaves its list partly sorted, so the fallback sorts again).
+    ``ascending``: ``closed`` is in ``(end, start, seq)`` order already (as
+    :meth:`OpenWindows.pop_due` takes them from its heap).
     """
+    by_key: Callable[[Closed], Any] = _end_start_key
+    if ascending and closed[0][:2] == closed[-1][:2]:
+        # all of one window: by key alone (two tuples equal up to their keys
+        # compare as the keys do), without building a tuple per window
+        by_key = _key
     try:
-        closed.sort(key=_end_start_key)
+        closed.sort(key=by_key)
     except TypeError:
         closed.sort(key=_end_start_seq)
 
 
-def _end_start_key(c: Closed) -> tuple[float, float, object]:
-    return (c[0], c[1], c[3])
-
-
-def _end_start_seq(c: Closed) -> tuple[float, float, int]:
-    return (c[0], c[1], c[2])
+#: ``(end, start, key)`` and ``(end, start, seq)`` of a closed window (in C: no call per window)
+_end_start_key = operator.itemgetter(0, 1, 3)
+_end_start_seq = operator.itemgetter(0, 1, 2)
+_key = operator.itemgetter(3)
 
 
 def slot(ts: float, width: float, offset: float, shift: float = 0.0) -> int:
@@ -99,6 +110,69 @@ def slot(ts: float, width: float, offset: float, shift: float = 0.0) -> int:
         return (int(ts) - int(offset) - int(shift)) // int(width)
     exact = (Fraction(ts) - Fraction(offset) - Fraction(shift)) / Fraction(width)
     return math.floor(exact)
+
+
+#: two slots' exact bounds and the first one's index: ``(lo, mid, hi, j)``, a time
+#: ``lo <= t < mid`` is in slot ``j``, ``mid <= t < hi`` in slot ``j + 1``
+Span = tuple[float, float, float, int]
+
+#: the span that no time is in, below every time (the first time builds one)
+NO_SPAN: Span = (-math.inf, -math.inf, -math.inf, 0)
+
+
+class SlotSpans:
+    """The exact float bounds of two neighbouring slots, so that most times need no division.
+
+    A window node asks :func:`slot` for the window of every record; the
+    records of a stream fall mostly in the latest window and the one
+    before (the disorder the watermark allows).  :meth:`span` returns,
+    for a time ``ts`` in slot ``k``, the bounds of slots ``k - 1`` and
+    ``k`` as floats that compare with a float time exactly as the exact
+    bounds ``offset + shift + j * width`` do: ``lo`` is the smallest float
+    at or above the exact start of slot ``k - 1``, and so on.  So
+    ``lo <= t < mid`` holds exactly when ``slot(t, ...) == k - 1``.
+
+    >>> spans = SlotSpans(10.0, 0.0)
+    >>> spans.span(25.0)
+    (10.0, 20.0, 30.0, 1)
+    >>> lo, mid, hi, j = SlotSpans(0.1, 0.0).span(0.35)
+    >>> [slot(t, 0.1, 0.0) for t in (lo, mid, hi)] == [j, j + 1, j + 2]
+    True
+    >>> [slot(math.nextafter(t, -1.0), 0.1, 0.0) for t in (lo, mid, hi)] == [j - 1, j, j + 1]
+    True
+    """
+
+    __slots__ = ("width", "offset", "shift", "base", "step", "scale")
+
+    def __init__(self, width: float, offset: float, shift: float = 0.0) -> None:
+        self.width, self.offset, self.shift = width, offset, shift
+        # every float is n / 2**e: the exact bounds are integers over one power of two
+        ratios = [v.as_integer_ratio() for v in (float(offset), float(shift), float(width))]
+        scale = max(d for _, d in ratios)
+        (on, od), (sn, sd), (wn, wd) = ratios
+        #: the start of slot j is (base + j * step) / scale, exactly
+        self.base = on * (scale // od) + sn * (scale // sd)
+        self.step = wn * (scale // wd)
+        self.scale = scale
+
+    def span(self, ts: float) -> Span:
+        """The bounds of the slot of ``ts`` and the slot before (see the class docs)."""
+        k = slot(ts, self.width, self.offset, self.shift)
+        base, step, scale = self.base, self.step, self.scale
+        try:
+            lo, mid, hi = (_ceil_float(base + j * step, scale) for j in (k - 1, k, k + 1))
+        except OverflowError:  # bounds beyond the floats: no span, slot() for every time
+            return (math.inf, math.inf, math.inf, 0)
+        return (lo, mid, hi, k - 1)
+
+
+def _ceil_float(num: int, den: int) -> float:
+    """The smallest float at or above ``num / den`` (``den > 0``)."""
+    f = num / den  # int / int rounds correctly
+    fn, fd = f.as_integer_ratio()
+    if fn * den < num * fd:  # rounded down
+        f = math.nextafter(f, math.inf)
+    return f
 
 
 def exact_sign(*terms: float) -> int:
@@ -160,8 +234,15 @@ class OpenWindows:
         """Set fixed window ``(k, start)``'s ``acc``; ``cur`` is what it held (None: not open)."""
         if cur is None:
             self.open_window(k, start, end, acc)
+            return
+        open_, window = self.open, (end, cur[1], acc)
+        if type(open_) is KeyedState:  # KeyedState.__setitem__ written out: a call less
+            changes = open_._changes  # noqa: SLF001 - see KeyedState.__setitem__
+            if changes is not None:
+                changes[(k, start)] = window
+            _dict_set(open_, (k, start), window)
         else:
-            self.open[(k, start)] = (end, cur[1], acc)
+            open_[(k, start)] = window
 
     def session_starts(self, k: Hashable) -> list[float]:
         """The starts of key ``k``'s open sessions, in order (do not change the list)."""
@@ -200,6 +281,9 @@ class OpenWindows:
         """
         heap, open_, grace, gap = self.heap, self.open, self.grace, self.gap
         closed: list[Closed] = []
+        # KeyedState.__delitem__ written out below (a call per window otherwise)
+        plain = open_ if type(open_) is KeyedState else None
+        changes = None if plain is None else plain._changes  # noqa: SLF001
         while heap and heap[0][0] + grace <= watermark:
             end, start, seq, k = heap[0]
             cur = open_.get((k, start))
@@ -214,10 +298,15 @@ class OpenWindows:
                 if not starts:
                     del self.sessions[k]
             heapq.heappop(heap)
-            del open_[(k, start)]
+            if plain is not None:
+                _dict_del(plain, (k, start))
+                if changes is not None:
+                    changes[(k, start)] = DELETED
+            else:
+                del open_[(k, start)]
             closed.append((end, start, seq, k, cur[2]))
         if len(closed) > 1:
-            in_close_order(closed)
+            in_close_order(closed, ascending=True)
         return closed
 
     # ------------------------------------------------------------------ state

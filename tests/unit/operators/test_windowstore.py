@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import math
 import random
+import re
+from fractions import Fraction
 
 import pandas as pd
+import pytest
 
-from rivermark import Stream
+from rivermark import ConfigurationError, Stream
 from rivermark.dataframe import DataFrame
 from rivermark.operators.eventtime import WindowResult
-from rivermark.operators.windowstore import OpenWindows
+from rivermark.operators.windowstore import OpenWindows, SlotSpans, slot
 
 
 def test_record_and_frame_windows_keep_the_same_open_windows_in_one_store() -> None:
@@ -65,3 +69,86 @@ def test_a_record_whose_aggregation_raises_changes_none_of_its_windows() -> None
     assert w.error_count == 1
     w.upstream.end_of_input()
     assert out == [WindowResult(5.0, 15.0, None, 1), WindowResult(10.0, 20.0, None, 1)]
+
+
+def _exact_slot(t: float, width: float, offset: float, shift: float = 0.0) -> int:
+    return math.floor((Fraction(t) - Fraction(offset) - Fraction(shift)) / Fraction(width))
+
+
+@pytest.mark.parametrize(
+    ("width", "offset", "shift"),
+    [(10.0, 0.0, 0.0), (0.1, 0.0, 0.0), (0.3, 0.05, 0.0), (5.0, 0.0, 10.0), (1e-7, 3.3, 0.0),
+     (7.5, -2.25, 0.1), (0.1, 0.0, 0.3)],
+)  # fmt: skip
+def test_a_slot_span_holds_exactly_the_times_of_its_two_slots(
+    width: float, offset: float, shift: float
+) -> None:
+    rnd = random.Random(5)
+    spans = SlotSpans(width, offset, shift)
+    for _ in range(2000):
+        base = rnd.choice(
+            [rnd.uniform(-1e3, 1e3), rnd.uniform(1.6e9, 1.8e9), float(rnd.randint(0, 999))]
+        )
+        edge = offset + shift + rnd.randint(-1000, 1000) * width  # on (or next to) an edge
+        for ts in (base, edge, math.nextafter(edge, -math.inf), math.nextafter(edge, math.inf)):
+            lo, mid, hi, j = spans.span(ts)
+            assert lo <= ts < hi
+            for t in (ts, lo, mid, hi, *(math.nextafter(b, -math.inf) for b in (lo, mid, hi))):
+                exact = _exact_slot(t, width, offset, shift)
+                assert slot(t, width, offset, shift) == exact
+                if lo <= t < mid:
+                    assert exact == j
+                elif mid <= t < hi:
+                    assert exact == j + 1
+                else:
+                    assert exact not in (j, j + 1)
+
+
+def _exact_windows(times: list[float], size: float, step: float) -> dict[float, int]:
+    """The count of each window, by exact arithmetic (every window that holds each time)."""
+    counts: dict[float, int] = {}
+    for t in times:
+        last = _exact_slot(t, step, 0.0)
+        first = _exact_slot(t, step, 0.0, size) + 1
+        for j in range(first, last + 1):
+            counts[j * step] = counts.get(j * step, 0) + 1
+    return counts
+
+
+@pytest.mark.parametrize(("size", "step"), [(0.1, 0.1), (0.3, 0.1), (10.0, 5.0), (0.7, 0.7)])
+def test_records_on_and_next_to_window_edges_fall_in_their_exact_windows(
+    size: float, step: float
+) -> None:
+    # times on the edges (as floats compute them) and their neighbours, in disorder,
+    # with records far behind the latest windows and jumps ahead of them
+    rnd = random.Random(11)
+    times = []
+    for j in range(300):
+        edge = j * step
+        times += [edge, math.nextafter(edge, -math.inf), math.nextafter(edge, math.inf)]
+        times.append(rnd.uniform(0, 300 * step))
+    rnd.shuffle(times)
+    s = Stream()
+    timed = s.timestamps(lambda t: t, max_delay=1e6)
+    window = (
+        timed.tumbling_window(size, agg="count")
+        if size == step
+        else timed.hopping_window(size, step, agg="count")
+    )
+    out = window.sink_to_list()
+    for t in times:
+        s.emit(t)
+    timed.end_of_input()
+    assert window.late_count == 0
+    assert {w.start: w.value for w in out} == _exact_windows(times, size, step)
+    assert len(out) == len({w.start for w in out})
+
+
+def test_the_configuration_that_places_windows_is_fixed_when_the_node_is_created() -> None:
+    s = Stream()
+    w = s.timestamps(lambda t: t).hopping_window(10, 5, agg="count", grace=1)
+    for name, value in [("size", 20.0), ("step", 2.0), ("offset", 1.0), ("grace", 0.0),
+                        ("emit_mode", "updates")]:  # fmt: skip
+        with pytest.raises(ConfigurationError, match=re.escape(f"HoppingWindow.{name} is fixed")):
+            setattr(w, name, value)
+    assert (w.size, w.step, w.offset, w.grace, w.emit_mode) == (10.0, 5.0, 0.0, 1.0, "final")
