@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import re
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +19,8 @@ from rivermark.checkpoint.state.rocks.mapping import (
     RocksSettings,
     evict_step,
     open_db,
-    store_error,
 )
+from rivermark.checkpoint.state.rocks.writes import store_error, write
 from rivermark.errors import StateStoreError
 
 
@@ -67,14 +68,14 @@ def _lookups(tmp_path: Path, n: int) -> tuple[float, float]:
     rng = random.Random(n)
     keys = list(range(n))
     rng.shuffle(keys)
-    import rocksdict
-
     pack = codec.pack
-    for i in range(0, n, 20_000):
-        batch = rocksdict.WriteBatch(raw_mode=True)
-        for k in keys[i : i + 20_000]:
+
+    def fill(batch: Any, part: list[int]) -> None:
+        for k in part:
             batch.put(pack(k * 7919), pack(k))
-        db.write(batch, settings.write_options())
+
+    for i in range(0, n, 20_000):
+        write(db, partial(fill, part=keys[i : i + 20_000]), settings.write_options(), "db")
     db.flush(True)
     db.compact_range(None, None)  # one sorted run: files of every size up to the target
     before = settings.statistics_counts()

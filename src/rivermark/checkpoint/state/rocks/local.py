@@ -63,8 +63,8 @@ from rivermark.checkpoint.state.rocks.mapping import (
     RocksKeyedState,
     RocksSettings,
     open_db,
-    store_error,
 )
+from rivermark.checkpoint.state.rocks.writes import background_error, store_error
 from rivermark.checkpoint.stores.names import file_name as safe_name
 from rivermark.checkpoint.stores.store import Store, fsync_dir
 
@@ -518,7 +518,7 @@ def _rocksdict_checkpoint(db: Any, target: Path, timeout: float = FLUSH_TIMEOUT)
         "rocksdb.num-running-flushes"
     ):
         if db.property_int_value("rocksdb.background-errors"):
-            raise store_error(path, _background_error(db))
+            raise store_error(path, background_error(db))
         if time.monotonic() > deadline:
             raise store_error(
                 path,
@@ -531,32 +531,3 @@ def _rocksdict_checkpoint(db: Any, target: Path, timeout: float = FLUSH_TIMEOUT)
         rocksdict.Checkpoint(db).create_checkpoint(os.fspath(target))
     except Exception as e:
         raise store_error(os.fspath(target), e) from None
-
-
-def _background_error(db: Any) -> str:
-    """The cause of ``db``'s background error, as far as RocksDB or the disk tell it.
-
-    A flush that waits returns the error; else RocksDB's LOG names it; else a
-    disk with (almost) no space left is the cause.
-    """
-    try:
-        db.flush(True)
-    except Exception as e:
-        return str(e)
-    path = Path(db.path())
-    try:
-        with open(path / "LOG", "rb") as f:
-            f.seek(max(0, f.seek(0, os.SEEK_END) - (64 << 10)))
-            tail = f.read().decode("utf-8", "replace")
-    except OSError:
-        tail = ""
-    errors = [line for line in tail.splitlines() if "error" in line.lower()]
-    if any("no space left" in line.lower() for line in errors):
-        return "No space left on device"
-    try:
-        st = os.statvfs(path)
-    except OSError:
-        st = None
-    if st is not None and st.f_bavail * st.f_frsize < (4 << 20):
-        return f"No space left on device ({st.f_bavail * st.f_frsize} bytes free)"
-    return errors[-1].strip() if errors else "a background flush or compaction failed"

@@ -44,16 +44,18 @@ import os
 import threading
 from collections.abc import Callable, Hashable, ItemsView, Iterator, KeysView, Mapping, ValuesView
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import islice
 from typing import Any
 
 from rivermark.checkpoint.state import codec
-from rivermark.errors import ConfigurationError, RivermarkError, StateStoreError
+from rivermark.checkpoint.state.rocks.writes import write
+from rivermark.errors import ConfigurationError, RivermarkError
 from rivermark.state import KeyedDelta, KeyedState, KeyedStore
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RocksKeyedState", "RocksSettings", "open_db", "store_error", "DEFAULT_CACHE"]
+__all__ = ["RocksKeyedState", "RocksSettings", "open_db", "DEFAULT_CACHE"]
 
 #: bytes of RocksDB's block cache (memtables are charged to it), per job
 DEFAULT_CACHE = 256 << 20
@@ -201,6 +203,7 @@ class RocksSettings:
     def write_options(self) -> object:
         wo = _rocksdict().WriteOptions()
         wo.disable_wal = True  # a crash restores a checkpoint, never the live database
+        wo.no_slowdown = True  # a stalled write waits in writes.write, the GIL released
         return wo
 
 
@@ -217,30 +220,13 @@ def open_db(path: str | os.PathLike[str], settings: RocksSettings) -> Any:
         ) from e
 
 
-def store_error(path: str, error: BaseException | str) -> StateStoreError:
-    """One line for a write to the RocksDB state in ``path`` that failed with ``error``."""
-    text = str(error).strip()
-    low = text.lower()
-    if "no space left" in low or "enospc" in low:
-        cause = "no space left on the device (ENOSPC)"
-        remedy = "free disk space there, or give the job a state_dir on a larger disk"
-    else:
-        cause = text.splitlines()[0] if text else type(error).__name__
-        remedy = "fix the cause (free disk space, restore write permission), or give the job "
-        remedy += "another state_dir"
-    return StateStoreError(
-        f"the RocksDB state in {path!r} cannot be written: {cause}; {remedy} "
-        "(Job(state_dir=...), --state-dir) and run again: the job resumes from its last "
-        "complete checkpoint"
-    )
-
-
-def write(db: Any, batch: Any, options: Any, path: str) -> None:
-    """``db.write(batch)``; a failure (a full disk) as one :class:`StateStoreError` line."""
-    try:
-        db.write(batch, options)
-    except Exception as e:  # rocksdict raises a plain Exception("IO error: ...")
-        raise store_error(path, e) from None
+def _fill(batch: Any, changes: list[tuple[Any, Any]], pack: Callable[[Any], bytes]) -> None:
+    """Put each changed key's value in ``batch``, or delete the key (``_ABSENT``)."""
+    for k, v in changes:
+        if v is _ABSENT:
+            batch.delete(pack(k))
+        else:
+            batch.put(pack(k), pack(v))
 
 
 class _Closed:
@@ -401,21 +387,29 @@ class RocksKeyedState(KeyedStore):
 
     def clear(self) -> None:
         self.flush()
-        batch = _rocksdict().WriteBatch(raw_mode=True)
-        for raw in list(self._keys_raw()):
-            batch.delete(raw)
+        raws = list(self._keys_raw())
         self._len = 0
-        self._write(batch)
+
+        def delete_all(batch: Any) -> None:
+            for raw in raws:
+                batch.delete(raw)
+
+        self._write(delete_all)
 
     def touched(self, key: Hashable) -> None:
         """The value of ``key`` was changed in place: it is written with the next flush."""
         if self._cache.get(key, _ABSENT) is not _ABSENT:
             self._dirty.add(key)
 
-    def _write(self, batch: Any) -> None:
-        """Write ``batch`` with the number of keys, atomically."""
-        batch.put(_COUNT, self._len.to_bytes(8, "little"), self._meta_cf)
-        write(self.db, batch, self._wopts, self.path)
+    def _write(self, fill: Callable[[Any], object]) -> None:
+        """Write the batch ``fill(batch)`` fills with the number of keys, atomically."""
+        count, meta = self._len.to_bytes(8, "little"), self._meta_cf
+
+        def fill_counted(batch: Any) -> None:
+            fill(batch)
+            batch.put(_COUNT, count, meta)
+
+        write(self.db, fill_counted, self._wopts, self.path)
 
     def _evict(self) -> None:
         """The cache is full: the oldest ``_step`` keys leave it, the changed ones written.
@@ -431,19 +425,14 @@ class RocksKeyedState(KeyedStore):
             self.wait_frozen()
         dirty, cache = self._dirty, self._cache
         pack = codec.pack
-        batch = None
+        changed: list[tuple[Any, Any]] = []
         for k in list(islice(cache, self._step)):
             v = cache.pop(k)
             if k in dirty:
                 dirty.discard(k)
-                if batch is None:
-                    batch = _rocksdict().WriteBatch(raw_mode=True)
-                if v is _ABSENT:
-                    batch.delete(pack(k))
-                else:
-                    batch.put(pack(k), pack(v))
-        if batch is not None:
-            self._write(batch)
+                changed.append((k, v))
+        if changed:
+            self._write(lambda batch: _fill(batch, changed, pack))
 
     def flush(self) -> int:
         """Write the keys changed since the last flush to the database; empty the cache.
@@ -456,17 +445,10 @@ class RocksKeyedState(KeyedStore):
         dirty = self._dirty
         n = len(dirty)
         if n:
-            new_batch, pack, cache = _rocksdict().WriteBatch, codec.pack, self._cache
+            pack, cache = codec.pack, self._cache
             keys = iter(dirty)
-            while chunk := list(islice(keys, WRITE_CHUNK)):
-                batch = new_batch(raw_mode=True)
-                for k in chunk:
-                    v = cache[k]
-                    if v is _ABSENT:
-                        batch.delete(pack(k))
-                    else:
-                        batch.put(pack(k), pack(v))
-                self._write(batch)
+            while chunk := [(k, cache[k]) for k in islice(keys, WRITE_CHUNK)]:
+                self._write(partial(_fill, changes=chunk, pack=pack))
             dirty.clear()
         self._cache.clear()
         return n
@@ -505,21 +487,12 @@ class RocksKeyedState(KeyedStore):
             # in batches of WRITE_CHUNK keys (the GIL is released between them); not
             # atomic, and need not be: reads look in ``frozen`` first until it is
             # released, and a crash restores a checkpoint, never this database
-            new_batch = _rocksdict().WriteBatch
-            pack, values = codec.pack, frozen.values
+            pack, values, db, wopts = codec.pack, frozen.values, self.db, self._wopts
             keys = iter(frozen.dirty)
-            while chunk := list(islice(keys, WRITE_CHUNK)):
-                batch = new_batch(raw_mode=True)
-                for k in chunk:
-                    v = values[k]
-                    if v is _ABSENT:
-                        batch.delete(pack(k))
-                    else:
-                        batch.put(pack(k), pack(v))
-                write(self.db, batch, self._wopts, self.path)
-            batch = new_batch(raw_mode=True)
-            batch.put(_COUNT, frozen.count.to_bytes(8, "little"), self._meta_cf)
-            write(self.db, batch, self._wopts, self.path)
+            while chunk := [(k, values[k]) for k in islice(keys, WRITE_CHUNK)]:
+                write(db, partial(_fill, changes=chunk, pack=pack), wopts, self.path)
+            count, meta = frozen.count.to_bytes(8, "little"), self._meta_cf
+            write(db, lambda batch: batch.put(_COUNT, count, meta), wopts, self.path)
         return len(frozen.dirty)
 
     def release(self, frozen: Frozen) -> None:
