@@ -23,7 +23,7 @@ from __future__ import annotations
 import html
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rivermark.checkpoint.protocol.listeners import CheckpointFailure, CheckpointInfo, JobListener
@@ -31,8 +31,8 @@ from rivermark.checkpoint.protocol.runstate import RunState
 from rivermark.core.node import Stream
 from rivermark.errors import ConfigurationError
 from rivermark.observe.endstate import run_state
-from rivermark.observe.metrics import metrics_of
-from rivermark.observe.progress import checkpoint_text, progress_line
+from rivermark.observe.metrics import Snapshot, metrics_of
+from rivermark.observe.progress import JOIN_COLUMNS, checkpoint_text, join_rows, progress_line
 from rivermark.sinks.basic import Sink
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -141,8 +141,21 @@ def _job_html(job: Job) -> str:
     return (
         f"<b>rivermark job</b> {state}, {snap.elapsed:.1f}s; {ck}; errors {errors:,}"
         f"<table><tr><th>source</th><th>records</th><th>rate</th><th>position</th></tr>"
-        f"{rows}</table><!-- {html.escape(progress_line(snap))} -->"
+        f"{rows}</table>{_joins_html(snap)}<!-- {html.escape(progress_line(snap))} -->"
     )
+
+
+def _joins_html(snap: Snapshot) -> str:
+    """The joins and tables, in the live page's columns (empty: there are none)."""
+    rows = join_rows(snap)
+    if not rows:
+        return ""
+
+    def line(tag: str, cells: Sequence[str]) -> str:
+        return "<tr>" + "".join(f"<{tag}>{html.escape(c)}</{tag}>" for c in cells) + "</tr>"
+
+    body = "".join(line("td", row) for row in rows)
+    return f"<table class='joins'>{line('th', JOIN_COLUMNS)}{body}</table>"
 
 
 class _JobView(JobListener):

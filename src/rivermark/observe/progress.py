@@ -8,7 +8,8 @@
   ``progress`` extra) with one row per source (records, records/s, position
   or % of the file, lag; with event time, the watermark and the event-time
   lag, and a table of the event-time nodes: watermarks, open windows, late
-  records), the last checkpoint's epoch, age and duration (or,
+  records; a table of the joins and tables with the live page's columns),
+  the last checkpoint's epoch, age and duration (or,
   after a restore and before this run's first checkpoint, "resumed from
   checkpoint N"), errors, and the busiest nodes (records in, records/s,
   busy and backpressure: :mod:`rivermark.observe.busy`; every node with errors, late
@@ -50,6 +51,8 @@ __all__ = [
     "summary_lines",
     "watermark_text",
     "position_text",
+    "JOIN_COLUMNS",
+    "join_rows",
 ]
 
 
@@ -254,8 +257,8 @@ def _wide(snap: Snapshot) -> Any:
         nodes.add_column(head, justify="right")
     for n in shown_nodes(snap):
         nodes.add_row(*_node_cells(n))
-    clocks = _event_time_table(snap)
-    return Group(table, nodes) if clocks is None else Group(table, nodes, clocks)
+    extra = [t for t in (_event_time_table(snap), _joins_table(snap)) if t is not None]
+    return Group(table, nodes, *extra)
 
 
 def _compact(snap: Snapshot) -> object:
@@ -288,6 +291,10 @@ def _compact(snap: Snapshot) -> object:
     marks = [n for n in snap.nodes if n.watermark is not None]
     for n in marks:
         parts.append(Text(f"{n.id}: watermark {watermark_text(n.watermark)}"))
+    for row in join_rows(snap):
+        # a join's or a table's figures, each after its column's name (dashes left out)
+        named = [f"{head} {v}" for head, v in zip(JOIN_COLUMNS[1:], row[1:]) if v != "–"]
+        parts.append(Text(f"{row[0]}: {', '.join(named)}"))
     return Group(*parts)
 
 
@@ -302,6 +309,65 @@ def _table(snap: Snapshot, width: int | None = None) -> Any:
     console = Console(width=10_000)  # a measurement is clamped to the console's width
     needed = max(Measurement.get(console, console.options, r).maximum for r in wide.renderables)
     return wide if needed <= width else _compact(snap)
+
+
+#: the columns of the joins-and-tables table, as the live page has them
+JOIN_COLUMNS = (
+    "node",
+    "held left",
+    "held right",
+    "late left",
+    "late right",
+    "waited",
+    "oldest waiting",
+    "keys",
+    "versions dropped",
+)
+
+
+def join_rows(snap: Snapshot) -> list[list[str]]:
+    """One row of :data:`JOIN_COLUMNS` per join and table (the terminal's and the notebook's;
+    the page draws the same from ``GET /api/job``): ``–`` where a figure is not the node's,
+    the oldest waiting record's event time as a watermark is shown."""
+
+    def count(value: int | None) -> str:
+        return "–" if value is None else f"{value:,}"
+
+    rows = []
+    for n in snap.nodes:
+        j = n.join
+        if j is None:
+            continue
+        oldest = "–" if j.oldest_waiting is None else watermark_text(j.oldest_waiting)
+        rows.append(
+            [
+                n.id,
+                count(j.buffered.get("left")),
+                count(j.buffered.get("right")),
+                count(j.late.get("left")),
+                count(j.late.get("right")),
+                count(j.waited),
+                oldest,
+                count(j.keys),
+                count(j.versions_dropped),
+            ]
+        )
+    return rows
+
+
+def _joins_table(snap: Snapshot) -> Any:
+    """The joins and tables (None: there are none)."""
+    from rich.table import Table
+
+    rows = join_rows(snap)
+    if not rows:
+        return None
+    table = Table(title="joins and tables", title_justify="left", expand=False)
+    for i, head in enumerate(JOIN_COLUMNS):
+        table.add_column(head, justify="left" if i in (0, 6) else "right")
+    for row in rows:
+        table.add_row(*row)
+    return table
 
 
 def _event_time_table(snap: Snapshot) -> Any:

@@ -8,6 +8,7 @@ the counters equal those of one uninterrupted run.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -248,3 +249,42 @@ def test_dataframe_joins_report_rows_per_side_and_carry_their_counters_in_state(
     for node, again in zip(nodes, restored, strict=True):
         again.set_state(node.get_state())
     assert restored[2].join_figures() == asof and restored[3].join_figures() == pairs
+
+
+def test_the_terminal_and_the_notebook_show_the_pages_join_figures(tmp_path: Path) -> None:
+    """The same columns as the live page, and the same figures the metrics carry."""
+    from rich.console import Console
+
+    from rivermark.observe.notebook import _job_html
+    from rivermark.observe.progress import JOIN_COLUMNS, _table
+
+    job = run(ASOF, asof_graph, tmp_path / "c", stop_after=len(ASOF))
+    snap = job.metrics.read()
+    page = (Path(__file__).parents[3] / "src/rivermark/observe/page.html").read_text()
+    assert "".join(f"<th>{c}</th>" for c in JOIN_COLUMNS) in page
+
+    def render(width: int) -> str:
+        console = Console(width=width, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+        console.print(_table(snap, width))
+        console.file.close()
+        return console.export_text()
+
+    wide = render(400).split("joins and tables")[1]  # the table after its title
+    rows = {
+        cells[0]: cells
+        for line in wide.splitlines()
+        if line.startswith("│ ") and (cells := [c.strip() for c in line.strip("│ ").split("│")])
+    }
+    # asof: 2 left records held and waited, 1 late; the oldest waiting at t=7
+    head = next(line for line in wide.splitlines() if line.startswith("┃ node"))
+    assert [c.strip() for c in head.strip("┃ ").split("┃")] == list(JOIN_COLUMNS)
+    assert rows["asof"] == ["asof", "2", "–", "1", "–", "2", "1970-01-01 00:00:07 UTC", "–", "–"]
+    assert rows["table"][-2:] == ["1", "3"]
+    narrow = render(80)
+    assert "asof: held left 2, late left 1, waited 2, oldest waiting 1970-01-01 00:00:07" in narrow
+    assert "table: keys 1, versions dropped 3" in narrow
+
+    notebook = _job_html(job)
+    assert "".join(f"<th>{c}</th>" for c in JOIN_COLUMNS) in notebook
+    assert "<td>asof</td><td>2</td><td>–</td><td>1</td><td>–</td><td>2</td>" in notebook
+    assert "<td>table</td>" in notebook
