@@ -44,6 +44,7 @@ __all__ = [
     "nodes_of",
     "ancestors",
     "descendants",
+    "walk_from",
     "topological",
     "node_ids",
     "legacy_node_ids",
@@ -65,17 +66,21 @@ def nodes_of(node: N) -> list[N]:
 
 def ancestors(node: N) -> Iterator[N]:
     """Every node upstream of ``node`` (not ``node`` itself), each once, nearest first."""
-    return _reach(node, lambda n: n.upstreams)
+    return walk_from(node.upstreams, lambda n: n.upstreams)
 
 
 def descendants(node: N) -> Iterator[N]:
     """Every node downstream of ``node`` (not ``node`` itself), each once, nearest first."""
-    return _reach(node, lambda n: n.downstreams)
+    return walk_from(node.downstreams, lambda n: n.downstreams)
 
 
-def _reach(node: N, nexts: Callable[[N], Iterable[N]]) -> Iterator[N]:
+def walk_from(start: Iterable[N], nexts: Callable[[N], Iterable[N]]) -> Iterator[N]:
+    """The nodes of ``start`` and every node reached from them by ``nexts``, each once.
+
+    Depth first: the last node of ``start`` (and of each ``nexts``) is walked first.
+    """
     seen: set[int] = set()
-    todo = list(nexts(node))
+    todo = list(start)
     while todo:
         n = todo.pop()
         if id(n) in seen:
