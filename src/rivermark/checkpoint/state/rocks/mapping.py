@@ -42,7 +42,16 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Hashable, ItemsView, Iterator, KeysView, Mapping, ValuesView
+from collections.abc import (
+    Callable,
+    Hashable,
+    ItemsView,
+    Iterable,
+    Iterator,
+    KeysView,
+    Mapping,
+    ValuesView,
+)
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
@@ -241,6 +250,25 @@ def write(db: Any, batch: Any, options: Any, path: str) -> None:
         db.write(batch, options)
     except Exception as e:  # rocksdict raises a plain Exception("IO error: ...")
         raise store_error(path, e) from None
+
+
+def write_batches(keys: Iterable[Any], values: Mapping[Any, Any]) -> Iterator[Any]:
+    """The changes of ``keys`` as write batches of :data:`WRITE_CHUNK` keys each.
+
+    A key whose value in ``values`` is absent is deleted, any other is put
+    with its value; the caller writes each batch before the next is made.
+    """
+    new_batch, pack = _rocksdict().WriteBatch, codec.pack
+    todo = iter(keys)
+    while chunk := list(islice(todo, WRITE_CHUNK)):
+        batch = new_batch(raw_mode=True)
+        for k in chunk:
+            v = values[k]
+            if v is _ABSENT:
+                batch.delete(pack(k))
+            else:
+                batch.put(pack(k), pack(v))
+        yield batch
 
 
 class _Closed:
@@ -456,16 +484,7 @@ class RocksKeyedState(KeyedStore):
         dirty = self._dirty
         n = len(dirty)
         if n:
-            new_batch, pack, cache = _rocksdict().WriteBatch, codec.pack, self._cache
-            keys = iter(dirty)
-            while chunk := list(islice(keys, WRITE_CHUNK)):
-                batch = new_batch(raw_mode=True)
-                for k in chunk:
-                    v = cache[k]
-                    if v is _ABSENT:
-                        batch.delete(pack(k))
-                    else:
-                        batch.put(pack(k), pack(v))
+            for batch in write_batches(dirty, self._cache):
                 self._write(batch)
             dirty.clear()
         self._cache.clear()
@@ -505,19 +524,9 @@ class RocksKeyedState(KeyedStore):
             # in batches of WRITE_CHUNK keys (the GIL is released between them); not
             # atomic, and need not be: reads look in ``frozen`` first until it is
             # released, and a crash restores a checkpoint, never this database
-            new_batch = _rocksdict().WriteBatch
-            pack, values = codec.pack, frozen.values
-            keys = iter(frozen.dirty)
-            while chunk := list(islice(keys, WRITE_CHUNK)):
-                batch = new_batch(raw_mode=True)
-                for k in chunk:
-                    v = values[k]
-                    if v is _ABSENT:
-                        batch.delete(pack(k))
-                    else:
-                        batch.put(pack(k), pack(v))
+            for batch in write_batches(frozen.dirty, frozen.values):
                 write(self.db, batch, self._wopts, self.path)
-            batch = new_batch(raw_mode=True)
+            batch = _rocksdict().WriteBatch(raw_mode=True)
             batch.put(_COUNT, frozen.count.to_bytes(8, "little"), self._meta_cf)
             write(self.db, batch, self._wopts, self.path)
         return len(frozen.dirty)
