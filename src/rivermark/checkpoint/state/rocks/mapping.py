@@ -42,16 +42,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import (
-    Callable,
-    Hashable,
-    ItemsView,
-    Iterable,
-    Iterator,
-    KeysView,
-    Mapping,
-    ValuesView,
-)
+from collections.abc import Callable, Hashable, ItemsView, Iterator, KeysView, Mapping, ValuesView
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
@@ -252,7 +243,7 @@ def write(db: Any, batch: Any, options: Any, path: str) -> None:
         raise store_error(path, e) from None
 
 
-def write_batches(keys: Iterable[Any], values: Mapping[Any, Any]) -> Iterator[Any]:
+def write_batches(keys: set[Any], values: Mapping[Any, Any]) -> Iterator[Any]:
     """The changes of ``keys`` as write batches of :data:`WRITE_CHUNK` keys each.
 
     A key whose value in ``values`` is absent is deleted, any other is put
