@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 
 from rivermark.core.contracts import GraphNode
 from rivermark.errors import ConfigurationError, GraphError
+from rivermark.execution.node import walk_from
 
 #: a node of the graph walked (``Stream``); what comes back is of the same type
 N = TypeVar("N", bound=GraphNode)
@@ -44,7 +45,6 @@ __all__ = [
     "nodes_of",
     "ancestors",
     "descendants",
-    "walk_from",
     "topological",
     "node_ids",
     "legacy_node_ids",
@@ -72,22 +72,6 @@ def ancestors(node: N) -> Iterator[N]:
 def descendants(node: N) -> Iterator[N]:
     """Every node downstream of ``node`` (not ``node`` itself), each once, nearest first."""
     return walk_from(node.downstreams, lambda n: n.downstreams)
-
-
-def walk_from(start: Iterable[N], nexts: Callable[[N], Iterable[N]]) -> Iterator[N]:
-    """The nodes of ``start`` and every node reached from them by ``nexts``, each once.
-
-    Depth first: the last node of ``start`` (and of each ``nexts``) is walked first.
-    """
-    seen: set[int] = set()
-    todo = list(start)
-    while todo:
-        n = todo.pop()
-        if id(n) in seen:
-            continue
-        seen.add(id(n))
-        yield n
-        todo.extend(nexts(n))
 
 
 def sources_of(node: N) -> list[N]:

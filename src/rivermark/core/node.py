@@ -27,7 +27,6 @@ from rivermark.core.config import _check_policy as _check_policy
 from rivermark.core.facade import StreamFacade
 from rivermark.core.facade import _attr_text as _attr_text
 from rivermark.core.figures import JoinFigures
-from rivermark.core.graph import walk_from
 from rivermark.core.naming import function_name
 from rivermark.core.origin import describe_origin
 from rivermark.core.refs import Metadata, release_refs, retain_refs
@@ -39,6 +38,7 @@ from rivermark.errors import (
     add_context,
 )
 from rivermark.execution import counting, emitting, plan, push
+from rivermark.execution.node import walk_from
 from rivermark.execution.steps import step, step_of
 
 logger = logging.getLogger(__name__)
