@@ -49,9 +49,9 @@ import logging
 import os
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -61,6 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 from bench_joins import Rec, inputs, load, run_plain  # noqa: E402
 from bench_joins import run_rivermark as run_memory  # noqa: E402
+from kafkabench import Message, broker, produce  # noqa: E402
 
 BASE_MS = 1_700_000_000_000  # the Kafka timestamp of time 0
 
@@ -83,28 +84,17 @@ def answers(joined: list[tuple[Rec, Any]]) -> dict[int, Any]:
     return {r[3]: v for r, v in joined}
 
 
-def produce(bootstrap: str, data: list[Rec], partitions: int) -> None:
-    import confluent_kafka as ck
-
-    p = ck.Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
-    for j, (kind, t, k, v) in enumerate(data):
+def messages(data: list[Rec], partitions: int) -> Iterator[Message]:
+    """The records as Kafka messages: keyed by the key, in partition ``k % partitions``."""
+    for kind, t, k, v in data:
         body = {"k": k, "ts": t, "v": v} if kind == "T" else {"k": k, "ts": t, "i": v}
-        topic = "table" if kind == "T" else "lefts"
-        while True:
-            try:
-                p.produce(
-                    topic,
-                    json.dumps(body).encode(),
-                    key=str(k).encode(),
-                    partition=k % partitions,
-                    timestamp=BASE_MS + t,
-                )
-                break
-            except BufferError:
-                p.poll(0.05)
-        if j % 10_000 == 0:
-            p.poll(0)
-    assert p.flush(120) == 0
+        yield Message(
+            "table" if kind == "T" else "lefts",
+            json.dumps(body).encode(),
+            k % partitions,
+            key=str(k).encode(),
+            timestamp=BASE_MS + t,
+        )
 
 
 def _ts(r: dict[str, Any]) -> int:
@@ -234,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     data = in_ms(inputs(n, keys, args.versions))
     peers = peers_python(args.peers_python)
 
-    from rivermark.testing.kafka_broker import create_topic, start_broker, stop_broker
+    from rivermark.testing.kafka_broker import create_topic
 
     rows: list[tuple[str, float, float, str]] = []
     status = 0
@@ -263,35 +253,29 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     del mem_out
-    with tempfile.TemporaryDirectory(prefix="rivermark-bench-joins-kafka-") as d:
-        tmp = Path(d)
-        broker = start_broker(tmp / "kafka")
-        try:
-            bs = broker.bootstrap
-            keep = {"retention.ms": "-1"}  # the timestamps lie in the past
-            create_topic(bs, "table", partitions=args.partitions, config=keep)
-            create_topic(bs, "lefts", partitions=args.partitions, config=keep)
-            produce(bs, data, args.partitions)
-            del data
-            secs, cpu, got = run_kafka(bs, n, tmp)
-            check = "ok" if got == expected else "differs"
-            status |= check != "ok"
-            rows.append(('rivermark Kafka: from_kafka x 2, Job(every="1s")', secs, cpu, check))
-            if peers is not None:
-                secs, cpu, got = run_quix(peers, bs, n, tmp)
-                same = sum(got.get(i) == v for i, v in expected.items())
-                rows.append(
-                    (
-                        'Quix Streams Kafka: join_asof(how="left")',
-                        secs,
-                        cpu,
-                        f"{len(got):,} joined, {same / n:.1%} as the plain loop",
-                    )
+    with broker("rivermark-bench-joins-kafka-") as (bs, tmp):
+        keep = {"retention.ms": "-1"}  # the timestamps lie in the past
+        create_topic(bs, "table", partitions=args.partitions, config=keep)
+        create_topic(bs, "lefts", partitions=args.partitions, config=keep)
+        produce(bs, messages(data, args.partitions), flush_timeout=120)
+        del data
+        secs, cpu, got = run_kafka(bs, n, tmp)
+        check = "ok" if got == expected else "differs"
+        status |= check != "ok"
+        rows.append(('rivermark Kafka: from_kafka x 2, Job(every="1s")', secs, cpu, check))
+        if peers is not None:
+            secs, cpu, got = run_quix(peers, bs, n, tmp)
+            same = sum(got.get(i) == v for i, v in expected.items())
+            rows.append(
+                (
+                    'Quix Streams Kafka: join_asof(how="left")',
+                    secs,
+                    cpu,
+                    f"{len(got):,} joined, {same / n:.1%} as the plain loop",
                 )
-            else:
-                print("(no peers' virtualenv: Quix Streams left out; see the module docs)")
-        finally:
-            stop_broker(broker)
+            )
+        else:
+            print("(no peers' virtualenv: Quix Streams left out; see the module docs)")
     print(
         f"{n:,} left records, {keys:,} keys x {args.versions} versions "
         f"({keys * args.versions:,} changes), {args.partitions} partitions a topic; "

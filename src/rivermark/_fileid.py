@@ -19,6 +19,7 @@ directory (:func:`find_identity`).
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import logging
 import os
@@ -33,6 +34,7 @@ __all__ = [
     "identity",
     "find_identity",
     "lock_holder",
+    "lock_or_holder",
 ]
 
 #: how many bytes before a position the digest covers
@@ -88,6 +90,26 @@ def find_identity(directory: str, ident: tuple[int, int]) -> str | None:
             continue
         if stat.S_ISREG(info.st_mode) and identity(info) == ident:
             return entry.path
+    return None
+
+
+def lock_or_holder(fd: int, unknown: str) -> str | None:
+    """Take an exclusive ``flock`` on the file open as ``fd``, without waiting.
+
+    None once it is held; else who holds it, as the holder wrote it into the
+    file (the start of the file, stripped), or ``unknown`` if it wrote
+    nothing.  The caller closes ``fd`` and refuses with its own words.
+
+    >>> import tempfile
+    >>> with tempfile.NamedTemporaryFile("a+") as first, open(first.name) as second:
+    ...     _ = first.write("pid 42"); first.flush()
+    ...     lock_or_holder(first.fileno(), "?"), lock_or_holder(second.fileno(), "?")
+    (None, 'pid 42')
+    """
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return os.pread(fd, TAIL_BYTES, 0).decode(errors="replace").strip() or unknown
     return None
 
 

@@ -188,6 +188,7 @@ LAYERS: dict[str, frozenset[str]] = {
             "statedata",
             "sources",
             "sinks",
+            "_fileid",
             "_frames",
             "_runguard",
         }

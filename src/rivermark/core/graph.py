@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 
 from rivermark.core.contracts import GraphNode
 from rivermark.errors import ConfigurationError, GraphError
+from rivermark.execution.node import walk_from
 
 #: a node of the graph walked (``Stream``); what comes back is of the same type
 N = TypeVar("N", bound=GraphNode)
@@ -65,24 +66,12 @@ def nodes_of(node: N) -> list[N]:
 
 def ancestors(node: N) -> Iterator[N]:
     """Every node upstream of ``node`` (not ``node`` itself), each once, nearest first."""
-    return _reach(node, lambda n: n.upstreams)
+    return walk_from(node.upstreams, lambda n: n.upstreams)
 
 
 def descendants(node: N) -> Iterator[N]:
     """Every node downstream of ``node`` (not ``node`` itself), each once, nearest first."""
-    return _reach(node, lambda n: n.downstreams)
-
-
-def _reach(node: N, nexts: Callable[[N], Iterable[N]]) -> Iterator[N]:
-    seen: set[int] = set()
-    todo = list(nexts(node))
-    while todo:
-        n = todo.pop()
-        if id(n) in seen:
-            continue
-        seen.add(id(n))
-        yield n
-        todo.extend(nexts(n))
+    return walk_from(node.downstreams, lambda n: n.downstreams)
 
 
 def sources_of(node: N) -> list[N]:

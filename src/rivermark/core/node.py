@@ -38,6 +38,7 @@ from rivermark.errors import (
     add_context,
 )
 from rivermark.execution import counting, emitting, plan, push
+from rivermark.execution.node import walk_from
 from rivermark.execution.steps import step, step_of
 
 logger = logging.getLogger(__name__)
@@ -96,6 +97,11 @@ def _check_asynchronous(upstreams: list[Any], asynchronous: bool) -> None:
                 f"created with asynchronous={theirs!r}: a graph is either asynchronous "
                 "or not; pass the same value (or leave it out downstream)"
             )
+
+
+def _neighbours(n: Stream) -> list[Stream]:
+    """A node's neighbours in the order :meth:`Stream.walk` visits them: upstreams first."""
+    return [*reversed(n.downstreams), *reversed(n.upstreams)]
 
 
 class Stream(StreamFacade):
@@ -324,16 +330,7 @@ class Stream(StreamFacade):
 
     def walk(self) -> Iterator[Stream]:
         """Every node connected to this one (upstream or downstream), each once."""
-        seen: set[int] = set()
-        todo: list[Stream] = [self]
-        while todo:
-            n = todo.pop()
-            if id(n) in seen:
-                continue
-            seen.add(id(n))
-            yield n
-            todo.extend(reversed(n.downstreams))
-            todo.extend(reversed(n.upstreams))
+        return walk_from([self], _neighbours)
 
     # ------------------------------------------------------------------ loop
     @property

@@ -28,6 +28,7 @@ __all__ = [
     "EWMMean",
     "OpName",
     "ConformingNode",
+    "StepNode",
     "check_rolling_window",
     "check_time_index",
     "informative_index",
@@ -48,7 +49,42 @@ class OpName:
         return self.__qualname__
 
 
-class ConformingNode(Stream):
+class StepNode(Stream):
+    """A node whose result for each batch is a step of its state (:meth:`_step`).
+
+    ``with_state=True`` emits ``(state, result)``; an exception of the step
+    goes to :meth:`_failed` (the node's error policy) and nothing is emitted.
+    """
+
+    #: emit ``(state, result)`` tuples instead of results
+    with_state: bool = False
+
+    def _step(self, x: pd.DataFrame | pd.Series) -> object:
+        """The result for batch ``x``, updating the node's state."""
+        raise NotImplementedError
+
+    def _failed(self, x: object, e: Exception) -> None:
+        """Apply the error policy to the step's exception ``e``."""
+        raise NotImplementedError
+
+    def _state_for_output(self) -> object:
+        """What ``with_state=True`` emits beside each result."""
+        return self.get_state()
+
+    def update(
+        self, x: object, who: Stream | None = None, metadata: Metadata | None = None
+    ) -> list[Awaitable[object]] | None:
+        try:
+            result = self._step(x)
+        except Exception as e:
+            self._failed(x, e)
+            return None
+        if self.with_state:
+            return self._emit((self._state_for_output(), result), metadata)
+        return self._emit(result, metadata)
+
+
+class ConformingNode(StepNode):
     """A node that matches every batch to its example (:mod:`rivermark.dataframe.schema`)."""
 
     example: pd.DataFrame | pd.Series | None = None
@@ -80,29 +116,6 @@ class ConformingNode(Stream):
         if isinstance(e, SchemaError) and self.on_error in (None, "raise"):
             raise e
         self._user_error(x, e, self.op)
-
-    #: emit ``(state, result)`` tuples instead of results
-    with_state: bool = False
-
-    def _step(self, x: pd.DataFrame | pd.Series) -> object:
-        """The result for batch ``x``, updating the node's state."""
-        raise NotImplementedError
-
-    def _state_for_output(self) -> object:
-        """What ``with_state=True`` emits beside each result."""
-        return self.get_state()
-
-    def update(
-        self, x: object, who: Stream | None = None, metadata: Metadata | None = None
-    ) -> list[Awaitable[object]] | None:
-        try:
-            result = self._step(x)
-        except Exception as e:
-            self._failed(x, e)
-            return None
-        if self.with_state:
-            return self._emit((self._state_for_output(), result), metadata)
-        return self._emit(result, metadata)
 
 
 class Cumulative(ConformingNode):

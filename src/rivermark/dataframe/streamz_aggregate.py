@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Awaitable
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from rivermark.core.node import Stream
-from rivermark.core.refs import Metadata
+from rivermark.dataframe.running import StepNode
 from rivermark.errors import ConfigurationError
 
 logger = logging.getLogger(__name__)
@@ -19,7 +18,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["StreamzAggregate"]
 
 
-class StreamzAggregate(Stream):
+class StreamzAggregate(StepNode):
     """Run an aggregation written for streamz (``initial``/``on_new``/``on_old``).
 
     Without a window ``on_old`` is never called.  With ``n`` (rows) or
@@ -125,14 +124,5 @@ class StreamzAggregate(Stream):
                     self.state, result = agg.on_old(self.state, old)
         return result
 
-    def update(
-        self, x: object, who: Stream | None = None, metadata: Metadata | None = None
-    ) -> list[Awaitable[object]] | None:
-        try:
-            result = self._step(x)
-        except Exception as e:
-            self._user_error(x, e, self.agg.on_new)
-            return None
-        if self.with_state:
-            return self._emit((self.get_state(), result), metadata)
-        return self._emit(result, metadata)
+    def _failed(self, x: object, e: Exception) -> None:
+        self._user_error(x, e, self.agg.on_new)

@@ -49,7 +49,7 @@ from rivermark.dataframe.core import DataFrame
 from rivermark.dataframe.eventtime import FrameTimestamps, TimedDataFrame
 from rivermark.errors import ConfigurationError
 from rivermark.operators.eventtime import LateRecords
-from rivermark.operators.joinbase import LateSide, signed_interval
+from rivermark.operators.joinbase import HeldSides, LateSide, signed_interval
 from rivermark.operators.timestamps import Results, _delay, _merge
 
 __all__ = ["FrameAsofJoin", "FrameIntervalJoin", "merge_asof", "join_interval"]
@@ -314,7 +314,7 @@ class FrameAsofJoin(_FrameJoin):
         return f"FrameAsofJoin(by={self.by!r}, tolerance={self.tolerance}, how={self.how})"
 
 
-class FrameIntervalJoin(_FrameJoin):
+class FrameIntervalJoin(HeldSides, _FrameJoin):
     """``left.join_interval(right, by=..., lower=..., upper=...)`` (see the module docs)."""
 
     kind = "join_interval"
@@ -385,19 +385,8 @@ class FrameIntervalJoin(_FrameJoin):
             self._rights = rights[~dropped]
         return results
 
-    @property
-    def waiting(self) -> int:
-        """How many rows of both sides are held."""
-        return len(self._lefts) + len(self._rights)
-
-    def records_held(self) -> int | None:
-        return self.waiting
-
-    def join_figures(self) -> JoinFigures:
-        return JoinFigures(
-            buffered={"left": len(self._lefts), "right": len(self._rights)},
-            late=self._late_figures(),
-        )
+    def held_sides(self) -> tuple[int, int]:
+        return len(self._lefts), len(self._rights)
 
     def get_state(self) -> dict[str, object]:
         return {

@@ -24,6 +24,8 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol, runtime_checkable
 
+from rivermark.execution.node import walk_from
+
 __all__ = ["DeferredDelivery", "ProgressSignal", "deferred_nodes", "counts", "waits"]
 
 
@@ -88,18 +90,8 @@ class ProgressSignal:
 
 def deferred_nodes(downstreams: Iterable[Any]) -> tuple[DeferredDelivery, ...]:
     """The :class:`DeferredDelivery` nodes at or below ``downstreams`` (a graph walk)."""
-    found: list[DeferredDelivery] = []
-    seen: set[int] = set()
-    todo = list(downstreams)
-    while todo:
-        n = todo.pop()
-        if id(n) in seen:
-            continue
-        seen.add(id(n))
-        if isinstance(n, DeferredDelivery):
-            found.append(n)
-        todo.extend(n.downstreams)
-    return tuple(found)
+    nodes = walk_from(downstreams, lambda n: n.downstreams)
+    return tuple(n for n in nodes if isinstance(n, DeferredDelivery))
 
 
 def counts(nodes: tuple[DeferredDelivery, ...]) -> list[int]:

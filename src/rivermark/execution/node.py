@@ -1,4 +1,4 @@
-"""What the data flow needs of a node: the :class:`Node` protocol.
+"""What the data flow needs of a node: the :class:`Node` protocol, and the graph walk.
 
 :class:`rivermark.core.node.Stream` provides it.  The data flow is written
 against this protocol, not against the class, so that the node can import
@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Awaitable, Iterator
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
-__all__ = ["Node", "Results", "Metadata"]
+__all__ = ["Node", "Results", "Metadata", "walk_from"]
+
+_N = TypeVar("_N")
 
 #: a tracked record's metadata (a list of dicts, as in streamz; see ``core.refs``)
 Metadata = list[dict[str, Any]]
@@ -58,3 +60,25 @@ class Node(Protocol):
     def emit(self, x: Any, asynchronous: bool = False, metadata: Any = None) -> Any: ...
 
     def walk(self) -> Iterator[Any]: ...
+
+
+def walk_from(start: Iterable[_N], nexts: Callable[[_N], Iterable[_N]]) -> Iterator[_N]:
+    """The nodes of ``start`` and every node reached from them by ``nexts``, each once.
+
+    Depth first: the last node of ``start`` (and of each ``nexts``) is walked
+    first.  Every walk of a graph's nodes (``Stream.walk``, ``ancestors``,
+    ``descendants``, the nodes an emit waits for) is this one.
+
+    >>> below = {1: [2, 3], 2: [4], 3: [4], 4: []}
+    >>> list(walk_from([1], below.__getitem__))
+    [1, 3, 4, 2]
+    """
+    seen: set[int] = set()
+    todo = list(start)
+    while todo:
+        n = todo.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        yield n
+        todo.extend(nexts(n))

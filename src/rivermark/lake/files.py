@@ -13,9 +13,11 @@ file already there), list, remove.
 A sink's own files live under ``ROOT/_rivermark/<digest of the sink id>/``:
 readers skip names that start with ``_`` or ``.`` (pyarrow, pandas, Spark,
 DuckDB's Hive reader), and Delta readers read only the files its log names.
-On object storage the clients' connect, read and retry timeouts follow the
-sink's ``timeout`` (:func:`s3_defaults`), and :meth:`Location.failed` words
-a store that did not answer as such, naming its endpoint (``host:port``).
+On object storage the clients are opened as the checkpoint store opens
+them (:mod:`rivermark.checkpoint.stores.filesystems`), their connect, read
+and retry timeouts following the sink's ``timeout``, and
+:meth:`Location.failed` words a store that did not answer as such, naming
+its endpoint (``host:port``).
 The lock of one sink id is a lease there (:mod:`rivermark.checkpoint.stores.lease`):
 a second job writing through the same sink id is refused while the first
 holds it.
@@ -33,6 +35,7 @@ from urllib.parse import quote as url_quote
 from urllib.parse import urlsplit
 
 from rivermark.checkpoint.errors import CheckpointLockedError
+from rivermark.checkpoint.stores.filesystems import open_filesystem, s3_options
 from rivermark.checkpoint.stores.lease import Lease, LocalLeaseBackend, S3LeaseBackend
 from rivermark.errors import ConfigurationError, RivermarkError
 from rivermark.sinks.base import sink_digest
@@ -61,19 +64,6 @@ _NO_ANSWER = ("EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutErro
 #: ... and how deltalake (Rust's object_store) says it
 _NO_ANSWER_TEXT = ("error sending request", "connection refused", "timed out",
                    "connection reset", "tcp connect error", "dns error")  # fmt: skip
-
-
-def s3_defaults(timeout: float) -> dict[str, Any]:
-    """S3 client settings unless storage_options says otherwise: fail within ``timeout``."""
-    return {
-        "skip_instance_cache": True,
-        "use_listings_cache": False,
-        "config_kwargs": {
-            "connect_timeout": min(5.0, timeout),
-            "read_timeout": timeout,
-            "retries": {"max_attempts": 3, "mode": "standard"},
-        },
-    }
 
 
 def endpoint_of(scheme: str, options: Mapping[str, object]) -> str:
@@ -208,27 +198,9 @@ class Location:
         if self.local:
             self.root = os.path.abspath(url[len("file://") :] if url.startswith("file://") else url)
             return
-        try:
-            import fsspec
-        except ImportError as e:
-            raise ConfigurationError(
-                f"{label}: {url!r} needs fsspec (and s3fs for s3://): pip install "
-                "'rivermark[objectstore]'"
-            ) from e
-        options = dict(storage_options or {})
         scheme = url.split("://", 1)[0]
-        if scheme in ("s3", "s3a"):
-            options = {**s3_defaults(timeout), **options}
-        try:
-            self.fs, root = fsspec.url_to_fs(url, **options)
-        except (ImportError, ValueError) as e:
-            raise ConfigurationError(
-                f"{label}: fsspec cannot open {scheme!r} URLs ({e}); install its package "
-                "(s3fs for s3://)"
-            ) from None
-        if scheme in ("s3", "s3a"):
-            self.fs.retries = 2  # s3fs retries a request botocore retried already: not 5 times
-        self.root = str(root).rstrip("/")
+        options = s3_options(scheme, storage_options, timeout)
+        self.fs, self.root = open_filesystem(url, options, f"{label}: {url!r}")
         self.scheme = scheme
         self.endpoint = endpoint_of(scheme, options)
 

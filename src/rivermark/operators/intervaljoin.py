@@ -10,7 +10,6 @@ import math
 from collections.abc import Callable, Hashable
 from typing import Any, Unpack
 
-from rivermark.core.figures import JoinFigures
 from rivermark.core.node import NodeOptions, Stream
 from rivermark.core.refs import Metadata
 from rivermark.errors import ConfigurationError
@@ -158,19 +157,8 @@ class IntervalJoin(TwoSides, Stream):
         dues = [math.nextafter(h[0][0], math.inf) for h in self._heaps if h]
         return min(dues, default=math.inf)
 
-    @property
-    def waiting(self) -> int:
-        """How many records of both sides are held."""
-        return len(self._lefts) + len(self._rights)
-
-    def records_held(self) -> int | None:
-        return self.waiting
-
-    def join_figures(self) -> JoinFigures:
-        return JoinFigures(
-            buffered={"left": len(self._lefts), "right": len(self._rights)},
-            late=self._late_figures(),
-        )
+    def held_sides(self) -> tuple[int, int]:
+        return len(self._lefts), len(self._rights)
 
     def get_state(self) -> object:
         return {

@@ -10,7 +10,7 @@ import logging
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any, Unpack
 
-from rivermark.core.figures import SIDES
+from rivermark.core.figures import SIDES, JoinFigures
 from rivermark.core.naming import function_name
 from rivermark.core.node import NodeOptions, Stream
 from rivermark.core.refs import Metadata
@@ -22,6 +22,7 @@ from rivermark.operators.timestamps import Results, Timestamps, attach
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "HeldSides",
     "LateSide",
     "TwoSides",
     "attach_sides",
@@ -131,7 +132,33 @@ class LateSide:
         self.late_sides = (int(left), int(right))
 
 
-class TwoSides(LateSide):
+class HeldSides(LateSide):
+    """A join holding records (or rows) of both sides until they can match no more.
+
+    Its figures (:attr:`waiting`, :meth:`records_held`, :meth:`join_figures`)
+    follow from :meth:`held_sides`: the interval and window joins of records
+    and the interval join of DataFrame rows.
+    """
+
+    def held_sides(self) -> tuple[int, int]:
+        """How many records of the left and of the right side are held."""
+        raise NotImplementedError
+
+    @property
+    def waiting(self) -> int:
+        """How many records of both sides are held."""
+        left, right = self.held_sides()
+        return left + right
+
+    def records_held(self) -> int | None:
+        return self.waiting
+
+    def join_figures(self) -> JoinFigures:
+        left, right = self.held_sides()
+        return JoinFigures(buffered={"left": left, "right": right}, late=self._late_figures())
+
+
+class TwoSides(HeldSides):
     """A join of two streams, each with its clock and key function (interval and window joins)."""
 
     left_clock: Timestamps

@@ -44,6 +44,19 @@ class _Background(Stream):
     def _init_background(self) -> None:
         self.in_flight = 0
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._worker: asyncio.Task[Any] | None = None
+
+    def _has_work(self) -> bool:
+        """Whether records wait for :meth:`_work` (a node with a worker says when)."""
+        return False
+
+    async def _work(self) -> None:
+        """Work off the records that wait; one such task runs at a time (:meth:`_ensure_worker`)."""
+
+    def _ensure_worker(self) -> None:
+        """Start :meth:`_work` if records wait and no worker runs."""
+        if self._has_work() and (self._worker is None or self._worker.done()):
+            self._worker = self._spawn(self._work())
 
     def records_held(self) -> int | None:
         return self.in_flight
@@ -111,7 +124,6 @@ class Delay(_Background):
     def __init__(self, upstream: Stream, interval: object, **kwargs: Unpack[NodeOptions]) -> None:
         self.interval = parse_interval(interval, "delay")
         self._pending: deque[tuple[float, Any, Metadata | None]] = deque()
-        self._worker: asyncio.Task[Any] | None = None
         self._init_background()
         Stream.__init__(self, upstream, **kwargs)
 
@@ -124,9 +136,8 @@ class Delay(_Background):
         self._ensure_worker()
         return None
 
-    def _ensure_worker(self) -> None:
-        if self._pending and (self._worker is None or self._worker.done()):
-            self._worker = self._spawn(self._work())
+    def _has_work(self) -> bool:
+        return bool(self._pending)
 
     async def _work(self) -> None:
         loop = asyncio.get_running_loop()
@@ -413,7 +424,6 @@ class Buffer(_Background):
         self.n = n
         self._items: deque[tuple[Any, Metadata | None]] = deque()
         self._waiting: deque[tuple[Any, Metadata | None, asyncio.Future[Any]]] = deque()
-        self._worker: asyncio.Task[Any] | None = None
         self._init_background()
         Stream.__init__(self, upstream, **kwargs)
 
@@ -431,9 +441,8 @@ class Buffer(_Background):
         self._ensure_worker()
         return [room]
 
-    def _ensure_worker(self) -> None:
-        if self._items and (self._worker is None or self._worker.done()):
-            self._worker = self._spawn(self._work())
+    def _has_work(self) -> bool:
+        return bool(self._items)
 
     def _refill(self) -> None:
         while self._waiting and len(self._items) < self.n:

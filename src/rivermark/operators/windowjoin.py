@@ -38,7 +38,6 @@ import math
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, Unpack
 
-from rivermark.core.figures import JoinFigures
 from rivermark.core.node import NodeOptions, Stream, check_callable
 from rivermark.core.refs import Metadata
 from rivermark.core.timeutil import parse_interval
@@ -281,18 +280,9 @@ class WindowJoin(TwoSides, Stream):
         """Windows (per key) open now; sessions: keys with records held."""
         return len(self._open)
 
-    @property
-    def waiting(self) -> int:
-        """How many records of both sides are held."""
+    def held_sides(self) -> tuple[int, int]:
         left, right = self._held
-        return left + right
-
-    def records_held(self) -> int | None:
-        return self.waiting
-
-    def join_figures(self) -> JoinFigures:
-        left, right = self._held
-        return JoinFigures(buffered={"left": left, "right": right}, late=self._late_figures())
+        return left, right
 
     def get_state(self) -> object:
         return {"open": self._open, "seq": self._seq, "counters": self._counters()}

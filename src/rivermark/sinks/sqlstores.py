@@ -9,7 +9,6 @@ it (idempotent), ``resolve`` what a crash left at ``restore``, and
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import logging
 import os
@@ -18,6 +17,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, Protocol
 
+from rivermark._fileid import lock_or_holder
 from rivermark.errors import RivermarkError
 from rivermark.sinks.base import sink_digest
 from rivermark.statedata import register_state_class
@@ -145,11 +145,8 @@ class SQLiteStore(SQLStore):
             return
         digest = sink_digest(self.sink.sink_id)
         lock = open(f"{self.path}.rivermark-{digest}.lock", "a+")  # noqa: SIM115 - until close()
-        try:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            lock.seek(0)
-            holder = lock.read().strip() or "another process"
+        holder = lock_or_holder(lock.fileno(), "another process")
+        if holder is not None:
             lock.close()
             raise SQLSinkError(
                 f"{self.sink.label()}: another job writes through this sink id ({holder}) "

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -123,11 +123,21 @@ def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[i
         c.close()
 
 
-def produce_records(bootstrap: str, topic: str, records: Iterable[tuple[Any, Any]]) -> None:
-    """Produce (key, value) pairs as they are (None stays a null key or value)."""
+def produce_records(
+    bootstrap: str,
+    topic: str,
+    records: Iterable[tuple[Any, Any]],
+    partition: int | Callable[[Any], int] = 0,
+) -> None:
+    """Produce (key, value) pairs as they are (None stays a null key or value).
+
+    They go to ``partition``, or to ``partition(key)`` if it is a function;
+    all of them are written (flushed) when this returns.
+    """
     p = ck.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     for key, value in records:
-        p.produce(topic, value=value, key=key, partition=0)
+        part = partition(key) if callable(partition) else partition
+        p.produce(topic, value=value, key=key, partition=part)
     assert p.flush(30) == 0
 
 

@@ -5,32 +5,23 @@ table_bootstrap_app.py:orders`` and SIGKILLs it.  Configured through the
 environment: ``TB_BOOTSTRAP`` (the broker), ``TB_TIERS`` (the table's topic:
 JSON changes ``{"k": key, "ts": seconds, "v": value}``), ``TB_ORDERS`` (JSON
 records ``{"i": id, "k": key}``), ``TB_GROUP`` and ``TB_OUT`` (a text file:
-one line ``"<id> <value>"`` per order).  Both topics are read live.
+one line ``"<id> <value>"`` per order).  Both topics are read live.  The
+records are parsed as ``join_eos_app.py`` parses them (``rivermark run``
+puts this file's directory first on the import path).
 """
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
+
+from join_eos_app import event_time, parse, tier
 
 import rivermark.kafka  # noqa: F401  (registers from_kafka)
 from rivermark import Stream
 
 env = os.environ
 params = {"bootstrap.servers": env["TB_BOOTSTRAP"], "group.id": env["TB_GROUP"]}
-
-
-def parse(value: bytes) -> dict[str, Any]:
-    return dict(json.loads(value))
-
-
-def event_time(r: dict[str, Any]) -> float:
-    return float(r["ts"])
-
-
-def tier(r: dict[str, Any]) -> Any:
-    return r["v"]
 
 
 def line(pair: tuple[dict[str, Any], Any]) -> str:

@@ -22,7 +22,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import confluent_kafka as ck
 import pytest
 
 from rivermark import Stream
@@ -33,7 +32,8 @@ from rivermark.kafka.topic_ids import offsets_of
 from rivermark.observe.metrics import metrics_of
 from rivermark.testing.kafka_broker import create_topic
 
-from .helpers import run_in_thread, wait_for
+from .helpers import produce_records, run_in_thread, wait_for
+from .join_eos_app import event_time, parse, tier
 
 APP = Path(__file__).with_name("table_bootstrap_app.py")
 KEYS = 10
@@ -59,13 +59,14 @@ def _compacted(bootstrap: str) -> str:
     return name
 
 
+def _by_key(key: bytes | None) -> int:
+    """A record's partition of two: ``key % 2``, the first for a record without a key."""
+    return 0 if key is None else int(key) % 2
+
+
 def _produce(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes]]) -> None:
     """Write ``(key, value)`` records; a key's records go to partition ``key % 2``."""
-    p = ck.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    for key, value in records:
-        part = 0 if key is None else int(key) % 2
-        p.produce(topic, value=value, key=key, partition=part)
-    assert p.flush(30) == 0
+    produce_records(bootstrap, topic, records, partition=_by_key)
 
 
 def _slow(x: Any) -> Any:
@@ -81,23 +82,15 @@ def _lookup_job(
     left = Stream.from_kafka(orders, params, poll_interval=0.02, name="kafka-orders")
     # every node named: a second run of a new graph restores the first one's checkpoint
     table = (
-        changes.map(json.loads, name="parse_tiers")
+        changes.map(parse, name="parse_tiers")
         .map(_slow, name="slow")
-        .timestamps(_ts, name="tier_times")
-        .to_table(key="k", value=_v, bootstrap=boot, name="table")
+        .timestamps(event_time, name="tier_times")
+        .to_table(key="k", value=tier, bootstrap=boot, name="table")
     )
-    parsed = left.map(json.loads, name="parse_orders")
+    parsed = left.map(parse, name="parse_orders")
     out = parsed.join_asof(table, key="k", how="left", mode="lookup", name="join")
     got = out.sink_to_list(name="out")
     return Job(left, checkpoint=str(ckpt), every="0.2s", keep=1000), got
-
-
-def _ts(c: dict[str, Any]) -> float:
-    return float(c["ts"])
-
-
-def _v(c: dict[str, Any]) -> Any:
-    return c["v"]
 
 
 def _run_until(job: Job, done: Callable[[], bool], what: str) -> None:
@@ -286,11 +279,9 @@ def test_a_global_table_is_bootstrapped_in_every_task_of_a_partitioned_job(
 ) -> None:
     tiers, orders = _compacted(bootstrap), new_topic(2, "orders")
     _produce(bootstrap, tiers, _changes(range(1, 21)))  # 200 changes, v20 the last
-    # orders of every key in both partitions of the job's topic
-    p = ck.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    for i in range(20):
-        p.produce(orders, value=json.dumps({"i": i, "k": i % KEYS}).encode(), partition=i % 2)
-    assert p.flush(30) == 0
+    # orders of every key in both partitions of the job's topic: order i in partition i % 2
+    for part in (0, 1):
+        produce_records(bootstrap, orders, _orders(range(part, 20, 2)), partition=part)
     out: list[tuple[int, Any]] = []
     lock = threading.Lock()
 

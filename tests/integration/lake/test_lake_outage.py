@@ -17,7 +17,6 @@ dataset or table equals an uninterrupted run's.
 from __future__ import annotations
 
 import re
-import signal
 import subprocess
 import threading
 import time
@@ -34,6 +33,7 @@ from rivermark.testing import wait_for
 from rivermark.testing.s3_server import S3Server, TcpProxy
 
 from .lakeread import delta_rows, lake_cmd, lake_env, parquet_rows
+from .outage import run_into_outage
 
 APP = str(Path(__file__).parents[1] / "apps" / "lake_app.py")
 N = 3000
@@ -63,31 +63,23 @@ def test_store_down_mid_run_stops_the_job_and_a_rerun_resumes_exactly(
                RIVERMARK_LAKE_TIMEOUT=str(TIMEOUT))  # fmt: skip
     cmd = lake_cmd(APP, str(ckpt))
     store = LocalDirectoryStore(ckpt, create=False)
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        wait_for(
-            lambda: proc.poll() is not None
-            or (len(store.list_epochs()) >= 3 and len(_rows(kind, url, s3_server)) > 0),
-            timeout=120, what="three checkpoints and rows in the output",
-        )  # fmt: skip
-        assert proc.poll() is None, "the job ended before the store went away"
-        cut = time.monotonic()
+
+    def cut() -> None:
         if how == "killed":
             proxy.close()  # connections cut and refused; the server keeps its data
         else:  # connections open, no answer; the server may act on the requests it gets
             proxy.hang(requests_too=how == "frozen")
-        rc = proc.wait(timeout=TIMEOUT + 120)
-        took = time.monotonic() - cut
+
+    try:
+        stopped = run_into_outage(
+            cmd, env,
+            lambda: len(store.list_epochs()) >= 3 and len(_rows(kind, url, s3_server)) > 0,
+            cut, what="three checkpoints and rows in the output", exit_timeout=TIMEOUT + 120,
+        )  # fmt: skip
     finally:
         proxy.close()
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
-    assert proc.stderr is not None
-    err = proc.stderr.read().decode()
-    proc.stderr.close()
+    rc, took, err, lines = stopped.returncode, stopped.seconds, stopped.stderr, stopped.said()
     assert rc == 2 and took < TIMEOUT + SLACK, (rc, took, err)
-    lines = [line for line in err.splitlines() if line.startswith("rivermark")]
     assert len(lines) == 1 and "Traceback" not in err, err
     sink = "to_parquet sink 'rows'" if kind == "parquet" else "to_delta sink 'rows'"
     assert re.match(

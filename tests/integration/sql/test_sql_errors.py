@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,8 +18,8 @@ from rivermark import Job, Stream
 from rivermark.checkpoint.errors import UnaccountedOutputError
 from rivermark.errors import ConfigurationError
 from rivermark.sinks.sql import SQLSinkError, ToSQL
-from rivermark.testing import wait_for
 
+from ..lake.outage import run_into_outage
 from .conftest import PgServer, discard_pg, start_pg
 
 APP = Path(__file__).parents[1] / "apps" / "sql_app.py"
@@ -152,30 +150,21 @@ def test_server_down_mid_run_stops_the_job_and_a_rerun_resumes_exactly(
                RIVERMARK_SQL_N="3000", RIVERMARK_APP_WORK="3000")  # fmt: skip
     cmd = [sys.executable, "-m", "rivermark.cli", "run", f"{APP}:source",
            "--checkpoint", str(ckpt), "--every", "0.2s"]  # fmt: skip
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        wait_for(lambda: len(_rows(url, "SELECT id FROM out")) > 0 if _has_out(url) else False, timeout=120, what="a first committed epoch")  # fmt: skip
-        # an immediate shutdown: connections are cut as by a crash of the server
-        server_bin = subprocess.run(
-            ["bash", "-c", "ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1"],
-            capture_output=True, text=True, check=True,
-        ).stdout.strip()  # fmt: skip
-        stopped = time.monotonic()
-        subprocess.run(["runuser", "-u", "nobody", "--", f"{server_bin}/pg_ctl", "-D",
-                        f"{own_pg.directory}/data", "-m", "immediate", "stop"],
-                       check=True, capture_output=True)  # fmt: skip
-        rc = proc.wait(timeout=60)
-        took = time.monotonic() - stopped
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
-    assert proc.stderr is not None
-    err = proc.stderr.read().decode()
-    proc.stderr.close()
-    assert rc != 0 and took < 30
-    lines = [line for line in err.splitlines() if line.startswith("rivermark")]
-    assert len(lines) == 1, err
+    server_bin = subprocess.run(
+        ["bash", "-c", "ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    # an immediate shutdown: connections are cut as by a crash of the server
+    stop = ["runuser", "-u", "nobody", "--", f"{server_bin}/pg_ctl", "-D",
+            f"{own_pg.directory}/data", "-m", "immediate", "stop"]  # fmt: skip
+    stopped = run_into_outage(
+        cmd, env, lambda: len(_rows(url, "SELECT id FROM out")) > 0 if _has_out(url) else False,
+        lambda: subprocess.run(stop, check=True, capture_output=True),
+        what="a first committed epoch", exit_timeout=60,
+    )  # fmt: skip
+    assert stopped.returncode != 0 and stopped.seconds < 30
+    lines = stopped.said()
+    assert len(lines) == 1, stopped.stderr
     assert "to_sql sink 'rows' (table 'out')" in lines[0]
     assert re.search(r"PostgreSQL server 127\.0\.0\.1:\d+/t_\w+ is unreachable", lines[0]), lines[0]
     assert "start the server (check the network) and run again to resume" in lines[0]

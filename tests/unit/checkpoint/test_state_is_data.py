@@ -27,6 +27,7 @@ from rivermark.checkpoint.state import codec
 from rivermark.dataframe import DataFrame
 from rivermark.dataframe import aggregations as frame_aggs
 from rivermark.dataframe.aggregations import Aggregate
+from rivermark.execution.node import walk_from
 
 #: records: (event time in seconds, key, value)
 RECORDS = [(float(i), i % 3, float(i) * 1.5) for i in range(24)]
@@ -243,15 +244,7 @@ PIPELINES: dict[str, tuple[Callable[[], list[Any]], Callable[[Stream], Any]]] = 
 
 
 def _nodes(src: Stream) -> Iterator[Stream]:
-    seen: set[int] = set()
-    todo = [src]
-    while todo:
-        node = todo.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        yield node
-        todo.extend(d for d in node.downstreams if d is not None)
+    return walk_from([src], lambda node: [d for d in node.downstreams if d is not None])
 
 
 def _run(tmp_path: Path, items: list[Any], build: Callable[[Stream], Any]) -> list[Stream]:

@@ -51,6 +51,7 @@ from rivermark.checkpoint.errors import (
     ObjectStoreError,
 )
 from rivermark.checkpoint.faults import fault_point
+from rivermark.checkpoint.stores.filesystems import open_filesystem, s3_options
 from rivermark.checkpoint.stores.lease import (
     DEFAULT_LEASE_TTL,
     Lease,
@@ -69,17 +70,6 @@ __all__ = ["ObjectStore"]
 
 _T = TypeVar("_T")
 _ENTRY = re.compile(r"checkpoints/(\d{12})/(.+)\Z")
-#: S3 client settings unless storage_options says otherwise: fail in seconds,
-#: not minutes, when the endpoint is unreachable
-_S3_DEFAULTS: dict[str, Any] = {
-    "skip_instance_cache": True,
-    "use_listings_cache": False,
-    "config_kwargs": {
-        "connect_timeout": 5,
-        "read_timeout": 30,
-        "retries": {"max_attempts": 3, "mode": "standard"},
-    },
-}
 
 
 def _quiet_io_loop() -> None:
@@ -164,32 +154,14 @@ class ObjectStore(Store):
                 f"ObjectStore: url must look like 's3://bucket/prefix', got {url!r}"
             )
         lease_ttl = _checked_lease_ttl(lease_ttl)
-        try:
-            import fsspec
-        except ImportError:
-            raise ConfigurationError(
-                f"ObjectStore({url!r}) needs fsspec (and s3fs for s3://): "
-                f"pip install 'rivermark[objectstore]'"
-            ) from None
         self.url = url.rstrip("/")
         self.scheme = scheme
-        options = dict(storage_options or {})
-        if scheme in ("s3", "s3a"):
-            for k, v in _S3_DEFAULTS.items():
-                options.setdefault(k, v)
-        try:
-            self.fs, root = fsspec.url_to_fs(self.url, **options)
-        except (ImportError, ValueError) as e:
-            raise ConfigurationError(
-                f"ObjectStore({url!r}): fsspec cannot open {scheme!r} URLs ({e}); install "
-                f"the filesystem package (s3fs for s3://, gcsfs for gs://, adlfs for abfs://)"
-            ) from None
-        if scheme in ("s3", "s3a") and hasattr(self.fs, "retries"):
-            self.fs.retries = 2  # s3fs's own loop on top of botocore's attempts
+        self.fs, self.root = open_filesystem(
+            self.url, s3_options(scheme, storage_options), f"ObjectStore({url!r})"
+        )
         # optional: only fsspec's asynchronous filesystems define async_impl
         if getattr(self.fs, "async_impl", False):
             _quiet_io_loop()
-        self.root = str(root).rstrip("/")
         self._local = "file" in _protocols(self.fs)
         self.lease_enabled = lease
         self.lease_ttl = float(lease_ttl)

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import IO
 
+from rivermark._fileid import lock_or_holder
 from rivermark.checkpoint.errors import (
     CheckpointCorruptError,
     CheckpointLockedError,
@@ -316,11 +317,8 @@ class LocalDirectoryStore(Store):
             f = os.fdopen(fd, "a+")  # held until unlock()
         except OSError as e:
             raise _unusable(self.path, e) from None
-        try:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            f.seek(0)
-            holder = f.read().strip() or "unknown holder"
+        holder = lock_or_holder(f.fileno(), "unknown holder")
+        if holder is not None:
             f.close()
             raise CheckpointLockedError(
                 f"checkpoint directory {str(self.path)!r} is in use by another job ({holder}); "

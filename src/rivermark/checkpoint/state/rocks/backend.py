@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import fcntl
 import hashlib
 import logging
 import os
@@ -49,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rivermark._fileid import lock_or_holder
 from rivermark.checkpoint.errors import (
     CheckpointCorruptError,
     CheckpointLockedError,
@@ -318,13 +318,11 @@ class StateBackend:
                 f"Job: state_dir {str(d)!r} cannot be written ({e.strerror}: {e.filename!r}); "
                 "pass a writable directory on a local disk"
             ) from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            holder = os.read(fd, 4096).decode(errors="replace").strip() or "unknown holder"
+        held_by = lock_or_holder(fd, "unknown holder")
+        if held_by is not None:
             os.close(fd)
             raise CheckpointLockedError(
-                f"Job: state directory {str(d)!r} is in use by another job ({holder}); stop "
+                f"Job: state directory {str(d)!r} is in use by another job ({held_by}); stop "
                 "that job first, or give each job its own state directory (Job(state_dir=...), "
                 "--state-dir)"
             ) from None

@@ -229,6 +229,18 @@ def _fill(batch: Any, changes: list[tuple[Any, Any]], pack: Callable[[Any], byte
             batch.put(pack(k), pack(v))
 
 
+def write_chunks(keys: set[Any], values: Mapping[Any, Any]) -> Iterator[Callable[[Any], None]]:
+    """The changes of ``keys`` as fills of a write batch, :data:`WRITE_CHUNK` keys each.
+
+    A key whose value in ``values`` is absent is deleted, any other is put
+    with its value; the caller writes each chunk before the next is made.
+    """
+    pack = codec.pack
+    todo = iter(keys)
+    while chunk := [(k, values[k]) for k in islice(todo, WRITE_CHUNK)]:
+        yield partial(_fill, changes=chunk, pack=pack)
+
+
 class _Closed:
     """Stands in for a database that was closed (its job's backend closed, another opened it)."""
 
@@ -445,10 +457,8 @@ class RocksKeyedState(KeyedStore):
         dirty = self._dirty
         n = len(dirty)
         if n:
-            pack, cache = codec.pack, self._cache
-            keys = iter(dirty)
-            while chunk := [(k, cache[k]) for k in islice(keys, WRITE_CHUNK)]:
-                self._write(partial(_fill, changes=chunk, pack=pack))
+            for fill in write_chunks(dirty, self._cache):
+                self._write(fill)
             dirty.clear()
         self._cache.clear()
         return n
@@ -487,12 +497,10 @@ class RocksKeyedState(KeyedStore):
             # in batches of WRITE_CHUNK keys (the GIL is released between them); not
             # atomic, and need not be: reads look in ``frozen`` first until it is
             # released, and a crash restores a checkpoint, never this database
-            pack, values, db, wopts = codec.pack, frozen.values, self.db, self._wopts
-            keys = iter(frozen.dirty)
-            while chunk := [(k, values[k]) for k in islice(keys, WRITE_CHUNK)]:
-                write(db, partial(_fill, changes=chunk, pack=pack), wopts, self.path)
+            for fill in write_chunks(frozen.dirty, frozen.values):
+                write(self.db, fill, self._wopts, self.path)
             count, meta = frozen.count.to_bytes(8, "little"), self._meta_cf
-            write(db, lambda batch: batch.put(_COUNT, count, meta), wopts, self.path)
+            write(self.db, lambda batch: batch.put(_COUNT, count, meta), self._wopts, self.path)
         return len(frozen.dirty)
 
     def release(self, frozen: Frozen) -> None:
