@@ -251,8 +251,14 @@ class Chains:
         deltas = {a: ks.take_delta() for a, ks in keyed.items()}
         chain = self._chains.get(node_id)
         lineages = {a: d.lineage for a, d in deltas.items()}
+        # a complete delta (the whole content: a mapping that dropped its record of
+        # changes) cannot go on as a delta, it would not delete the keys deleted
         follows = (
-            not base and chain is not None and chain.parent == last and chain.lineages == lineages
+            not base
+            and chain is not None
+            and chain.parent == last
+            and chain.lineages == lineages
+            and not any(d.complete for d in deltas.values())
         )
         if follows:
             assert chain is not None
