@@ -159,8 +159,9 @@ class KeyedState(dict[Any, Any], KeyedStore):
 
     ``record`` is for a hot loop that replaces the values of keys the
     mapping **already holds** and cannot afford a Python call per value:
-    read it once per value (or once per loop without a checkpoint in
-    between: it changes at each barrier), then ``if record is not None:
+    read it once per value, or once per loop in which no barrier comes (it
+    changes at each barrier; one dropped meanwhile for a copy, see the module
+    docs, records into nothing that is read, harmless), then ``if record is not None:
     record(key, value)`` and ``dict.__setitem__(state, key, value)``.  It
     is the record's own ``__setitem__`` (a call in C), None while nothing is
     recorded.  What a change records is written in this class only: a key
