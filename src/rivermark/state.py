@@ -25,7 +25,14 @@ after each change: at the barrier the changed values are copied with
 
 Until its first checkpoint (``take_delta``) a ``KeyedState`` records
 nothing: the first checkpoint copies it whole (a base), so a pipeline that
-never checkpoints keeps no record of changes.
+never checkpoints keeps no record of changes.  A key deleted is recorded as
+:data:`DELETED` until the next checkpoint, also when it was set since the
+last one.  So that keys that come and go (join buffers, closed windows) do
+not pile up such marks between two checkpoints, once the record holds more
+than twice as many keys as the mapping, plus :data:`TOMBSTONE_SLACK`, it is
+dropped and the next checkpoint copies the mapping whole, as the first one
+does (a new chain): the memory a ``KeyedState`` keeps for its next
+checkpoint is bounded by the keys it holds, not by how many came and went.
 
 >>> counts = KeyedState({"a": 1})
 >>> counts.take_delta().changes  # the first checkpoint: all of it
@@ -47,7 +54,15 @@ from typing import Any, ClassVar
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["KeyedStore", "KeyedState", "KeyedDelta", "DELETED", "as_keyed", "no_default"]
+__all__ = [
+    "KeyedStore",
+    "KeyedState",
+    "KeyedDelta",
+    "DELETED",
+    "TOMBSTONE_SLACK",
+    "as_keyed",
+    "no_default",
+]
 
 
 class _Marker:
@@ -70,6 +85,10 @@ DELETED = _Marker("DELETED")
 no_default = _Marker("no_default")
 
 _lineages = itertools.count(1)
+
+#: deleted keys a ``KeyedState`` records beyond the number of keys it holds
+#: before its next checkpoint becomes a copy of the whole mapping instead
+TOMBSTONE_SLACK = 1024
 
 
 @dataclass(frozen=True)
@@ -137,9 +156,29 @@ class KeyedState(dict[Any, Any], KeyedStore):
     the ``dict``'s own; every method that changes it records the keys it
     set or deleted.  ``copy()`` and ``|`` return a plain ``dict``.  See the
     module docs for how a user function must update it.
+
+    ``record`` is for a hot loop that replaces the values of keys the
+    mapping **already holds** and cannot afford a Python call per value:
+    read it once per value, or once per loop in which no barrier comes (it
+    changes at each barrier; one dropped meanwhile for a copy, see the module
+    docs, records into nothing that is read, harmless), then ``if record is not None:
+    record(key, value)`` and ``dict.__setitem__(state, key, value)``.  It
+    is the record's own ``__setitem__`` (a call in C), None while nothing is
+    recorded.  What a change records is written in this class only: a key
+    set records its value, a key deleted (``del``, ``pop``) :data:`DELETED`
+    through the mapping's own methods.
+
+    >>> s = KeyedState({"a": 1})
+    >>> s.record is None  # before the first checkpoint nothing is recorded
+    True
+    >>> _ = s.take_delta()
+    >>> record = s.record
+    >>> record("a", 2); dict.__setitem__(s, "a", 2)
+    >>> s.take_delta().changes
+    {'a': 2}
     """
 
-    __slots__ = ("_changes", "_complete", "lineage", "freeze")
+    __slots__ = ("_changes", "_complete", "lineage", "freeze", "record")
 
     def __init__(
         self,
@@ -151,8 +190,12 @@ class KeyedState(dict[Any, Any], KeyedStore):
         if initial is not None:
             dict.update(self, initial)
         #: every key set (its value) or deleted (DELETED) since the last checkpoint;
-        #: None until the first checkpoint (which copies the whole mapping)
+        #: None until the first checkpoint, or once it held too many deleted keys
+        #: (the next checkpoint copies the whole mapping)
         self._changes: dict[Any, Any] | None = None
+        #: records that a key holds a new value (the record's bound ``__setitem__``);
+        #: None while nothing is recorded.  See the class docs.
+        self.record: Callable[[Any, Any], None] | None = None
         self._complete = True
         self.lineage = next(_lineages)
         #: copies a changed value at the barrier (values changed in place); None: as is
@@ -165,15 +208,20 @@ class KeyedState(dict[Any, Any], KeyedStore):
         """A mapping restored from a checkpoint: no pending changes."""
         self = cls.__new__(cls)
         dict.update(self, data)
-        self._changes = {}
+        self._recording({})
         self._complete = False
         self.lineage = next(_lineages)
         self.freeze = freeze
         return self
 
+    def _recording(self, changes: dict[Any, Any] | None) -> None:
+        """Record the changes into ``changes`` from now on (None: record nothing)."""
+        self._changes = changes
+        self.record = None if changes is None else changes.__setitem__
+
     # the changes (every other method is the dict's own); the record windows' step
-    # and their closing write __setitem__ and __delitem__ out (operators/eventtime.py,
-    # operators/windowstore.py): a change here changes them too
+    # and their closing replace values with ``record`` (operators/eventtime.py,
+    # operators/windowstore.py)
     def __setitem__(self, key: Hashable, value: Any) -> None:
         changes = self._changes
         if changes is not None:
@@ -185,6 +233,8 @@ class KeyedState(dict[Any, Any], KeyedStore):
         changes = self._changes
         if changes is not None:
             changes[key] = DELETED
+            if len(changes) > 2 * len(self) + TOMBSTONE_SLACK:
+                self._recording(None)  # the next checkpoint: a copy, smaller than the record
 
     def pop(self, key: Any, *default: Any) -> Any:
         if key in self:
@@ -192,6 +242,8 @@ class KeyedState(dict[Any, Any], KeyedStore):
             changes = self._changes
             if changes is not None:
                 changes[key] = DELETED
+                if len(changes) > 2 * len(self) + TOMBSTONE_SLACK:
+                    self._recording(None)  # as in __delitem__
             return value
         if default:
             return default[0]
@@ -202,6 +254,8 @@ class KeyedState(dict[Any, Any], KeyedStore):
         changes = self._changes
         if changes is not None:
             changes[key] = DELETED
+            if len(changes) > 2 * len(self) + TOMBSTONE_SLACK:
+                self._recording(None)  # as in __delitem__
         return key, value
 
     def setdefault(self, key: Any, default: Any = None) -> Any:
@@ -218,10 +272,8 @@ class KeyedState(dict[Any, Any], KeyedStore):
         dict.update(self, new)
 
     def clear(self) -> None:
-        changes = self._changes
-        if changes is not None:
-            for k in self:
-                changes[k] = DELETED
+        if self._changes is not None:
+            self._recording(None)  # the next checkpoint: an empty copy, not a mark per key
         dict.clear(self)
 
     def __ior__(self, other: object) -> KeyedState:  # type: ignore[misc]
@@ -250,9 +302,10 @@ class KeyedState(dict[Any, Any], KeyedStore):
         """Hand over the changes since the last checkpoint and start recording anew.
 
         O(1): the dictionary of changes itself is handed over (with ``freeze``,
-        each changed value is copied: O(changed keys)).  The first time, a
-        copy of the whole mapping (O(n), a ``dict`` copy in C).  Called by
-        the job at a checkpoint's barrier.
+        each changed value is copied: O(changed keys)).  The first time, and
+        after the record was dropped for holding too many deleted keys, a
+        copy of the whole mapping (O(n), a ``dict`` copy in C), ``complete``:
+        it starts a new chain.  Called by the job at a checkpoint's barrier.
         """
         changes, freeze = self._changes, self.freeze
         if changes is None:
@@ -260,13 +313,13 @@ class KeyedState(dict[Any, Any], KeyedStore):
         if freeze is not None:
             changes = {k: v if v is DELETED else freeze(v) for k, v in changes.items()}
         delta = KeyedDelta(changes, self._complete, self.lineage)
-        self._changes = {}
+        self._recording({})
         self._complete = False
         return delta
 
     def _take_all(self) -> dict[object, object]:
         content = self.copy_all()
-        self._changes = {}
+        self._recording({})
         self._complete = False
         return content
 

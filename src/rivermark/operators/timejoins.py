@@ -24,8 +24,11 @@ being the smaller of its left side's watermark and the time of its oldest
 waiting record (a lookup join needs only the latest version; a table without
 joins uses its own watermark).  No left record that is not late can need an
 older version.  Versions are dropped when their key changes; a key whose
-only version left is a tombstone at or before both the floor and the table's
-watermark (no change before it can come any more) is forgotten.
+newest version is a tombstone at or before both the floor and the table's
+watermark (no change before it can come any more) is forgotten, when it
+changes or, for a key that does not change again, at a later change of any
+key once the floor has passed it: keys deleted do not pile up in a table
+whose keys come and go.
 
 The versions (a :class:`~rivermark.KeyedState` ``{key: ((time, value),
 ...)}``) and the waiting left records (``{seq: (time, key, record)}``) are
@@ -49,6 +52,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 import logging
 import math
 from collections.abc import Callable, Hashable
@@ -134,6 +138,9 @@ class Table(LateSide, Stream):
         self._joins: list[TableReader] = []
         #: versions dropped by retention since the job first started (checkpointed)
         self.versions_dropped = 0
+        #: the keys whose newest version is a tombstone: ``(its time, n, key)`` (n unique)
+        self._deleted: list[tuple[float, int, Any]] = []
+        self._pushes = itertools.count()
         Stream.__init__(self, upstream, **kwargs)
 
     def update(
@@ -174,16 +181,34 @@ class Table(LateSide, Stream):
             first = bisect.bisect_right(versions, floor, key=_time) - 1
             self.versions_dropped += first
             versions = versions[first:]
-        if (
-            len(versions) == 1
-            and versions[0][1] is None
-            and versions[0][0] <= min(floor, self.clock.watermark)
-        ):
-            # deleted, no join can look before it, and no change before it can come
-            self.versions_dropped += 1
-            self._versions.pop(k, None)
-            return
+        limit = min(floor, self.clock.watermark)
+        deleted = self._deleted
+        if deleted and deleted[0][0] <= limit:
+            self._forget_deleted(limit)
+        newest = versions[-1]
+        if newest[1] is None:
+            if len(versions) == 1 and newest[0] <= limit:
+                # deleted, no join can look before it, and no change before it can come
+                self.versions_dropped += 1
+                self._versions.pop(k, None)
+                return
+            heapq.heappush(deleted, (newest[0], next(self._pushes), k))
         self._versions[k] = tuple(versions)
+
+    def _forget_deleted(self, limit: float) -> None:
+        """Forget the keys whose newest version is a tombstone at or before ``limit``.
+
+        No join can look before ``limit`` (the floor) and no change before it
+        can come (the table's watermark): the tombstone answers as no version
+        does, so the key and its older versions go.
+        """
+        deleted, versions_of = self._deleted, self._versions
+        while deleted and deleted[0][0] <= limit:
+            _, _, k = heapq.heappop(deleted)
+            versions = versions_of.get(k)
+            if versions and versions[-1][1] is None and versions[-1][0] <= limit:
+                self.versions_dropped += len(versions)
+                del versions_of[k]
 
     def add_join(self, join: TableReader) -> None:
         """``join`` reads this table: its :meth:`~TableReader.floor` bounds the retention."""
@@ -242,12 +267,22 @@ class Table(LateSide, Stream):
         return {**super()._counters(), "versions_dropped": self.versions_dropped}
 
     def get_state(self) -> object:
-        return {"versions": self._versions, "counters": self._counters()}
+        # the tombstones still to forget, (time, key): a table in RocksDB is not read whole
+        deleted = [(t, k) for t, _, k in self._deleted]
+        return {"versions": self._versions, "deleted": deleted, "counters": self._counters()}
 
     def set_state(self, state: Any) -> None:
         self._versions = as_keyed(state["versions"])
         self._restore_counters(state)
         self.versions_dropped = int(state.get("counters", {}).get("versions_dropped", 0))
+        if "deleted" in state:
+            pending = [(float(t), k) for t, k in state["deleted"]]
+        elif self._versions.external:  # written before tables kept them: not read whole
+            pending = []
+        else:
+            pending = [(v[-1][0], k) for k, v in self._versions.items() if v and v[-1][1] is None]
+        self._deleted = [(t, next(self._pushes), k) for t, k in pending]
+        heapq.heapify(self._deleted)
 
     def state_signature(self) -> str:
         key = func_name(self.key) if callable(self.key) else repr(self.key)

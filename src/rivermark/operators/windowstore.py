@@ -45,10 +45,9 @@ from collections.abc import Callable, Hashable, Sequence
 from fractions import Fraction
 from typing import Any, Protocol
 
-from rivermark.state import DELETED, KeyedState, KeyedStore, as_keyed
+from rivermark.state import KeyedState, KeyedStore, as_keyed
 
 _dict_set = dict.__setitem__
-_dict_del = dict.__delitem__
 
 __all__ = [
     "Closed",
@@ -236,10 +235,10 @@ class OpenWindows:
             self.open_window(k, start, end, acc)
             return
         open_, window = self.open, (end, cur[1], acc)
-        if type(open_) is KeyedState:  # KeyedState.__setitem__ written out: a call less
-            changes = open_._changes  # noqa: SLF001 - see KeyedState.__setitem__
-            if changes is not None:
-                changes[(k, start)] = window
+        if type(open_) is KeyedState:  # a key it holds, through its recorder: a call less
+            record = open_.record
+            if record is not None:
+                record((k, start), window)
             _dict_set(open_, (k, start), window)
         else:
             open_[(k, start)] = window
@@ -281,9 +280,6 @@ class OpenWindows:
         """
         heap, open_, grace, gap = self.heap, self.open, self.grace, self.gap
         closed: list[Closed] = []
-        # KeyedState.__delitem__ written out below (a call per window otherwise)
-        plain = open_ if type(open_) is KeyedState else None
-        changes = None if plain is None else plain._changes  # noqa: SLF001
         while heap and heap[0][0] + grace <= watermark:
             end, start, seq, k = heap[0]
             cur = open_.get((k, start))
@@ -298,12 +294,7 @@ class OpenWindows:
                 if not starts:
                     del self.sessions[k]
             heapq.heappop(heap)
-            if plain is not None:
-                _dict_del(plain, (k, start))
-                if changes is not None:
-                    changes[(k, start)] = DELETED
-            else:
-                del open_[(k, start)]
+            del open_[(k, start)]
             closed.append((end, start, seq, k, cur[2]))
         if len(closed) > 1:
             in_close_order(closed, ascending=True)

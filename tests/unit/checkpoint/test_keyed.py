@@ -12,6 +12,7 @@ import pytest
 from rivermark import KeyedState, Stream
 from rivermark.checkpoint import CheckpointCorruptError, Job, LocalDirectoryStore
 from rivermark.checkpoint.errors import ManifestError
+from rivermark.checkpoint.state.keyed import COMPACT_EVERY
 from rivermark.checkpoint.stores.manifest import Manifest
 from rivermark.checkpoint.tools.inspection import chain_sizes, read_node_state, show_checkpoint
 from rivermark.cli import main
@@ -305,3 +306,13 @@ def test_retention_stays_bounded_when_chains_would_compact_at_different_checkpoi
     store = LocalDirectoryStore(ckpt)
     newest = store.read_manifest(store.list_epochs()[-1])
     assert len({link["base"] for link in newest.chains.values()}) <= 2
+
+
+def test_the_digests_a_job_keeps_of_its_chains_end_at_the_newest_base(tmp_path: Path) -> None:
+    records = keys(12_000, 50)
+    source, acc = build(records, KeyedState(), tmp_path / "out.txt")
+    job = Job(source, checkpoint=tmp_path / "c", every=None, every_batches=200)
+    job.run()
+    chains = job._cycle.keyed  # noqa: SLF001 - the job's book of chains
+    assert len(job.checkpoints) > 2 * COMPACT_EVERY  # two compactions at least
+    assert 1 <= len(chains.known["counts"]) <= COMPACT_EVERY + 1

@@ -201,8 +201,9 @@ class Chains:
         self.store = store
         self.compact_every = compact_every
         self._chains: dict[str, _Chain] = {}
-        #: the sha256 of every chain file this job wrote or restored
-        self.known: set[str] = set()
+        #: per node, the sha256 of the files of its chain this job wrote or restored
+        #: (from its newest base on: a job that runs for days keeps no more)
+        self.known: dict[str, set[str]] = {}
 
     def compaction_due(self, node_id: str, state: dict[str, object], last: int) -> bool:
         """Whether the node's chain, going on from ``last``, has grown to ``compact_every`` links.
@@ -247,12 +248,19 @@ class Chains:
         run's first checkpoint compacts it.
         """
         keyed = keyed_attrs(state)
+        known = self.known.setdefault(node_id, set())
         rest = pickle.dumps({a: v for a, v in state.items() if a not in keyed})
         deltas = {a: ks.take_delta() for a, ks in keyed.items()}
         chain = self._chains.get(node_id)
         lineages = {a: d.lineage for a, d in deltas.items()}
+        # a complete delta (the whole content: a mapping that dropped its record of
+        # changes) cannot go on as a delta, it would not delete the keys deleted
         follows = (
-            not base and chain is not None and chain.parent == last and chain.lineages == lineages
+            not base
+            and chain is not None
+            and chain.parent == last
+            and chain.lineages == lineages
+            and not any(d.complete for d in deltas.values())
         )
         if follows:
             assert chain is not None
@@ -268,9 +276,7 @@ class Chains:
                 )
             changes = {a: d.changes for a, d in deltas.items()}
             if not due:
-                return KeyedView(
-                    node_id, rest, changes, last, chain.base, lineages, known=self.known
-                )
+                return KeyedView(node_id, rest, changes, last, chain.base, lineages, known=known)
             return KeyedView(
                 node_id,
                 rest,
@@ -280,11 +286,11 @@ class Chains:
                 lineages,
                 compact_from=last,
                 store=self.store,
-                known=self.known,
+                known=known,
             )
         # a new chain: the changes are the whole content, or the content is copied
         parts = {a: d.changes if d.complete else keyed[a].copy_all() for a, d in deltas.items()}
-        return KeyedView(node_id, rest, parts, None, epoch, lineages, known=self.known)
+        return KeyedView(node_id, rest, parts, None, epoch, lineages, known=known)
 
     def link(self, view: KeyedView) -> dict[str, object]:
         """The manifest's ``chains`` entry of ``view``."""
@@ -292,10 +298,12 @@ class Chains:
 
     def written(self, view: KeyedView, epoch: int) -> None:
         """``view`` is durable as part of ``epoch``: the chain goes on from there."""
-        self.known.add(view.digest)
         if view.parent is None:
+            # a view in flight keeps the set it was given: the old chain's digests
+            self.known[view.node_id] = {view.digest}
             self._chains[view.node_id] = _Chain(epoch, epoch, view.lineages, base_bytes=view.size)
             return
+        self.known.setdefault(view.node_id, set()).add(view.digest)
         chain = self._chains[view.node_id]
         chain.parent = epoch
         chain.deltas += 1
@@ -318,7 +326,7 @@ class Chains:
         with): the node's next checkpoint starts a new chain.
         """
         rest, content = materialise(blobs, allow_pickle=allow_pickle, what=what)
-        self.known.update(sha256_of(b) for b in blobs)
+        self.known[node_id] = {sha256_of(b) for b in blobs}
         state: dict[str, Any] = dict(rest)
         for attr, data in content.items():
             state[attr] = KeyedState.restored(data)
