@@ -34,8 +34,10 @@ from __future__ import annotations
 
 import logging
 import math
+import operator
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
+from itertools import compress, repeat
 from typing import Any
 
 import numpy as np
@@ -46,6 +48,7 @@ from rivermark.core.refs import Metadata
 from rivermark.core.timeutil import NANOS
 from rivermark.dataframe.running import ConformingNode, OpName
 from rivermark.dataframe.schema import Dtype
+from rivermark.dataframe.windowgroups import BatchGroups, KeyCodes, built_in_partials
 from rivermark.operators.eventtime import LateRecords
 from rivermark.operators.timestamps import Results, _merge
 from rivermark.operators.windowstore import Closed, OpenWindows, exact_sign, in_close_order, slot
@@ -192,6 +195,15 @@ class Partials:
             return tuple(_fmax(x, y) for x, y in zip(a, b))
         return tuple(x + y for x, y in zip(a, b))
 
+    def combine_all(self, accs: list[Any], parts: list[Any]) -> list[Any]:
+        """:meth:`combine` of each ``acc`` with its ``part`` (the usual shapes in one pass)."""
+        how = self.how
+        if how == "size":
+            return [a + b for a, b in zip(accs, parts)]
+        if how in ("count", "sum") and len(self.columns) == 1:
+            return [(a[0] + b[0],) for a, b in zip(accs, parts)]
+        return list(map(self.combine, accs, parts))
+
     def result(self, acc: Any) -> tuple[Any, ...]:
         """One value per output column."""
         how = self.how
@@ -292,8 +304,7 @@ class FrameWindow(ConformingNode):
                     f"{self.display_name()}: the batch has {len(x)} rows but its times "
                     f"{len(times)}; put the window right after sdf.timestamps(...)"
                 )
-            # only the columns the windows read are matched to the example
-            used = self._conform(x[self._used]) if len(x) else x
+            used = self._used_columns(x)
             late = self._add(used, times, marks) if len(x) else None
         except Exception as e:
             self._touched = []
@@ -304,6 +315,17 @@ class FrameWindow(ConformingNode):
         if late is not None and late.any():
             results = _merge(results, self._pass_late(x[late], metadata, int(late.sum())))
         return results
+
+    def _used_columns(self, x: pd.DataFrame) -> pd.DataFrame:
+        """``x`` with the columns the windows read matched to the example: ``x`` itself when
+        those columns have the dtypes of earlier batches (the windows read them by label)."""
+        schema = self.schema  # a frame's: its columns' dtypes
+        if isinstance(schema, pd.Series) and len(x) and x.columns.is_unique:
+            have = dict(zip(x.columns, x.dtypes.tolist()))
+            if [have.get(c) for c in self._used] == schema.tolist():
+                return x
+        # only the columns the windows read are matched to the example
+        return self._conform(x[self._used]) if len(x) else x
 
     def _updated(self) -> Results:
         """``emit="updates"``: pass on the windows the batch changed, as they are now."""
@@ -384,28 +406,46 @@ class FrameWindow(ConformingNode):
             late = np.zeros(len(times), dtype=bool)
             late[rep[pair_late]] = True
             take = rep[~pair_late]
-        if len(take):
-            rows = self._frame(x, seqs, take)
-            rows[_WINDOW] = j[~pair_late]
-            labels, parts = self._grouped(rows, [*self.by, _WINDOW])
-            self._merge_fixed(labels, parts)
+        if not len(take):
+            return late
+        windows = j[~pair_late]
+        how = self.how
+        if isinstance(how, str):  # a built-in: grouped with numpy (windowgroups)
+            codes = KeyCodes.of([x[b].to_numpy() for b in self.by])
+            groups = BatchGroups.of(codes, windows, take)
+            if groups is not None:
+                values = [x[c].to_numpy() for c in self.columns]
+                parts = built_in_partials(how, groups, values, take)
+                self._merge_fixed(groups.keys, groups.windows, parts)
+                return late
+        rows = self._frame(x, seqs, take)
+        rows[_WINDOW] = windows
+        labels, parts = self._grouped(rows, [*self.by, _WINDOW])
+        self._merge_fixed(self._keys(labels), labels.get_level_values(-1).to_numpy(), parts)
         return late
 
-    def _merge_fixed(self, labels: pd.Index, parts: list[Any]) -> None:
-        spec, store, combine = self.spec, self.store, self.partials.combine
-        open_ = store.open
-        get = open_.get
-        windows = labels.get_level_values(-1).to_numpy()
+    def _merge_fixed(self, keys: list[Any], windows: np.ndarray, parts: list[Any]) -> None:
+        """Merge each group's partial into its window ``(key, window)``, the groups in the
+        order of ``(key, window)``: windows not open yet open in that order."""
+        spec, store = self.spec, self.store
         # the same floats as offset + w * step per window (int64 to float64 is exact here)
         starts = (spec.offset + windows.astype(np.float64) * spec.step).tolist()
-        for k, start, part in zip(self._keys(labels), starts, parts):
-            cur = get((k, start))
-            if cur is None:
-                store.open_window(k, start, start + spec.size, part)
-            else:
-                open_[(k, start)] = (cur[0], cur[1], combine(cur[2], part))
-            if spec.updates:
-                self._touched.append((k, start))
+        ids = list(zip(keys, starts))
+        if spec.updates:
+            self._touched.extend(ids)
+        curs = store.lookup(ids)
+        if None not in curs:
+            store.update_fixed(ids, curs, self.partials.combine_all([c[2] for c in curs], parts))
+            return
+        new = list(map(operator.is_, curs, repeat(None)))
+        if not all(new):
+            old = list(map(operator.not_, new))
+            olds = list(compress(curs, old))
+            accs = self.partials.combine_all([c[2] for c in olds], list(compress(parts, old)))
+            store.update_fixed(list(compress(ids, old)), olds, accs)
+            ids, parts = list(compress(ids, new)), list(compress(parts, new))
+        size = spec.size
+        store.open_fixed(ids, [i[1] + size for i in ids], parts)
 
     def _add_sessions(
         self, x: pd.DataFrame, times: np.ndarray, marks: np.ndarray, seqs: np.ndarray
@@ -480,14 +520,24 @@ class FrameWindow(ConformingNode):
 
     def close_until(self, watermark: float) -> Results:
         """Emit every window whose end plus grace is at or below ``watermark``, as one DataFrame."""
-        closed = self.store.pop_due(watermark)
+        store = self.store
+        closed = store.pop_due(watermark) if self.spec.sessions else store.pop_due_fixed(watermark)
         if not closed:
             return None
-        frame = self._results(closed)
+        frame = self._results(closed, ordered=True)
         return None if frame is None else self._emit(frame, None)
 
-    def _results(self, closed: list[Closed], final: bool = True) -> pd.DataFrame | None:
-        in_close_order(closed)
+    def _results(
+        self, closed: list[Closed], final: bool = True, ordered: bool = False
+    ) -> pd.DataFrame | None:
+        """The frame of the windows ``closed`` (``ordered``: in close order already)."""
+        if not ordered:
+            in_close_order(closed)
+        how = self.how
+        if how == "size":
+            return self._frame_of(closed, [list(map(_acc, closed))], final)
+        if isinstance(how, str) and how != "mean":  # the partial is the result
+            return self._frame_of(closed, list(zip(*map(_acc, closed))), final)
         values: list[tuple[Any, ...]] = []
         kept = []
         for c in closed:
@@ -497,38 +547,43 @@ class FrameWindow(ConformingNode):
                 what = (
                     f"window [{c[1]}, {c[0]}) of key {c[3]!r}" if self.by else f"[{c[1]}, {c[0]})"
                 )
-                self._user_error(what, e, self.how)
+                self._user_error(what, e, how)
                 continue
             kept.append(c)
         if not kept:
             return None
-        return self._frame_of(kept, values, final)
+        return self._frame_of(kept, list(zip(*values)), final)
 
     def _frame_of(
         self,
         kept: list[Closed],
-        values: list[tuple[Any, ...]],
+        columns: Sequence[Sequence[Any]],
         final: bool,
     ) -> pd.DataFrame:
+        """The frame of windows ``kept``, ``columns`` the values of each output column."""
         ex = self.result_example
         data: dict[Any, Any] = {}
+        n = len(kept)
         for name, i in (("start", 1), ("end", 0)):
-            col = np.array([c[i] for c in kept], dtype=float)
+            col = np.fromiter(map(operator.itemgetter(i), kept), dtype=float, count=n)
             dtype = self.time_dtype
             data[name] = col if dtype is None else _as_datetimes(col, dtype)
-        keys = [c[3] for c in kept]
+        keys = list(map(_window_key, kept))
         if len(self.by) == 1:
             data[self.by[0]] = _typed(keys, ex[self.by[0]].dtype)
         elif self.by:
             for i, b in enumerate(self.by):
                 data[b] = _typed([k[i] for k in keys], ex[b].dtype)
-        for i, label in enumerate(self.outputs):
-            column = [v[i] for v in values]
+        for label, values in zip(self.outputs, columns):
+            column = list(values)
             # a function's results take the dtype pandas infers for them
             data[label] = column if callable(self.how) else _typed(column, ex[label].dtype)
         if self.spec.updates:
-            data["final"] = np.full(len(kept), final)
-        return pd.DataFrame(data, columns=list(ex.columns))
+            data["final"] = np.full(n, final)
+        # built under positions, then labelled with the example's own columns (pandas
+        # infers no Index from the labels of every batch)
+        frame = pd.DataFrame(dict(enumerate(data[c] for c in ex.columns)), copy=False)
+        return frame.set_axis(ex.columns, axis=1)
 
     # ------------------------------------------------------------------ state
     def records_held(self) -> int | None:
@@ -552,13 +607,24 @@ class FrameWindow(ConformingNode):
         )
 
 
+#: a closed window's partial and key (``Closed``)
+_acc = operator.itemgetter(4)
+_window_key = operator.itemgetter(3)
+
+
 def _codes(grouped: pd.api.typing.DataFrameGroupBy) -> np.ndarray:
     """Each row's group number (-1 for a row whose key is missing)."""
     return np.asarray(grouped.ngroup().fillna(-1).to_numpy(), dtype=np.int64)
 
 
-def _typed(values: list[object], dtype: Dtype) -> pd.api.extensions.ExtensionArray | list[object]:
+def _typed(
+    values: list[object], dtype: Dtype
+) -> pd.api.extensions.ExtensionArray | np.ndarray | list[object]:
     """``values`` as an array of ``dtype`` where they fit it (else as pandas infers)."""
+    if isinstance(dtype, np.dtype) and dtype.kind in "iufb":
+        inferred = np.array(values)
+        if inferred.ndim == 1 and inferred.dtype == dtype:  # numpy reads them as that dtype
+            return inferred
     try:
         return pd.array(values, dtype=dtype)
     except (TypeError, ValueError):

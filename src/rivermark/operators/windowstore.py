@@ -38,9 +38,11 @@ places both.
 from __future__ import annotations
 
 import bisect
+import functools
 import heapq
 import math
 import operator
+from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from fractions import Fraction
 from typing import Any, Protocol
@@ -90,6 +92,9 @@ def in_close_order(closed: list[Closed], ascending: bool = False) -> None:
 _end_start_key = operator.itemgetter(0, 1, 3)
 _end_start_seq = operator.itemgetter(0, 1, 2)
 _key = operator.itemgetter(3)
+_first = operator.itemgetter(0)
+_second = operator.itemgetter(1)
+_third = operator.itemgetter(2)
 
 
 def slot(ts: float, width: float, offset: float, shift: float = 0.0) -> int:
@@ -244,6 +249,32 @@ class OpenWindows:
         else:
             open_[(k, start)] = window
 
+    def lookup(self, ids: list[tuple[Any, float]]) -> list[Any]:
+        """What each window ``(key, start)`` of ``ids`` holds (None: not open)."""
+        return list(map(self.open.get, ids))
+
+    def update_fixed(self, ids: list[tuple[Any, float]], curs: list[Any], accs: list[Any]) -> None:
+        """Set the ``acc`` of each open fixed window of ``ids`` (``curs``: what they held)."""
+        self.open.update(zip(ids, zip(map(_first, curs), map(_second, curs), accs)))
+
+    def open_fixed(self, ids: list[tuple[Any, float]], ends: list[float], accs: list[Any]) -> None:
+        """Open fixed windows ``ids`` (none open now) ending at ``ends``, in that order."""
+        if not ids:
+            return
+        seq = self.seq
+        seqs = range(seq, seq + len(ids))
+        self.seq = seq + len(ids)
+        self.open.update(zip(ids, zip(ends, seqs, accs)))
+        # the heap kept sorted (a sorted list is a heap): the new windows, sorted, most
+        # often go after every open one, and sorting two sorted runs is a merge in C
+        heap = self.heap
+        heap.extend(sorted(zip(ends, map(_second, ids), seqs, map(_first, ids))))
+        heap.sort()
+        due = min(ends) + self.grace
+        clock = self.clock
+        if due < clock.due:
+            clock.due = due
+
     def session_starts(self, k: Hashable) -> list[float]:
         """The starts of key ``k``'s open sessions, in order (do not change the list)."""
         return self.sessions.get(k, [])
@@ -305,6 +336,39 @@ class OpenWindows:
             else:
                 del open_[(k, start)]
             closed.append((end, start, seq, k, cur[2]))
+        if len(closed) > 1:
+            in_close_order(closed, ascending=True)
+        return closed
+
+    def pop_due_fixed(self, watermark: float) -> list[Closed]:
+        """:meth:`pop_due` for fixed windows, many at a time: the heap sorted (a sorted list
+        is a heap), the due windows cut off its front, their entries taken in bulk."""
+        heap, grace = self.heap, self.grace
+        if self.gap is not None or not heap or heap[0][0] + grace > watermark:
+            return self.pop_due(watermark)
+        heap.sort()
+        cut = bisect.bisect_right(heap, watermark, key=lambda e: e[0] + grace)
+        due = heap[:cut]
+        del heap[:cut]
+        ids = list(zip(map(_key, due), map(_second, due)))
+        open_ = self.open
+        if type(open_) is KeyedState:  # KeyedState.__delitem__ written out, in bulk
+            curs = list(map(open_.__getitem__, ids))
+            deque(map(functools.partial(_dict_del, open_), ids), maxlen=0)
+            changes = open_._changes  # noqa: SLF001 - see KeyedState.__delitem__
+            if changes is not None:
+                changes.update(dict.fromkeys(ids, DELETED))
+        else:
+            curs = [open_.pop(i) for i in ids]
+        closed = list(
+            zip(
+                map(_first, due),
+                map(_second, due),
+                map(_third, due),
+                map(_key, due),
+                map(_third, curs),
+            )
+        )
         if len(closed) > 1:
             in_close_order(closed, ascending=True)
         return closed
