@@ -38,7 +38,7 @@ import operator
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from itertools import compress, repeat
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -51,7 +51,14 @@ from rivermark.dataframe.schema import Dtype
 from rivermark.dataframe.windowgroups import BatchGroups, KeyCodes, built_in_partials
 from rivermark.operators.eventtime import LateRecords
 from rivermark.operators.timestamps import Results, _merge
-from rivermark.operators.windowstore import Closed, OpenWindows, exact_sign, in_close_order, slot
+from rivermark.operators.windowstore import (
+    BulkWindows,
+    Closed,
+    OpenWindows,
+    exact_sign,
+    in_close_order,
+    slot,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -271,7 +278,11 @@ class FrameWindow(ConformingNode):
         self.op = OpName(op)
         self.schema = None
         #: the open windows
-        self.store = OpenWindows(clock, spec.grace, spec.gap if spec.sessions else None)
+        self.store = (
+            OpenWindows(clock, spec.grace, spec.gap)
+            if spec.sessions
+            else BulkWindows(clock, spec.grace)
+        )
         self._rows = 0
         self._late: LateRecords | None = None
         #: rows that arrived after (one of) their window(s) had closed
@@ -427,7 +438,8 @@ class FrameWindow(ConformingNode):
     def _merge_fixed(self, keys: list[Any], windows: np.ndarray, parts: list[Any]) -> None:
         """Merge each group's partial into its window ``(key, window)``, the groups in the
         order of ``(key, window)``: windows not open yet open in that order."""
-        spec, store = self.spec, self.store
+        spec = self.spec
+        store = cast("BulkWindows", self.store)  # fixed windows' (see __init__)
         # the same floats as offset + w * step per window (int64 to float64 is exact here)
         starts = (spec.offset + windows.astype(np.float64) * spec.step).tolist()
         ids = list(zip(keys, starts))
@@ -520,8 +532,7 @@ class FrameWindow(ConformingNode):
 
     def close_until(self, watermark: float) -> Results:
         """Emit every window whose end plus grace is at or below ``watermark``, as one DataFrame."""
-        store = self.store
-        closed = store.pop_due(watermark) if self.spec.sessions else store.pop_due_fixed(watermark)
+        closed = self.store.pop_due(watermark)
         if not closed:
             return None
         frame = self._results(closed, ordered=True)
