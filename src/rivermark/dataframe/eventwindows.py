@@ -10,9 +10,11 @@ came one at a time; see :mod:`rivermark.dataframe.eventtime`).  Per batch:
    floor of ``(time - offset) / step``, exact at window edges); a row whose
    window closed already (``end + grace <= its watermark``; for sessions
    ``time + grace < its watermark``) is *late* for it;
-2. the rows that count are grouped with pandas by key and window, and each
-   group's partial (counts, sums, extremes, or the values themselves for a
-   function) is merged into the open window's partial;
+2. the rows that count are grouped by key and window (for the built-in
+   aggregations in one numpy pass, :mod:`rivermark.dataframe.windowgroups`;
+   for a function with pandas), and each group's partial (counts, sums,
+   extremes, or the values themselves for a function) is merged into the
+   open window's partial, all of a batch's windows at once;
 3. the windows whose ``end + grace`` the batch's watermark reached are
    emitted, as one DataFrame ``start, end, <keys>, <values>`` in the order of
    ``(end, start, key)``;
@@ -24,7 +26,9 @@ are not late, what is emitted depends on the rows and their order alone,
 not on how they are cut into batches.
 
 The open windows are the record windows' store,
-:class:`~rivermark.operators.windowstore.OpenWindows`: ``{(key, start):
+:class:`~rivermark.operators.windowstore.OpenWindows` (for fixed windows
+its subclass ``BulkWindows``, which closes a window span's windows
+together): ``{(key, start):
 (end, seq, partial[, last])}`` of plain values (numbers, strings, tuples), so
 a checkpoint writes the windows changed since the previous one, and nothing
 in it is a pickle.
@@ -33,7 +37,6 @@ in it is a pickle.
 from __future__ import annotations
 
 import logging
-import math
 import operator
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
@@ -48,7 +51,15 @@ from rivermark.core.refs import Metadata
 from rivermark.core.timeutil import NANOS
 from rivermark.dataframe.running import ConformingNode, OpName
 from rivermark.dataframe.schema import Dtype
-from rivermark.dataframe.windowgroups import BatchGroups, KeyCodes, built_in_partials
+from rivermark.dataframe.windowgroups import (
+    SEQ as _SEQ,
+)
+from rivermark.dataframe.windowgroups import (
+    BatchGroups,
+    KeyCodes,
+    Partials,
+    built_in_partials,
+)
 from rivermark.operators.eventtime import LateRecords
 from rivermark.operators.timestamps import Results, _merge
 from rivermark.operators.windowstore import (
@@ -66,8 +77,6 @@ __all__ = ["WindowSpec", "FrameWindow", "BUILT_IN"]
 
 #: the hidden column of a row's window (or session) while grouping
 _WINDOW = "__rivermark_window__"
-#: the hidden column of a row's arrival number (what a function's values are ordered by)
-_SEQ = "__rivermark_seq__"
 #: the aggregations built in: each keeps a small partial per window
 BUILT_IN = ("count", "size", "sum", "mean", "min", "max")
 
@@ -137,101 +146,6 @@ def _below(a: np.ndarray, b: float, c: np.ndarray) -> np.ndarray:
     for i in np.flatnonzero(unsure):
         out[i] = exact_sign(float(a[i]), b, -float(c[i])) < 0
     return out
-
-
-def _fmin(a: Any, b: Any) -> Any:
-    """The smaller of two values, a NaN standing for "no value" (as pandas skips it)."""
-    if a != a:
-        return b
-    if b != b:
-        return a
-    return b if b < a else a
-
-
-def _fmax(a: Any, b: Any) -> Any:
-    if a != a:
-        return b
-    if b != b:
-        return a
-    return b if b > a else a
-
-
-class Partials:
-    """What a window keeps of its rows for aggregation ``how``, per value column.
-
-    ``count``, ``sum``, ``min``, ``max``: a tuple with one number per column;
-    ``mean``: the tuples of sums and counts; ``size``: the number of rows; a
-    function: the rows' arrival numbers and each column's values (the
-    function gets the values in arrival order, as pandas' ``groupby().agg``).
-    Every partial is a plain value (checkpoint state).
-    """
-
-    def __init__(self, how: str | Callable[[pd.Series], Any], columns: Sequence[Any]) -> None:
-        self.how = how
-        self.columns = tuple(columns)
-
-    def of_groups(self, grouped: Any, codes: np.ndarray, rows: pd.DataFrame) -> list[Any]:
-        """The partial of each group of ``grouped`` (in its order); ``codes``: each row's group."""
-        how, cols = self.how, list(self.columns)
-        if how == "size":
-            return list(grouped.size().tolist())
-        if how == "mean":
-            sums = _columns(grouped[cols].sum())
-            counts = _columns(grouped[cols].count())
-            return list(zip(sums, counts))
-        if how in ("count", "sum", "min", "max"):
-            return _columns(getattr(grouped[cols], str(how))())
-        # a function: the values themselves, split by group in one pass
-        order = np.argsort(codes, kind="stable")
-        order = order[codes[order] >= 0]
-        bounds = np.flatnonzero(np.diff(codes[order])) + 1
-        parts = [np.split(rows[c].to_numpy()[order], bounds) for c in [_SEQ, *cols]]
-        return [tuple(tuple(p.tolist()) for p in group) for group in zip(*parts)]
-
-    def combine(self, a: Any, b: Any) -> Any:
-        how = self.how
-        if how == "size":
-            return a + b
-        if how == "mean":
-            return (_add(a[0], b[0]), _add(a[1], b[1]))
-        if how in ("count", "sum"):
-            return _add(a, b)
-        if how == "min":
-            return tuple(_fmin(x, y) for x, y in zip(a, b))
-        if how == "max":
-            return tuple(_fmax(x, y) for x, y in zip(a, b))
-        return tuple(x + y for x, y in zip(a, b))
-
-    def combine_all(self, accs: list[Any], parts: list[Any]) -> list[Any]:
-        """:meth:`combine` of each ``acc`` with its ``part`` (the usual shapes in one pass)."""
-        how = self.how
-        if how == "size":
-            return [a + b for a, b in zip(accs, parts)]
-        if how in ("count", "sum") and len(self.columns) == 1:
-            return [(a[0] + b[0],) for a, b in zip(accs, parts)]
-        return list(map(self.combine, accs, parts))
-
-    def result(self, acc: Any) -> tuple[Any, ...]:
-        """One value per output column."""
-        how = self.how
-        if how == "size":
-            return (acc,)
-        if how == "mean":
-            return tuple(s / n if n else math.nan for s, n in zip(*acc))
-        if isinstance(how, str):
-            return tuple(acc)
-        seqs = acc[0]
-        order = sorted(range(len(seqs)), key=seqs.__getitem__)
-        return tuple(how(pd.Series([vals[i] for i in order])) for vals in acc[1:])
-
-
-def _columns(frame: pd.DataFrame) -> list[tuple[Any, ...]]:
-    """Each row of ``frame`` as a tuple of plain Python values (per column, keeping ints ints)."""
-    return list(zip(*(frame[c].tolist() for c in frame.columns)))
-
-
-def _add(a: tuple[Any, ...], b: tuple[Any, ...]) -> tuple[Any, ...]:
-    return tuple(x + y for x, y in zip(a, b))
 
 
 class FrameWindow(ConformingNode):
@@ -548,7 +462,9 @@ class FrameWindow(ConformingNode):
         if how == "size":
             return self._frame_of(closed, [list(map(_acc, closed))], final)
         if isinstance(how, str) and how != "mean":  # the partial is the result
-            return self._frame_of(closed, list(zip(*map(_acc, closed))), final)
+            accs = list(map(_acc, closed))
+            columns = [list(map(operator.itemgetter(i), accs)) for i in range(len(self.outputs))]
+            return self._frame_of(closed, columns, final)
         values: list[tuple[Any, ...]] = []
         kept = []
         for c in closed:

@@ -12,6 +12,9 @@ sizes are counted with ``numpy.bincount``; sums, means and extremes are
 taken by pandas grouped by that one integer (the same rows in the same order
 per group as before, so the same values to the last bit).
 
+:class:`Partials` is what a window keeps of its rows per aggregation, and
+how two partials combine.
+
 >>> codes = KeyCodes.of([np.array(["b", "a", "b", None], dtype=object)])
 >>> g = BatchGroups.of(codes, np.array([3, 3, 4, 3]), np.arange(4))
 >>> g.keys, g.windows.tolist(), g.sizes.tolist()
@@ -20,14 +23,18 @@ per group as before, so the same values to the last bit).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-__all__ = ["BatchGroups", "KeyCodes", "built_in_partials"]
+__all__ = ["BatchGroups", "KeyCodes", "Partials", "SEQ", "built_in_partials"]
+
+#: the hidden column of a row's arrival number (what a function's values are ordered by)
+SEQ = "__rivermark_seq__"
 
 #: above this many combined codes per row, ``numpy.unique`` instead of a count per code
 _DENSE = 4
@@ -142,12 +149,102 @@ def built_in_partials(
     data = {i: col[rows[keep]] for i, col in enumerate(values)}
     grouped = pd.DataFrame(data, copy=False).groupby(gid[keep], sort=True)
     if how == "mean":
-        sums = _rows(grouped.sum())
-        counts = _rows(grouped.count())
+        sums = _columns(grouped.sum())
+        counts = _columns(grouped.count())
         return list(zip(sums, counts))
-    return _rows(getattr(grouped, how)())
+    return _columns(getattr(grouped, how)())
 
 
-def _rows(frame: pd.DataFrame) -> list[tuple[Any, ...]]:
+def _fmin(a: Any, b: Any) -> Any:
+    """The smaller of two values, a NaN standing for "no value" (as pandas skips it)."""
+    if a != a:
+        return b
+    if b != b:
+        return a
+    return b if b < a else a
+
+
+def _fmax(a: Any, b: Any) -> Any:
+    if a != a:
+        return b
+    if b != b:
+        return a
+    return b if b > a else a
+
+
+class Partials:
+    """What a window keeps of its rows for aggregation ``how``, per value column.
+
+    ``count``, ``sum``, ``min``, ``max``: a tuple with one number per column;
+    ``mean``: the tuples of sums and counts; ``size``: the number of rows; a
+    function: the rows' arrival numbers and each column's values (the
+    function gets the values in arrival order, as pandas' ``groupby().agg``).
+    Every partial is a plain value (checkpoint state).
+    """
+
+    def __init__(self, how: str | Callable[[pd.Series], Any], columns: Sequence[Any]) -> None:
+        self.how = how
+        self.columns = tuple(columns)
+
+    def of_groups(self, grouped: Any, codes: np.ndarray, rows: pd.DataFrame) -> list[Any]:
+        """The partial of each group of ``grouped`` (in its order); ``codes``: each row's group."""
+        how, cols = self.how, list(self.columns)
+        if how == "size":
+            return list(grouped.size().tolist())
+        if how == "mean":
+            sums = _columns(grouped[cols].sum())
+            counts = _columns(grouped[cols].count())
+            return list(zip(sums, counts))
+        if how in ("count", "sum", "min", "max"):
+            return _columns(getattr(grouped[cols], str(how))())
+        # a function: the values themselves, split by group in one pass
+        order = np.argsort(codes, kind="stable")
+        order = order[codes[order] >= 0]
+        bounds = np.flatnonzero(np.diff(codes[order])) + 1
+        parts = [np.split(rows[c].to_numpy()[order], bounds) for c in [SEQ, *cols]]
+        return [tuple(tuple(p.tolist()) for p in group) for group in zip(*parts)]
+
+    def combine(self, a: Any, b: Any) -> Any:
+        how = self.how
+        if how == "size":
+            return a + b
+        if how == "mean":
+            return (_add(a[0], b[0]), _add(a[1], b[1]))
+        if how in ("count", "sum"):
+            return _add(a, b)
+        if how == "min":
+            return tuple(_fmin(x, y) for x, y in zip(a, b))
+        if how == "max":
+            return tuple(_fmax(x, y) for x, y in zip(a, b))
+        return tuple(x + y for x, y in zip(a, b))
+
+    def combine_all(self, accs: list[Any], parts: list[Any]) -> list[Any]:
+        """:meth:`combine` of each ``acc`` with its ``part`` (the usual shapes in one pass)."""
+        how = self.how
+        if how == "size":
+            return [a + b for a, b in zip(accs, parts)]
+        if how in ("count", "sum") and len(self.columns) == 1:
+            return [(a[0] + b[0],) for a, b in zip(accs, parts)]
+        return list(map(self.combine, accs, parts))
+
+    def result(self, acc: Any) -> tuple[Any, ...]:
+        """One value per output column."""
+        how = self.how
+        if how == "size":
+            return (acc,)
+        if how == "mean":
+            return tuple(s / n if n else math.nan for s, n in zip(*acc))
+        if isinstance(how, str):
+            return tuple(acc)
+        seqs = acc[0]
+        order = sorted(range(len(seqs)), key=seqs.__getitem__)
+        return tuple(how(pd.Series([vals[i] for i in order])) for vals in acc[1:])
+
+
+def _columns(frame: pd.DataFrame) -> list[tuple[Any, ...]]:
     """Each row of ``frame`` as a tuple of plain Python values (per column, keeping ints ints)."""
     return list(zip(*(frame[c].tolist() for c in frame.columns)))
+
+
+def _add(a: tuple[Any, ...], b: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(x + y for x, y in zip(a, b))

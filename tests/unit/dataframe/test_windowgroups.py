@@ -16,8 +16,7 @@ import pytest
 from rivermark import Stream
 from rivermark.checkpoint import Job
 from rivermark.dataframe import DataFrame
-from rivermark.dataframe.eventwindows import Partials
-from rivermark.dataframe.windowgroups import BatchGroups, KeyCodes, built_in_partials
+from rivermark.dataframe.windowgroups import BatchGroups, KeyCodes, Partials, built_in_partials
 from rivermark.operators.windowstore import BulkWindows, OpenWindows
 
 
