@@ -187,6 +187,10 @@ class FrameWindow(ConformingNode):
         self.example = example[self._used]
         self.outputs = tuple(outputs)
         self.result_example = result_example
+        #: the dtype of each output column (read per closing batch)
+        self._out_dtypes: dict[Hashable, Dtype] = dict(
+            zip(result_example.columns, result_example.dtypes.tolist())
+        )
         #: the time column's dtype when it holds datetimes (``start`` and ``end`` take it)
         self.time_dtype = time_dtype
         self.op = OpName(op)
@@ -488,7 +492,7 @@ class FrameWindow(ConformingNode):
         final: bool,
     ) -> pd.DataFrame:
         """The frame of windows ``kept``, ``columns`` the values of each output column."""
-        ex = self.result_example
+        ex, dtypes = self.result_example, self._out_dtypes
         data: dict[Any, Any] = {}
         n = len(kept)
         for name, i in (("start", 1), ("end", 0)):
@@ -497,14 +501,14 @@ class FrameWindow(ConformingNode):
             data[name] = col if dtype is None else _as_datetimes(col, dtype)
         keys = list(map(_window_key, kept))
         if len(self.by) == 1:
-            data[self.by[0]] = _typed(keys, ex[self.by[0]].dtype)
+            data[self.by[0]] = _typed(keys, dtypes[self.by[0]])
         elif self.by:
             for i, b in enumerate(self.by):
-                data[b] = _typed([k[i] for k in keys], ex[b].dtype)
+                data[b] = _typed([k[i] for k in keys], dtypes[b])
         for label, values in zip(self.outputs, columns):
             column = list(values)
             # a function's results take the dtype pandas infers for them
-            data[label] = column if callable(self.how) else _typed(column, ex[label].dtype)
+            data[label] = column if callable(self.how) else _typed(column, dtypes[label])
         if self.spec.updates:
             data["final"] = np.full(n, final)
         # built under positions, then labelled with the example's own columns (pandas
