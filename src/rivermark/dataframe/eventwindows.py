@@ -52,9 +52,7 @@ from rivermark.core.timeutil import NANOS
 from rivermark.dataframe.running import ConformingNode, OpName
 from rivermark.dataframe.schema import Dtype
 from rivermark.dataframe.windowgroups import (
-    SEQ as _SEQ,
-)
-from rivermark.dataframe.windowgroups import (
+    SEQ,
     BatchGroups,
     KeyCodes,
     Partials,
@@ -295,7 +293,7 @@ class FrameWindow(ConformingNode):
     def _frame(self, x: pd.DataFrame, seqs: np.ndarray, take: np.ndarray | None) -> pd.DataFrame:
         """The key and value columns of ``x`` (rows ``take``) with their arrival numbers."""
         data = {c: x[c].to_numpy() if take is None else x[c].to_numpy()[take] for c in self._used}
-        data[_SEQ] = seqs if take is None else seqs[take]
+        data[SEQ] = seqs if take is None else seqs[take]
         return pd.DataFrame(data, copy=False)
 
     def _grouped(self, rows: pd.DataFrame, by: list[Hashable]) -> tuple[pd.Index, list[Any]]:

@@ -111,8 +111,7 @@ class BatchGroups:
             gid = ids.astype(np.int64, copy=False)
         else:
             gid[valid] = ids
-        rest = present
-        rest, windows = np.divmod(rest, width)
+        rest, windows = np.divmod(present, width)
         per_column = []
         for u in reversed(codes.uniques):
             rest, code = np.divmod(rest, max(len(u), 1))
@@ -131,7 +130,7 @@ def built_in_partials(
     how: str, groups: BatchGroups, values: Sequence[np.ndarray], rows: np.ndarray
 ) -> list[Any]:
     """Each group's partial for the built-in aggregation ``how`` (as
-    :class:`~rivermark.dataframe.eventwindows.Partials` keeps it) of the value
+    :class:`Partials` keeps it) of the value
     columns ``values`` (each a column's ``to_numpy()``) at row numbers ``rows``."""
     sizes = groups.sizes
     if how == "size":
