@@ -10,9 +10,11 @@ came one at a time; see :mod:`rivermark.dataframe.eventtime`).  Per batch:
    floor of ``(time - offset) / step``, exact at window edges); a row whose
    window closed already (``end + grace <= its watermark``; for sessions
    ``time + grace < its watermark``) is *late* for it;
-2. the rows that count are grouped with pandas by key and window, and each
-   group's partial (counts, sums, extremes, or the values themselves for a
-   function) is merged into the open window's partial;
+2. the rows that count are grouped by key and window (for the built-in
+   aggregations in one numpy pass, :mod:`rivermark.dataframe.windowgroups`;
+   for a function with pandas), and each group's partial (counts, sums,
+   extremes, or the values themselves for a function) is merged into the
+   open window's partial, all of a batch's windows at once;
 3. the windows whose ``end + grace`` the batch's watermark reached are
    emitted, as one DataFrame ``start, end, <keys>, <values>`` in the order of
    ``(end, start, key)``;
@@ -24,7 +26,9 @@ are not late, what is emitted depends on the rows and their order alone,
 not on how they are cut into batches.
 
 The open windows are the record windows' store,
-:class:`~rivermark.operators.windowstore.OpenWindows`: ``{(key, start):
+:class:`~rivermark.operators.windowstore.OpenWindows` (for fixed windows
+its subclass ``BulkWindows``, which closes a window span's windows
+together): ``{(key, start):
 (end, seq, partial[, last])}`` of plain values (numbers, strings, tuples), so
 a checkpoint writes the windows changed since the previous one, and nothing
 in it is a pickle.
@@ -33,10 +37,11 @@ in it is a pickle.
 from __future__ import annotations
 
 import logging
-import math
+import operator
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from itertools import compress, repeat
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -46,9 +51,23 @@ from rivermark.core.refs import Metadata
 from rivermark.core.timeutil import NANOS
 from rivermark.dataframe.running import ConformingNode, OpName
 from rivermark.dataframe.schema import Dtype
+from rivermark.dataframe.windowgroups import (
+    SEQ,
+    BatchGroups,
+    KeyCodes,
+    Partials,
+    built_in_partials,
+)
 from rivermark.operators.eventtime import LateRecords
 from rivermark.operators.timestamps import Results, _merge
-from rivermark.operators.windowstore import Closed, OpenWindows, exact_sign, in_close_order, slot
+from rivermark.operators.windowstore import (
+    BulkWindows,
+    Closed,
+    OpenWindows,
+    exact_sign,
+    in_close_order,
+    slot,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -56,8 +75,6 @@ __all__ = ["WindowSpec", "FrameWindow", "BUILT_IN"]
 
 #: the hidden column of a row's window (or session) while grouping
 _WINDOW = "__rivermark_window__"
-#: the hidden column of a row's arrival number (what a function's values are ordered by)
-_SEQ = "__rivermark_seq__"
 #: the aggregations built in: each keeps a small partial per window
 BUILT_IN = ("count", "size", "sum", "mean", "min", "max")
 
@@ -129,92 +146,6 @@ def _below(a: np.ndarray, b: float, c: np.ndarray) -> np.ndarray:
     return out
 
 
-def _fmin(a: Any, b: Any) -> Any:
-    """The smaller of two values, a NaN standing for "no value" (as pandas skips it)."""
-    if a != a:
-        return b
-    if b != b:
-        return a
-    return b if b < a else a
-
-
-def _fmax(a: Any, b: Any) -> Any:
-    if a != a:
-        return b
-    if b != b:
-        return a
-    return b if b > a else a
-
-
-class Partials:
-    """What a window keeps of its rows for aggregation ``how``, per value column.
-
-    ``count``, ``sum``, ``min``, ``max``: a tuple with one number per column;
-    ``mean``: the tuples of sums and counts; ``size``: the number of rows; a
-    function: the rows' arrival numbers and each column's values (the
-    function gets the values in arrival order, as pandas' ``groupby().agg``).
-    Every partial is a plain value (checkpoint state).
-    """
-
-    def __init__(self, how: str | Callable[[pd.Series], Any], columns: Sequence[Any]) -> None:
-        self.how = how
-        self.columns = tuple(columns)
-
-    def of_groups(self, grouped: Any, codes: np.ndarray, rows: pd.DataFrame) -> list[Any]:
-        """The partial of each group of ``grouped`` (in its order); ``codes``: each row's group."""
-        how, cols = self.how, list(self.columns)
-        if how == "size":
-            return list(grouped.size().tolist())
-        if how == "mean":
-            sums = _columns(grouped[cols].sum())
-            counts = _columns(grouped[cols].count())
-            return list(zip(sums, counts))
-        if how in ("count", "sum", "min", "max"):
-            return _columns(getattr(grouped[cols], str(how))())
-        # a function: the values themselves, split by group in one pass
-        order = np.argsort(codes, kind="stable")
-        order = order[codes[order] >= 0]
-        bounds = np.flatnonzero(np.diff(codes[order])) + 1
-        parts = [np.split(rows[c].to_numpy()[order], bounds) for c in [_SEQ, *cols]]
-        return [tuple(tuple(p.tolist()) for p in group) for group in zip(*parts)]
-
-    def combine(self, a: Any, b: Any) -> Any:
-        how = self.how
-        if how == "size":
-            return a + b
-        if how == "mean":
-            return (_add(a[0], b[0]), _add(a[1], b[1]))
-        if how in ("count", "sum"):
-            return _add(a, b)
-        if how == "min":
-            return tuple(_fmin(x, y) for x, y in zip(a, b))
-        if how == "max":
-            return tuple(_fmax(x, y) for x, y in zip(a, b))
-        return tuple(x + y for x, y in zip(a, b))
-
-    def result(self, acc: Any) -> tuple[Any, ...]:
-        """One value per output column."""
-        how = self.how
-        if how == "size":
-            return (acc,)
-        if how == "mean":
-            return tuple(s / n if n else math.nan for s, n in zip(*acc))
-        if isinstance(how, str):
-            return tuple(acc)
-        seqs = acc[0]
-        order = sorted(range(len(seqs)), key=seqs.__getitem__)
-        return tuple(how(pd.Series([vals[i] for i in order])) for vals in acc[1:])
-
-
-def _columns(frame: pd.DataFrame) -> list[tuple[Any, ...]]:
-    """Each row of ``frame`` as a tuple of plain Python values (per column, keeping ints ints)."""
-    return list(zip(*(frame[c].tolist() for c in frame.columns)))
-
-
-def _add(a: tuple[Any, ...], b: tuple[Any, ...]) -> tuple[Any, ...]:
-    return tuple(x + y for x, y in zip(a, b))
-
-
 class FrameWindow(ConformingNode):
     """Event-time windows over DataFrame rows (built by ``sdf.timestamps(...).tumbling_window(...)``).
 
@@ -254,12 +185,20 @@ class FrameWindow(ConformingNode):
         self.example = example[self._used]
         self.outputs = tuple(outputs)
         self.result_example = result_example
+        #: the dtype of each output column (read per closing batch)
+        self._out_dtypes: dict[Hashable, Dtype] = dict(
+            zip(result_example.columns, result_example.dtypes.tolist())
+        )
         #: the time column's dtype when it holds datetimes (``start`` and ``end`` take it)
         self.time_dtype = time_dtype
         self.op = OpName(op)
         self.schema = None
         #: the open windows
-        self.store = OpenWindows(clock, spec.grace, spec.gap if spec.sessions else None)
+        self.store = (
+            OpenWindows(clock, spec.grace, spec.gap)
+            if spec.sessions
+            else BulkWindows(clock, spec.grace)
+        )
         self._rows = 0
         self._late: LateRecords | None = None
         #: rows that arrived after (one of) their window(s) had closed
@@ -292,8 +231,7 @@ class FrameWindow(ConformingNode):
                     f"{self.display_name()}: the batch has {len(x)} rows but its times "
                     f"{len(times)}; put the window right after sdf.timestamps(...)"
                 )
-            # only the columns the windows read are matched to the example
-            used = self._conform(x[self._used]) if len(x) else x
+            used = self._used_columns(x)
             late = self._add(used, times, marks) if len(x) else None
         except Exception as e:
             self._touched = []
@@ -304,6 +242,17 @@ class FrameWindow(ConformingNode):
         if late is not None and late.any():
             results = _merge(results, self._pass_late(x[late], metadata, int(late.sum())))
         return results
+
+    def _used_columns(self, x: pd.DataFrame) -> pd.DataFrame:
+        """``x`` with the columns the windows read matched to the example: ``x`` itself when
+        those columns have the dtypes of earlier batches (the windows read them by label)."""
+        schema = self.schema  # a frame's: its columns' dtypes
+        if isinstance(schema, pd.Series) and len(x) and x.columns.is_unique:
+            have = dict(zip(x.columns, x.dtypes.tolist()))
+            if [have.get(c) for c in self._used] == schema.tolist():
+                return x
+        # only the columns the windows read are matched to the example
+        return self._conform(x[self._used]) if len(x) else x
 
     def _updated(self) -> Results:
         """``emit="updates"``: pass on the windows the batch changed, as they are now."""
@@ -344,7 +293,7 @@ class FrameWindow(ConformingNode):
     def _frame(self, x: pd.DataFrame, seqs: np.ndarray, take: np.ndarray | None) -> pd.DataFrame:
         """The key and value columns of ``x`` (rows ``take``) with their arrival numbers."""
         data = {c: x[c].to_numpy() if take is None else x[c].to_numpy()[take] for c in self._used}
-        data[_SEQ] = seqs if take is None else seqs[take]
+        data[SEQ] = seqs if take is None else seqs[take]
         return pd.DataFrame(data, copy=False)
 
     def _grouped(self, rows: pd.DataFrame, by: list[Hashable]) -> tuple[pd.Index, list[Any]]:
@@ -384,28 +333,47 @@ class FrameWindow(ConformingNode):
             late = np.zeros(len(times), dtype=bool)
             late[rep[pair_late]] = True
             take = rep[~pair_late]
-        if len(take):
-            rows = self._frame(x, seqs, take)
-            rows[_WINDOW] = j[~pair_late]
-            labels, parts = self._grouped(rows, [*self.by, _WINDOW])
-            self._merge_fixed(labels, parts)
+        if not len(take):
+            return late
+        windows = j[~pair_late]
+        how = self.how
+        if isinstance(how, str):  # a built-in: grouped with numpy (windowgroups)
+            codes = KeyCodes.of([x[b].to_numpy() for b in self.by])
+            groups = BatchGroups.of(codes, windows, take)
+            if groups is not None:
+                values = [x[c].to_numpy() for c in self.columns]
+                parts = built_in_partials(how, groups, values, take)
+                self._merge_fixed(groups.keys, groups.windows, parts)
+                return late
+        rows = self._frame(x, seqs, take)
+        rows[_WINDOW] = windows
+        labels, parts = self._grouped(rows, [*self.by, _WINDOW])
+        self._merge_fixed(self._keys(labels), labels.get_level_values(-1).to_numpy(), parts)
         return late
 
-    def _merge_fixed(self, labels: pd.Index, parts: list[Any]) -> None:
-        spec, store, combine = self.spec, self.store, self.partials.combine
-        open_ = store.open
-        get = open_.get
-        windows = labels.get_level_values(-1).to_numpy()
+    def _merge_fixed(self, keys: list[Any], windows: np.ndarray, parts: list[Any]) -> None:
+        """Merge each group's partial into its window ``(key, window)``, the groups in the
+        order of ``(key, window)``: windows not open yet open in that order."""
+        spec = self.spec
+        store = cast("BulkWindows", self.store)  # fixed windows' (see __init__)
         # the same floats as offset + w * step per window (int64 to float64 is exact here)
         starts = (spec.offset + windows.astype(np.float64) * spec.step).tolist()
-        for k, start, part in zip(self._keys(labels), starts, parts):
-            cur = get((k, start))
-            if cur is None:
-                store.open_window(k, start, start + spec.size, part)
-            else:
-                open_[(k, start)] = (cur[0], cur[1], combine(cur[2], part))
-            if spec.updates:
-                self._touched.append((k, start))
+        ids = list(zip(keys, starts))
+        if spec.updates:
+            self._touched.extend(ids)
+        curs = store.lookup(ids)
+        if None not in curs:
+            store.update_fixed(ids, curs, self.partials.combine_all([c[2] for c in curs], parts))
+            return
+        new = list(map(operator.is_, curs, repeat(None)))
+        if not all(new):
+            old = list(map(operator.not_, new))
+            olds = list(compress(curs, old))
+            accs = self.partials.combine_all([c[2] for c in olds], list(compress(parts, old)))
+            store.update_fixed(list(compress(ids, old)), olds, accs)
+            ids, parts = list(compress(ids, new)), list(compress(parts, new))
+        size = spec.size
+        store.open_fixed(ids, [i[1] + size for i in ids], parts)
 
     def _add_sessions(
         self, x: pd.DataFrame, times: np.ndarray, marks: np.ndarray, seqs: np.ndarray
@@ -483,11 +451,22 @@ class FrameWindow(ConformingNode):
         closed = self.store.pop_due(watermark)
         if not closed:
             return None
-        frame = self._results(closed)
+        frame = self._results(closed, ordered=True)
         return None if frame is None else self._emit(frame, None)
 
-    def _results(self, closed: list[Closed], final: bool = True) -> pd.DataFrame | None:
-        in_close_order(closed)
+    def _results(
+        self, closed: list[Closed], final: bool = True, ordered: bool = False
+    ) -> pd.DataFrame | None:
+        """The frame of the windows ``closed`` (``ordered``: in close order already)."""
+        if not ordered:
+            in_close_order(closed)
+        how = self.how
+        if how == "size":
+            return self._frame_of(closed, [list(map(_acc, closed))], final)
+        if isinstance(how, str) and how != "mean":  # the partial is the result
+            accs = list(map(_acc, closed))
+            columns = [list(map(operator.itemgetter(i), accs)) for i in range(len(self.outputs))]
+            return self._frame_of(closed, columns, final)
         values: list[tuple[Any, ...]] = []
         kept = []
         for c in closed:
@@ -497,38 +476,43 @@ class FrameWindow(ConformingNode):
                 what = (
                     f"window [{c[1]}, {c[0]}) of key {c[3]!r}" if self.by else f"[{c[1]}, {c[0]})"
                 )
-                self._user_error(what, e, self.how)
+                self._user_error(what, e, how)
                 continue
             kept.append(c)
         if not kept:
             return None
-        return self._frame_of(kept, values, final)
+        return self._frame_of(kept, list(zip(*values)), final)
 
     def _frame_of(
         self,
         kept: list[Closed],
-        values: list[tuple[Any, ...]],
+        columns: Sequence[Sequence[Any]],
         final: bool,
     ) -> pd.DataFrame:
-        ex = self.result_example
+        """The frame of windows ``kept``, ``columns`` the values of each output column."""
+        ex, dtypes = self.result_example, self._out_dtypes
         data: dict[Any, Any] = {}
+        n = len(kept)
         for name, i in (("start", 1), ("end", 0)):
-            col = np.array([c[i] for c in kept], dtype=float)
+            col = np.fromiter(map(operator.itemgetter(i), kept), dtype=float, count=n)
             dtype = self.time_dtype
             data[name] = col if dtype is None else _as_datetimes(col, dtype)
-        keys = [c[3] for c in kept]
+        keys = list(map(_window_key, kept))
         if len(self.by) == 1:
-            data[self.by[0]] = _typed(keys, ex[self.by[0]].dtype)
+            data[self.by[0]] = _typed(keys, dtypes[self.by[0]])
         elif self.by:
             for i, b in enumerate(self.by):
-                data[b] = _typed([k[i] for k in keys], ex[b].dtype)
-        for i, label in enumerate(self.outputs):
-            column = [v[i] for v in values]
+                data[b] = _typed([k[i] for k in keys], dtypes[b])
+        for label, values in zip(self.outputs, columns):
+            column = list(values)
             # a function's results take the dtype pandas infers for them
-            data[label] = column if callable(self.how) else _typed(column, ex[label].dtype)
+            data[label] = column if callable(self.how) else _typed(column, dtypes[label])
         if self.spec.updates:
-            data["final"] = np.full(len(kept), final)
-        return pd.DataFrame(data, columns=list(ex.columns))
+            data["final"] = np.full(n, final)
+        # built under positions, then labelled with the example's own columns (pandas
+        # infers no Index from the labels of every batch)
+        frame = pd.DataFrame(dict(enumerate(data[c] for c in ex.columns)), copy=False)
+        return frame.set_axis(ex.columns, axis=1)
 
     # ------------------------------------------------------------------ state
     def records_held(self) -> int | None:
@@ -552,13 +536,24 @@ class FrameWindow(ConformingNode):
         )
 
 
+#: a closed window's partial and key (``Closed``)
+_acc = operator.itemgetter(4)
+_window_key = operator.itemgetter(3)
+
+
 def _codes(grouped: pd.api.typing.DataFrameGroupBy) -> np.ndarray:
     """Each row's group number (-1 for a row whose key is missing)."""
     return np.asarray(grouped.ngroup().fillna(-1).to_numpy(), dtype=np.int64)
 
 
-def _typed(values: list[object], dtype: Dtype) -> pd.api.extensions.ExtensionArray | list[object]:
+def _typed(
+    values: list[object], dtype: Dtype
+) -> pd.api.extensions.ExtensionArray | np.ndarray | list[object]:
     """``values`` as an array of ``dtype`` where they fit it (else as pandas infers)."""
+    if isinstance(dtype, np.dtype) and dtype.kind in "iufb":
+        inferred = np.array(values)
+        if inferred.ndim == 1 and inferred.dtype == dtype:  # numpy reads them as that dtype
+            return inferred
     try:
         return pd.array(values, dtype=dtype)
     except (TypeError, ValueError):

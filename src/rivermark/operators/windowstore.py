@@ -38,11 +38,14 @@ places both.
 from __future__ import annotations
 
 import bisect
+import functools
 import heapq
 import math
 import operator
+from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from fractions import Fraction
+from itertools import compress, repeat
 from typing import Any, Protocol
 
 from rivermark.state import KeyedState, KeyedStore, as_keyed
@@ -50,6 +53,7 @@ from rivermark.state import KeyedState, KeyedStore, as_keyed
 _dict_set = dict.__setitem__
 
 __all__ = [
+    "BulkWindows",
     "Closed",
     "OpenWindows",
     "exact_sign",
@@ -89,6 +93,9 @@ def in_close_order(closed: list[Closed], ascending: bool = False) -> None:
 _end_start_key = operator.itemgetter(0, 1, 3)
 _end_start_seq = operator.itemgetter(0, 1, 2)
 _key = operator.itemgetter(3)
+_first = operator.itemgetter(0)
+_second = operator.itemgetter(1)
+_third = operator.itemgetter(2)
 
 
 def slot(ts: float, width: float, offset: float, shift: float = 0.0) -> int:
@@ -243,6 +250,14 @@ class OpenWindows:
         else:
             open_[(k, start)] = window
 
+    def lookup(self, ids: list[tuple[Any, float]]) -> list[Any]:
+        """What each window ``(key, start)`` of ``ids`` holds (None: not open)."""
+        return list(map(self.open.get, ids))
+
+    def update_fixed(self, ids: list[tuple[Any, float]], curs: list[Any], accs: list[Any]) -> None:
+        """Set the ``acc`` of each open fixed window of ``ids`` (``curs``: what they held)."""
+        self.open.update(zip(ids, zip(map(_first, curs), map(_second, curs), accs)))
+
     def session_starts(self, k: Hashable) -> list[float]:
         """The starts of key ``k``'s open sessions, in order (do not change the list)."""
         return self.sessions.get(k, [])
@@ -323,3 +338,102 @@ class OpenWindows:
                 starts.sort()
         self.sessions = sessions
         self.clock.due = -math.inf  # the next record looks which windows are due
+
+
+class BulkWindows(OpenWindows):
+    """Fixed windows opened and closed many at a time: a DataFrame batch's.
+
+    The same open windows as :class:`OpenWindows` (``open``, its state and
+    checkpoints are the same), ordered for closing per window span, not per
+    window: for each ``(end, start)`` the keys of its open windows in the
+    order they opened, and a heap of the spans.  A batch opens its windows
+    with :meth:`open_fixed` (one ``dict.update``, one list per span) and the
+    windows of a span close together (:meth:`pop_due`), with no Python step
+    per window beyond the ``dict``'s own.
+    """
+
+    __slots__ = ("buckets", "spans")
+
+    def __init__(self, clock: Clock, grace: float) -> None:
+        super().__init__(clock, grace, None)
+        #: per ``(end, start)``: the keys of its open windows, in the order they opened
+        self.buckets: dict[tuple[float, float], list[Any]] = {}
+        #: the ``(end, start)`` of every bucket, a heap
+        self.spans: list[tuple[float, float]] = []
+
+    def open_window(self, k: object, start: float, end: float, acc: object, *extra: object) -> None:
+        self.open_fixed([(k, start)], [end], [acc])
+
+    def open_fixed(self, ids: list[tuple[Any, float]], ends: list[float], accs: list[Any]) -> None:
+        """Open fixed windows ``ids`` (none open now) ending at ``ends``, in that order."""
+        if not ids:
+            return
+        seq = self.seq
+        self.seq = seq + len(ids)
+        self.open.update(zip(ids, zip(ends, range(seq, self.seq), accs)))
+        starts = list(map(_second, ids))
+        buckets, spans = self.buckets, self.spans
+        if starts[0] == starts[-1] and min(starts) == max(starts):
+            by_start = [(0, list(map(_first, ids)))]  # one span, most often
+        else:  # a few spans (a hopping window's, or disorder across a window's end)
+            by_start = []
+            for s in sorted(set(starts)):
+                mask = list(map(s.__eq__, starts))
+                by_start.append((mask.index(True), list(compress(map(_first, ids), mask))))
+        for first, keys in by_start:
+            span = (ends[first], starts[first])
+            bucket = buckets.get(span)
+            if bucket is None:
+                buckets[span] = keys
+                heapq.heappush(spans, span)
+            else:
+                bucket.extend(keys)
+        due = min(ends) + self.grace
+        clock = self.clock
+        if due < clock.due:
+            clock.due = due
+
+    def next_due(self) -> float:
+        spans = self.spans
+        return spans[0][0] + self.grace if spans else math.inf
+
+    def pop_due(self, watermark: float) -> list[Closed]:
+        """Remove and return every window whose end plus grace is at or below ``watermark``,
+        in close order (:func:`in_close_order`), a span at a time."""
+        spans, buckets, grace, open_ = self.spans, self.buckets, self.grace, self.open
+        closed: list[Closed] = []
+        plain = open_ if type(open_) is KeyedState else None
+        while spans and spans[0][0] + grace <= watermark:
+            end, start = heapq.heappop(spans)
+            keys = buckets.pop((end, start))
+            ids = list(zip(keys, repeat(start)))
+            if plain is not None:  # KeyedState.__delitem__ written out, in bulk
+                curs = list(map(plain.__getitem__, ids))
+                deque(map(functools.partial(_dict_del, plain), ids), maxlen=0)
+                changes = plain._changes  # noqa: SLF001 - see KeyedState.__delitem__
+                if changes is not None:
+                    changes.update(dict.fromkeys(ids, DELETED))
+            else:
+                curs = [open_.pop(i) for i in ids]
+            # in the order they opened: (end, start, seq) ascending
+            closed.extend(
+                zip(repeat(end), repeat(start), map(_second, curs), keys, map(_third, curs))
+            )
+        if len(closed) > 1:
+            in_close_order(closed, ascending=True)
+        return closed
+
+    def set_state(self, state: Any) -> None:
+        super().set_state(state)
+        self.heap = []
+        buckets: dict[tuple[float, float], list[Any]] = {}
+        for (k, start), v in sorted(self.open.items(), key=_seq_of):
+            buckets.setdefault((v[0], start), []).append(k)
+        self.buckets = buckets
+        self.spans = list(buckets)
+        heapq.heapify(self.spans)
+
+
+def _seq_of(item: tuple[tuple[Any, float], tuple[Any, ...]]) -> int:
+    """The number of a window ``((key, start), (end, seq, acc))`` in the order windows opened."""
+    return int(item[1][1])

@@ -13,7 +13,7 @@ import pytest
 from rivermark import ConfigurationError, Stream
 from rivermark.dataframe import DataFrame
 from rivermark.operators.eventtime import WindowResult
-from rivermark.operators.windowstore import OpenWindows, SlotSpans, slot
+from rivermark.operators.windowstore import BulkWindows, OpenWindows, SlotSpans, slot
 
 
 def test_record_and_frame_windows_keep_the_same_open_windows_in_one_store() -> None:
@@ -31,7 +31,8 @@ def test_record_and_frame_windows_keep_the_same_open_windows_in_one_store() -> N
         s.emit(r)
     src.emit(pd.DataFrame({"ts": [r[0] for r in rows], "k": [r[1] for r in rows]}))
     a, b = records.store, frames.window_node.store
-    assert type(a) is OpenWindows and type(b) is OpenWindows
+    # the frames' store is the record windows' one, opening and closing a batch's in bulk
+    assert type(a) is OpenWindows and type(b) is BulkWindows and isinstance(b, OpenWindows)
     assert len(a) > 3
     # the same windows with the same ends and counts (a count, a tuple of one per column);
     # a batch opens its windows in the order of (key, window), records as they come
