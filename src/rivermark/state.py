@@ -48,8 +48,10 @@ from __future__ import annotations
 import itertools
 import logging
 from abc import abstractmethod
+from collections import deque
 from collections.abc import Callable, Hashable, Mapping, MutableMapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, ClassVar
 
 logger = logging.getLogger(__name__)
@@ -107,6 +109,7 @@ class KeyedDelta:
 
 
 _dict_set = dict.__setitem__
+_dict_del = dict.__delitem__
 
 
 class KeyedStore(MutableMapping[Any, Any]):
@@ -248,6 +251,18 @@ class KeyedState(dict[Any, Any], KeyedStore):
         if default:
             return default[0]
         raise KeyError(key)
+
+    def pop_many(self, keys: list[Any]) -> list[Any]:
+        """Remove ``keys`` (each one held) and return their values in order: ``pop`` of
+        many keys, recorded at once (a DataFrame window store closes a span this way)."""
+        values = list(map(self.__getitem__, keys))
+        deque(map(partial(_dict_del, self), keys), maxlen=0)
+        changes = self._changes
+        if changes is not None:
+            changes.update(dict.fromkeys(keys, DELETED))
+            if len(changes) > 2 * len(self) + TOMBSTONE_SLACK:
+                self._recording(None)  # as in __delitem__
+        return values
 
     def popitem(self) -> tuple[Any, Any]:
         key, value = dict.popitem(self)

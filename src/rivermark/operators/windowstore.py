@@ -38,11 +38,9 @@ places both.
 from __future__ import annotations
 
 import bisect
-import functools
 import heapq
 import math
 import operator
-from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from fractions import Fraction
 from itertools import compress, repeat
@@ -407,14 +405,7 @@ class BulkWindows(OpenWindows):
             end, start = heapq.heappop(spans)
             keys = buckets.pop((end, start))
             ids = list(zip(keys, repeat(start)))
-            if plain is not None:  # KeyedState.__delitem__ written out, in bulk
-                curs = list(map(plain.__getitem__, ids))
-                deque(map(functools.partial(_dict_del, plain), ids), maxlen=0)
-                changes = plain._changes  # noqa: SLF001 - see KeyedState.__delitem__
-                if changes is not None:
-                    changes.update(dict.fromkeys(ids, DELETED))
-            else:
-                curs = [open_.pop(i) for i in ids]
+            curs = plain.pop_many(ids) if plain is not None else [open_.pop(i) for i in ids]
             # in the order they opened: (end, start, seq) ascending
             closed.extend(
                 zip(repeat(end), repeat(start), map(_second, curs), keys, map(_third, curs))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from rivermark import KeyedState, Stream
 from rivermark.checkpoint import Job, LocalDirectoryStore
-from rivermark.state import TOMBSTONE_SLACK, KeyedStore
+from rivermark.state import DELETED, TOMBSTONE_SLACK, KeyedStore
 
 
 def _checkpoint(*stores: object) -> None:
@@ -146,3 +146,21 @@ def test_a_table_forgets_keys_deleted_behind_the_floor_that_do_not_change_again(
     # what is forgotten answers as the tombstone did
     assert table.get("k100") is None and table.as_of("k100", 50_000) is None
     assert table.as_of("k39998", 39_999) == "v"
+
+
+def test_pop_many_returns_the_values_records_the_deletes_and_stays_bounded() -> None:
+    """The DataFrame windows close a span of windows at once (``KeyedState.pop_many``)."""
+    ks = KeyedState({("a", 0): 1, ("b", 0): 2, ("c", 10): 3})
+    ks.take_delta()
+    assert ks.pop_many([("b", 0), ("a", 0)]) == [2, 1]
+    assert dict(ks) == {("c", 10): 3}
+    assert ks.take_delta().changes == {("b", 0): DELETED, ("a", 0): DELETED}
+    most = 0
+    for span in range(2_000):  # 20 windows open a span, closed together
+        ks.update({(k, span): k for k in range(20)})
+        ks.pop_many([(k, span) for k in range(20)])
+        most = max(most, ks.pending_changes())
+    assert most <= _bound(ks) + 20
+    # the record was dropped for a copy: the next checkpoint is the whole mapping
+    delta = ks.take_delta()
+    assert delta.complete and delta.changes == {("c", 10): 3}
