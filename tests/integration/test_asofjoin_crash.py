@@ -142,9 +142,11 @@ def test_random_kills_give_identical_joins(workdir: Path, reference: bytes, join
         if p is not None:
             progress.append(p)
 
+    env = _env(workdir, out, 600, joins)
+    env["RIVERMARK_APP_WORK_WHILE_KILLED"] = "1"  # the run after the last kill at full speed
     report = run_with_crashes(
         [*_cmd(ckpt), "--every-batches", "500"],
-        env=_env(workdir, out, 600, joins),
+        env=env,
         kills=12,
         min_delay=0.05,
         max_delay=0.6,

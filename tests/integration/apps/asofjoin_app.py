@@ -20,10 +20,12 @@ import json
 import os
 from typing import Any
 
+from pacing import work_rounds
+
 from rivermark import Stream
 from rivermark.operators.eventtime import WindowResult
 
-WORK = int(os.environ.get("RIVERMARK_APP_WORK", "0"))
+WORK = work_rounds()
 JOINS = os.environ.get("RIVERMARK_APP_JOINS", "asof,interval,window").split(",")
 
 

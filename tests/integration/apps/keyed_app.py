@@ -37,11 +37,12 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from pacing import work_rounds
 
 from rivermark import KeyedState, Stream
 from rivermark.dataframe import DataFrame
 
-WORK = int(os.environ.get("RIVERMARK_APP_WORK", "0"))
+WORK = work_rounds()
 KEYS = int(os.environ.get("RIVERMARK_APP_KEYS", "0"))
 PAD = int(os.environ.get("RIVERMARK_APP_PAD", "0"))
 

@@ -11,6 +11,8 @@ import hashlib
 import json
 import os
 
+from pacing import work_rounds
+
 from rivermark import Stream
 
 
@@ -18,7 +20,7 @@ def add(acc: int, x: int) -> int:
     return acc + x
 
 
-WORK = int(os.environ.get("RIVERMARK_APP_WORK", "0"))
+WORK = work_rounds()
 
 
 def parse(line: str) -> dict[str, int]:

@@ -8,12 +8,13 @@ record (the same output, a longer run).
 from __future__ import annotations
 
 import hashlib
-import os
 from typing import Any
+
+from pacing import work_rounds
 
 from rivermark.sinks.sql import delete
 
-WORK = int(os.environ.get("RIVERMARK_APP_WORK", "0"))
+WORK = work_rounds()
 KEYS = 37
 
 

@@ -19,8 +19,16 @@ def lake_cmd(app: str, ckpt: str, every: str = "0.2s") -> list[str]:
 
 
 def lake_env(
-    kind: str, url: str, mode: str, n: int, work: int = 0, base: dict[str, str] | None = None
+    kind: str,
+    url: str,
+    mode: str,
+    n: int,
+    work: int = 0,
+    base: dict[str, str] | None = None,
+    paced_while_killed: bool = False,
 ) -> dict[str, str]:
+    """The app's environment; ``paced_while_killed``: ``work`` only in the runs a crash
+    harness kills (``apps/pacing.py``), the run after the last kill at full speed."""
     env = dict(os.environ if base is None else base)
     env.update(
         RIVERMARK_LAKE_KIND=kind,
@@ -29,6 +37,8 @@ def lake_env(
         RIVERMARK_LAKE_N=str(n),
         RIVERMARK_APP_WORK=str(work),
     )
+    if paced_while_killed:
+        env["RIVERMARK_APP_WORK_WHILE_KILLED"] = "1"
     return env
 
 

@@ -108,7 +108,8 @@ def test_random_kills_leave_the_table_of_an_uncrashed_run(
     with _poller(url, mode) as poller:
         report = run_with_crashes(
             lake_cmd(APP, str(ckpt)),
-            env=lake_env("delta", url, mode, N, work=1500, base=base or None),
+            env=lake_env("delta", url, mode, N, work=1500, base=base or None,
+                         paced_while_killed=True),
             kills=5, min_delay=0.3, max_delay=2.0, seed=13,
             ready=lambda pid: (ckpt / "LOCK").exists(),
         )  # fmt: skip

@@ -178,7 +178,8 @@ def test_random_kills_leave_the_table_of_an_uncrashed_run(
     with Poller(url, mode) as poller:
         report = run_with_crashes(
             _cmd(ckpt),
-            env=_env(url, mode, work=1500),
+            # the pacing only in the runs that are killed (apps/pacing.py)
+            env={**_env(url, mode, work=1500), "RIVERMARK_APP_WORK_WHILE_KILLED": "1"},
             kills=5,
             min_delay=0.3,
             max_delay=2.0,
