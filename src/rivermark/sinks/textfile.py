@@ -32,6 +32,7 @@ import fcntl
 import logging
 import os
 import stat
+import threading
 from typing import IO, TYPE_CHECKING, Any, ClassVar, TypedDict
 
 from rivermark._fileid import lock_holder, tail_digest
@@ -154,6 +155,9 @@ class SinkToTextfile(Stream):
         self._truncate_pending = False
         self._lock: IO[bytes] | None = None
         self._closed = False
+        #: held while the file is opened or closed: records emitted from a thread of the
+        #: caller's and the job's checkpoint on its loop may both be the first to need it
+        self._opening = threading.Lock()
         if isinstance(file, (str, os.PathLike)):
             self.path: str | None = os.fspath(file)
             # the file is opened on first use, not here: a job refused before it
@@ -273,16 +277,17 @@ class SinkToTextfile(Stream):
                 length = int(handle["length"])
                 if regular:
                     self._check_handle(handle, length)
-            if self._file is not None:
-                self._file.close()
-                self._file = None
-            if regular:
-                with open(self.path, "r+b") as raw:
-                    self._warn_dropped(os.fstat(raw.fileno()).st_size, length)
-                    raw.truncate(length)
-                    raw.flush()
-                    os.fsync(raw.fileno())
-            self._file = open(self.path, "a", **self.open_kwargs)  # noqa: SIM115
+            with self._opening:
+                if self._file is not None:
+                    self._file.close()
+                    self._file = None
+                if regular:
+                    with open(self.path, "r+b") as raw:
+                        self._warn_dropped(os.fstat(raw.fileno()).st_size, length)
+                        raw.truncate(length)
+                        raw.flush()
+                        os.fsync(raw.fileno())
+                self._file = open(self.path, "a", **self.open_kwargs)  # noqa: SIM115
         except BaseException:
             self._release_lock()
             raise
@@ -399,23 +404,29 @@ class SinkToTextfile(Stream):
             lock.close()  # releases the flock
 
     def _require_file(self, what: str) -> IO[str]:
-        """The open file, opened now on first use; refused after :meth:`close`."""
-        if self._file is None:
-            if self._closed or self.path is None:
-                raise ConfigurationError(f"{self.display_name()}: {what}() after close()")
-            self._file = open(self.path, "a", **self.open_kwargs)  # noqa: SIM115 - see close()
-        return self._file
+        """The open file, opened now on first use (once, whichever thread needs it first);
+        refused after :meth:`close`."""
+        f = self._file
+        if f is None:
+            with self._opening:
+                f = self._file
+                if f is None:
+                    if self._closed or self.path is None:
+                        raise ConfigurationError(f"{self.display_name()}: {what}() after close()")
+                    f = self._file = open(self.path, "a", **self.open_kwargs)  # noqa: SIM115
+        return f
 
     def close(self) -> None:
         """Flush and close the file and release its lock (idempotent)."""
-        self._closed = True
+        with self._opening:
+            self._closed = True
+            f, self._file = self._file, None
         try:
-            if self._file is not None:
+            if f is not None:
                 try:
-                    self._file.flush()
+                    f.flush()
                 finally:
-                    self._file.close()
-                    self._file = None
+                    f.close()
         finally:
             self._release_lock()
 

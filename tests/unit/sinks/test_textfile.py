@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import re
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -207,3 +209,25 @@ def test_start_over_of_an_output_that_cannot_be_truncated_is_a_clear_error() -> 
         sink = s.sink_to_textfile(pipe)
         with pytest.raises(ConfigurationError, match="cannot start .* over"):
             sink.start_over()
+
+
+def test_a_record_and_a_checkpoint_needing_the_file_first_open_it_once(tmp_path: Path) -> None:
+    """Records emitted from the caller's thread while the job's loop takes a checkpoint:
+    both may be the first to need the file; a second file object would be left open
+    (its buffered bytes written whenever it is collected)."""
+    opened: list[str] = []
+
+    def slow_opener(path: str, flags: int) -> int:
+        opened.append(path)
+        time.sleep(0.05)  # both threads reach the open before either has the file
+        return os.open(path, flags, 0o644)
+
+    s = Stream()
+    sink = s.sink_to_textfile(str(tmp_path / "out.txt"), opener=slow_opener)
+    emitter = threading.Thread(target=s.emit, args=("a",))
+    emitter.start()
+    sink.pre_commit(1)
+    emitter.join()
+    sink.close()
+    assert opened == [str(tmp_path / "out.txt")]
+    assert (tmp_path / "out.txt").read_text() == "a\n"
