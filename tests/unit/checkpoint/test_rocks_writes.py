@@ -18,14 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import rocksdict
 
 from rivermark.checkpoint.state import codec
 from rivermark.checkpoint.state.rocks import writes
 from rivermark.checkpoint.state.rocks.mapping import META_CF, RocksKeyedState, RocksSettings
 from rivermark.checkpoint.state.rocks.writes import write
 from rivermark.errors import StateStoreError
-
-rocksdict = pytest.importorskip("rocksdict")
 
 
 def _stalling_db(path: Path) -> tuple[Any, Any, Any]:
