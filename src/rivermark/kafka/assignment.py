@@ -297,6 +297,24 @@ class PartitionAssignment:
             [tp for tp, off in zip(new, offsets) if off < self.end.get(tp, off + 1)]
         )
 
+    def assign_again(self, parts: list[tuple[tuple[str, int], int]]) -> None:
+        """Assign ``parts`` (each with its offset) once more: a partition the client stopped fetching.
+
+        Unassigning and assigning resets the client's fetch state for the
+        partition; records it still held for it are dropped and read again
+        from the offset (see :mod:`rivermark.kafka.stalls`).
+        """
+        import confluent_kafka as ck
+
+        consumer = self.source.consumer
+        if consumer is None or not parts:
+            return
+        tps = [ck.TopicPartition(t, p, off) for (t, p), off in parts]
+        consumer.incremental_unassign([ck.TopicPartition(t, p) for (t, p), _ in parts])
+        consumer.incremental_assign(tps)
+        # the source never pauses its own consumer: a partition paused there reads again
+        consumer.resume(tps)
+
     def start_offsets(self, parts: list[tuple[str, int]], initial: bool) -> list[int]:
         """The offsets newly assigned partitions start at (concrete offsets when possible).
 

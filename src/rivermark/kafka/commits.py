@@ -1,20 +1,30 @@
-"""A Kafka source's offset commits to its consumer group, and their retry.
+"""A Kafka source's offset commits to its consumer group, and their repair.
 
 Offsets are committed asynchronously (a commit never holds the event loop).
-An asynchronous commit can fail after it was sent: the broker restarts, the
-group coordinator moves.  librdkafka then reports the failure to the
-consumer's ``on_commit`` callback and does not try again, and the source
-sends no newer offset for a partition that has no more records, so its
-group offset would stay behind for good (lag tools read it, and a restart
-without a checkpoint replays from it).  :class:`GroupCommits` remembers the
-newest offset sent per partition and which of them failed, and gives the
-failed ones back to commit again, at most once a :data:`RETRY_EVERY`
-seconds.  An offset that a newer one of its partition has overtaken is not
-sent again (a group offset never moves backwards).
+What the group holds in the end is not always the newest offset sent:
+
+* an asynchronous commit can fail after it was sent (the broker restarts,
+  the group coordinator moves); librdkafka reports the failure to the
+  consumer's ``on_commit`` callback and does not try again;
+* a commit that librdkafka held back while no coordinator was known is sent
+  when one is found, possibly *after* a newer commit of the same partition
+  made meanwhile: the broker applies both, the older one last, and both
+  report success.  The group's offset has then moved backwards.
+
+In both cases the source sends no newer offset for a partition that has no
+more records, so its group offset would stay behind for good (lag tools read
+it, and a restart without a checkpoint replays from it).
+
+:class:`GroupCommits` keeps, per partition, the newest offset sent, how many
+commits of it are unanswered, and the offset of the last commit the broker
+confirmed (callbacks come in the order the coordinator applied the commits).
+When no commit of a partition is unanswered and the last one applied is not
+the newest sent, :meth:`GroupCommits.due` gives the newest back to commit
+again, at most once a :data:`RETRY_EVERY` seconds.
 
 The callback runs on whichever thread is inside a consumer call (the event
 loop's or the waiting thread's, never both at once: see :mod:`.waiting`);
-the failures it records are handed over through a deque.
+the answers it reads are handed over to the loop through a deque.
 """
 
 from __future__ import annotations
@@ -31,7 +41,7 @@ logger = logging.getLogger(__name__)
 
 TP = tuple[str, int]
 
-#: seconds between two retries of failed asynchronous commits
+#: seconds between two repairs of commits the group does not hold
 RETRY_EVERY = 1.0
 
 
@@ -40,9 +50,15 @@ class GroupCommits:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        #: the newest offset sent per partition
+        #: the newest offset sent (or to send) per partition
         self.sent: dict[TP, int] = {}
-        self._failed: deque[dict[TP, int]] = deque()
+        #: per partition, the offset of the last commit the broker applied
+        self._applied: dict[TP, int] = {}
+        #: per partition, how many commits were sent and not answered
+        self._unanswered: dict[TP, int] = {}
+        #: answers from the callback: (partition, offset, applied), or None for
+        #: a failed request that named no partition (every commit then counts as lost)
+        self._answers: deque[list[tuple[TP, int, bool]] | None] = deque()
         self._retry_at = 0.0
 
     def callback(self, user: Callable[[Any, Any], None] | None) -> Callable[[Any, Any], None]:
@@ -51,35 +67,62 @@ class GroupCommits:
         def on_commit(err: Any, partitions: Any) -> None:
             if user is not None:
                 user(err, partitions)
-            failed = {
-                (tp.topic, tp.partition): tp.offset
-                for tp in partitions or ()
-                if err is not None or tp.error is not None
-            }
-            if failed:
+            if partitions is None:
+                if err is not None:
+                    self._answers.append(None)
+                return
+            answer = [
+                ((tp.topic, tp.partition), tp.offset, err is None and tp.error is None)
+                for tp in partitions
+            ]
+            if not all(ok for _, _, ok in answer):
                 logger.debug("%s: an offset commit failed (%s); it is sent again", self.name, err)
-                self._failed.append(failed)
+            self._answers.append(answer)
 
         return on_commit
 
+    def _read_answers(self) -> None:
+        while self._answers:
+            answer = self._answers.popleft()
+            if answer is None:
+                self._unanswered.clear()
+                continue
+            for tp, offset, applied in answer:
+                left = self._unanswered.get(tp, 0)
+                if left > 1:
+                    self._unanswered[tp] = left - 1
+                else:
+                    self._unanswered.pop(tp, None)
+                if applied:
+                    self._applied[tp] = offset
+
     def record(self, offsets: dict[TP, int]) -> None:
         """``offsets`` were sent."""
+        self._read_answers()
+        for tp, offset in offsets.items():
+            self.sent[tp] = offset
+            self._unanswered[tp] = self._unanswered.get(tp, 0) + 1
+
+    def unsent(self, offsets: dict[TP, int]) -> None:
+        """``offsets`` could not be sent: they are given back by :meth:`due`."""
         self.sent.update(offsets)
 
     def due(self, now: float | None = None) -> dict[TP, int]:
-        """The failed offsets to commit again now (none before :data:`RETRY_EVERY` has passed)."""
-        if not self._failed:
-            return {}
+        """The newest offsets the group does not hold, to commit again now.
+
+        Only partitions without an unanswered commit; looked at once a
+        :data:`RETRY_EVERY` seconds (an empty dict in between).
+        """
         now = time.monotonic() if now is None else now
         if now < self._retry_at:
             return {}
         self._retry_at = now + RETRY_EVERY
-        again: dict[TP, int] = {}
-        while self._failed:
-            for tp, offset in self._failed.popleft().items():
-                if self.sent.get(tp) == offset:  # not overtaken by a newer commit
-                    again[tp] = offset
-        return again
+        self._read_answers()
+        return {
+            tp: offset
+            for tp, offset in self.sent.items()
+            if tp not in self._unanswered and self._applied.get(tp) != offset
+        }
 
 
 def commit_once(consumer: Any, offsets: dict[TP, int], tag: str, name: str) -> None:

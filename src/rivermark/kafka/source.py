@@ -70,6 +70,7 @@ from rivermark.kafka.bootstrap import CatchUp
 from rivermark.kafka.commits import GroupCommits, commit_once
 from rivermark.kafka.errors import KafkaConnectorError, KafkaTopicError
 from rivermark.kafka.ownership import owner_tag
+from rivermark.kafka.stalls import FetchWatch
 from rivermark.kafka.topic_ids import offsets_of, split_position, with_topic_ids
 from rivermark.kafka.transactions import DeadlineExceeded, call_with_deadline
 from rivermark.kafka.waiting import RecordWaiter
@@ -221,6 +222,8 @@ class KafkaBatchedSource(Source[dict[str, Any]], CatchUp):
         self._deferred: dict[tuple[str, int], int] = {}
         #: the offsets sent to the group, and those the broker refused (see .commits)
         self._commits = GroupCommits(kind)
+        #: partitions the client stopped fetching, found and assigned again (see .stalls)
+        self._fetch_watch = FetchWatch(kind)
         #: when the emit loop next gives the event loop a turn (perf_counter)
         self._turn_at = 0.0
         self.batches_emitted = 0
@@ -431,9 +434,8 @@ class KafkaBatchedSource(Source[dict[str, Any]], CatchUp):
             self.consumer.commit(offsets=tps, asynchronous=True)
             self._commits.record(offsets)
         except ck.KafkaException as e:
-            logger.warning(
-                "%s: offset commit failed (will retry with the next): %s", self.display_name(), e
-            )
+            self._commits.unsent(offsets)
+            logger.warning("%s: offset commit failed (sent again): %s", self.display_name(), e)
 
     def _commit_once(self, offsets: dict[tuple[str, int], int]) -> None:
         if self.offset_committer is not None:
@@ -474,7 +476,8 @@ class KafkaBatchedSource(Source[dict[str, Any]], CatchUp):
             if time.monotonic() - self.partitions.last_refresh >= every:
                 await self._refresh()
             self.check_caught_up()  # a table's bootstrap (see .bootstrap)
-            again = self._commits.due()  # commits the broker refused (see .commits)
+            self._watch_fetches()
+            again = self._commits.due()  # commits the group does not hold (see .commits)
             if again:
                 self._commit(again)
             if self.stop_at_end and self.partitions.listed and self.partitions.at_end():
@@ -491,6 +494,21 @@ class KafkaBatchedSource(Source[dict[str, Any]], CatchUp):
                 if not msgs:
                     continue
             await self._emit_messages(msgs)
+
+    def _watch_fetches(self) -> None:
+        """Assign again the partitions the client stopped fetching (see :mod:`.stalls`)."""
+        if not self._fetch_watch.due():
+            return
+        parts = self.partitions
+        reading: dict[tuple[str, int], int] = {}
+        for tp in parts.assigned:
+            offset = parts.offsets.get(f"{tp[0]}:{tp[1]}")
+            end = parts.end.get(tp) if self.stop_at_end else None
+            if offset is not None and (end is None or offset < end):
+                reading[tp] = offset
+        again = self._fetch_watch.check(self.consumer, reading)
+        if again:
+            parts.assign_again(again)
 
     def _consumer_error(self, err: Any) -> None:
         """A message that carries an error: logged, fatal ones raised (end of partition: nothing)."""
@@ -615,6 +633,16 @@ class KafkaBatchedSource(Source[dict[str, Any]], CatchUp):
 
         return done
 
+    def _threads_left(self) -> bool:
+        """Whether the threads calling the consumer left it (one call on it at a time)."""
+        if not self._fetch_watch.join():
+            logger.warning("%s: the broker did not answer an offset look-up", self.display_name())
+            return False
+        if not self._waiter.join():
+            logger.warning("%s: the consumer's wait did not end", self.display_name())
+            return False
+        return True
+
     def close(self) -> None:
         """Commit the final offsets and close the consumer, within ``close_timeout``.
 
@@ -626,12 +654,8 @@ class KafkaBatchedSource(Source[dict[str, Any]], CatchUp):
         if consumer is None:
             self.partitions.closed()
             return
-        # one call on the consumer at a time: the waiting thread leaves it first
-        if not self._waiter.join():
-            logger.warning(
-                "%s: the consumer's wait did not end; the consumer is left behind",
-                self.display_name(),
-            )
+        if not self._threads_left():
+            logger.warning("%s: the consumer is left behind", self.display_name())
             self.partitions.closed()
             return
         deferred, self._deferred = self._deferred, {}

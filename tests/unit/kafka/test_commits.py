@@ -1,4 +1,4 @@
-"""Offset commits the broker refused after they were sent are sent again, never backwards."""
+"""The group ends up holding the newest offset sent: refused or reordered commits are sent again."""
 
 from __future__ import annotations
 
@@ -34,21 +34,22 @@ def test_a_failed_commit_is_given_back_once_the_retry_interval_passed() -> None:
     commits.record({("t", 0): 10, ("t", 1): 7})
     on_commit(ck.KafkaError(ck.KafkaError._TRANSPORT), [_tp("t", 0, 10), _tp("t", 1, 7)])
     assert commits.due(now=100.0) == {("t", 0): 10, ("t", 1): 7}
-    # sent again and refused again: not before the interval has passed
-    on_commit(ck.KafkaError(ck.KafkaError._TRANSPORT), [_tp("t", 0, 10)])
-    assert commits.due(now=100.0 + RETRY_EVERY / 2) == {}
+    commits.record({("t", 0): 10, ("t", 1): 7})  # sent again: partition 1 applied, 0 refused
+    on_commit(None, [_tp("t", 0, 10, ck.KafkaError(ck.KafkaError._TRANSPORT)), _tp("t", 1, 7)])
+    assert commits.due(now=100.0 + RETRY_EVERY / 2) == {}  # not before the interval passed
     assert commits.due(now=100.0 + RETRY_EVERY) == {("t", 0): 10}
-    assert commits.due(now=200.0) == {}  # nothing failed since
+    commits.record({("t", 0): 10})
+    on_commit(None, [_tp("t", 0, 10)])
+    assert commits.due(now=200.0) == {}  # the group holds every newest offset
 
 
-def test_a_partition_error_alone_counts_and_a_success_gives_nothing_back() -> None:
+def test_nothing_is_given_back_while_a_commit_is_unanswered() -> None:
     commits = GroupCommits("from_kafka")
     on_commit = commits.callback(None)
     commits.record({("t", 0): 5, ("t", 1): 6})
+    assert commits.due(now=1.0) == {}  # sent, not answered yet
     on_commit(None, [_tp("t", 0, 5), _tp("t", 1, 6, ck.KafkaError(ck.KafkaError._TIMED_OUT))])
-    assert commits.due(now=1.0) == {("t", 1): 6}
-    on_commit(None, [_tp("t", 0, 5)])
-    assert commits.due(now=10.0) == {}
+    assert commits.due(now=10.0) == {("t", 1): 6}
 
 
 def test_an_offset_overtaken_by_a_newer_commit_is_not_sent_again() -> None:
@@ -57,7 +58,38 @@ def test_an_offset_overtaken_by_a_newer_commit_is_not_sent_again() -> None:
     commits.record({("t", 0): 10})
     commits.record({("t", 0): 20})  # sent before the first one's failure came back
     on_commit(ck.KafkaError(ck.KafkaError._TRANSPORT), [_tp("t", 0, 10)])
-    assert commits.due(now=5.0) == {}  # the group offset never moves back to 10
+    assert commits.due(now=5.0) == {}  # 20 is unanswered: the group never moves back to 10
+    on_commit(None, [_tp("t", 0, 20)])
+    assert commits.due(now=10.0) == {}
+
+
+def test_an_older_commit_applied_after_a_newer_one_is_repaired() -> None:
+    # a commit held back while no coordinator was known goes out after a newer one:
+    # the broker applies both, the older last, and both report success
+    commits = GroupCommits("from_kafka")
+    on_commit = commits.callback(None)
+    commits.record({("t", 0): 10, ("t", 1): 4})
+    commits.record({("t", 0): 20})
+    on_commit(None, [_tp("t", 0, 20)])
+    on_commit(None, [_tp("t", 0, 10), _tp("t", 1, 4)])
+    assert commits.due(now=1.0) == {("t", 0): 20}
+    commits.record({("t", 0): 20})
+    on_commit(None, [_tp("t", 0, 20)])
+    assert commits.due(now=5.0) == {}
+
+
+def test_a_commit_that_could_not_be_sent_is_given_back() -> None:
+    commits = GroupCommits("from_kafka")
+    commits.unsent({("t", 3): 9})
+    assert commits.due(now=1.0) == {("t", 3): 9}
+
+
+def test_a_failed_request_naming_no_partition_counts_every_commit_as_lost() -> None:
+    commits = GroupCommits("from_kafka")
+    on_commit = commits.callback(None)
+    commits.record({("t", 0): 10})
+    on_commit(ck.KafkaError(ck.KafkaError._TRANSPORT), None)
+    assert commits.due(now=1.0) == {("t", 0): 10}
 
 
 def test_the_users_own_on_commit_is_still_called() -> None:
