@@ -252,23 +252,27 @@ class SQLiteStore(SQLStore):
             for who, e in c.execute(f"SELECT DISTINCT _rm_sink, _rm_epoch FROM {quote(self.stage)}")
         ]
         epochs = sorted(e for who, e in staged if who == sid and e <= upto)
+        moves_all = all(who == sid and e <= upto for who, e in staged)
+        # this sink's one epoch alone in the staging table (the common case): its
+        # rows need no test of sink and epoch each
+        which = "" if moves_all and len(epochs) == 1 else "_rm_sink = ? AND _rm_epoch = ? AND "
         for e in epochs:
+            args = (sid, e) if which else ()
             if upsert:
                 keys = ", ".join(map(quote, s.key))
                 c.execute(
                     f"DELETE FROM {quote(s.table)} WHERE ({keys}) IN (SELECT {keys} FROM "
-                    f"{quote(self.stage)} WHERE _rm_sink = ? AND _rm_epoch = ? AND _rm_op = 1)",
-                    (sid, e),
+                    f"{quote(self.stage)} WHERE {which}_rm_op = 1)",
+                    args,
                 )
             c.execute(
                 f"{self.insert_head(s.table)} SELECT {cols} FROM {quote(self.stage)} WHERE "
-                f"_rm_sink = ? AND _rm_epoch = ? AND _rm_op = 0 ORDER BY rowid"
-                f"{self.conflict() if upsert else ''}",
-                (sid, e),
+                f"{which}_rm_op = 0 ORDER BY rowid{self.conflict() if upsert else ''}",
+                args,
             )
-        if all(who == sid and e <= upto for who, e in staged):
-            # every staged row moved: a DELETE without WHERE frees whole pages
-            # (SQLite's truncate optimisation) instead of deleting row by row
+        if moves_all:
+            # a DELETE without WHERE frees whole pages (SQLite's truncate
+            # optimisation) instead of deleting row by row
             c.execute(f"DELETE FROM {quote(self.stage)}")
         else:
             c.execute(
