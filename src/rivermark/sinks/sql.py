@@ -174,7 +174,9 @@ class ToSQL(Sink):
         #: the short path of :meth:`update` (``_row_of``); -1 until the table is known
         self._width = -1
         self._row_of: Callable[[dict[str, Any]], tuple[Any, ...]] = tuple
-        self._key_at: list[int] = []
+        #: the key of a row: its one key column's position, or -1 and ``_key_of_row``
+        self._key_one = -1
+        self._key_of_row: Callable[[tuple[Any, ...]], tuple[Any, ...]] = tuple
         self._reset()
         self._closed = False
 
@@ -299,7 +301,8 @@ class ToSQL(Sink):
         self._put = self._rows.append if self.mode == "append" else self._put_upsert
 
     def _put_upsert(self, row: tuple[Any, ...]) -> None:
-        k = tuple(map(row.__getitem__, self._key_at))
+        i = self._key_one
+        k = (row[i],) if i >= 0 else self._key_of_row(row)
         self._ops.pop(k, None)  # re-insert at the end: the order of last operations
         self._ops[k] = row
 
@@ -312,7 +315,11 @@ class ToSQL(Sink):
             self._width = -1
             return
         self._row_of = itemgetter(*cols)
-        self._key_at = [cols.index(k) for k in self.key]
+        at = [cols.index(k) for k in self.key]
+        if len(at) == 1:
+            self._key_one = at[0]
+        elif at:  # two or more positions: itemgetter returns their tuple
+            self._key_one, self._key_of_row = -1, itemgetter(*at)
         self._width = len(cols)
 
     def _add(self, rec: object) -> None:

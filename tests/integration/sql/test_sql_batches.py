@@ -101,6 +101,26 @@ def test_upsert_folds_both_ways_by_one_key(tmp_path: Path) -> None:
     assert _rows(db, "SELECT k, v, w FROM out ORDER BY k") == [("a", 2, None), ("c", 6, 6)]
 
 
+def test_upsert_by_two_key_columns_folds_both_ways(tmp_path: Path) -> None:
+    db = tmp_path / "out.db"
+    records: list[Any] = [
+        {"k": "a", "v": 1, "w": 1},
+        {"k": "a", "v": 2, "w": 1},  # the same key (a, 2): replaces the row above
+        {"k": "a", "v": 2},  # the long way: key (a, 2) again, w NULL
+        {"k": "b", "v": 3, "w": 3},
+        delete(k="b", v=3),
+        {"k": "b", "v": 4, "w": 4},
+    ]
+    src = Stream.from_iterable(records)
+    src.to_sql(f"sqlite:///{db}", "out", mode="upsert", key=["k", "v"], columns=TOTALS, create=True)  # fmt: skip
+    Job(src, checkpoint=str(tmp_path / "ckpt"), every_batches=100).run()
+    assert _rows(db, "SELECT k, v, w FROM out ORDER BY k, v") == [
+        ("a", 1, 1),
+        ("a", 2, None),
+        ("b", 4, 4),
+    ]
+
+
 def test_two_sink_ids_stage_in_one_table_and_every_row_lands_once(tmp_path: Path) -> None:
     db = tmp_path / "out.db"
     n = 40
