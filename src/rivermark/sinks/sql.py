@@ -55,11 +55,13 @@ from __future__ import annotations
 import logging
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, ClassVar, TypedDict, Unpack
 
 from rivermark.core.node import NodeOptions, Stream
 from rivermark.core.refs import Metadata
 from rivermark.errors import ConfigurationError, RivermarkError
+from rivermark.execution.steps import step
 from rivermark.sinks.basic import Sink
 from rivermark.sinks.sqlstores import (
     Delete,
@@ -166,6 +168,16 @@ class ToSQL(Sink):
         self._store: SQLiteStore | PostgresStore | None = None
         self._rows: list[tuple[Any, ...]] = []
         self._ops: dict[tuple[Any, ...], tuple[Any, ...] | None] = {}
+        #: where a row goes: appended to ``_rows``, or folded into ``_ops`` by key
+        self._put: Callable[[tuple[Any, ...]], None] = self._rows.append
+        #: the number of columns when a plain dict with exactly these keys may take
+        #: the short path of :meth:`update` (``_row_of``); -1 until the table is known
+        self._width = -1
+        self._row_of: Callable[[dict[str, Any]], tuple[Any, ...]] = tuple
+        #: the key of a row: its one key column's position, or -1 and ``_key_of_row``
+        self._key_one = -1
+        self._key_of_row: Callable[[tuple[Any, ...]], tuple[Any, ...]] = tuple
+        self._reset()
         self._closed = False
 
     def label(self) -> str:
@@ -258,10 +270,24 @@ class ToSQL(Sink):
         )
 
     # ---------------------------------------------------------------- records
+    @step
     def update(self, x: Any, who: Stream | None = None, metadata: Metadata | None = None) -> None:
+        # the common record first: a plain dict with exactly the table's columns
+        # becomes its row in one C call (a key the table lacks raises KeyError)
+        if type(x) is dict and len(x) == self._width:
+            try:
+                self._put(self._row_of(x))
+            except KeyError:
+                self._update_other(x)  # names the column the table lacks
+            return None
+        self._update_other(x)
+        return None
+
+    def _update_other(self, x: Any) -> None:
+        """A record the short path of :meth:`update` does not take, or the first one."""
         if not self.column_names:
             self._prepare_table()
-        if type(x) is dict:  # the common case, first
+        if type(x) is dict:
             self._add(x)
         elif hasattr(x, "to_dict") and hasattr(x, "columns"):
             for rec in x.to_dict("records"):
@@ -269,8 +295,41 @@ class ToSQL(Sink):
         else:
             self._add(x)
 
+    def _reset(self) -> None:
+        """Empty the epoch's buffers (after they were written, or on restore)."""
+        self._rows, self._ops = [], {}
+        self._put = self._rows.append if self.mode == "append" else self._put_upsert
+
+    def _put_upsert(self, row: tuple[Any, ...]) -> None:
+        i = self._key_one
+        k = (row[i],) if i >= 0 else self._key_of_row(row)
+        self._ops.pop(k, None)  # re-insert at the end: the order of last operations
+        self._ops[k] = row
+
+    def _columns_known(self) -> None:
+        """Set up the short path of :meth:`update` for the table's columns."""
+        cols = self.column_names
+        # itemgetter of one name returns the value, not a 1-tuple; a name given
+        # twice would let a dict with another key through
+        if len(cols) < 2 or len(set(cols)) != len(cols) or not set(self.key) <= set(cols):
+            self._width = -1
+            return
+        self._row_of = itemgetter(*cols)
+        at = [cols.index(k) for k in self.key]
+        if len(at) == 1:
+            self._key_one = at[0]
+        elif at:  # two or more positions: itemgetter returns their tuple
+            self._key_one, self._key_of_row = -1, itemgetter(*at)
+        self._width = len(cols)
+
     def _add(self, rec: object) -> None:
         cols = self.column_names
+        if type(rec) is dict and len(rec) == self._width:
+            try:
+                self._put(self._row_of(rec))
+                return
+            except KeyError:
+                pass  # a column the table lacks: named below
         if type(rec) is not dict:
             if isinstance(rec, Delete):
                 self._add_delete(rec)
@@ -332,6 +391,7 @@ class ToSQL(Sink):
                     f"{self.label()}: table {self.table!r} in {store.where()} has no column(s) "
                     f"{missing!r} (its columns: {existing!r})"
                 )
+            self._columns_known()
             store.setup()
         except SQLSinkError:
             raise
@@ -345,7 +405,7 @@ class ToSQL(Sink):
             self._prepare_table()
         store = self._connect()
         rows, ops = self._rows, self._ops
-        self._rows, self._ops = [], {}
+        self._reset()
         if self.mode == "upsert":
             rows = [r for r in ops.values() if r is not None]
             deletes = [k for k, r in ops.items() if r is None]
@@ -388,7 +448,7 @@ class ToSQL(Sink):
             raise
         except Exception as e:
             raise self._failed(store, "resolving the last epoch", e) from None
-        self._rows, self._ops = [], {}
+        self._reset()
         logger.info("%s: restored to epoch %s in %s: %s", self.label(), epoch, store.where(), done)
 
     def start_over(self) -> None:
@@ -399,7 +459,7 @@ class ToSQL(Sink):
             n = store.start_over()
         except Exception as e:
             raise self._failed(store, "starting over", e) from None
-        self._rows, self._ops = [], {}
+        self._reset()
         logger.warning(
             "%s: starting over from scratch: emptied table %r in %s (%d rows deleted)",
             self.label(), self.table, store.where(), n,

@@ -180,20 +180,36 @@ class SQLiteStore(SQLStore):
         self, epoch: int, rows: list[tuple[Any, ...]], deletes: list[tuple[Any, ...]]
     ) -> None:
         c, sid = self.conn, self.sink.sink_id
-        n = len(self.sink.column_names)
         c.execute("BEGIN IMMEDIATE")
         try:
             c.execute(
                 f"DELETE FROM {quote(self.stage)} WHERE _rm_sink = ? AND _rm_epoch >= ?",
                 (sid, epoch),
             )
-            sql = f"INSERT INTO {quote(self.stage)} VALUES (?, ?, ?, {', '.join(['?'] * n)})"
-            c.executemany(sql, [(sid, epoch, 0, *r) for r in rows])
-            c.executemany(sql, [(sid, epoch, 1, *self._key_row(k)) for k in deletes])
+            c.executemany(*self._staged(epoch, 0, rows))
+            c.executemany(*self._staged(epoch, 1, [self._key_row(k) for k in deletes]))
             c.execute("COMMIT")
         except BaseException:
             c.execute("ROLLBACK")
             raise
+
+    def _staged(
+        self, epoch: int, op: int, rows: Sequence[Sequence[Any]]
+    ) -> tuple[str, Sequence[Sequence[Any]]]:
+        """The staging insert of one epoch's rows (op 0) or tombstones (op 1), and its rows.
+
+        The sink id, epoch and op are written into the statement as literals, so
+        that each row is bound as it is, without a longer tuple made for it; a
+        sink id with a NUL character (which SQL text cannot hold) is bound instead.
+        """
+        sid = self.sink.sink_id
+        holes = ", ".join(["?"] * len(self.sink.column_names))
+        if "\x00" in sid:
+            sql = f"INSERT INTO {quote(self.stage)} VALUES (?, ?, ?, {holes})"
+            return sql, [(sid, epoch, op, *r) for r in rows]
+        lit = "'" + sid.replace("'", "''") + "'"
+        sql = f"INSERT INTO {quote(self.stage)} VALUES ({lit}, {int(epoch)}, {int(op)}, {holes})"
+        return sql, rows
 
     def _key_row(self, key: tuple[Any, ...]) -> list[Any]:
         """A staged tombstone: the key in the key columns' places, the rest NULL."""
@@ -230,31 +246,39 @@ class SQLiteStore(SQLStore):
         c, s, sid = self.conn, self.sink, self.sink.sink_id
         cols = ", ".join(map(quote, s.column_names))
         upsert = s.mode == "upsert"
-        epochs = [
-            int(r[0])
-            for r in c.execute(
-                f"SELECT DISTINCT _rm_epoch FROM {quote(self.stage)} WHERE _rm_sink = ? "
-                "AND _rm_epoch <= ? ORDER BY _rm_epoch",
-                (sid, upto),
-            )
+        # what the staging table holds, by sink and epoch (other sinks may stage here)
+        staged = [
+            (who, int(e))
+            for who, e in c.execute(f"SELECT DISTINCT _rm_sink, _rm_epoch FROM {quote(self.stage)}")
         ]
+        epochs = sorted(e for who, e in staged if who == sid and e <= upto)
+        moves_all = all(who == sid and e <= upto for who, e in staged)
+        # this sink's one epoch alone in the staging table (the common case): its
+        # rows need no test of sink and epoch each
+        which = "" if moves_all and len(epochs) == 1 else "_rm_sink = ? AND _rm_epoch = ? AND "
         for e in epochs:
+            args = (sid, e) if which else ()
             if upsert:
                 keys = ", ".join(map(quote, s.key))
                 c.execute(
                     f"DELETE FROM {quote(s.table)} WHERE ({keys}) IN (SELECT {keys} FROM "
-                    f"{quote(self.stage)} WHERE _rm_sink = ? AND _rm_epoch = ? AND _rm_op = 1)",
-                    (sid, e),
+                    f"{quote(self.stage)} WHERE {which}_rm_op = 1)",
+                    args,
                 )
             c.execute(
                 f"{self.insert_head(s.table)} SELECT {cols} FROM {quote(self.stage)} WHERE "
-                f"_rm_sink = ? AND _rm_epoch = ? AND _rm_op = 0 ORDER BY rowid"
-                f"{self.conflict() if upsert else ''}",
-                (sid, e),
+                f"{which}_rm_op = 0 ORDER BY rowid{self.conflict() if upsert else ''}",
+                args,
             )
-        c.execute(
-            f"DELETE FROM {quote(self.stage)} WHERE _rm_sink = ? AND _rm_epoch <= ?", (sid, upto)
-        )
+        if moves_all:
+            # a DELETE without WHERE frees whole pages (SQLite's truncate
+            # optimisation) instead of deleting row by row
+            c.execute(f"DELETE FROM {quote(self.stage)}")
+        else:
+            c.execute(
+                f"DELETE FROM {quote(self.stage)} WHERE _rm_sink = ? AND _rm_epoch <= ?",
+                (sid, upto),
+            )
 
     def resolve(self, epoch: int | None) -> str:
         c, sid = self.conn, self.sink.sink_id
