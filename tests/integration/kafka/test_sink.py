@@ -10,7 +10,7 @@ import pytest
 from rivermark import Stream
 from rivermark.core.refs import RefCounter
 from rivermark.kafka import KafkaDeliveryError, dead_letter
-from rivermark.testing import wait_for_async, wait_progress
+from rivermark.testing import WaitTimeout, wait_for_async, wait_progress
 from rivermark.testing.kafka_broker import KafkaBroker, restart_broker
 
 from .helpers import committed, consume_all, produce, wait_for
@@ -121,12 +121,18 @@ def test_broker_restart_mid_run_loses_nothing(
         assert broker.bootstrap == bootstrap
         produce(bootstrap, inp, range(500, 1000))
         # waits as long as the commits move (a loaded machine reconnects slowly)
-        wait_progress(
-            lambda: sum(committed(bootstrap, group, inp, 2).values()),
-            1000,
-            240,
-            "offsets committed",
-        )
+        try:
+            wait_progress(
+                lambda: sum(committed(bootstrap, group, inp, 2).values()),
+                1000,
+                240,
+                "offsets committed",
+            )
+        except WaitTimeout as e:
+            raise AssertionError(
+                f"{e}: the group holds {committed(bootstrap, group, inp, 2)}, the source "
+                f"emitted {src.records_emitted} records and sent {src._commits.sent}"
+            ) from None
     finally:
         src.stop()
     vals: Any = sorted(int(m.value()) for m in consume_all(bootstrap, out, expected=1000))
