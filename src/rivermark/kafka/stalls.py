@@ -10,16 +10,19 @@ own next offset does the same for one partition.
 :class:`FetchWatch` finds such a partition.  Every :data:`CHECK_EVERY`
 seconds the source's loop hands it the next offset of every partition it
 reads; a partition whose offset has not moved for :data:`STALL_AFTER`
-seconds is looked up on the broker (its latest offset, asked from the
-broker in a thread, never the consumer's cache, which a partition without
-fetches does not update).  When the broker holds offsets past the source's
-next offset, the partition is assigned again at that offset (and resumed).
+seconds is looked up (in a thread): its latest offset asked from the broker
+(never the consumer's cache, which a partition without fetches does not
+update) and the consumer's own position in it.  When the broker holds
+offsets past that position, the partition is assigned again at the
+source's offset (and resumed).
 
-A partition at the end of a transactional topic always looks like that:
-the commit marker takes the last offset and is never delivered.  So a
-partition is assigned again at most once per (next offset, latest offset)
-pair, the re-assignment is logged at INFO, and only a partition that then
-delivers records at once gets a WARNING saying that it had stopped.
+The consumer's position counts the markers that end transactions (never
+delivered), so the end of a transactional topic is no stall.  Records a
+consumer skips for other reasons (an aborted transaction's, with
+``isolation.level=read_committed``) might look like one: a partition is
+assigned again at most once per pair of offsets, that is logged at INFO,
+and only a partition that then delivers records at once gets a WARNING
+saying that it had stopped.
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ class FetchWatch:
         #: per partition assigned again: (next offset, broker's latest offset, when)
         self._tried: dict[TP, tuple[int, int, float]] = {}
         self._check_at = 0.0
-        self._asking: asyncio.Future[dict[TP, int]] | None = None
+        self._asking: asyncio.Future[dict[TP, tuple[int, int]]] | None = None
         self._asked_for: dict[TP, int] = {}
         #: set while no look-up is on the consumer (closing the consumer waits for it)
         self._idle_event = threading.Event()
@@ -152,9 +155,12 @@ class FetchWatch:
         again: list[tuple[TP, int]] = []
         now = time.monotonic()
         for tp, start in asked.items():
-            high = latest.get(tp)
-            if high is None or offsets.get(tp) != start or high <= start:
-                continue  # unknown, moved meanwhile, or at its end
+            found = latest.get(tp)
+            if found is None or offsets.get(tp) != start:
+                continue  # unknown, or moved meanwhile
+            position, high = found
+            if high <= max(start, position):
+                continue  # at its end
             tried = self._tried.get(tp)
             if tried is not None and tried[:2] == (start, high):
                 continue  # assigned again already for this very state (a marker at the end)
@@ -172,11 +178,11 @@ class FetchWatch:
             again.append((tp, start))
         return again
 
-    def _look_up(self, consumer: Any, parts: list[TP]) -> dict[TP, int]:
-        """Each partition's latest offset, asked from the broker (blocking: runs in a thread)."""
+    def _look_up(self, consumer: Any, parts: list[TP]) -> dict[TP, tuple[int, int]]:
+        """Each partition's consumer position and latest offset on the broker (runs in a thread)."""
         import confluent_kafka as ck
 
-        out: dict[TP, int] = {}
+        out: dict[TP, tuple[int, int]] = {}
         try:
             for t, p in parts:
                 if self._stopping:
@@ -185,11 +191,12 @@ class FetchWatch:
                     _, high = consumer.get_watermark_offsets(
                         ck.TopicPartition(t, p), timeout=ASK_TIMEOUT, cached=False
                     )
+                    (at,) = consumer.position([ck.TopicPartition(t, p)])
                 except Exception as e:  # unreachable broker: asked again later
-                    logger.debug("%s: latest offset of %s[%d]: %s", self.name, t, p, e)
+                    logger.debug("%s: offsets of %s[%d]: %s", self.name, t, p, e)
                     continue
                 if high is not None and high >= 0:
-                    out[(t, p)] = int(high)
+                    out[(t, p)] = (int(at.offset), int(high))
         finally:
             self._idle_event.set()
         return out
