@@ -227,7 +227,7 @@ class ToDelta(LakeSink):
     # ---------------------------------------------------------------- records
     @step
     def update(self, x: Any, who: Stream | None = None, metadata: Metadata | None = None) -> None:
-        if type(x) is dict and self._fast_append and x.keys() <= self._names:  # the common case
+        if type(x) is dict and self._fast_append and self._names.issuperset(x):  # the common case
             rows = self._rows
             rows.append(x)
             if len(rows) >= self.batch_rows:

@@ -160,15 +160,24 @@ def schema_of(example: Any, label: str) -> Any:
 
 
 def rows_to_table(rows: Sequence[Mapping[str, Any]], schema: Any) -> Any:
-    """``pyarrow.Table.from_pylist(rows, schema=schema)``, a column at a time.
+    """``pyarrow.Table.from_pylist(rows, schema=schema)``.
 
-    The same values and the same errors (a value that does not fit its
-    column's type raises ``pyarrow.ArrowInvalid`` or ``ArrowTypeError``); a
-    column missing from a record is null there.  Faster: each column is
-    gathered with ``map(itemgetter(name), rows)`` unless a record lacks it.
+    A value that does not fit its column's type raises
+    ``pyarrow.ArrowInvalid``, ``ArrowTypeError`` or ``OverflowError``; a
+    column missing from a record is null there; a record's other keys are
+    not looked at (the sinks refuse them before).  Rows ``from_pylist``
+    cannot take as a whole (a mapping type it does not know) are taken a
+    column at a time, a column gathered with ``map(itemgetter(name), rows)``
+    unless a record lacks it, with the same values and errors.
     """
     import pyarrow as pa
 
+    try:
+        # one call that converts every record in C++ (twice as fast as by column
+        # on pyarrow 26), and the conversion the per-record check uses
+        return pa.Table.from_pylist(rows, schema=schema)
+    except Exception:
+        pass  # the column path below gives the values, or raises the error
     arrays = []
     for field in schema:
         try:

@@ -180,7 +180,7 @@ class ToParquet(LakeSink):
     @step
     def update(self, x: Any, who: Stream | None = None, metadata: Metadata | None = None) -> None:
         buf = self._unpartitioned
-        if buf is not None and type(x) is dict and x.keys() <= self._names:  # the common case
+        if buf is not None and type(x) is dict and self._names.issuperset(x):  # the common case
             buf.append(x)
             if len(buf) >= self.batch_rows:
                 self._flush(())

@@ -125,6 +125,35 @@ def test_parquet_a_record_that_does_not_fit_the_schema_goes_through_the_error_po
     assert [r[0] for r in parquet_rows(str(out), None)] == [0, 1, 2, 3, 4, 6, 7, 8, 9]
 
 
+# a record as wide as the schema with another column in place of one (so that
+# column is missing), a wider one, a narrower one (null there) and None values
+ODD = [
+    *RECS[:3],
+    {"id": 3, "k": "x", "v": 3, "zz": 0},
+    {"id": 4, "k": "x", "v": 4, "g": 1, "zz": 0},
+    {"id": 5, "k": "x", "v": 5},
+    {"id": 6, "k": None, "v": None, "g": None},
+    *RECS[7:10],
+]
+
+
+@pytest.mark.parametrize("kind", ["parquet", "delta"])
+def test_a_record_with_a_column_the_schema_lacks_goes_through_the_error_policy(tmp_path: Path, kind: str) -> None:  # fmt: skip
+    out = str(tmp_path / "out")
+    make, label = (_parquet_job, "to_parquet sink 'r'") if kind == "parquet" else (_delta_job, "to_delta sink 'r'")  # fmt: skip
+    seen: list[tuple[Any, str]] = []
+    make(out, ODD, tmp_path / "a", name="r", batch_rows=4, on_error=lambda x, e: seen.append((x, str(e)))).run()  # fmt: skip
+    cols = "['id', 'k', 'v', 'g']"
+    why = f"{label}: record has column(s) ['zz'] that the schema does not have (its columns: {cols}); pass schema= with them"  # fmt: skip
+    assert seen == [(ODD[3], why), (ODD[4], why)]
+    rows = parquet_rows(out, None) if kind == "parquet" else _delta(out)
+    want = [(0, "k0", 0, 0), (1, "k1", 1, 1), (2, "k2", 2, 2), (5, "x", 5, None), (6, None, None, None), (7, "k7", 7, 1), (8, "k8", 8, 2), (9, "k9", 9, 0)]  # fmt: skip
+    assert sorted(rows, key=lambda r: r[0]) == want
+    # the default policy: the job stops at that record, naming it
+    with pytest.raises(JobFailedError, match=re.escape(f"{label}: record has column(s) ['zz'] that the schema does not have (its columns: {cols}); pass schema= with them on record {ODD[3]!r}")):  # fmt: skip
+        make(str(tmp_path / "out2"), ODD, tmp_path / "b", name="r", batch_rows=4).run()
+
+
 def test_parquet_a_batch_that_does_not_fit_is_refused_whole(tmp_path: Path) -> None:
     out = tmp_path / "out"
     frames = [pd.DataFrame(RECS[:5]), pd.DataFrame({"id": ["x"], "k": ["a"], "v": [1], "g": [0]})]
