@@ -429,6 +429,10 @@ class KafkaBatchedSource(Source[dict[str, Any]], CatchUp):
             # one call on the consumer at a time: committed after the wait
             self._deferred.update(offsets)
             return
+        if self._deferred:
+            # offsets held back during a wait go first, overridden by the newer ones:
+            # sent after them, they would move the group's offsets backwards
+            offsets, self._deferred = {**self._deferred, **offsets}, {}
         tps = [ck.TopicPartition(t, p, o, tag) for (t, p), o in offsets.items()]
         try:
             self.consumer.commit(offsets=tps, asynchronous=True)
@@ -436,6 +440,12 @@ class KafkaBatchedSource(Source[dict[str, Any]], CatchUp):
         except ck.KafkaException as e:
             self._commits.unsent(offsets)
             logger.warning("%s: offset commit failed (sent again): %s", self.display_name(), e)
+
+    def _commit_deferred(self) -> None:
+        """Commit the offsets held back while the waiting thread was on the consumer."""
+        if self._deferred:
+            offsets, self._deferred = self._deferred, {}
+            self._commit(offsets)
 
     def _commit_once(self, offsets: dict[tuple[str, int], int]) -> None:
         if self.offset_committer is not None:
@@ -488,9 +498,7 @@ class KafkaBatchedSource(Source[dict[str, Any]], CatchUp):
             msgs = self.consumer.consume(num_messages=n, timeout=0)
             if not msgs:
                 msgs = await self._waiter.wait(self.consumer, n)
-                if self._deferred:
-                    offsets, self._deferred = self._deferred, {}
-                    self._commit(offsets)
+                self._commit_deferred()
                 if not msgs:
                     continue
             await self._emit_messages(msgs)
