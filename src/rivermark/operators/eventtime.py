@@ -40,7 +40,14 @@ from rivermark.errors import ConfigurationError
 from rivermark.execution.steps import step as per_record
 from rivermark.operators.aggregations import Aggregation, aggregation
 from rivermark.operators.timestamps import Results, Timestamps, _delay, _fname, _merge, attach
-from rivermark.operators.windowstore import NO_SPAN, OpenWindows, SlotSpans, exact_sign, slot
+from rivermark.operators.windowstore import (
+    NO_SPAN,
+    BulkWindows,
+    OpenWindows,
+    SlotSpans,
+    exact_sign,
+    slot,
+)
 from rivermark.state import KeyedState
 from rivermark.statedata import register_state_class
 
@@ -147,7 +154,13 @@ class EventWindow(Stream):
         self._grace = _delay(grace, kind, "grace")
         self._emit_mode = emit
         #: the open windows
-        self.store = OpenWindows(self.clock, self._grace, self.gap)
+        # fixed windows close a span's windows together (BulkWindows: a bucket of keys
+        # per window span, not a heap entry per window); sessions need the heap
+        self.store = (
+            OpenWindows(self.clock, self._grace, self.gap)
+            if self.gap is not None
+            else BulkWindows(self.clock, self._grace)
+        )
         self._late: LateRecords | None = None
         #: records that arrived after (one of) their window(s) had closed
         self.late_count = 0
