@@ -116,8 +116,9 @@ class EventWindow(Stream):
 
     The open windows are an :class:`~.windowstore.OpenWindows` (the same
     store the DataFrame windows keep): ``{(key, start): (end, seq, acc,
-    ...)}`` with a heap that orders them for closing.  Subclasses assign a
-    record to windows (their ``update`` step).
+    ...)}``, ordered for closing by a heap of sessions or, for fixed
+    windows, a :class:`~.windowstore.BulkWindows` bucket of keys per window
+    span.  Subclasses assign a record to windows (their ``update`` step).
     """
 
     _graphviz_shape = "box3d"
