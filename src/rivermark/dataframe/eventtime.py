@@ -248,7 +248,7 @@ class FrameTimestamps(Timestamps):
     def _marks(self, partition: Hashable, times: np.ndarray) -> np.ndarray:
         """What each row is judged against (rows of one partition, in order): the larger
         of the watermark after it and its partition's own; records the watermark."""
-        tracker = self.tracker
+        tracker = self._tracker
         if not len(times):
             return np.empty(0)
         run = np.maximum.accumulate(times)
@@ -257,10 +257,10 @@ class FrameTimestamps(Timestamps):
             run = np.maximum(run, before)
         others = tracker.low_of_others(partition)
         low = run if others == math.inf else np.minimum(run, others)
-        marks = np.maximum(low - self.max_delay, tracker.watermark)
+        marks = np.maximum(low - self._max_delay, tracker.watermark)
         tracker.observe_run(partition, float(run[-1]), float(marks[-1]))
         # each row is judged against the watermark or its own partition's, the larger
-        return np.maximum(marks, run - self.max_delay)
+        return np.maximum(marks, run - self._max_delay)
 
     def state_signature(self) -> str:
         return f"FrameTimestamps(column={self.column!r}, max_delay={self.max_delay})"

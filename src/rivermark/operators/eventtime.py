@@ -40,7 +40,14 @@ from rivermark.errors import ConfigurationError
 from rivermark.execution.steps import step as per_record
 from rivermark.operators.aggregations import Aggregation, aggregation
 from rivermark.operators.timestamps import Results, Timestamps, _delay, _fname, _merge, attach
-from rivermark.operators.windowstore import NO_SPAN, OpenWindows, SlotSpans, exact_sign, slot
+from rivermark.operators.windowstore import (
+    NO_SPAN,
+    BulkWindows,
+    OpenWindows,
+    SlotSpans,
+    exact_sign,
+    slot,
+)
 from rivermark.state import KeyedState
 from rivermark.statedata import register_state_class
 
@@ -109,8 +116,9 @@ class EventWindow(Stream):
 
     The open windows are an :class:`~.windowstore.OpenWindows` (the same
     store the DataFrame windows keep): ``{(key, start): (end, seq, acc,
-    ...)}`` with a heap that orders them for closing.  Subclasses assign a
-    record to windows (their ``update`` step).
+    ...)}``, ordered for closing by a heap of sessions or, for fixed
+    windows, a :class:`~.windowstore.BulkWindows` bucket of keys per window
+    span.  Subclasses assign a record to windows (their ``update`` step).
     """
 
     _graphviz_shape = "box3d"
@@ -120,6 +128,12 @@ class EventWindow(Stream):
     #: fixed when the node is created: the open windows are placed by them
     grace = Fixed()
     emit_mode = Fixed()
+    #: fixed too, so that a generated graph's code holds them, not a lookup per record
+    #: (the store's ``open`` mapping is not: a restore replaces it)
+    clock = Fixed()
+    agg = Fixed()
+    store = Fixed()
+    key_of = Fixed()
 
     def __init__(
         self,
@@ -136,28 +150,34 @@ class EventWindow(Stream):
         **kwargs: Unpack[NodeOptions],
     ) -> None:
         kind = self.kind
-        self.clock = attach(self, kind, upstream)
+        self._clock = attach(self, kind, upstream)
         emits_updates(kind, emit)
         if value is not None:
             check_callable(kind, "value", value)
         self.key = key
         self._key_of = self._key_function(key)
         self.value = value
-        self.agg = aggregation(kind, agg, reduce, fold, start, merge)
+        self._agg = aggregation(kind, agg, reduce, fold, start, merge)
         self._grace = _delay(grace, kind, "grace")
         self._emit_mode = emit
         #: the open windows
-        self.store = OpenWindows(self.clock, self._grace, self.gap)
+        # fixed windows close a span's windows together (BulkWindows: a bucket of keys
+        # per window span, not a heap entry per window); sessions need the heap
+        self._store: OpenWindows = (
+            OpenWindows(self._clock, self._grace, self.gap)
+            if self.gap is not None
+            else BulkWindows(self._clock, self._grace)
+        )
         self._late: LateRecords | None = None
         #: records that arrived after (one of) their window(s) had closed
         self.late_count = 0
         Stream.__init__(self, upstream, **kwargs)
-        self.clock._windows.append(self)  # noqa: SLF001 - the clock notifies its windows
+        self._clock._windows.append(self)  # noqa: SLF001 - the clock notifies its windows
 
     @property
     def open_windows(self) -> int:
         """How many windows (per key) are open now (read by the metrics, from any thread)."""
-        return len(self.store)
+        return len(self._store)
 
     @property
     def late(self) -> LateRecords:
@@ -182,7 +202,7 @@ class EventWindow(Stream):
             if self._late is not None:
                 results = _merge(results, self._late.pass_late(x, metadata))
             elif self.late_count == 1:
-                clock = self.clock
+                clock = self._clock
                 logger.warning(
                     "%s: a record arrived after its window closed (time %s, watermark %s); "
                     "such records are counted in late_count; sink %s.late to keep them",
@@ -195,31 +215,31 @@ class EventWindow(Stream):
 
     def next_due(self) -> float:
         """The watermark at which this node's next window may close (+inf: none open)."""
-        return self.store.next_due()
+        return self._store.next_due()
 
     def close_until(self, watermark: float) -> Results:
         """Emit every window whose end plus grace is at or below ``watermark``."""
-        result = self.agg.result
+        result = self._agg.result
         results: Results = None
-        for end, start, _, k, acc in self.store.pop_due(watermark):
+        for end, start, _, k, acc in self._store.pop_due(watermark):
             window = _new_result((start, end, k, result(acc), True))  # WindowResult(...)
             results = _merge(results, self._emit(window, None))
         return results
 
     def records_held(self) -> int | None:
-        return len(self.store)
+        return len(self._store)
 
     def get_state(self) -> object:
         # the live container: the checkpoint takes its changed windows at the barrier
-        return self.store.get_state()
+        return self._store.get_state()
 
     def set_state(self, state: Any) -> None:
-        self.store.set_state(state)
+        self._store.set_state(state)
 
     def _config(self) -> str:
         return (
             f"key={_fname(self.key) if callable(self.key) else repr(self.key)}, "
-            f"agg={self.agg.name}, grace={self.grace}, emit={self.emit_mode}"
+            f"agg={self._agg.name}, grace={self.grace}, emit={self.emit_mode}"
         )
 
 
@@ -278,8 +298,11 @@ class _FixedWindows(EventWindow):
     def update(
         self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
     ) -> Results:
-        clock, agg = self.clock, self.agg
-        key_of, value_of = self._key_of, self.value
+        # one name per statement: a generated graph's code holds the fixed ones as values
+        clock = self._clock
+        agg = self._agg
+        key_of = self._key_of
+        value_of = self.value
         size = self._size
         every = self._step
         offset = self._offset
@@ -296,9 +319,10 @@ class _FixedWindows(EventWindow):
             return None
         # its earliest window: the latest (tumbling), else by the same rule (a time
         # that _last_slot took raises nothing here)
-        first = last if every == size else self._first_slot(ts)
-        if first != last:
-            return self._add_windows(x, metadata, k, v, first, last)
+        if every != size:
+            first = self._first_slot(ts)
+            if first != last:
+                return self._add_windows(x, metadata, k, v, first, last)
         # A record in one window (every record of a tumbling window): the loop of
         # _add_windows run once, written out.  Measured on bench_eventtime.py --cpu
         # (500k records, tumbling count), the loop for every record cost 1.68-2.31 s
@@ -307,7 +331,7 @@ class _FixedWindows(EventWindow):
         end = start + size
         if end + self._grace <= clock.record_watermark:  # its window has closed
             return self._updated(x, metadata, (), True)
-        store = self.store
+        store = self._store
         open_ = store.open
         try:
             wkey = (k, start)
@@ -342,7 +366,7 @@ class _FixedWindows(EventWindow):
         Every window's new value is computed before any is stored, so that
         what the aggregation raises leaves the windows as they were.
         """
-        agg, store, clock = self.agg, self.store, self.clock
+        agg, store, clock = self._agg, self._store, self._clock
         size, every, offset, grace = self._size, self._step, self._offset, self._grace
         watermark = clock.record_watermark
         get = store.open.get
@@ -476,7 +500,7 @@ class SessionWindow(EventWindow):
     def __init__(self, upstream: Stream, gap: Any, **kwargs: Unpack[NodeOptions]) -> None:
         self.gap = parse_interval(gap, self.kind, "gap")
         super().__init__(upstream, **kwargs)
-        if self.agg.merge is None:
+        if self._agg.merge is None:
             raise ConfigurationError(
                 "session_window: fold= needs merge=func(acc1, acc2) to join two sessions "
                 "that a record connects; pass merge=, or use reduce= or agg="
@@ -486,14 +510,14 @@ class SessionWindow(EventWindow):
     def update(
         self, x: Any, who: Stream | None = None, metadata: Metadata | None = None
     ) -> Results:
-        clock = self.clock
+        clock = self._clock
         key_of, value_of = self._key_of, self.value
         try:
             k = None if key_of is None else key_of(x)
             v = x if value_of is None else value_of(x)
             changed, late = self._add(k, v, clock.current, clock.record_watermark)
         except Exception as e:
-            self._user_error(x, e, self.agg.name)
+            self._user_error(x, e, self._agg.name)
             return None
         if changed or late:  # updated results to pass on (emit="updates"), or a late record
             return self._updated(x, metadata, changed, late)
@@ -512,7 +536,7 @@ class SessionWindow(EventWindow):
         assert gap is not None  # a session window's gap
         if exact_sign(ts, self._grace, -watermark) < 0:  # ts + grace < watermark, exactly
             return [], True
-        agg, store = self.agg, self.store
+        agg, store = self._agg, self._store
         open_ = store.open
         merge = agg.merge
         assert merge is not None

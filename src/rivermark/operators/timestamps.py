@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Hashable, Iterable
 from typing import Any, Protocol, Unpack
 
 from rivermark.core.naming import function_name
-from rivermark.core.node import NodeOptions, Stream, check_callable
+from rivermark.core.node import Fixed, NodeOptions, Stream, check_callable
 from rivermark.core.refs import Metadata
 from rivermark.core.timeutil import parse_interval
 from rivermark.errors import ConfigurationError
@@ -136,6 +136,10 @@ class Timestamps(Stream):
     carries_frames = False
     #: one record out per record in, less those whose time was refused
     derived_out = True
+    #: fixed when the node is created (a generated graph's code holds them as values)
+    max_delay = Fixed()
+    idle_timeout = Fixed()
+    tracker = Fixed()
 
     def __init__(
         self,
@@ -160,13 +164,13 @@ class Timestamps(Stream):
         self.func = func
         #: the partition of a record, when the user names it (else its Kafka partition)
         self.partition = partition
-        self.max_delay = _delay(max_delay, "timestamps", "max_delay")
-        self.idle_timeout = (
+        self._max_delay = _delay(max_delay, "timestamps", "max_delay")
+        self._idle_timeout = (
             None
             if idle_timeout is None
             else parse_interval(idle_timeout, "timestamps", "idle_timeout")
         )
-        self.tracker = WatermarkTracker(self.max_delay, self.idle_timeout)
+        self._tracker = WatermarkTracker(self._max_delay, self._idle_timeout)
         #: a time more than this many seconds ahead of the wall clock is refused (None: warned)
         self.max_future = (
             None if max_future is None else _delay(max_future, "timestamps", "max_future")
@@ -195,7 +199,7 @@ class Timestamps(Stream):
     @property
     def watermark(self) -> float:
         """The current watermark (epoch seconds; ``-inf`` before the first record)."""
-        return self.tracker.watermark
+        return self._tracker.watermark
 
     @step
     def update(
@@ -224,9 +228,19 @@ class Timestamps(Stream):
         # the watermark moves first (what it closes, and the timers it fires, come
         # before this record, which it can never make late: it is at most ts - max_delay);
         # the record is judged against it or its own partition's, the larger
-        tracker = self.tracker
-        judge = tracker.observe(part, ts)
-        watermark = tracker.watermark
+        tracker = self._tracker
+        before = tracker.largest.get(part)
+        if self._idle_timeout is None and before is not None and ts <= before:
+            # WatermarkTracker.observe's first rule without its call (most records): below
+            # its partition's largest time the watermark stays, and the record is judged
+            # against its partition's watermark or the watermark, the larger
+            watermark = tracker.watermark
+            judge = before - self._max_delay
+            if judge < watermark:
+                judge = watermark
+        else:
+            judge = tracker.observe(part, ts)
+            watermark = tracker.watermark
         if watermark >= self.due:
             closed = self._advance(watermark)
             if closed:  # windows closed by this record's watermark, still being passed on

@@ -360,7 +360,34 @@ class BulkWindows(OpenWindows):
         self.spans: list[tuple[float, float]] = []
 
     def open_window(self, k: object, start: float, end: float, acc: object, *extra: object) -> None:
-        self.open_fixed([(k, start)], [end], [acc])
+        """Open one fixed window (a record's): :meth:`open_fixed` of one, without its lists.
+
+        A span that has a bucket already is in ``spans``, so the clock's
+        ``due`` is at or below its end plus grace: only a new span may lower it.
+        """
+        seq = self.seq
+        wkey = (k, start)
+        open_ = self.open
+        window = (end, seq, acc)
+        if type(open_) is KeyedState:  # through its recorder: a Python call less
+            record = open_.record
+            if record is not None:
+                record(wkey, window)
+            _dict_set(open_, wkey, window)
+        else:
+            open_[wkey] = window
+        self.seq = seq + 1
+        span = (end, start)
+        bucket = self.buckets.get(span)
+        if bucket is not None:
+            bucket.append(k)
+            return
+        self.buckets[span] = [k]
+        heapq.heappush(self.spans, span)
+        due = end + self.grace
+        clock = self.clock
+        if due < clock.due:
+            clock.due = due
 
     def open_fixed(self, ids: list[tuple[Any, float]], ends: list[float], accs: list[Any]) -> None:
         """Open fixed windows ``ids`` (none open now) ending at ``ends``, in that order."""

@@ -844,3 +844,27 @@ def test_whole_second_times_on_window_edges_go_in_the_window_they_start() -> Non
         (20.0, (20,)),
         (30.0, (30,)),
     ]
+
+
+def test_the_watermark_and_window_configuration_is_fixed_when_the_node_is_created() -> None:
+    # the tracker keeps its own max_delay: a new value on the node would change nothing
+    s = Stream()
+    t = s.timestamps(lambda r: r, max_delay=5, name="times")
+    w = t.tumbling_window(10, agg="count", name="counts")
+    with pytest.raises(
+        ConfigurationError, match=re.escape("Timestamps('times').max_delay is fixed when")
+    ):
+        t.max_delay = 1.0
+    with pytest.raises(
+        ConfigurationError, match=re.escape("Timestamps('times').idle_timeout is fixed")
+    ):
+        t.idle_timeout = 1.0
+    with pytest.raises(
+        ConfigurationError, match=re.escape("TumblingWindow('counts').agg is fixed when")
+    ):
+        w.agg = None
+    out = w.sink_to_list()
+    for ts in (1, 12, 16):
+        s.emit(ts)
+    assert t.max_delay == 5.0 and t.watermark == 11.0
+    assert [(r.start, r.value) for r in out] == [(0.0, 1)]

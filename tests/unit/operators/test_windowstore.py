@@ -31,15 +31,21 @@ def test_record_and_frame_windows_keep_the_same_open_windows_in_one_store() -> N
         s.emit(r)
     src.emit(pd.DataFrame({"ts": [r[0] for r in rows], "k": [r[1] for r in rows]}))
     a, b = records.store, frames.window_node.store
-    # the frames' store is the record windows' one, opening and closing a batch's in bulk
-    assert type(a) is OpenWindows and type(b) is BulkWindows and isinstance(b, OpenWindows)
+    # the frames' store is the record windows' one (fixed windows: a bucket of keys per
+    # window span), opening and closing a batch's in bulk
+    assert type(a) is BulkWindows and type(b) is BulkWindows and isinstance(b, OpenWindows)
     assert len(a) > 3
     # the same windows with the same ends and counts (a count, a tuple of one per column);
     # a batch opens its windows in the order of (key, window), records as they come
     assert {w: (v[0], (v[2],)) for w, v in a.open.items()} == {
         w: (v[0], v[2]) for w, v in b.open.items()
     }
-    assert sorted(a.heap) == sorted((v[0], s, v[1], k) for (k, s), v in a.open.items())
+    # every open window is in its span's bucket, in the order the windows opened
+    by_span: dict[tuple[float, float], list[tuple[int, object]]] = {}
+    for (k, start), v in a.open.items():
+        by_span.setdefault((v[0], start), []).append((v[1], k))
+    assert a.buckets == {span: [k for _, k in sorted(ks)] for span, ks in by_span.items()}
+    assert sorted(a.spans) == sorted(by_span)
 
 
 def test_a_hopping_record_in_one_window_counts_in_that_one() -> None:
