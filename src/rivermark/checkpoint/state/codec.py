@@ -185,8 +185,17 @@ _BY_COLUMNS: dict[type, Tag] = {Columns: Tag.COLUMNS, Table: Tag.TABLE}
 _packers = threading.local()
 
 
+def _free_packers() -> list[msgpack.Packer]:
+    """This thread's packers not in use."""
+    try:
+        free: list[msgpack.Packer] = _packers.free
+    except AttributeError:  # the thread's first
+        free = _packers.free = []
+    return free
+
+
 def _pack(value: object) -> bytes:
-    free: list[msgpack.Packer] = _packers.__dict__.setdefault("free", [])
+    free = _free_packers()
     packer = (
         free.pop()
         if free
@@ -195,6 +204,30 @@ def _pack(value: object) -> bytes:
     out: bytes = packer.pack(value)  # on an error the packer is dropped, not reused
     free.append(packer)
     return out
+
+
+#: an ``ExtType`` made without its checks (``ExtType.__new__`` is Python code, and a
+#: tuple's code and bytes are right by construction): the tuple's constructor
+_new_ext = tuple.__new__
+_EXT_TYPE = msgpack.ExtType
+
+
+def _tuple_ext(value: tuple[Any, ...]) -> msgpack.ExtType:
+    """A tuple as the codec tags it: its items as a list (what :func:`_ext` makes, at
+    less cost: the most frequent tagged value, several per key of a table)."""
+    try:
+        free: list[msgpack.Packer] = _packers.free
+    except AttributeError:  # the thread's first
+        free = _free_packers()
+    packer = (
+        free.pop()
+        if free
+        else msgpack.Packer(default=_default, strict_types=True, use_bin_type=True)
+    )
+    data: bytes = packer.pack(list(value))  # on an error the packer is dropped, not reused
+    free.append(packer)
+    ext: msgpack.ExtType = _new_ext(_EXT_TYPE, (_TUPLE_CODE, data))
+    return ext
 
 
 def _ext(tag: Tag, value: object) -> msgpack.ExtType:
@@ -209,7 +242,7 @@ def _default(value: Any) -> Any:
     """The tagged form of a value msgpack does not carry itself (strict types)."""
     t = type(value)
     if t is tuple:
-        return msgpack.ExtType(_TUPLE_CODE, _pack(list(value)))
+        return _tuple_ext(value)
     if t is set or t is frozenset:
         return _ext(Tag.SET if t is set else Tag.FROZENSET, list(value))
     if t is int:  # beyond 64 bits
