@@ -157,16 +157,17 @@ class Table(LateSide, Stream):
             return None
         if ts < clock.record_watermark:
             return self._send_late(x, metadata, ts)
-        self._put(k, ts, v)
+        old = self._versions.get(k)
+        if old and ts > old[-1][0]:  # in order of time (the common case): appended
+            self._store(k, (*old, (ts, v)), True)
+        else:
+            self._put(k, ts, v, old)
         return None
 
-    def _put(self, k: object, ts: float, v: object) -> None:
-        old = self._versions.get(k)
+    def _put(self, k: object, ts: float, v: object, old: Any) -> None:
+        """Add the version ``(ts, v)`` to ``k``'s versions ``old`` (falsy: none held)."""
         if not old:
             self._store(k, ((ts, v),), False)
-            return
-        if ts > old[-1][0]:  # in order of time (the common case): appended
-            self._store(k, (*old, (ts, v)), True)
             return
         versions = list(old)
         i = bisect.bisect_right(versions, ts, key=_time)
@@ -332,6 +333,11 @@ def _count_until(versions: Sequence[tuple[float, object]], t: float) -> int:
     n = len(versions)
     if versions[n - 1][0] <= t:
         return n
+    if n <= 8:  # a few versions (retention keeps few): back from the newest
+        i = n - 1
+        while i and versions[i - 1][0] > t:
+            i -= 1
+        return i
     return bisect.bisect_right(versions, t, 0, n - 1, key=_time)
 
 

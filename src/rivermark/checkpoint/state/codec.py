@@ -212,9 +212,23 @@ _new_ext = tuple.__new__
 _EXT_TYPE = msgpack.ExtType
 
 
-def _tuple_ext(value: tuple[Any, ...]) -> msgpack.ExtType:
-    """A tuple as the codec tags it: its items as a list (what :func:`_ext` makes, at
-    less cost: the most frequent tagged value, several per key of a table)."""
+def _ext(tag: Tag, value: object) -> msgpack.ExtType:
+    return msgpack.ExtType(int(tag), _pack(value))
+
+
+def _pickled(value: object) -> msgpack.ExtType:
+    return msgpack.ExtType(int(Tag.PICKLE), pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _default(value: Any) -> Any:
+    """The tagged form of a value msgpack does not carry itself (strict types).
+
+    A tuple, the most frequent one (several per key of a table), is its items
+    as a list, packed here (what :func:`_ext` does, at less cost: no call per
+    step, no enum, and an ``ExtType`` made without its checks).
+    """
+    if type(value) is not tuple:
+        return _tagged(value)
     try:
         free: list[msgpack.Packer] = _packers.free
     except AttributeError:  # the thread's first
@@ -226,23 +240,12 @@ def _tuple_ext(value: tuple[Any, ...]) -> msgpack.ExtType:
     )
     data: bytes = packer.pack(list(value))  # on an error the packer is dropped, not reused
     free.append(packer)
-    ext: msgpack.ExtType = _new_ext(_EXT_TYPE, (_TUPLE_CODE, data))
-    return ext
+    return _new_ext(_EXT_TYPE, (_TUPLE_CODE, data))
 
 
-def _ext(tag: Tag, value: object) -> msgpack.ExtType:
-    return msgpack.ExtType(int(tag), _pack(value))
-
-
-def _pickled(value: object) -> msgpack.ExtType:
-    return msgpack.ExtType(int(Tag.PICKLE), pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
-
-
-def _default(value: Any) -> Any:
-    """The tagged form of a value msgpack does not carry itself (strict types)."""
+def _tagged(value: Any) -> Any:
+    """:func:`_default` of a value that is not a tuple."""
     t = type(value)
-    if t is tuple:
-        return _tuple_ext(value)
     if t is set or t is frozenset:
         return _ext(Tag.SET if t is set else Tag.FROZENSET, list(value))
     if t is int:  # beyond 64 bits
