@@ -440,15 +440,15 @@ class AsofJoin(LateSide, Stream):
         seq = self._seq
         self._seq = seq + 1
         self.waited += 1
-        waiting = self._waiting
+        waiting, entry = self._waiting, (t, k, x)
         if type(waiting) is KeyedState:
             # a new key, recorded and set in C: what KeyedState.__setitem__ does
             record = waiting.record
             if record is not None:
-                record(seq, (t, k, x))
-            dict.__setitem__(waiting, seq, (t, k, x))
+                record(seq, entry)
+            dict.__setitem__(waiting, seq, entry)
         else:
-            waiting[seq] = (t, k, x)
+            waiting[seq] = entry
         heapq.heappush(self._heap, (t, seq))
         due = math.nextafter(t, math.inf)
         if due < table_clock.due:  # table_clock.wake_at(due)
