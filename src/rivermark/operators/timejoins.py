@@ -55,7 +55,7 @@ import heapq
 import itertools
 import logging
 import math
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any, Protocol, Unpack
 
 from rivermark.core.figures import JoinFigures
@@ -157,34 +157,41 @@ class Table(LateSide, Stream):
             return None
         if ts < clock.record_watermark:
             return self._send_late(x, metadata, ts)
-        self._put(k, ts, v)
+        old = self._versions.get(k)
+        if old and ts > old[-1][0]:  # in order of time (the common case): appended
+            self._store(k, (*old, (ts, v)), True)
+        else:
+            self._put(k, ts, v, old)
         return None
 
-    def _put(self, k: object, ts: float, v: object) -> None:
-        old = self._versions.get(k)
-        if not old or ts > old[-1][0]:  # in order of time (the common case): appended
-            versions = [*old, (ts, v)] if old else [(ts, v)]
+    def _put(self, k: object, ts: float, v: object, old: Any) -> None:
+        """Add the version ``(ts, v)`` to ``k``'s versions ``old`` (falsy: none held)."""
+        if not old:
+            self._store(k, ((ts, v),), False)
+            return
+        versions = list(old)
+        i = bisect.bisect_right(versions, ts, key=_time)
+        if i and versions[i - 1][0] == ts:
+            versions[i - 1] = (ts, v)  # the same time again: the later change wins
         else:
-            versions = list(old)
-            i = bisect.bisect_right(versions, ts, key=_time)
-            if i and versions[i - 1][0] == ts:
-                versions[i - 1] = (ts, v)  # the same time again: the later change wins
-            else:
-                versions.insert(i, (ts, v))
-        self._store(k, versions)
+            versions.insert(i, (ts, v))
+        self._store(k, tuple(versions), True)
 
-    def _store(self, k: object, versions: list[tuple[float, object]]) -> None:
-        """Keep ``versions`` of ``k`` from the newest at or before the floor on."""
+    def _store(self, k: object, versions: tuple[tuple[float, object], ...], held: bool) -> None:
+        """Keep ``versions`` of ``k`` (``held``: the table holds ``k``) from the newest
+        at or before the floor on."""
         joins = self._joins
         floor = joins[0].floor() if len(joins) == 1 else self.floor()
         if len(versions) > 1 and versions[1][0] <= floor:  # versions[0] is not needed
-            first = bisect.bisect_right(versions, floor, key=_time) - 1
+            first = _count_until(versions, floor) - 1
             self.versions_dropped += first
             versions = versions[first:]
-        limit = min(floor, self.clock.watermark)
+        watermark = self.clock.tracker.watermark
+        limit = floor if floor < watermark else watermark
         deleted = self._deleted
         if deleted and deleted[0][0] <= limit:
             self._forget_deleted(limit)
+            held = k in self._versions
         newest = versions[-1]
         if newest[1] is None:
             if len(versions) == 1 and newest[0] <= limit:
@@ -193,7 +200,15 @@ class Table(LateSide, Stream):
                 self._versions.pop(k, None)
                 return
             heapq.heappush(deleted, (newest[0], next(self._pushes), k))
-        self._versions[k] = tuple(versions)
+        store = self._versions
+        if held and type(store) is KeyedState:
+            # a key it holds gets a new value: recorded and set in C (see KeyedState.record)
+            record = store.record
+            if record is not None:
+                record(k, versions)
+            dict.__setitem__(store, k, versions)
+        else:
+            store[k] = versions
 
     def _forget_deleted(self, limit: float) -> None:
         """Forget the keys whose newest version is a tombstone at or before ``limit``.
@@ -242,14 +257,32 @@ class Table(LateSide, Stream):
         versions = self._versions.get(key)
         if not versions:
             return None
-        i = bisect.bisect_right(versions, time, key=_time)
+        i = _count_until(versions, time)
         return (versions[i - 1][0], versions[i - 1][1]) if i else None
+
+    def joined_value(self, key: object, time: float, tolerance: float | None) -> object:
+        """The value a join gives a record of ``key`` at ``time``: ``key``'s version at
+        ``time`` (None: none, deleted, or older than ``tolerance`` seconds before it)."""
+        versions = self._versions.get(key)
+        if not versions:
+            return None
+        newest = versions[-1]
+        if newest[0] <= time:  # the common case: no search
+            found = newest
+        else:
+            i = _count_until(versions, time)
+            if not i:
+                return None
+            found = versions[i - 1]
+        if tolerance is not None and time - found[0] > tolerance:
+            return None
+        return found[1]
 
     def _at(self, key: object, time: float) -> object:
         versions = self._versions.get(key)
         if not versions:
             return _MISSING
-        i = bisect.bisect_right(versions, time, key=_time)
+        i = _count_until(versions, time)
         return versions[i - 1][1] if i else _MISSING
 
     @property
@@ -292,6 +325,20 @@ class Table(LateSide, Stream):
 
 def _time(version: tuple[float, object]) -> float:
     return version[0]
+
+
+def _count_until(versions: Sequence[tuple[float, object]], t: float) -> int:
+    """How many of ``versions`` (in time order) are at or before ``t`` (``bisect_right``
+    by time; the newest one first, the common case, without a call per step)."""
+    n = len(versions)
+    if versions[n - 1][0] <= t:
+        return n
+    if n <= 8:  # a few versions (retention keeps few): back from the newest
+        i = n - 1
+        while i and versions[i - 1][0] > t:
+            i -= 1
+        return i
+    return bisect.bisect_right(versions, t, 0, n - 1, key=_time)
 
 
 @Stream.register_api(attribute_name="join_asof")
@@ -387,23 +434,29 @@ class AsofJoin(LateSide, Stream):
         t = clock.current
         if t < clock.record_watermark:
             return self._send_late(x, metadata, t)
-        if t < self.table.clock.watermark:  # every version at or before t is in
+        table_clock = self.table.clock
+        if t < table_clock.tracker.watermark:  # every version at or before t is in
             return self._joined(x, self._version(k, t), metadata)
         seq = self._seq
         self._seq = seq + 1
         self.waited += 1
-        self._waiting[seq] = (t, k, x)
+        waiting, entry = self._waiting, (t, k, x)
+        if type(waiting) is KeyedState:
+            # a new key, recorded and set in C: what KeyedState.__setitem__ does
+            record = waiting.record
+            if record is not None:
+                record(seq, entry)
+            dict.__setitem__(waiting, seq, entry)
+        else:
+            waiting[seq] = entry
         heapq.heappush(self._heap, (t, seq))
-        self.table.clock.wake_at(math.nextafter(t, math.inf))
+        due = math.nextafter(t, math.inf)
+        if due < table_clock.due:  # table_clock.wake_at(due)
+            table_clock.due = due
         return None
 
     def _version(self, k: Any, t: float) -> Any:
-        if self.tolerance is None:
-            return self.table.as_of(k, t)
-        found = self.table.version_at(k, t)
-        if found is None or t - found[0] > self.tolerance:
-            return None
-        return found[1]
+        return self.table.joined_value(k, t, self.tolerance)
 
     def _joined(self, x: Any, found: Any, metadata: Metadata | None) -> Results:
         if found is None and self.how == "inner":
@@ -412,12 +465,19 @@ class AsofJoin(LateSide, Stream):
 
     def close_until(self, watermark: float) -> Results:
         """The table's watermark moved: join the records whose time is below it."""
-        heap, waiting = self._heap, self._waiting
+        heap = self._heap
+        if not heap or heap[0][0] >= watermark:
+            return None
+        pop, heappop = self._waiting.pop, heapq.heappop
+        value, tolerance = self.table.joined_value, self.tolerance
+        inner, emit = self.how == "inner", self._emit
         results: Results = None
         while heap and heap[0][0] < watermark:
-            t, seq = heapq.heappop(heap)
-            _, k, x = waiting.pop(seq)
-            results = _merge(results, self._joined(x, self._version(k, t), None))
+            t, k, x = pop(heappop(heap)[1])
+            found = value(k, t, tolerance)
+            if found is None and inner:
+                continue
+            results = _merge(results, emit((x, found), None))
         return results
 
     def next_due(self) -> float:
@@ -427,7 +487,7 @@ class AsofJoin(LateSide, Stream):
         """The oldest time a record still to be joined may have (see the module docs)."""
         if self.clock is None:
             return math.inf
-        low = self.clock.watermark
+        low = self.clock.tracker.watermark  # the property, without its call
         if self._heap and self._heap[0][0] < low:
             return self._heap[0][0]
         return low

@@ -185,8 +185,17 @@ _BY_COLUMNS: dict[type, Tag] = {Columns: Tag.COLUMNS, Table: Tag.TABLE}
 _packers = threading.local()
 
 
+def _free_packers() -> list[msgpack.Packer]:
+    """This thread's packers not in use."""
+    try:
+        free: list[msgpack.Packer] = _packers.free
+    except AttributeError:  # the thread's first
+        free = _packers.free = []
+    return free
+
+
 def _pack(value: object) -> bytes:
-    free: list[msgpack.Packer] = _packers.__dict__.setdefault("free", [])
+    free = _free_packers()
     packer = (
         free.pop()
         if free
@@ -195,6 +204,12 @@ def _pack(value: object) -> bytes:
     out: bytes = packer.pack(value)  # on an error the packer is dropped, not reused
     free.append(packer)
     return out
+
+
+#: an ``ExtType`` made without its checks (``ExtType.__new__`` is Python code, and a
+#: tuple's code and bytes are right by construction): the tuple's constructor
+_new_ext = tuple.__new__
+_EXT_TYPE = msgpack.ExtType
 
 
 def _ext(tag: Tag, value: object) -> msgpack.ExtType:
@@ -206,10 +221,31 @@ def _pickled(value: object) -> msgpack.ExtType:
 
 
 def _default(value: Any) -> Any:
-    """The tagged form of a value msgpack does not carry itself (strict types)."""
+    """The tagged form of a value msgpack does not carry itself (strict types).
+
+    A tuple, the most frequent one (several per key of a table), is its items
+    as a list, packed here (what :func:`_ext` does, at less cost: no call per
+    step, no enum, and an ``ExtType`` made without its checks).
+    """
+    if type(value) is not tuple:
+        return _tagged(value)
+    try:
+        free: list[msgpack.Packer] = _packers.free
+    except AttributeError:  # the thread's first
+        free = _free_packers()
+    packer = (
+        free.pop()
+        if free
+        else msgpack.Packer(default=_default, strict_types=True, use_bin_type=True)
+    )
+    data: bytes = packer.pack(list(value))  # on an error the packer is dropped, not reused
+    free.append(packer)
+    return _new_ext(_EXT_TYPE, (_TUPLE_CODE, data))
+
+
+def _tagged(value: Any) -> Any:
+    """:func:`_default` of a value that is not a tuple."""
     t = type(value)
-    if t is tuple:
-        return msgpack.ExtType(_TUPLE_CODE, _pack(list(value)))
     if t is set or t is frozenset:
         return _ext(Tag.SET if t is set else Tag.FROZENSET, list(value))
     if t is int:  # beyond 64 bits
