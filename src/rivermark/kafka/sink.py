@@ -278,9 +278,10 @@ class ToKafka(Stream, OutputEnds, EpochTransactions):
             except Exception as e:
                 self._user_error(x, e, self.key)
                 return None
-        value = encode(x)
-        retain_refs(metadata)
-        cb = self._delivery_callback(x, metadata, record_origin.get())
+        value = x.encode() if type(x) is str else encode(x)
+        if metadata:
+            retain_refs(metadata)
+        cb = _Delivery(self, x, metadata, record_origin.get())
         try:
             producer.produce(self.topic, value=value, key=key, on_delivery=cb)
         except BufferError:
@@ -396,11 +397,6 @@ class ToKafka(Stream, OutputEnds, EpochTransactions):
         if self.failure is None:
             self.failure = exc
             logger.error("%s", exc)
-
-    def _delivery_callback(
-        self, x: Any, metadata: Metadata | None, origin: dict[str, Any] | None
-    ) -> Callable[[Any, Any], None]:
-        return _Delivery(self, x, metadata, origin)
 
     def record_delivered(self, msg: Any, metadata: Metadata | None) -> None:
         """A record the broker acknowledged: counted, noted, completed."""
