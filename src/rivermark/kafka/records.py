@@ -162,7 +162,19 @@ class SingleRecords(Source[dict[str, Any]]):
             await self._turn()
 
     async def _emit_untracked(self, msgs: list[Any]) -> None:
-        """Under a job: the records without offset tracking, awaiting only what needs it."""
+        """Under a job: the records without offset tracking, awaiting only what needs it.
+
+        Each record's emit sets its origin; the origin before the first is
+        put back once, at the end (the task's own context: no other task sees
+        it meanwhile, and a task started by an emit keeps its record's).
+        """
+        token = record_origin.set(None)
+        try:
+            await self._emit_run(msgs)
+        finally:
+            record_origin.reset(token)
+
+    async def _emit_run(self, msgs: list[Any]) -> None:
         keys, stamps = self.keys, self.record_timestamps
         offsets = self.partitions.offsets
         last_t: str | None = None
@@ -215,7 +227,7 @@ class SingleRecords(Source[dict[str, Any]]):
     def _send(
         self, x: Any, metadata: Metadata, origin: dict[str, Any]
     ) -> list[Awaitable[object]] | None:
-        """Emit one record with its origin set; the asynchronous work it left below, if any.
+        """Emit one record, its origin set; the asynchronous work it left below, if any.
 
         If the emit raises (a user function under ``on_error="raise"``), the
         record is not passed by the position: the source fails and a restart
@@ -223,7 +235,7 @@ class SingleRecords(Source[dict[str, Any]]):
         """
         self._emitting = True
         self.emitted += 1
-        token = record_origin.set(origin)
+        record_origin.set(origin)
         try:
             return self._push(x, metadata)  # what ``_emit`` calls
         except Exception as e:
@@ -231,7 +243,6 @@ class SingleRecords(Source[dict[str, Any]]):
                 self.failure = e
             raise
         finally:
-            record_origin.reset(token)
             self._emitting = False
 
     async def _downstream(self, results: list[Awaitable[object]]) -> None:

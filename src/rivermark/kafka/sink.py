@@ -408,7 +408,8 @@ class ToKafka(Stream, OutputEnds, EpochTransactions):
             self._ends[part] = after
         if self.exactly_once and self._epoch_first is None:
             self._epoch_first = (int(part), int(after - 1))
-        release_refs(metadata)
+        if metadata:
+            release_refs(metadata)
 
     def record_not_delivered(
         self, x: Any, metadata: Metadata | None, origin: dict[str, Any] | None, err: Any
