@@ -108,6 +108,10 @@ logger = logging.getLogger(__name__)
 __all__ = ["ToKafka"]
 
 _MAX_QUEUED = 100_000
+#: ``produce``'s partition argument for "the partitioner chooses" (RD_KAFKA_PARTITION_UA).
+#: ``produce`` is called with positional arguments (topic, value, key, partition,
+#: on_delivery): parsing them as keywords cost confluent-kafka 2.16 about 0.4 us a record
+_ANY_PARTITION = -1
 
 
 @Stream.register_api(attribute_name="to_kafka")
@@ -283,7 +287,7 @@ class ToKafka(Stream, OutputEnds, EpochTransactions):
             retain_refs(metadata)
         cb = _Delivery(self, x, metadata, record_origin.get())
         try:
-            producer.produce(self.topic, value=value, key=key, on_delivery=cb)
+            producer.produce(self.topic, value, key, _ANY_PARTITION, cb)
         except BufferError:
             return [asyncio.ensure_future(self._produce_when_room(value, key, cb, x))]
         except Exception as e:
@@ -330,7 +334,7 @@ class ToKafka(Stream, OutputEnds, EpochTransactions):
             if self.failure is not None:
                 return  # not produced, never completed: the job stops at its barrier
             try:
-                self.producer.produce(self.topic, value=value, key=key, on_delivery=cb)
+                self.producer.produce(self.topic, value, key, _ANY_PARTITION, cb)
                 break
             except BufferError:
                 await asyncio.sleep(0.005)
