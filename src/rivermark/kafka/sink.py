@@ -108,6 +108,10 @@ logger = logging.getLogger(__name__)
 __all__ = ["ToKafka"]
 
 _MAX_QUEUED = 100_000
+#: ``produce``'s partition argument for "the partitioner chooses" (RD_KAFKA_PARTITION_UA).
+#: ``produce`` is called with positional arguments (topic, value, key, partition,
+#: on_delivery): parsing them as keywords cost confluent-kafka 2.16 about 0.4 us a record
+_ANY_PARTITION = -1
 
 
 @Stream.register_api(attribute_name="to_kafka")
@@ -278,11 +282,12 @@ class ToKafka(Stream, OutputEnds, EpochTransactions):
             except Exception as e:
                 self._user_error(x, e, self.key)
                 return None
-        value = encode(x)
-        retain_refs(metadata)
-        cb = self._delivery_callback(x, metadata, record_origin.get())
+        value = x.encode() if type(x) is str else encode(x)
+        if metadata:
+            retain_refs(metadata)
+        cb = _Delivery(self, x, metadata, record_origin.get())
         try:
-            producer.produce(self.topic, value=value, key=key, on_delivery=cb)
+            producer.produce(self.topic, value, key, _ANY_PARTITION, cb)
         except BufferError:
             return [asyncio.ensure_future(self._produce_when_room(value, key, cb, x))]
         except Exception as e:
@@ -329,7 +334,7 @@ class ToKafka(Stream, OutputEnds, EpochTransactions):
             if self.failure is not None:
                 return  # not produced, never completed: the job stops at its barrier
             try:
-                self.producer.produce(self.topic, value=value, key=key, on_delivery=cb)
+                self.producer.produce(self.topic, value, key, _ANY_PARTITION, cb)
                 break
             except BufferError:
                 await asyncio.sleep(0.005)
@@ -397,11 +402,6 @@ class ToKafka(Stream, OutputEnds, EpochTransactions):
             self.failure = exc
             logger.error("%s", exc)
 
-    def _delivery_callback(
-        self, x: Any, metadata: Metadata | None, origin: dict[str, Any] | None
-    ) -> Callable[[Any, Any], None]:
-        return _Delivery(self, x, metadata, origin)
-
     def record_delivered(self, msg: Any, metadata: Metadata | None) -> None:
         """A record the broker acknowledged: counted, noted, completed."""
         self.delivered += 1
@@ -412,7 +412,8 @@ class ToKafka(Stream, OutputEnds, EpochTransactions):
             self._ends[part] = after
         if self.exactly_once and self._epoch_first is None:
             self._epoch_first = (int(part), int(after - 1))
-        release_refs(metadata)
+        if metadata:
+            release_refs(metadata)
 
     def record_not_delivered(
         self, x: Any, metadata: Metadata | None, origin: dict[str, Any] | None, err: Any

@@ -51,57 +51,38 @@ never changed.
 from __future__ import annotations
 
 import ast
-import asyncio
 import logging
 import re
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Unpack
+from typing import Any, Unpack
 
 from rivermark.core.graph import descendants
 from rivermark.core.inputend import ReadsPartitions
 from rivermark.core.node import NodeOptions, Stream
-from rivermark.core.origin import record_origin
-from rivermark.core.refs import Metadata, RefCounter
 from rivermark.core.timeutil import parse_interval
 from rivermark.errors import ConfigurationError
 from rivermark.kafka.assignment import PartitionAssignment, split_key
 from rivermark.kafka.bootstrap import CatchUp
 from rivermark.kafka.commits import GroupCommits, commit_once
-from rivermark.kafka.errors import KafkaConnectorError, KafkaTopicError
 from rivermark.kafka.ownership import owner_tag
+from rivermark.kafka.records import SingleRecords
 from rivermark.kafka.stalls import FetchWatch
 from rivermark.kafka.topic_ids import offsets_of, split_position, with_topic_ids
 from rivermark.kafka.transactions import DeadlineExceeded, call_with_deadline
 from rivermark.kafka.waiting import RecordWaiter
 from rivermark.plugins import door
-from rivermark.sources.base import TIME_SLICE, Source
-
-if TYPE_CHECKING:
-    from confluent_kafka import Message
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["KafkaBatchedSource", "KafkaSource", "from_kafka", "from_kafka_batched"]
 
 
-#: ``Message.timestamp()``'s type of a record without a timestamp (TIMESTAMP_NOT_AVAILABLE)
-_NO_TIMESTAMP = 0
-
-
-def _record_time(m: Message) -> float | None:
-    """The record's Kafka timestamp (producer or broker time, per the topic) in epoch seconds."""
-    kind, ms = m.timestamp()
-    if kind == _NO_TIMESTAMP or ms < 0:
-        return None
-    return ms / 1000
-
-
 def _commit_nothing(offsets: dict[tuple[str, int], int], tag: str) -> None:
     """The offset committer of a source that reads only (:meth:`KafkaBatchedSource.read_only`)."""
 
 
-class KafkaBatchedSource(Source[dict[str, Any]], CatchUp):
+class KafkaBatchedSource(SingleRecords, CatchUp):
     """Read Kafka topics and emit lists of records per partition.
 
     See :func:`from_kafka_batched` for the parameters; the node is usually
@@ -518,41 +499,9 @@ class KafkaBatchedSource(Source[dict[str, Any]], CatchUp):
         if again:
             parts.assign_again(again)
 
-    def _consumer_error(self, err: Any) -> None:
-        """A message that carries an error: logged, fatal ones raised (end of partition: nothing)."""
-        if err.code() != -191:  # _PARTITION_EOF
-            logger.warning("%s: consumer error: %s", self.display_name(), err)
-            if err.fatal():
-                raise KafkaConnectorError(f"{self.display_name()}: fatal consumer error: {err}")
-
-    def _readable(self, msgs: list[Any]) -> list[Any]:
-        """The records of ``msgs`` to emit (errors reported, a bounded read's overshoot left out)."""
-        out = []
-        for m in msgs:
-            err = m.error()
-            if err is not None:
-                self._consumer_error(err)
-                continue
-            self._check_forward(m)
-            end = self.partitions.end.get((m.topic(), m.partition())) if self.stop_at_end else None
-            if end is not None and m.offset() >= end:
-                continue  # written after the start of a bounded read: not read
-            out.append(m)
-        return out
-
-    async def _turn(self) -> None:
-        """Let the loop run every TIME_SLICE seconds of emitting.
-
-        A job's checkpoint barrier (and any other task on the loop) would
-        otherwise wait for the whole backlog when the graph is synchronous.
-        """
-        if time.perf_counter() >= self._turn_at:
-            await asyncio.sleep(0)
-            self._turn_at = time.perf_counter() + TIME_SLICE
-
     async def _emit_messages(self, msgs: list[object]) -> None:
         if not self.batched:
-            await self._emit_singles(self._readable(msgs))
+            await self._emit_singles(msgs)
             return
         groups: dict[tuple[str, int], list[Any]] = {}
         for m in self._readable(msgs):
@@ -570,76 +519,6 @@ class KafkaBatchedSource(Source[dict[str, Any]], CatchUp):
                 if self.stopped:
                     return
                 await self._turn()
-
-    async def _emit_singles(self, msgs: list[Any]) -> None:
-        """One record at a time, in the order the consumer handed them over."""
-        keys, stamps = self.keys, self.record_timestamps
-        for m in msgs:
-            t, p, off, key = m.topic(), m.partition(), m.offset(), m.key()
-            value = {"key": key, "value": m.value()} if keys else m.value()
-            origin: dict[str, Any] = {"topic": t, "partition": p, "offset": off, "key": key}
-            if stamps:
-                origin["timestamp"] = _record_time(m)
-            await self._emit_one(t, p, off, off + 1, value, origin)
-            if self.stopped:
-                return
-            await self._turn()
-
-    def _check_forward(self, m: Any) -> None:
-        """Refuse a record below the partition's position (its offsets went backwards)."""
-        t, p, off = m.topic(), m.partition(), m.offset()
-        expected = self.partitions.offsets.get(f"{t}:{p}")
-        if expected is None or off >= expected:
-            return
-        what = (
-            f"{self.display_name()}: the offsets of topic {t!r} partition {p} went backwards "
-            f"(the next offset was {expected}, the broker returned {off}): the topic was "
-            "deleted and recreated, or truncated"
-        )
-        if not self.allow_offset_reset:
-            raise KafkaTopicError(
-                f"{what}; refusing to continue, since its records would be read as if they "
-                "were new (or skipped). Check the topic; to read the partition from its new "
-                "offsets, pass allow_offset_reset=True to the source and run again"
-            )
-        logger.warning("%s; allow_offset_reset=True: continuing from offset %d", what, off)
-        self.partitions.moved.add((t, p))
-        self.partitions.offsets[f"{t}:{p}"] = off
-        self.partitions.tracker.reset(t, p, off)
-
-    async def _emit_one(
-        self, t: str, p: int, first: int, end: int, x: Any, origin: dict[str, Any]
-    ) -> None:
-        if self._pause_requested:
-            await self._wait_resumed()
-        if self.checkpointing:
-            # offsets are committed after checkpoints only: no range to track
-            ref = RefCounter(initial=1)
-        else:
-            self.partitions.tracker.started(t, p, first, end)
-            ref = RefCounter(initial=1, callback=self._completion(t, p, first, end))
-        metadata: Metadata = [{"ref": ref, "topic": t, "partition": p, "offset": first}]
-        if self.record_timestamps:
-            metadata[0]["timestamp"] = origin["timestamp"]
-        # if the emit raises (a user function under on_error="raise"), the batch
-        # is neither completed (never committed to the group) nor passed by the
-        # position: the source fails and a restart reads it again.  The origin
-        # names the record's position in error messages and dead letters.
-        token = record_origin.set(origin)
-        try:
-            await self._emit_record(x, None, metadata)
-        finally:
-            record_origin.reset(token)
-        self.partitions.offsets[f"{t}:{p}"] = end
-        self.batches_emitted += 1
-        self.records_emitted += len(x) if self.batched else 1
-        ref.release()
-
-    def _completion(self, t: str, p: int, first: int, end: int) -> Callable[[], None]:
-        def done() -> None:
-            self._on_complete(t, p, first, end)
-
-        return done
 
     def _threads_left(self) -> bool:
         """Whether the threads calling the consumer left it (one call on it at a time)."""

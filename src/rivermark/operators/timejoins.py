@@ -487,7 +487,7 @@ class AsofJoin(LateSide, Stream):
         """The oldest time a record still to be joined may have (see the module docs)."""
         if self.clock is None:
             return math.inf
-        low = self.clock.tracker.watermark  # the property, without its call
+        low: float = self.clock.tracker.watermark  # the property, without its call
         if self._heap and self._heap[0][0] < low:
             return self._heap[0][0]
         return low

@@ -6,7 +6,7 @@ import pytest
 
 from rivermark import ConfigurationError, Stream
 from rivermark.kafka.partitioned import PartitionSource
-from rivermark.kafka.source import _record_time
+from rivermark.kafka.records import record_time as _record_time
 
 CONF = {"bootstrap.servers": "127.0.0.1:1", "group.id": "g"}
 
