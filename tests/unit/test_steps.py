@@ -53,9 +53,11 @@ def test_a_graph_writes_the_steps_out_in_place() -> None:
     s = Stream()
     s.map(lambda x: x + 1).filter(lambda x: x % 2).accumulate(lambda a, x: a + x).sink(print)
     src = _loop_source(s)
-    # each node's step is in the loop: its user function is read and called there
-    for attr in ("func", "predicate", "state"):
-        assert re.search(rf"= _node\d+\.{attr}\n", src), attr
+    # each node's step is in the loop: its user function is held there (assigning
+    # one rebuilds the loop) and called; the state is read from the node
+    for attr in ("func", "predicate"):
+        assert re.search(rf"= _{attr}\d+\n", src), attr
+    assert re.search(r"= _node\d+\.state\n", src)
     # no node's update is called for an untracked record (only the first
     # record of an accumulate without start passes on node by node)
     assert "_update" not in src
@@ -272,3 +274,30 @@ def test_a_loop_variable_keeps_its_last_value_after_an_unrolled_loop() -> None:
     assert s.record_loop()(iter([1, 10])) is None
     assert out == [(3, 2), (30, 2)]
     assert "for " not in _loop_source(s).split("for x in records:", 1)[1]
+
+
+def test_planned_attributes_are_held_by_the_loop_and_assigning_one_rebuilds_it() -> None:
+    s = Stream()
+    part = s.partition(3)
+    z = s.map(lambda x: x + 1).zip(s.map(lambda x: -x), maxsize=4)
+    grouped, pairs = part.sink_to_list(), z.sink_to_list()
+    src = _loop_source(s)
+    # n, maxsize and the buffers are constants of the loop: no look-up on the node
+    assert "< 3:" in src and "> 4:" in src
+    assert not re.search(r"_node\d+\.(n|maxsize|_buffers?|_waiters|func)\b", src)
+    seen: list[int] = []
+
+    def reconfigure(x: int) -> None:
+        seen.append(x)
+        if x == 4:  # while the loop runs: the next record sees the new values
+            part.n = 2
+            z.upstreams[0].func = lambda x: x * 10
+
+    s.sink(reconfigure)
+    run = s.record_loop()
+    assert run(iter(range(8))) is None
+    assert seen == list(range(8))
+    assert grouped == [(0, 1, 2), (3, 4, 5), (6, 7)]
+    assert pairs == [(1, 0), (2, -1), (3, -2), (4, -3), (5, -4), (50, -5), (60, -6), (70, -7)]
+    rebuilt = _loop_source(s)
+    assert "< 2:" in rebuilt and rebuilt != src

@@ -11,8 +11,9 @@ from typing import Any
 
 from rivermark.errors import ConfigurationError
 from rivermark.execution.fixed import Fixed as Fixed
+from rivermark.execution.fixed import Planned as Planned
 
-__all__ = ["ErrorPolicy", "check_callable", "check_positive_int", "Fixed"]
+__all__ = ["ErrorPolicy", "check_callable", "check_positive_int", "Fixed", "Planned"]
 
 ErrorPolicy = str | Callable[[Any, BaseException], Any]
 

@@ -22,7 +22,13 @@ from typing import Any, ClassVar, TypedDict, TypeVar
 
 from rivermark.core import runtime
 from rivermark.core.config import _VALID_POLICIES as _VALID_POLICIES
-from rivermark.core.config import ErrorPolicy, Fixed, check_callable, check_positive_int
+from rivermark.core.config import (
+    ErrorPolicy,
+    Fixed,
+    Planned,
+    check_callable,
+    check_positive_int,
+)
 from rivermark.core.config import _check_policy as _check_policy
 from rivermark.core.facade import StreamFacade
 from rivermark.core.facade import _attr_text as _attr_text
@@ -51,6 +57,7 @@ __all__ = [
     "check_positive_int",
     "is_coroutine_function",
     "Fixed",
+    "Planned",
     "NodeOptions",
 ]
 

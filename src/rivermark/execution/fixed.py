@@ -1,8 +1,10 @@
-"""``Fixed``: an operator's configuration fixed when the node is created.
+"""``Fixed`` and ``Planned``: the node attributes the data flow may fold in.
 
 The data flow's folding (:mod:`.steps`) knows these, and only these, of a
-node's attributes; :mod:`rivermark.core.config` offers the class to the
-operators with the other option checks.
+node's attributes: a :class:`Fixed` one never changes; a :class:`Planned`
+one may, and assigning it retires the code written with the old value.
+:mod:`rivermark.core.config` offers the classes to the operators with the
+other option checks.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from typing import Any
 
 from rivermark.errors import ConfigurationError
 
-__all__ = ["Fixed"]
+__all__ = ["Fixed", "Planned"]
 
 
 class Fixed:
@@ -23,9 +25,10 @@ class Fixed:
     :class:`ConfigurationError` instead of taking effect on one execution
     path and not on another.  The value lives in the attribute ``_<name>``,
     which ``__init__`` sets and the node's own code reads directly (a plain
-    attribute, as fast as any).  Configuration that is read on every record (``func``,
-    ``predicate``, ``n`` of ``partition``, ``maxsize`` of ``zip``) is a
-    plain attribute instead: assigning it takes effect on every path from
+    attribute, as fast as any).  Configuration that may be assigned later
+    and is read on every record (``func``, ``predicate``) is a plain
+    attribute instead, or a :class:`Planned` one (``n`` of ``partition``,
+    ``maxsize`` of ``zip``): assigning it takes effect on every path from
     the next record on.
 
     >>> from rivermark import Stream
@@ -50,3 +53,33 @@ class Fixed:
             f"{obj.display_name()}.{self.name} is fixed when the node is created "
             f"(got {value!r}); build a new node with the new value instead"
         )
+
+
+class Planned(Fixed):
+    """A node attribute the generated code holds as a constant; assigning it rebuilds that code.
+
+    For what a step reads on every record but the node (or its user) may
+    replace: ``n`` of ``partition`` or the buffers of ``zip``.  The value
+    lives in ``_<name>``, which ``__init__`` sets and the node's own code
+    reads; the node changes the object it holds only in place (a list
+    appended to, a deque cleared) or by assigning the public name, which
+    retires the plan of the node's graph (:mod:`.plan`): every function
+    written with the old value hands its records to the node-by-node path,
+    and the next record builds code with the new one.
+
+    >>> from rivermark import Stream
+    >>> s = Stream(); L = s.partition(2).sink_to_list()
+    >>> s.emit(1); s.emit(2)
+    >>> s.downstreams[0].n = 3
+    >>> for i in range(3):
+    ...     s.emit(i)
+    >>> L
+    [(1, 2), (0, 1, 2)]
+    """
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        object.__setattr__(obj, self.slot, value)
+        # the plan of the node's graph (the Node protocol's attribute): its code folded the old value
+        plan = obj._rivermark_plan  # noqa: SLF001
+        if plan is not None:
+            plan.retire()

@@ -72,17 +72,18 @@ class Plan:
     # ------------------------------------------------------------------ lifecycle
     def retire(self) -> None:
         """The graph changed: take back everything built for its old shape."""
-        if not self.valid:
-            return
-        self.valid = False
-        for fn in self._generated:
-            graphcode.retire(fn)
-        for n in self.nodes:
-            if n._rivermark_plan is self:  # noqa: SLF001 - the plan's own mark on its nodes
-                n._rivermark_plan = None  # noqa: SLF001
-            for attr in ("_push", "emit"):
-                with contextlib.suppress(AttributeError):
-                    delattr(n, attr)
+        with _LOCK:
+            if not self.valid:
+                return
+            self.valid = False
+            for fn in self._generated:
+                graphcode.retire(fn)
+            for n in self.nodes:
+                if n._rivermark_plan is self:  # noqa: SLF001 - the plan's own mark on its nodes
+                    n._rivermark_plan = None  # noqa: SLF001
+                for attr in ("_push", "emit"):
+                    with contextlib.suppress(AttributeError):
+                        delattr(n, attr)
 
     def _install(self, node: Node, attr: str, value: object) -> None:
         if self.valid:

@@ -20,6 +20,10 @@ What folding knows (and nothing else):
 
 * the node's fixed configuration: the attributes its class declares with
   :class:`~rivermark.execution.fixed.Fixed` (``self.args`` and ``self._args``);
+  those declared :class:`~rivermark.execution.fixed.Planned` are known by
+  their object only when it may change in place (a buffer: the code holds
+  it, but its length or truth is asked at run time; a tuple's items are
+  known by their objects the same way);
 * in a graph, where every record is untracked, ``metadata`` is ``None``;
   ``who`` is the upstream the record comes from, ``self.upstreams`` and
   ``self.downstreams`` are the graph's shape, and a method marked
@@ -64,7 +68,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
-from rivermark.execution.fixed import Fixed
+from rivermark.execution.fixed import Fixed, Planned
 from rivermark.execution.node import Node
 
 __all__ = [
@@ -277,20 +281,20 @@ Binder = Callable[[Any, str], str]
 
 
 #: the fixed configuration of each node class, found once per class
-_FIXED: weakref.WeakKeyDictionary[type, dict[str, str]] = weakref.WeakKeyDictionary()
+_FIXED: weakref.WeakKeyDictionary[type, dict[str, Fixed]] = weakref.WeakKeyDictionary()
 
 
-def _fixed_slots(cls: type) -> dict[str, str]:
-    """Attribute -> slot of every :class:`~rivermark.execution.fixed.Fixed` of ``cls`` (both names)."""
+def _fixed_slots(cls: type) -> dict[str, Fixed]:
+    """Attribute -> :class:`~rivermark.execution.fixed.Fixed` of each one of ``cls`` (both names)."""
     found = _FIXED.get(cls)
     if found is not None:
         return found
-    out: dict[str, str] = {}
+    out: dict[str, Fixed] = {}
     for klass in cls.__mro__:
         for name, value in vars(klass).items():
             if isinstance(value, Fixed) and name not in out:
-                out[name] = value.slot
-                out.setdefault(value.slot, value.slot)
+                out[name] = value
+                out.setdefault(value.slot, value)
     _FIXED[cls] = out
     return out
 
@@ -398,6 +402,9 @@ class _Specializer(ast.NodeTransformer):
         self.known: dict[str, Any] = {}
         #: bound names -> their values (globals, fixed configuration, shape)
         self.bound: dict[str, Any] = {}
+        #: ids of the objects known by identity only (planned buffers: their
+        #: contents change while the code lives, so nothing is evaluated on them)
+        self.opaque: set[int] = set()
         self.size = 0
         self.p_self, self.p_x, self.p_who, self.p_meta = info.params
 
@@ -429,7 +436,8 @@ class _Specializer(ast.NodeTransformer):
         if isinstance(expr, ast.Constant):
             return True, expr.value
         if isinstance(expr, ast.Name) and isinstance(expr.ctx, ast.Load) and expr.id in self.bound:
-            return True, self.bound[expr.id]
+            value = self.bound[expr.id]
+            return (False, None) if id(value) in self.opaque else (True, value)
         if isinstance(expr, ast.Tuple) and isinstance(expr.ctx, ast.Load):
             values = []
             for elt in expr.elts:
@@ -439,6 +447,15 @@ class _Specializer(ast.NodeTransformer):
                 values.append(v)
             return True, tuple(values)
         return False, None
+
+    def _hold(self, value: object) -> None:
+        """A planned attribute's value: an object that may change in place is opaque."""
+        if type(value) is tuple:
+            for item in value:  # the tuple is known (indexing folds); its items by identity
+                if not _literal(item):
+                    self.opaque.add(id(item))
+        elif not _literal(value):
+            self.opaque.add(id(value))
 
     def _local(self, name: str) -> str:
         return name + self.site.suffix if self.site.graph else name
@@ -480,8 +497,12 @@ class _Specializer(ast.NodeTransformer):
         base = node.value
         if isinstance(base, ast.Name) and base.id == self.p_self and isinstance(node.ctx, ast.Load):
             attr = node.attr
-            if attr in self.fixed or (self.site.graph and attr in SHAPE):
-                return self._const(getattr(self.site.node, attr), attr)
+            fixed = self.fixed.get(attr)
+            if fixed is not None or (self.site.graph and attr in SHAPE):
+                value = getattr(self.site.node, attr)
+                if isinstance(fixed, Planned):
+                    self._hold(value)
+                return self._const(value, attr)
         return self.generic_visit(node)  # type: ignore[return-value]
 
     # ------------------------------------------------------------------ expressions

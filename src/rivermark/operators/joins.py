@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Awaitable, Iterable
 from typing import Any, Unpack
 
-from rivermark.core.node import Fixed, NodeOptions, Stream, check_positive_int
+from rivermark.core.node import Fixed, NodeOptions, Planned, Stream, check_positive_int
 from rivermark.core.refs import Metadata, merge_metadata, release_refs
 from rivermark.errors import ConfigurationError, GraphError
 from rivermark.execution.steps import step
@@ -94,12 +94,18 @@ class Zip(Stream):
     #: records the first buffer held when its state was restored
     _restored_held = 0
     literals = Fixed()
+    # read on every record, held as constants by the generated code: assigning one
+    # (or set_state replacing the buffers) rebuilds that code; the buffers and the
+    # waiters are otherwise changed in place only
+    maxsize = Planned()
+    buffers = Planned()
+    waiters = Planned()
 
     def __init__(
         self, *upstreams: object, maxsize: int = 10, **kwargs: Unpack[NodeOptions]
     ) -> None:
         check_positive_int("zip", "maxsize", maxsize)
-        self.maxsize = maxsize
+        self._maxsize = maxsize
         self._literals = [(i, v) for i, v in enumerate(upstreams) if not isinstance(v, Stream)]
         streams = [u for u in upstreams if isinstance(u, Stream)]
         if not streams:
@@ -107,8 +113,9 @@ class Zip(Stream):
                 f"zip: needs at least one upstream stream, got only literals {upstreams!r}; "
                 "pass streams, e.g. a.zip(b)"
             )
-        #: one buffer per upstream: bare records, or :class:`_Held` for tracked ones
-        self._buffers: list[deque[Any]] = [deque() for _ in streams]
+        #: one buffer per upstream: bare records, or :class:`_Held` for tracked ones (a
+        #: tuple: the generated code holds each buffer; a new upstream makes a new tuple)
+        self._buffers: tuple[deque[Any], ...] = tuple(deque() for _ in streams)
         self._waiters: list[asyncio.Future[Any]] = []
         Stream.__init__(self, upstreams=streams, **kwargs)
 
@@ -137,7 +144,7 @@ class Zip(Stream):
                 self._retain_refs(metadata)
             if mine:  # records already wait on this side: this one waits behind them
                 mine.append(_Held(x, metadata) if metadata else x)
-                if len(mine) > self.maxsize:
+                if len(mine) > self._maxsize:
                     return self._wait_for_room()
                 return None
             if not other:  # nothing to meet on the other side yet
@@ -171,8 +178,8 @@ class Zip(Stream):
         whether one holds more than ``maxsize``.
         """
         buffers, ups = self._buffers, self.upstreams
-        while len(buffers) < len(ups):  # an upstream was connected later
-            buffers.append(deque())
+        if len(buffers) < len(ups):  # an upstream was connected later
+            buffers = self.buffers = (*buffers, *(deque() for _ in ups[len(buffers) :]))
         filled = over = matched = False
         for i, up in enumerate(ups):
             if up is who:  # the same stream may be zipped more than once
@@ -182,7 +189,7 @@ class Zip(Stream):
                 buf.append(_Held(x, metadata) if metadata else x)
                 if len(buf) == 1:
                     filled = True
-                elif len(buf) > self.maxsize:
+                elif len(buf) > self._maxsize:
                     over = True
                 matched = True
         if not matched:
@@ -204,7 +211,8 @@ class Zip(Stream):
 
     def _wake_waiters(self) -> None:
         """A tuple left: senders waiting for room in a buffer may go on."""
-        waiters, self._waiters = self._waiters, []
+        waiters = list(self._waiters)
+        self._waiters.clear()  # in place: the generated code holds the list
         for w in waiters:
             if not w.done():
                 w.set_result(None)
@@ -221,14 +229,18 @@ class Zip(Stream):
 
     def _add_upstream(self, upstream: Stream) -> None:
         super()._add_upstream(upstream)
-        self._buffers.extend(deque() for _ in range(len(self.upstreams) - len(self._buffers)))
+        extra = len(self.upstreams) - len(self._buffers)
+        if extra > 0:
+            self.buffers = (*self._buffers, *(deque() for _ in range(extra)))
 
     def _remove_upstream(self, upstream: Stream) -> None:
         # as in streamz, the input's buffer goes with it; its waiting records
         # will never be part of a tuple, so they complete now
         i = _position(self, upstream)
-        if i < len(self._buffers):
-            for entry in self._buffers.pop(i):
+        buffers = self._buffers
+        if i < len(buffers):
+            self.buffers = buffers[:i] + buffers[i + 1 :]
+            for entry in buffers[i]:
                 release_refs(_unheld(entry)[1])
         del self.upstreams[i]
         self._wake_waiters()
@@ -237,13 +249,15 @@ class Zip(Stream):
         return {"buffers": [[_unheld(e)[0] for e in b] for b in self._buffers]}
 
     def set_state(self, state: Any) -> None:
-        buffers: list[deque[Any]] = [deque(b) for b in state["buffers"]]
+        buffers = tuple(deque(b) for b in state["buffers"])
         if self.upstreams and len(buffers) != len(self.upstreams):
             raise GraphError(
                 f"{self.display_name()}: the restored state has {len(buffers)} buffers for "
                 f"{len(self.upstreams)} upstreams; restore it into a zip of as many streams"
             )
-        self._buffers = buffers  # one per upstream, always (the step relies on it)
+        # one per upstream, always (the step relies on it); assigned by the public
+        # name, so code that holds the old buffers is rebuilt
+        self.buffers = buffers
         self._restored_held = len(buffers[0]) if buffers else 0
 
     def derive_records_out(self, records_in: list[int]) -> int:
@@ -257,7 +271,7 @@ class Zip(Stream):
 
     def state_signature(self) -> str:
         lits = [i for i, _ in self._literals]
-        return f"Zip(upstreams={len(self._buffers)}, literals_at={lits}, maxsize={self.maxsize})"
+        return f"Zip(upstreams={len(self._buffers)}, literals_at={lits}, maxsize={self._maxsize})"
 
 
 class _LatestOfEach(Stream):

@@ -17,6 +17,7 @@ from rivermark.core.naming import function_name
 from rivermark.core.node import (
     Fixed,
     NodeOptions,
+    Planned,
     Stream,
     check_callable,
     check_positive_int,
@@ -71,6 +72,8 @@ class Accumulate(Stream):
     returns_state = Fixed()
     with_state = Fixed()
     kwargs = Fixed()
+    # read on every record: the generated code holds it; assigning it rebuilds that code
+    func = Planned()
 
     def __init__(
         self,

@@ -17,7 +17,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from rivermark.core.node import Fixed, Stream, check_callable
+from rivermark.core.node import Fixed, Planned, Stream, check_callable
 from rivermark.core.refs import Metadata
 from rivermark.execution.push import merge_results
 from rivermark.execution.steps import step
@@ -45,6 +45,8 @@ class Map(Stream):
     derived_out = True
     args = Fixed()
     kwargs = Fixed()
+    # read on every record: the generated code holds it; assigning it rebuilds that code
+    func = Planned()
     #: starmap: the record is a tuple of arguments, ``func(*x, ...)``
     star = Fixed()
     _star = False
@@ -119,6 +121,8 @@ class Filter(Stream):
 
     #: remove: pass on the records for which the predicate is false
     invert = Fixed()
+    # read on every record: the generated code holds it; assigning it rebuilds that code
+    predicate = Planned()
     _invert = False
     args = Fixed()
     kwargs = Fixed()

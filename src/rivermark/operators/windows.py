@@ -22,7 +22,14 @@ from collections.abc import Awaitable, Callable, Hashable
 from typing import Any, Unpack
 
 from rivermark.core import runtime
-from rivermark.core.node import Fixed, NodeOptions, Stream, check_positive_int, identity
+from rivermark.core.node import (
+    Fixed,
+    NodeOptions,
+    Planned,
+    Stream,
+    check_positive_int,
+    identity,
+)
 from rivermark.core.refs import Metadata, merge_metadata, release_refs
 from rivermark.errors import ConfigurationError
 from rivermark.execution.steps import step
@@ -70,6 +77,11 @@ class Partition(Stream):
 
     key = Fixed()
     timeout = Fixed()
+    # read on every record, held as constants by the generated code: assigning one
+    # (or set_state replacing the open group) rebuilds that code; the open group
+    # is otherwise changed in place only
+    n = Planned()
+    buffer = Planned()
 
     def __init__(
         self,
@@ -87,7 +99,7 @@ class Partition(Stream):
                 f"partition: timeout must be a number of seconds > 0, got {timeout!r}; "
                 "pass e.g. timeout=1.5, or None to emit only full partitions"
             )
-        self.n = n
+        self._n = n
         self._timeout = timeout
         self._key = key
         #: the open group (no key)
@@ -144,7 +156,7 @@ class Partition(Stream):
         if metadata:  # a tracked record: its references are kept with the group
             self._retain_refs(metadata)
             self._metas.setdefault(k, []).extend(metadata)
-        if len(buf) < self.n:
+        if len(buf) < self._n:
             if self._timeout is not None and k not in self._timers:
                 self._arm(k)
             return None
@@ -257,7 +269,8 @@ class Partition(Stream):
         buffers = state["buffers"]
         self._metas = {}
         if self._key is None:
-            self._buffer = [v for _, group in buffers for v in group]
+            # by the public name: code that holds the old group is rebuilt
+            self.buffer = [v for _, group in buffers for v in group]
             keys: list[Any] = [None] if self._buffer else []
         else:
             # a checkpoint before keyed state held a list of (key, records) pairs

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
 from rivermark.core import runtime
-from rivermark.core.node import Fixed, Stream, check_callable, is_coroutine_function
+from rivermark.core.node import Fixed, Planned, Stream, check_callable, is_coroutine_function
 from rivermark.core.refs import Metadata, release_refs, retain_refs
 from rivermark.execution import plan
 from rivermark.execution.steps import step
@@ -58,13 +58,15 @@ class Sink(Stream):
     _graphviz_shape: ClassVar[str] = "trapezium"
     args = Fixed()
     kwargs = Fixed()
+    # read on every record: the generated code holds it; assigning it rebuilds that code
+    func = Planned()
 
     def __init__(
         self, upstream: Stream, func: Callable[..., Any] | None = None, *args: Any, **kwargs: Any
     ) -> None:
         if func is not None or type(self) is Sink:
             check_callable("sink", "func", func)
-        self.func: Callable[..., Any] = func if func is not None else _no_call
+        self._func: Callable[..., Any] = func if func is not None else _no_call
         node_kwargs = {k: kwargs.pop(k) for k in _NODE_KWARGS if k in kwargs}
         self._args = args
         self._kwargs = kwargs
