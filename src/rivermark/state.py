@@ -280,8 +280,11 @@ class KeyedState(dict[Any, Any], KeyedStore):
         return default
 
     def update(self, other: Any = (), /, **kwargs: Any) -> None:
-        new = dict(other, **kwargs)
         changes = self._changes
+        if changes is None and not kwargs:
+            dict.update(self, other)  # nothing recorded: no copy of ``other`` either
+            return
+        new = dict(other, **kwargs)
         if changes is not None:
             changes.update(new)  # every key set is recorded (in C, not key by key)
         dict.update(self, new)

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import logging
 import operator
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import compress, repeat
 from typing import Any, cast
@@ -357,23 +357,26 @@ class FrameWindow(ConformingNode):
         spec = self.spec
         store = cast("BulkWindows", self.store)  # fixed windows' (see __init__)
         # the same floats as offset + w * step per window (int64 to float64 is exact here)
-        starts = (spec.offset + windows.astype(np.float64) * spec.step).tolist()
-        ids = list(zip(keys, starts))
+        starts = spec.offset + windows.astype(np.float64) * spec.step
+        ids = list(zip(keys, starts.tolist()))
         if spec.updates:
             self._touched.extend(ids)
         curs = store.lookup(ids)
+        combine_all = self.partials.combine_all
         if None not in curs:
-            store.update_fixed(ids, curs, self.partials.combine_all([c[2] for c in curs], parts))
+            store.update_fixed(ids, curs, combine_all(list(map(_acc_of, curs)), parts))
             return
+        # the same floats as start + size per window
+        ends: Iterable[float] = (starts + spec.size).tolist()
         new = list(map(operator.is_, curs, repeat(None)))
         if not all(new):
             old = list(map(operator.not_, new))
             olds = list(compress(curs, old))
-            accs = self.partials.combine_all([c[2] for c in olds], list(compress(parts, old)))
+            accs = combine_all(list(map(_acc_of, olds)), list(compress(parts, old)))
             store.update_fixed(list(compress(ids, old)), olds, accs)
             ids, parts = list(compress(ids, new)), list(compress(parts, new))
-        size = spec.size
-        store.open_fixed(ids, [i[1] + size for i in ids], parts)
+            ends = compress(ends, new)
+        store.open_fixed(ids, list(ends), parts)
 
     def _add_sessions(
         self, x: pd.DataFrame, times: np.ndarray, marks: np.ndarray, seqs: np.ndarray
@@ -538,6 +541,8 @@ class FrameWindow(ConformingNode):
 
 #: a closed window's partial and key (``Closed``)
 _acc = operator.itemgetter(4)
+#: an open window's partial (``(end, seq, acc)``)
+_acc_of = operator.itemgetter(2)
 _window_key = operator.itemgetter(3)
 
 
