@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import logging
 import operator
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from itertools import compress, repeat
 from typing import Any, cast
@@ -353,30 +353,61 @@ class FrameWindow(ConformingNode):
 
     def _merge_fixed(self, keys: list[Any], windows: np.ndarray, parts: list[Any]) -> None:
         """Merge each group's partial into its window ``(key, window)``, the groups in the
-        order of ``(key, window)``: windows not open yet open in that order."""
+        order of ``(key, window)``: windows not open yet open in that order.
+
+        The windows of a span (a start) that has no open window yet are all new:
+        they are opened without a look into the open windows (a hopping window's
+        batch opens most of its windows so).
+        """
         spec = self.spec
         store = cast("BulkWindows", self.store)  # fixed windows' (see __init__)
-        # the same floats as offset + w * step per window (int64 to float64 is exact here)
+        # the same floats as offset + w * step and start + size per window (int64 to
+        # float64 is exact here)
         starts = spec.offset + windows.astype(np.float64) * spec.step
+        ends = starts + spec.size
         ids = list(zip(keys, starts.tolist()))
         if spec.updates:
             self._touched.extend(ids)
-        curs = store.lookup(ids)
+        fresh = self._fresh(windows, starts, ends, store)
+        known = ids if fresh is None else list(compress(ids, (~fresh).tolist()))
+        curs = store.lookup(known)
         combine_all = self.partials.combine_all
-        if None not in curs:
+        if fresh is None and None not in curs:
             store.update_fixed(ids, curs, combine_all(list(map(_acc_of, curs)), parts))
             return
-        # the same floats as start + size per window
-        ends: Iterable[float] = (starts + spec.size).tolist()
-        new = list(map(operator.is_, curs, repeat(None)))
-        if not all(new):
-            old = list(map(operator.not_, new))
-            olds = list(compress(curs, old))
+        is_new = np.fromiter(map(operator.is_, curs, repeat(None)), dtype=bool, count=len(curs))
+        if fresh is None:
+            new = is_new
+        else:
+            new = fresh.copy()
+            new[~fresh] = is_new
+        if not is_new.all():
+            olds = list(compress(curs, (~is_new).tolist()))
+            old = (~new).tolist()
             accs = combine_all(list(map(_acc_of, olds)), list(compress(parts, old)))
             store.update_fixed(list(compress(ids, old)), olds, accs)
-            ids, parts = list(compress(ids, new)), list(compress(parts, new))
-            ends = compress(ends, new)
-        store.open_fixed(ids, list(ends), parts)
+        if new.all():
+            store.open_fixed(ids, ends.tolist(), parts)
+            return
+        mask = new.tolist()
+        store.open_fixed(
+            list(compress(ids, mask)),
+            list(compress(ends.tolist(), mask)),
+            list(compress(parts, mask)),
+        )
+
+    @staticmethod
+    def _fresh(
+        windows: np.ndarray, starts: np.ndarray, ends: np.ndarray, store: BulkWindows
+    ) -> np.ndarray | None:
+        """Which groups are in a window span with no open window (None: none is)."""
+        present, first = np.unique(windows, return_index=True)
+        spans = zip(ends[first].tolist(), starts[first].tolist())
+        fresh = [w for w, span in zip(present.tolist(), spans) if span not in store.buckets]
+        if not fresh:
+            return None
+        out: np.ndarray = np.isin(windows, fresh)
+        return out
 
     def _add_sessions(
         self, x: pd.DataFrame, times: np.ndarray, marks: np.ndarray, seqs: np.ndarray
