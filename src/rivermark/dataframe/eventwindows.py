@@ -353,11 +353,8 @@ class FrameWindow(ConformingNode):
 
     def _merge_fixed(self, keys: list[Any], windows: np.ndarray, parts: list[Any]) -> None:
         """Merge each group's partial into its window ``(key, window)``, the groups in the
-        order of ``(key, window)``: windows not open yet open in that order.
-
-        The windows of a span (a start) that has no open window yet are all new:
-        they are opened without a look into the open windows (a hopping window's
-        batch opens most of its windows so).
+        order of ``(key, window)``: windows not open yet open in that order.  Those of
+        a span (a start) with no open window yet are opened without a lookup each.
         """
         spec = self.spec
         store = cast("BulkWindows", self.store)  # fixed windows' (see __init__)
@@ -404,10 +401,7 @@ class FrameWindow(ConformingNode):
         present, first = np.unique(windows, return_index=True)
         spans = zip(ends[first].tolist(), starts[first].tolist())
         fresh = [w for w, span in zip(present.tolist(), spans) if span not in store.buckets]
-        if not fresh:
-            return None
-        out: np.ndarray = np.isin(windows, fresh)
-        return out
+        return np.isin(windows, fresh) if fresh else None
 
     def _add_sessions(
         self, x: pd.DataFrame, times: np.ndarray, marks: np.ndarray, seqs: np.ndarray
