@@ -48,10 +48,8 @@ from __future__ import annotations
 import itertools
 import logging
 from abc import abstractmethod
-from collections import deque
 from collections.abc import Callable, Hashable, Mapping, MutableMapping
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, ClassVar
 
 logger = logging.getLogger(__name__)
@@ -109,7 +107,7 @@ class KeyedDelta:
 
 
 _dict_set = dict.__setitem__
-_dict_del = dict.__delitem__
+_dict_pop = dict.pop
 
 
 class KeyedStore(MutableMapping[Any, Any]):
@@ -255,8 +253,7 @@ class KeyedState(dict[Any, Any], KeyedStore):
     def pop_many(self, keys: list[Any]) -> list[Any]:
         """Remove ``keys`` (each one held) and return their values in order: ``pop`` of
         many keys, recorded at once (a DataFrame window store closes a span this way)."""
-        values = list(map(self.__getitem__, keys))
-        deque(map(partial(_dict_del, self), keys), maxlen=0)
+        values = list(map(_dict_pop, itertools.repeat(self), keys))  # one lookup per key, in C
         changes = self._changes
         if changes is not None:
             changes.update(dict.fromkeys(keys, DELETED))
@@ -280,8 +277,11 @@ class KeyedState(dict[Any, Any], KeyedStore):
         return default
 
     def update(self, other: Any = (), /, **kwargs: Any) -> None:
-        new = dict(other, **kwargs)
         changes = self._changes
+        if changes is None and not kwargs:
+            dict.update(self, other)  # nothing recorded: no copy of ``other`` either
+            return
+        new = dict(other, **kwargs)
         if changes is not None:
             changes.update(new)  # every key set is recorded (in C, not key by key)
         dict.update(self, new)

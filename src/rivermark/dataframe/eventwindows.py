@@ -353,27 +353,55 @@ class FrameWindow(ConformingNode):
 
     def _merge_fixed(self, keys: list[Any], windows: np.ndarray, parts: list[Any]) -> None:
         """Merge each group's partial into its window ``(key, window)``, the groups in the
-        order of ``(key, window)``: windows not open yet open in that order."""
+        order of ``(key, window)``: windows not open yet open in that order.  Those of
+        a span (a start) with no open window yet are opened without a lookup each.
+        """
         spec = self.spec
         store = cast("BulkWindows", self.store)  # fixed windows' (see __init__)
-        # the same floats as offset + w * step per window (int64 to float64 is exact here)
-        starts = (spec.offset + windows.astype(np.float64) * spec.step).tolist()
-        ids = list(zip(keys, starts))
+        # the same floats as offset + w * step and start + size per window (int64 to
+        # float64 is exact here)
+        starts = spec.offset + windows.astype(np.float64) * spec.step
+        ends = starts + spec.size
+        ids = list(zip(keys, starts.tolist()))
         if spec.updates:
             self._touched.extend(ids)
-        curs = store.lookup(ids)
-        if None not in curs:
-            store.update_fixed(ids, curs, self.partials.combine_all([c[2] for c in curs], parts))
+        fresh = self._fresh(windows, starts, ends, store)
+        known = ids if fresh is None else list(compress(ids, (~fresh).tolist()))
+        curs = store.lookup(known)
+        combine_all = self.partials.combine_all
+        if fresh is None and None not in curs:
+            store.update_fixed(ids, curs, combine_all(list(map(_acc_of, curs)), parts))
             return
-        new = list(map(operator.is_, curs, repeat(None)))
-        if not all(new):
-            old = list(map(operator.not_, new))
-            olds = list(compress(curs, old))
-            accs = self.partials.combine_all([c[2] for c in olds], list(compress(parts, old)))
+        is_new = np.fromiter(map(operator.is_, curs, repeat(None)), dtype=bool, count=len(curs))
+        if fresh is None:
+            new = is_new
+        else:
+            new = fresh.copy()
+            new[~fresh] = is_new
+        if not is_new.all():
+            olds = list(compress(curs, (~is_new).tolist()))
+            old = (~new).tolist()
+            accs = combine_all(list(map(_acc_of, olds)), list(compress(parts, old)))
             store.update_fixed(list(compress(ids, old)), olds, accs)
-            ids, parts = list(compress(ids, new)), list(compress(parts, new))
-        size = spec.size
-        store.open_fixed(ids, [i[1] + size for i in ids], parts)
+        if new.all():
+            store.open_fixed(ids, ends.tolist(), parts)
+            return
+        mask = new.tolist()
+        store.open_fixed(
+            list(compress(ids, mask)),
+            list(compress(ends.tolist(), mask)),
+            list(compress(parts, mask)),
+        )
+
+    @staticmethod
+    def _fresh(
+        windows: np.ndarray, starts: np.ndarray, ends: np.ndarray, store: BulkWindows
+    ) -> np.ndarray | None:
+        """Which groups are in a window span with no open window (None: none is)."""
+        present, first = np.unique(windows, return_index=True)
+        spans = zip(ends[first].tolist(), starts[first].tolist())
+        fresh = [w for w, span in zip(present.tolist(), spans) if span not in store.buckets]
+        return np.isin(windows, fresh) if fresh else None
 
     def _add_sessions(
         self, x: pd.DataFrame, times: np.ndarray, marks: np.ndarray, seqs: np.ndarray
@@ -538,6 +566,8 @@ class FrameWindow(ConformingNode):
 
 #: a closed window's partial and key (``Closed``)
 _acc = operator.itemgetter(4)
+#: an open window's partial (``(end, seq, acc)``)
+_acc_of = operator.itemgetter(2)
 _window_key = operator.itemgetter(3)
 
 

@@ -24,6 +24,7 @@ how two partials combine.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -142,7 +143,7 @@ def built_in_partials(
             np.bincount(gid[pd.notna(col[rows]) & (gid >= 0)], minlength=n_groups) for col in values
         ]
         if len(values) == 1:
-            return [(v,) for v in counted[0].tolist()]
+            return list(zip(counted[0].tolist()))  # one tuple per group
         return list(zip(*(c.tolist() for c in counted)))
     keep = gid >= 0
     data = {i: col[rows[keep]] for i, col in enumerate(values)}
@@ -221,9 +222,10 @@ class Partials:
         """:meth:`combine` of each ``acc`` with its ``part`` (the usual shapes in one pass)."""
         how = self.how
         if how == "size":
-            return [a + b for a, b in zip(accs, parts)]
+            return list(map(operator.add, accs, parts))
         if how in ("count", "sum") and len(self.columns) == 1:
-            return [(a[0] + b[0],) for a, b in zip(accs, parts)]
+            # (a[0] + b[0],) per window, the tuples built by zip
+            return list(zip(map(operator.add, map(_first, accs), map(_first, parts))))
         return list(map(self.combine, accs, parts))
 
     def result(self, acc: Any) -> tuple[Any, ...]:
@@ -238,6 +240,10 @@ class Partials:
         seqs = acc[0]
         order = sorted(range(len(seqs)), key=seqs.__getitem__)
         return tuple(how(pd.Series([vals[i] for i in order])) for vals in acc[1:])
+
+
+#: the first (only) value of a one-column partial
+_first = operator.itemgetter(0)
 
 
 def _columns(frame: pd.DataFrame) -> list[tuple[Any, ...]]:

@@ -38,6 +38,7 @@ places both.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import heapq
 import math
 import operator
@@ -401,10 +402,10 @@ class BulkWindows(OpenWindows):
         if starts[0] == starts[-1] and min(starts) == max(starts):
             by_start = [(0, list(map(_first, ids)))]  # one span, most often
         else:  # a few spans (a hopping window's, or disorder across a window's end)
-            by_start = []
-            for s in sorted(set(starts)):
-                mask = list(map(s.__eq__, starts))
-                by_start.append((mask.index(True), list(compress(map(_first, ids), mask))))
+            by_start = [
+                (starts.index(s), list(compress(map(_first, ids), map(s.__eq__, starts))))
+                for s in sorted(set(starts))
+            ]
         for first, keys in by_start:
             span = (ends[first], starts[first])
             bucket = buckets.get(span)
@@ -426,19 +427,28 @@ class BulkWindows(OpenWindows):
         """Remove and return every window whose end plus grace is at or below ``watermark``,
         in close order (:func:`in_close_order`), a span at a time."""
         spans, buckets, grace, open_ = self.spans, self.buckets, self.grace, self.open
-        closed: list[Closed] = []
-        plain = open_ if type(open_) is KeyedState else None
+        due: list[tuple[float, float, list[Any]]] = []
         while spans and spans[0][0] + grace <= watermark:
             end, start = heapq.heappop(spans)
-            keys = buckets.pop((end, start))
+            due.append((end, start, buckets.pop((end, start))))
+        if not due:
+            return []
+        # the spans come off the heap in (end, start) order: the windows of each are
+        # ordered by key (unique within a span), or, when some keys do not compare,
+        # every span's in the order they opened (its bucket's order), as in_close_order
+        with contextlib.suppress(TypeError):
+            due = [
+                (end, start, sorted(keys)) if len(keys) > 1 else (end, start, keys)
+                for end, start, keys in due
+            ]
+        closed: list[Closed] = []
+        plain = open_ if type(open_) is KeyedState else None
+        for end, start, keys in due:
             ids = list(zip(keys, repeat(start)))
             curs = plain.pop_many(ids) if plain is not None else [open_.pop(i) for i in ids]
-            # in the order they opened: (end, start, seq) ascending
             closed.extend(
                 zip(repeat(end), repeat(start), map(_second, curs), keys, map(_third, curs))
             )
-        if len(closed) > 1:
-            in_close_order(closed, ascending=True)
         return closed
 
     def set_state(self, state: Any) -> None:

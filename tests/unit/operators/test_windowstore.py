@@ -159,3 +159,39 @@ def test_the_configuration_that_places_windows_is_fixed_when_the_node_is_created
         with pytest.raises(ConfigurationError, match=re.escape(f"HoppingWindow.{name} is fixed")):
             setattr(w, name, value)
     assert (w.size, w.step, w.offset, w.grace, w.emit_mode) == (10.0, 5.0, 0.0, 1.0, "final")
+
+
+class _Clock:
+    due = math.inf
+
+
+def test_spans_closing_together_come_out_by_end_start_key_or_all_in_opening_order() -> None:
+    # two spans of a hopping window close at one watermark: by (end, start, key)
+    w = BulkWindows(_Clock(), grace=0.0)
+    w.open_fixed(
+        [("b", 5.0), ("a", 5.0), ("c", 0.0), ("a", 0.0)], [15.0, 15.0, 10.0, 10.0], [1, 2, 3, 4]
+    )
+    w.open_fixed([("0", 0.0), ("z", 10.0)], [10.0, 20.0], [5, 6])
+    closed = w.pop_due(15.0)
+    assert [(c[1], c[3], c[4]) for c in closed] == [
+        (0.0, "0", 5),
+        (0.0, "a", 4),
+        (0.0, "c", 3),
+        (5.0, "a", 2),
+        (5.0, "b", 1),
+    ]
+    assert [c[2] for c in closed] == [4, 3, 2, 1, 0]  # each window's opening number
+    assert list(w.open) == [("z", 10.0)] and w.next_due() == 20.0
+    # keys that do not compare in one span: every span's windows in the order they opened
+    w = BulkWindows(_Clock(), grace=0.0)
+    w.open_fixed(
+        [("b", 5.0), ("a", 5.0), ("c", 0.0), (1, 0.0)], [15.0, 15.0, 10.0, 10.0], [1, 2, 3, 4]
+    )
+    closed = w.pop_due(15.0)
+    assert [(c[0], c[1], c[2], c[3]) for c in closed] == [
+        (10.0, 0.0, 2, "c"),
+        (10.0, 0.0, 3, 1),
+        (15.0, 5.0, 0, "b"),
+        (15.0, 5.0, 1, "a"),
+    ]
+    assert not w.open and w.next_due() == math.inf
