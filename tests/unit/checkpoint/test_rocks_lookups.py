@@ -212,3 +212,32 @@ def test_a_failed_state_write_is_never_dropped_by_an_error_policy() -> None:
     with pytest.raises(StateStoreError, match=re.escape("no space left on the device (ENOSPC)")):
         src.emit(1)
     assert out == [] and counts.errors_skipped == 0
+
+
+def test_the_key_cache_and_its_changes_stay_out_of_the_garbage_collector(
+    tmp_path: Path,
+) -> None:
+    """Keys and values that are numbers, strings or bytes leave the mapping's containers
+    untracked: no collection walks them (a set of 500,000 keys costs one 25 ms)."""
+    import gc
+
+    home = Home(tmp_path / "h", RocksSettings(cache=16 << 20, limit=1_000))
+    home.store = LocalDirectoryStore(tmp_path / "ckpt")
+    m = home.open(codec.reader())
+    for i in range(1_500):  # new keys: each looked up (absent) first, evictions too
+        m[i * 7919] = m.get(i * 7919, 0) + 1
+    m["name"] = "text"
+    m[b"raw"] = 2.5
+    del m[7919]
+    assert "gone" not in m  # a key looked up and absent is cached too
+    containers = {"cache": m._cache, "changes": m._dirty}  # noqa: SLF001 - what is pinned
+    assert len(containers["cache"]) > 100 and len(containers["changes"]) > 100
+    assert [name for name, c in containers.items() if gc.is_tracked(c)] == []
+    cp = home.take(1, 0)  # the barrier hands both over
+    handed = {"values": cp.frozen.values, "changes": cp.frozen.dirty}
+    m[1] = 1
+    assert [name for name, c in handed.items() if gc.is_tracked(c)] == []
+    assert not gc.is_tracked(m._cache) and not gc.is_tracked(m._dirty)  # noqa: SLF001
+    home.upload(cp, home.store)
+    assert m[7919 * 3] == 1 and 7919 not in m and m["name"] == "text"
+    home.close()

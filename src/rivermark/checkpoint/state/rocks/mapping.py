@@ -77,8 +77,10 @@ class _Marker:
         return self.name
 
 
-#: a key known to be absent (deleted, or looked up and not found)
-_ABSENT: Any = _Marker("ABSENT")
+#: a key known to be absent (deleted, or looked up and not found).  A bare
+#: ``object()``: the garbage collector does not track it, so a cache whose keys and
+#: values are numbers, strings or bytes stays untracked with it in (see KeyedDirty)
+_ABSENT: Any = object()
 _MISS: Any = _Marker("MISS")
 
 
@@ -104,6 +106,14 @@ MEMTABLE_BLOOM_RATIO = 0.1
 #: RocksDB writes, so the worker writes a barrier's changes in batches this small
 #: (a millisecond or two each) and the record loop runs between them
 WRITE_CHUNK = 1024
+
+
+#: the keys changed since the last write, in the order they changed: a ``dict`` whose
+#: values are all None, not a ``set``.  A set is always tracked by the garbage
+#: collector, which then visits each of its keys at every collection of its
+#: generation (25 ms for 500,000 keys, on the record loop's thread or holding the
+#: GIL in another); a dict of numbers, strings or bytes is not tracked at all
+KeyedDirty = dict[Any, None]
 
 
 @dataclass
@@ -229,7 +239,7 @@ def _fill(batch: Any, changes: list[tuple[Any, Any]], pack: Callable[[Any], byte
             batch.put(pack(k), pack(v))
 
 
-def write_chunks(keys: set[Any], values: Mapping[Any, Any]) -> Iterator[Callable[[Any], None]]:
+def write_chunks(keys: KeyedDirty, values: Mapping[Any, Any]) -> Iterator[Callable[[Any], None]]:
     """The changes of ``keys`` as fills of a write batch, :data:`WRITE_CHUNK` keys each.
 
     A key whose value in ``values`` is absent is deleted, any other is put
@@ -305,7 +315,7 @@ class RocksKeyedState(KeyedStore):
         self.home = home
         self._meta = db.get_column_family(META_CF)
         self._meta_cf = db.get_column_family_handle(META_CF)
-        self._dirty: set[Any] = set()
+        self._dirty: KeyedDirty = {}
         raw = self._meta.get(_COUNT)
         self._len = 0 if raw is None else int.from_bytes(raw, "little")
         self._limit = limit
@@ -365,13 +375,13 @@ class RocksKeyedState(KeyedStore):
         if cur is _ABSENT:
             self._len += 1
         self._cache[key] = value
-        self._dirty.add(key)
+        self._dirty[key] = None
 
     def __delitem__(self, key: Hashable) -> None:
         if key not in self:
             raise KeyError(key)
         self._cache[key] = _ABSENT
-        self._dirty.add(key)
+        self._dirty[key] = None
         self._len -= 1
 
     def pop(self, key: Any, *default: Any) -> Any:
@@ -411,7 +421,7 @@ class RocksKeyedState(KeyedStore):
     def touched(self, key: Hashable) -> None:
         """The value of ``key`` was changed in place: it is written with the next flush."""
         if self._cache.get(key, _ABSENT) is not _ABSENT:
-            self._dirty.add(key)
+            self._dirty[key] = None
 
     def _write(self, fill: Callable[[Any], object]) -> None:
         """Write the batch ``fill(batch)`` fills with the number of keys, atomically."""
@@ -441,7 +451,7 @@ class RocksKeyedState(KeyedStore):
         for k in list(islice(cache, self._step)):
             v = cache.pop(k)
             if k in dirty:
-                dirty.discard(k)
+                del dirty[k]
                 changed.append((k, v))
         if changed:
             self._write(lambda batch: _fill(batch, changed, pack))
@@ -471,7 +481,7 @@ class RocksKeyedState(KeyedStore):
         With ``freeze`` (values changed in place) each changed value is copied.
         """
         self.wait_frozen()
-        dirty, self._dirty = self._dirty, set()
+        dirty, self._dirty = self._dirty, {}
         freeze = self.freeze
         cache = self._cache
         if freeze is None:
@@ -614,7 +624,7 @@ class Frozen:
 
     #: key -> value (or the absent marker), for every key in ``dirty`` (and maybe others)
     values: dict[Any, Any]
-    dirty: set[Any]
+    dirty: KeyedDirty
     #: the number of keys at the barrier
     count: int
 
