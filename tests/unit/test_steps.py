@@ -301,3 +301,34 @@ def test_planned_attributes_are_held_by_the_loop_and_assigning_one_rebuilds_it()
     assert pairs == [(1, 0), (2, -1), (3, -2), (4, -3), (5, -4), (50, -5), (60, -6), (70, -7)]
     rebuilt = _loop_source(s)
     assert "< 2:" in rebuilt and rebuilt != src
+
+
+def test_no_planned_or_fixed_attribute_hides_a_chaining_method() -> None:
+    # a node attribute named like a registered operator (``partition(3).buffer``)
+    # would hide the method: ``s.partition(3).buffer(5)`` must still chain
+    import rivermark.dask  # noqa: F401  (registers the scattered operators)
+    from rivermark.execution.fixed import Fixed
+
+    api = {n for n in dir(Stream) if not n.startswith("_") and callable(getattr(Stream, n))}
+    clashes = []
+    for cls in _all_subclasses(Stream):
+        for name, value in vars(cls).items():
+            if isinstance(value, Fixed) and name in api:
+                clashes.append(f"{cls.__qualname__}.{name}")
+    assert clashes == []
+    s = Stream()
+    out = s.partition(3).buffer(5).sink_to_list()
+    for i in range(7):
+        s.emit(i)
+    assert out == [(0, 1, 2), (3, 4, 5)]
+
+
+def _all_subclasses(cls: type) -> set[type]:
+    found: set[type] = set()
+    todo = [cls]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            if sub not in found:
+                found.add(sub)
+                todo.append(sub)
+    return found

@@ -81,7 +81,7 @@ class Partition(Stream):
     # (or set_state replacing the open group) rebuilds that code; the open group
     # is otherwise changed in place only
     n = Planned()
-    buffer = Planned()
+    current = Planned()
 
     def __init__(
         self,
@@ -103,7 +103,7 @@ class Partition(Stream):
         self._timeout = timeout
         self._key = key
         #: the open group (no key)
-        self._buffer: list[Any] = []
+        self._current: list[Any] = []
         #: the open group of each key (with a key; checkpointed incrementally)
         self._buffers: KeyedStore = KeyedState(freeze=list)
         #: the metadata of the tracked records in each open group (key None: no key)
@@ -120,11 +120,11 @@ class Partition(Stream):
         Stream.__init__(self, upstream, **kwargs)
 
     def _groups(self) -> list[list[object]]:
-        return [self._buffer] if self._key is None else list(self._buffers.values())
+        return [self._current] if self._key is None else list(self._buffers.values())
 
     def records_held(self) -> int | None:
         if self._key is None:
-            return len(self._buffer)  # a list's length: safe to read from any thread
+            return len(self._current)  # a list's length: safe to read from any thread
         # a plain attribute: reading the groups from another thread would write a
         # RocksDB mapping's cache out under the operator (see Stream.records_held)
         return self._held
@@ -143,7 +143,7 @@ class Partition(Stream):
             self._raise_if_failed()  # a timed-out partition could not be passed on
         if self._key is None:
             k = None
-            buf = self._buffer
+            buf = self._current
         else:
             try:
                 k = self._key_of(x)
@@ -196,8 +196,8 @@ class Partition(Stream):
     def _take(self, k: Any) -> tuple[tuple[Any, ...], Metadata | None]:
         """Group ``k`` as a tuple, with its tracked records' metadata; the group is emptied."""
         if self._key is None:
-            out = tuple(self._buffer)
-            self._buffer.clear()
+            out = tuple(self._current)
+            self._current.clear()
         else:
             out = tuple(self._buffers.pop(k, ()))
             self._held -= len(out)
@@ -219,7 +219,7 @@ class Partition(Stream):
             timer.cancel()
 
     def _pending(self, k: Hashable) -> bool:
-        return bool(self._buffer) if self._key is None else k in self._buffers
+        return bool(self._current) if self._key is None else k in self._buffers
 
     def _arm_if_pending(self, k: Hashable) -> None:
         if self._pending(k) and k not in self._timers:
@@ -260,7 +260,7 @@ class Partition(Stream):
         if self._key is not None:
             # the live groups: the checkpoint copies the changed ones at the barrier
             return {"buffers": self._buffers}
-        return {"buffers": [(None, list(self._buffer))] if self._buffer else []}
+        return {"buffers": [(None, list(self._current))] if self._current else []}
 
     def set_state(self, state: Any) -> None:
         for t in self._timers.values():
@@ -270,8 +270,8 @@ class Partition(Stream):
         self._metas = {}
         if self._key is None:
             # by the public name: code that holds the old group is rebuilt
-            self.buffer = [v for _, group in buffers for v in group]
-            keys: list[Any] = [None] if self._buffer else []
+            self.current = [v for _, group in buffers for v in group]
+            keys: list[Any] = [None] if self._current else []
         else:
             # a checkpoint before keyed state held a list of (key, records) pairs
             self._buffers = as_keyed(
