@@ -14,6 +14,7 @@ What the Dask guarantees mean, each tested against real processes:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -177,7 +178,10 @@ def test_lost_scheduler_stops_the_job_and_its_last_checkpoint_resumes_exactly(
         t.join(60)
         assert not t.is_alive(), "the job hung after its scheduler died"
     finally:
-        own.close(timeout=10)
+        # the scheduler is gone by design: closing its client may find the
+        # connection reset (CommClosedError) or time out, both OSErrors
+        with contextlib.suppress(OSError):
+            own.close(timeout=10)
 
     (err,) = raised
     assert isinstance(err, JobFailedError), raised
