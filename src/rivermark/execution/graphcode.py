@@ -38,17 +38,10 @@ from collections.abc import Callable
 from typing import Any
 
 from rivermark.execution import counting
+from rivermark.execution.folding import Names, Site, define, specialize
 from rivermark.execution.node import Node
 from rivermark.execution.push import merge_results, pass_down
-from rivermark.execution.steps import (
-    Names,
-    Site,
-    Unsupported,
-    define,
-    emit_call,
-    specialize,
-    step_of,
-)
+from rivermark.execution.steps import Unsupported, emit_call, step_of
 
 logger = logging.getLogger(__name__)
 

@@ -33,9 +33,10 @@ from types import MethodType
 from typing import Any
 
 from rivermark.execution import counting, delivery, graphcode
+from rivermark.execution.folding import specialized_update
 from rivermark.execution.node import Node, Results
 from rivermark.execution.push import Push, build_push, fan_out, no_downstream, pass_down
-from rivermark.execution.steps import specialized_update, step_of
+from rivermark.execution.steps import step_of
 
 __all__ = [
     "Plan",

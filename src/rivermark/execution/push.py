@@ -9,7 +9,7 @@ outlives a ``connect``/``disconnect``/``destroy``.
 
 This is the path of tracked records, asynchronous graphs and every node a
 generated graph does not write out; the update it calls is the node's step
-specialised to its configuration (:func:`.steps.specialized_update`) or the
+specialised to its configuration (:func:`.folding.specialized_update`) or the
 node's own ``update``.
 """
 
