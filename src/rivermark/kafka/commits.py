@@ -107,14 +107,34 @@ class GroupCommits:
         """``offsets`` could not be sent: they are given back by :meth:`due`."""
         self.sent.update(offsets)
 
-    def due(self, now: float | None = None) -> dict[TP, int]:
+    def confirmed(self, offsets: dict[TP, int]) -> None:
+        """``offsets`` were committed synchronously, and the broker applied them."""
+        self._read_answers()
+        self.sent.update(offsets)
+        self._applied.update(offsets)
+
+    def forget(self, partitions: list[TP]) -> None:
+        """Stop repairing ``partitions`` (given up: their new owner commits them)."""
+        for tp in partitions:
+            self.sent.pop(tp, None)
+            self._applied.pop(tp, None)
+            self._unanswered.pop(tp, None)
+
+    def settled(self) -> bool:
+        """Whether the group holds the newest offset sent of every partition."""
+        self._read_answers()
+        return not self._unanswered and all(
+            self._applied.get(tp) == offset for tp, offset in self.sent.items()
+        )
+
+    def due(self, now: float | None = None, at_once: bool = False) -> dict[TP, int]:
         """The newest offsets the group does not hold, to commit again now.
 
         Only partitions without an unanswered commit; looked at once a
-        :data:`RETRY_EVERY` seconds (an empty dict in between).
+        :data:`RETRY_EVERY` seconds (an empty dict in between) unless ``at_once``.
         """
         now = time.monotonic() if now is None else now
-        if now < self._retry_at:
+        if now < self._retry_at and not at_once:
             return {}
         self._retry_at = now + RETRY_EVERY
         self._read_answers()

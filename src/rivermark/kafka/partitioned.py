@@ -80,6 +80,7 @@ from rivermark.checkpoint.protocol.job import Job
 from rivermark.core import graph, runtime
 from rivermark.core.node import Stream
 from rivermark.errors import ConfigurationError
+from rivermark.kafka.commits import GroupCommits
 from rivermark.kafka.copartition import co_partitioning_problem, partition_counts
 from rivermark.kafka.errors import KafkaCommitError, KafkaConnectorError, KafkaDeliveryError
 from rivermark.kafka.group_control import GroupControl
@@ -110,6 +111,8 @@ _REFUSED_SOURCE_OPTIONS = {
 _TASK_FAILURES = (KafkaCommitError, KafkaDeliveryError, CheckpointLockedError)
 #: seconds before a task that gave up is started again while the partition is still ours
 RETRY_AFTER = 5.0
+#: seconds a stopping process tries to leave its final offsets in the group
+FINAL_COMMITS_WITHIN = 20.0
 #: Job options a partitioned job passes to every task's job
 _JOB_OPTIONS = (
     "every",
@@ -342,6 +345,10 @@ class PartitionedJob:
         #: offsets waiting to be committed to the group, with their metadata tag
         self._pending: dict[TP, tuple[int, str]] = {}
         self._pending_lock = threading.Lock()
+        #: the offsets committed to the group, and those it does not hold yet (.commits)
+        self._commits = GroupCommits("PartitionedJob")
+        #: the metadata tag of each partition's newest offset
+        self._tags: dict[TP, str] = {}
         self._runner: threading.Thread | None = None
         # build one task's graph now, so that a graph that cannot be partitioned
         # is refused before the process joins the group
@@ -528,28 +535,63 @@ class PartitionedJob:
     def _flush_commits(self, wait: bool = False) -> None:
         """Commit the queued offsets of the partitions this process still owns (polling thread).
 
-        ``wait``: synchronously, before partitions are given up.
+        With them go the offsets the group does not hold although they were
+        sent (a commit refused during a rebalance, or applied out of order:
+        :mod:`.commits`).  ``wait``: synchronously, before partitions are
+        given up or the process ends.
         """
         import confluent_kafka as ck
 
         with self._pending_lock:
             pending, self._pending = self._pending, {}
-        owned = [
-            ck.TopicPartition(t, p, o, tag)
-            for (t, p), (o, tag) in pending.items()
-            if (t, p) in self._owned
-        ]
+        offsets = self._commits.due(at_once=wait)
+        for tp, (offset, tag) in pending.items():
+            offsets[tp] = offset
+            self._tags[tp] = tag
+        owned = {tp: o for tp, o in offsets.items() if tp in self._owned}
         if not owned or self._consumer is None:
             return
+        parts = [ck.TopicPartition(t, p, o, self._tags.get((t, p))) for (t, p), o in owned.items()]
         try:
-            self._consumer.commit(offsets=owned, asynchronous=not wait)
+            self._consumer.commit(offsets=parts, asynchronous=not wait)
         except ck.KafkaException as e:
+            self._commits.unsent(owned)
             logger.log(
-                logging.WARNING if wait else logging.DEBUG,
-                "committing %s to the group failed (the offsets there are informational): %s",
-                pending,
+                logging.INFO if wait else logging.DEBUG,
+                "committing %s to the group failed (tried again; the offsets there are "
+                "informational): %s",
+                owned,
                 e,
             )
+            return
+        if wait:
+            self._commits.confirmed(owned)
+        else:
+            self._commits.record(owned)
+
+    def _final_commits(self, consumer: Any) -> None:
+        """The final checkpoints' offsets into the group, through the rebalance stopping causes.
+
+        When processes stop together, one leaving the group starts a
+        rebalance during which the others' commits are refused: each tries
+        again while it takes part in the rebalance, for at most
+        :data:`FINAL_COMMITS_WITHIN` seconds.
+        """
+        end = time.monotonic() + FINAL_COMMITS_WITHIN
+        while True:
+            self._flush_commits(wait=True)
+            if self._commits.settled():
+                return
+            if time.monotonic() >= end:
+                logger.warning(
+                    "the group does not hold the final offsets of %s after %.0f s: lag tools "
+                    "show them behind until the partitions' next checkpoints (the checkpoints "
+                    "hold the positions)",
+                    sorted(self._owned),
+                    FINAL_COMMITS_WITHIN,
+                )
+                return
+            consumer.poll(0.2)  # commits' answers, and the rebalance that refused one
 
     def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
         if self._incremental:
@@ -573,6 +615,7 @@ class PartitionedJob:
         self._stop_tasks(lost)
         self._flush_commits(wait=True)  # the final checkpoints' offsets, while still a member
         self._owned.difference_update(lost)
+        self._commits.forget(lost)  # their next owner commits them
         if self._incremental:
             consumer.incremental_unassign(partitions)
         else:
@@ -591,6 +634,7 @@ class PartitionedJob:
         """The group consumer's configuration, with this process's static identity."""
         conf = dict(self.consumer_params)
         conf["enable.auto.commit"] = False
+        conf["on_commit"] = self._commits.callback(conf.get("on_commit"))
         conf.setdefault("partition.assignment.strategy", "cooperative-sticky")
         if "group.instance.id" not in conf and self.instance_id is not None:
             conf["group.instance.id"] = (
@@ -664,7 +708,7 @@ class PartitionedJob:
         finally:
             self._stop.set()
             self._stop_tasks(list(self.tasks), savepoint=self._stop_savepoint)
-            self._flush_commits(wait=True)
+            self._final_commits(consumer)
             try:
                 consumer.close()  # a dynamic member leaves the group (no task is left)
             except RuntimeError as e:

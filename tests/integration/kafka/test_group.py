@@ -308,7 +308,16 @@ def _scenario(
         )
     assert sum(len(v) for v in got.values()) == outputs
     # the group's offsets (for lag tools) are the final checkpoints' positions: the end
-    assert sum(committed(bootstrap, group, inp, 8).values()) == n
+    held = committed(bootstrap, group, inp, 8)
+    assert sum(held.values()) == n, (
+        f"the group holds {held} ({sum(held.values())} of {n}); what the processes said of "
+        "commits and partitions:\n"
+        + "\n".join(
+            line[-300:]
+            for line in text.splitlines()
+            if "commit" in line or "partitions " in line or "the group" in line
+        )[-6000:]
+    )
     return text
 
 
@@ -448,3 +457,12 @@ def test_a_fenced_task_gives_its_partition_up_and_the_process_goes_on(
             proc.wait()
     assert _by_key([json.loads(m.value()) for m in msgs]) == _expected(records)
     assert "Traceback" not in log.read_text()
+
+
+def test_processes_stopped_together_leave_their_final_offsets_in_the_group(
+    bootstrap: str, new_topic: Callable[..., str], group: str, tmp_path: Path
+) -> None:
+    # three processes asked to stop at once: the first to leave starts a rebalance that
+    # refuses the others' final commits; each tries again while it takes part in it, so
+    # the group's offsets (what lag tools read) end at the input's end
+    _scenario(bootstrap, new_topic, group, tmp_path, str(tmp_path / "ckpt"), [], 1200)

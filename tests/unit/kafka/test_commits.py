@@ -98,3 +98,34 @@ def test_the_users_own_on_commit_is_still_called() -> None:
     on_commit = commits.callback(lambda err, parts: seen.append((err, len(parts))))
     on_commit(None, [_tp("t", 0, 1)])
     assert seen == [(None, 1)]
+
+
+def test_a_synchronous_commit_is_settled_and_a_refused_one_is_due_at_once() -> None:
+    # a stopping member commits synchronously and tries again at once, within its deadline
+    commits = GroupCommits("PartitionedJob")
+    on_commit = commits.callback(None)
+    commits.record({("t", 0): 5})
+    assert not commits.settled()  # unanswered
+    on_commit(None, [_tp("t", 0, 5)])
+    assert commits.settled()
+    commits.unsent({("t", 0): 9})  # the synchronous commit raised (a rebalance refused it)
+    assert not commits.settled()
+    assert commits.due(now=50.0) == {("t", 0): 9}
+    assert commits.due(now=50.0) == {}  # the interval, unless asked at once
+    assert commits.due(now=50.0, at_once=True) == {("t", 0): 9}
+    commits.confirmed({("t", 0): 9})
+    assert commits.settled()
+    assert commits.due(now=200.0, at_once=True) == {}
+
+
+def test_a_forgotten_partition_is_never_sent_again() -> None:
+    # a partition given up in a rebalance: its next owner commits newer offsets, and an
+    # older one sent again from here would move the group back
+    commits = GroupCommits("PartitionedJob")
+    on_commit = commits.callback(None)
+    commits.record({("t", 0): 5, ("t", 1): 3})
+    commits.forget([("t", 0)])
+    on_commit(ck.KafkaError(ck.KafkaError._TRANSPORT), [_tp("t", 0, 5), _tp("t", 1, 3)])
+    assert commits.due(now=10.0) == {("t", 1): 3}
+    commits.confirmed({("t", 1): 3})
+    assert commits.settled()
