@@ -146,7 +146,8 @@ def _open(
     if isinstance(conn, sqlite3.Connection):
         db = conn.execute("PRAGMA database_list").fetchone()
         return Connection(conn, db[2] if db and db[2] else None, False)
-    if type(conn).__module__.startswith("psycopg"):
+    # psycopg's connection, or a subclass of it (recognised without importing psycopg)
+    if any(t.__module__.startswith("psycopg") for t in type(conn).__mro__):
         return Connection(conn, None, True)
     raise ConfigurationError(
         f"{label}: the connection factory returned {conn!r}; return a sqlite3 or psycopg (3) "
