@@ -173,10 +173,12 @@ def table_columns(conn: Any, postgres: bool, table: str) -> list[str]:
 
 
 def is_unreachable(e: BaseException) -> bool:
-    """Whether ``e`` says the server went away (not that a statement failed)."""
-    return type(e).__name__ in ("OperationalError", "InterfaceError") and not isinstance(
-        e, sqlite3.Error
-    )
+    """Whether ``e`` says the server went away (not that a statement failed): a psycopg
+    ``OperationalError`` (its subclasses too: ``AdminShutdown``, a backend terminated)
+    or ``InterfaceError``."""
+    if isinstance(e, sqlite3.Error):
+        return False
+    return any(t.__name__ in ("OperationalError", "InterfaceError") for t in type(e).__mro__)
 
 
 def unreachable(label: str, what: str, where: str, e: BaseException) -> str:

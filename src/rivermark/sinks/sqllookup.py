@@ -168,6 +168,8 @@ class LookupSQL(Stream):
         self.queries = 0
         self._conn: Connection | None = None
         self._read_columns: list[str] = []
+        #: where the connection points, for messages (no credentials)
+        self._where = ""
         Stream.__init__(self, upstream, **kwargs)
 
     def label(self) -> str:
@@ -278,7 +280,7 @@ class LookupSQL(Stream):
         """The connection, opened and the table checked on first use."""
         if self._conn is None:
             self._conn = self._open()
-            logger.info("%s: reading from %s", self.label(), self._conn.where)
+            logger.info("%s: reading from %s", self.label(), self._where)
         return self._conn
 
     def _open(self) -> Connection:
@@ -286,6 +288,7 @@ class LookupSQL(Stream):
         c = connect(
             self.target, self.timeout, self.label(), SQLLookupError, any_thread=True, **pg_options
         )
+        where = c.where  # read before a close below (a closed connection has no info)
         try:
             if c.postgres:
                 c.conn.autocommit = True
@@ -293,11 +296,11 @@ class LookupSQL(Stream):
             existing = table_columns(c.conn, c.postgres, self.table)
         except Exception as e:
             _close(c)
-            raise self._failed(c, "reading the table's columns", e) from None
+            raise self._failed(where, "reading the table's columns", e) from None
         if not existing:
             _close(c)
             raise SQLLookupError(
-                f"{self.label()}: table {self.table!r} does not exist in {c.where}; create it, "
+                f"{self.label()}: table {self.table!r} does not exist in {where}; create it, "
                 "or check table= and the database"
             )
         wanted = self.columns if self.columns is not None else existing
@@ -305,19 +308,20 @@ class LookupSQL(Stream):
         if missing:
             _close(c)
             raise SQLLookupError(
-                f"{self.label()}: table {self.table!r} in {c.where} has no column(s) "
+                f"{self.label()}: table {self.table!r} in {where} has no column(s) "
                 f"{list(dict.fromkeys(missing))!r} (its columns: {existing!r}); check on= "
                 "and columns="
             )
         self._read_columns = list(wanted)
+        self._where = where
         return c
 
-    def _failed(self, c: Connection, what: str, e: Exception) -> SQLLookupError:
+    def _failed(self, where: str, what: str, e: Exception) -> SQLLookupError:
         logger.debug("%s: %s failed", self.label(), what, exc_info=True)
         if is_unreachable(e):
-            return SQLLookupError(unreachable(self.label(), what, c.where, e))
+            return SQLLookupError(unreachable(self.label(), what, where, e))
         return SQLLookupError(
-            f"{self.label()}: {what} failed in {c.where} ({type(e).__name__}: {first_line(e)})"
+            f"{self.label()}: {what} failed in {where} ({type(e).__name__}: {first_line(e)})"
         )
 
     def _read(self, keys: list[Any]) -> dict[Any, Any]:
@@ -331,21 +335,23 @@ class LookupSQL(Stream):
         except _BadKeys:
             raise
         except Exception as e:
+            where = self._where
             if not is_unreachable(e):
-                raise self._failed(c, "reading rows", e) from None
-            logger.warning(
-                "%s: %s went away (%s); reconnecting once",
-                self.label(), c.where, first_line(e),
-            )  # fmt: skip
-            _close(c)
-            self._conn = None
-            c = self._check()
+                raise self._failed(where, "reading rows", e) from None
+            logger.warning("%s: %s went away (%s); reconnecting once", self.label(), where, first_line(e))  # fmt: skip
+            self.close()
             try:
-                found = self._query(c, keys)
+                found = self._query(self._check(), keys)
             except _BadKeys:
                 raise
-            except Exception as e2:
-                raise self._failed(c, "reading rows", e2) from None
+            except Exception:
+                logger.debug("%s: reconnecting failed", self.label(), exc_info=True)
+                self.close()
+                raise SQLLookupError(
+                    unreachable(
+                        self.label(), "reading rows (and again after reconnecting)", where, e
+                    )
+                ) from None
         self._keep(found)
         return found
 
@@ -377,7 +383,7 @@ class LookupSQL(Stream):
             if not _keys_refused(e):
                 raise
             raise _BadKeys(
-                f"{self.label()}: reading the rows of key(s) {keys[:3]!r} from {c.where} failed "
+                f"{self.label()}: reading the rows of key(s) {keys[:3]!r} from {self._where} failed "
                 f"({type(e).__name__}: {first_line(e)}); check that the keys fit column "
                 f"{self.on!r}"
             ) from None

@@ -22,7 +22,9 @@ import psycopg
 import pytest
 
 from rivermark import Job, Stream
-from rivermark.sinks.sqllookup import LookupSQL, SQLLookupError
+from rivermark.checkpoint.errors import JobFailedError
+from rivermark.errors import ConfigurationError
+from rivermark.sinks.sqllookup import LookupSQL
 from rivermark.testing import wait_for
 from rivermark.testing.crash import run_uncrashed, run_with_crashes
 
@@ -238,3 +240,167 @@ def test_sqlite_reads_at_most_500_keys_a_query(tmp_path: Path, nodes: list[Looku
     src.emit(pd.DataFrame({"name": [f"c{i}" for i in range(1200)]}))
     assert _reads(statements) == 3
     assert out[0]["tier"].notna().sum() == 50
+
+
+def _job(url: str, records: list[Any], ckpt: Path, **kwargs: Any) -> tuple[Job, list[Any]]:
+    src = Stream.from_iterable(records, name="orders")
+    out = src.lookup_sql(url, "customers", name="lk", **kwargs).sink_to_list()
+    return Job(src, checkpoint=str(ckpt)), out
+
+
+def test_a_missing_table_or_column_stops_the_job_with_one_line(url: str, tmp_path: Path) -> None:
+    src = Stream.from_iterable([{"name": "c1"}], name="orders")
+    src.lookup_sql(url, "nope", key="name", name="lk").sink_to_list()
+    with pytest.raises(JobFailedError, match=re.escape("(SQLLookupError: lookup_sql 'lk' (table 'nope'): table 'nope' does not exist in ")) as e:  # fmt: skip
+        Job(src, checkpoint=str(tmp_path / "a")).run()
+    assert "create it, or check table= and the database" in str(e.value)
+    assert "\n" not in str(e.value)
+    job, out = _job(url, [{"name": "c1"}], tmp_path / "b", key="name", columns=["tier", "colour"])
+    with pytest.raises(JobFailedError, match=re.escape("lookup_sql 'lk' (table 'customers'): table 'customers' in ")) as e:  # fmt: skip
+        job.run()
+    assert "has no column(s) ['colour'] (its columns: ['name', 'tier', 'score']); check on= and columns=" in str(e.value)  # fmt: skip
+    assert out == []
+
+
+def test_bad_options_are_one_line() -> None:
+    with pytest.raises(ConfigurationError, match=re.escape("lookup_sql: on= is required when key is not a column name (key=0)")):  # fmt: skip
+        Stream().lookup_sql("sqlite:///x.db", "t", key=0)
+    with pytest.raises(ConfigurationError, match=re.escape("lookup_sql: cache must be the number of keys to keep (0: none), got -1")):  # fmt: skip
+        Stream().lookup_sql("sqlite:///x.db", "t", key="k", cache=-1)
+    with pytest.raises(ConfigurationError, match=re.escape("lookup_sql: unsupported URL scheme in 'mysql'")):  # fmt: skip
+        Stream().lookup_sql("mysql://x", "t", key="k")
+    with pytest.raises(ConfigurationError, match=re.escape("lookup_sql: how must be 'inner' or 'left', got 'outer'")):  # fmt: skip
+        Stream().lookup_sql("sqlite:///x.db", "t", key="k", how="outer")
+
+
+def test_a_record_without_the_key_goes_through_the_error_policy(
+    url: str, tmp_path: Path, nodes: list[LookupSQL]
+) -> None:
+    recs = [{"name": "c1"}, {"id": 7}, {"name": "c2"}]
+    job, out = _job(url, recs, tmp_path / "skip", key="name", on_error="skip")
+    job.run()
+    assert [r["name"] for r, _ in out] == ["c1", "c2"]
+    handled: list[Any] = []
+    src = Stream()
+    node = src.lookup_sql(url, "customers", key="name", on_error=lambda x, e: handled.append((x, type(e))))  # fmt: skip
+    nodes.append(node)
+    got = node.sink_to_list()
+    for r in recs:
+        src.emit(r)
+    assert handled == [({"id": 7}, KeyError)] and len(got) == 2
+    # the default policy raises the key function's own error, naming the node
+    job, _ = _job(url, recs, tmp_path / "raise", key="name")
+    with pytest.raises(JobFailedError, match=re.escape("KeyError")):
+        job.run()
+    # a key the column cannot take is the record's fault too
+    if url.startswith("postgresql"):
+        src = Stream()
+        node = src.lookup_sql(url, "customers", key="name", on_error="skip")
+        nodes.append(node)
+        got = node.sink_to_list()
+        for r in [{"name": "c1"}, {"name": object()}, {"name": "c2"}]:
+            src.emit(r)
+        assert len(got) == 2 and node.errors_skipped == 1
+
+
+def test_a_backend_gone_away_is_reconnected_once(
+    pg_server: PgServer, nodes: list[LookupSQL], caplog: pytest.LogCaptureFixture
+) -> None:
+    url = pg_server.new_database()
+    _customers(url)
+    secret_url = url.replace("rivermark@", "rivermark_pw:secret@", 1)
+    src = Stream()
+    node = src.lookup_sql(secret_url, "customers", key="name", cache=0)
+    nodes.append(node)
+    out = node.sink_to_list()
+    src.emit({"name": "c1"})
+    db = url.rsplit("/", 1)[1]
+    with psycopg.connect(url, autocommit=True) as c:
+        ended = c.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s "
+            "AND pid <> pg_backend_pid()",
+            (db,),
+        ).fetchall()
+    assert ended == [(True,)]
+    src.emit({"name": "c2"})
+    assert [r["name"] for r, _ in out] == ["c1", "c2"]
+    assert "reconnecting once" in caplog.text
+    assert "secret" not in caplog.text and "rivermark_pw" not in caplog.text
+
+
+@pytest.fixture
+def own_pg() -> Iterator[PgServer]:
+    """A server of the test's own: the test stops it mid-run."""
+    server = start_pg()
+    try:
+        yield server
+    finally:
+        discard_pg(server)
+
+
+def _cmd(ckpt: Path) -> list[str]:
+    return [
+        sys.executable, "-m", "rivermark.cli", "run", f"{APP}:source",
+        "--checkpoint", str(ckpt), "--every", "0.2s",
+    ]  # fmt: skip
+
+
+def _env(url: str, out: Path, n: int = 3000, work: int = 0) -> dict[str, str]:
+    return dict(
+        os.environ, RIVERMARK_SQL_URL=url, RIVERMARK_APP_OUTPUT=str(out),
+        RIVERMARK_LOOKUP_N=str(n), RIVERMARK_APP_WORK=str(work),
+    )  # fmt: skip
+
+
+def test_server_down_mid_run_stops_the_job_with_one_line(own_pg: PgServer, tmp_path: Path) -> None:
+    url = own_pg.new_database()
+    _customers(url)
+    secret_url = url.replace("rivermark@", "rivermark_pw:secret@", 1)
+    out = tmp_path / "out.txt"
+    server_bin = subprocess.run(
+        ["bash", "-c", "ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    # an immediate shutdown: connections are cut as by a crash of the server
+    stop = ["runuser", "-u", "nobody", "--", f"{server_bin}/pg_ctl", "-D",
+            f"{own_pg.directory}/data", "-m", "immediate", "stop"]  # fmt: skip
+    stopped = run_into_outage(
+        _cmd(tmp_path / "ckpt"), _env(secret_url, out, n=100_000, work=2000),
+        lambda: out.exists() and out.stat().st_size > 0,
+        lambda: subprocess.run(stop, check=True, capture_output=True),
+        what="a first line of output", exit_timeout=60,
+    )  # fmt: skip
+    assert stopped.returncode != 0 and stopped.seconds < 30
+    lines = stopped.said()
+    assert len(lines) == 1, stopped.stderr
+    assert "SQLLookupError: lookup_sql 'customers' (table 'customers'): reading rows" in lines[0]
+    assert re.search(r"PostgreSQL server 127\.0\.0\.1:\d+/t_\w+ is unreachable", lines[0]), lines[0]
+    assert "start the server (check the network) and run again to resume" in lines[0]
+    assert "secret" not in stopped.stderr and "rivermark_pw" not in stopped.stderr
+    assert "secret" not in "".join(p.read_text(errors="replace") for p in (tmp_path / "ckpt").rglob("*") if p.is_file())  # fmt: skip
+    # the server back: a rerun resumes and finishes
+    subprocess.run([str(SCRIPT), "start", own_pg.directory], check=True, capture_output=True)
+    res = subprocess.run(_cmd(tmp_path / "ckpt"), env=_env(secret_url, out, n=3000), capture_output=True, timeout=300)  # fmt: skip
+    assert res.returncode == 0, res.stderr.decode()[-2000:]
+
+
+@pytest.mark.crash
+def test_a_killed_job_resumes_with_the_output_of_an_uncrashed_run(url: str, tmp_path: Path) -> None:
+    ref = tmp_path / "reference.txt"
+    run_uncrashed(_cmd(tmp_path / "ref-ckpt"), env=_env(url, ref))
+    expected = ref.read_text().splitlines()
+    assert len(expected) == 3000
+    assert expected[1] == "1 c1 silver 10" and expected[50] == "50 c50 -"
+    out = tmp_path / "out.txt"
+    ckpt = tmp_path / "ckpt"
+    report = run_with_crashes(
+        _cmd(ckpt),
+        env={**_env(url, out, work=1500), "RIVERMARK_APP_WORK_WHILE_KILLED": "1"},
+        kills=3,
+        min_delay=0.3,
+        max_delay=2.0,
+        seed=11,
+        ready=lambda pid: (ckpt / "LOCK").exists(),
+    )
+    assert report.completed and report.kills == 3, report.summary()
+    assert out.read_text().splitlines() == expected
