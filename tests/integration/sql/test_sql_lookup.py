@@ -97,6 +97,7 @@ def test_each_record_is_joined_with_its_row(url: str, nodes: list[LookupSQL]) ->
     # a key without a row is cached too: the second "c1" is the one hit
     f = left.join_figures()
     assert (f.cache_hits, f.cache_misses, f.cache_size) == (1, 3, 3)
+    assert not left.is_stateful  # the cache is not checkpoint state
 
 
 def test_the_cache_holds_at_most_its_bound_and_a_change_is_seen_after_eviction(
