@@ -421,12 +421,23 @@ def _missing(k: object) -> bool:
 
 def _keys_refused(e: BaseException) -> bool:
     """Whether a query failed on its keys (a type the column or the driver does not take),
-    not on the connection or the table."""
+    not on the connection or the table (a table dropped meanwhile stops the job)."""
     if isinstance(e, sqlite3.Error):
+        # binding a Python type SQLite does not store
         return isinstance(e, (sqlite3.InterfaceError, sqlite3.ProgrammingError))
-    # psycopg: DataError (a value the column's type cannot take), ProgrammingError (no
-    # operator for the key's type, or a Python type it cannot send)
-    return any(t.__name__ in ("DataError", "ProgrammingError") for t in type(e).__mro__)
+    import psycopg
+
+    if not isinstance(e, psycopg.Error):
+        return False
+    state = e.sqlstate
+    if state is None:  # raised by psycopg itself: a Python type it cannot send
+        return isinstance(e, psycopg.ProgrammingError)
+    # class 22: a value the column's type cannot take; no operator for the key's type
+    return state.startswith("22") or state in _KEY_TYPE_STATES
+
+
+#: PostgreSQL's undefined_function (``integer = text``) and datatype_mismatch
+_KEY_TYPE_STATES = frozenset({"42883", "42804"})
 
 
 def _close(c: Connection) -> None:

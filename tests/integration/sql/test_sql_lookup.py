@@ -24,7 +24,7 @@ import pytest
 from rivermark import Job, Stream
 from rivermark.checkpoint.errors import JobFailedError
 from rivermark.errors import ConfigurationError
-from rivermark.sinks.sqllookup import LookupSQL
+from rivermark.sinks.sqllookup import LookupSQL, SQLLookupError
 from rivermark.testing import wait_for
 from rivermark.testing.crash import run_uncrashed, run_with_crashes
 
@@ -405,3 +405,17 @@ def test_a_killed_job_resumes_with_the_output_of_an_uncrashed_run(url: str, tmp_
     )
     assert report.completed and report.kills == 3, report.summary()
     assert out.read_text().splitlines() == expected
+
+
+def test_a_table_dropped_while_running_stops_the_job_even_when_records_are_skipped(
+    url: str, nodes: list[LookupSQL]
+) -> None:
+    src = Stream()
+    node = src.lookup_sql(url, "customers", key="name", cache=0, on_error="skip", name="lk")
+    nodes.append(node)
+    out = node.sink_to_list()
+    src.emit({"name": "c1"})
+    _sql(url, "DROP TABLE customers")
+    with pytest.raises(SQLLookupError, match=re.escape("lookup_sql 'lk' (table 'customers'): reading rows failed in ")) as e:  # fmt: skip
+        src.emit({"name": "c2"})
+    assert "\n" not in str(e.value) and len(out) == 1 and node.errors_skipped == 0
