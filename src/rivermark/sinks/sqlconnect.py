@@ -176,8 +176,8 @@ def is_unreachable(e: BaseException) -> bool:
     """Whether ``e`` says the server went away (not that a statement failed): a psycopg
     ``OperationalError`` (its subclasses too: ``AdminShutdown``, a backend terminated)
     or ``InterfaceError``."""
-    if isinstance(e, sqlite3.Error):
-        return False
+    if isinstance(e, sqlite3.Error) or type(e).__name__ == "QueryCanceled":
+        return False  # QueryCanceled: a statement that ran past its timeout; the server is up
     return any(t.__name__ in ("OperationalError", "InterfaceError") for t in type(e).__mro__)
 
 

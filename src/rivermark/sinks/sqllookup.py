@@ -321,7 +321,9 @@ class LookupSQL(Stream):
         if is_unreachable(e):
             return SQLLookupError(unreachable(self.label(), what, where, e))
         return SQLLookupError(
-            f"{self.label()}: {what} failed in {where} ({type(e).__name__}: {first_line(e)})"
+            f"{self.label()}: {what} failed in {where} ({type(e).__name__}: {first_line(e)}); "
+            "the job stopped with its last checkpoint intact: check the table (and timeout=), "
+            "then run again to resume"
         )
 
     def _read(self, keys: list[Any]) -> dict[Any, Any]:

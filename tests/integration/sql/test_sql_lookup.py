@@ -419,3 +419,22 @@ def test_a_table_dropped_while_running_stops_the_job_even_when_records_are_skipp
     with pytest.raises(SQLLookupError, match=re.escape("lookup_sql 'lk' (table 'customers'): reading rows failed in ")) as e:  # fmt: skip
         src.emit({"name": "c2"})
     assert "\n" not in str(e.value) and len(out) == 1 and node.errors_skipped == 0
+
+
+def test_a_query_blocked_past_the_timeout_stops_with_one_line_not_a_hang(
+    pg_server: PgServer, nodes: list[LookupSQL]
+) -> None:
+    url = pg_server.new_database()
+    _customers(url)
+    src = Stream()
+    node = src.lookup_sql(url, "customers", key="name", cache=0, timeout=1, name="lk")
+    nodes.append(node)
+    node.sink_to_list()
+    src.emit({"name": "c1"})
+    with psycopg.connect(url) as locker:  # a transaction holding the table until it ends
+        locker.execute("LOCK TABLE customers IN ACCESS EXCLUSIVE MODE")
+        with pytest.raises(SQLLookupError, match=re.escape("lookup_sql 'lk' (table 'customers'): reading rows failed in PostgreSQL server ")) as e:  # fmt: skip
+            src.emit({"name": "c2"})
+        locker.rollback()
+    assert "QueryCanceled: canceling statement due to statement timeout" in str(e.value)
+    assert "check the table (and timeout=), then run again to resume" in str(e.value)
