@@ -261,8 +261,7 @@ class LookupSQL(Stream):
         expiry = math.inf if self.ttl is None else time.monotonic() + self.ttl
         cache = self._cache
         for k, row in found.items():
-            cache[k] = (expiry, row)
-            cache.move_to_end(k)
+            cache[k] = (expiry, row)  # a key read was not in the cache: it goes to the end
         while len(cache) > limit:
             cache.popitem(last=False)
 
