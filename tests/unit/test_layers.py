@@ -174,8 +174,19 @@ LAYERS: dict[str, frozenset[str]] = {
     # on the engine
     "operators": frozenset({"core", "execution", "errors", "state", "statedata"}),
     "sources": frozenset({"core", "execution", "errors", "_fileid", "streamz_names"}),
+    # sinks, and the lookup join against a SQL table (it shares to_sql's connections and
+    # follows the joins' key rule)
     "sinks": frozenset(
-        {"core", "execution", "errors", "_fileid", "state", "statedata", "streamz_names"}
+        {
+            "core",
+            "execution",
+            "errors",
+            "_fileid",
+            "state",
+            "statedata",
+            "streamz_names",
+            "operators",
+        }
     ),
     # checkpoints: the engine, sources and sinks; never the cockpit, a connector or
     # an extension (observers attach to a job, the job does not import them)

@@ -48,6 +48,12 @@ class JoinFigures:
     keys: int | None = None
     #: counter, tables: versions dropped by retention
     versions_dropped: int | None = None
+    #: counters, lookup joins: keys answered from the cache, and keys read from the
+    #: table (since the process started: the cache is not checkpointed)
+    cache_hits: int | None = None
+    cache_misses: int | None = None
+    #: gauge, lookup joins: keys in the cache now
+    cache_size: int | None = None
 
     def as_json(self) -> dict[str, object]:
         """The figures under their names, as ``GET /api/job`` and the live page carry them."""
@@ -58,4 +64,7 @@ class JoinFigures:
             "oldest_waiting": self.oldest_waiting,
             "keys": self.keys,
             "versions_dropped": self.versions_dropped,
+            "cache_hits": self.cache_hits,
+            "cache_misses": self.cache_misses,
+            "cache_size": self.cache_size,
         }

@@ -322,6 +322,9 @@ JOIN_COLUMNS = (
     "oldest waiting",
     "keys",
     "versions dropped",
+    "cache hits",
+    "cache misses",
+    "cache size",
 )
 
 
@@ -350,6 +353,9 @@ def join_rows(snap: Snapshot) -> list[list[str]]:
                 oldest,
                 count(j.keys),
                 count(j.versions_dropped),
+                count(j.cache_hits),
+                count(j.cache_misses),
+                count(j.cache_size),
             ]
         )
     return rows

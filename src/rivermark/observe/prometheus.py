@@ -140,6 +140,34 @@ def _join_families(snap: Snapshot) -> Iterator[object]:
         if f.versions_dropped is not None:
             dropped.add_metric([n.id], f.versions_dropped)
     yield from (buffered, late, waited, oldest, keys, dropped)
+    yield from _lookup_families(snap)
+
+
+def _lookup_families(snap: Snapshot) -> Iterator[object]:
+    """The caches of lookup joins (``lookup_sql``): hits, misses, keys held."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    hits = CounterMetricFamily(
+        "rivermark_lookup_cache_hits",
+        "Keys a lookup join answered from its cache (since the process started)",
+        labels=["node"],
+    )
+    misses = CounterMetricFamily(
+        "rivermark_lookup_cache_misses",
+        "Keys a lookup join read from its table (since the process started)",
+        labels=["node"],
+    )
+    cached = GaugeMetricFamily(
+        "rivermark_lookup_cache_keys", "Keys in a lookup join's cache", labels=["node"]
+    )
+    for n in snap.nodes:
+        f = n.join
+        if f is None:
+            continue
+        for family, value in ((hits, f.cache_hits), (misses, f.cache_misses), (cached, f.cache_size)):  # fmt: skip
+            if value is not None:
+                family.add_metric([n.id], value)
+    yield from (hits, misses, cached)
 
 
 def _source_families(snap: Snapshot) -> Iterator[Any]:

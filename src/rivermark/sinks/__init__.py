@@ -11,6 +11,7 @@ from typing import Any
 
 from rivermark.sinks import basic as basic
 from rivermark.sinks import sql as sql
+from rivermark.sinks import sqllookup as sqllookup
 from rivermark.sinks import textfile as textfile
 from rivermark.sinks.basic import Sink as Sink
 

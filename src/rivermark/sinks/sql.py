@@ -53,16 +53,22 @@ drops the sink's staged or prepared epochs and its marker, in one transaction.
 from __future__ import annotations
 
 import logging
-import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, ClassVar, TypedDict, Unpack
 
 from rivermark.core.node import NodeOptions, Stream
 from rivermark.core.refs import Metadata
-from rivermark.errors import ConfigurationError, RivermarkError
+from rivermark.errors import ConfigurationError
 from rivermark.execution.steps import step
 from rivermark.sinks.basic import Sink
+from rivermark.sinks.sqlconnect import (
+    check_target,
+    connect,
+    first_line,
+    is_unreachable,
+    unreachable,
+)
 from rivermark.sinks.sqlstores import (
     Delete,
     PostgresStore,
@@ -70,7 +76,6 @@ from rivermark.sinks.sqlstores import (
     SQLSinkError,
     SQLStore,
     delete,
-    first_line,
 )
 
 logger = logging.getLogger(__name__)
@@ -137,18 +142,7 @@ class ToSQL(Sink):
                 f"to_sql: create=True needs the column types: columns={{'name': 'TYPE', ...}}, "
                 f"got columns={columns!r}"
             )
-        if not (isinstance(target, str) or callable(target)):
-            raise ConfigurationError(
-                f"to_sql: target must be a URL ('sqlite:///out.db', 'postgresql://...') or a "
-                f"function returning a connection, got {target!r}"
-            )
-        if isinstance(target, str) and not target.startswith(
-            ("sqlite://", "postgresql://", "postgres://")
-        ):
-            raise ConfigurationError(
-                f"to_sql: unsupported URL scheme in {target.split('://')[0]!r}; use "
-                "'sqlite:///path' or 'postgresql://user@host:port/db'"
-            )
+        check_target("to_sql", target)
         self.target = target
         self.table = table
         self.mode = mode
@@ -211,59 +205,16 @@ class ToSQL(Sink):
         return store
 
     def _open(self) -> SQLiteStore | PostgresStore:
-        """A store on a new connection (see :meth:`_open_store`), errors as one line."""
-        try:
-            return self._open_store()
-        except ImportError as e:
-            raise ConfigurationError(
-                f"{self.label()}: PostgreSQL needs psycopg 3: pip install 'rivermark[sql]'"
-            ) from e
-        except (RivermarkError, ConfigurationError):
-            raise
-        except Exception as e:
-            raise SQLSinkError(
-                f"{self.label()}: cannot connect ({type(e).__name__}: {first_line(e)}); "
-                "check the server address, user and password, and that the server runs"
-            ) from None
-
-    def _open_store(self) -> SQLiteStore | PostgresStore:
-        """A store on a new connection, from the URL or the factory."""
-        t = self.target
-        conn: Any
-        if isinstance(t, str) and t.startswith("sqlite://"):
-            path = t[len("sqlite:///") :] if t.startswith("sqlite:///") else t[len("sqlite://") :]
-            path = "/" + path.lstrip("/") if t.startswith("sqlite:////") else path
-            conn = sqlite3.connect(path, timeout=self.timeout)
-            store: SQLiteStore | PostgresStore = SQLiteStore(self, conn, path)
-        elif isinstance(t, str):
-            import psycopg
-
-            conn = psycopg.connect(t, autocommit=True, connect_timeout=max(1, int(self.timeout)))
-            store = PostgresStore(self, conn)
-        else:
-            conn = t()
-            if isinstance(conn, sqlite3.Connection):
-                db = conn.execute("PRAGMA database_list").fetchone()
-                store = SQLiteStore(self, conn, db[2] if db and db[2] else None)
-            elif type(conn).__module__.startswith("psycopg"):
-                store = PostgresStore(self, conn)
-            else:
-                raise ConfigurationError(
-                    f"{self.label()}: the connection factory returned {conn!r}; return a "
-                    "sqlite3 or psycopg (3) connection"
-                )
-        return store
+        """A store on a new connection (:func:`~rivermark.sinks.sqlconnect.connect`)."""
+        c = connect(self.target, self.timeout, self.label(), SQLSinkError)
+        if c.postgres:
+            return PostgresStore(self, c.conn)
+        return SQLiteStore(self, c.conn, c.path)
 
     def _failed(self, store: SQLStore, what: str, e: Exception) -> SQLSinkError:
         logger.debug("%s: %s failed", self.label(), what, exc_info=True)
-        if type(e).__name__ in ("OperationalError", "InterfaceError") and not isinstance(
-            e, sqlite3.Error
-        ):
-            return SQLSinkError(
-                f"{self.label()}: {what}: {store.where()} is unreachable ({first_line(e)}); "
-                "the job stopped with its last checkpoint intact: start the server (check "
-                "the network) and run again to resume"
-            )
+        if is_unreachable(e):
+            return SQLSinkError(unreachable(self.label(), what, store.where(), e))
         return SQLSinkError(
             f"{self.label()}: {what} failed in {store.where()} ({type(e).__name__}: "
             f"{first_line(e)}); check that the records fit the table's columns"

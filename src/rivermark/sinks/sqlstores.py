@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from typing import IO, Any, Protocol
 
 from rivermark._fileid import lock_or_holder
-from rivermark.errors import RivermarkError
 from rivermark.sinks.base import sink_digest
+from rivermark.sinks.sqlconnect import SQLError, pg_where, quote, sqlite_where, table_columns
+from rivermark.sinks.sqlconnect import first_line as first_line
 from rivermark.statedata import register_state_class
 
 logger = logging.getLogger(__name__)
@@ -54,7 +55,7 @@ class SinkTable(Protocol):
         ...
 
 
-class SQLSinkError(RivermarkError):
+class SQLSinkError(SQLError):
     """A SQL sink cannot reach, write or resolve its table (the message says what to do)."""
 
 
@@ -72,16 +73,6 @@ register_state_class(Delete, ("key",))
 def delete(**key: Hashable) -> Delete:
     """A tombstone: ``delete(user="ann")`` deletes the row whose key is ``user='ann'``."""
     return Delete(dict(key))
-
-
-def quote(name: str) -> str:
-    """A quoted SQL identifier."""
-    return '"' + name.replace('"', '""') + '"'
-
-
-def first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return text[0] if text else type(e).__name__
 
 
 class SQLStore:
@@ -138,7 +129,7 @@ class SQLiteStore(SQLStore):
         conn.execute("PRAGMA synchronous=FULL")
 
     def where(self) -> str:
-        return f"SQLite file {self.path!r}"
+        return sqlite_where(self.path)
 
     def lock(self) -> None:
         if self.path is None or self._lock is not None:
@@ -159,7 +150,7 @@ class SQLiteStore(SQLStore):
         self._lock = lock
 
     def columns(self) -> list[str]:
-        return [r[1] for r in self.conn.execute(f"PRAGMA table_info({quote(self.sink.table)})")]
+        return table_columns(self.conn, False, self.sink.table)
 
     def setup(self) -> None:
         c = self.conn
@@ -336,8 +327,7 @@ class PostgresStore(SQLStore):
         self.prefix = f"rivermark:{db}:{sink.sink_id}:"
 
     def where(self) -> str:
-        info = self.conn.info
-        return f"PostgreSQL server {info.host}:{info.port}/{info.dbname}"
+        return pg_where(self.conn)
 
     def gid(self, epoch: int) -> str:
         return f"{self.prefix}{epoch}"
@@ -364,12 +354,7 @@ class PostgresStore(SQLStore):
             )
 
     def columns(self) -> list[str]:
-        rows = self.conn.execute(
-            "SELECT column_name FROM information_schema.columns WHERE table_name = %s "
-            "AND table_schema = current_schema() ORDER BY ordinal_position",
-            (self.sink.table,),
-        ).fetchall()
-        return [r[0] for r in rows]
+        return table_columns(self.conn, True, self.sink.table)
 
     def setup(self) -> None:
         self.conn.execute(
