@@ -395,6 +395,11 @@ class LookupSQL(Stream):
             cache_hits=self.cache_hits, cache_misses=self.cache_misses, cache_size=len(self._cache)
         )
 
+    @property
+    def connected(self) -> bool:
+        """Whether the node holds an open connection (a job closes it when it stops)."""
+        return self._conn is not None
+
     def close(self) -> None:
         """Close the connection (a later record opens a new one)."""
         c, self._conn = self._conn, None

@@ -36,6 +36,21 @@ class PgServer:
     def stop(self) -> None:
         subprocess.run([str(SCRIPT), "stop", self.directory], check=True, timeout=60)
 
+    def crash(self) -> None:
+        """An immediate shutdown: connections are cut as by a crash of the server."""
+        server_bin = subprocess.run(
+            ["bash", "-c", "ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+        subprocess.run(
+            ["runuser", "-u", "nobody", "--", f"{server_bin}/pg_ctl", "-D",
+             f"{self.directory}/data", "-m", "immediate", "stop"],
+            check=True, capture_output=True, timeout=60,
+        )  # fmt: skip
+
+    def start_again(self) -> None:
+        subprocess.run([str(SCRIPT), "start", self.directory], check=True, capture_output=True, timeout=120)  # fmt: skip
+
 
 def start_pg() -> PgServer:
     """Start a new server in a fresh directory under /tmp (its user must reach it).
@@ -58,6 +73,16 @@ def discard_pg(server: PgServer) -> None:
 
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[PgServer]:
+    server = start_pg()
+    try:
+        yield server
+    finally:
+        discard_pg(server)
+
+
+@pytest.fixture
+def own_pg() -> Iterator[PgServer]:
+    """A server of the test's own: the test stops it mid-run."""
     server = start_pg()
     try:
         yield server

@@ -7,7 +7,6 @@ import re
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from rivermark.errors import ConfigurationError
 from rivermark.sinks.sql import SQLSinkError, ToSQL
 
 from ..lake.outage import run_into_outage
-from .conftest import PgServer, discard_pg, start_pg
+from .conftest import PgServer
 
 APP = Path(__file__).parents[1] / "apps" / "sql_app.py"
 COLS = {"id": "INTEGER", "k": "TEXT", "v": "INTEGER"}
@@ -131,16 +130,6 @@ def test_dataframe_batches_are_written_as_rows(url: str, tmp_path: Path) -> None
     assert _rows(url) == [(1, "a", 10), (2, "b", 20), (3, "c", 30)]
 
 
-@pytest.fixture
-def own_pg() -> Iterator[PgServer]:
-    """A server of the test's own: the test stops it mid-run."""
-    server = start_pg()
-    try:
-        yield server
-    finally:
-        discard_pg(server)
-
-
 def test_server_down_mid_run_stops_the_job_and_a_rerun_resumes_exactly(
     own_pg: PgServer, tmp_path: Path
 ) -> None:
@@ -150,16 +139,9 @@ def test_server_down_mid_run_stops_the_job_and_a_rerun_resumes_exactly(
                RIVERMARK_SQL_N="3000", RIVERMARK_APP_WORK="3000")  # fmt: skip
     cmd = [sys.executable, "-m", "rivermark.cli", "run", f"{APP}:source",
            "--checkpoint", str(ckpt), "--every", "0.2s"]  # fmt: skip
-    server_bin = subprocess.run(
-        ["bash", "-c", "ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
-    # an immediate shutdown: connections are cut as by a crash of the server
-    stop = ["runuser", "-u", "nobody", "--", f"{server_bin}/pg_ctl", "-D",
-            f"{own_pg.directory}/data", "-m", "immediate", "stop"]  # fmt: skip
     stopped = run_into_outage(
         cmd, env, lambda: len(_rows(url, "SELECT id FROM out")) > 0 if _has_out(url) else False,
-        lambda: subprocess.run(stop, check=True, capture_output=True),
+        own_pg.crash,
         what="a first committed epoch", exit_timeout=60,
     )  # fmt: skip
     assert stopped.returncode != 0 and stopped.seconds < 30
@@ -169,7 +151,7 @@ def test_server_down_mid_run_stops_the_job_and_a_rerun_resumes_exactly(
     assert re.search(r"PostgreSQL server 127\.0\.0\.1:\d+/t_\w+ is unreachable", lines[0]), lines[0]
     assert "start the server (check the network) and run again to resume" in lines[0]
     # the server back: a rerun resumes exactly
-    subprocess.run([str(Path(__file__).parents[3] / "scripts" / "postgres"), "start", own_pg.directory], check=True, capture_output=True)  # fmt: skip
+    own_pg.start_again()
     res = subprocess.run(cmd, env=dict(env, RIVERMARK_APP_WORK="0"), capture_output=True, timeout=300)  # fmt: skip
     assert res.returncode == 0, res.stderr.decode()[-2000:]
     assert _rows(url) == [(i, f"k{i % 37}", i) for i in range(3000)]

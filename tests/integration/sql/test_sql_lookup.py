@@ -29,7 +29,7 @@ from rivermark.testing import wait_for
 from rivermark.testing.crash import run_uncrashed, run_with_crashes
 
 from ..lake.outage import run_into_outage
-from .conftest import SCRIPT, PgServer, discard_pg, start_pg
+from .conftest import PgServer
 
 APP = Path(__file__).parents[1] / "apps" / "sql_lookup_app.py"
 CUSTOMERS = [(f"c{i}", ["bronze", "silver", "gold"][i % 3], i * 10) for i in range(50)]
@@ -249,6 +249,23 @@ def _job(url: str, records: list[Any], ckpt: Path, **kwargs: Any) -> tuple[Job, 
     return Job(src, checkpoint=str(ckpt)), out
 
 
+def test_a_job_closes_the_lookups_connection_when_it_stops(url: str, tmp_path: Path) -> None:
+    src = Stream.from_iterable([{"name": "c1"}, {"name": "c2"}], name="orders")
+    node = src.lookup_sql(url, "customers", key="name", name="lk")
+    out = node.sink_to_list()
+    out_seen = node.map(lambda _: node.connected).sink_to_list()
+    Job(src, checkpoint=str(tmp_path / "ckpt")).run()
+    assert [r[1]["tier"] for r in out] == ["silver", "gold"]
+    assert out_seen == [True, True] and not node.connected
+    # a failed job closes it too
+    src = Stream.from_iterable([{"name": "c1"}, {"nam": "c2"}], name="orders")
+    node = src.lookup_sql(url, "customers", key=lambda r: r["name"], on="name", name="lk")
+    seen = node.map(lambda _: node.connected).sink_to_list()
+    with pytest.raises(JobFailedError):
+        Job(src, checkpoint=str(tmp_path / "failed")).run()
+    assert seen == [True] and not node.connected
+
+
 def test_a_missing_table_or_column_stops_the_job_with_one_line(url: str, tmp_path: Path) -> None:
     src = Stream.from_iterable([{"name": "c1"}], name="orders")
     src.lookup_sql(url, "nope", key="name", name="lk").sink_to_list()
@@ -329,16 +346,6 @@ def test_a_backend_gone_away_is_reconnected_once(
     assert "secret" not in caplog.text and "rivermark_pw" not in caplog.text
 
 
-@pytest.fixture
-def own_pg() -> Iterator[PgServer]:
-    """A server of the test's own: the test stops it mid-run."""
-    server = start_pg()
-    try:
-        yield server
-    finally:
-        discard_pg(server)
-
-
 def _cmd(ckpt: Path) -> list[str]:
     return [
         sys.executable, "-m", "rivermark.cli", "run", f"{APP}:source",
@@ -358,17 +365,10 @@ def test_server_down_mid_run_stops_the_job_with_one_line(own_pg: PgServer, tmp_p
     _customers(url)
     secret_url = url.replace("rivermark@", "rivermark_pw:secret@", 1)
     out = tmp_path / "out.txt"
-    server_bin = subprocess.run(
-        ["bash", "-c", "ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
-    # an immediate shutdown: connections are cut as by a crash of the server
-    stop = ["runuser", "-u", "nobody", "--", f"{server_bin}/pg_ctl", "-D",
-            f"{own_pg.directory}/data", "-m", "immediate", "stop"]  # fmt: skip
     stopped = run_into_outage(
         _cmd(tmp_path / "ckpt"), _env(secret_url, out, n=100_000, work=2000),
         lambda: out.exists() and out.stat().st_size > 0,
-        lambda: subprocess.run(stop, check=True, capture_output=True),
+        own_pg.crash,
         what="a first line of output", exit_timeout=60,
     )  # fmt: skip
     assert stopped.returncode != 0 and stopped.seconds < 30
@@ -380,7 +380,7 @@ def test_server_down_mid_run_stops_the_job_with_one_line(own_pg: PgServer, tmp_p
     assert "secret" not in stopped.stderr and "rivermark_pw" not in stopped.stderr
     assert "secret" not in "".join(p.read_text(errors="replace") for p in (tmp_path / "ckpt").rglob("*") if p.is_file())  # fmt: skip
     # the server back: a rerun resumes and finishes
-    subprocess.run([str(SCRIPT), "start", own_pg.directory], check=True, capture_output=True)
+    own_pg.start_again()
     res = subprocess.run(_cmd(tmp_path / "ckpt"), env=_env(secret_url, out, n=3000), capture_output=True, timeout=300)  # fmt: skip
     assert res.returncode == 0, res.stderr.decode()[-2000:]
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from rivermark.core import graph
 from rivermark.core.node import Stream
-from rivermark.sinks.base import CheckpointedSink
+from rivermark.sinks.base import CheckpointedSink, ClosingSink
 from rivermark.sources.base import Source
 
 __all__ = ["JobGraph"]
@@ -40,6 +40,9 @@ class JobGraph:
     #: the sinks that take part in checkpoints (pre-commit, commit, restore)
     sinks: list[CheckpointedSink]
     ids: dict[int, str]
+    #: the nodes, sources excepted, that hold a file or a connection to close when
+    #: the job stops (the checkpointed sinks among them, and e.g. ``lookup_sql``)
+    closing: tuple[ClosingSink, ...] = ()
 
     @classmethod
     def of(cls, node: Stream) -> JobGraph:
@@ -53,6 +56,9 @@ class JobGraph:
                 n for n in nodes if isinstance(n, CheckpointedSink) and not isinstance(n, Source)
             ],
             ids=graph.node_ids(node),
+            closing=tuple(
+                n for n in nodes if isinstance(n, ClosingSink) and not isinstance(n, Source)
+            ),
         )
 
     def id_of(self, node: Stream | CheckpointedSink) -> str:

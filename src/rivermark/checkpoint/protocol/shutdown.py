@@ -21,7 +21,6 @@ from rivermark.checkpoint.protocol.roles import JobGraph
 from rivermark.checkpoint.stores.store import Store
 from rivermark.core.node import Stream
 from rivermark.errors import NodeFailedError, context_of, describe
-from rivermark.sinks.base import ClosingSink
 from rivermark.sources.base import Source
 
 logger = logging.getLogger(__name__)
@@ -97,9 +96,8 @@ class Shutdown:
                 except Exception:
                     if s.failure is None:  # a known failure is reported by the caller
                         logger.exception("source %r failed while stopping", s)
-        for k in self.roles.sinks:
-            if isinstance(k, ClosingSink):
-                k.close()
+        for k in self.roles.closing:  # a failure to close (a last flush) is the job's
+            k.close()
 
     async def remove_torn(self, epoch: int) -> None:
         """Delete what a failed write of ``epoch`` left behind (gives the space back)."""
@@ -133,9 +131,9 @@ class Shutdown:
         self.close_sinks()
 
     def close_sinks(self) -> None:
-        for k in self.roles.sinks:
-            if isinstance(k, ClosingSink):
-                try:
-                    k.close()
-                except Exception:
-                    logger.warning("sink %r failed to close", k, exc_info=True)
+        """Close every node that holds a file or a connection (the sinks among them)."""
+        for k in self.roles.closing:
+            try:
+                k.close()
+            except Exception:
+                logger.warning("node %r failed to close", k, exc_info=True)
