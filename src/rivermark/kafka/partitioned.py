@@ -555,7 +555,10 @@ class PartitionedJob:
         try:
             self._consumer.commit(offsets=parts, asynchronous=not wait)
         except ck.KafkaException as e:
-            self._commits.unsent(owned)
+            if e.args and isinstance(e.args[0], ck.KafkaError) and e.args[0].fatal():
+                self._commits.forget(list(owned))  # a fenced member: no commit of it lands
+            else:
+                self._commits.unsent(owned)
             logger.log(
                 logging.INFO if wait else logging.DEBUG,
                 "committing %s to the group failed (tried again; the offsets there are "
