@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import gc
+import hashlib
+import os
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from rivermark import KeyedState, Stream
-from rivermark.checkpoint import Job
+from rivermark.checkpoint import Job, LocalDirectoryStore
 from rivermark.checkpoint.protocol import cycle
-from rivermark.checkpoint.state.rocks.mapping import Frozen
+from rivermark.checkpoint.state import codec
+from rivermark.checkpoint.state.rocks.local import Home
+from rivermark.checkpoint.state.rocks.mapping import Frozen, RocksSettings
 
 
 def count(acc: KeyedState, w: Any) -> KeyedState:
@@ -51,3 +56,28 @@ def test_a_written_checkpoint_is_freed_without_the_garbage_collector(
         job.state_backend.close()
     assert len(job.checkpoints) >= 6
     assert alive == []
+
+
+def test_a_checkpoint_uploads_its_files_a_piece_at_a_time(tmp_path: Path) -> None:
+    """A RocksDB state file goes to a directory store without being read whole: it is
+    up to 64 MiB, and read whole it was that much more memory at each upload."""
+    store = LocalDirectoryStore(tmp_path / "ckpt")
+    # memtables of 8 MiB: the checkpoint's flush writes one file of about 6 MB
+    home = Home(tmp_path / "h", RocksSettings(cache=64 << 20, limit=4096), store=store)
+    m = home.open(codec.reader())
+    m.update({i: os.urandom(1000) for i in range(6000)})  # incompressible
+    cp = home.take(1, 0)
+    tracemalloc.start()
+    try:
+        files, _ = home.upload(cp, store)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        home.close()
+    ssts = {n: i for n, i in files.items() if n.endswith(".sst")}
+    largest = max(i["size"] for i in ssts.values())
+    assert largest > 5 << 20
+    assert peak < 1 << 20, f"{peak} bytes allocated for a file of {largest}"
+    for info in ssts.values():  # the store holds each file whole, under its digest
+        held = store.read_shared(info["sha256"])
+        assert len(held) == info["size"] and hashlib.sha256(held).hexdigest() == info["sha256"]

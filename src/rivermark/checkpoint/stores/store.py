@@ -262,6 +262,26 @@ class LocalDirectoryStore(Store):
         os.replace(tmp, path)
         fsync_dir(self.shared)
 
+    def write_shared_file(self, digest: str, source: Path) -> None:
+        path = self._shared_path(digest)
+        self.shared.mkdir(DIR_MODE, exist_ok=True)
+        tmp = path.with_name(f"{digest}.tmp")
+        # O_NOFOLLOW: a symlink planted where a file is written is not followed
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, FILE_MODE)
+        try:
+            with open(source, "rb") as src:
+                size, done = os.fstat(src.fileno()).st_size, 0
+                while done < size:  # in the kernel (no copy in this process's memory)
+                    sent = os.sendfile(fd, src.fileno(), done, size - done)
+                    if not sent:  # the file shrank under us: never store a part of it
+                        raise OSError(f"{source} ended at {done} of its {size} bytes")
+                    done += sent
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        fsync_dir(self.shared)
+
     def read_shared(self, digest: str) -> bytes:
         return _read_no_symlink(self._shared_path(digest), self.path)
 
