@@ -16,7 +16,8 @@ from rivermark.checkpoint import Job, LocalDirectoryStore
 from rivermark.checkpoint.protocol import cycle
 from rivermark.checkpoint.state import codec
 from rivermark.checkpoint.state.rocks.local import Home
-from rivermark.checkpoint.state.rocks.mapping import Frozen, RocksSettings
+from rivermark.checkpoint.state.rocks.mapping import Frozen, RocksSettings, open_db
+from rivermark.checkpoint.state.rocks.writes import write
 
 
 def count(acc: KeyedState, w: Any) -> KeyedState:
@@ -81,3 +82,23 @@ def test_a_checkpoint_uploads_its_files_a_piece_at_a_time(tmp_path: Path) -> Non
     for info in ssts.values():  # the store holds each file whole, under its digest
         held = store.read_shared(info["sha256"])
         assert len(held) == info["size"] and hashlib.sha256(held).hexdigest() == info["sha256"]
+
+
+def test_the_memtables_are_charged_to_the_one_block_cache(tmp_path: Path) -> None:
+    """``state_cache`` bounds the block cache and the memtables together: RocksDB
+    charges every memtable's memory to the job's one block cache."""
+    settings = RocksSettings(cache=32 << 20)
+    db = open_db(tmp_path / "db", settings)
+    try:
+        write(db, _fill, settings.write_options(), "db")
+        cache = settings._shared["cache"]  # noqa: SLF001 - the settings' one cache
+        held = db.property_int_value("rocksdb.cur-size-all-mem-tables")
+        assert held > 1 << 20  # the writes are in the memtable, not flushed
+        assert cache.get_usage() >= held
+    finally:
+        db.close()
+
+
+def _fill(batch: Any) -> None:
+    for i in range(3000):
+        batch.put(codec.pack(i), os.urandom(500))
