@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import gc
 import hashlib
 import os
@@ -102,3 +103,29 @@ def test_the_memtables_are_charged_to_the_one_block_cache(tmp_path: Path) -> Non
 def _fill(batch: Any) -> None:
     for i in range(3000):
         batch.put(codec.pack(i), os.urandom(500))
+
+
+def test_a_file_system_without_sendfile_stores_the_file_in_pieces(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the kernel cannot copy between the two files (``sendfile`` refused with
+    EINVAL), the file is stored whole all the same, a piece at a time.  No such file
+    system here: ``sendfile`` is made to refuse."""
+
+    def refused(*args: object) -> int:
+        raise OSError(errno.EINVAL, "Invalid argument")
+
+    source = tmp_path / "000012.sst"
+    data = os.urandom((8 << 20) + 12345)
+    source.write_bytes(data)
+    digest = hashlib.sha256(data).hexdigest()
+    store = LocalDirectoryStore(tmp_path / "ckpt")
+    monkeypatch.setattr(os, "sendfile", refused)
+    tracemalloc.start()
+    try:
+        store.write_shared_file(digest, source)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert store.read_shared(digest) == data
+    assert peak < 3 << 20  # two pieces at most, never the file
