@@ -5,6 +5,13 @@ Run:  .venv/bin/python benchmarks/bench_scattered.py --keys 10000000
       .venv/bin/python benchmarks/bench_bigstate.py --scattered 10000000   # the same
       .venv/bin/python benchmarks/bench_scattered.py --lookups 100000 800000 3000000
 
+``--parts``: one run with checkpoints every 3 s whose memory is sampled
+twice a second, part by part; prints the parts (MiB) at the sample of the
+largest RSS and the largest of each over the run: RocksDB's block cache
+(memtables charged to it), its table readers, glibc's ``mallinfo2`` (in
+use besides the cache, free in its arenas, mmapped chunks), Python's
+allocated blocks, and the mapping's key cache, changed and handed-over keys.
+
 ``--lookups N ...``: blocks and bytes read into the block cache per point
 lookup (RocksDB's statistics) in a database of N scattered keys with an
 8 MiB block cache, with the job's partitioned index and filters and with a
@@ -42,6 +49,7 @@ Not a test: it prints figures and exits 0.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import statistics
@@ -265,6 +273,87 @@ def print_lookups(sizes: list[int]) -> None:
             print(f"| {n:,} | {name} | {blocks:.2f} | {read:,.0f} | {us:.1f} |", flush=True)
 
 
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (n, ctypes.c_size_t)
+        for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks")
+        + ("uordblks", "fordblks", "keepcost")
+    ]
+
+
+def _rss() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def parts(keys: int) -> dict[str, Any]:
+    """Memory part by part (MiB) at the largest RSS of a scattered-key run, and the maxima."""
+    import logging
+
+    from rivermark import Job, KeyedState, Stream
+    from rivermark.checkpoint.state.rocks import RocksKeyedState
+
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallinfo2.restype = _MallInfo2
+    logging.getLogger("rivermark").setLevel(logging.ERROR)
+    loop = _Loop(0, keys)
+    source = Stream.from_iterable(scattered(keys), name="keys")
+    acc = source.accumulate(loop.count, start=KeyedState(), name="counts")
+    samples: list[dict[str, float | int]] = []
+    done = threading.Event()
+    jobs: list[Job] = []
+    mib = 1 << 20
+
+    def sample() -> None:
+        while not done.wait(0.5):
+            store = acc.state
+            if not jobs or not isinstance(store, RocksKeyedState):
+                continue
+            shared = jobs[0].state_backend.settings._shared  # noqa: SLF001 - its one cache
+            db, m, frozen = store.db, libc.mallinfo2(), store._frozen  # noqa: SLF001
+            cache = shared["cache"].get_usage() / mib
+            samples.append(
+                {
+                    "RSS (sampled)": _rss(),
+                    "block cache and memtables": cache,
+                    "memtables": (db.property_int_value("rocksdb.cur-size-all-mem-tables") or 0)
+                    / mib,
+                    "table readers": (
+                        db.property_int_value("rocksdb.estimate-table-readers-mem") or 0
+                    )
+                    / mib,
+                    "malloc in use besides the cache": m.uordblks / mib - cache,
+                    "malloc free in arenas": m.fordblks / mib,
+                    "malloc mmapped": m.hblkhd / mib,
+                    "python blocks": sys.getallocatedblocks(),
+                    "key cache": store.cached(),
+                    "changed keys": store.pending_changes(),
+                    "handed-over keys": 0 if frozen is None else len(frozen.dirty),
+                }
+            )
+
+    threading.Thread(target=sample, daemon=True).start()
+    with tempfile.TemporaryDirectory() as ckpt, tempfile.TemporaryDirectory() as state:
+        job = Job(source, checkpoint=ckpt, every="3s", keep=2, state="rocksdb", state_dir=state)
+        jobs.append(job)
+        job.run()
+        done.set()
+        job.state_backend.close()
+    if not samples:
+        raise SystemExit(
+            "bench_scattered --parts: the run ended before its first sample; more --keys"
+        )
+    peak = max(samples, key=lambda x: x["RSS (sampled)"])
+    return {
+        "peak_rss": _peak_rss() / mib,
+        "at_peak": peak,
+        "max": {k: max(x[k] for x in samples) for k in peak},
+    }
+
+
 def when(every: str, r: dict[str, Any]) -> str:
     """The checkpoints column: the interval, how many, and the loop's waits for a write."""
     if every == "off":
@@ -282,7 +371,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--state", default="rocksdb", choices=["rocksdb", "memory"])
     p.add_argument("--case", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--parts", action="store_true", help="memory part by part (one run)")
     args = p.parse_args(argv)
+    if args.parts:
+        r = parts(args.keys)
+        print(
+            f"{args.keys:,} scattered keys, checkpoint every 3 s: peak RSS {r['peak_rss']:,.0f} MiB"
+        )
+        print("| part | at the largest sampled RSS | largest over the run |")
+        print("|---|---|---|")
+        for k, v in r["at_peak"].items():
+            f = ",.1f" if isinstance(v, float) else ",d"  # MiB, or a count
+            print(f"| {k} | {v:{f}} | {r['max'][k]:{f}} |")
+        return 0
     if args.lookups is not None:
         print_lookups(args.lookups or [100_000, 800_000, 3_000_000])
         return 0

@@ -66,15 +66,9 @@ _POLL = 0.0005
 
 
 @dataclass
-class _Pending:
-    """A checkpoint between its barrier and its durable write."""
+class _Clock:
+    """When a checkpoint paused the sources, resumed them and began its write."""
 
-    epoch: int
-    manifest: Manifest
-    #: node id -> pickled state, or an immutable view serialised in the background
-    views: dict[str, bytes | StateView]
-    positions: dict[str, Any]
-    handles: dict[str, Any]
     paused_at: float
     resumed_at: float | None = None
     write_started: float | None = None
@@ -88,6 +82,26 @@ class _Pending:
             "write": now - (self.write_started or now),
             "pause": (self.resumed_at or now) - self.paused_at,
         }
+
+
+@dataclass
+class _Pending:
+    """A checkpoint between its barrier and its durable write.
+
+    Its manifest's ``timer`` is the clock's, never a method of the pending
+    checkpoint: that would make a reference cycle, and the views (a whole
+    RocksDB key cache handed over, a keyed delta) would then stay in memory
+    until the garbage collector's next full collection, not until the write
+    completes.
+    """
+
+    epoch: int
+    manifest: Manifest
+    #: node id -> pickled state, or an immutable view serialised in the background
+    views: dict[str, bytes | StateView]
+    positions: dict[str, Any]
+    handles: dict[str, Any]
+    clock: _Clock
 
 
 @dataclass
@@ -204,7 +218,7 @@ class CheckpointCycle:
                     for s in self.roles.sources:
                         s.resume()
                     if background:
-                        pending.resumed_at = time.monotonic()
+                        pending.clock.resumed_at = time.monotonic()
                         self.in_flight = asyncio.ensure_future(self.complete(pending))
                         self.in_flight.add_done_callback(lambda _: self._wake_up())
                 else:
@@ -237,8 +251,9 @@ class CheckpointCycle:
             renamed={n: o for n, o in renamed.items() if n in self.fingerprint},
         )
         self.listeners.node_counts(epoch, counts)
-        pending = _Pending(epoch, manifest, views, positions, handles, paused_at)
-        manifest.timer = pending.timing
+        clock = _Clock(paused_at)
+        pending = _Pending(epoch, manifest, views, positions, handles, clock)
+        manifest.timer = clock.timing
         return pending
 
     async def _wait_for_in_flight(self) -> None:
@@ -297,7 +312,7 @@ class CheckpointCycle:
     async def complete(self, p: _Pending) -> None:
         """Steps 4-5: the durable write, then the post-commit (sinks, sources, prune)."""
         loop = asyncio.get_running_loop()
-        p.write_started = time.monotonic()
+        p.clock.write_started = time.monotonic()
         try:
             # (4) serialise and write durably in one trip to the worker thread
             # (fault points before-write / after-state-files / after-manifest)
@@ -351,7 +366,7 @@ class CheckpointCycle:
     def _completed(self, p: _Pending, states: dict[str, bytes]) -> None:
         # the figures the manifest holds (one definition everywhere); a store that
         # did not serialise it through to_json gets them now
-        timing = p.manifest.timing or p.timing()
+        timing = p.manifest.timing or p.clock.timing()
         info = CheckpointInfo(
             epoch=p.epoch,
             time=p.manifest.time,

@@ -22,6 +22,7 @@ write or prune).
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import logging
@@ -74,6 +75,38 @@ def _write_durable(path: Path, data: bytes) -> None:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
+
+
+#: bytes copied at a time where the kernel cannot copy a file itself
+COPY_CHUNK = 1 << 20
+
+
+def _copy_file(src: int, dst: int, source: Path) -> None:
+    """Copy the file open as ``src`` into ``dst`` without holding it in memory.
+
+    In the kernel (``sendfile``); where the file systems do not allow that,
+    :data:`COPY_CHUNK` bytes at a time.  A file that ends before its size
+    was copied raises: a part of it is never stored.
+    """
+    size, done = os.fstat(src).st_size, 0
+    while done < size:
+        try:
+            sent = os.sendfile(dst, src, done, size - done)
+        except OSError as e:
+            if done or e.errno not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+                raise
+            break
+        if not sent:
+            raise OSError(f"{source} ended at {done} of its {size} bytes")
+        done += sent
+    while done < size:
+        piece = os.pread(src, min(COPY_CHUNK, size - done), done)
+        if not piece:
+            raise OSError(f"{source} ended at {done} of its {size} bytes")
+        view = memoryview(piece)
+        while view:
+            view = view[os.write(dst, view) :]
+        done += len(piece)
 
 
 def _read_no_symlink(path: Path, within: Path) -> bytes:
@@ -259,6 +292,21 @@ class LocalDirectoryStore(Store):
         self.shared.mkdir(DIR_MODE, exist_ok=True)
         tmp = path.with_name(f"{digest}.tmp")
         _write_durable(tmp, data)
+        os.replace(tmp, path)
+        fsync_dir(self.shared)
+
+    def write_shared_file(self, digest: str, source: Path) -> None:
+        path = self._shared_path(digest)
+        self.shared.mkdir(DIR_MODE, exist_ok=True)
+        tmp = path.with_name(f"{digest}.tmp")
+        # O_NOFOLLOW: a symlink planted where a file is written is not followed
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, FILE_MODE)
+        try:
+            with open(source, "rb") as src:
+                _copy_file(src.fileno(), fd, source)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
         fsync_dir(self.shared)
 

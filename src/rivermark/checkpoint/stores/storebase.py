@@ -120,6 +120,15 @@ class Store(abc.ABC):
             "directory or an object store (s3://, file://), or keep the state in memory"
         )
 
+    def write_shared_file(self, digest: str, source: Path) -> None:
+        """Store the local file ``source`` as shared file ``digest`` (durable before it returns).
+
+        A store that can copies it a piece at a time (a RocksDB state file is
+        up to 64 MiB: read whole, it would be that much more memory at each
+        checkpoint that uploads one); this one reads it whole.
+        """
+        self.write_shared(digest, source.read_bytes())
+
     def read_shared(self, digest: str) -> bytes:
         """The bytes of shared file ``digest`` (unchecked: the caller checks the digest)."""
         raise CheckpointError(f"{self!r} holds no shared files (asked for {digest[:16]})")

@@ -279,7 +279,7 @@ class Home:
             digest = info["sha256"]
             if info.get("inline") or digest in cp.known or digest in sent:
                 continue
-            store.write_shared(digest, (cp.directory / name).read_bytes())
+            store.write_shared_file(digest, cp.directory / name)
             sent.add(digest)
             fault_point("rocks-upload")
         return files, small
