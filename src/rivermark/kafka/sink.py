@@ -90,9 +90,9 @@ from typing import TYPE_CHECKING, Any
 
 from rivermark.core.node import Stream
 from rivermark.core.origin import describe_origin, record_origin
-from rivermark.core.refs import Metadata, release_refs, retain_refs
+from rivermark.core.refs import Metadata, hold_refs, release_refs, retain_refs
 from rivermark.errors import ConfigurationError
-from rivermark.kafka.epochs import EpochTransactions, encode
+from rivermark.kafka.epochs import EpochRecords, EpochTransactions, encode
 from rivermark.kafka.errors import (
     KafkaDeliveryError,
     KafkaDeliveryTimeoutError,
@@ -181,7 +181,7 @@ class ToKafka(Stream, OutputEnds, EpochTransactions):
         self.producer: Any = None
         self.in_flight = 0
         self._poller: asyncio.Task[None] | None = None
-        self._epoch_records: list[tuple[Any, Any]] = []
+        self._epoch_records = EpochRecords()
         self._epoch_first: tuple[int, int] | None = None
         self._restored_records: list[tuple[Any, Any]] | None = None
         self._in_txn = False
@@ -283,20 +283,21 @@ class ToKafka(Stream, OutputEnds, EpochTransactions):
                 self._user_error(x, e, self.key)
                 return None
         value = x.encode() if type(x) is str else encode(x)
-        if metadata:
-            retain_refs(metadata)
-        cb = _Delivery(self, x, metadata, record_origin.get())
+        # the counters someone waits for are held until the acknowledgement
+        # (under a job the sources' are not: the checkpoint waits for in_flight)
+        held = hold_refs(metadata)
+        cb = _Delivery(self, x, held, record_origin.get())
         try:
             producer.produce(self.topic, value, key, _ANY_PARTITION, cb)
         except BufferError:
-            return [asyncio.ensure_future(self._produce_when_room(value, key, cb, x))]
+            return [asyncio.ensure_future(self._produce_when_room(value, key, cb))]
         except Exception as e:
             if self._failed_for_good(e):
                 return None  # its refs stay held, never completed: the job stops
-            release_refs(metadata)
+            release_refs(held)
             raise
-        self._after_produce(x, key)
-        if len(producer) > _MAX_QUEUED:
+        self._after_produce(value, key)
+        if self.in_flight > _MAX_QUEUED:  # (not len(producer): a call into the client)
             return [asyncio.ensure_future(self._drain(_MAX_QUEUED // 2))]
         return None
 
@@ -318,17 +319,15 @@ class ToKafka(Stream, OutputEnds, EpochTransactions):
                 return None
         return producer
 
-    def _after_produce(self, x: Any, key: Any) -> None:
+    def _after_produce(self, value: Any, key: Any) -> None:
         self.in_flight += 1
         if self.exactly_once:
-            self._epoch_records.append((x, key))
+            self._epoch_records.add(value, key)
         poller = self._poller
         if poller is None or poller.done():
             self._poller = self.loop.create_task(self._poll_loop())
 
-    async def _produce_when_room(
-        self, value: Any, key: Any, cb: Callable[..., None], x: Any
-    ) -> None:
+    async def _produce_when_room(self, value: Any, key: Any, cb: Callable[..., None]) -> None:
         while True:
             self._poll()
             if self.failure is not None:
@@ -341,7 +340,7 @@ class ToKafka(Stream, OutputEnds, EpochTransactions):
             except Exception as e:
                 if not self._failed_for_good(e):
                     raise
-        self._after_produce(x, key)
+        self._after_produce(value, key)
 
     async def _drain(self, below: int) -> None:
         while len(self.producer) > below and self.failure is None:
@@ -497,11 +496,11 @@ class ToKafka(Stream, OutputEnds, EpochTransactions):
         """The open epoch's records (exactly-once only; see the module docs)."""
         if not self.exactly_once:
             return None
-        return {"records": list(self._epoch_records)}
+        return self._epoch_records.state()
 
     def set_state(self, state: Any) -> None:
         if self.exactly_once and state:
-            self._restored_records = list(state.get("records", []))
+            self._restored_records = EpochRecords.restored(state)
 
     def state_signature(self) -> str:
         return f"ToKafka(topic={self.topic!r}, exactly_once={self.exactly_once!r})"
@@ -530,7 +529,7 @@ class ToKafka(Stream, OutputEnds, EpochTransactions):
                 self.restore(None)
             self._begin_transaction()
         self._commit_epoch(epoch)
-        self._epoch_records = []
+        self._epoch_records = EpochRecords()
         self._epoch_first = None
         self._begin_transaction()
 
@@ -588,7 +587,7 @@ class ToKafka(Stream, OutputEnds, EpochTransactions):
                 committed,
             )
         self.committed_epoch = max(committed, epoch if epoch is not None else -1)
-        self._epoch_records = []
+        self._epoch_records = EpochRecords()
         self._epoch_first = None
         producer.begin_transaction()
         self._in_txn = True
@@ -607,7 +606,7 @@ class ToKafka(Stream, OutputEnds, EpochTransactions):
             return
         producer = self._init_transactions()
         self._restored_records = None
-        self._epoch_records = []
+        self._epoch_records = EpochRecords()
         committed = self._read_committed_epoch()
         logger.warning(
             "%s: starting over from scratch: %r keeps the records committed by earlier runs "
@@ -678,7 +677,7 @@ class _Delivery:
         self.metadata = metadata
         self.origin = origin
 
-    def __call__(self, err: object, msg: object) -> None:
+    def __call__(self, err: object, msg: Any) -> None:
         sink = self.sink
         sink.in_flight -= 1
         if err is None:
