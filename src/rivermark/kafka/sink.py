@@ -286,7 +286,7 @@ class ToKafka(Stream, OutputEnds, EpochTransactions):
         # the counters someone waits for are held until the acknowledgement
         # (under a job the sources' are not: the checkpoint waits for in_flight)
         held = hold_refs(metadata)
-        cb = _Delivery(self, x, held, record_origin.get())
+        cb = _Delivery((self, x, held, record_origin.get()))
         try:
             producer.produce(self.topic, value, key, _ANY_PARTITION, cb)
         except BufferError:
@@ -658,32 +658,26 @@ class ToKafka(Stream, OutputEnds, EpochTransactions):
             self._marker_consumer = None
 
 
-class _Delivery:
-    """The delivery report callback of one record (one small object per record in flight).
+class _Delivery(tuple[Any, ...]):
+    """The delivery report callback of one record: ``(sink, record, metadata, origin)``.
 
-    A closure would be five objects for the garbage collector to walk (the
-    function and its cells) for as long as the record waits for its
-    acknowledgement; with a record per input in flight by the ten thousand,
-    those walks were a fifth of the sink's time.
+    One small object per record in flight.  A closure would be five objects
+    for the garbage collector to walk (the function and its cells) for as
+    long as the record waits for its acknowledgement; with a record per
+    input in flight by the ten thousand, those walks were a fifth of the
+    sink's time.  A tuple is made without running Python code, a third of
+    the cost of a class with ``__init__``.
     """
 
-    __slots__ = ("sink", "x", "metadata", "origin")
-
-    def __init__(
-        self, sink: ToKafka, x: Any, metadata: Metadata | None, origin: dict[str, Any] | None
-    ) -> None:
-        self.sink = sink
-        self.x = x
-        self.metadata = metadata
-        self.origin = origin
+    __slots__ = ()
 
     def __call__(self, err: object, msg: Any) -> None:
-        sink = self.sink
+        sink, x, metadata, origin = self
         sink.in_flight -= 1
         if err is None:
-            sink.record_delivered(msg, self.metadata)
+            sink.record_delivered(msg, metadata)
         else:
-            sink.record_not_delivered(self.x, self.metadata, self.origin, err)
+            sink.record_not_delivered(x, metadata, origin, err)
 
 
 if TYPE_CHECKING:  # the type checker holds the sink to the contract, with its handle type
