@@ -31,8 +31,9 @@ The protocol:
 1. ``restore(handle)`` (recovery or first start): ``init_transactions()``
    fences zombies and aborts a transaction left open by a crash, then
    resolves the last epoch (below) and begins a transaction.
-2. ``get_state()`` at the barrier: the records of the open epoch (values and
-   keys) go into the checkpoint with the node's state.
+2. ``get_state()`` at the barrier: the records of the open epoch (the value
+   and key bytes as produced, see ``EpochRecords``) go into the checkpoint
+   with the node's state.
 3. ``pre_commit(e)``: flush; every record of epoch ``e`` is acknowledged;
    the handle names the transactional id and the position
    (partition, offset) of the epoch's first acknowledged record.
