@@ -31,6 +31,11 @@ ratios the median of the rounds' ratios):
   when that file exists next to the running interpreter's venv); without
   it the Quix rows are left out.
 
+Two versions of rivermark in the same minutes: ``--trees before=DIR,after=DIR``
+(each DIR holds a ``rivermark`` package, e.g. ``git archive <commit> src | tar
+-x``) runs every rivermark contender once per tree, each in a child process
+with that DIR first on ``PYTHONPATH``, one after the other in each round.
+
 Time: from building the pipeline (consumer creation included) until every
 output record was acknowledged (and, for the transactional contenders, the
 last transaction committed); also the process's CPU time (all its threads,
@@ -229,6 +234,27 @@ def run_rivermark(
     return took
 
 
+def rivermark_child(bootstrap: str, inp: str, out: str, n: int, kind: str) -> None:
+    """Run one rivermark contender (in a child process): print its seconds and CPU seconds."""
+    import tempfile
+
+    batched, eos = kind.startswith("batched"), kind.endswith("eos")
+    with tempfile.TemporaryDirectory(prefix="rivermark-bench-") as d:
+        took, cpu = run_rivermark(bootstrap, inp, out, n, batched, eos, Path(d))
+    print(json.dumps({"seconds": took, "cpu": cpu}))
+
+
+def run_in_tree(tree: str, bootstrap: str, out: str, n: int, kind: str) -> tuple[float, float]:
+    """A rivermark contender run with the ``rivermark`` package of ``tree``."""
+    cmd = [sys.executable, __file__, "--rivermark-child", bootstrap, "input", out, str(n), kind]
+    env = {**os.environ, "PYTHONPATH": tree}
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    if res.returncode != 0:
+        raise RuntimeError(f"rivermark child ({tree}) failed: {res.stderr[-2000:]}")
+    got = json.loads(res.stdout.splitlines()[-1])
+    return float(got["seconds"]), float(got["cpu"])
+
+
 # ---------------------------------------------------------------- Quix Streams (separate venv)
 def quix_child(bootstrap: str, inp: str, out: str, n: int, eos: bool) -> None:
     """Run in the peers' virtualenv: print the seconds Quix Streams took."""
@@ -288,12 +314,22 @@ def main(argv: list[str] | None = None) -> int:
         logging.basicConfig(level=logging.WARNING)
         quix_child(bs, inp, out, int(n), mode == "eos")
         return 0
+    if argv and argv[0] == "--rivermark-child":
+        bs, inp, out, n, kind = argv[1:6]
+        logging.basicConfig(level=logging.WARNING)
+        rivermark_child(bs, inp, out, int(n), kind)
+        return 0
     p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--quick", action="store_true")
     p.add_argument("-n", type=int, default=None, help="records (default 300,000)")
     p.add_argument("--only", default="", help="e.g. plain,batched-alo,record-eos,quix-alo")
     p.add_argument("--repeat", type=int, default=3, help="median of R rounds (default 3)")
     p.add_argument("--peers-python", default=None, help="python of the venv with quixstreams")
+    p.add_argument(
+        "--trees",
+        default="",
+        help="name=DIR,...: each rivermark contender once per source tree (see the module docs)",
+    )
     args = p.parse_args(argv)
     n = args.n or (30_000 if args.quick else 300_000)
     logging.basicConfig(level=logging.WARNING)
@@ -357,14 +393,34 @@ def main(argv: list[str] | None = None) -> int:
             ]
         else:
             print("(no peers' virtualenv: Quix Streams left out; see the module docs)")
+        trees = [t.split("=", 1) for t in args.trees.split(",") if t.strip()]
+        if trees:
+            contenders = [
+                c
+                for key, title, run in contenders
+                for c in (
+                    [
+                        (
+                            f"{key}@{name}",
+                            f"{title} [{name}]",
+                            lambda o, k=key, d=tree: run_in_tree(d, bs, o, n, k),
+                        )
+                        for name, tree in trees
+                    ]
+                    if key.startswith(("batched", "record"))
+                    else [(key, title, run)]
+                )
+            ]
         only = {k.strip() for k in args.only.split(",") if k.strip()}
-        contenders = [c for c in contenders if not only or c[0] in only]
+        contenders = [c for c in contenders if not only or c[0].split("@")[0] in only]
         times: dict[str, list[float]] = {}
         cpus: dict[str, list[float]] = {}
         checks: dict[str, str] = {}
         for r in range(args.repeat):
-            for key, _title, run in contenders:
-                out = f"out-{key}-{r}"
+            # with --trees, every other round in the reverse order
+            order = contenders[::-1] if trees and r % 2 else contenders
+            for key, _title, run in order:
+                out = f"out-{key.replace('@', '.')}-{r}"
                 create_topic(bs, out, partitions=PARTITIONS)
                 took, cpu = run(out)
                 got = digest(read_back(bs, out, n))

@@ -24,7 +24,15 @@ from rivermark.execution.node import Metadata as Metadata
 logger = logging.getLogger(__name__)
 
 
-__all__ = ["RefCounter", "Metadata", "retain_refs", "release_refs", "merge_metadata"]
+__all__ = [
+    "RefCounter",
+    "Untracked",
+    "Metadata",
+    "hold_refs",
+    "retain_refs",
+    "release_refs",
+    "merge_metadata",
+]
 
 
 class RefCounter:
@@ -43,6 +51,9 @@ class RefCounter:
     """
 
     __slots__ = ("count", "callback", "done", "loop")
+
+    #: whether anyone waits for this counter's completion (:class:`Untracked`: no one)
+    tracked = True
 
     def __init__(
         self,
@@ -96,6 +107,55 @@ class RefCounter:
     def __repr__(self) -> str:
         state = "done" if self.done else f"count={self.count}"
         return f"<RefCounter {state}>"
+
+
+class Untracked(RefCounter):
+    """A ``ref`` whose completion nobody waits for: retaining and releasing it does nothing.
+
+    A source whose positions are kept by checkpoints (under a job) gives its
+    records one shared counter of this kind, and a node that holds a record
+    need not retain it (:func:`hold_refs`).
+
+    >>> ref = Untracked(); ref.retain(); ref.release(); ref.release(); ref
+    <RefCounter count=1>
+    """
+
+    __slots__ = ()
+
+    tracked = False
+
+    def __init__(self) -> None:
+        super().__init__(initial=1)
+
+    def retain(self, n: int = 1) -> None:
+        """Nothing to count."""
+
+    def release(self, n: int = 1) -> None:
+        """Nothing to complete."""
+
+
+def hold_refs(metadata: Metadata | None) -> Metadata | None:
+    """Retain the counters of ``metadata`` someone waits for; what to release later.
+
+    ``metadata`` itself when it holds such a counter (release it with
+    :func:`release_refs` once the record is done), else None: a record whose
+    counters are all :class:`Untracked` costs nothing more to hold.
+
+    >>> ref = RefCounter(initial=1)
+    >>> hold_refs([{"ref": ref}]) is not None, ref.count
+    (True, 2)
+    >>> hold_refs([{"ref": Untracked()}]) is None
+    True
+    """
+    if not metadata:
+        return None
+    held = None
+    for m in metadata:
+        ref = m.get("ref")
+        if ref is not None and ref.tracked:
+            ref.retain()
+            held = metadata
+    return held
 
 
 def retain_refs(metadata: Metadata | None, n: int = 1) -> None:

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from rivermark.core import runtime
 from rivermark.core.node import Stream
 from rivermark.core.origin import record_origin
-from rivermark.core.refs import Metadata, RefCounter
+from rivermark.core.refs import Metadata, RefCounter, Untracked
 from rivermark.kafka.errors import KafkaConnectorError, KafkaTopicError
 from rivermark.sources.base import TIME_SLICE, Source
 
@@ -60,28 +60,8 @@ def record_time(m: Message) -> float | None:
     return ms / 1000
 
 
-class _Untracked(RefCounter):
-    """The ``ref`` of the records of a source under a job: nothing waits for their completion.
-
-    Retaining and releasing it does nothing, so all the records share one.
-
-    >>> ref = _Untracked(); ref.retain(); ref.release(); ref.release(); ref
-    <RefCounter count=1>
-    """
-
-    __slots__ = ()
-
-    def __init__(self) -> None:
-        super().__init__(initial=1)
-
-    def retain(self, n: int = 1) -> None:
-        """Nothing to count."""
-
-    def release(self, n: int = 1) -> None:
-        """Nothing to complete."""
-
-
-_UNTRACKED = _Untracked()
+#: the ``ref`` of every record of a source under a job (nothing waits for it)
+_UNTRACKED = Untracked()
 
 
 class SingleRecords(Source[dict[str, Any]]):

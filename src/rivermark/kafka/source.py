@@ -503,10 +503,7 @@ class KafkaBatchedSource(SingleRecords, CatchUp):
         if not self.batched:
             await self._emit_singles(msgs)
             return
-        groups: dict[tuple[str, int], list[Any]] = {}
-        for m in self._readable(msgs):
-            groups.setdefault((m.topic(), m.partition()), []).append(m)
-        for (t, p), ms in groups.items():
+        for (t, p), ms in self._by_partition(msgs).items():
             for i in range(0, len(ms), self.max_batch_size):
                 chunk = ms[i : i + self.max_batch_size]
                 if self.keys:
@@ -519,6 +516,33 @@ class KafkaBatchedSource(SingleRecords, CatchUp):
                 if self.stopped:
                     return
                 await self._turn()
+
+    def _by_partition(self, msgs: list[Any]) -> dict[tuple[str, int], list[Any]]:
+        """The records of ``msgs`` to emit per partition (as :meth:`_readable` keeps them).
+
+        The consumer hands over runs of one partition: its position's key
+        and a bounded read's end are looked up once a run, not per record.
+        """
+        groups: dict[tuple[str, int], list[Any]] = {}
+        offsets = self.partitions.offsets
+        last_t: str | None = None
+        last_p = -1
+        where = ""
+        end: int | None = None
+        run: list[Any] = []
+        for m in msgs:
+            err = m.error()
+            if err is not None:
+                self._consumer_error(err)
+                continue
+            t, p, off = m.topic(), m.partition(), m.offset()
+            if p != last_p or t != last_t:
+                last_t, last_p, where, end = t, p, f"{t}:{p}", self._end_of(t, p)
+                run = groups.setdefault((t, p), [])
+            if (off < offsets.get(where, off) or end is not None) and self._skip(m, end):
+                continue
+            run.append(m)
+        return groups
 
     def _threads_left(self) -> bool:
         """Whether the threads calling the consumer left it (one call on it at a time)."""

@@ -3,7 +3,8 @@
 Configured through the environment: ``FAULT_BOOTSTRAP``, ``FAULT_IN``,
 ``FAULT_OUT``, ``FAULT_GROUP``, ``FAULT_TXID`` (empty: derived), ``FAULT_STOP_AT_END``
 ("1": a bounded read), ``FAULT_THROTTLE`` (seconds per batch), ``FAULT_TIMEOUT``
-(the sink's flush and commit deadlines, seconds).
+(the sink's flush and commit deadlines, seconds), ``FAULT_QUEUE`` (the most records
+the sink's producer queues, ``queue.buffering.max.messages``; empty: librdkafka's default).
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ env = os.environ
 bootstrap = env["FAULT_BOOTSTRAP"]
 throttle = float(env.get("FAULT_THROTTLE", "0.01"))
 deadline = float(env.get("FAULT_TIMEOUT", "60"))
+producer_config: dict[str, Any] = {"bootstrap.servers": bootstrap}
+if env.get("FAULT_QUEUE"):
+    producer_config["queue.buffering.max.messages"] = int(env["FAULT_QUEUE"])
 
 
 def count(state: dict[str, int], rec: dict[str, Any]) -> tuple[dict[str, int], str]:
@@ -47,7 +51,7 @@ src = Stream.from_kafka_batched(
     .accumulate(count, start={}, returns_state=True, name="counts")
     .to_kafka(
         env["FAULT_OUT"],
-        {"bootstrap.servers": bootstrap},
+        producer_config,
         exactly_once=True,
         transactional_id=env.get("FAULT_TXID") or None,
         flush_timeout=deadline,

@@ -4,6 +4,7 @@ an expired epoch marker, or a second job on the same consumer group."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import uuid
 from collections import Counter
@@ -104,6 +105,41 @@ def test_an_expired_epoch_marker_does_not_roll_forward_a_committed_epoch(
     assert results == _expected(n)
     assert "epoch 3 was checkpointed and committed (its first record" in text, text[-3000:]
     assert "rolling forward" not in text
+
+
+def test_an_aborted_epoch_larger_than_the_producer_queue_is_rolled_forward(
+    bootstrap: str, new_topic: Callable[..., str], group: str, tmp_path: Path
+) -> None:
+    # rolling forward produces the epoch's records in one go: more of them than
+    # the producer queues wait for room instead of failing the restart
+    n, queue = 3000, 40
+    inp, out = new_topic(prefix="in"), new_topic(prefix="out")
+    produce(bootstrap, inp, [json.dumps({"k": i % KEYS}) for i in range(n)])
+    env = {
+        "FAULT_BOOTSTRAP": bootstrap,
+        "FAULT_IN": inp,
+        "FAULT_OUT": out,
+        "FAULT_GROUP": group,
+        "FAULT_THROTTLE": "0.03",
+        "FAULT_STOP_AT_END": "1",
+        "FAULT_QUEUE": str(queue),
+    }
+    ckpt, log = tmp_path / "ckpt", tmp_path / "runs.log"
+    # killed with checkpoint 3 durable and its transaction not committed
+    proc = start_app(ckpt, env, log, fault="after-manifest:3")
+    assert proc.wait(timeout=120) == -signal.SIGKILL, log.read_text()[-3000:]
+    proc = start_app(ckpt, env, log)
+    assert proc.wait(timeout=180) == 0, log.read_text()[-3000:]
+    text = log.read_text()
+    rolled = re.findall(
+        r"epoch 3 was checkpointed but its transaction did not commit .*; rolling forward: "
+        r"producing its (\d+) records again",
+        text,
+    )
+    assert rolled and int(rolled[0]) > queue, text[-3000:]
+    results = _counts(bootstrap, out, n)
+    assert not {r: c for r, c in results.items() if c > 1}
+    assert results == _expected(n)
 
 
 def test_an_aborted_epoch_is_rolled_forward_when_the_marker_expired(
