@@ -229,6 +229,34 @@ def test_compaction_of_a_tables_chain_by_nested_columns_gives_the_dicts_merge() 
     assert list(codec.loads(codec.dumps(out))["a"].items()) == list(expected.items())
 
 
+def test_a_jobs_table_is_checkpointed_by_nested_columns_and_read_back_by_the_tools(
+    tmp_path: Path,
+) -> None:
+    # 300 keys, 1 to 3 versions each at the end (a join keeps the older ones it may need)
+    changes = [(float(t), t % 300, t * 10) for t in range(900)]
+    lefts = [(float(t) + 0.5, t % 300) for t in range(0, 900, 7)]
+    records = sorted([("T", *c) for c in changes] + [("L", *x) for x in lefts], key=lambda r: r[1])
+    source = Stream.from_iterable(records, name="input")
+    table = (
+        source.filter(lambda r: r[0] == "T", name="changes")
+        .timestamps(lambda r: r[1], max_delay=50, name="table_times")
+        .to_table(key=2, value=lambda r: r[3], name="table")
+    )
+    source.filter(lambda r: r[0] == "L", name="lefts").timestamps(
+        lambda r: r[1], max_delay=50, name="left_times"
+    ).join_asof(table, key=2, how="left", name="join").sink_to_list()
+    job = Job(source, checkpoint=tmp_path / "c", every=None)
+    job.run()
+    store = LocalDirectoryStore(tmp_path / "c")
+    blob = store.load_chains(job.epoch)[1]["table"][-1]
+    part = codec.loads(blob, columns=True)["keyed"]["versions"]
+    assert type(part) is Columns and part.counts is not None  # nested, not a dict
+    assert max(part.counts) > 1  # keys with several versions
+    assert not codec.has_pickle(blob)
+    # the state tools read the versions back as the table holds them
+    assert read_node_state(store, job.epoch, "table")["versions"] == dict(table._versions)
+
+
 def test_a_checkpoint_of_the_older_encoding_restores_and_compacts(tmp_path: Path) -> None:
     ckpt = tmp_path / "c"
     shutil.copytree(OLD, ckpt)
