@@ -1,7 +1,7 @@
 """Interval join of two streams by event time: throughput, and memory that stays flat.
 
 Run:  .venv/bin/python benchmarks/bench_interval_join.py [--n 1000000] [--keys 10000]
-      [--bound 5] [--long] [--no-plain]
+      [--bound 5] [--long] [--no-plain] [--trim]
 
 **Records.** ``n`` records per side, each side one record every millisecond
 of event time (the right side half a millisecond after the left), with
@@ -21,7 +21,11 @@ source hands out each tenth of the input, and the peak (``ru_maxrss``)
 after the run.  The join holds a record only until the other side's
 watermark is past its interval, so the figures should stay flat however
 long the run: ``--long`` makes it 10 times longer (``n`` x 10 per side) to
-show it.
+show it.  Each tenth also notes Python's live allocations
+(``sys.getallocatedblocks()``); ``--trim`` first hands the C allocator's
+free memory back to the system (glibc's ``malloc_trim(0)``, through
+``ctypes``), so that the RSS read is what is in use, not what the allocator
+keeps of earlier buffers.
 
 **Check.** A plain loop over the same input (per key, a deque of each
 side's recent times; a record pairs with the other side's records within
@@ -36,6 +40,8 @@ test: it prints a table and exits 0 (1 if the pair counts differ).
 from __future__ import annotations
 
 import argparse
+import ctypes
+import ctypes.util
 import gc
 import os
 import random
@@ -69,8 +75,26 @@ def peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6  # KiB on Linux
 
 
-def records(n: int, keys: int, samples: list[tuple[int, float]] | None = None) -> Iterator[Rec]:
-    """Left and right records in time order; ``samples`` gets (records so far, RSS) each tenth."""
+#: ``--trim``: glibc's ``malloc_trim`` (None: not asked for, or not glibc)
+trim: Any = None
+
+
+def trimmer() -> Any:
+    """glibc's ``malloc_trim``, or None where the C library has none."""
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    libc = ctypes.CDLL(name)
+    # optional: malloc_trim is glibc's own (musl and macOS have none)
+    return getattr(libc, "malloc_trim", None)
+
+
+Sample = tuple[int, float, int]
+
+
+def records(n: int, keys: int, samples: list[Sample] | None = None) -> Iterator[Rec]:
+    """Left and right records in time order; ``samples`` gets (records so far, RSS, live
+    allocated blocks) each tenth."""
     rnd = random.Random(1)
     tenth = max(1, 2 * n // 10)
     for i in range(n):
@@ -78,7 +102,9 @@ def records(n: int, keys: int, samples: list[tuple[int, float]] | None = None) -
         yield ("L", t, rnd.randrange(keys))
         yield ("R", t + STEP / 2, rnd.randrange(keys))
         if samples is not None and (2 * i + 2) % tenth == 0:
-            samples.append((2 * i + 2, rss_mb()))
+            if trim is not None:
+                trim(0)
+            samples.append((2 * i + 2, rss_mb(), sys.getallocatedblocks()))
 
 
 def run_plain(n: int, keys: int, bound: float) -> tuple[float, float, int]:
@@ -109,7 +135,7 @@ def _key(r: Rec) -> int:
 
 
 def run_rivermark(
-    n: int, keys: int, bound: float, every: str | None, samples: list[tuple[int, float]]
+    n: int, keys: int, bound: float, every: str | None, samples: list[Sample]
 ) -> tuple[float, float, int, int]:
     """Seconds, CPU seconds, pairs, and the most records the join held at a sample."""
     from rivermark import Job, Stream
@@ -153,12 +179,21 @@ def main() -> int:
     p.add_argument("--long", action="store_true", help="a run 10 times longer")
     p.add_argument("--every", default="1s", help='checkpoint interval; "none": only at the end')
     p.add_argument("--no-plain", action="store_true", help="leave out the plain loop's check")
+    p.add_argument(
+        "--trim", action="store_true", help="malloc_trim(0) before each tenth's RSS (glibc)"
+    )
     args = p.parse_args()
+    if args.trim:
+        global trim
+        trim = trimmer()
+        if trim is None:
+            print("--trim: this C library has no malloc_trim (glibc's)", file=sys.stderr)
+            return 2
     n = args.n * (10 if args.long else 1)
     start = load()
     gc.collect()
     before = rss_mb()
-    samples: list[tuple[int, float]] = []
+    samples: list[Sample] = []
     every = None if args.every == "none" else args.every
     secs, cpu, pairs, held = run_rivermark(n, args.keys, args.bound, every, samples)
     peak = peak_mb()
@@ -189,10 +224,10 @@ def main() -> int:
     print()
     print(f"RSS before the run {before:.0f} MB; peak (ru_maxrss) {peak:.0f} MB")
     print(f"most records held by the join at a tenth: {held:,}")
-    print("| input read | RSS MB |")
-    print("|---|---|")
-    for done, mb in samples:
-        print(f"| {done / total:.0%} ({done:,}) | {mb:.0f} |")
+    print(f"| input read | RSS MB{' (after malloc_trim)' if trim else ''} | live blocks |")
+    print("|---|---|---|")
+    for done, mb, blocks in samples:
+        print(f"| {done / total:.0%} ({done:,}) | {mb:.1f} | {blocks:,} |")
     return status
 
 

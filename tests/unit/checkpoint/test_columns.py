@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 import shutil
 import sys
 from array import array
@@ -151,6 +152,109 @@ def test_compaction_by_columns_gives_the_dicts_merge(key: Any) -> None:
     blobs = [codec.dumps({"rest": {}, "keyed": {"a": Columns.of(d)}}) for d in chain[:-1]]
     out = compacted(blobs, {"a": chain[-1]})
     assert list(codec.loads(codec.dumps(out))["a"].items()) == list(expected.items())
+
+
+def _versions(rng: random.Random, k: int) -> tuple[tuple[float, Any], ...]:
+    """A table's versions of key ``k``: 1-4 ``(time, value)`` pairs (value None: deleted)."""
+    n = rng.randint(1, 4)
+    return tuple((float(j) + 0.5, rng.choice([k, None, "s", 2.5])) for j in range(n))
+
+
+def test_a_tables_versions_are_written_by_nested_columns_and_read_back_exactly() -> None:
+    rng = random.Random(11)
+    table: dict[Any, Any] = {k: _versions(rng, k) for k in range(300)}
+    table[1000] = DELETED
+    columns = Columns.of(table)
+    # tuples of (time, value) pairs, 1 to 4 of them: the pairs' columns and their counts
+    assert isinstance(columns, Columns) and columns.counts is not None
+    assert columns.value_width == 2 and type(columns.values[0]) is array
+    assert sum(columns.counts) == sum(len(v) for v in table.values() if v is not DELETED)
+    blob = codec.dumps({"keyed": {"versions": columns}})
+    back = codec.loads(blob)["keyed"]["versions"]
+    assert back == table and not codec.has_pickle(blob)
+
+    def types(m: dict[Any, Any]) -> list[type]:
+        return [type(x) for v in m.values() if v is not DELETED for pair in v for x in pair]
+
+    assert types(back) == types(table)  # None, str, float and int each come back as such
+    # values of one length whose items are tuples: nested too (what a table often holds)
+    pairs = {k: ((1.0, k), (2.0, k)) for k in range(100)}
+    assert Columns.of(pairs).counts is not None  # type: ignore[union-attr]
+    assert codec.loads(codec.dumps(Columns.of(pairs))) == pairs
+    # not nested: items that are not tuples of one length, or values that are not all tuples
+    odd = {**{k: ((1.0, k),) for k in range(100)}, "x": ((1.0, 2, 3),)}
+    not_nested = Columns.of(odd)
+    assert isinstance(not_nested, Columns) and not_nested.counts is None
+    assert codec.loads(codec.dumps(not_nested)) == odd
+    mixed = {**{k: ((1.0, k),) for k in range(100)}, "y": 5}
+    assert Columns.of(mixed) is mixed
+
+
+def test_a_nested_columns_part_with_bad_counts_is_refused_as_not_valid() -> None:
+    columns = Columns.of({k: ((1.0, k),) * (k % 3 + 1) for k in range(100)})
+    parts = columns.parts()
+    assert len(parts) == 6
+    msgpack = __import__("msgpack")
+    bad_counts = [*parts[:5], ["", [1, 2]]]
+    blob = codec.MAGIC + codec.pack(msgpack.ExtType(int(codec.Tag.COLUMNS), codec.pack(bad_counts)))
+    with pytest.raises(ValueError, match=re.escape("the counts of nested values are not integers")):
+        codec.loads(blob)
+    few = array("q", [1] * 100)  # fewer items than the values hold
+    blob = codec.MAGIC + codec.pack(
+        msgpack.ExtType(int(codec.Tag.COLUMNS), codec.pack([*parts[:5], ["<i8", few.tobytes()]]))
+    )
+    with pytest.raises(ValueError, match=re.escape("more nested items than their counts")):
+        codec.loads(blob)
+
+
+def test_compaction_of_a_tables_chain_by_nested_columns_gives_the_dicts_merge() -> None:
+    rng = random.Random(5)
+    chain: list[dict[Any, Any]] = [{k: _versions(rng, k) for k in range(300)}]
+    for _ in range(4):
+        delta: dict[Any, Any] = {}
+        for k in rng.sample(range(400), 150):
+            delta[k] = DELETED if rng.random() < 0.3 else _versions(rng, k)
+        chain.append(delta)
+    expected: dict[Any, Any] = {}
+    for d in chain:
+        apply_delta(expected, d)
+    columns = [Columns.from_mapping(d) for d in chain]
+    assert None not in columns  # versions of 1 to 4 pairs: columns, not dicts
+    merged = compact(columns)  # type: ignore[arg-type]
+    assert merged is not None and merged.counts is not None
+    assert list(merged.to_dict().items()) == list(expected.items())
+    blobs = [codec.dumps({"rest": {}, "keyed": {"a": Columns.of(d)}}) for d in chain[:-1]]
+    out = compacted(blobs, {"a": chain[-1]})
+    assert type(out["a"]) is Columns  # merged by columns
+    assert list(codec.loads(codec.dumps(out))["a"].items()) == list(expected.items())
+
+
+def test_a_jobs_table_is_checkpointed_by_nested_columns_and_read_back_by_the_tools(
+    tmp_path: Path,
+) -> None:
+    # 300 keys, 1 to 3 versions each at the end (a join keeps the older ones it may need)
+    changes = [(float(t), t % 300, t * 10) for t in range(900)]
+    lefts = [(float(t) + 0.5, t % 300) for t in range(0, 900, 7)]
+    records = sorted([("T", *c) for c in changes] + [("L", *x) for x in lefts], key=lambda r: r[1])
+    source = Stream.from_iterable(records, name="input")
+    table = (
+        source.filter(lambda r: r[0] == "T", name="changes")
+        .timestamps(lambda r: r[1], max_delay=50, name="table_times")
+        .to_table(key=2, value=lambda r: r[3], name="table")
+    )
+    source.filter(lambda r: r[0] == "L", name="lefts").timestamps(
+        lambda r: r[1], max_delay=50, name="left_times"
+    ).join_asof(table, key=2, how="left", name="join").sink_to_list()
+    job = Job(source, checkpoint=tmp_path / "c", every=None)
+    job.run()
+    store = LocalDirectoryStore(tmp_path / "c")
+    blob = store.load_chains(job.epoch)[1]["table"][-1]
+    part = codec.loads(blob, columns=True)["keyed"]["versions"]
+    assert type(part) is Columns and part.counts is not None  # nested, not a dict
+    assert max(part.counts) > 1  # keys with several versions
+    assert not codec.has_pickle(blob)
+    # the state tools read the versions back as the table holds them
+    assert read_node_state(store, job.epoch, "table")["versions"] == dict(table._versions)
 
 
 def test_a_checkpoint_of_the_older_encoding_restores_and_compacts(tmp_path: Path) -> None:

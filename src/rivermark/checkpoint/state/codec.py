@@ -11,7 +11,8 @@ registered with :func:`rivermark.statedata.register_state_class`), numpy arrays,
 boolean, string or time dtype, and pandas ``Series`` / ``DataFrame`` /
 ``Index`` whose columns have such dtypes (a tagged columnar form), and a
 mapping of keyed state written by its columns (:class:`.columns.Columns`:
-numbers as buffers; :class:`Table`, what earlier versions wrote).  Reading
+numbers as buffers, a table's versions as nested columns; :class:`Table`,
+what earlier versions wrote).  Reading
 any of these builds the value from its parts; no class named by the file is
 looked up, no constructor it names is called.
 

@@ -7,7 +7,11 @@ acc)}``, a keyed accumulator's ``{key: total}``) is written as its columns
 values are all ``int`` (within 64 bits) or all ``float`` is one buffer of
 little-endian machine numbers (``array`` of the standard library: made and
 read in C); any other column is a list of values in the codec's encoding.
-The keys marked deleted (a delta) are columns of their own.  It reads back
+The keys marked deleted (a delta) are columns of their own.  A mapping whose
+values are tuples of varying length whose items are tuples of one length (a
+table's versions ``{key: ((time, value), (time, value), ...)}``) is written
+as *nested* columns: the items' columns, all values' items one after
+another, and a column of how many items each value has.  It reads back
 as the plain dict, so :func:`~.inspection.read` and ``rivermark
 checkpoints export`` give the same rows as from any other encoding.
 
@@ -26,6 +30,7 @@ the caller builds the dicts as before.
 
 from __future__ import annotations
 
+import itertools
 import operator
 import sys
 from array import array
@@ -101,9 +106,14 @@ class Columns:
     the keys/values are not tuples, one column).  Rows ``i`` of the key and
     value columns are one entry; ``deleted`` holds the key columns of the
     keys marked :data:`~rivermark.state.DELETED`.
+
+    ``counts`` (nested values, see the module's docs): per row, how many
+    items its value has; ``values`` are then the items' columns (``value_width``
+    their width), the rows' items one after another.  ``None``: each row's
+    value is one row of ``values``.
     """
 
-    __slots__ = ("key_width", "value_width", "keys", "values", "deleted")
+    __slots__ = ("key_width", "value_width", "keys", "values", "deleted", "counts")
 
     #: a smaller mapping is written as a dict (the columns would not pay)
     MIN_ROWS = 64
@@ -115,12 +125,14 @@ class Columns:
         keys: list[Column],
         values: list[Column],
         deleted: list[Column],
+        counts: Column | None = None,
     ) -> None:
         self.key_width = key_width
         self.value_width = value_width
         self.keys = keys
         self.values = values
         self.deleted = deleted
+        self.counts = counts
 
     @classmethod
     def of(cls, data: dict[Any, Any]) -> Any:
@@ -136,49 +148,95 @@ class Columns:
         live, deleted = split_deleted(data)
         keys, values = list(live), list(live.values())
         kw = _width(keys + deleted if deleted else keys)
-        vw = _width(values) if values else 0
-        if kw is None or vw is None:
+        if kw is None:
+            return None
+        counts: Column | None = None
+        vw: int | None
+        nested = _nested(values) if values and _nested_first(values[0]) else None
+        if nested is not None:  # tuples of tuples: the items' columns and their counts
+            vw, values, counts = nested
+        else:
+            vw = _width(values) if values else 0
+        if vw is None:
             return None
         key_columns, value_columns = _split(keys, kw), _split(values, vw)
         deleted_columns = _split(deleted, kw)
         assert key_columns is not None and value_columns is not None
         assert deleted_columns is not None
-        return cls(kw, vw, key_columns, value_columns, deleted_columns)
+        return cls(kw, vw, key_columns, value_columns, deleted_columns, counts)
 
     def __len__(self) -> int:
         return len(self.keys[0]) if self.keys else 0
 
-    # the encoding (see codec.Tag.COLUMNS)
+    # the encoding (see codec.Tag.COLUMNS): nested values add their counts' column
     def parts(self) -> list[object]:
-        return [
+        out: list[object] = [
             self.key_width,
             self.value_width,
             [_encode_column(c) for c in self.keys],
             [_encode_column(c) for c in self.values],
             [_encode_column(c) for c in self.deleted],
         ]
+        if self.counts is not None:
+            out.append(_encode_column(self.counts))
+        return out
 
     @classmethod
     def from_parts(cls, v: Sequence[Any]) -> Columns:
-        kw, vw, keys, values, deleted = v
+        if len(v) not in (5, 6):
+            raise ValueError(f"not a columns part: {len(v)} parts")
+        kw, vw, keys, values, deleted = v[:5]
         if not isinstance(kw, int) or not isinstance(vw, int) or kw < 0 or vw < 0:
             raise ValueError(f"not a columns part: widths {kw!r}, {vw!r}")
+        counts = _decode_column(v[5]) if len(v) == 6 else None
+        if counts is not None and (type(counts) is not array or counts.typecode != "q"):
+            raise ValueError("not a columns part: the counts of nested values are not integers")
         return cls(
             kw,
             vw,
             [_decode_column(c) for c in keys],
             [_decode_column(c) for c in values],
             [_decode_column(c) for c in deleted],
+            counts,
         )
 
     def to_dict(self) -> dict[Any, Any]:
         """The mapping (deleted keys last, marked :data:`~rivermark.state.DELETED`)."""
         keys = _rows(self.keys, self.key_width)
         values = _rows(self.values, self.value_width)
+        if self.counts is not None:  # each row's items, as a tuple
+            items = iter(values)
+            counts: list[int] = _as_list(self.counts)  # type: ignore[assignment]
+            values = [tuple(itertools.islice(items, n)) for n in counts]
+            if next(items, _END) is not _END:
+                raise ValueError("not a columns part: more nested items than their counts")
         out = dict(zip(keys, values, strict=True))
         if self.deleted and len(self.deleted[0]):
             out.update(dict.fromkeys(_rows(self.deleted, self.key_width), DELETED))
         return out
+
+
+#: the end of an iterator (``next``'s default)
+_END = object()
+
+
+def _nested_first(value: object) -> bool:
+    """Whether ``value`` (a mapping's first value) may start nested values: a tuple of
+    tuples, or an empty tuple."""
+    return type(value) is tuple and (not value or type(value[0]) is tuple)
+
+
+def _nested(values: list[Any]) -> tuple[int, list[Any], Column] | None:
+    """``values`` as nested columns: the items' width, the items one after another, and
+    how many each value has; ``None`` unless every value is a tuple of tuples of one
+    length (the number of them varying)."""
+    if set(map(type, values)) != {tuple}:
+        return None
+    items = list(itertools.chain.from_iterable(values))
+    width = _width(items) if items else None
+    if not width:  # no items, or items that are not tuples of one length
+        return None
+    return width, items, array("q", list(map(len, values)))  # from a list: in one go
 
 
 def _as_list(column: Column) -> list[object]:
@@ -240,12 +298,11 @@ def compact(chunks: list[Columns]) -> Columns | None:
         import numpy as np
     except ImportError:  # pragma: no cover - numpy comes with the DataFrame extra
         return None
-    if not chunks:
+    if not chunks or not _fit(chunks):
         return None
     kw, vw = chunks[0].key_width, chunks[0].value_width
     live = [c for c in chunks if len(c)]
-    if any(c.key_width != kw for c in chunks) or any(c.value_width != vw for c in live):
-        return None
+    nested = bool(live) and live[0].counts is not None
     nk = max(kw, 1)
     # the rows, chunk by chunk: its live rows, then its deleted keys; a row's
     # value is row ``live_row`` of the live rows' values (-1: deleted)
@@ -288,8 +345,34 @@ def compact(chunks: list[Columns]) -> Columns | None:
     place = np.argsort(inserted, kind="stable")
     key_rows, value_rows = live_row[inserted[place]], value_rows[place]
     key_columns = [_take(np, [c.keys[i] for c in chunks if len(c)], key_rows) for i in range(nk)]
+    counts = None
+    if nested:  # the rows' items
+        counts, value_rows = _item_rows(np, live, value_rows)
     value_columns = [_take(np, [c.values[i] for c in live], value_rows) for i in range(max(vw, 1))]
-    return Columns(kw, vw, key_columns, value_columns, [])
+    return Columns(kw, vw, key_columns, value_columns, [], counts)
+
+
+def _fit(chunks: list[Columns]) -> bool:
+    """Whether ``chunks`` have one key width, and their rows one value width and one
+    kind of values (nested or not)."""
+    kw = chunks[0].key_width
+    if any(c.key_width != kw for c in chunks):
+        return False
+    live = [c for c in chunks if len(c)]
+    if not live:
+        return True
+    vw, nested = live[0].value_width, live[0].counts is not None
+    return all(c.value_width == vw and (c.counts is not None) == nested for c in live)
+
+
+def _item_rows(np: Any, live: list[Columns], rows: Any) -> tuple[Any, Any]:
+    """The counts of nested values ``rows`` of ``live``'s rows, and the rows of their
+    items (each row's run of items, one after another), computed in numpy."""
+    counts_all = np.concatenate([np.asarray(c.counts, dtype=np.int64) for c in live])
+    starts = np.cumsum(counts_all) - counts_all
+    counts = counts_all[rows]
+    to = np.cumsum(counts) - counts  # where each row's items start in the result
+    return counts, np.repeat(starts[rows] - to, counts) + np.arange(int(counts.sum()))
 
 
 def _numeric(np: Any, parts: list[Column]) -> Any:
