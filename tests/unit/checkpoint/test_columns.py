@@ -154,6 +154,28 @@ def test_compaction_by_columns_gives_the_dicts_merge(key: Any) -> None:
     assert list(codec.loads(codec.dumps(out))["a"].items()) == list(expected.items())
 
 
+@pytest.mark.parametrize("empty_first", ["empty base", "deletes only"])
+def test_compaction_after_a_chunk_without_live_rows_keeps_the_values_whole(
+    empty_first: str,
+) -> None:
+    # a join's waiting records: a base written when nothing waited (value width 0),
+    # or a delta that only deleted, then deltas of (time, key, record) rows
+    first: dict[Any, Any] = {} if empty_first == "empty base" else {1: DELETED, 2: DELETED}
+    chain: list[dict[Any, Any]] = [
+        first,
+        {i: (float(i), f"k{i % 3}", {"n": i}) for i in range(3, 9)},
+        {3: DELETED, 9: (9.5, "k0", {"n": 9})},
+    ]
+    expected: dict[Any, Any] = {}
+    for d in chain:
+        apply_delta(expected, d)
+    columns = [Columns.from_mapping(d) for d in chain]
+    assert None not in columns and columns[0].value_width == 0  # type: ignore[union-attr]
+    merged = compact(columns)  # type: ignore[arg-type]
+    assert merged is not None
+    assert list(merged.to_dict().items()) == list(expected.items())
+
+
 def _versions(rng: random.Random, k: int) -> tuple[tuple[float, Any], ...]:
     """A table's versions of key ``k``: 1-4 ``(time, value)`` pairs (value None: deleted)."""
     n = rng.randint(1, 4)

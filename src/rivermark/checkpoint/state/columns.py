@@ -300,8 +300,10 @@ def compact(chunks: list[Columns]) -> Columns | None:
         return None
     if not chunks or not _fit(chunks):
         return None
-    kw, vw = chunks[0].key_width, chunks[0].value_width
     live = [c for c in chunks if len(c)]
+    # the widths of the rows: a chunk without live rows (an empty base, a delta
+    # that only deletes) says value width 0 whatever the values are
+    kw, vw = chunks[0].key_width, (live or chunks)[0].value_width
     nested = bool(live) and live[0].counts is not None
     nk = max(kw, 1)
     # the rows, chunk by chunk: its live rows, then its deleted keys; a row's
