@@ -322,6 +322,7 @@ class DaskAccumulate(DaskStream):
             self.state = _NO_DEFAULT
 
     def state_signature(self) -> str:
+        # optional: a callable object or a functools.partial has no __qualname__
         return (
             f"DaskAccumulate(func={getattr(self.func, '__qualname__', repr(self.func))}, "
             f"returns_state={self.returns_state}, with_state={self.with_state})"

@@ -511,6 +511,7 @@ class EventWindows:
         sel = "" if self.columns is None else f"[{list(self.columns)!r}]"
         if isinstance(how, str):
             return f"{head}{keys}{sel}.{how}()"
+        # optional: a callable object or a functools.partial has no __qualname__
         return f"{head}{keys}{sel}.agg({getattr(how, '__qualname__', 'func')})"
 
     def _value_columns(self, how: str | Callable[[pd.Series], object]) -> list[Hashable]:

@@ -169,7 +169,7 @@ class Streaming:
 
         elif len({id(a._root) for a in streams}) != 1:  # noqa: SLF001 - a frame of the same class
             if not _share_a_source([a.stream for a in streams]):
-                raise ConfigurationError(
+                raise ConfigurationError(  # optional __name__: a callable object has none
                     f"map_partitions({getattr(func, '__name__', func)!r}): the arguments come "
                     "from different source streams; combine frames derived from the same "
                     "DataFrame, or join their streams first (e.g. with zip) and build one "

@@ -275,6 +275,7 @@ class _Specializer(ast.NodeTransformer):
             and isinstance(func, ast.Attribute)
             and isinstance(func.value, ast.Name)
             and func.value.id == self.p_self
+            # optional: only methods marked as graph facts carry the flag
             and getattr(
                 getattr(type(self.site.node), func.attr, None), "__rivermark_graph_fact__", False
             )

@@ -6,7 +6,7 @@ the key) or a record to join (``{"s": "L", "i": i, "ts": t, "k": k}``), out of
 order by up to 3 s, a few far behind (late).  RIVERMARK_APP_OUTPUT gets one
 line per joined record (``how="left"``), per pair of a record and a change
 at most 0.5 s apart (an interval join, left-outer) and per late record;
-RIVERMARK_APP_WORK adds rounds of hashing per line (a longer run, the same
+RIVERMARK_APP_WORK adds units of waiting (pacing.py) per line (a longer run, the same
 output).  RIVERMARK_APP_JOINS names the joins to run, comma-separated, of
 ``asof``, ``interval`` and ``window`` (a co-group of the records and the
 changes of one key in 1 s tumbling windows, ``how="outer"``); all three by
@@ -15,24 +15,20 @@ default.  With ``--state rocksdb`` the table and the buffers live in RocksDB.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from typing import Any
 
-from pacing import work_rounds
+from pacing import pace
 
 from rivermark import Stream
 from rivermark.operators.eventtime import WindowResult
 
-WORK = work_rounds()
 JOINS = os.environ.get("RIVERMARK_APP_JOINS", "asof,interval,window").split(",")
 
 
 def parse(line: str) -> dict[str, Any]:
-    data = line.encode()
-    for _ in range(WORK):
-        data = hashlib.sha256(data).digest()
+    pace.record()
     return dict(json.loads(line))
 
 

@@ -3,7 +3,7 @@
 RIVERMARK_APP_INPUT is a file of JSON lines ``{"v": i, "ts": t, "k": k}``
 whose times are out of order (by up to 4 s) with a few records far behind
 (late); RIVERMARK_APP_OUTPUT gets one line per window and per late record;
-RIVERMARK_APP_WORK adds rounds of hashing per record (the same output, a
+RIVERMARK_APP_WORK adds units of waiting (pacing.py) per record (the same output, a
 longer run).  Four event-time nodes share one watermark (``max_delay`` 5 s):
 
 * ``tumble``: per key, 1 s windows, count and sum of ``v``, grace 1 s;
@@ -16,21 +16,18 @@ longer run).  Four event-time nodes share one watermark (``max_delay`` 5 s):
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from typing import Any
 
+from pacing import pace
+
 from rivermark import Stream
 from rivermark.operators.eventtime import WindowResult
 
-WORK = int(os.environ.get("RIVERMARK_APP_WORK", "0"))
-
 
 def parse(line: str) -> dict[str, Any]:
-    data = line.encode()
-    for _ in range(WORK):
-        data = hashlib.sha256(data).digest()
+    pace.record()
     return dict(json.loads(line))
 
 

@@ -3,7 +3,7 @@
 RIVERMARK_APP_INPUT is a file of JSON lines, each a batch: a list of
 ``[v, ts, k]`` rows whose times are out of order (by up to 4 s) with a few
 rows far behind (late); RIVERMARK_APP_OUTPUT gets one line per window and
-per late row; RIVERMARK_APP_WORK adds rounds of hashing per row (the same
+per late row; RIVERMARK_APP_WORK adds units of waiting (pacing.py) per row (the same
 output, a longer run).  Three windows share one watermark (``max_delay`` 5 s):
 
 * ``tumble``: per key, 1 s windows, the sum of ``v``, grace 1 s, and its late rows;
@@ -13,17 +13,16 @@ output, a longer run).  Three windows share one watermark (``max_delay`` 5 s):
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from typing import Any
 
 import pandas as pd
+from pacing import pace
 
 from rivermark import Stream
 from rivermark.dataframe import DataFrame
 
-WORK = int(os.environ.get("RIVERMARK_APP_WORK", "0"))
 EXAMPLE = pd.DataFrame(
     {
         "v": pd.Series([], dtype="int64"),
@@ -35,9 +34,7 @@ EXAMPLE = pd.DataFrame(
 
 def parse(line: str) -> pd.DataFrame:
     rows = json.loads(line)
-    data = line.encode()
-    for _ in range(WORK * len(rows)):
-        data = hashlib.sha256(data).digest()
+    pace.record(len(rows))
     return pd.DataFrame(rows, columns=["v", "ts", "k"]).astype(EXAMPLE.dtypes.to_dict())
 
 

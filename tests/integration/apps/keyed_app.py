@@ -1,7 +1,7 @@
 """Keyed state in six operators, run by ``rivermark run keyed_app.py:source``.
 
 The same input and environment as ``pipeline_app.py``: RIVERMARK_APP_INPUT /
-RIVERMARK_APP_OUTPUT, RIVERMARK_APP_WORK rounds of hashing per record.  Each
+RIVERMARK_APP_OUTPUT, RIVERMARK_APP_WORK units of waiting (pacing.py) per record.  Each
 record goes to four stateful nodes, and every 250 records to two running
 groupby aggregations of a streaming DataFrame, all checkpointed as delta
 chains:
@@ -37,20 +37,17 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from pacing import work_rounds
+from pacing import pace
 
 from rivermark import KeyedState, Stream
 from rivermark.dataframe import DataFrame
 
-WORK = work_rounds()
 KEYS = int(os.environ.get("RIVERMARK_APP_KEYS", "0"))
 PAD = int(os.environ.get("RIVERMARK_APP_PAD", "0"))
 
 
 def parse(line: str) -> int:
-    data = line.encode()
-    for _ in range(WORK):
-        data = hashlib.sha256(data).digest()
+    pace.record()
     return int(json.loads(line)["v"])
 
 

@@ -4,7 +4,7 @@ RIVERMARK_LAKE_KIND: ``parquet`` or ``delta``; RIVERMARK_LAKE_URL: the
 directory, table or ``s3://`` URL; RIVERMARK_LAKE_MODE: ``append`` (every
 record a row ``(id, k, v, g)``) or ``merge`` (Delta: the running total per
 key ``k``, deleted at every 13th record of the key); RIVERMARK_LAKE_N
-records; RIVERMARK_APP_WORK rounds of hashing per record (the same output,
+records; RIVERMARK_APP_WORK units of waiting (pacing.py) per record (the same output,
 a longer run); RIVERMARK_LAKE_TIMEOUT: the sink's ``timeout`` (seconds).
 The records and totals are those of ``sinkjob.py``.
 """

@@ -1,27 +1,23 @@
 """What the sink apps (``lake_app.py``, ``sql_app.py``) share: their records and running totals.
 
 The apps import it as a sibling module (``rivermark run`` puts an app's
-directory on ``sys.path``).  RIVERMARK_APP_WORK: rounds of hashing per
+directory on ``sys.path``).  RIVERMARK_APP_WORK: units of waiting (pacing.py) per
 record (the same output, a longer run).
 """
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
-from pacing import work_rounds
+from pacing import pace
 
 from rivermark.sinks.sql import delete
 
-WORK = work_rounds()
 KEYS = 37
 
 
 def record(i: int) -> dict[str, Any]:
-    data = str(i).encode()
-    for _ in range(WORK):
-        data = hashlib.sha256(data).digest()
+    pace.record()
     return {"id": i, "k": f"k{i % KEYS}", "v": i}
 
 

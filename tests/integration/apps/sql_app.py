@@ -3,7 +3,7 @@
 RIVERMARK_SQL_URL: the database URL; RIVERMARK_SQL_MODE: ``append`` (every
 record a row ``(id, k, v)``) or ``upsert`` (the running total per key ``k``,
 deleted at every 13th record of the key); RIVERMARK_SQL_N records;
-RIVERMARK_APP_WORK rounds of hashing per record (the same output, a longer run).
+RIVERMARK_APP_WORK units of waiting (pacing.py) per record (the same output, a longer run).
 The records and totals are those of ``sinkjob.py``.
 """
 

@@ -5,20 +5,18 @@ database holding ``customers (name, tier, score)``; RIVERMARK_LOOKUP_N orders
 (order ``i`` of customer ``c{i % 53}``: the table holds ``c0``..``c49``, so a
 few find no row); RIVERMARK_APP_OUTPUT gets one line per order
 (``how="left"``); RIVERMARK_LOOKUP_CACHE keys in the cache (small: most
-lookups read the table); RIVERMARK_APP_WORK rounds of hashing per order.
+lookups read the table); RIVERMARK_APP_WORK units of waiting (pacing.py) per order.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 from typing import Any
 
-from pacing import work_rounds
+from pacing import pace
 
 from rivermark import Stream
 
-WORK = work_rounds()
 N = int(os.environ.get("RIVERMARK_LOOKUP_N", "3000"))
 URL = os.environ["RIVERMARK_SQL_URL"]
 OUTPUT = os.environ.get("RIVERMARK_APP_OUTPUT", os.devnull)
@@ -26,9 +24,7 @@ CACHE = int(os.environ.get("RIVERMARK_LOOKUP_CACHE", "8"))
 
 
 def order(i: int) -> dict[str, Any]:
-    data = str(i).encode()
-    for _ in range(WORK):
-        data = hashlib.sha256(data).digest()
+    pace.record()
     return {"id": i, "customer": f"c{i % 53}"}
 
 

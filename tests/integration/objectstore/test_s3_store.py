@@ -32,7 +32,7 @@ from rivermark.testing.crash import run_uncrashed
 from rivermark.testing.s3_server import S3Server, TcpProxy
 
 APP = Path(__file__).parent.parent / "apps" / "pipeline_app.py"
-LEASE_APP = Path(__file__).parent / "lease_app.py"
+LEASE_APP = Path(__file__).parent.parent / "apps" / "lease_app.py"
 N = 100_000
 
 
