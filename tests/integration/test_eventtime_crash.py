@@ -182,7 +182,12 @@ def _graph(path: Path, out: Path, stop_at_eof: bool) -> Stream:
     spec = importlib.util.spec_from_file_location("eventtime_app_mod", APP)
     assert spec is not None and spec.loader is not None
     app = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(app)
+    # the app imports its sibling pacing.py, as under ``rivermark run``
+    sys.path.insert(0, str(APP.parent))
+    try:
+        spec.loader.exec_module(app)
+    finally:
+        sys.path.remove(str(APP.parent))
     source = Stream.from_textfile(
         str(path), stop_at_eof=stop_at_eof, poll_interval="5ms", name="lines"
     )

@@ -62,8 +62,11 @@ _NO_ANSWER = ("EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutErro
               "ConnectionClosedError", "ClientConnectorError", "ServerDisconnectedError",
               "ClientOSError", "FSTimeoutError")  # fmt: skip
 #: ... and how deltalake (Rust's object_store) says it
+#: (a connection cut in the middle of an answer is one the store did not give)
 _NO_ANSWER_TEXT = ("error sending request", "connection refused", "timed out",
-                   "connection reset", "tcp connect error", "dns error")  # fmt: skip
+                   "connection reset", "tcp connect error", "dns error",
+                   "error reading a body from connection",
+                   "end of file before message length reached")  # fmt: skip
 
 
 def endpoint_of(scheme: str, options: Mapping[str, object]) -> str:
@@ -102,7 +105,17 @@ def one_line(e: BaseException, limit: int = 400) -> str:
 
 
 def no_answer(e: BaseException) -> bool:
-    """Whether ``e`` says that the store did not answer (refused, cut, timed out)."""
+    """Whether ``e`` says that the store did not answer (refused, cut, timed out).
+
+    >>> no_answer(OSError("Generic S3 error: error sending request for url"))
+    True
+    >>> no_answer(OSError("Generic S3 error Error getting list response body HTTP error "
+    ...                   "request or response body error error reading a body from connection "
+    ...                   "end of file before message length reached"))  # cut mid-answer
+    True
+    >>> no_answer(OSError("Generic S3 error: Access Denied"))
+    False
+    """
     seen: set[int] = set()
     cur: BaseException | None = e
     while cur is not None and id(cur) not in seen:
