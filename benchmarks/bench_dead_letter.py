@@ -61,7 +61,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             bs = broker.bootstrap
             create_topic(bs, "input", partitions=1)
-            producer = ck.Producer({"bootstrap.servers": bs, "linger.ms": 5})
+            producer = ck.Producer(
+                {"bootstrap.servers": bs, "linger.ms": 5, "enable.idempotence": True}
+            )
             for i in range(args.n):
                 bad = every and i % every == 0
                 producer.produce("input", value=b"not json" if bad else b'{"n": 1}')

@@ -186,7 +186,9 @@ class App:
     def produce(self, n: int) -> None:
         import confluent_kafka as ck
 
-        p = ck.Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5})
+        p = ck.Producer(
+            {"bootstrap.servers": self.bootstrap, "linger.ms": 5, "enable.idempotence": True}
+        )
         for i in range(n):
             while True:
                 try:
@@ -199,7 +201,9 @@ class App:
     def produce_steadily(self, per_second: int, stop: threading.Event) -> None:
         import confluent_kafka as ck
 
-        p = ck.Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5})
+        p = ck.Producer(
+            {"bootstrap.servers": self.bootstrap, "linger.ms": 5, "enable.idempotence": True}
+        )
         i = 0
         while not stop.is_set():
             for _ in range(max(1, per_second // 10)):

@@ -19,10 +19,24 @@ from rivermark.testing.faults import FAULT_POINTS
 __all__ = ["run_in_thread", "wait_for"]  # the tests take them from here too
 
 
+def input_producer(bootstrap: str, **config: Any) -> Any:
+    """The producer that writes a test's input: idempotent, so each partition's order is kept.
+
+    A plain producer retries a request the broker did not answer in time
+    while later requests go ahead, so on a starved broker it can reorder
+    (or repeat) records within a partition. The jobs under test then compute
+    over a different input than the one the test expects (the same records
+    in another order give the same totals but other running totals).
+    """
+    return ck.Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True, **config}
+    )
+
+
 def produce(
     bootstrap: str, topic: str, values: Iterable[Any], partition: int | None = None, key: Any = None
 ) -> int:
-    p = ck.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    p = input_producer(bootstrap)
     n = 0
     for v in values:
         kwargs: dict[str, Any] = {"value": v if isinstance(v, bytes) else str(v).encode()}
@@ -43,7 +57,7 @@ def produce(
 
 def produce_at(bootstrap: str, topic: str, records: list[tuple[int, bytes, int]]) -> None:
     """Write ``(partition, value, timestamp in ms)`` records, each with its explicit timestamp."""
-    p = ck.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    p = input_producer(bootstrap)
     for partition, value, ms in records:
         while True:
             try:
@@ -134,7 +148,7 @@ def produce_records(
     They go to ``partition``, or to ``partition(key)`` if it is a function;
     all of them are written (flushed) when this returns.
     """
-    p = ck.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    p = input_producer(bootstrap)
     for key, value in records:
         part = partition(key) if callable(partition) else partition
         p.produce(topic, value=value, key=key, partition=part)

@@ -22,7 +22,7 @@ import pytest
 
 from rivermark.testing import WaitTimeout, wait_progress
 
-from .helpers import committed, consume_all, wait_for
+from .helpers import committed, consume_all, input_producer, wait_for
 
 pytestmark = pytest.mark.kafka
 
@@ -140,7 +140,7 @@ WINDOWS = Mode("windows", _timed_inputs, _expected_windows)
 def _produce_slowly(
     bootstrap: str, topic: str, records: list[Record], done: threading.Event
 ) -> None:
-    p = ck.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    p = input_producer(bootstrap)
     for i in range(0, len(records), 50):
         for k, rec, partition, ms in records[i : i + 50]:
             extra: dict[str, int] = {}

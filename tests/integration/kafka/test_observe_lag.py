@@ -12,7 +12,7 @@ import pytest
 from rivermark import Stream
 from rivermark.checkpoint import Job
 
-from .helpers import produce, wait_for
+from .helpers import input_producer, produce, wait_for
 
 pytestmark = pytest.mark.kafka
 
@@ -78,11 +78,9 @@ def watermark_samples(url: str) -> dict[str, float]:
 def test_watermarks_per_partition_from_kafka_timestamps(
     bootstrap: str, new_topic: Callable[..., str], group: str, tmp_path: Path
 ) -> None:
-    import confluent_kafka as ck
-
     topic = new_topic(partitions=2)
     base = 1_700_000_000_000  # ms
-    p = ck.Producer({"bootstrap.servers": bootstrap})
+    p = input_producer(bootstrap)
     for i in range(50):
         p.produce(topic, value=b"x", partition=0, timestamp=base + i * 1000)  # up to +49 s
         p.produce(topic, value=b"y", partition=1, timestamp=base + i * 400)  # up to +19.6 s
