@@ -5,6 +5,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -19,18 +20,53 @@ from rivermark.testing.faults import FAULT_POINTS
 __all__ = ["run_in_thread", "wait_for"]  # the tests take them from here too
 
 
-def input_producer(bootstrap: str, **config: Any) -> Any:
-    """The producer that writes a test's input: idempotent, so each partition's order is kept.
+class _InputProducers:
+    """The producers that write the tests' input: one per broker address in this process.
 
-    A plain producer retries a request the broker did not answer in time
-    while later requests go ahead, so on a starved broker it can reorder
-    (or repeat) records within a partition. The jobs under test then compute
-    over a different input than the one the test expects (the same records
-    in another order give the same totals but other running totals).
+    Idempotent, so each partition keeps the order the test wrote: a plain
+    producer retries a request the broker did not answer in time while later
+    requests go ahead, so on a starved broker it can reorder (or repeat)
+    records within a partition, and the job under test then computes over
+    another input than the one the test expects (the same records in another
+    order give the same totals but other running totals).  Kept for the
+    process, because an idempotent producer takes about half a second to get
+    its producer id; one that failed for good (a fatal error) is replaced.
     """
-    return ck.Producer(
-        {"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True, **config}
-    )
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_address: dict[str, Any] = {}
+        self._fatal: set[str] = set()
+
+    def __call__(self, bootstrap: str) -> Any:
+        with self._lock:
+            producer = self._by_address.get(bootstrap)
+            if producer is None or bootstrap in self._fatal:
+                self._fatal.discard(bootstrap)
+                producer = self._by_address[bootstrap] = ck.Producer(
+                    {
+                        "bootstrap.servers": bootstrap,
+                        "linger.ms": 5,
+                        "enable.idempotence": True,
+                        "error_cb": lambda err, b=bootstrap: self._error(b, err),
+                    }
+                )
+            return producer
+
+    def close(self, bootstrap: str) -> None:
+        """Let go of the producer of ``bootstrap`` (before its broker stops for good)."""
+        with self._lock:
+            producer = self._by_address.pop(bootstrap, None)
+        if producer is not None:
+            producer.flush(10)
+
+    def _error(self, bootstrap: str, err: Any) -> None:
+        if err.fatal():
+            with self._lock:
+                self._fatal.add(bootstrap)
+
+
+input_producer = _InputProducers()
 
 
 def produce(
