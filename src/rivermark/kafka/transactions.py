@@ -68,6 +68,13 @@ def first_record_visible(
     (the offset is below the log start, i.e. deleted by retention, or the
     read found nothing before ``timeout``).  ``consumer`` must be created with
     ``isolation.level=read_committed`` and ``enable.partition.eof=True``.
+
+    A ``read_committed`` read ends at the partition's last stable offset: the
+    first record of a transaction still open there.  Other producers write
+    the same partitions (the other tasks of a partitioned job), so an open
+    transaction may begin at or below ``offset``; an end of the read there
+    says nothing about the record, and the read waits for that transaction to
+    end (within ``timeout``) instead of taking the end for a skip.
     """
     import confluent_kafka as ck
 
@@ -90,7 +97,9 @@ def first_record_visible(
             if err is None:
                 return bool(msg.offset() == offset)
             if err.code() == ck.KafkaError._PARTITION_EOF:
-                return False
+                if msg.offset() > offset:
+                    return False  # read past the record: it was skipped
+                continue  # an open transaction holds the end below the record
             if not err.retriable():
                 logger.warning("reading %s[%d]@%d failed: %s", topic, partition, offset, err)
                 return None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import threading
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from rivermark import Stream
 from rivermark.checkpoint import Job, LocalDirectoryStore
 from rivermark.kafka import KafkaGroupInUseError
 from rivermark.kafka.sink import ToKafka
+from rivermark.kafka.transactions import first_record_visible
 from rivermark.testing.kafka_broker import create_topic
 
 from .helpers import (
@@ -268,3 +270,55 @@ def test_a_second_job_on_the_same_group_is_refused_at_start(
         job3.stop()
     t3.join(30)
     assert errors3 == []
+
+
+def test_the_first_record_witness_waits_for_another_producers_open_transaction(
+    bootstrap: str, new_topic: Callable[..., str]
+) -> None:
+    """A read_committed read ends below a transaction still open: the witness waits for
+    it to end, and calls a record that is not yet decided unknown, never aborted."""
+    import confluent_kafka as ck
+
+    out = new_topic(prefix="out")
+    offsets: dict[bytes, int] = {}
+
+    def producer(txid: str) -> ck.Producer:
+        p = ck.Producer({"bootstrap.servers": bootstrap, "transactional.id": txid})
+        p.init_transactions(30)
+        p.begin_transaction()
+        return p
+
+    def write(p: ck.Producer, value: bytes) -> None:
+        p.produce(
+            out,
+            value=value,
+            partition=0,
+            on_delivery=lambda e, m: offsets.update({value: m.offset()}),
+        )
+        assert p.flush(30) == 0
+
+    other = producer(f"other-{out}")  # another task's transaction, open, below ours
+    write(other, b"open")
+    ours = producer(f"ours-{out}")
+    write(ours, b"epoch")
+    ours.commit_transaction(30)
+    assert offsets[b"open"] < offsets[b"epoch"]
+    reader = ck.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"witness-{out}",
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+        }
+    )
+    try:
+        # the open transaction hides the committed record, and its own record is
+        # undecided: both unknown while it is open, neither aborted
+        assert first_record_visible(reader, out, 0, offsets[b"epoch"], timeout=3) is None
+        assert first_record_visible(reader, out, 0, offsets[b"open"], timeout=3) is None
+        # it ends while the witness waits: the record is seen committed
+        threading.Timer(1.0, lambda: other.abort_transaction(30)).start()
+        assert first_record_visible(reader, out, 0, offsets[b"epoch"], timeout=60) is True
+        assert first_record_visible(reader, out, 0, offsets[b"open"], timeout=60) is False
+    finally:
+        reader.close()

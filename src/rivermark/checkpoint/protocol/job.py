@@ -19,7 +19,6 @@ of them.
 from __future__ import annotations
 
 import asyncio
-import difflib
 import logging
 import threading
 import time
@@ -90,17 +89,8 @@ class Job:
     """
 
     def __init__(self, node: Stream, checkpoint: str | Store = "ckpt/job1", **options: Any) -> None:
-        # each keyword is a JobOptions field
-        unknown = sorted(set(options) - set(JobOptions.names()))
-        if unknown:
-            close = difflib.get_close_matches(unknown[0], JobOptions.names(), n=1)
-            hint = f"did you mean {close[0]!r}? " if close else ""
-            raise TypeError(
-                f"Job: no option {unknown[0]!r}; {hint}the options are listed in "
-                "help(rivermark.checkpoint.JobOptions)"
-            )
+        self.options = opts = JobOptions.of_job(checkpoint, options)  # each keyword checked
         check_node(node)
-        self.options = opts = JobOptions(checkpoint=checkpoint, **options)
         #: where each node's keyed state lives: in memory, or in RocksDB (see .rocks)
         self.state_backend = opts.state_backend()
         #: how a restore meets a graph that changed since the checkpoint

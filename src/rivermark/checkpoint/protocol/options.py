@@ -9,6 +9,7 @@ started.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import logging
 import os
@@ -267,6 +268,24 @@ class JobOptions:
     def names(cls) -> tuple[str, ...]:
         """The options' names, in the order of ``Job``'s keywords."""
         return tuple(f.name for f in fields(cls))
+
+    @classmethod
+    def of_job(cls, checkpoint: str | Store, options: Mapping[str, Any]) -> JobOptions:
+        """``Job``'s keywords, checked: an unknown one is refused with the nearest name.
+
+        >>> JobOptions.of_job("ckpt", {"evry": "1s"})
+        Traceback (most recent call last):
+        TypeError: Job: no option 'evry'; did you mean 'every'? the options are listed in help(rivermark.checkpoint.JobOptions)
+        """
+        unknown = sorted(set(options) - set(cls.names()))
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], cls.names(), n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise TypeError(
+                f"Job: no option {unknown[0]!r}; {hint}the options are listed in "
+                "help(rivermark.checkpoint.JobOptions)"
+            )
+        return cls(checkpoint=checkpoint, **options)
 
     def interval(self) -> float | None:
         """``every`` in seconds (None: no checkpoints by time)."""
