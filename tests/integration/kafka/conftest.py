@@ -9,8 +9,6 @@ import pytest
 import rivermark.kafka  # noqa: F401  (registers from_kafka & co.)
 from rivermark.testing.kafka_broker import KafkaBroker, create_topic, start_broker, stop_broker
 
-from .helpers import input_producer
-
 
 @pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
@@ -18,7 +16,6 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBrok
     try:
         yield broker
     finally:
-        input_producer.close(broker.bootstrap)
         stop_broker(broker)
 
 

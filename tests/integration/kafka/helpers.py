@@ -5,7 +5,6 @@ import random
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -20,53 +19,28 @@ from rivermark.testing.faults import FAULT_POINTS
 __all__ = ["run_in_thread", "wait_for"]  # the tests take them from here too
 
 
-class _InputProducers:
-    """The producers that write the tests' input: one per broker address in this process.
+def input_producer(bootstrap: str) -> Any:
+    """The producer that writes a test's input, keeping each partition's order.
 
-    Idempotent, so each partition keeps the order the test wrote: a plain
-    producer retries a request the broker did not answer in time while later
-    requests go ahead, so on a starved broker it can reorder (or repeat)
-    records within a partition, and the job under test then computes over
+    A producer with several requests in flight retries one the broker did not
+    answer in time while later ones go ahead, so on a starved broker it can
+    reorder records within a partition: the job under test then computes over
     another input than the one the test expects (the same records in another
-    order give the same totals but other running totals).  Kept for the
-    process, because an idempotent producer takes about half a second to get
-    its producer id; one that failed for good (a fatal error) is replaced.
+    order give the same totals but other running totals).  One request in
+    flight per broker keeps the order; a two-minute request timeout keeps a
+    late answer from a starved broker from being taken for a lost request
+    (whose retry would write the records twice).  Not idempotent: such a
+    producer takes half a second to get its producer id, and the tests make
+    hundreds of producers.
     """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._by_address: dict[str, Any] = {}
-        self._fatal: set[str] = set()
-
-    def __call__(self, bootstrap: str) -> Any:
-        with self._lock:
-            producer = self._by_address.get(bootstrap)
-            if producer is None or bootstrap in self._fatal:
-                self._fatal.discard(bootstrap)
-                producer = self._by_address[bootstrap] = ck.Producer(
-                    {
-                        "bootstrap.servers": bootstrap,
-                        "linger.ms": 5,
-                        "enable.idempotence": True,
-                        "error_cb": lambda err, b=bootstrap: self._error(b, err),
-                    }
-                )
-            return producer
-
-    def close(self, bootstrap: str) -> None:
-        """Let go of the producer of ``bootstrap`` (before its broker stops for good)."""
-        with self._lock:
-            producer = self._by_address.pop(bootstrap, None)
-        if producer is not None:
-            producer.flush(10)
-
-    def _error(self, bootstrap: str, err: Any) -> None:
-        if err.fatal():
-            with self._lock:
-                self._fatal.add(bootstrap)
-
-
-input_producer = _InputProducers()
+    return ck.Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 5,
+            "max.in.flight.requests.per.connection": 1,
+            "request.timeout.ms": 120_000,
+        }
+    )
 
 
 def produce(

@@ -279,8 +279,14 @@ class CheckpointCycle:
         if task is not None:
             try:
                 await asyncio.shield(task)
-            except BaseException:
-                logger.warning("the checkpoint in flight failed too", exc_info=True)
+            except BaseException as e:
+                # the job reports the failure that stopped it; this one is a line beside
+                # it (a full disk fails both), its traceback only at DEBUG
+                first = str(e).splitlines()[0] if str(e) else ""
+                logger.warning(
+                    "the checkpoint in flight failed too: %s: %s", type(e).__name__, first
+                )
+                logger.debug("the checkpoint in flight failed", exc_info=True)
 
     async def shutdown_sources(self) -> None:
         """Let the checkpoint in flight end, then stop every source and close every sink."""

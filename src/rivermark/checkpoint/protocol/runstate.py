@@ -204,5 +204,9 @@ class RunRecord:
             return  # refused before it started, or another job may own the store now
         try:
             self.store.write_job_info({**self.info, "ended": ended_record(state)})
-        except Exception:  # the store may be what failed; the end state is shown anyway
-            logger.info("could not record the end of the run in %r", self.store, exc_info=True)
+        except Exception as e:  # the store may be what failed; the end state is shown anyway
+            logger.info(
+                "could not record the end of the run in %r: %s: %s",
+                self.store, type(e).__name__, str(e).splitlines()[0] if str(e) else "",
+            )  # fmt: skip
+            logger.debug("recording the end of the run failed", exc_info=True)
