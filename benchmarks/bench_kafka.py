@@ -108,7 +108,7 @@ def run_plain(bootstrap: str, inp: str, out: str, n: int) -> tuple[float, Counte
     conf["enable.auto.commit"] = False
     c = ck.Consumer(conf)
     c.assign([ck.TopicPartition(inp, p, ck.OFFSET_BEGINNING) for p in range(PARTITIONS)])
-    p = ck.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
+    p = ck.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     state: dict[str, int] = {}
     try:
         while work.processed < n:

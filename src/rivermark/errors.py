@@ -28,6 +28,18 @@ __all__ = [
 ]
 
 
+def first_line(e: BaseException) -> str:
+    """The first line of an exception's text (its type's name when it has none).
+
+    >>> first_line(OSError("disk full\\nmore"))
+    'disk full'
+    >>> first_line(KeyError())
+    'KeyError'
+    """
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
+
+
 class RivermarkError(Exception):
     """Root of every exception raised by rivermark.
 

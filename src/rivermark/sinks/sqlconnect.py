@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rivermark.errors import ConfigurationError, RivermarkError
+from rivermark.errors import ConfigurationError, RivermarkError, first_line
 
 __all__ = [
     "Connection",
@@ -42,12 +42,6 @@ __all__ = [
 
 class SQLError(RivermarkError):
     """A SQL table cannot be reached, read or written (the message says what to do)."""
-
-
-def first_line(e: BaseException) -> str:
-    """The first line of an exception's text (its type's name when it has none)."""
-    text = str(e).strip().splitlines()
-    return text[0] if text else type(e).__name__
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,7 @@ from rivermark.checkpoint.state.rocks.backend import files_of
 from rivermark.checkpoint.state.views import StateView, unpicklable_part, view_of
 from rivermark.checkpoint.stores.manifest import Manifest
 from rivermark.checkpoint.stores.store import Store
+from rivermark.errors import first_line
 from rivermark.sinks.base import CheckpointedSink
 from rivermark.sources.base import RecordBudget
 
@@ -282,9 +283,8 @@ class CheckpointCycle:
             except BaseException as e:
                 # the job reports the failure that stopped it; this one is a line beside
                 # it (a full disk fails both), its traceback only at DEBUG
-                first = str(e).splitlines()[0] if str(e) else ""
                 logger.warning(
-                    "the checkpoint in flight failed too: %s: %s", type(e).__name__, first
+                    "the checkpoint in flight failed too: %s: %s", type(e).__name__, first_line(e)
                 )
                 logger.debug("the checkpoint in flight failed", exc_info=True)
 

@@ -46,6 +46,7 @@ from typing import Any, Protocol
 
 from rivermark.checkpoint.errors import CheckpointLockedError
 from rivermark.checkpoint.stores.storebase import Store
+from rivermark.errors import first_line
 
 logger = logging.getLogger(__name__)
 
@@ -207,6 +208,6 @@ class RunRecord:
         except Exception as e:  # the store may be what failed; the end state is shown anyway
             logger.info(
                 "could not record the end of the run in %r: %s: %s",
-                self.store, type(e).__name__, str(e).splitlines()[0] if str(e) else "",
+                self.store, type(e).__name__, first_line(e),
             )  # fmt: skip
             logger.debug("recording the end of the run failed", exc_info=True)
