@@ -68,7 +68,8 @@ def wait_value(
     """Block until ``predicate()`` returns a true value, and return that value.
 
     Raises :class:`WaitTimeout` (naming ``what``, else the predicate) after
-    ``timeout`` s.  Use it from a thread that does not run the pipeline's
+    ``timeout`` s.  The condition is asked again after ``interval`` s, then
+    after pauses that double up to ``MAX_PAUSE``.  Use it from a thread that does not run the pipeline's
     event loop (tests whose graph runs on the background loop).
 
     >>> box = [1]
@@ -76,11 +77,30 @@ def wait_value(
     [1]
     """
     deadline = time.monotonic() + timeout
+    pause = interval
     while not (value := predicate()):
         if time.monotonic() > deadline:
             raise _fail(predicate, timeout, what)
-        time.sleep(interval)
+        time.sleep(pause)
+        pause = _next_pause(pause, interval)
     return value
+
+
+#: the longest pause between two polls of a condition that stays false
+MAX_PAUSE = 0.05
+
+
+def _next_pause(pause: float, interval: float) -> float:
+    """The pause after ``pause``: doubled, up to ``MAX_PAUSE`` (or ``interval`` if longer).
+
+    A condition that comes true at once is seen within ``interval``; one
+    that takes seconds is polled 20 times a second, not 500, so the wait
+    leaves the processors to the job it waits for.
+
+    >>> _next_pause(0.002, 0.002), _next_pause(0.04, 0.002), _next_pause(0.5, 0.5)
+    (0.004, 0.05, 0.5)
+    """
+    return min(pause * 2, max(MAX_PAUSE, interval))
 
 
 def wait_for(
@@ -118,6 +138,7 @@ def wait_progress(
     >>> wait_progress(lambda: next(seen), 50, stall=5, what="records")
     """
     start = last_change = time.monotonic()
+    pause = interval
     best = count()
     while best < goal:
         now = time.monotonic()
@@ -127,7 +148,8 @@ def wait_progress(
                 f"wait_progress: {name} reached {best} of {goal} and did not grow for "
                 f"{now - last_change:.0f} s ({now - start:.0f} s in all)"
             )
-        time.sleep(interval)
+        time.sleep(pause)
+        pause = _next_pause(pause, interval)
         n = count()
         if n > best:
             best, last_change = n, time.monotonic()

@@ -51,6 +51,7 @@ from pathlib import Path
 
 from rivermark.checkpoint import faults
 from rivermark.errors import RivermarkError
+from rivermark.testing import _next_pause
 
 logger = logging.getLogger(__name__)
 
@@ -275,9 +276,11 @@ class _Runs:
         return left
 
     def wait_ready(self, proc: subprocess.Popen[bytes], ready: Callable[[int], bool]) -> None:
+        pause = 0.002  # growing to 50 ms: the poll leaves the processors to the job
         while proc.poll() is None and not ready(proc.pid) and not self.held.exists():
             self.remaining()
-            time.sleep(0.002)
+            time.sleep(pause)
+            pause = _next_pause(pause, 0.002)
 
     def _wait(self, proc: subprocess.Popen[bytes], most: float) -> int | None:
         """Wait up to ``most`` s (1 s at most, so progress meanwhile moves the deadline).
