@@ -330,9 +330,9 @@ def test_a_checkpoint_holds_the_state_of_its_barrier(tmp_path: Path) -> None:
         m[i] = i
     cp = home.take(1, 0)
     assert not cp.made and m[3] == 3  # read from what the barrier handed over
-    for i in range(25, 60):  # the cache fills up: the checkpoint is made first
+    for i in range(25, 70):  # the cache fills up: the checkpoint is made first
         m[i] = -i
-    assert cp.made and len(m) == 60
+    assert cp.made and len(m) == 70
     files, small = home.upload(cp, home.store)  # the worker finds it made
     assert set(small) < set(files) and any(n.endswith(".sst") for n in files)
     copy = tmp_path / "copy"

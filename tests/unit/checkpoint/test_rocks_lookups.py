@@ -15,6 +15,7 @@ from rivermark.checkpoint import LocalDirectoryStore
 from rivermark.checkpoint.state import codec
 from rivermark.checkpoint.state.rocks.local import Home
 from rivermark.checkpoint.state.rocks.mapping import (
+    FROZEN_GROWTH,
     WRITE_CHUNK,
     RocksSettings,
     evict_step,
@@ -138,12 +139,13 @@ def test_keys_that_arrive_before_the_worker_wrote_the_barrier_wait_in_memory(
     for i in range(100):
         m[i] = i
     cp = home.take(1, 0)
-    for i in range(100, 290):  # more than the limit: the cache grows instead
+    for i in range(100, 490):  # more than the limit: the cache grows instead
         m[i] = i
-    assert not cp.made and m.cached() == 190
-    for i in range(290, 320):  # twice the limit: the checkpoint is made first
+    assert not cp.made and m.cached() == 390
+    for i in range(490, 520):  # FROZEN_GROWTH times the limit: the checkpoint is made first
         m[i] = i
-    assert cp.made and len(m) == 320
+    assert FROZEN_GROWTH == 4
+    assert cp.made and len(m) == 520
     copy = open_db(cp.directory, home.settings)
     assert sum(1 for _ in copy.keys()) == 100  # noqa: SIM118 - an Rdict, not a dict
     copy.close()

@@ -25,7 +25,7 @@ each is copied with ``freeze``) and starts an empty one; the worker thread write
 the RocksDB checkpoint (:mod:`rivermark.checkpoint.state.rocks.local`) while the
 sources run on.  Until then reads look in the handed-over keys before the
 database, and nothing else is written to the database: the cache grows
-past its limit meanwhile (up to twice it), and only a cache that reaches
+past its limit meanwhile (up to ``FROZEN_GROWTH`` times it), and only a cache that reaches
 that writes them and takes the checkpoint itself (a pause that only a
 worker slower than ``limit`` new keys causes), so the checkpoint holds
 exactly the state at the barrier.
@@ -62,6 +62,13 @@ DEFAULT_CACHE = 256 << 20
 #: the column family holding the number of keys (the data is in the default one)
 META_CF = "rivermark-meta"
 _COUNT = b"count"
+
+
+#: while the worker writes a barrier's changes the cache may grow to this many times
+#: its limit before the record loop writes them itself: at 100,000 new keys a
+#: second and the default limit (131,072 keys) that is 4 s for the worker, longer
+#: than its usual write (an extra 3 x 131,072 keys is about 40 MiB)
+FROZEN_GROWTH = 4
 
 
 def evict_step(limit: int) -> int:
@@ -308,7 +315,7 @@ class RocksKeyedState(KeyedStore):
         self._cache: dict[Any, Any] = {}
         self.freeze: Callable[[Any], Any] | None = None
         #: times a read or write waited for a barrier's changes to be written (the
-        #: cache reached twice its limit before the worker wrote them; a flush)
+        #: cache reached FROZEN_GROWTH times its limit before the worker wrote them; a flush)
         self.waits = 0
         self.db = db
         self.path = path
@@ -439,10 +446,11 @@ class RocksKeyedState(KeyedStore):
         While the changes handed over at a barrier are not written yet
         (the worker writes them, then takes the RocksDB checkpoint), nothing
         may reach the database: the cache grows past its limit meanwhile, and
-        only at twice the limit are they written here (:meth:`wait_frozen`).
+        only at ``FROZEN_GROWTH`` times the limit are they written here
+        (:meth:`wait_frozen`).
         """
         if self._frozen is not None:
-            if len(self._cache) < 2 * self._limit:
+            if len(self._cache) < FROZEN_GROWTH * self._limit:
                 return
             self.wait_frozen()
         dirty, cache = self._dirty, self._cache
