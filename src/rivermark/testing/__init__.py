@@ -69,8 +69,9 @@ def wait_value(
 
     Raises :class:`WaitTimeout` (naming ``what``, else the predicate) after
     ``timeout`` s.  The condition is asked again after ``interval`` s, then
-    after pauses that double up to ``MAX_PAUSE``.  Use it from a thread that does not run the pipeline's
-    event loop (tests whose graph runs on the background loop).
+    after pauses that double up to ``MAX_PAUSE``.  Use it from a thread that
+    does not run the pipeline's event loop (tests whose graph runs on the
+    background loop).
 
     >>> box = [1]
     >>> wait_value(lambda: box, what="a full box")
