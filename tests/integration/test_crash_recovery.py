@@ -162,6 +162,28 @@ def _store_poller(ckpt: str) -> Callable[[], Store | None]:
     return store
 
 
+def _position_poller(ckpt: str) -> Callable[[], int | None]:
+    """The input line the newest checkpoint of ``ckpt`` holds (None before the first).
+
+    The ``progress`` of :func:`run_with_crashes`: its deadline counts from the
+    last checkpoint that got further, so a loaded machine that is slow but
+    still moving is waited for.
+    """
+    polled = _store_poller(ckpt)
+
+    def newest_position() -> int | None:
+        store = polled()
+        epochs = store.list_epochs() if store else []
+        if not store or not epochs:
+            return None
+        try:
+            return int(store.read_manifest(epochs[-1]).positions["lines"])
+        except (CheckpointError, OSError):  # pruned by the running job meanwhile
+            return None
+
+    return newest_position
+
+
 def _out(workdir: Path, name: str, ckpt: str) -> Path:
     # named after the checkpoint location too: one output file per app and store
     return workdir / f"{name}-{Path(ckpt).name}-{'s3' if '://' in ckpt else 'dir'}.txt"
@@ -276,17 +298,7 @@ def _random_kills(workdir: Path, reference: bytes, where: Where, kills: int) -> 
     # ... in the runs that are killed; the run after the last kill goes at full speed
     env["RIVERMARK_APP_WORK_WHILE_KILLED"] = "1"
     progress: list[int] = []
-    polled = _store_poller(ckpt)
-
-    def newest_position() -> int | None:
-        store = polled()
-        epochs = store.list_epochs() if store else []
-        if not store or not epochs:
-            return None
-        try:
-            return int(store.read_manifest(epochs[-1]).positions["lines"])
-        except (CheckpointError, OSError):  # pruned by the running job meanwhile
-            return None
+    newest_position = _position_poller(ckpt)
 
     def record_progress(n: int) -> None:
         where.on_kill("random")
@@ -382,7 +394,9 @@ def test_fault_points_give_identical_output(workdir: Path, point: str, where: Wh
         env=env,
         kills=0,
         fault_points=[name],
+        # from the newest checkpoint that got further: a loaded machine takes longer
         timeout=60 if not where.rocks else 120,
+        progress=_position_poller(ckpt),
         on_kill=lambda _: where.on_kill(f"fault-{tag}"),
     )
     assert report.fault_kills == {name: 1}
@@ -411,6 +425,7 @@ def test_kills_during_compaction_give_identical_output(
         kills=0,
         fault_points=[f"compaction:{nth}"],
         timeout=60,
+        progress=_position_poller(ckpt),
     )
     assert report.fault_kills == {f"compaction:{nth}": 1}
     assert out.read_bytes() == keyed_reference
@@ -447,6 +462,7 @@ def test_rocksdb_kills_during_compaction_and_upload_give_identical_output(
         kills=0,
         fault_points=[point],
         timeout=120,
+        progress=_position_poller(ckpt),
         on_kill=lambda _: where.on_kill(tag),
     )
     assert report.fault_kills == {point: 1}

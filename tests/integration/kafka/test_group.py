@@ -137,22 +137,48 @@ SUMS = Mode("sums", _inputs, _expected)
 WINDOWS = Mode("windows", _timed_inputs, _expected_windows)
 
 
-def _produce_slowly(
-    bootstrap: str, topic: str, records: list[Record], done: threading.Event
-) -> None:
-    p = input_producer(bootstrap)
-    for i in range(0, len(records), 50):
-        for k, rec, partition, ms in records[i : i + 50]:
-            extra: dict[str, int] = {}
-            if partition is not None:
-                extra["partition"] = partition
-            if ms is not None:
-                extra["timestamp"] = ms
-            p.produce(topic, key=k.encode(), value=json.dumps({"k": k, **rec}).encode(), **extra)
-        p.poll(0)
-        time.sleep(0.4)
-    assert p.flush(30) == 0
-    done.set()
+class _SlowInput(threading.Thread):
+    """Writes a test's input on a thread, 50 records every 0.4 s; :meth:`finish` waits for it.
+
+    A failure on the thread (a record the broker did not take) is raised by
+    :meth:`finish`, not lost with the thread.
+    """
+
+    def __init__(self, bootstrap: str, topic: str, records: list[Record]) -> None:
+        super().__init__(daemon=True)
+        self.bootstrap, self.topic, self.records = bootstrap, topic, records
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+        self.start()
+
+    def run(self) -> None:
+        try:
+            p = input_producer(self.bootstrap)
+            for i in range(0, len(self.records), 50):
+                for k, rec, partition, ms in self.records[i : i + 50]:
+                    extra: dict[str, int] = {}
+                    if partition is not None:
+                        extra["partition"] = partition
+                    if ms is not None:
+                        extra["timestamp"] = ms
+                    value = json.dumps({"k": k, **rec}).encode()
+                    p.produce(self.topic, key=k.encode(), value=value, **extra)
+                p.poll(0)
+                time.sleep(0.4)
+            # the producer's requests time out after two minutes (input_producer)
+            left = p.flush(150)
+            if left:
+                raise AssertionError(f"{left} input records not delivered to {self.topic}")
+        except BaseException as e:  # handed to finish()
+            self.error = e
+        finally:
+            self.done.set()
+
+    def finish(self, timeout: float = 300) -> None:
+        """Wait until every record was written; raise what went wrong on the thread."""
+        wait_for(self.done.is_set, timeout, f"the input written to {self.topic}")
+        if self.error is not None:
+            raise AssertionError(f"writing the input failed: {self.error!r}") from self.error
 
 
 def _by_key(values: list[list[Any]]) -> dict[str, list[Any]]:
@@ -216,7 +242,6 @@ def _scenario(
     records = mode.inputs(n)
     expected = mode.expected(records)
     outputs = sum(len(v) for v in expected.values())
-    produced = threading.Event()
     reader = Reader(bootstrap, out)
     rnd = random.Random(5)
     try:
@@ -227,10 +252,7 @@ def _scenario(
             timeout=90,
             what="8 tasks started",
         )
-        feeder = threading.Thread(
-            target=_produce_slowly, args=(bootstrap, inp, records, produced), daemon=True
-        )
-        feeder.start()
+        feeder = _SlowInput(bootstrap, inp, records)
         extra: subprocess.Popen[bytes] | None = None
         kills = 0
         for i, event in enumerate(events):
@@ -282,7 +304,7 @@ def _scenario(
                 extra.send_signal(signal.SIGTERM)
                 assert extra.wait(timeout=90) == 0, log.read_text()[-3000:]
         assert kills == events.count("kill")
-        assert produced.wait(timeout=120)
+        feeder.finish()
         wait_progress(lambda: len(reader.values), outputs, stall=240, what=f"all {outputs} outputs")
         if killed is not None:
             killed.append((0, 0, len(log.read_text())))
@@ -402,7 +424,6 @@ def test_a_fenced_task_gives_its_partition_up_and_the_process_goes_on(
     inp, out = new_topic(partitions=2, prefix="in"), new_topic(partitions=4, prefix="out")
     ckpt, log = tmp_path / "ckpt", tmp_path / "procs.log"
     records = _inputs(n)
-    produced = threading.Event()
     with open(log, "ab") as f:
         proc = subprocess.Popen(
             [sys.executable, str(APP), bootstrap, inp, out, group, str(ckpt)],
@@ -411,10 +432,7 @@ def test_a_fenced_task_gives_its_partition_up_and_the_process_goes_on(
         )
     try:
         wait_for(lambda: log.read_text().count("started (store") >= 2, 90, "2 tasks started")
-        first = threading.Event()
-        threading.Thread(
-            target=_produce_slowly, args=(bootstrap, inp, records[:300], first), daemon=True
-        ).start()
+        first = _SlowInput(bootstrap, inp, records[:300])
         store = ckpt / "tasks" / f"{inp}-0"
         wait_for(
             lambda: _transactional_id(store) is not None,
@@ -428,10 +446,8 @@ def test_a_fenced_task_gives_its_partition_up_and_the_process_goes_on(
         fencer.init_transactions(60)
         # the rest of the input comes after the fence, so the task writes again and
         # learns it was fenced however slowly the machine got here
-        assert first.wait(timeout=120)
-        threading.Thread(
-            target=_produce_slowly, args=(bootstrap, inp, records[300:], produced), daemon=True
-        ).start()
+        first.finish()
+        rest = _SlowInput(bootstrap, inp, records[300:])
         try:
             # the fenced producer learns it when it next writes or commits; a write
             # the broker no longer answers ends at the sink's flush_timeout, a commit
@@ -444,7 +460,7 @@ def test_a_fenced_task_gives_its_partition_up_and_the_process_goes_on(
         except WaitTimeout as e:
             raise AssertionError(f"{e}; the processes' log ends:\n{log.read_text()[-6000:]}") from e
         assert proc.poll() is None, log.read_text()[-3000:]
-        assert produced.wait(timeout=120)
+        rest.finish()
         # the task started again from its last checkpoint, and task 1 went on
         wait_for(lambda: log.read_text().count(f"task {inp}[0] started") >= 2, 60, "task 0 again")
         msgs = consume_all(bootstrap, out, expected=n, timeout=120, committed_only=True)

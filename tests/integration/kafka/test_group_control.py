@@ -8,7 +8,6 @@ import os
 import re
 import subprocess
 import sys
-import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -20,7 +19,7 @@ from rivermark.checkpoint import open_store
 from rivermark.testing import wait_progress
 
 from .helpers import wait_for
-from .test_group import APP, Reader, _inputs, _produce_slowly
+from .test_group import APP, Reader, _inputs, _SlowInput
 
 pytestmark = pytest.mark.kafka
 
@@ -78,8 +77,7 @@ def test_one_address_answers_for_every_task(
             timeout=120,
             what="4 tasks in /api/job",
         )
-        produced = threading.Event()
-        _produce_slowly(bootstrap, inp, _inputs(N), produced)
+        _SlowInput(bootstrap, inp, _inputs(N)).finish()
         wait_progress(lambda: len(reader.values), N, stall=120, what="output records")
 
         status, job = _call(base + "api/job")
