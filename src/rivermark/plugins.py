@@ -255,8 +255,9 @@ def register_all() -> list[str]:
     True
     """
     added: list[str] = []
+    installed = metadata.entry_points()  # one scan of the distributions for every group
     for group, modifier in GROUPS.items():
-        for ep in metadata.entry_points(group=group):
+        for ep in installed.select(group=group):
             if register_entry_point(Stream, ep, modifier):
                 added.append(ep.name)
     return added

@@ -332,3 +332,25 @@ def _all_subclasses(cls: type) -> set[type]:
                 found.add(sub)
                 todo.append(sub)
     return found
+
+
+def test_every_step_of_rivermark_parses() -> None:
+    # rivermark's own steps are parsed when a graph first needs one: here, all of them
+    import importlib
+    import pkgutil
+
+    import rivermark
+    from rivermark.execution.steps import StepInfo
+
+    for mod in pkgutil.walk_packages(rivermark.__path__, "rivermark."):
+        importlib.import_module(mod.name)
+    seen, todo = set(), [Stream]
+    while todo:
+        cls = todo.pop()
+        todo.extend(c for c in cls.__subclasses__() if c not in seen)
+        seen.add(cls)
+    steps = [c for c in seen if c.__module__.startswith("rivermark.") and "update" in c.__dict__]
+    parsed = [c for c in steps if hasattr(c.__dict__["update"], "__rivermark_step__")]
+    assert len(parsed) >= 15, sorted(c.__qualname__ for c in parsed)
+    for cls in parsed:
+        assert isinstance(step_of(cls.__dict__["update"]), StepInfo), cls
