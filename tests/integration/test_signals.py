@@ -80,11 +80,14 @@ def test_second_signal_stops_at_once_and_keeps_the_last_checkpoint(
 
 
 SLOW_APP = """\
+import os
 import time
 from rivermark import Stream
 
+PAUSE = float(os.environ.get("APP_PAUSE", "0.005"))  # per record: the run lasts 15 s
+
 def slow(x):
-    time.sleep(0.005)
+    time.sleep(PAUSE)
     return x
 
 source = Stream.from_iterable(list(range(3_000)), name="numbers")
@@ -147,9 +150,14 @@ def test_ctrl_c_on_a_terminal_says_where_it_stopped_and_leaves_the_terminal_clea
     # the cursor the live table hid is shown again, after its last hiding
     assert "\x1b[?25l" in text
     assert text.rfind("\x1b[?25h") > text.rfind("\x1b[?25l"), repr(text[-300:])
-    # and the same command resumes from that checkpoint
+    # and the same command resumes from that checkpoint (at full speed)
     res = subprocess.run(
-        [*cmd, "--quiet"], capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL
+        [*cmd, "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "APP_PAUSE": "0"},
     )
     assert res.returncode == 0, res.stderr
     assert store.list_epochs()[-1] > last

@@ -27,7 +27,6 @@ pytestmark = pytest.mark.kafka
 
 KEYS = 10
 DEADLINE = 10  # the sink's flush and commit deadlines, seconds
-OUTAGE = 30.0
 
 
 def test_a_broker_outage_stops_on_sigterm_within_the_deadline_and_a_rerun_is_exact(
@@ -61,7 +60,8 @@ def test_a_broker_outage_stops_on_sigterm_within_the_deadline_and_a_rerun_is_exa
             proc.send_signal(signal.SIGTERM)
             # stopped within the flush and commit deadlines plus a few seconds
             status = proc.wait(timeout=2 * DEADLINE + 20)
-            wait_for(lambda: time.monotonic() - down >= OUTAGE, OUTAGE + 5, "the outage's end")
+            # the broker comes back once the job has stopped (a longer outage would
+            # change nothing the job sees: nothing of it runs)
         finally:
             start_broker(kafka_broker.directory)
     finally:
