@@ -20,7 +20,7 @@ from typing import Any
 import confluent_kafka as ck
 import pytest
 
-from rivermark.testing import WaitTimeout, wait_progress
+from rivermark.testing import WaitTimeout, run_in_thread, wait_progress
 
 from .helpers import committed, consume_all, input_producer, wait_for
 
@@ -137,7 +137,7 @@ SUMS = Mode("sums", _inputs, _expected)
 WINDOWS = Mode("windows", _timed_inputs, _expected_windows)
 
 
-class _SlowInput(threading.Thread):
+class _SlowInput:
     """Writes a test's input on a thread, 50 records every 0.4 s; :meth:`finish` waits for it.
 
     A failure on the thread (a record the broker did not take) is raised by
@@ -145,40 +145,36 @@ class _SlowInput(threading.Thread):
     """
 
     def __init__(self, bootstrap: str, topic: str, records: list[Record]) -> None:
-        super().__init__(daemon=True)
         self.bootstrap, self.topic, self.records = bootstrap, topic, records
-        self.error: BaseException | None = None
-        self.done = threading.Event()
-        self.start()
+        self.thread, self.raised = run_in_thread(self)
 
     def run(self) -> None:
-        try:
-            p = input_producer(self.bootstrap)
-            for i in range(0, len(self.records), 50):
-                for k, rec, partition, ms in self.records[i : i + 50]:
-                    extra: dict[str, int] = {}
-                    if partition is not None:
-                        extra["partition"] = partition
-                    if ms is not None:
-                        extra["timestamp"] = ms
-                    value = json.dumps({"k": k, **rec}).encode()
-                    p.produce(self.topic, key=k.encode(), value=value, **extra)
-                p.poll(0)
-                time.sleep(0.4)
-            # the producer's requests time out after two minutes (input_producer)
-            left = p.flush(150)
-            if left:
-                raise AssertionError(f"{left} input records not delivered to {self.topic}")
-        except BaseException as e:  # handed to finish()
-            self.error = e
-        finally:
-            self.done.set()
+        p = input_producer(self.bootstrap)
+        for i in range(0, len(self.records), 50):
+            for k, rec, partition, ms in self.records[i : i + 50]:
+                extra: dict[str, int] = {}
+                if partition is not None:
+                    extra["partition"] = partition
+                if ms is not None:
+                    extra["timestamp"] = ms
+                value = json.dumps({"k": k, **rec}).encode()
+                p.produce(self.topic, key=k.encode(), value=value, **extra)
+            p.poll(0)
+            time.sleep(0.4)
+        # the producer's requests time out after two minutes (input_producer)
+        left = p.flush(150)
+        if left:
+            raise AssertionError(f"{left} input records not delivered to {self.topic}")
 
     def finish(self, timeout: float = 300) -> None:
         """Wait until every record was written; raise what went wrong on the thread."""
-        wait_for(self.done.is_set, timeout, f"the input written to {self.topic}")
-        if self.error is not None:
-            raise AssertionError(f"writing the input failed: {self.error!r}") from self.error
+        self.thread.join(timeout)
+        if self.thread.is_alive():
+            raise AssertionError(f"the input to {self.topic} not written in {timeout} s")
+        if self.raised:
+            raise AssertionError(f"writing the input failed: {self.raised[0]!r}") from self.raised[
+                0
+            ]
 
 
 def _by_key(values: list[list[Any]]) -> dict[str, list[Any]]:
