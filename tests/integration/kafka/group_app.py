@@ -133,7 +133,9 @@ def main() -> None:
         {
             "bootstrap.servers": bootstrap,
             "group.id": group,
-            "session.timeout.ms": 6000,
+            # short, so that a killed or paused process loses its partitions soon;
+            # a test that does neither may ask for longer (APP_SESSION_MS)
+            "session.timeout.ms": int(os.environ.get("APP_SESSION_MS", "6000")),
             "heartbeat.interval.ms": 500,
         },
         build_windows if windows else build,
