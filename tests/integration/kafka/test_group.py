@@ -173,9 +173,8 @@ class _SlowInput:
         if self.thread.is_alive():
             raise AssertionError(f"the input to {self.topic} not written in {timeout} s")
         if self.raised:
-            raise AssertionError(f"writing the input failed: {self.raised[0]!r}") from self.raised[
-                0
-            ]
+            (error,) = self.raised
+            raise AssertionError(f"writing the input failed: {error!r}") from error
 
 
 def _by_key(values: list[list[Any]]) -> dict[str, list[Any]]:
@@ -231,11 +230,12 @@ def _scenario(
     log = tmp_path / "procs.log"
     procs: list[subprocess.Popen[bytes]] = []
 
+    env = dict(os.environ)
+    if session_ms is not None:
+        env["APP_SESSION_MS"] = str(session_ms)
+
     def start() -> subprocess.Popen[bytes]:
         with open(log, "ab") as f:
-            env = dict(os.environ)
-            if session_ms is not None:
-                env["APP_SESSION_MS"] = str(session_ms)
             p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=f, env=env)
         procs.append(p)
         return p
