@@ -18,6 +18,7 @@ spread one by one (:func:`group_of`).  tests/README.md lists the tiers.
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import tempfile
 import uuid
@@ -52,6 +53,36 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _own_tmp is not None:
         shutil.rmtree(_own_tmp, ignore_errors=True)
+
+
+def _cpu_seconds() -> float:
+    """Processor time of this process and of the subprocesses it has waited for."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+_cpu_at_setup = pytest.StashKey[float]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Any:
+    item.stash[_cpu_at_setup] = _cpu_seconds()
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Any:
+    # the test's processor time (setup to teardown, with the job processes and
+    # other subprocesses it ended), a property of its entry in the JUnit report:
+    # scripts/test-times sums it per group.  Servers kept for the session (the
+    # Kafka broker, the S3 server, the Dask cluster) are not in it.
+    try:
+        return (yield)
+    finally:
+        start = item.stash.get(_cpu_at_setup, None)
+        if start is not None:
+            item.user_properties.append(("cpu_s", f"{_cpu_seconds() - start:.3f}"))
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:

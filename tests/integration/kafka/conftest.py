@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -9,14 +9,40 @@ import pytest
 import rivermark.kafka  # noqa: F401  (registers from_kafka & co.)
 from rivermark.testing.kafka_broker import KafkaBroker, create_topic, start_broker, stop_broker
 
+_HERE = Path(__file__).parent
+#: the pytest worker's broker, started by the first test that needs it
+_broker: KafkaBroker | None = None
 
-@pytest.fixture(scope="session")
-def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
-    broker = start_broker(tmp_path_factory.mktemp("kafka") / "broker")
-    try:
-        yield broker
-    finally:
+
+@pytest.fixture(scope="module")  # what module fixtures use; its life: below
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> KafkaBroker:
+    """One broker for the tests of this folder a pytest worker runs, stopped after the last.
+
+    They run one after the other on that worker (tests/conftest.py), in one
+    or two groups; an idle broker keeps using processor time the rest of the
+    run needs, so it does not live on until the session ends.
+    """
+    global _broker
+    if _broker is None:
+        _broker = start_broker(tmp_path_factory.mktemp("kafka") / "broker")
+    return _broker
+
+
+def _stop() -> None:
+    global _broker
+    broker, _broker = _broker, None
+    if broker is not None:
         stop_broker(broker)
+
+
+@pytest.hookimpl(trylast=True)  # after the test's own fixtures are torn down
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    if nextitem is None or _HERE not in nextitem.path.parents:
+        _stop()  # the worker's last test of this folder (for now)
+
+
+def pytest_sessionfinish() -> None:
+    _stop()  # a session cut short
 
 
 @pytest.fixture
