@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import gc
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +33,10 @@ def _stop() -> None:
     global _broker
     broker, _broker = _broker, None
     if broker is not None:
+        # clients the tests left to the garbage collector (in reference cycles)
+        # go while the broker still answers, instead of reconnecting to a
+        # stopped one for the rest of the session, logging each attempt
+        gc.collect()
         stop_broker(broker)
 
 
