@@ -75,8 +75,10 @@ def pytest_runtest_setup(item: pytest.Item) -> Any:
 def pytest_runtest_teardown(item: pytest.Item) -> Any:
     # the test's processor time (setup to teardown, with the job processes and
     # other subprocesses it ended), a property of its entry in the JUnit report:
-    # scripts/test-times sums it per group.  Servers kept for the session (the
-    # Kafka broker, the S3 server, the Dask cluster) are not in it.
+    # scripts/test-times sums it per group.  The S3 server (kept for the
+    # session) and the Kafka broker (started in the background by
+    # scripts/kafka/broker) are not in it; the Dask cluster's time counts in
+    # the test after which it stops (integration/dask/conftest.py).
     try:
         return (yield)
     finally:
@@ -87,7 +89,7 @@ def pytest_runtest_teardown(item: pytest.Item) -> Any:
 
 def pytest_itemcollected(item: pytest.Item) -> None:
     if "dask_cluster" in getattr(item, "fixturenames", ()):
-        item.add_marker(pytest.mark.dask)  # every test on the session's LocalCluster
+        item.add_marker(pytest.mark.dask)  # every test on the worker's LocalCluster
 
 
 #: the Kafka test files of the second Kafka group (the rest are the first): two
