@@ -38,7 +38,7 @@ Environment:
 ``RIVERMARK_KAFKA_SCRIPT``
     path of the broker script, instead of ``scripts/kafka/broker`` in this
     repository.
-``RIVERMARK_KAFKA_CACHE``, ``RIVERMARK_KAFKA_HEAP``,
+``RIVERMARK_KAFKA_CACHE``, ``RIVERMARK_KAFKA_HEAP``, ``RIVERMARK_KAFKA_JVM_OPTS``,
 ``RIVERMARK_KAFKA_START_TIMEOUT``, ``RIVERMARK_KAFKA_STOP_TIMEOUT``
     read by the script itself (see its header).
 """

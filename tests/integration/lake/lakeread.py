@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -42,6 +43,18 @@ def lake_env(
     return env
 
 
+#: S3 endpoint -> its filesystem
+_filesystems: dict[str, Any] = {}
+
+
+def _filesystem(s3: S3Server) -> Any:
+    """One S3 filesystem per server: a new one per read would build an S3 client each
+    time, the larger part of a read's processor time."""
+    if s3.endpoint not in _filesystems:
+        _filesystems[s3.endpoint] = s3.filesystem()
+    return _filesystems[s3.endpoint]
+
+
 def parquet_rows(url: str, s3: S3Server | None) -> list[tuple[Any, ...]]:
     """``(id, k, v, g)`` of every row in the dataset (pyarrow, Hive partitions), sorted."""
     import pyarrow.dataset as ds
@@ -51,7 +64,8 @@ def parquet_rows(url: str, s3: S3Server | None) -> list[tuple[Any, ...]]:
             return []
         d = ds.dataset(url, format="parquet", partitioning="hive")
     else:
-        fs = s3.filesystem()
+        fs = _filesystem(s3)
+        fs.invalidate_cache()  # what the bucket holds now, as a new reader would list it
         path = url[len("s3://") :]
         if not fs.exists(path):
             return []
@@ -65,6 +79,10 @@ def parquet_rows(url: str, s3: S3Server | None) -> list[tuple[Any, ...]]:
     return sorted(zip(*(t.column(c).to_pylist() for c in ("id", "k", "v", "g"))))
 
 
+#: seconds between two reads of a poller, at least
+PAUSE = 0.1
+
+
 class Poller:
     """Calls ``read()`` over and over in a thread; keeps every row seen."""
 
@@ -72,6 +90,7 @@ class Poller:
         self.read = read
         self.seen: set[tuple[Any, ...]] = set()
         self.reads = 0
+        self.busy = 0.0  # seconds spent reading
         self.error: BaseException | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -79,9 +98,14 @@ class Poller:
     def _run(self) -> None:
         try:
             while not self._stop.is_set():
+                began = time.monotonic()
                 self.seen.update(self.read())
                 self.reads += 1
-                self._stop.wait(0.02)
+                self.busy += time.monotonic() - began
+                # about twice for each checkpoint of the jobs (every 0.2 s), and as
+                # long between reads as the last read took: the reader and the S3
+                # server it asks leave the processors to the job under test
+                self._stop.wait(max(PAUSE, time.monotonic() - began))
         except BaseException as e:  # reported by __exit__
             self.error = e
 
