@@ -33,9 +33,40 @@ def inverse(x: int) -> float:
     return 1 / (x % 3)
 
 
+# The page redraws its parts while the job runs: an element found in one call may be
+# gone by the next, so what a test reads it reads in one step of the page's script.
+
+
 def text(driver: Any, css: str) -> str:
-    found = driver.find_elements(By.CSS_SELECTOR, css)
-    return str(found[0].text) if found else ""
+    """The text of the first element ``css`` selects ("" if none; an SVG element has no
+    rendered text of its own: its text content)."""
+    found = driver.execute_script(
+        "const e = document.querySelector(arguments[0]);"
+        "return e ? (e.innerText ?? e.textContent) : '';",
+        css,
+    )
+    return str(found)
+
+
+def attributes(driver: Any, css: str, name: str) -> list[str | None]:
+    """Attribute ``name`` of every element ``css`` selects."""
+    found = driver.execute_script(
+        "return [...document.querySelectorAll(arguments[0])]"
+        ".map((e) => e.getAttribute(arguments[1]));",
+        css,
+        name,
+    )
+    return list(found)
+
+
+def cells(driver: Any, css: str) -> list[str] | None:
+    """The cells' texts of the first table row ``css`` selects (None if none)."""
+    found = driver.execute_script(
+        "const tr = document.querySelector(arguments[0]);"
+        "return tr ? [...tr.querySelectorAll('td')].map((td) => td.innerText) : null;",
+        css,
+    )
+    return None if found is None else [str(c) for c in found]
 
 
 def percent(driver: Any, node: str, what: str) -> int:
@@ -70,13 +101,12 @@ def test_busy_backpressure_errors_state_and_zoom(tmp_path: Path, browser: Any) -
         assert 0 <= percent(browser, "inverse", "busy") < 50
         # the last failing record and its exception
         row = wait_value(
-            lambda: browser.find_elements(By.CSS_SELECTOR, '#errors tr[data-errors="inverse"]'),
+            lambda: cells(browser, '#errors tr[data-errors="inverse"]'),
             what="the errors table",
-        )[0]
-        cells = [td.text for td in row.find_elements(By.TAG_NAME, "td")]
-        assert cells[0] == "inverse"
-        assert int(cells[2]) % 3 == 0, cells
-        assert cells[3] == "ZeroDivisionError: division by zero", cells
+        )
+        assert row[0] == "inverse"
+        assert int(row[2]) % 3 == 0, row
+        assert row[3] == "ZeroDivisionError: division by zero", row
         # state bytes from the last checkpoint, and the checkpoints' kind
         wait_for(
             lambda: re.fullmatch(
@@ -84,11 +114,7 @@ def test_busy_backpressure_errors_state_and_zoom(tmp_path: Path, browser: Any) -
             ),
             what="total's state size",
         )
-        kinds = {
-            e.get_attribute("data-kind")
-            for e in browser.find_elements(By.CSS_SELECTOR, "#checkpoints .ckpt")
-        }
-        assert kinds == {"full"}
+        assert set(attributes(browser, "#checkpoints .ckpt", "data-kind")) == {"full"}
         # zoom with the wheel, pan by dragging, and fit again
         svg = browser.find_element(By.ID, "graph")
         full = view_box(browser)
@@ -133,14 +159,9 @@ def test_a_failed_job_says_why_on_the_page(tmp_path: Path, browser: Any) -> None
         go.set()
         runner.join(60)
     assert failures
-    status = wait_value(
-        lambda: (
-            browser.find_element(By.ID, "status") if "failed" in text(browser, "#status") else None
-        ),
-        what="the failed state",
-    )
-    assert status.get_attribute("data-state") == "failed"
-    assert "ValueError: cannot parse" in status.get_attribute("data-reason")
+    wait_for(lambda: "failed" in text(browser, "#status"), what="the failed state")
+    assert attributes(browser, "#status", "data-state") == ["failed"]
+    assert "ValueError: cannot parse" in str(attributes(browser, "#status", "data-reason")[0])
     assert "disconnected" not in text(browser, "#status")
 
 
@@ -169,18 +190,20 @@ def test_a_failed_checkpoint_is_in_the_history_with_its_reason(
         url = wait_value(lambda: job.ui_url if job.running else None, what="the page")
         browser.get(url)
         wait_for(
-            lambda: browser.find_elements(By.CSS_SELECTOR, '#checkpoints .ckpt[data-kind="full"]'),
+            lambda: attributes(browser, '#checkpoints .ckpt[data-kind="full"]', "data-epoch"),
             what="a written checkpoint on the page",
         )
     finally:
         store.full.set()
         runner.join(60)
     assert failures and not runner.is_alive()
-    failed = wait_value(
-        lambda: browser.find_elements(By.CSS_SELECTOR, '#checkpoints .ckpt[data-kind="failed"]'),
+    shown, at = wait_value(
+        lambda: browser.execute_script(
+            "const f = [...document.querySelectorAll('#checkpoints .ckpt[data-kind=\"failed\"]')];"
+            "return f.length ? [f[f.length - 1].innerText, f[f.length - 1].dataset.epoch] : null;"
+        ),
         what="the failed checkpoint on the page",
     )
-    shown = failed[-1].text
     assert "failed" in shown and "No space left on device" in shown, shown
-    epoch = int(failed[-1].get_attribute("data-epoch"))
+    epoch = int(at)
     assert epoch == job.checkpoint_failures[-1].epoch and epoch > max(store.list_epochs())
