@@ -90,7 +90,6 @@ class Poller:
         self.read = read
         self.seen: set[tuple[Any, ...]] = set()
         self.reads = 0
-        self.busy = 0.0  # seconds spent reading
         self.error: BaseException | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -101,7 +100,6 @@ class Poller:
                 began = time.monotonic()
                 self.seen.update(self.read())
                 self.reads += 1
-                self.busy += time.monotonic() - began
                 # about twice for each checkpoint of the jobs (every 0.2 s), and as
                 # long between reads as the last read took: the reader and the S3
                 # server it asks leave the processors to the job under test
