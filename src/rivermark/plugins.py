@@ -41,10 +41,10 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Callable
-from importlib import metadata
 from typing import Any
 
 from rivermark.core.node import Stream, identity
+from rivermark.entrypoints import entry_points
 from rivermark.errors import RivermarkError
 
 logger = logging.getLogger(__name__)
@@ -255,11 +255,9 @@ def register_all() -> list[str]:
     True
     """
     added: list[str] = []
-    installed = metadata.entry_points()  # one scan of the distributions for every group
-    for group, modifier in GROUPS.items():
-        for ep in installed.select(group=group):
-            if register_entry_point(Stream, ep, modifier):
-                added.append(ep.name)
+    for ep in entry_points(GROUPS):  # one scan of the distributions for every group
+        if register_entry_point(Stream, ep, GROUPS[ep.group]):
+            added.append(ep.name)
     return added
 
 

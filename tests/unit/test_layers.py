@@ -166,11 +166,12 @@ LAYERS: dict[str, frozenset[str]] = {
     "state": frozenset(),
     "statedata": frozenset(),
     "streamz_names": frozenset(),
+    "entrypoints": frozenset(),
     # the engine: the data flow below the graph
     "execution": frozenset({"errors"}),
     "core": frozenset({"errors", "execution", "streamz_names"}),
     "graph": frozenset({"core"}),
-    "plugins": frozenset({"core", "errors"}),
+    "plugins": frozenset({"core", "errors", "entrypoints"}),
     # on the engine
     "operators": frozenset({"core", "execution", "errors", "state", "statedata"}),
     "sources": frozenset({"core", "execution", "errors", "_fileid", "streamz_names"}),

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-from importlib.metadata import PackageNotFoundError, version
 
 import click
 
@@ -17,14 +16,27 @@ __all__ = ["cli", "damaged", "no_checkpoints", "open_store", "print_json"]
 
 
 def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version("rivermark")
     except PackageNotFoundError:  # pragma: no cover - running from a source tree
         return "unknown"
 
 
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """``--version``: the installed version, looked up only when asked (the lookup
+    imports ``importlib.metadata``, which every ``rivermark run`` would pay for)."""
+    if value and not ctx.resilient_parsing:
+        click.echo(f"rivermark, version {_version()}")
+        ctx.exit()
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(_version(), "--version", prog_name="rivermark")
+@click.option(
+    "--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+    help="Show the version and exit.",
+)  # fmt: skip
 @shown_logging_options
 def cli() -> None:
     """rivermark: stream jobs with consistent checkpoints.

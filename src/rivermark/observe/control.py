@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import http.client
 import ipaddress
 import json
 import logging
@@ -56,6 +55,7 @@ from rivermark.observe.endstate import run_state
 from rivermark.observe.metrics import COUNTS, metrics_of
 
 if TYPE_CHECKING:  # pragma: no cover
+    import http.client
     from collections.abc import Iterable
 
     from aiohttp import web
@@ -584,6 +584,8 @@ def request(target: str, path: str, token: str | None, timeout: float = 600.0) -
             f"no control token: set {TOKEN_ENV} (or {TOKEN_FILE_ENV}) to the token the job "
             "was started with (see docs/security.md)"
         )
+    import http.client  # here: a job process that is never asked needs none of it
+
     parts = urllib.parse.urlsplit(url)
     connection = (
         http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection

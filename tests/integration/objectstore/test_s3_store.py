@@ -111,6 +111,51 @@ def test_store_contract_on_s3(bucket: str) -> None:
     )
 
 
+class _CountedFS:
+    """An fsspec file system that counts the calls made through it (by method name)."""
+
+    def __init__(self, fs: Any) -> None:
+        self._fs, self.calls = fs, {}  # type: ignore[var-annotated]
+
+    def __getattr__(self, name: str) -> Any:
+        real = getattr(self._fs, name)
+        if not callable(real):
+            return real
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            path = str(args[0]) if args else ""
+            key = f"{name} shared" if "/shared" in path else name
+            self.calls[key] = self.calls.get(key, 0) + 1
+            return real(*args, **kwargs)
+
+        return counted
+
+
+def test_retention_on_s3_reads_no_manifest_and_deletes_a_checkpoint_in_two_requests(
+    bucket: str,
+) -> None:
+    # each request is a round trip (and, on S3, a charge): after every checkpoint,
+    # retention lists the checkpoints and deletes the oldest, nothing more
+    store = ObjectStore(f"s3://{bucket}/jobs/requests")
+    counted = _CountedFS(store.fs)
+    store.fs = counted  # type: ignore[assignment]
+    nodes = {"a": "A()", "b": "A()", "c": "A()"}
+    for e in range(1, 9):
+        store.write_checkpoint(Manifest(e, 1.0, nodes), {n: bytes([e]) * 10 for n in nodes})
+        store.prune(keep=3)
+    assert store.list_epochs() == [6, 7, 8]
+    calls = counted.calls
+    assert "cat_file" not in calls  # no manifest read back
+    assert calls.get("find shared") == 1  # the shared area listed once (empty)
+    # five checkpoints deleted: each its manifest, then its three state objects in one request
+    assert calls.get("rm_file") == 5 and calls.get("rm") == 5
+    store.fs.invalidate_cache()
+    root = f"{bucket}/jobs/requests/checkpoints"
+    assert sorted({n.split("checkpoints/")[1][:12] for n in store.fs.find(root)}) == [
+        f"{e:012d}" for e in (6, 7, 8)
+    ]
+
+
 def _add(acc: int, x: int) -> int:
     return acc + x
 

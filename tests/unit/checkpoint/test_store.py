@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -151,3 +152,74 @@ def test_retention_keeps_what_every_kept_checkpoint_needs_in_turn(tmp_path: Path
     assert store.prune(1) == [1, 2]
     assert store.list_epochs() == [3, 4, 5, 6, 7, 8, 9]
     assert main(["checkpoints", "verify", str(tmp_path)]) == 0
+
+
+class CountingStore(LocalDirectoryStore):
+    """A directory store that counts the manifest reads and shared listings retention makes."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.reads: list[int] = []
+        self.listings = 0
+
+    def read_manifest(self, epoch: int) -> Manifest:
+        self.reads.append(epoch)
+        return super().read_manifest(epoch)
+
+    def list_shared(self) -> dict[str, int]:
+        self.listings += 1
+        return super().list_shared()
+
+
+def _shared_manifest(store: LocalDirectoryStore, epoch: int, data: bytes) -> None:
+    """A checkpoint naming one shared file (as RocksDB state does), the file written first."""
+    import hashlib
+
+    digest = hashlib.sha256(data).hexdigest()
+    store.write_shared(digest, data)
+    info = {"sha256": digest, "size": len(data)}
+    m = Manifest(epoch, 1.0, {"acc": "A()"}, files={"acc": {"state": {"000001.sst": info}}})
+    store.write_checkpoint(m, {"acc": b"abc"})
+
+
+def test_retention_reads_no_manifest_the_store_wrote_itself(tmp_path: Path) -> None:
+    # on an object store each read is two requests, after every checkpoint
+    store = CountingStore(tmp_path)
+    for e in range(1, 9):
+        _write(store, e)
+        store.prune(keep=3)
+    assert store.list_epochs() == [6, 7, 8]
+    assert store.reads == []
+    # the shared area was listed once: empty, and no checkpoint since named a file
+    assert store.listings == 1
+    # another process (a restarted job) reads what it did not write
+    other = CountingStore(tmp_path)
+    _write(other, 9)
+    other.prune(keep=3)
+    assert other.list_epochs() == [7, 8, 9] and sorted(set(other.reads)) == [6, 7, 8]
+
+
+def test_retention_sees_a_replaced_manifest(tmp_path: Path) -> None:
+    store = CountingStore(tmp_path)
+    for e in range(1, 5):
+        _write(store, e)
+    # re-signing replaces a manifest: here with one whose delta chain reaches back to 2
+    m = dataclasses.replace(store.read_manifest(4), chains={"acc": {"parent": 3, "base": 2}})
+    store.replace_manifest(4, m.to_json(None).encode())
+    store.reads.clear()
+    assert store.prune(keep=1) == [1]
+    assert 4 in store.reads and store.list_epochs() == [2, 3, 4]
+
+
+def test_shared_files_are_collected_once_a_checkpoint_names_them(tmp_path: Path) -> None:
+    store = CountingStore(tmp_path)
+    _write(store, 1)
+    store.prune(keep=1)
+    assert store.listings == 1 and store.list_shared() == {}
+    _shared_manifest(store, 2, b"first")
+    _shared_manifest(store, 3, b"second")
+    store.prune(keep=1)
+    # listed again (a manifest since named shared files): the file only 2 named is gone
+    assert store.list_epochs() == [3]
+    assert list(store.list_shared().values()) == [len(b"second")]
+    assert store.reads == []

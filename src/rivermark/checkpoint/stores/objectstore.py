@@ -266,9 +266,24 @@ class ObjectStore(Store):
         return out
 
     def _remove(self, rels: list[str]) -> None:
-        for rel in rels:
+        """Delete ``rels``: a manifest named first goes first, on its own.
+
+        On an object store the rest go in one request (S3's ``DeleteObjects``:
+        a checkpoint's files, a pruning's shared files), which fsspec makes
+        of a list of names; a name with a glob character would be expanded
+        there, so those are deleted one by one.
+        """
+        paths = [self._path(rel) for rel in rels]
+        if paths and paths[0].endswith("/manifest.json"):
             with contextlib.suppress(FileNotFoundError):
-                self.fs.rm_file(self._path(rel))
+                self.fs.rm_file(paths.pop(0))
+        if not self._local and len(paths) > 1 and not any(set(p) & set("*?[") for p in paths):
+            with contextlib.suppress(FileNotFoundError):  # gone already: as wanted
+                self.fs.rm(paths)
+            paths = []
+        for path in paths:
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.rm_file(path)
         if self._local:  # object stores have no directories to leave behind
             for d in sorted({os.path.dirname(self._path(r)) for r in rels}, reverse=True):
                 try:
@@ -292,6 +307,7 @@ class ObjectStore(Store):
         ]
 
     def replace_manifest(self, epoch: int, data: bytes) -> None:
+        self.forget_manifest(epoch)
         rel = f"{self._epoch_rel(epoch)}/manifest.json"
         self._write(f"replace the manifest of checkpoint {epoch}", self._put, rel, data)
 
@@ -330,6 +346,7 @@ class ObjectStore(Store):
                 f"this job stops without replacing it; make sure one job at a time uses "
                 f"this location"
             ) from None
+        self.wrote_manifest(manifest)
         logger.debug("checkpoint %d written to %r", epoch, self.url)
 
     def read_manifest(self, epoch: int) -> Manifest:
@@ -353,6 +370,7 @@ class ObjectStore(Store):
         return self.read_state_file(epoch, checked_relative(node_id, str(entry["file"])))
 
     def delete(self, epoch: int) -> None:
+        self.forget_manifest(epoch)
         names = self._io("list the checkpoints", self._entries).get(epoch, [])
         # the manifest first: a half-deleted checkpoint must not look complete
         ordered = sorted(names, key=lambda n: n != "manifest.json")
@@ -370,6 +388,7 @@ class ObjectStore(Store):
                 self._io(f"delete leftovers of {e}", self._remove, [f"{base}/{n}" for n in names])
         doomed = self.prunable(complete, keep)
         for e in doomed:
+            self.forget_manifest(e)
             names = entries[e]
             base = self._epoch_rel(e)
             ordered = sorted(names, key=lambda n: n != "manifest.json")

@@ -226,8 +226,10 @@ class LocalDirectoryStore(Store):
         _write_durable(tmp, manifest.to_json(self.trust.keyring).encode())
         os.replace(tmp, d / "manifest.json")
         fsync_dir(d)
+        self.wrote_manifest(manifest)
 
     def replace_manifest(self, epoch: int, data: bytes) -> None:
+        self.forget_manifest(epoch)
         d = self.epoch_dir(epoch)
         tmp = d / "manifest.json.tmp"
         _write_durable(tmp, data)
@@ -256,12 +258,14 @@ class LocalDirectoryStore(Store):
             dest = self.path / f"set-aside-{stamp}-{n}"
         dest.mkdir(DIR_MODE)
         for e in epochs:
+            self.forget_manifest(e)
             os.rename(self.epoch_dir(e), dest / self.epoch_dir(e).name)
         fsync_dir(dest)
         fsync_dir(self.checkpoints)
         return str(dest)
 
     def delete(self, epoch: int) -> None:
+        self.forget_manifest(epoch)
         d = self.epoch_dir(epoch)
         # remove the manifest first: a half-deleted checkpoint must not look complete
         with contextlib.suppress(FileNotFoundError):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import abc
 import logging
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rivermark.checkpoint.errors import (
@@ -110,6 +111,36 @@ class Store(abc.ABC):
         self.prune_shared()
         return doomed
 
+    # ------------------------------------------------------------------ what retention reads
+    # Retention runs after every checkpoint and reads the manifests of the checkpoints
+    # it keeps (their chains, whether one is a savepoint, the shared files they name):
+    # on an object store two requests each, a few per checkpoint.  The manifests this
+    # store wrote itself are remembered for it instead (a written manifest does not
+    # change: a checkpoint is deleted whole, or its manifest replaced through this
+    # store), and the shared files are not listed again while none exist and no
+    # manifest written since names one (they are written only for such a manifest).
+    def _retention(self) -> _Retention:
+        found = self.__dict__.get("_retention_memo")
+        if found is None:
+            found = self.__dict__["_retention_memo"] = _Retention()
+        return found
+
+    def wrote_manifest(self, manifest: Manifest) -> None:
+        """Remember ``manifest``, just written durably by this store, for retention."""
+        memo = self._retention()
+        memo.written[manifest.epoch] = manifest
+        if manifest.shared_files():
+            memo.no_shared = False
+
+    def forget_manifest(self, epoch: int) -> None:
+        """``epoch``'s manifest was deleted or replaced: retention reads it again."""
+        self._retention().written.pop(epoch, None)
+
+    def retention_manifest(self, epoch: int) -> Manifest:
+        """The manifest of ``epoch`` as retention sees it (remembered, else read)."""
+        found = self._retention().written.get(epoch)
+        return found if found is not None else self.read_manifest(epoch)
+
     # ------------------------------------------------------------------ shared files
     # The files of RocksDB state (rivermark.checkpoint.state.rocks) are stored once,
     # under their sha256, and named by every manifest that needs them.
@@ -145,7 +176,7 @@ class Store(abc.ABC):
         needed: set[str] = set()
         for e in self.list_epochs():
             try:
-                needed |= set(self.read_manifest(e).shared_files())
+                needed |= set(self.retention_manifest(e).shared_files())
             except Exception as err:  # keep every file while a manifest cannot be read
                 logger.warning(
                     "%s: its manifest cannot be read (%s: %s); no shared file is deleted",
@@ -160,8 +191,12 @@ class Store(abc.ABC):
         Runs after the checkpoints themselves were pruned: so retention keeps
         every file a kept checkpoint (or savepoint) needs, and only those.
         """
+        memo = self._retention()
+        if memo.no_shared:
+            return []
         present = self.list_shared()
         if not present:
+            memo.no_shared = True
             return []
         needed = self.shared_references()
         if needed is None:
@@ -230,7 +265,7 @@ class Store(abc.ABC):
         while todo:
             e = todo.pop()
             try:
-                m = self.read_manifest(e)
+                m = self.retention_manifest(e)
             except Exception:
                 needed = {x for x in epochs if x < e}  # nothing older than e goes
             else:
@@ -248,7 +283,7 @@ class Store(abc.ABC):
         out = []
         for e in epochs:
             try:
-                if self.read_manifest(e).savepoint:
+                if self.retention_manifest(e).savepoint:
                     out.append(e)
             except Exception:  # damaged: not a savepoint anyone can restore
                 continue
@@ -423,6 +458,16 @@ class Store(abc.ABC):
         Raises :class:`CheckpointCorruptError` if damaged.
         """
         return self.load_chains(epoch)[0]
+
+
+@dataclass
+class _Retention:
+    """What retention remembers of a store (see ``Store.retention_manifest``)."""
+
+    #: the manifests this store wrote, by epoch
+    written: dict[int, Manifest] = field(default_factory=dict)
+    #: the shared area was found empty, and no manifest written since names a shared file
+    no_shared: bool = False
 
 
 def _located(e: CheckpointCorruptError, where: str) -> CheckpointCorruptError:
