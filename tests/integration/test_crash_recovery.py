@@ -170,16 +170,21 @@ def _position_poller(ckpt: str) -> Callable[[], int | None]:
     still moving is waited for.
     """
     polled = _store_poller(ckpt)
+    #: epoch -> its position: a manifest does not change, so each is read once (on S3
+    #: a poll is then one listing, not a listing and two more requests)
+    seen: dict[int, int] = {}
 
     def newest_position() -> int | None:
         store = polled()
         epochs = store.list_epochs() if store else []
         if not store or not epochs:
             return None
-        try:
-            return int(store.read_manifest(epochs[-1]).positions["lines"])
-        except (CheckpointError, OSError):  # pruned by the running job meanwhile
-            return None
+        if epochs[-1] not in seen:
+            try:
+                seen[epochs[-1]] = int(store.read_manifest(epochs[-1]).positions["lines"])
+            except (CheckpointError, OSError):  # pruned by the running job meanwhile
+                return None
+        return seen[epochs[-1]]
 
     return newest_position
 
