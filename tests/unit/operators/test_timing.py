@@ -485,7 +485,10 @@ def test_latest_failure_downstream_reaches_a_synchronous_emit() -> None:
     [
         (lambda s: s.delay(0.001), False),
         (lambda s: s.buffer(3), False),
-        (lambda s: s.rate_limit(0.01), False),
+        # a second between records: the second record must wait in the background
+        # even when the machine is slow between the two sends (with 10 ms a loaded
+        # run sent it after the interval, and it went through synchronously)
+        (lambda s: s.rate_limit(1.0), False),
         (lambda s: s.timed_window(0.005).flatten(), True),
         (lambda s: s.timed_window_unique(0.005).flatten(), True),
     ],
