@@ -76,9 +76,10 @@ def _standard_search() -> bool:
     return not any(os.path.isfile(p) for p in sys.path if p)
 
 
-def _parse(text: str, groups: Iterable[str], dist: Distribution) -> list[EntryPoint]:
+def _parse(text: str, groups: Iterable[str]) -> list[tuple[str, str, str]]:
+    """The ``(name, value, group)`` of each entry point of ``groups`` in an ``entry_points.txt``."""
     wanted = set(groups)
-    out: list[EntryPoint] = []
+    out: list[tuple[str, str, str]] = []
     group = None
     for raw in text.splitlines():
         line = raw.strip()
@@ -89,7 +90,7 @@ def _parse(text: str, groups: Iterable[str], dist: Distribution) -> list[EntryPo
             continue
         if group in wanted and "=" in line:
             name, value = line.split("=", 1)
-            out.append(EntryPoint(name.strip(), value.strip(), group, dist))
+            out.append((name.strip(), value.strip(), group))
     return out
 
 
@@ -106,8 +107,8 @@ def _scanned(groups: Iterable[str]) -> list[EntryPoint]:
             low = child.lower()
             if not low.endswith((".dist-info", ".egg-info")):
                 continue
-            stem = child.rpartition(".")[0]
-            key = _normalised(stem.partition("-")[0])
+            folder_name = child.rpartition(".")[0].partition("-")[0]
+            key = _normalised(folder_name)
             if key in seen:
                 continue  # an earlier path entry's distribution of this name wins
             seen.add(key)
@@ -116,15 +117,15 @@ def _scanned(groups: Iterable[str]) -> list[EntryPoint]:
                     text = f.read()
             except OSError:
                 continue  # no entry points (or an egg-info file, which holds none)
-            found = _parse(text, groups, Distribution(stem.partition("-")[0]))
+            found = _parse(text, groups)
             if found:  # named as its metadata names it (the folder's name is normalised)
-                named = Distribution(_project_name(os.path.join(folder, child), found[0].dist))
-                out.extend(EntryPoint(ep.name, ep.value, ep.group, named) for ep in found)
+                dist = Distribution(_project_name(os.path.join(folder, child), folder_name))
+                out.extend(EntryPoint(name, value, group, dist) for name, value, group in found)
     return out
 
 
-def _project_name(info: str, fallback: Distribution | None) -> str:
-    """The ``Name:`` of a dist-info's ``METADATA`` (an egg-info's ``PKG-INFO``)."""
+def _project_name(info: str, fallback: str) -> str:
+    """The ``Name:`` of a dist-info's ``METADATA`` (an egg-info's ``PKG-INFO``), else ``fallback``."""
     for meta in ("METADATA", "PKG-INFO"):
         try:
             with open(os.path.join(info, meta), encoding="utf-8", errors="replace") as f:
@@ -135,7 +136,7 @@ def _project_name(info: str, fallback: Distribution | None) -> str:
                         return line.split(":", 1)[1].strip()
         except OSError:
             continue
-    return fallback.name if fallback is not None else "<unknown distribution>"
+    return fallback
 
 
 def entry_points(groups: Iterable[str]) -> list[EntryPoint] | list[Any]:
