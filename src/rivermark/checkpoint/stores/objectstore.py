@@ -370,8 +370,11 @@ class ObjectStore(Store):
         return self.read_state_file(epoch, checked_relative(node_id, str(entry["file"])))
 
     def delete(self, epoch: int) -> None:
+        self._delete_listed(epoch, self._io("list the checkpoints", self._entries).get(epoch, []))
+
+    def _delete_listed(self, epoch: int, names: list[str]) -> None:
+        """Delete checkpoint ``epoch``, whose files are ``names`` (as listed)."""
         self.forget_manifest(epoch)
-        names = self._io("list the checkpoints", self._entries).get(epoch, [])
         # the manifest first: a half-deleted checkpoint must not look complete
         ordered = sorted(names, key=lambda n: n != "manifest.json")
         base = self._epoch_rel(epoch)
@@ -388,11 +391,7 @@ class ObjectStore(Store):
                 self._io(f"delete leftovers of {e}", self._remove, [f"{base}/{n}" for n in names])
         doomed = self.prunable(complete, keep)
         for e in doomed:
-            self.forget_manifest(e)
-            names = entries[e]
-            base = self._epoch_rel(e)
-            ordered = sorted(names, key=lambda n: n != "manifest.json")
-            self._io(f"delete checkpoint {e}", self._remove, [f"{base}/{n}" for n in ordered])
+            self._delete_listed(e, entries[e])
         self.prune_shared()
         return doomed
 
