@@ -120,6 +120,8 @@ class Store(abc.ABC):
     # store), and the shared files are not listed again while none exist and no
     # manifest written since names one (they are written only for such a manifest).
     def _retention(self) -> _Retention:
+        # made on first use: a store written outside rivermark subclasses Store
+        # without calling an __init__ of ours
         found = self.__dict__.get("_retention_memo")
         if found is None:
             found = self.__dict__["_retention_memo"] = _Retention()
