@@ -82,6 +82,28 @@ def _timed(kind: str, sdf: object, side: str) -> TimedDataFrame:
     return sdf
 
 
+def _same_key_dtypes(
+    left: pd.DataFrame, right: pd.DataFrame, by: list[Hashable]
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``left`` and ``right`` with each key column of one dtype (``merge_asof`` needs it).
+
+    Batches of one side may differ from the other's in how a key column is
+    typed (an ``object`` example, ``str`` batches under pandas 3; ``int``
+    and ``float``): a column whose dtypes differ is compared as Python
+    objects on both sides, as the record joins compare keys.
+
+    >>> a = pd.DataFrame({"k": pd.Series(["x"], dtype=object)})
+    >>> b = pd.DataFrame({"k": pd.Series(["x"], dtype="string")})
+    >>> [str(f["k"].dtype) for f in _same_key_dtypes(a, b, ["k"])]
+    ['object', 'object']
+    """
+    differ = [k for k in by if left[k].dtype != right[k].dtype]
+    if not differ:
+        return left, right
+    as_objects = {k: object for k in differ}
+    return left.astype(as_objects), right.astype(as_objects)
+
+
 class _FrameJoin(LateSide, Stream):
     """Two timed streaming DataFrames joined by event time (what both joins share).
 
@@ -224,6 +246,7 @@ class FrameAsofJoin(_FrameJoin):
         versions = self._sorted
         if versions is None:
             versions = self._sorted = self._all().sort_values(_T, kind="mergesort")
+        rows, versions = _same_key_dtypes(rows, versions, self.by)
         merged = pd.merge_asof(
             rows,
             versions,
@@ -243,6 +266,7 @@ class FrameAsofJoin(_FrameJoin):
         rt = right.iloc[:0][[*self.by, *self.value_columns]].assign(
             **{_T: np.empty(0), _HIT: np.empty(0, dtype=bool)}
         )
+        lt, rt = _same_key_dtypes(lt, rt, self.by)
         frame = pd.merge_asof(lt, rt, on=_T, by=self.by, suffixes=self.suffixes)
         return frame.drop(columns=[_T, _SEQ, _HIT])
 

@@ -51,6 +51,7 @@ checkpoint state, written as data.  See ``docs/joins.md``.
 from __future__ import annotations
 
 import bisect
+import datetime as dt
 import heapq
 import itertools
 import logging
@@ -65,6 +66,7 @@ from rivermark.errors import ConfigurationError
 from rivermark.operators.intervaljoin import IntervalJoin as IntervalJoin
 from rivermark.operators.joinbase import LateSide, func_name, join_key
 from rivermark.operators.timestamps import Results, Timestamps, _delay, _merge, attach
+from rivermark.operators.watermarks import to_epoch
 from rivermark.state import KeyedState, KeyedStore, as_keyed
 
 logger = logging.getLogger(__name__)
@@ -235,13 +237,18 @@ class Table(LateSide, Stream):
             return self.clock.watermark
         return min(j.floor() for j in self._joins)
 
-    def as_of(self, key: object, time: float, default: object = None) -> object:
+    def as_of(self, key: object, time: float | dt.datetime, default: object = None) -> object:
         """The value of ``key`` at event time ``time`` (the latest version at or before it).
 
-        ``default`` when the key had no version then or was deleted.  Exact
-        for times at or after the retention floor (:meth:`floor`).
+        ``time``: epoch seconds or a timezone-aware datetime, as event times
+        are.  ``default`` when the key had no version then or was deleted.
+        Exact for times at or after the retention floor (:meth:`floor`).
         """
-        found = self._at(key, float(time))
+        try:
+            seconds = to_epoch(time)
+        except (TypeError, ValueError) as e:
+            raise ConfigurationError(f"{self.display_name()}: as_of(key, time): {e}") from None
+        found = self._at(key, seconds)
         return default if found is _MISSING or found is None else found
 
     def get(self, key: Any, default: Any = None) -> Any:

@@ -258,6 +258,35 @@ def test_a_change_at_the_watermark_itself_is_still_seen() -> None:
     assert _frame_asof(feed, 0, "left", None) == _record_asof(feed, 0, "left", None) == expected
 
 
+@pytest.mark.parametrize("left_first", [True, False])
+@pytest.mark.parametrize(
+    "example_dtype, batch_dtype", [(object, "str"), ("str", object), (object, object)]
+)
+def test_merge_asof_joins_keys_typed_differently_in_examples_and_batches(
+    left_first: bool, example_dtype: Any, batch_dtype: Any
+) -> None:
+    # an object example and str batches (pandas 3's default for strings), or the other
+    # way round: the rows joined do not depend on which side's batch came first
+    def example(value: str) -> pd.DataFrame:
+        cols = {"ts": pd.Series([], dtype=float), "sym": pd.Series([], dtype=example_dtype)}
+        return pd.DataFrame({**cols, value: pd.Series([], dtype=float)})
+
+    quotes, trades = Stream(), Stream()
+    q = DataFrame(quotes, example=example("bid")).timestamps("ts")
+    t = DataFrame(trades, example=example("qty")).timestamps("ts")
+    out = t.merge_asof(q, by="sym").stream.sink_to_list()
+    sym = pd.Series(["a", "a"], dtype=batch_dtype)
+    feed = [
+        (trades, pd.DataFrame({"ts": [2.0, 4.0], "sym": sym, "qty": [3.0, 4.0]})),
+        (quotes, pd.DataFrame({"ts": [1.0, 5.0], "sym": sym, "bid": [10.0, 11.0]})),
+    ]
+    for source, frame in feed if left_first else feed[::-1]:
+        source.emit(frame)
+    joined = pd.concat(out)
+    assert joined[["ts", "qty", "bid"]].to_numpy().tolist() == [[2.0, 3.0, 10.0], [4.0, 4.0, 10.0]]
+    assert joined["sym"].tolist() == ["a", "a"]
+
+
 @pytest.mark.parametrize("kind", ["merge_asof", "join_interval"])
 def test_a_restored_frame_join_goes_on_as_an_uninterrupted_one(kind: str) -> None:
     rng = np.random.default_rng(9)

@@ -9,6 +9,7 @@ latest non-late version of its key at or before its time.
 
 from __future__ import annotations
 
+import datetime as dt
 import random
 import re
 from pathlib import Path
@@ -255,6 +256,23 @@ def test_a_deleted_key_is_forgotten_once_no_join_and_no_change_can_see_before_it
     assert table.get_state()["versions"]["j"] == ((25.0, None),)
     assert table.size == 1
     assert out == [((20, "k"), None)]
+
+
+def test_as_of_takes_the_times_event_times_take_and_refuses_others_in_one_line() -> None:
+    utc = dt.timezone.utc
+    changes = Stream()
+    # (a minute of delay: both versions are kept, the floor is before them)
+    stamped = changes.timestamps(lambda c: c[0], max_delay=60)
+    table = stamped.to_table(key=1, value=lambda c: c[2])
+    t0 = dt.datetime(2024, 1, 1, 12, tzinfo=utc)
+    changes.emit((t0, "ann", "gold"))
+    changes.emit((t0 + dt.timedelta(seconds=10), "ann", "silver"))
+    assert table.as_of("ann", t0 + dt.timedelta(seconds=1)) == "gold"
+    assert table.as_of("ann", t0.timestamp() + 10) == "silver"
+    assert table.as_of("ann", t0 - dt.timedelta(seconds=1), default="none") == "none"
+    for bad, why in [("soon", "got str 'soon'"), (dt.datetime(2024, 1, 1), "naive datetime")]:
+        with pytest.raises(ConfigurationError, match=rf"as_of\(key, time\): .*{re.escape(why)}"):
+            table.as_of("ann", bad)
 
 
 def test_the_waiting_records_and_the_versions_survive_a_restore() -> None:
