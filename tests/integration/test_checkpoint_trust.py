@@ -105,6 +105,31 @@ def test_a_planted_pickle_runs_nowhere_without_a_key(tmp_path: Path) -> None:
     assert not marker.exists()
 
 
+@pytest.mark.parametrize(
+    "blob",
+    [b"RMS\x01\x81\xa5state\xd4\x37\x00", b"RMS\x01\x81\xa5state", b"\x80\x04K"],
+    ids=["unknown-tag", "truncated", "truncated-pickle"],
+)
+def test_state_that_matches_its_manifest_but_does_not_decode_is_refused_in_one_line(
+    tmp_path: Path, blob: bytes
+) -> None:
+    app, ckpt = write_store(tmp_path)
+    plant(ckpt, blob, keep_signature=False)
+    epoch = int(newest(ckpt).name)
+    res = run("checkpoints", "verify", str(ckpt))
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    ours = blob.startswith(b"RMS")  # (a pickle is flagged as one before it is read)
+    if ours:
+        assert f"{epoch:>12}  DAMAGED" in res.stdout and "does not decode" in res.stdout
+        assert f"a job refuses to start at {epoch}" in res.stdout, res.stdout
+    for trust in ([], ["--trust-store"]):
+        resumed = run("run", f"{app}:source", "--checkpoint", str(ckpt), *trust)
+        if ours or trust:
+            one_clear_line(resumed, "'total'", "does not decode", "--from-scratch")
+        shown = run("checkpoints", "show", str(ckpt), "--state", "total", *trust)
+        one_clear_line(shown, "'total'")
+
+
 @pytest.mark.parametrize("keep_signature", [True, False], ids=["signature-kept", "removed"])
 def test_a_planted_pickle_runs_nowhere_with_a_key(tmp_path: Path, keep_signature: bool) -> None:
     env = {"RIVERMARK_CHECKPOINT_KEY": KEY}

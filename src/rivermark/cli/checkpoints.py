@@ -177,7 +177,14 @@ def _do_verify(directory: str, epoch: int | None, as_json: bool, trust_store: bo
         print(_verify_line(r))
     if epoch is None:
         good = [r["epoch"] for r in results if r["ok"]]
-        if good:
+        # a job skips what fails its checks, and stops at state it may not or cannot read
+        first = next((r for r in reversed(results) if r["ok"] or r.get("refused")), None)
+        if first is not None and not first["ok"]:
+            print(
+                f"{len(good)} of {len(results)} verify; a job refuses to start at "
+                f"{first['epoch']} (see its line)"
+            )
+        elif good:
             print(f"{len(good)} of {len(results)} verify; a job resumes from {good[-1]}")
         else:
             print(

@@ -99,10 +99,42 @@ def test_unknown_format_is_refused_with_a_message() -> None:
         Manifest.from_json(_edit(_set(("format",), 6)))
 
 
-@pytest.mark.parametrize("text", ["", "{", "[]", "null", '"x"', b"\xff\xfe"])
+@pytest.mark.parametrize(
+    "text",
+    # (the last two: nested deeper than Python's stack, which the parser would
+    # otherwise report as a RecursionError)
+    ["", "{", "[]", "null", '"x"', b"\xff\xfe", "[" * 100_000 + "]" * 100_000,
+     '{"a":' * 100_000 + "1" + "}" * 100_000],
+)  # fmt: skip
 def test_not_a_manifest(text: str | bytes) -> None:
     with pytest.raises(ManifestError):
         Manifest.from_json(text)
+
+
+def test_a_manifest_nested_too_deeply_is_a_damaged_checkpoint_and_recovery_falls_back(
+    tmp_path: Path,
+) -> None:
+    from rivermark import Stream
+    from rivermark.checkpoint import Job
+
+    ckpt = tmp_path / "ck"
+
+    def run(n: int) -> list[int]:
+        src = Stream.from_iterable(range(n), name="src")
+        got: list[int] = []
+        src.accumulate(lambda a, b: a + b, start=0, name="total").sink(got.append)
+        Job(src, checkpoint=str(ckpt)).run()
+        return got
+
+    run(3)
+    run(6)
+    store = LocalDirectoryStore(ckpt)
+    newest = store.list_epochs()[-1]
+    (ckpt / "checkpoints" / f"{newest:012d}" / "manifest.json").write_text("[" * 100_000)
+    with pytest.raises(CheckpointCorruptError, match="nested too deeply"):
+        store.verify(newest)
+    # resumed from the first run's last checkpoint (after 0..2): 3..5 again
+    assert run(6) == [6, 10, 15]
 
 
 def test_format_1_without_checksum_is_read() -> None:

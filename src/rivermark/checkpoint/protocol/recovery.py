@@ -368,20 +368,23 @@ class Recovery:
             state = self.state_backend.restored(n, nid, manifest, blobs[-1], allow, untrusted)
         elif nid in manifest.chains:
             link = manifest.chains[nid]
-            state = self.keyed.restored(
-                nid,
-                manifest.epoch,
-                link,
-                blobs,
-                allow_pickle=allow,
-                what=untrusted,
-                goes_on=nid not in self._renamed,
-            )
+            try:
+                state = self.keyed.restored(
+                    nid,
+                    manifest.epoch,
+                    link,
+                    blobs,
+                    allow_pickle=allow,
+                    what=untrusted,
+                    goes_on=nid not in self._renamed,
+                )
+            except ValueError as e:
+                raise CheckpointCorruptError(codec.undecodable(where, nid, e)) from e
         else:
             try:
                 state = codec.loads(blobs[-1], allow_pickle=allow, what=untrusted)
             except ValueError as e:
-                raise CheckpointCorruptError(f"{where}: state of {nid!r}: {e}") from e
+                raise CheckpointCorruptError(codec.undecodable(where, nid, e)) from e
         if nid in self._migrating:
             state = self._migrated(n, nid, state, where)
         try:

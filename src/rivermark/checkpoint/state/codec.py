@@ -457,17 +457,49 @@ def loads(
     if is_legacy(blob):
         if not allow_pickle:
             raise UntrustedStateError(what)
-        return pickle.loads(blob)
+        try:
+            return pickle.loads(blob)
+        except _UNDECODABLE as e:
+            raise ValueError(f"not a valid state file ({type(e).__name__}: {e})") from None
     try:
         return _Decoder(allow_pickle, what, columns).unpack(blob[len(MAGIC) :])
     except UntrustedStateError:
         raise
-    except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as e:
+    except _UNDECODABLE as e:
         raise ValueError(f"not a valid state file ({type(e).__name__}: {e})") from None
+
+
+#: what decoding bytes that are not a state file of this encoding raises (an
+#: unknown tag, a part of the wrong shape, a truncated pickle, nesting deeper
+#: than the stack); an unpickled class that is gone (ImportError,
+#: AttributeError) is not among them: its remedy is the code, not the file
+_UNDECODABLE = (
+    msgpack.ExtraData,
+    msgpack.FormatError,
+    msgpack.StackError,
+    ValueError,
+    TypeError,
+    KeyError,
+    IndexError,
+    EOFError,
+    RecursionError,
+    pickle.UnpicklingError,
+)
+
+
+def undecodable(where: str, node: str, err: BaseException) -> str:
+    """The one line for a state file that passed its checks but does not decode (``err``)."""
+    return (
+        f"{where}: the state of {node!r} matches its manifest but does not decode ({err}): "
+        "it was not written by this version of rivermark (a newer one, or another program); "
+        "restore a good copy of the checkpoint directory, or start over with --from-scratch"
+    )
 
 
 def has_pickle(blob: bytes) -> bool:
     """Whether reading ``blob`` needs to unpickle (nothing is unpickled to tell).
+
+    ``ValueError`` if ``blob`` is not a valid state file.
 
     >>> has_pickle(dumps([1, (2, 3)]))
     False
@@ -479,4 +511,6 @@ def has_pickle(blob: bytes) -> bool:
         dec.unpack(blob[len(MAGIC) :])
     except UntrustedStateError:
         return True
+    except _UNDECODABLE as e:
+        raise ValueError(f"not a valid state file ({type(e).__name__}: {e})") from None
     return False

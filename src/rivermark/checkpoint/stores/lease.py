@@ -274,7 +274,7 @@ class _Record:
         try:
             d = json.loads(data)
             return cls(dict(d["holder"]), str(d["token"]), float(d["ttl"]), float(d["expires"]))
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             return None
 
     def dead_on_this_host(self) -> bool:

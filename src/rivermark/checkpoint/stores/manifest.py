@@ -350,6 +350,16 @@ def _check_state_entry(nid: str, info: object) -> None:
         )
 
 
+def _parsed(text: str | bytes) -> object:
+    """The JSON value of a manifest's text (:class:`ManifestError` if it is none)."""
+    try:
+        return json.loads(text)
+    except ValueError as e:  # JSONDecodeError and UnicodeDecodeError
+        raise ManifestError(f"manifest is not valid JSON ({e})") from None
+    except RecursionError:  # arrays or objects nested deeper than Python's stack
+        raise ManifestError("manifest is JSON nested too deeply to be one") from None
+
+
 @dataclass
 class Manifest:
     """What one checkpoint holds (see the module docs for the JSON layout).
@@ -443,10 +453,7 @@ class Manifest:
     @classmethod
     def from_json(cls, text: str | bytes) -> Manifest:
         """Parse and check a manifest; raise :class:`ManifestError` if it is damaged."""
-        try:
-            d = json.loads(text)
-        except ValueError as e:  # JSONDecodeError and UnicodeDecodeError
-            raise ManifestError(f"manifest is not valid JSON ({e})") from None
+        d = _parsed(text)
         if not isinstance(d, dict):
             raise ManifestError(f"manifest must be a JSON object, got {type(d).__name__}")
         fmt = d.get("format")

@@ -355,7 +355,7 @@ class LocalDirectoryStore(Store):
     def read_job_info(self) -> dict[str, object] | None:
         try:
             info = json.loads((self.path / "job.json").read_bytes())
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             return None
         return info if isinstance(info, dict) else None
 

@@ -339,7 +339,7 @@ def verify_checkpoints(store: Store, epoch: int | None = None) -> list[dict[str,
 
 def _verify_one(store: Store, e: int) -> dict[str, Any]:
     row: dict[str, Any] = {"epoch": e, "ok": False, "error": None, "problem": None}
-    row.update(signature=None, pickled=[], savepoint=False)
+    row.update(signature=None, pickled=[], savepoint=False, refused=False)
     try:
         m, chains = store.load_chains(e)
     except CheckpointSignatureError as err:
@@ -351,11 +351,21 @@ def _verify_one(store: Store, e: int) -> dict[str, Any]:
         return row
     row["signature"] = m.signature_status
     row["savepoint"] = bool(m.savepoint)
-    row["pickled"] = sorted(n for n, blobs in chains.items() if any(map(codec.has_pickle, blobs)))
+    pickled = []
+    for nid, blobs in chains.items():
+        try:
+            if any(map(codec.has_pickle, blobs)):
+                pickled.append(nid)
+        except ValueError as err:
+            row.update(error=codec.undecodable(store.describe(e), nid, err), problem="damaged")
+            row["refused"] = True  # its files pass their checks: a job stops at it, not past it
+            return row
+    row["pickled"] = sorted(pickled)
     if row["pickled"] and not store.trust.allow_pickle(m.signature_status):
         row.update(
             problem="untrusted",
             error=untrusted_reason(store, e, row["pickled"][0], m.signature_status),
+            refused=True,
         )
         return row
     row["ok"] = True
