@@ -189,6 +189,35 @@ def test_disk_full_while_writing_a_checkpoint(tmp_path: Path, how: str) -> None:
             assert st.f_bfree * st.f_frsize > 256 * 1024  # the space was given back
 
 
+def test_disk_full_under_rocksdb_state_leaves_no_part_of_a_shared_file(tmp_path: Path) -> None:
+    # RocksDB state uploads its files to shared/ through temporary files: a write
+    # the disk refuses leaves none of them (nor of job.json) taking the space
+    out = tmp_path / "out.txt"
+    app = write_app(
+        tmp_path,
+        f"""\
+        import os
+        from rivermark import KeyedState, Stream
+        def put(acc, x):
+            acc[x] = os.urandom(3000)  # incompressible: the SST files grow with it
+            return acc
+        source = Stream.from_iterable(list(range(20000)), name="numbers")
+        kept = source.accumulate(put, start=KeyedState(), name="kv")
+        kept.map(lambda acc: 1).sink_to_textfile({str(out)!r})
+        """,
+    )
+    ckpt = tmp_path / "small"
+    with tmpfs(ckpt, "size=5m") as mounted:
+        assert mounted, "a tmpfs is needed (run as root)"
+        args = ["--every", "200ms", "--state", "rocksdb", "--state-dir", str(tmp_path / "sd")]
+        res = run("run", f"{app}:source", "--checkpoint", str(ckpt), *args)
+        assert_clear(res, 1, "No space left on device", "could not be written")
+        parts = [p.name for p in ckpt.rglob("*") if p.name.endswith(".tmp")]
+        assert parts == []
+        st = os.statvfs(ckpt)
+        assert st.f_bfree * st.f_frsize > 256 * 1024  # the space was given back
+
+
 def test_state_that_cannot_be_pickled(tmp_path: Path) -> None:
     app = write_app(
         tmp_path,

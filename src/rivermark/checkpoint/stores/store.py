@@ -69,12 +69,23 @@ DIR_MODE = 0o700
 
 
 def _write_durable(path: Path, data: bytes) -> None:
+    """Write ``path`` and fsync it; a write that fails (a full disk) leaves no part of it."""
     # O_NOFOLLOW: a symlink planted where a file is written is not followed
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, FILE_MODE)
-    with open(fd, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        _unlink_quietly(path)
+        raise
+
+
+def _unlink_quietly(path: Path) -> None:
+    """Remove a file a failed write left (its space back on a full disk)."""
+    with contextlib.suppress(OSError):
+        os.unlink(path)
 
 
 #: bytes copied at a time where the kernel cannot copy a file itself
@@ -309,6 +320,9 @@ class LocalDirectoryStore(Store):
             with open(source, "rb") as src:
                 _copy_file(src.fileno(), fd, source)
             os.fsync(fd)
+        except BaseException:
+            _unlink_quietly(tmp)
+            raise
         finally:
             os.close(fd)
         os.replace(tmp, path)
