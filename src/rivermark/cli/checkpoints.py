@@ -164,9 +164,11 @@ def _verify_line(r: dict[str, Any]) -> str:
     return f"{r['epoch']:>12}  ok{sig.get(r['signature'], '')}"
 
 
-def _do_verify(directory: str, epoch: int | None, as_json: bool, trust_store: bool = False) -> int:
+def _do_verify(
+    directory: str, epoch: int | None, as_json: bool, trust_store: bool = False, deep: bool = False
+) -> int:
     store = open_store(directory, trust_store)
-    results = insp.verify_checkpoints(store, epoch)
+    results = insp.verify_checkpoints(store, epoch, deep)
     if not results:
         return no_checkpoints(store)
     failed = any(not (r["ok"] or r["superseded"]) for r in results)
@@ -412,8 +414,16 @@ def export_command(
 @epoch_argument
 @trust_option
 @json_option
+@click.option(
+    "--deep",
+    is_flag=True,
+    help="Also read every shared file of RocksDB state and check its sha256 "
+    "(by default its size, as a job's start does).",
+)
 @logged
-def verify_command(directory: str, epoch: int | None, trust_store: bool, as_json: bool) -> int:
+def verify_command(
+    directory: str, epoch: int | None, trust_store: bool, as_json: bool, deep: bool
+) -> int:
     """Verify every checkpoint in DIR (or EPOCH); exit 1 if one fails.
 
     Checks checksums and, with the job's checkpoint key in the environment
@@ -422,7 +432,7 @@ def verify_command(directory: str, epoch: int | None, trust_store: bool, as_json
     pickled objects fails unless its checkpoint's signature verified or
     --trust-store is given: loading it would run code.
     """
-    return _do_verify(directory, epoch, as_json, trust_store)
+    return _do_verify(directory, epoch, as_json, trust_store, deep)
 
 
 @checkpoints.command("resign")

@@ -230,6 +230,28 @@ def test_retention_keeps_every_file_a_kept_checkpoint_names(tmp_path: Path) -> N
         store.verify(epochs[-1])
 
 
+def test_verify_deep_finds_a_shared_file_altered_at_its_size(tmp_path: Path) -> None:
+    from rivermark.checkpoint.tools.inspection import verify_checkpoints
+
+    ckpt, sd = tmp_path / "ckpt", tmp_path / "state"
+    src, *_ = _graph([i % 300 for i in range(1000)])
+    _job(src, ckpt, sd).run()
+    store = LocalDirectoryStore(ckpt)
+    epoch = store.list_epochs()[-1]
+    victim = ckpt / "shared" / next(iter(store.read_manifest(epoch).shared_files()))
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # the same size: what a job's start checks holds
+    victim.write_bytes(bytes(data))
+    assert verify_checkpoints(store, epoch)[0]["ok"]
+    row = verify_checkpoints(store, epoch, deep=True)[0]
+    assert not row["ok"] and row["problem"] == "damaged" and row["refused"]
+    assert f"shared/{victim.name}) does not match its sha256" in row["error"]
+    # a job that fetches it (a fresh state directory) refuses in one line
+    src, *_ = _graph([i % 300 for i in range(1000)])
+    with pytest.raises(RivermarkError, match="does not match its sha256"):
+        _job(src, ckpt, tmp_path / "fresh").run()
+
+
 def test_the_manifest_names_files_under_its_checksum() -> None:
     m = Manifest(3, 0.0, {}, state={"n": {"file": "state/n.pkl", "size": 1, "sha256": "0" * 64}})
     m.files = {"n": {"counts": {"000007.sst": {"sha256": "a" * 64, "size": 10}}}}

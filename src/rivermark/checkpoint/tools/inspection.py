@@ -307,8 +307,14 @@ def show_checkpoint(store: Store, epoch: int | None = None) -> dict[str, Any]:
     }
 
 
-def verify_checkpoints(store: Store, epoch: int | None = None) -> list[dict[str, Any]]:
+def verify_checkpoints(
+    store: Store, epoch: int | None = None, deep: bool = False
+) -> list[dict[str, Any]]:
     """Verify ``epoch`` (or every checkpoint).
+
+    With ``deep``, each shared file of RocksDB state is also read and its
+    sha256 compared (without it, as at a job's start, its size: a job checks
+    a shared file's sha256 when it fetches it).
 
     One row per checkpoint: ``{"epoch", "ok", "error", "problem", "signature",
     "pickled"}``.  ``signature`` is ``ok``, ``unsigned``, ``foreign-signed``,
@@ -325,7 +331,7 @@ def verify_checkpoints(store: Store, epoch: int | None = None) -> list[dict[str,
     ``savepoint`` says whether the checkpoint is marked a savepoint.
     """
     epochs = store.list_epochs() if epoch is None else [pick_epoch(store, epoch)]
-    rows = [_verify_one(store, e) for e in epochs]
+    rows = [_verify_one(store, e, deep) for e in epochs]
     signed = [r["epoch"] for r in rows if r["signature"] == "ok"]
     for r in rows:
         r["superseded"] = bool(
@@ -337,7 +343,7 @@ def verify_checkpoints(store: Store, epoch: int | None = None) -> list[dict[str,
     return rows
 
 
-def _verify_one(store: Store, e: int) -> dict[str, Any]:
+def _verify_one(store: Store, e: int, deep: bool = False) -> dict[str, Any]:
     row: dict[str, Any] = {"epoch": e, "ok": False, "error": None, "problem": None}
     row.update(signature=None, pickled=[], savepoint=False, refused=False)
     try:
@@ -351,6 +357,10 @@ def _verify_one(store: Store, e: int) -> dict[str, Any]:
         return row
     row["signature"] = m.signature_status
     row["savepoint"] = bool(m.savepoint)
+    if deep and (bad := _altered_shared_file(store, e, m)) is not None:
+        # its size is right, so a job does not skip it: it stops at it
+        row.update(error=bad, problem="damaged", refused=True)
+        return row
     pickled = []
     for nid, blobs in chains.items():
         try:
@@ -370,6 +380,23 @@ def _verify_one(store: Store, e: int) -> dict[str, Any]:
         return row
     row["ok"] = True
     return row
+
+
+def _altered_shared_file(store: Store, e: int, m: Manifest) -> str | None:
+    """Why a shared file of checkpoint ``e`` is not what its manifest says (None: all are)."""
+    for nid, attrs in m.files.items():
+        for attr, names in attrs.items():
+            for name, info in names.items():
+                if info.get("inline"):
+                    continue  # inside the state file, checked with it
+                if sha256_of(store.read_shared(info["sha256"])) != info["sha256"]:
+                    return (
+                        f"{store.describe(e)}: file {name!r} of the RocksDB state {attr!r} of "
+                        f"{nid!r} (shared/{info['sha256']}) does not match its sha256 (a job "
+                        "that fetches it refuses to start): restore a good copy of it, or "
+                        "start over with --from-scratch"
+                    )
+    return None
 
 
 def resign_checkpoints(store: Store, dry_run: bool = False) -> list[dict[str, object]]:
