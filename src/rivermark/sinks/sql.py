@@ -67,6 +67,7 @@ from rivermark.sinks.sqlconnect import (
     connect,
     first_line,
     is_unreachable,
+    sqlite_path,
     unreachable,
 )
 from rivermark.sinks.sqlstores import (
@@ -79,6 +80,33 @@ from rivermark.sinks.sqlstores import (
 )
 
 logger = logging.getLogger(__name__)
+
+
+def _frame_records(df: Any) -> list[dict[str, Any]]:
+    """A DataFrame's rows as dicts of the values a driver takes.
+
+    A missing value (``NaN``, ``None``, ``pd.NA``, ``NaT``; pandas 3's
+    strings hold ``NaN`` for one) is ``None``, SQL's NULL, and a timestamp a
+    ``datetime``, whatever the column's dtype.
+
+    >>> import pandas as pd
+    >>> df = pd.DataFrame({"s": ["a", None], "t": pd.to_datetime(["2026-01-01", None])})
+    >>> _frame_records(df)
+    [{'s': 'a', 't': datetime.datetime(2026, 1, 1, 0, 0)}, {'s': None, 't': None}]
+    """
+    import pandas as pd
+
+    columns = []
+    for name in df.columns:
+        col = df[name]
+        if pd.api.types.is_datetime64_any_dtype(col.dtype):
+            values = [None if v is pd.NaT else v.to_pydatetime() for v in col]
+        else:
+            values = col.astype(object).where(col.notna(), None).tolist()
+        columns.append(values)
+    names = list(df.columns)
+    return [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]
+
 
 __all__ = ["Delete", "SQLSinkError", "ToSQL", "delete"]
 
@@ -143,6 +171,16 @@ class ToSQL(Sink):
                 f"got columns={columns!r}"
             )
         check_target("to_sql", target)
+        if (
+            isinstance(target, str)
+            and target.startswith("sqlite://")
+            and sqlite_path(target) in ("", ":memory:")
+        ):
+            raise ConfigurationError(
+                f"to_sql: {target!r} is a database in memory (or a temporary one), gone "
+                "when the job ends: what a checkpoint says was written would be lost; "
+                "give a file, 'sqlite:///path/to/out.db'"
+            )
         self.target = target
         self.table = table
         self.mode = mode
@@ -241,7 +279,7 @@ class ToSQL(Sink):
         if type(x) is dict:
             self._add(x)
         elif hasattr(x, "to_dict") and hasattr(x, "columns"):
-            for rec in x.to_dict("records"):
+            for rec in _frame_records(x):
                 self._add(rec)
         else:
             self._add(x)

@@ -18,6 +18,7 @@ messages; the URL itself is never put in a message, a log or a manifest.
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ __all__ = [
     "Connection",
     "SQLError",
     "check_target",
+    "sqlite_path",
     "connect",
     "first_line",
     "is_unreachable",
@@ -80,10 +82,24 @@ def check_target(kind: str, target: object) -> None:
     if isinstance(target, str) and not target.startswith(
         ("sqlite://", "postgresql://", "postgres://")
     ):
+        # only the scheme-like start is shown: the rest may hold a password
+        start = re.match(r"[A-Za-z][A-Za-z0-9+.-]*", target)
         raise ConfigurationError(
-            f"{kind}: unsupported URL scheme in {target.split('://')[0]!r}; use "
-            "'sqlite:///path' or 'postgresql://user@host:port/db'"
+            f"{kind}: target is not a URL of a supported scheme (it starts "
+            f"{start.group(0) if start else ''!r}); use 'sqlite:///path' or "
+            "'postgresql://user@host:port/db', or pass a function returning a connection "
+            "(for a libpq 'key=value' string: lambda: psycopg.connect(...))"
         )
+
+
+def sqlite_path(target: str) -> str:
+    """The file of a ``sqlite://`` URL (``sqlite:///rel.db``, ``sqlite:////abs.db``)."""
+    path = (
+        target[len("sqlite:///") :]
+        if target.startswith("sqlite:///")
+        else target[len("sqlite://") :]
+    )
+    return "/" + path.lstrip("/") if target.startswith("sqlite:////") else path
 
 
 def connect(
@@ -125,8 +141,7 @@ def _open(
 ) -> Connection:
     t = target
     if isinstance(t, str) and t.startswith("sqlite://"):
-        path = t[len("sqlite:///") :] if t.startswith("sqlite:///") else t[len("sqlite://") :]
-        path = "/" + path.lstrip("/") if t.startswith("sqlite:////") else path
+        path = sqlite_path(t)
         lite = sqlite3.connect(path, timeout=timeout, check_same_thread=not any_thread)
         return Connection(lite, path, False)
     if isinstance(t, str):

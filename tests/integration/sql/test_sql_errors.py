@@ -130,6 +130,49 @@ def test_dataframe_batches_are_written_as_rows(url: str, tmp_path: Path) -> None
     assert _rows(url) == [(1, "a", 10), (2, "b", 20), (3, "c", 30)]
 
 
+def test_dataframe_missing_values_are_null_and_timestamps_are_written(
+    url: str, tmp_path: Path
+) -> None:
+    import datetime as dt
+
+    import pandas as pd
+
+    frame = pd.DataFrame(
+        {
+            "id": [1, 2],
+            "k": ["a", None],  # pandas 3's strings hold NaN for the missing one
+            "x": [1.5, float("nan")],
+            "t": pd.to_datetime(["2026-12-06 10:00:00", None]),
+        }
+    )
+    cols = {"id": "INTEGER", "k": "TEXT", "x": "REAL", "t": "TIMESTAMP"}
+    _job(url, [frame], tmp_path / "f", columns=cols, create=True).run()
+    rows = _rows(url, "SELECT id, k, x, t, k IS NULL, x IS NULL, t IS NULL FROM out ORDER BY id")
+    first, second = rows
+    assert first[:3] == (1, "a", 1.5)
+    t = first[3]
+    assert (t if isinstance(t, dt.datetime) else dt.datetime.fromisoformat(t)) == dt.datetime(
+        2026, 12, 6, 10
+    )
+    assert second[:4] == (2, None, None, None) and all(second[4:])
+
+
+@pytest.mark.parametrize("target", ["sqlite:///:memory:", "sqlite:///", "sqlite://"])
+def test_a_database_in_memory_is_refused(target: str) -> None:
+    with pytest.raises(ConfigurationError, match="is a database in memory"):
+        Stream().to_sql(target, "out")
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["postgresql:/app:hunter2@127.0.0.1:5432/db", "host=127.0.0.1 user=app password=hunter2"],
+)
+def test_a_target_that_is_not_a_url_is_refused_without_its_password(target: str) -> None:
+    with pytest.raises(ConfigurationError, match="not a URL of a supported scheme") as e:
+        Stream().to_sql(target, "out")
+    assert "hunter2" not in str(e.value)
+
+
 def test_server_down_mid_run_stops_the_job_and_a_rerun_resumes_exactly(
     own_pg: PgServer, tmp_path: Path
 ) -> None:

@@ -285,7 +285,7 @@ def test_bad_options_are_one_line() -> None:
         Stream().lookup_sql("sqlite:///x.db", "t", key=0)
     with pytest.raises(ConfigurationError, match=re.escape("lookup_sql: cache must be the number of keys to keep (0: none), got -1")):  # fmt: skip
         Stream().lookup_sql("sqlite:///x.db", "t", key="k", cache=-1)
-    with pytest.raises(ConfigurationError, match=re.escape("lookup_sql: unsupported URL scheme in 'mysql'")):  # fmt: skip
+    with pytest.raises(ConfigurationError, match=re.escape("lookup_sql: target is not a URL of a supported scheme (it starts 'mysql')")):  # fmt: skip
         Stream().lookup_sql("mysql://x", "t", key="k")
     with pytest.raises(ConfigurationError, match=re.escape("lookup_sql: how must be 'inner' or 'left', got 'outer'")):  # fmt: skip
         Stream().lookup_sql("sqlite:///x.db", "t", key="k", how="outer")
