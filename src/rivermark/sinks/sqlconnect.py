@@ -126,6 +126,12 @@ def connect(
     except (RivermarkError, ConfigurationError):
         raise
     except Exception as e:
+        if isinstance(target, str) and target.startswith("sqlite://"):
+            raise error(
+                f"{label}: cannot open the {sqlite_where(sqlite_path(target))} "
+                f"({type(e).__name__}: {first_line(e)}); check that its directory exists "
+                "and that this user may write there"
+            ) from None
         raise error(
             f"{label}: cannot connect ({type(e).__name__}: {first_line(e)}); "
             "check the server address, user and password, and that the server runs"

@@ -157,6 +157,12 @@ def test_dataframe_missing_values_are_null_and_timestamps_are_written(
     assert second[:4] == (2, None, None, None) and all(second[4:])
 
 
+def test_a_sqlite_file_that_cannot_be_opened_is_named(tmp_path: Path) -> None:
+    target = f"sqlite:///{tmp_path / 'no-such-dir' / 'out.db'}"
+    with pytest.raises(SQLSinkError, match="cannot open the SQLite file .*no-such-dir.*directory"):
+        _job(target, [{"id": 1}], tmp_path / "ck", columns=COLS, create=True).run()
+
+
 @pytest.mark.parametrize("target", ["sqlite:///:memory:", "sqlite:///", "sqlite://"])
 def test_a_database_in_memory_is_refused(target: str) -> None:
     with pytest.raises(ConfigurationError, match="is a database in memory"):
