@@ -12,6 +12,7 @@ import click
 
 from rivermark._app import load_app_with_migrations, parse_every
 from rivermark.checkpoint import Job
+from rivermark.checkpoint.state.rocks.backend import parse_cache
 from rivermark.cli.group import cli
 from rivermark.cli.options import logged, set_meta, trust_option, upgrade_options
 from rivermark.observe.metrics import Snapshot, metrics_of
@@ -41,7 +42,7 @@ def _job_options(opts: dict[str, Any]) -> dict[str, Any]:
         "allow_dropped_state": opts["allow_dropped_state"],
         "state": opts["state"],
         "state_dir": opts["state_dir"],
-        "state_cache": opts["state_cache"],
+        "state_cache": parse_cache(opts["state_cache"], "rivermark run: --state-cache"),
     }
 
 

@@ -57,6 +57,21 @@ def test_run_bad_target(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert len(err.strip().splitlines()) == 1
 
 
+def test_run_a_state_cache_out_of_range_is_one_line_naming_the_option(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    app = tmp_path / "app.py"
+    app.write_text("from rivermark import Stream\nsource = Stream.from_iterable([1])\n")
+    for size in ["abc", "4MiB", "nan", "1e30", "1e999", "2TiB"]:
+        args = ["run", f"{app}:source", "-c", str(tmp_path / "c"), "--state", "rocksdb"]
+        assert main([*args, "--state-cache", size]) == 2, size
+        err = capsys.readouterr().err
+        assert err.splitlines() == [
+            "rivermark run: --state-cache must be a number of bytes from 8 MiB to 1 TiB "
+            f"(e.g. '256MiB'), got {size!r}"
+        ], err
+
+
 def test_run_app_to_completion(tmp_path: Path) -> None:
     app = tmp_path / "app.py"
     out = tmp_path / "out.txt"

@@ -319,8 +319,18 @@ def test_pickled_values_of_an_unsigned_store_are_refused(tmp_path: Path) -> None
         ),
         (
             {"state": "rocksdb", "state_cache": "1MiB"},
-            "Job: state_cache must be a number of bytes of at least 8 MiB (or e.g. '256MiB'), "
+            "Job: state_cache must be a number of bytes from 8 MiB to 1 TiB (e.g. '256MiB'), "
             "got '1MiB'",
+        ),
+        (
+            {"state": "rocksdb", "state_cache": "1e999"},  # inf
+            "Job: state_cache must be a number of bytes from 8 MiB to 1 TiB (e.g. '256MiB'), "
+            "got '1e999'",
+        ),
+        (
+            {"state": "rocksdb", "state_cache": 10**30},  # more than RocksDB's size_t
+            "Job: state_cache must be a number of bytes from 8 MiB to 1 TiB (e.g. '256MiB'), "
+            f"got {10**30}",
         ),
         (
             {"state": {"counts": "lmdb"}},

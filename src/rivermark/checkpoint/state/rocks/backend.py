@@ -78,6 +78,7 @@ __all__ = [
     "rocks_attrs",
     "files_of",
     "copy_shared",
+    "parse_cache",
     "default_state_base",
     "private_base",
 ]
@@ -214,25 +215,37 @@ def copy_shared(source: Store, target: Store, manifest: Manifest) -> None:
         target.write_shared(digest, data)
 
 
-def _parse_cache(value: object) -> int:
+#: the largest ``state_cache`` taken: a cache larger than any machine's memory bounds nothing
+MAX_CACHE = 1 << 40
+
+
+def parse_cache(value: object, what: str = "Job: state_cache") -> int:
+    """The bytes of RocksDB cache ``value`` asks for (``None``: the default, 256 MiB).
+
+    An int, or a string such as ``'256MiB'`` or ``'1.5G'``, from 8 MiB to
+    1 TiB; anything else is a :class:`ConfigurationError` naming ``what``.
+
+    >>> parse_cache("256MiB"), parse_cache("1.5G"), parse_cache(None) == DEFAULT_CACHE
+    (268435456, 1610612736, True)
+    """
     if value is None:
         return DEFAULT_CACHE
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 8 << 20:
-        return value
-    if isinstance(value, str):
+    n = -1
+    if isinstance(value, int) and not isinstance(value, bool):
+        n = value
+    elif isinstance(value, str):
         text = value.strip().upper().removesuffix("B").removesuffix("I")
-        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
         mult = units.get(text[-1:], 1)
         number = text[:-1] if text[-1:] in units else text
         try:
             n = int(float(number) * mult)
-        except ValueError:
+        except (ValueError, OverflowError):  # not a number, nan; inf (1e999)
             n = -1
-        if n >= 8 << 20:
-            return n
+    if 8 << 20 <= n <= MAX_CACHE:
+        return n
     raise ConfigurationError(
-        f"Job: state_cache must be a number of bytes of at least 8 MiB (or e.g. '256MiB'), "
-        f"got {value!r}"
+        f"{what} must be a number of bytes from 8 MiB to 1 TiB (e.g. '256MiB'), got {value!r}"
     )
 
 
@@ -264,7 +277,7 @@ class StateBackend:
         self.default_dir = state_dir is None
         self.job_id = ""
         self._lock_fd: int | None = None
-        self.settings = RocksSettings(_parse_cache(state_cache))
+        self.settings = RocksSettings(parse_cache(state_cache))
         self.store: Store | None = None
         self.homes: dict[tuple[str, str], Home] = {}
         #: node id -> how its RocksDB state was restored (time, local or fetched)
