@@ -488,6 +488,13 @@ def resolve(target: str) -> str:
 def _resolve(target: str) -> tuple[str, str | None]:
     """The control URL for ``target``, and the run ``job.json`` names (``None``: a URL)."""
     if target.startswith(("http://", "https://")):
+        try:
+            _host(target)
+        except ValueError as e:
+            raise ConfigurationError(
+                f"{target!r} is not a control URL ({e}); pass the job's page URL "
+                "(http://HOST:PORT/, a port from 1 to 65535), or its checkpoint directory"
+            ) from None
         return target.rstrip("/") + "/", None
     info = Path(target) / "job.json"
     try:
@@ -501,13 +508,28 @@ def _resolve(target: str) -> tuple[str, str | None]:
             f"{str(info)!r}); pass the job's page URL (http://HOST:PORT/, rivermark run "
             "--ui PORT), or the checkpoint directory of a job started with --ui"
         )
-    host = urllib.parse.urlsplit(url).hostname or ""
+    try:
+        host = _host(url)
+    except ValueError as e:
+        raise ConfigurationError(
+            f"{str(info)!r} names the control address {url!r}, which is not a valid URL ({e}); "
+            "pass the job's page URL (http://HOST:PORT/) yourself"
+        ) from None
     if not _is_loopback(host):
         raise ConfigurationError(
             f"{str(info)!r} names the control address {url!r}, which is not on this "
             "machine's loopback; pass that URL yourself if you trust it"
         )
     return url, run if isinstance(run, str) else ""
+
+
+def _host(url: str) -> str:
+    """The host ``url`` names; ValueError when it names none, or a malformed one or port."""
+    parts = urllib.parse.urlsplit(url)  # ValueError: an unclosed '[' (IPv6)
+    host, _ = parts.hostname, parts.port  # ValueError: a port out of range or not a number
+    if not host:
+        raise ValueError("no host")
+    return host
 
 
 def identity_proof(token: str, run: str, nonce: str) -> str:

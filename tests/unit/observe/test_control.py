@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from rivermark.cli import main
 from rivermark.errors import ConfigurationError
 from rivermark.observe import control
 
@@ -82,3 +83,35 @@ def test_a_directory_names_its_job_only_on_loopback(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="not on this machine's loopback"):
         control.resolve(str(tmp_path))
     assert control.resolve("http://203.0.113.9:4567") == "http://203.0.113.9:4567/"
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("http://127.0.0.1:99999/", "Port out of range 0-65535"),
+        ("http://127.0.0.1:abc/", "Port could not be cast to integer value as 'abc'"),
+        ("http://[::1/", "Invalid IPv6 URL"),
+        ("http:///", "no host"),
+    ],
+)
+def test_a_malformed_control_url_is_one_line_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], url: str, why: str
+) -> None:
+    for command in ("stop", "savepoint"):
+        assert main([command, url]) == 2
+        err = capsys.readouterr().err
+        assert len(err.splitlines()) == 1 and f"{url!r} is not a control URL ({why})" in err, err
+    with pytest.raises(
+        ConfigurationError, match=re.escape(f"{url!r} is not a control URL ({why}); pass the")
+    ):
+        control.resolve(url)
+    # the same address in a store's job.json is refused before any connection
+    info = tmp_path / "job.json"
+    info.write_text(json.dumps({"control": url, "control_run": "0" * 32}))
+    with pytest.raises(
+        ConfigurationError,
+        match=re.escape(
+            f"{str(info)!r} names the control address {url!r}, which is not a valid URL ({why})"
+        ),
+    ):
+        control.request(str(tmp_path), "api/stop", "a-control-token-of-test-0123456789")
