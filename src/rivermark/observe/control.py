@@ -96,8 +96,9 @@ MIN_TOKEN = 16
 def control_token() -> str | None:
     """The control token from the environment, or ``None`` when none is set.
 
-    A token shorter than 16 characters, or a file that cannot be read, is a
-    :class:`ConfigurationError` naming the variable (never the token).
+    A token shorter than 16 characters, or a file that cannot be read or
+    whose first line is empty, is a :class:`ConfigurationError` naming the
+    variable (never the token).
     """
     refuse_empty(TOKEN_ENV, "token")
     refuse_empty(TOKEN_FILE_ENV, "path of the token file")
@@ -115,6 +116,11 @@ def control_token() -> str | None:
                 "file holding the control token on its first line"
             ) from None
         token = lines[0].strip() if lines else ""
+        if not token:  # an empty file is a token that went missing, not "no token"
+            raise ConfigurationError(
+                f"{where} holds no control token (its first line is empty); write the token "
+                "on its first line, e.g. the output of 'openssl rand -hex 32'"
+            )
     if not token:
         return None
     if len(token) < MIN_TOKEN:

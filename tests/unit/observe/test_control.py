@@ -41,6 +41,26 @@ def test_a_short_token_or_an_unreadable_file_is_refused_without_showing_it(
         control.control_token()
 
 
+@pytest.mark.parametrize("text", ["", "\n", "  \n0123456789abcdef-on-line-two\n"])
+def test_a_token_file_without_a_token_on_its_first_line_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str
+) -> None:
+    # not a job that runs with control turned off: the token went missing
+    monkeypatch.delenv(control.TOKEN_ENV, raising=False)
+    secret = tmp_path / "token"
+    secret.write_text(text)
+    secret.chmod(0o600)
+    monkeypatch.setenv(control.TOKEN_FILE_ENV, str(secret))
+    with pytest.raises(
+        ConfigurationError,
+        match=re.escape(
+            f"the file RIVERMARK_CONTROL_TOKEN_FILE names ({str(secret)!r}) holds no control "
+            "token (its first line is empty); write the token on its first line"
+        ),
+    ):
+        control.control_token()
+
+
 def test_an_empty_variable_or_a_token_file_others_can_read_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
