@@ -95,6 +95,14 @@ def test_savepoint_and_stop_with_savepoint_through_the_control_api(tmp_path: Pat
         refused = _cli("savepoint", str(ckpt), token=None)
         assert refused.returncode == 2 and "no control token" in refused.stderr, refused.stderr
         assert "Traceback" not in refused.stderr
+        # a wrong token: the running job cannot prove it holds it, so it is never sent,
+        # and the line says how to give the right one
+        for args in (["savepoint", str(ckpt)], ["stop", url]):
+            wrong = _cli(*args, token="not-the-token-0123456789")
+            assert wrong.returncode == 1 and len(wrong.stderr.splitlines()) == 1, wrong.stderr
+            assert "could not prove that it holds your control token" in wrong.stderr
+            assert "your token is not its token (set RIVERMARK_CONTROL_TOKEN" in wrong.stderr
+        assert proc.poll() is None
         res = _cli("savepoint", str(ckpt))
         assert res.returncode == 0, res.stderr
         epoch = int(res.stdout.split()[-1])

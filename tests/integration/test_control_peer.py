@@ -223,9 +223,9 @@ def test_the_token_goes_only_to_the_run_that_proves_it_is_the_job(tmp_path: Path
     with _server(port, impostor) as seen:
         _one_line(
             _cli("savepoint", str(ckpt)),
-            f"the process at http://127.0.0.1:{port}/ is not the job of {ckpt}",
-            "could not prove that it holds the control token",
-            "the control token was not sent",
+            f"the process at http://127.0.0.1:{port}/ could not prove that it holds your "
+            "control token, so the token was not sent",
+            "if the job has ended, another program holds its port",
         )
         _one_line(_cli("stop", f"http://127.0.0.1:{port}"), "could not prove")
     assert [(m, p.partition("?")[0]) for m, p, _ in seen] == [("GET", "/api/identity")] * 2

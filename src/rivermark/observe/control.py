@@ -589,11 +589,18 @@ def _check_identity(
     theirs, proof = body.get("run"), body.get("proof")
     if not isinstance(theirs, str) or not isinstance(proof, str):
         raise _not_the_job(url, target, "its identity answer is not a job's")
-    if not hmac.compare_digest(proof.encode(), identity_proof(token, theirs, nonce).encode()):
-        raise _not_the_job(url, target, "it could not prove that it holds the control token")
     if run and theirs != run:
         raise _not_the_job(
             url, target, f"it is another run than the one job.json names ({theirs} != {run})"
+        )
+    if not hmac.compare_digest(proof.encode(), identity_proof(token, theirs, nonce).encode()):
+        # the job itself with another token, or a program that took its port: the
+        # client cannot tell them apart (neither proves it holds this token)
+        raise ControlRequestError(
+            f"the process at {url} could not prove that it holds your control token, so the "
+            f"token was not sent: if the job of {target} runs there, your token is not its "
+            f"token (set {TOKEN_ENV}, or {TOKEN_FILE_ENV}, to the token the job was started "
+            "with); if the job has ended, another program holds its port"
         )
 
 
