@@ -30,8 +30,8 @@ import importlib
 import logging
 import os
 import re
-import runpy
 import sys
+import types
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -58,7 +58,7 @@ __all__ = [
     "APP_RUN_NAME",
 ]
 
-#: ``__name__`` of an app imported by ``rivermark run``
+#: the package in ``sys.modules`` of the script apps ``rivermark run`` imports
 APP_RUN_NAME = "__rivermark_app__"
 
 _ZERO = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*$")
@@ -122,7 +122,7 @@ def _import_namespace(spec: str) -> dict[str, object]:
         if not Path(spec).is_file():
             raise AppError(f"rivermark run: no such file {spec!r}; check the path of the app")
         sys.path.insert(0, str(Path(spec).resolve().parent))
-        return runpy.run_path(spec, run_name=APP_RUN_NAME)
+        return _run_script(spec)
     # a module name, found like 'python -m' finds it: from the working directory first
     sys.path.insert(0, os.getcwd())
     try:
@@ -134,6 +134,44 @@ def _import_namespace(spec: str) -> dict[str, object]:
                 "or a module importable from the working directory (package.module:name)"
             ) from None
         raise
+    return vars(module)
+
+
+def _script_module_name(path: str) -> str:
+    """The ``__name__`` of the script ``path`` under ``rivermark run``: its classes' ``__module__``.
+
+    >>> _script_module_name("jobs/my-app.py")
+    '__rivermark_app__.my_app'
+    """
+    stem = re.sub(r"\W", "_", Path(path).stem)
+    return f"{APP_RUN_NAME}.{stem}"
+
+
+def _run_script(path: str) -> dict[str, object]:
+    """Run the script ``path`` as a module in ``sys.modules``; return its globals.
+
+    It stays there for the life of the process, so that pickle finds the
+    classes it defines as it finds a module's: by the module's name, which
+    is the script's (:func:`_script_module_name`).  As under ``python path``,
+    ``sys.argv[0]`` is ``path`` while it runs, and no bytecode is cached.
+    """
+    name = _script_module_name(path)
+    module = types.ModuleType(name)
+    module.__file__ = path
+    module.__package__ = ""  # no parent package: a relative import fails as in a script
+    with open(path, "rb") as f:
+        code = compile(f.read(), path, "exec")
+    sys.modules.setdefault(APP_RUN_NAME, types.ModuleType(APP_RUN_NAME))
+    sys.modules[name] = module
+    argv0 = sys.argv[:1]
+    sys.argv[:1] = [path]
+    try:
+        exec(code, vars(module))
+    except BaseException:
+        del sys.modules[name]
+        raise
+    finally:
+        sys.argv[:1] = argv0
     return vars(module)
 
 

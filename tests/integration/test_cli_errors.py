@@ -366,6 +366,52 @@ def test_module_target_and_python_dash_m(tmp_path: Path) -> None:
     assert res.returncode == 0 and "Usage: rivermark" in res.stdout, res
 
 
+BOXED = """\
+from rivermark import Stream
+class Box:
+    def __init__(self, total, seen):
+        self.total, self.seen = total, seen
+    def add(self, x):
+        return Box(self.total + x, self.seen + [x])
+source = Stream.from_textfile({inp!r}, stop_at_eof=True, name="lines")
+boxed = source.map(int).accumulate(Box.add, start=Box(0.5, []), name="boxed")
+boxed.map(lambda b: f"{{b.total}} {{b.seen}}").sink_to_textfile({out!r})
+"""
+
+
+def test_script_app_whose_state_holds_an_object_of_its_own_class(tmp_path: Path) -> None:
+    # the script's classes are pickled by the script's module name, as a module's are
+    inp, out, ckpt = tmp_path / "in.txt", tmp_path / "out.txt", tmp_path / "c"
+    app = write_app(tmp_path, BOXED.format(inp=str(inp), out=str(out)))
+    signed = {"RIVERMARK_CHECKPOINT_KEY": "k" * 32}
+
+    def run_app(
+        script: Path, store: Path, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        return run("run", f"{script}:source", "--checkpoint", str(store), "-q", env=env)
+
+    inp.write_text("1\n2\n")
+    res = run_app(app, ckpt, signed)
+    assert res.returncode == 0, res.stderr
+    inp.write_text("1\n2\n3\n")
+    res = run_app(app, ckpt, signed)  # a new process restores the Box of the last checkpoint
+    assert res.returncode == 0, res.stderr
+    assert out.read_text().splitlines() == ["1.5 [1]", "3.5 [1, 2]", "6.5 [1, 2, 3]"]
+    # another script with a class of the same name does not take the object for its own
+    other = tmp_path / "other.py"
+    other.write_text(app.read_text().replace("self.seen + [x]", "self.seen"))
+    inp.write_text("1\n2\n3\n4\n")
+    res = run_app(other, ckpt, signed)
+    assert res.returncode != 0
+    assert "No module named '__rivermark_app__.app'" in res.stderr, res.stderr
+    assert out.read_text().splitlines()[-1] == "6.5 [1, 2, 3]"
+    # without a key the pickled part is not loaded, as for any app
+    out.unlink()
+    res = run_app(app, tmp_path / "unsigned")
+    assert res.returncode == 0, res.stderr
+    assert_clear(run_app(app, tmp_path / "unsigned"), 2, "node boxed", "--trust-store")
+
+
 def test_logging_options_are_described_once_and_accepted_everywhere(tmp_path: Path) -> None:
     top = run("--help")
     assert "--log-level" in top.stdout and "--log-format" in top.stdout
