@@ -178,6 +178,13 @@ def _do_verify(
     for r in results:
         print(_verify_line(r))
     if epoch is None:
+        for leftover in sorted(store.list_incomplete()):
+            if leftover.name.isdigit():
+                print(
+                    f"{int(leftover.name):>12}  not a checkpoint: {leftover} has no manifest "
+                    "(a torn write, or put there by hand); a run skips its number and deletes "
+                    "it after its next checkpoint"
+                )
         good = [r["epoch"] for r in results if r["ok"]]
         # a job skips what fails its checks, and stops at state it may not or cannot read
         first = next((r for r in reversed(results) if r["ok"] or r.get("refused")), None)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import logging
 import os
@@ -49,6 +50,30 @@ def test_torn_write_is_no_checkpoint(tmp_path: Path) -> None:
     store.prune(keep=10)
     assert not torn.exists()
     assert store.list_epochs() == [1, 3]
+
+
+def test_a_file_named_like_a_checkpoint_is_a_leftover_too(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rivermark.cli import main
+
+    source, _, first, holder = build(300, stop_at=100)
+    holder["job"] = Job(source, checkpoint=tmp_path, every=None)
+    holder["job"].run()
+    store = LocalDirectoryStore(tmp_path)
+    newest = store.list_epochs()[-1]
+    stray = store.epoch_dir(newest + 1)
+    stray.write_text("x")  # a file, where the next checkpoint's directory goes
+    assert store.list_epochs()[-1] == newest and store.list_incomplete() == [stray]
+    assert main(["checkpoints", "verify", str(tmp_path)]) == 0
+    assert f"{newest + 1:>12}  not a checkpoint: {stray} has no manifest" in capsys.readouterr().out
+    # the next run skips its number, resumes exactly, and deletes it after a newer checkpoint
+    source, _, second, _ = build(300)
+    job = Job(source, checkpoint=tmp_path, every=None)
+    job.run()
+    assert job.restored_epoch == newest
+    assert second == list(itertools.accumulate(range(300)))
+    assert not stray.exists() and store.list_epochs()[-1] > newest + 1
 
 
 @pytest.mark.parametrize("damage", ["checksum", "missing", "truncated", "manifest"])

@@ -16,7 +16,8 @@ Write order (torn writes): every state file is written and fsynced, then the
 manifest goes to ``manifest.json.tmp``, is fsynced, renamed to
 ``manifest.json``, and the directory is fsynced.  A directory without
 ``manifest.json`` is not a checkpoint (leftovers are deleted on the next
-write or prune).
+write or prune), nor is a file named like a checkpoint directory (deleted
+by the prune that follows a newer checkpoint, as a torn directory is).
 """
 
 from __future__ import annotations
@@ -213,8 +214,12 @@ class LocalDirectoryStore(Store):
         return sorted(out)
 
     def list_incomplete(self) -> list[Path]:
-        """Checkpoint directories without a manifest (torn writes)."""
-        return [d for d in self._epoch_dirs() if d.is_dir() and not (d / "manifest.json").exists()]
+        """Checkpoint directories without a manifest (torn writes), and files named like one."""
+        return [
+            d
+            for d in self._epoch_dirs()
+            if (d.is_dir() or d.name.isdigit()) and not (d / "manifest.json").exists()
+        ]
 
     def write_checkpoint(self, manifest: Manifest, states: dict[str, bytes]) -> None:
         d = self.epoch_dir(manifest.epoch)
@@ -289,7 +294,11 @@ class LocalDirectoryStore(Store):
         newest = epochs[-1] if epochs else -1
         for d in self.list_incomplete():
             if d.name.isdigit() and int(d.name) < newest:
-                shutil.rmtree(d, ignore_errors=True)
+                if d.is_dir():
+                    shutil.rmtree(d, ignore_errors=True)
+                else:  # not a directory: nothing a write left, but no checkpoint either
+                    with contextlib.suppress(OSError):
+                        d.unlink()
         doomed = self.prunable(epochs, keep)
         for e in doomed:
             self.delete(e)
