@@ -115,6 +115,11 @@ def control_token() -> str | None:
                 f"{TOKEN_FILE_ENV}={path!r} cannot be read ({e.strerror or e}); point it at a "
                 "file holding the control token on its first line"
             ) from None
+        except UnicodeDecodeError:
+            raise ConfigurationError(
+                f"{where} is not text (UTF-8); write the token on its first line, e.g. the "
+                "output of 'openssl rand -hex 32'"
+            ) from None
         token = lines[0].strip() if lines else ""
         if not token:  # an empty file is a token that went missing, not "no token"
             raise ConfigurationError(
@@ -506,7 +511,7 @@ def _resolve(target: str) -> tuple[str, str | None]:
     try:
         named = json.loads(info.read_text(encoding="utf-8"))
         url, run = named.get("control"), named.get("control_run")
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         url = run = None
     if not isinstance(url, str) or not url:
         raise ConfigurationError(

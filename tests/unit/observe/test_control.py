@@ -61,6 +61,18 @@ def test_a_token_file_without_a_token_on_its_first_line_is_refused(
         control.control_token()
 
 
+def test_a_token_file_that_is_not_text_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(control.TOKEN_ENV, raising=False)
+    secret = tmp_path / "token"
+    secret.write_bytes(b"\xff\xfe" + b"\x00" * 40)
+    secret.chmod(0o600)
+    monkeypatch.setenv(control.TOKEN_FILE_ENV, str(secret))
+    with pytest.raises(ConfigurationError, match=r"is not text \(UTF-8\)"):
+        control.control_token()
+
+
 def test_an_empty_variable_or_a_token_file_others_can_read_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
