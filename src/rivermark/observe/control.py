@@ -563,7 +563,7 @@ def _exchange(
     data = r.read()
     try:
         body = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):  # a peer's answer is data: not JSON, or too deep
         body = None
     return r.status, body if isinstance(body, dict) else None, r.getheader("Location") or ""
 
