@@ -63,7 +63,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import IO, Any, ClassVar, TypeVar, Unpack
-from urllib.parse import quote as url_quote
 
 from rivermark.core.node import NodeOptions, Stream
 from rivermark.core.refs import Metadata
@@ -545,8 +544,8 @@ class ToDelta(LakeSink):
                     f"from {loc.where()}; someone deleted it: rerun with --from-scratch"
                 )
             stats = json.dumps({"numRecords": f["rows"]})
-            path = url_quote(f["path"], safe="/=")  # a URI relative to the table
-            actions.append(AddAction(path, f["size"], f["partition"], now, True, stats))
+            # the file's path relative to the table: deltalake escapes it in the log itself
+            actions.append(AddAction(f["path"], f["size"], f["partition"], now, True, stats))
         dt.create_write_transaction(
             actions, mode="append", schema=dt.schema(), partition_by=self.partition_by or None,
             commit_properties=props,

@@ -243,6 +243,30 @@ def test_delta_each_epoch_is_one_commit_with_the_sinks_transaction_version(tmp_p
     assert DeltaTable(url).version() == 2 and len(_delta(url)) == 20
 
 
+def test_delta_partition_values_that_need_escaping_are_read_back(tmp_path: Path) -> None:
+    import json
+
+    from deltalake import write_deltalake
+
+    def log_dirs(url: str) -> dict[str, str]:  # partition value -> the directory its add names
+        out = {}
+        for f in sorted((Path(url) / "_delta_log").glob("*.json")):
+            for line in f.read_text().splitlines():
+                add = json.loads(line).get("add")
+                if add:
+                    out[add["partitionValues"]["city"]] = add["path"].rsplit("/", 1)[0]
+        return out
+
+    cities = ["New York", "a/b", "x=y", "50%", "Zürich", "sp ace%20", "plain"]
+    recs = [{"id": i, "city": c} for i, c in enumerate(cities)]
+    url, ref = str(tmp_path / "t"), str(tmp_path / "ref")
+    _delta_job(url, recs, tmp_path / "c", partition_by=["city"], name="p").run()
+    write_deltalake(ref, pa.Table.from_pylist(recs), partition_by=["city"])
+    assert log_dirs(url) == log_dirs(ref)  # the paths deltalake itself writes
+    rows = DeltaTable(url).to_pyarrow_table().to_pylist()
+    assert sorted(rows, key=lambda r: r["id"]) == recs
+
+
 def test_delta_merge_dataframes_and_tombstones(tmp_path: Path) -> None:
     from rivermark.sinks.sql import delete
 
