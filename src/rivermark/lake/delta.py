@@ -73,6 +73,8 @@ from rivermark.lake.files import (
     LakeSinkError,
     Location,
     hive_dir,
+    no_answer,
+    one_line,
     rows_to_table,
     schema_of,
 )
@@ -168,6 +170,8 @@ class ToDelta(LakeSink):
         self.storage_options = {str(k): str(v) for k, v in (storage_options or {}).items()}
         super().__init__(upstream, **kwargs)
         self._fast_append = False  # append mode, with a schema
+        #: merge mode into a table that existed: its schema, which records must fit
+        self._table_schema: Any = None
         self._init_files(url, sink_id, schema, example)
         self.app_id = f"rivermark:{self.sink_id}"
         self._rows: list[Mapping[str, Any]] = []
@@ -184,6 +188,11 @@ class ToDelta(LakeSink):
         self._next_epoch = 0
 
     def _set_schema(self, schema: Any) -> None:
+        if self._table_schema is not None:  # a MERGE takes the table's columns and types
+            import pyarrow as pa
+
+            table = self._table_schema
+            schema = pa.schema([table.field(f.name) for f in schema if f.name in table.names])
         missing = [c for c in [*self.partition_by, *self.key] if c not in schema.names]
         if missing:
             raise ConfigurationError(
@@ -212,6 +221,12 @@ class ToDelta(LakeSink):
                     "retry_timeout": t, **self.storage_options}  # fmt: skip
         if DeltaTable.is_deltatable(self.url, storage_options=opts):
             self._dt = DeltaTable(self.url, storage_options=opts)
+            if self.mode == "merge":
+                import pyarrow as pa
+
+                self._table_schema = pa.schema(self._dt.schema().to_arrow())
+                if self._schema is not None:
+                    self._set_schema(self._schema)
         elif self._schema is not None:
             self._dt = DeltaTable.create(
                 self.url, self._schema, mode="ignore", partition_by=self.partition_by or None,
@@ -477,6 +492,7 @@ class ToDelta(LakeSink):
         import pyarrow as pa
         import pyarrow.parquet as pq
 
+        self._ready()  # the table opened first: rows that do not fit its schema are refused
         schema = self._schema.append(pa.field(_DELETE, pa.bool_()))
         rows: list[Mapping[str, Any]] = []
         for k, rec in ops.items():
@@ -488,7 +504,6 @@ class ToDelta(LakeSink):
         rel = f"{self.home}/stage/epoch-{epoch:012d}.parquet"
 
         def stage() -> None:
-            self._table()
             f = loc.open_write(rel)
             pq.write_table(table, f)
             loc.seal(f)
@@ -521,7 +536,7 @@ class ToDelta(LakeSink):
             if "files" in entry:
                 self._commit_files(loc, dt, entry["files"], props)
             else:
-                self._commit_merge(loc, dt, entry["stage"], props)
+                self._commit_merge(loc, dt, entry["stage"], props, epoch)
                 loc.remove([entry["stage"]])
         except LakeSinkError:
             raise
@@ -552,9 +567,10 @@ class ToDelta(LakeSink):
         )  # fmt: skip
         dt.update_incremental()  # the object does not follow a commit made this way
 
-    def _commit_merge(self, loc: Location, dt: Any, stage: str, props: Any) -> None:
+    def _commit_merge(self, loc: Location, dt: Any, stage: str, props: Any, epoch: int) -> None:
         import io
 
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
         if not loc.exists(stage):
@@ -564,14 +580,28 @@ class ToDelta(LakeSink):
             )
         source = pq.read_table(io.BytesIO(loc.read_bytes(stage)))
         on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in self.key)
-        cols = {c: f"s.`{c}`" for c in self._schema.names}
-        (
-            dt.merge(source, on, source_alias="s", target_alias="t", commit_properties=props)
-            .when_matched_delete(predicate=f"s.{_DELETE}")
-            .when_matched_update(cols, predicate=f"NOT s.{_DELETE}")
-            .when_not_matched_insert(cols, predicate=f"NOT s.{_DELETE}")
-            .execute()
-        )
+        cols = {c: f"s.`{c}`" for c in source.column_names if c != _DELETE}
+        try:
+            (
+                dt.merge(source, on, source_alias="s", target_alias="t", commit_properties=props)
+                .when_matched_delete(predicate=f"s.{_DELETE}")
+                .when_matched_update(cols, predicate=f"NOT s.{_DELETE}")
+                .when_not_matched_insert(cols, predicate=f"NOT s.{_DELETE}")
+                .execute()
+            )
+        except Exception as e:
+            table = pa.schema(dt.schema().to_arrow())
+            wrong = [f"{c!r} ({source.schema.field(c).type}, the table's {table.field(c).type})"
+                     for c in cols if c in table.names
+                     and source.schema.field(c).type != table.field(c).type]  # fmt: skip
+            if not wrong or no_answer(e):
+                raise
+            raise LakeSinkError(
+                f"{self.label()}: the rows staged for epoch {epoch} do not fit the table's schema "
+                f"in column(s) {', '.join(wrong)} and cannot be merged ({type(e).__name__}: "
+                f"{one_line(e)}); change those columns of the table to the records' types, or "
+                "run again with a new checkpoint directory"
+            ) from None
 
     def restore(self, handle: Any) -> None:
         """Commit the checkpoint's pending epochs; delete files of later (never committed) ones."""

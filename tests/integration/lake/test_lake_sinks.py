@@ -285,6 +285,37 @@ def test_delta_a_record_that_does_not_fit_goes_through_the_error_policy(tmp_path
     assert [r[0] for r in _delta(url)] == [0, 1, 2, 3, 4]
 
 
+def test_delta_merge_into_an_existing_table_refuses_records_that_do_not_fit_its_schema(tmp_path: Path) -> None:  # fmt: skip
+    from deltalake import write_deltalake
+
+    url = str(tmp_path / "t")
+    write_deltalake(url, pa.table({"k": ["a"], "v": ["x"]}))
+    recs = [{"k": "b", "v": 2}, {"k": "c", "v": "z"}]  # v is a string column in the table
+    with pytest.raises(RecordSchemaError, match=re.escape("to_delta sink 'm': record does not fit the table's schema (")):  # fmt: skip
+        _delta_job(url, recs, tmp_path / "a", mode="merge", key=["k"], name="m").run()
+    assert DeltaTable(url).version() == 0  # refused before any commit
+    _delta_job(url, recs, tmp_path / "b", mode="merge", key=["k"], name="m", on_error="skip").run()  # fmt: skip
+    assert sorted(DeltaTable(url).to_pyarrow_table().to_pylist(), key=str) == [{"k": "a", "v": "x"}, {"k": "c", "v": "z"}]  # fmt: skip
+
+
+def test_delta_merge_of_staged_rows_that_do_not_fit_the_table_is_refused_in_one_line(tmp_path: Path) -> None:  # fmt: skip
+    from deltalake import write_deltalake
+
+    url = str(tmp_path / "t")
+    write_deltalake(url, pa.table({"k": ["a"], "v": ["x"]}))
+    sink = ToDelta(Stream(), url, mode="merge", key=["k"], name="m")
+    # an epoch staged with other types than the table's (the table changed since)
+    stage = f"{sink.home}/stage/epoch-000000000002.parquet"
+    os.makedirs(os.path.dirname(os.path.join(url, stage)))
+    pq.write_table(pa.table({"k": [1], "v": [2], "_rm_delete": [False]}), os.path.join(url, stage))
+    handle = {"sink": "m", "epoch": 2, "pending": [{"epoch": 2, "stage": stage}]}
+    try:
+        with pytest.raises(LakeSinkError, match=re.escape("to_delta sink 'm': the rows staged for epoch 2 do not fit the table's schema in column(s) 'k' (int64, the table's string), 'v' (int64, the table's string) and cannot be merged (")):  # fmt: skip
+            sink.restore(handle)
+    finally:
+        sink.close()
+
+
 def test_delta_earlier_output_is_refused_and_from_scratch_empties_the_table(tmp_path: Path) -> None:  # fmt: skip
     url = str(tmp_path / "t")
     _delta_job(url, RECS, tmp_path / "one", name="d").run()
