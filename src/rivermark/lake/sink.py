@@ -83,6 +83,33 @@ class LakeSink(Sink):
             "on_error='skip' or on_error=callable on this node"
         )
 
+    def _record_misfit(
+        self, r: Mapping[str, Any], schema: Any, e: BaseException
+    ) -> RecordSchemaError:
+        """The error of a record that does not fit ``schema``, naming the column that does not."""
+        import pyarrow as pa
+
+        for field in schema:
+            value = r.get(field.name)
+            try:
+                pa.array([value], type=field.type)
+            except (pa.ArrowException, ValueError, TypeError, OverflowError) as ce:
+                if pa.types.is_null(field.type):
+                    return RecordSchemaError(
+                        f"{self.label()}: record does not fit {self.schema_words} (column "
+                        f"{field.name!r} has type null, derived from a record where it was None, "
+                        f"and cannot take {value!r:.100}); pass example= or schema= that gives "
+                        "it a type (a column is nullable unless declared otherwise), or set "
+                        "on_error='skip' or on_error=callable on this node"
+                    )
+                return RecordSchemaError(
+                    f"{self.label()}: record does not fit {self.schema_words} (column "
+                    f"{field.name!r} of type {field.type} cannot take {value!r:.100}: "
+                    f"{type(ce).__name__}: {first_line(ce)}); fix the input, pass schema= with "
+                    "the right types, or set on_error='skip' or on_error=callable on this node"
+                )
+        return self._misfit("record", e)
+
     def _location_options(self) -> Mapping[str, object]:
         """The fsspec options of the sink's location."""
         raise NotImplementedError
@@ -179,7 +206,7 @@ class LakeSink(Sink):
             try:
                 pa.Table.from_pylist([r], schema=schema)
             except (pa.ArrowException, ValueError, TypeError, OverflowError) as e:
-                self._user_error(r, self._misfit("record", e), self.update)
+                self._user_error(r, self._record_misfit(r, schema, e), self.update)
                 continue
             good.append(r)
         return good

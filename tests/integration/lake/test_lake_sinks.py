@@ -154,6 +154,20 @@ def test_a_record_with_a_column_the_schema_lacks_goes_through_the_error_policy(t
         make(str(tmp_path / "out2"), ODD, tmp_path / "b", name="r", batch_rows=4).run()
 
 
+@pytest.mark.parametrize("kind", ["parquet", "delta"])
+def test_a_record_that_does_not_fit_is_refused_naming_the_column(tmp_path: Path, kind: str) -> None:  # fmt: skip
+    make, label = (_parquet_job, "to_parquet sink 'r': record does not fit the schema") if kind == "parquet" else (_delta_job, "to_delta sink 'r': record does not fit the table's schema")  # fmt: skip
+    seen: list[str] = []
+    recs = [{"id": 1, "name": "a", "qty": 1}, {"id": 2, "name": "b", "qty": "three"}]
+    make(str(tmp_path / "a"), recs, tmp_path / "ca", name="r", on_error=lambda x, e: seen.append(str(e))).run()  # fmt: skip
+    assert seen == [f"{label} (column 'qty' of type int64 cannot take 'three': ArrowInvalid: Could not convert 'three' with type str: tried to convert to int64); fix the input, pass schema= with the right types, or set on_error='skip' or on_error=callable on this node"]  # fmt: skip
+    # a column None in the first record: typed null, which no other value fits
+    seen.clear()
+    recs = [{"id": 1, "name": None}, {"id": 2, "name": "x"}]
+    make(str(tmp_path / "b"), recs, tmp_path / "cb", name="r", on_error=lambda x, e: seen.append(str(e))).run()  # fmt: skip
+    assert len(seen) == 1 and seen[0].startswith(f"{label} (column 'name' has type null, derived from a record where it was None, and cannot take 'x'); pass example= or schema= that gives it a type")  # fmt: skip
+
+
 def test_parquet_a_batch_that_does_not_fit_is_refused_whole(tmp_path: Path) -> None:
     out = tmp_path / "out"
     frames = [pd.DataFrame(RECS[:5]), pd.DataFrame({"id": ["x"], "k": ["a"], "v": [1], "g": [0]})]
