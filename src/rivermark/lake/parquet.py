@@ -144,6 +144,8 @@ class ToParquet(LakeSink):
         self.partition_by = partition_by
         self.roll_rows, self.roll_bytes = int(roll_rows), int(roll_bytes)
         self.roll_seconds, self.batch_rows = float(roll_seconds), int(batch_rows)
+        #: records buffered before they are written: a buffer never holds more than a file takes
+        self._flush_at = min(self.batch_rows, self.roll_rows)
         self.storage_options = dict(storage_options or {})
         self.timeout = float(timeout)
         super().__init__(upstream, **kwargs)
@@ -182,7 +184,7 @@ class ToParquet(LakeSink):
         buf = self._unpartitioned
         if buf is not None and type(x) is dict and self._names.issuperset(x):  # the common case
             buf.append(x)
-            if len(buf) >= self.batch_rows:
+            if len(buf) >= self._flush_at:
                 self._flush(())
             return None
         self._add(x)
@@ -200,7 +202,7 @@ class ToParquet(LakeSink):
                 if not self.partition_by:
                     self._unpartitioned = buf
             buf.append(x)
-            if len(buf) >= self.batch_rows:
+            if len(buf) >= self._flush_at:
                 self._flush(key)
         elif hasattr(x, "to_dict") and hasattr(x, "columns"):
             self._write_frame(x)
@@ -294,25 +296,33 @@ class ToParquet(LakeSink):
         self._write(loc, key, tables[0] if len(tables) == 1 else pa.concat_tables(tables))
 
     def _write(self, loc: Location, key: tuple[Any, ...], table: Any) -> None:
-        """Write ``table`` (the whole schema) into the partition's open file, rolling it first."""
+        """Write ``table`` (the whole schema) into the partition's open file, rolling it first.
+
+        A file takes at most ``roll_rows`` rows: the rest go into the next one.
+        """
         f = self._open.get(key)
-        now = time.monotonic()
         try:
-            if f is not None and (
-                f.rows >= self.roll_rows
-                or f.handle.tell() >= self.roll_bytes
-                or now - f.opened >= self.roll_seconds
-            ):
-                self._seal(key)
-                f = None
             if self.partition_by:
                 table = table.drop_columns(self.partition_by)
-            if f is None:
-                f = self._open_file(loc, key, now)
-            f.writer.write_table(table)
+            while True:
+                now = time.monotonic()
+                if f is not None and (
+                    f.rows >= self.roll_rows
+                    or f.handle.tell() >= self.roll_bytes
+                    or now - f.opened >= self.roll_seconds
+                ):
+                    self._seal(key)
+                    f = None
+                if f is None:
+                    f = self._open_file(loc, key, now)
+                part = table.slice(0, max(self.roll_rows - f.rows, 1))
+                f.writer.write_table(part)
+                f.rows += part.num_rows
+                table = table.slice(part.num_rows)
+                if table.num_rows == 0:
+                    break
         except Exception as e:
             raise self._failed(loc, "writing an in-progress file", e) from None
-        f.rows += table.num_rows
 
     def _open_file(self, loc: Location, key: tuple[object, ...], now: float) -> _OpenFile:
         import pyarrow.parquet as pq

@@ -64,6 +64,15 @@ def test_parquet_files_are_hive_partitioned_rolled_by_rows_and_named_per_epoch(t
     assert os.listdir(out / "_rivermark" / os.listdir(out / "_rivermark")[0] / "inprogress") == []
 
 
+@pytest.mark.parametrize("batch_rows", [50_000, 7])
+def test_parquet_a_file_never_holds_more_than_roll_rows(tmp_path: Path, batch_rows: int) -> None:
+    out = tmp_path / "out"
+    # one epoch: the buffer (batch_rows, or the default far above roll_rows) does not decide
+    _parquet_job(str(out), RECS[:25], tmp_path / "c", roll_rows=10, batch_rows=batch_rows, name="r").run()  # fmt: skip
+    assert sorted(pq.read_metadata(f).num_rows for f in out.glob("*.parquet")) == [5, 10, 10]
+    assert sorted(parquet_rows(str(out), None)) == sorted((r["id"], r["k"], r["v"], r["g"]) for r in RECS[:25])  # fmt: skip
+
+
 def test_parquet_in_progress_files_are_skipped_by_readers_until_commit(tmp_path: Path) -> None:
     out = tmp_path / "out"
     sink = ToParquet(Stream(), str(out), partition_by=["g"], batch_rows=1, name="r")
