@@ -12,6 +12,7 @@ Each sink keeps its own protocol (files, commits, restore).
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
@@ -30,10 +31,50 @@ T = TypeVar("T")
 __all__ = ["LakeSink", "check_url"]
 
 
+#: the schemes of a URL a file sink writes to (the stores its lease can be held in)
+_SCHEMES = ("file", "s3", "s3a")
+
+
 def check_url(api: str, url: object) -> None:
-    """Refuse a ``url`` that is not a non-empty string, naming the sink (``to_parquet``)."""
+    """Refuse a ``url`` that is not a non-empty string, naming the sink (``to_parquet``).
+
+    A URL of another scheme than ``file://`` or ``s3://``, or a path that
+    starts with what looks like a mistyped scheme (``s3:/bucket``), is
+    refused too, the URL shown without credentials.
+
+    >>> check_url("to_parquet", "s3:/bucket/x")
+    Traceback (most recent call last):
+    ...
+    rivermark.errors.ConfigurationError: to_parquet: url 's3:/bucket/x' starts with 's3:', a mistyped scheme: write s3://... (two slashes), or ./s3:/bucket/x for a local directory of that name
+    """
     if not isinstance(url, str) or not url:
         raise ConfigurationError(f"{api}: url must be a non-empty string, got {url!r}")
+    m = re.match(r"([A-Za-z][A-Za-z0-9+.-]*):(//)?", url)
+    if m is None:
+        return
+    scheme = m.group(1)
+    if m.group(2) is None:
+        if len(scheme) > 1 and re.match(r"[^/]*:(/|\Z)", url):  # not a drive letter (C:/...)
+            raise ConfigurationError(
+                f"{api}: url {_shown(url)!r} starts with {scheme + ':'!r}, a mistyped scheme: "
+                f"write {scheme}://... (two slashes), or ./{_shown(url)} for a local directory "
+                "of that name"
+            )
+    elif scheme not in _SCHEMES:
+        raise ConfigurationError(
+            f"{api}: cannot write to {_shown(url)!r}: a file sink writes to a local directory, "
+            "file://... or s3://bucket/prefix (where it can hold its lock), not to "
+            f"{scheme}://; write to one of those"
+        )
+
+
+def _shown(url: str) -> str:
+    """``url`` without the user, password and query it may hold."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    host, slash, path = rest.partition("/")
+    return f"{scheme}://{host.rsplit('@', 1)[-1]}{slash}{path.split('?', 1)[0]}"
 
 
 class LakeSink(Sink):

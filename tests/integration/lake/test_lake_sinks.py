@@ -364,6 +364,14 @@ def test_delta_merge_needs_a_key() -> None:
         Stream().to_delta("t", mode="merge")
 
 
+@pytest.mark.parametrize("api", ["to_parquet", "to_delta"])
+def test_a_url_the_sinks_cannot_write_to_is_refused_at_construction(api: str) -> None:
+    with pytest.raises(ConfigurationError, match=re.escape(f"{api}: cannot write to 'ftp://localhost/x': a file sink writes to a local directory, file://... or s3://bucket/prefix (where it can hold its lock), not to ftp://; write to one of those")):  # fmt: skip
+        getattr(Stream(), api)("ftp://user:secret@localhost/x?token=t", name="f")
+    with pytest.raises(ConfigurationError, match=re.escape(f"{api}: url 's3:/bucket/x' starts with 's3:', a mistyped scheme: write s3://... (two slashes), or ./s3:/bucket/x for a local directory of that name")):  # fmt: skip
+        getattr(Stream(), api)("s3:/bucket/x", name="t")
+
+
 def test_parquet_files_roll_by_size_and_by_age(tmp_path: Path) -> None:
     import time
 
