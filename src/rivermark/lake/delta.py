@@ -170,8 +170,10 @@ class ToDelta(LakeSink):
         self.storage_options = {str(k): str(v) for k, v in (storage_options or {}).items()}
         super().__init__(upstream, **kwargs)
         self._fast_append = False  # append mode, with a schema
-        #: merge mode into a table that existed: its schema, which records must fit
+        #: a table that existed: its schema, which records must fit
         self._table_schema: Any = None
+        #: records buffered before that schema was known are checked against it once
+        self._refit = False
         self._init_files(url, sink_id, schema, example)
         self.app_id = f"rivermark:{self.sink_id}"
         self._rows: list[Mapping[str, Any]] = []
@@ -188,7 +190,7 @@ class ToDelta(LakeSink):
         self._next_epoch = 0
 
     def _set_schema(self, schema: Any) -> None:
-        if self._table_schema is not None:  # a MERGE takes the table's columns and types
+        if self._table_schema is not None:  # records take the table's columns and types
             import pyarrow as pa
 
             table = self._table_schema
@@ -221,12 +223,12 @@ class ToDelta(LakeSink):
                     "retry_timeout": t, **self.storage_options}  # fmt: skip
         if DeltaTable.is_deltatable(self.url, storage_options=opts):
             self._dt = DeltaTable(self.url, storage_options=opts)
-            if self.mode == "merge":
-                import pyarrow as pa
+            import pyarrow as pa
 
-                self._table_schema = pa.schema(self._dt.schema().to_arrow())
-                if self._schema is not None:
-                    self._set_schema(self._schema)
+            self._table_schema = pa.schema(self._dt.schema().to_arrow())
+            if self._schema is not None:
+                self._set_schema(self._schema)
+                self._refit = True
         elif self._schema is not None:
             self._dt = DeltaTable.create(
                 self.url, self._schema, mode="ignore", partition_by=self.partition_by or None,
@@ -288,10 +290,11 @@ class ToDelta(LakeSink):
         if self._schema is None:
             self._set_schema(schema_of(df, self.label()))
         if self.mode == "append":
+            self._flush_rows()
+            loc = self._ready()  # (the table's columns, if it existed, known from here on)
+            self._refit = False
             if not self._frame_fits(df):
                 return
-            self._flush_rows()
-            loc = self._ready()
             self._submit(lambda: self._convert_frame(loc, df))
             return
         table = self._frame_table(df)
@@ -348,6 +351,9 @@ class ToDelta(LakeSink):
             return
         self._rows = []
         loc = self._ready()
+        if self._refit:  # (once) the table's columns became known after these arrived
+            self._refit = False
+            rows = [r for r in rows if self._record_fits(r)]
         self._submit(lambda: self._convert_rows(loc, rows))
 
     def _settle(self) -> None:

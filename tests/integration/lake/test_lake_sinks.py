@@ -20,7 +20,7 @@ from deltalake import DeltaTable
 
 from rivermark import Job, Stream
 from rivermark.checkpoint.errors import JobFailedError, UnaccountedOutputError
-from rivermark.errors import ConfigurationError
+from rivermark.errors import ConfigurationError, RivermarkError
 from rivermark.lake.delta import ToDelta
 from rivermark.lake.files import LakeSinkError, RecordSchemaError
 from rivermark.lake.parquet import ToParquet
@@ -319,6 +319,24 @@ def test_delta_merge_into_an_existing_table_refuses_records_that_do_not_fit_its_
     assert DeltaTable(url).version() == 0  # refused before any commit
     _delta_job(url, recs, tmp_path / "b", mode="merge", key=["k"], name="m", on_error="skip").run()  # fmt: skip
     assert sorted(DeltaTable(url).to_pyarrow_table().to_pylist(), key=str) == [{"k": "a", "v": "x"}, {"k": "c", "v": "z"}]  # fmt: skip
+
+
+@pytest.mark.parametrize("table_v", [[1], ["x"]], ids=["int-table", "string-table"])
+def test_delta_append_to_an_existing_table_refuses_records_that_do_not_fit_its_schema(tmp_path: Path, table_v: list[Any]) -> None:  # fmt: skip
+    from deltalake import write_deltalake
+
+    url = str(tmp_path / "t")
+    write_deltalake(url, pa.table({"k": ["a"], "v": table_v}))
+    other = "s5" if isinstance(table_v[0], int) else 5  # a value of the other type
+    # the first record's types are not the table's: the table's decide
+    recs = [{"k": "c", "v": other}, {"k": "b", "v": table_v[0]}, {"k": "d", "v": table_v[0], "w": 1}]  # fmt: skip
+    with pytest.raises(RivermarkError, match=re.escape("to_delta sink 'a': record does not fit")):
+        _delta_job(url, recs[:2], tmp_path / "a", name="a").run()
+    assert DeltaTable(url).version() == 0  # refused before any commit
+    _delta_job(url, recs, tmp_path / "b", name="a", on_error="skip").run()
+    # the table stays readable, with its types: only the record that fits was added
+    rows = DeltaTable(url).to_pyarrow_table().to_pylist()
+    assert sorted(rows, key=str) == [{"k": "a", "v": table_v[0]}, {"k": "b", "v": table_v[0]}]
 
 
 def test_delta_merge_of_staged_rows_that_do_not_fit_the_table_is_refused_in_one_line(tmp_path: Path) -> None:  # fmt: skip
