@@ -356,6 +356,34 @@ class Recovery:
     ) -> None:
         """``set_state`` of node ``n`` from its state files; one line if they do not fit it."""
         where = f"checkpoint {manifest.epoch} in {self.store!r}"
+        try:
+            state = self._decoded_state(n, nid, manifest, blobs, allow, where)
+        except (ImportError, AttributeError) as e:  # unpickling: a class this code lacks
+            raise CheckpointMismatchError(
+                f"{where}: the state of node {nid} {n!r} holds objects of a class this code "
+                f"does not have ({type(e).__name__}: {e}); run the code that wrote the "
+                "checkpoint, or start the node empty under a new name= "
+                "(Job(..., allow_new_nodes=True)), or start over with --from-scratch"
+            ) from e
+        if nid in self._migrating:
+            state = self._migrated(n, nid, state, where)
+        try:
+            n.set_state(state)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+            raise CheckpointMismatchError(
+                f"{where}: the state stored for node {nid} {n!r} does not fit it "
+                f"({type(e).__name__}: {e}); the node's code or options changed since the "
+                "checkpoint was written: restore the code that wrote it, turn the old state into "
+                f"the new with Job(migrate={{{nid!r}: ...}}) (docs/upgrading.md), give the "
+                "changed node a new name= (Job(..., allow_new_nodes=True)) so that it starts "
+                "empty, or start "
+                "over with --from-scratch"
+            ) from e
+
+    def _decoded_state(
+        self, n: Stream, nid: str, manifest: Manifest, blobs: list[bytes], allow: bool, where: str
+    ) -> Any:
+        """The state of node ``n`` that its state files hold (decoded, not yet set)."""
         untrusted = (
             f"{where}: the state of node {nid} {n!r} holds pickled objects (written by an "
             "older rivermark, or objects of the app's own classes) and unpickling runs code, "
@@ -385,20 +413,7 @@ class Recovery:
                 state = codec.loads(blobs[-1], allow_pickle=allow, what=untrusted)
             except ValueError as e:
                 raise CheckpointCorruptError(codec.undecodable(where, nid, e)) from e
-        if nid in self._migrating:
-            state = self._migrated(n, nid, state, where)
-        try:
-            n.set_state(state)
-        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
-            raise CheckpointMismatchError(
-                f"{where}: the state stored for node {nid} {n!r} does not fit it "
-                f"({type(e).__name__}: {e}); the node's code or options changed since the "
-                "checkpoint was written: restore the code that wrote it, turn the old state into "
-                f"the new with Job(migrate={{{nid!r}: ...}}) (docs/upgrading.md), give the "
-                "changed node a new name= (Job(..., allow_new_nodes=True)) so that it starts "
-                "empty, or start "
-                "over with --from-scratch"
-            ) from e
+        return state
 
     def _migrated(self, n: Stream, nid: str, state: Any, where: str) -> Any:
         fn = self._migrating[nid]
